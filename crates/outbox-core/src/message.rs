@@ -1,0 +1,356 @@
+//! Messages: what a producer enqueues ([`NewMessage`]) and what the relay publishes
+//! and the consumer receives ([`Message`]).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::Timestamp;
+
+/// Message headers, carried as AMQP headers (e.g. `traceparent`). Ordered, so that a
+/// message always serializes the same way.
+pub type Headers = BTreeMap<String, String>;
+
+/// The content type a message gets when the producer names none.
+pub const DEFAULT_CONTENT_TYPE: &str = "application/json";
+
+/// AMQP short strings (exchange, routing key, type, ids) are at most 255 bytes.
+pub const MAX_SHORT_STRING: usize = 255;
+
+/// A message's identity: a UUID, version 7 when made by this library (time ordered),
+/// any version when written by a foreign producer.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct MessageId(uuid::Uuid);
+
+impl MessageId {
+    /// A version 7 id from a time and ten random bytes. The caller supplies both, so
+    /// that this crate stays free of clocks and random sources.
+    #[must_use]
+    pub fn v7(at: Timestamp, random: [u8; 10]) -> Self {
+        let millis = u64::try_from(at.unix_timestamp_nanos() / 1_000_000).unwrap_or(0);
+        Self(uuid::Builder::from_unix_timestamp_millis(millis, &random).into_uuid())
+    }
+
+    /// Wraps an existing UUID.
+    #[must_use]
+    pub const fn from_uuid(id: uuid::Uuid) -> Self {
+        Self(id)
+    }
+
+    /// The UUID inside.
+    #[must_use]
+    pub const fn as_uuid(&self) -> &uuid::Uuid {
+        &self.0
+    }
+}
+
+impl fmt::Display for MessageId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl fmt::Debug for MessageId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "MessageId({})", self.0)
+    }
+}
+
+impl std::str::FromStr for MessageId {
+    type Err = MessageError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        uuid::Uuid::parse_str(s.trim())
+            .map(Self)
+            .map_err(|_| MessageError::InvalidId(s.to_owned()))
+    }
+}
+
+/// Why a message was refused. Nothing is written when a message is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MessageError {
+    /// A field longer than AMQP allows.
+    #[error("{field} is {len} bytes long; at most {max} are allowed")]
+    TooLong {
+        /// Which field.
+        field: &'static str,
+        /// Its length in bytes.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The payload exceeds the configured limit.
+    #[error("payload is {len} bytes; the configured limit is {max}")]
+    PayloadTooLarge {
+        /// The payload's size.
+        len: usize,
+        /// The configured limit.
+        max: usize,
+    },
+    /// A header with an empty name.
+    #[error("a header name is empty")]
+    EmptyHeaderName,
+    /// A text that is not a UUID was given as a message id.
+    #[error("{0:?} is not a message id (a UUID)")]
+    InvalidId(String),
+}
+
+/// A message as the producer describes it, before it has an id and a creation time.
+///
+/// Only exchange, routing key and payload are required; everything else has a default.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewMessage {
+    /// Target exchange (`""` is the AMQP default exchange).
+    pub exchange: String,
+    /// Routing key.
+    pub routing_key: String,
+    /// The message type (AMQP `type`), used by consumers to pick a handler.
+    pub message_type: Option<String>,
+    /// Headers, e.g. `traceparent`.
+    pub headers: Headers,
+    /// The body.
+    pub payload: Vec<u8>,
+    /// MIME type of the body; [`DEFAULT_CONTENT_TYPE`] when `None`.
+    pub content_type: Option<String>,
+    /// The producing service.
+    pub source: Option<String>,
+    /// Correlation id (AMQP `correlation_id`).
+    pub correlation_id: Option<String>,
+}
+
+impl NewMessage {
+    /// A message with the three required fields and every other one defaulted.
+    #[must_use]
+    pub fn new(
+        exchange: impl Into<String>,
+        routing_key: impl Into<String>,
+        payload: impl Into<Vec<u8>>,
+    ) -> Self {
+        Self {
+            exchange: exchange.into(),
+            routing_key: routing_key.into(),
+            message_type: None,
+            headers: Headers::new(),
+            payload: payload.into(),
+            content_type: None,
+            source: None,
+            correlation_id: None,
+        }
+    }
+
+    /// Sets the message type.
+    #[must_use]
+    pub fn with_type(mut self, message_type: impl Into<String>) -> Self {
+        self.message_type = Some(message_type.into());
+        self
+    }
+
+    /// Adds a header.
+    #[must_use]
+    pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.insert(name.into(), value.into());
+        self
+    }
+
+    /// Sets the content type.
+    #[must_use]
+    pub fn with_content_type(mut self, content_type: impl Into<String>) -> Self {
+        self.content_type = Some(content_type.into());
+        self
+    }
+
+    /// Sets the source.
+    #[must_use]
+    pub fn with_source(mut self, source: impl Into<String>) -> Self {
+        self.source = Some(source.into());
+        self
+    }
+
+    /// Sets the correlation id.
+    #[must_use]
+    pub fn with_correlation_id(mut self, correlation_id: impl Into<String>) -> Self {
+        self.correlation_id = Some(correlation_id.into());
+        self
+    }
+
+    /// Checks the limits that the broker or the configuration impose.
+    ///
+    /// # Errors
+    /// [`MessageError`] naming the first field that breaks a limit.
+    pub fn validate(&self, max_payload_bytes: usize) -> Result<(), MessageError> {
+        let short = [
+            ("exchange", Some(&self.exchange)),
+            ("routing_key", Some(&self.routing_key)),
+            ("message_type", self.message_type.as_ref()),
+            ("content_type", self.content_type.as_ref()),
+            ("source", self.source.as_ref()),
+            ("correlation_id", self.correlation_id.as_ref()),
+        ];
+        for (field, value) in short {
+            if let Some(v) = value {
+                if v.len() > MAX_SHORT_STRING {
+                    return Err(MessageError::TooLong {
+                        field,
+                        len: v.len(),
+                        max: MAX_SHORT_STRING,
+                    });
+                }
+            }
+        }
+        for name in self.headers.keys() {
+            if name.is_empty() {
+                return Err(MessageError::EmptyHeaderName);
+            }
+            if name.len() > MAX_SHORT_STRING {
+                return Err(MessageError::TooLong {
+                    field: "header name",
+                    len: name.len(),
+                    max: MAX_SHORT_STRING,
+                });
+            }
+        }
+        if self.payload.len() > max_payload_bytes {
+            return Err(MessageError::PayloadTooLarge {
+                len: self.payload.len(),
+                max: max_payload_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    /// Gives the message its identity and creation time.
+    #[must_use]
+    pub fn into_message(self, id: MessageId, created_at: Timestamp) -> Message {
+        Message {
+            id,
+            exchange: self.exchange,
+            routing_key: self.routing_key,
+            message_type: self.message_type,
+            headers: self.headers,
+            payload: self.payload,
+            content_type: self
+                .content_type
+                .unwrap_or_else(|| DEFAULT_CONTENT_TYPE.to_owned()),
+            source: self.source,
+            correlation_id: self.correlation_id,
+            created_at,
+        }
+    }
+}
+
+/// A message with its identity, as stored, published and consumed.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    /// Unique id, also the AMQP `message_id` and the inbox's dedup key.
+    pub id: MessageId,
+    /// Target exchange.
+    pub exchange: String,
+    /// Routing key.
+    pub routing_key: String,
+    /// Message type (AMQP `type`).
+    pub message_type: Option<String>,
+    /// Headers.
+    pub headers: Headers,
+    /// The body.
+    pub payload: Vec<u8>,
+    /// MIME type of the body.
+    pub content_type: String,
+    /// The producing service.
+    pub source: Option<String>,
+    /// Correlation id.
+    pub correlation_id: Option<String>,
+    /// When the producer enqueued it.
+    pub created_at: Timestamp,
+}
+
+// Payloads can hold personal data and be large: Debug shows their size only.
+impl fmt::Debug for Message {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Message")
+            .field("id", &self.id)
+            .field("exchange", &self.exchange)
+            .field("routing_key", &self.routing_key)
+            .field("message_type", &self.message_type)
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("payload_len", &self.payload.len())
+            .field("content_type", &self.content_type)
+            .field("created_at", &self.created_at)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(secs: i64) -> Timestamp {
+        Timestamp::from_unix_timestamp(secs).expect("valid")
+    }
+
+    #[test]
+    fn v7_ids_are_version_7_and_ordered_by_time() {
+        let a = MessageId::v7(at(1_700_000_000), [0xff; 10]);
+        let b = MessageId::v7(at(1_700_000_001), [0x00; 10]);
+        assert_eq!(a.as_uuid().get_version_num(), 7);
+        assert!(a < b);
+    }
+
+    #[test]
+    fn defaults_fill_content_type() {
+        let m = NewMessage::new("orders", "order.created", b"{}".to_vec())
+            .into_message(MessageId::v7(at(0), [1; 10]), at(0));
+        assert_eq!(m.content_type, DEFAULT_CONTENT_TYPE);
+        assert!(m.headers.is_empty());
+    }
+
+    #[test]
+    fn validate_names_the_offending_field() {
+        let long = "x".repeat(256);
+        let err = NewMessage::new(long.clone(), "k", vec![])
+            .validate(10)
+            .expect_err("too long");
+        assert_eq!(
+            err,
+            MessageError::TooLong {
+                field: "exchange",
+                len: 256,
+                max: 255
+            }
+        );
+        let err = NewMessage::new("e", "k", vec![0; 11])
+            .validate(10)
+            .expect_err("too big");
+        assert_eq!(err, MessageError::PayloadTooLarge { len: 11, max: 10 });
+        let err = NewMessage::new("e", "k", vec![])
+            .with_header("", "v")
+            .validate(10)
+            .expect_err("empty header");
+        assert_eq!(err, MessageError::EmptyHeaderName);
+        assert!(
+            NewMessage::new("", "queue", vec![0; 10])
+                .validate(10)
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn debug_hides_the_payload() {
+        let m = NewMessage::new("e", "k", b"secret-card-number".to_vec())
+            .into_message(MessageId::v7(at(0), [1; 10]), at(0));
+        let shown = format!("{m:?}");
+        assert!(!shown.contains("secret"), "{shown}");
+        assert!(shown.contains("payload_len: 18"), "{shown}");
+    }
+
+    #[test]
+    fn ids_parse_and_reject_garbage() {
+        let id = MessageId::v7(at(5), [3; 10]);
+        assert_eq!(id.to_string().parse::<MessageId>(), Ok(id));
+        assert!(matches!(
+            "nope".parse::<MessageId>(),
+            Err(MessageError::InvalidId(_))
+        ));
+    }
+}

@@ -15,6 +15,9 @@ pub type Headers = BTreeMap<String, String>;
 /// The content type a message gets when the producer names none.
 pub const DEFAULT_CONTENT_TYPE: &str = "application/json";
 
+/// Payload limit used when none is configured: 1 MiB.
+pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 1 << 20;
+
 /// AMQP short strings (exchange, routing key, type, ids) are at most 255 bytes.
 pub const MAX_SHORT_STRING: usize = 255;
 
@@ -180,44 +183,19 @@ impl NewMessage {
     /// # Errors
     /// [`MessageError`] naming the first field that breaks a limit.
     pub fn validate(&self, max_payload_bytes: usize) -> Result<(), MessageError> {
-        let short = [
-            ("exchange", Some(&self.exchange)),
-            ("routing_key", Some(&self.routing_key)),
-            ("message_type", self.message_type.as_ref()),
-            ("content_type", self.content_type.as_ref()),
-            ("source", self.source.as_ref()),
-            ("correlation_id", self.correlation_id.as_ref()),
-        ];
-        for (field, value) in short {
-            if let Some(v) = value {
-                if v.len() > MAX_SHORT_STRING {
-                    return Err(MessageError::TooLong {
-                        field,
-                        len: v.len(),
-                        max: MAX_SHORT_STRING,
-                    });
-                }
-            }
-        }
-        for name in self.headers.keys() {
-            if name.is_empty() {
-                return Err(MessageError::EmptyHeaderName);
-            }
-            if name.len() > MAX_SHORT_STRING {
-                return Err(MessageError::TooLong {
-                    field: "header name",
-                    len: name.len(),
-                    max: MAX_SHORT_STRING,
-                });
-            }
-        }
-        if self.payload.len() > max_payload_bytes {
-            return Err(MessageError::PayloadTooLarge {
-                len: self.payload.len(),
-                max: max_payload_bytes,
-            });
-        }
-        Ok(())
+        check_limits(
+            [
+                ("exchange", Some(self.exchange.as_str())),
+                ("routing_key", Some(self.routing_key.as_str())),
+                ("message_type", self.message_type.as_deref()),
+                ("content_type", self.content_type.as_deref()),
+                ("source", self.source.as_deref()),
+                ("correlation_id", self.correlation_id.as_deref()),
+            ],
+            &self.headers,
+            self.payload.len(),
+            max_payload_bytes,
+        )
     }
 
     /// Gives the message its identity and creation time.
@@ -263,6 +241,65 @@ pub struct Message {
     pub correlation_id: Option<String>,
     /// When the producer enqueued it.
     pub created_at: Timestamp,
+}
+
+impl Message {
+    /// Checks the same limits as [`NewMessage::validate`], e.g. before storing a
+    /// message made elsewhere.
+    ///
+    /// # Errors
+    /// [`MessageError`] naming the first field that breaks a limit.
+    pub fn validate(&self, max_payload_bytes: usize) -> Result<(), MessageError> {
+        check_limits(
+            [
+                ("exchange", Some(self.exchange.as_str())),
+                ("routing_key", Some(self.routing_key.as_str())),
+                ("message_type", self.message_type.as_deref()),
+                ("content_type", Some(self.content_type.as_str())),
+                ("source", self.source.as_deref()),
+                ("correlation_id", self.correlation_id.as_deref()),
+            ],
+            &self.headers,
+            self.payload.len(),
+            max_payload_bytes,
+        )
+    }
+}
+
+fn check_limits(
+    short: [(&'static str, Option<&str>); 6],
+    headers: &Headers,
+    payload_len: usize,
+    max_payload_bytes: usize,
+) -> Result<(), MessageError> {
+    for (field, value) in short {
+        if let Some(v) = value.filter(|v| v.len() > MAX_SHORT_STRING) {
+            return Err(MessageError::TooLong {
+                field,
+                len: v.len(),
+                max: MAX_SHORT_STRING,
+            });
+        }
+    }
+    for name in headers.keys() {
+        if name.is_empty() {
+            return Err(MessageError::EmptyHeaderName);
+        }
+        if name.len() > MAX_SHORT_STRING {
+            return Err(MessageError::TooLong {
+                field: "header name",
+                len: name.len(),
+                max: MAX_SHORT_STRING,
+            });
+        }
+    }
+    if payload_len > max_payload_bytes {
+        return Err(MessageError::PayloadTooLarge {
+            len: payload_len,
+            max: max_payload_bytes,
+        });
+    }
+    Ok(())
 }
 
 // Payloads can hold personal data and be large: Debug shows their size only.

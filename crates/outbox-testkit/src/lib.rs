@@ -1,1 +1,156 @@
-//! placeholder
+//! Shared contract tests for the ports of `outbox`: one suite per port, run against
+//! the memory adapters and every real adapter, so that they all behave alike.
+//!
+//! An adapter crate runs a suite with a macro and an async function that makes a
+//! fresh, isolated instance of its adapter:
+//!
+//! ```ignore
+//! async fn fresh_outbox() -> std::sync::Arc<dyn outbox_ports::OutboxStore> { ... }
+//! outbox_testkit::outbox_store_contract!(crate::fresh_outbox);
+//! ```
+//!
+//! Each case becomes its own `#[tokio::test]` (the calling crate needs tokio with the
+//! `macros` and `rt` features as a dev-dependency). The cases use real time with short
+//! leases, because database adapters take time from the database, not from a clock
+//! the test could pause.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use outbox_core::{Message, MessageId, NewMessage, Timestamp};
+
+pub mod inbox;
+pub mod lock;
+pub mod outbox;
+pub mod state;
+
+/// A short lease used by the cases; a test that waits for expiry sleeps longer.
+pub const SHORT_TTL: Duration = Duration::from_millis(300);
+/// A lease long enough to outlive any case.
+pub const LONG_TTL: Duration = Duration::from_secs(60);
+
+/// A fresh message to `exchange` with routing key `key` and a small JSON body. Ids
+/// are version 7 and unique within the process.
+#[must_use]
+pub fn message(exchange: &str, key: &str) -> Message {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let seq = SEQ.fetch_add(1, Ordering::SeqCst);
+    let now = Timestamp::now_utc();
+    let mut random = [0u8; 10];
+    random[..8].copy_from_slice(&seq.to_be_bytes());
+    random[8..].copy_from_slice(&(std::process::id() as u16).to_be_bytes());
+    NewMessage::new(exchange, key, format!("{{\"n\":{seq}}}").into_bytes())
+        .with_type("test.message")
+        .into_message(MessageId::v7(now, random), now)
+}
+
+/// `n` fresh messages.
+#[must_use]
+pub fn messages(n: usize) -> Vec<Message> {
+    (0..n)
+        .map(|_| message("contract", "contract.key"))
+        .collect()
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __contract_cases {
+    ($module:ident, $make:path, [$($case:ident),* $(,)?]) => {
+        mod $module {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let port = $make().await;
+                    $crate::$module::$case(port).await;
+                }
+            )*
+        }
+    };
+}
+
+/// Runs the [`OutboxStore`](outbox_ports::OutboxStore) contract; `$make` is the
+/// path of an async fn returning a fresh `Arc<dyn OutboxStore>`.
+#[macro_export]
+macro_rules! outbox_store_contract {
+    ($make:path) => {
+        $crate::__contract_cases!(
+            outbox,
+            $make,
+            [
+                claims_pending_in_enqueue_order,
+                a_leased_row_is_not_claimed_twice,
+                marks_are_fenced_by_the_lease_holder,
+                a_failed_publish_waits_for_its_backoff,
+                dead_messages_can_be_requeued,
+                an_expired_lease_brings_rows_back,
+                release_returns_rows_unchanged,
+                stats_count_by_status,
+                an_invalid_message_stores_nothing,
+                delete_removes_and_unknown_ids_are_not_found,
+                concurrent_claimers_take_each_row_once,
+            ]
+        );
+    };
+}
+
+/// Runs the [`InboxStore`](outbox_ports::InboxStore) contract; `$make` is the path
+/// of an async fn returning a fresh `Arc<dyn InboxStore>`.
+#[macro_export]
+macro_rules! inbox_store_contract {
+    ($make:path) => {
+        $crate::__contract_cases!(
+            inbox,
+            $make,
+            [
+                first_arrival_is_new_and_the_next_a_duplicate,
+                consumers_are_isolated,
+                a_failed_delivery_is_claimed_when_due,
+                dead_after_the_last_failure,
+                an_abandoned_arrival_is_claimed_after_its_lease,
+                marks_are_fenced_by_the_lease_holder,
+                reconsume_brings_a_consumed_delivery_back,
+                dead_letters_are_kept,
+            ]
+        );
+    };
+}
+
+/// Runs the [`DistributedLock`](outbox_ports::DistributedLock) contract; `$make` is
+/// the path of an async fn returning a fresh `Arc<dyn DistributedLock>`.
+#[macro_export]
+macro_rules! lock_contract {
+    ($make:path) => {
+        $crate::__contract_cases!(
+            lock,
+            $make,
+            [
+                one_holder_at_a_time,
+                release_lets_the_next_holder_in,
+                fencing_tokens_grow,
+            ]
+        );
+    };
+}
+
+/// Runs the [`SweepStateStore`](outbox_ports::SweepStateStore) contract; `$make` is
+/// the path of an async fn returning a fresh `Arc<dyn SweepStateStore>`.
+#[macro_export]
+macro_rules! sweep_state_contract {
+    ($make:path) => {
+        $crate::__contract_cases!(
+            state,
+            $make,
+            [
+                absent_until_written,
+                older_tokens_are_fenced,
+                reports_expire,
+            ]
+        );
+    };
+}
+
+/// A key no other test uses, for lock and state cases on shared servers.
+#[must_use]
+pub fn unique_key(prefix: &str) -> String {
+    format!("{prefix}.{}", message("k", "k").id)
+}

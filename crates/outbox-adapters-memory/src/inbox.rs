@@ -1,0 +1,273 @@
+//! The inbox in memory.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use outbox_core::status::Tracked;
+use outbox_core::{Decision, Message, MessageId, Status, Timestamp};
+use outbox_ports::{
+    Arrival, ClaimedDelivery, Clock, DeadLetter, InboxRecord, InboxStats, InboxStore, Lease,
+    PortError,
+};
+
+use crate::{lease_live, lock};
+
+#[derive(Debug, Clone)]
+struct Row {
+    message: Message,
+    tracked: Tracked,
+    locked_by: Option<String>,
+    locked_until: Option<Timestamp>,
+}
+
+impl Row {
+    fn held_by(&self, lease: &Lease) -> bool {
+        self.locked_by.as_deref() == Some(lease.holder.as_str())
+    }
+
+    fn take(&mut self, lease: &Lease, now: Timestamp) {
+        self.locked_by = Some(lease.holder.clone());
+        self.locked_until = Some(now + lease.ttl);
+    }
+
+    fn unlock(&mut self) {
+        self.locked_by = None;
+        self.locked_until = None;
+    }
+}
+
+type Key = (String, MessageId);
+
+#[derive(Debug, Default)]
+struct Table {
+    rows: HashMap<Key, Row>,
+    /// Arrival order, for claims and listings.
+    order: BTreeMap<u64, Key>,
+    next_seq: u64,
+    dead_letters: HashMap<String, Vec<DeadLetter>>,
+}
+
+/// [`InboxStore`] in memory: dedup by (consumer, message id), leases while a handler
+/// runs, failures kept for the consume sweep.
+#[derive(Clone)]
+pub struct MemoryInboxStore {
+    table: Arc<Mutex<Table>>,
+    clock: Arc<dyn Clock>,
+}
+
+impl MemoryInboxStore {
+    /// An empty inbox reading time from `clock`.
+    #[must_use]
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            table: Arc::default(),
+            clock,
+        }
+    }
+
+    /// The dead letters kept for `consumer`.
+    #[must_use]
+    pub fn dead_letters(&self, consumer: &str) -> Vec<DeadLetter> {
+        lock(&self.table)
+            .dead_letters
+            .get(consumer)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn mark(
+        &self,
+        consumer: &str,
+        id: MessageId,
+        lease: &Lease,
+        apply: impl FnOnce(&mut Tracked, Timestamp) -> Result<(), PortError>,
+    ) -> Result<bool, PortError> {
+        let now = self.clock.now();
+        let mut t = lock(&self.table);
+        match t
+            .rows
+            .get_mut(&(consumer.to_owned(), id))
+            .filter(|r| r.held_by(lease))
+        {
+            Some(row) => {
+                apply(&mut row.tracked, now)?;
+                row.unlock();
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+}
+
+#[async_trait]
+impl InboxStore for MemoryInboxStore {
+    async fn record_arrival(
+        &self,
+        consumer: &str,
+        message: &Message,
+        lease: &Lease,
+    ) -> Result<Arrival, PortError> {
+        let now = self.clock.now();
+        let mut t = lock(&self.table);
+        let key = (consumer.to_owned(), message.id);
+        if let Some(row) = t.rows.get_mut(&key) {
+            // Received before but its worker vanished (lease ran out): take it over.
+            if row.tracked.status == Status::Sent && !lease_live(row.locked_until, now) {
+                row.take(lease, now);
+                return Ok(Arrival::New);
+            }
+            return Ok(Arrival::Duplicate(row.tracked.status));
+        }
+        let mut row = Row {
+            message: message.clone(),
+            tracked: Tracked::new(Status::Sent, now),
+            locked_by: None,
+            locked_until: None,
+        };
+        row.take(lease, now);
+        t.next_seq += 1;
+        let seq = t.next_seq;
+        t.order.insert(seq, key.clone());
+        t.rows.insert(key, row);
+        Ok(Arrival::New)
+    }
+
+    async fn mark_consumed(
+        &self,
+        consumer: &str,
+        id: MessageId,
+        lease: &Lease,
+    ) -> Result<bool, PortError> {
+        self.mark(consumer, id, lease, |tr, now| {
+            Ok(tr.succeed(Status::Consumed, now)?)
+        })
+    }
+
+    async fn mark_consume_failed(
+        &self,
+        consumer: &str,
+        id: MessageId,
+        lease: &Lease,
+        error: &str,
+        decision: Decision,
+    ) -> Result<bool, PortError> {
+        self.mark(consumer, id, lease, |tr, now| {
+            Ok(tr.fail(Status::ConsumeFailed, now, error, decision)?)
+        })
+    }
+
+    async fn claim_due(
+        &self,
+        consumer: &str,
+        lease: &Lease,
+        limit: u32,
+    ) -> Result<Vec<ClaimedDelivery>, PortError> {
+        let now = self.clock.now();
+        let mut guard = lock(&self.table);
+        let t = &mut *guard;
+        let mut claimed = Vec::new();
+        for key in t.order.values() {
+            if claimed.len() >= limit as usize {
+                break;
+            }
+            if key.0 != consumer {
+                continue;
+            }
+            let Some(row) = t.rows.get_mut(key) else {
+                continue;
+            };
+            let due = row.tracked.state.next_attempt_at.is_none_or(|at| at <= now);
+            let retryable = matches!(row.tracked.status, Status::Sent | Status::ConsumeFailed);
+            if retryable && due && !lease_live(row.locked_until, now) {
+                row.take(lease, now);
+                claimed.push(ClaimedDelivery {
+                    message: row.message.clone(),
+                    attempts: row.tracked.state.attempts,
+                });
+            }
+        }
+        Ok(claimed)
+    }
+
+    async fn record_dead_letter(
+        &self,
+        consumer: &str,
+        letter: DeadLetter,
+    ) -> Result<(), PortError> {
+        lock(&self.table)
+            .dead_letters
+            .entry(consumer.to_owned())
+            .or_default()
+            .push(letter);
+        Ok(())
+    }
+
+    async fn stats(&self, consumer: &str) -> Result<InboxStats, PortError> {
+        let t = lock(&self.table);
+        let mut s = InboxStats {
+            dead_letters: t.dead_letters.get(consumer).map_or(0, |v| v.len() as u64),
+            ..InboxStats::default()
+        };
+        for ((c, _), row) in &t.rows {
+            if c != consumer {
+                continue;
+            }
+            match row.tracked.status {
+                Status::Consumed => s.consumed += 1,
+                Status::ConsumeFailed => s.consume_failed += 1,
+                Status::Dead => s.dead += 1,
+                _ => s.in_progress += 1,
+            }
+        }
+        Ok(s)
+    }
+
+    async fn get(&self, consumer: &str, id: MessageId) -> Result<Option<InboxRecord>, PortError> {
+        let t = lock(&self.table);
+        Ok(t.rows
+            .get(&(consumer.to_owned(), id))
+            .map(|r| record(consumer, r)))
+    }
+
+    async fn list(
+        &self,
+        consumer: &str,
+        status: Status,
+        limit: u32,
+    ) -> Result<Vec<InboxRecord>, PortError> {
+        let t = lock(&self.table);
+        Ok(t.order
+            .values()
+            .filter(|k| k.0 == consumer)
+            .filter_map(|k| t.rows.get(k))
+            .filter(|r| r.tracked.status == status)
+            .take(limit as usize)
+            .map(|r| record(consumer, r))
+            .collect())
+    }
+
+    async fn reconsume(&self, consumer: &str, id: MessageId) -> Result<(), PortError> {
+        let now = self.clock.now();
+        let mut t = lock(&self.table);
+        let row =
+            t.rows
+                .get_mut(&(consumer.to_owned(), id))
+                .ok_or_else(|| PortError::NotFound {
+                    what: "delivery",
+                    id: id.to_string(),
+                })?;
+        row.tracked.revive(Status::Sent, now)?;
+        row.unlock();
+        Ok(())
+    }
+}
+
+fn record(consumer: &str, r: &Row) -> InboxRecord {
+    InboxRecord {
+        consumer: consumer.to_owned(),
+        message: r.message.clone(),
+        status: r.tracked.status,
+        consume: r.tracked.state.clone(),
+    }
+}

@@ -1,0 +1,293 @@
+//! The outbox in memory.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use outbox_core::message::DEFAULT_MAX_PAYLOAD_BYTES;
+use outbox_core::status::Tracked;
+use outbox_core::{Message, MessageId, Status, Timestamp};
+use outbox_ports::{
+    ClaimedMessage, Clock, Lease, OutboxRecord, OutboxStats, OutboxStore, PortError, PublishFailure,
+};
+
+use crate::{lease_live, lock};
+
+#[derive(Debug, Clone)]
+struct Row {
+    message: Message,
+    tracked: Tracked,
+    locked_by: Option<String>,
+    locked_until: Option<Timestamp>,
+}
+
+impl Row {
+    fn held_by(&self, lease: &Lease) -> bool {
+        self.locked_by.as_deref() == Some(lease.holder.as_str())
+    }
+
+    fn record(&self) -> OutboxRecord {
+        OutboxRecord {
+            message: self.message.clone(),
+            status: self.tracked.status,
+            publish: self.tracked.state.clone(),
+        }
+    }
+
+    fn unlock(&mut self) {
+        self.locked_by = None;
+        self.locked_until = None;
+    }
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    /// Rows in enqueue order (the sequence plays the identity column's part).
+    rows: BTreeMap<u64, Row>,
+    by_id: HashMap<MessageId, u64>,
+    next_seq: u64,
+}
+
+/// [`OutboxStore`] in memory, with the same claim, lease and fencing rules as the
+/// PostgreSQL store.
+#[derive(Clone)]
+pub struct MemoryOutboxStore {
+    table: Arc<Mutex<Table>>,
+    clock: Arc<dyn Clock>,
+    max_payload_bytes: usize,
+}
+
+impl MemoryOutboxStore {
+    /// An empty outbox reading time from `clock`.
+    #[must_use]
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            table: Arc::default(),
+            clock,
+            max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
+        }
+    }
+
+    /// Sets the payload limit (default 1 MiB).
+    #[must_use]
+    pub const fn with_max_payload_bytes(mut self, max: usize) -> Self {
+        self.max_payload_bytes = max;
+        self
+    }
+
+    /// How many messages are in each status.
+    #[must_use]
+    pub fn count(&self, status: Status) -> u64 {
+        lock(&self.table)
+            .rows
+            .values()
+            .filter(|r| r.tracked.status == status)
+            .count() as u64
+    }
+
+    fn claim(&self, lease: &Lease, limit: u32, status: Status) -> Vec<ClaimedMessage> {
+        let now = self.clock.now();
+        let mut t = lock(&self.table);
+        let mut claimed = Vec::new();
+        for row in t.rows.values_mut() {
+            if claimed.len() >= limit as usize {
+                break;
+            }
+            let due = row.tracked.state.next_attempt_at.is_none_or(|at| at <= now);
+            if row.tracked.status == status && due && !lease_live(row.locked_until, now) {
+                row.locked_by = Some(lease.holder.clone());
+                row.locked_until = Some(now + lease.ttl);
+                claimed.push(ClaimedMessage {
+                    message: row.message.clone(),
+                    attempts: row.tracked.state.attempts,
+                });
+            }
+        }
+        claimed
+    }
+
+    fn with_row<T>(
+        &self,
+        id: MessageId,
+        f: impl FnOnce(&mut Table, u64) -> Result<T, PortError>,
+    ) -> Result<T, PortError> {
+        let mut t = lock(&self.table);
+        let seq = *t.by_id.get(&id).ok_or_else(|| PortError::NotFound {
+            what: "message",
+            id: id.to_string(),
+        })?;
+        f(&mut t, seq)
+    }
+}
+
+#[async_trait]
+impl OutboxStore for MemoryOutboxStore {
+    async fn enqueue(&self, messages: Vec<Message>) -> Result<(), PortError> {
+        let now = self.clock.now();
+        let mut t = lock(&self.table);
+        for m in &messages {
+            m.validate(self.max_payload_bytes)?;
+            if t.by_id.contains_key(&m.id) {
+                return Err(PortError::fatal(
+                    "enqueue",
+                    format!("message id {} is already in the outbox", m.id),
+                ));
+            }
+        }
+        for message in messages {
+            t.next_seq += 1;
+            let seq = t.next_seq;
+            t.by_id.insert(message.id, seq);
+            t.rows.insert(
+                seq,
+                Row {
+                    message,
+                    tracked: Tracked::new(Status::Pending, now),
+                    locked_by: None,
+                    locked_until: None,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    async fn claim_pending(
+        &self,
+        lease: &Lease,
+        limit: u32,
+    ) -> Result<Vec<ClaimedMessage>, PortError> {
+        Ok(self.claim(lease, limit, Status::Pending))
+    }
+
+    async fn claim_due_retries(
+        &self,
+        lease: &Lease,
+        limit: u32,
+    ) -> Result<Vec<ClaimedMessage>, PortError> {
+        Ok(self.claim(lease, limit, Status::PublishFailed))
+    }
+
+    async fn mark_sent(&self, lease: &Lease, ids: &[MessageId]) -> Result<u64, PortError> {
+        let now = self.clock.now();
+        let mut t = lock(&self.table);
+        let mut marked = 0;
+        for id in ids {
+            let Some(seq) = t.by_id.get(id).copied() else {
+                continue;
+            };
+            if let Some(row) = t.rows.get_mut(&seq).filter(|r| r.held_by(lease)) {
+                row.tracked.succeed(Status::Sent, now)?;
+                row.unlock();
+                marked += 1;
+            }
+        }
+        Ok(marked)
+    }
+
+    async fn mark_publish_failed(
+        &self,
+        lease: &Lease,
+        failures: &[PublishFailure],
+    ) -> Result<u64, PortError> {
+        let now = self.clock.now();
+        let mut t = lock(&self.table);
+        let mut marked = 0;
+        for f in failures {
+            let Some(seq) = t.by_id.get(&f.id).copied() else {
+                continue;
+            };
+            if let Some(row) = t.rows.get_mut(&seq).filter(|r| r.held_by(lease)) {
+                row.tracked
+                    .fail(Status::PublishFailed, now, &f.error, f.decision)?;
+                row.unlock();
+                marked += 1;
+            }
+        }
+        Ok(marked)
+    }
+
+    async fn release(&self, lease: &Lease, ids: &[MessageId]) -> Result<u64, PortError> {
+        let mut t = lock(&self.table);
+        let mut released = 0;
+        for id in ids {
+            let Some(seq) = t.by_id.get(id).copied() else {
+                continue;
+            };
+            if let Some(row) = t.rows.get_mut(&seq).filter(|r| r.held_by(lease)) {
+                row.unlock();
+                released += 1;
+            }
+        }
+        Ok(released)
+    }
+
+    async fn recover_expired_leases(&self) -> Result<u64, PortError> {
+        let now = self.clock.now();
+        let mut t = lock(&self.table);
+        let mut recovered = 0;
+        for row in t.rows.values_mut() {
+            if row.locked_by.is_some() && !lease_live(row.locked_until, now) {
+                row.unlock();
+                recovered += 1;
+            }
+        }
+        Ok(recovered)
+    }
+
+    async fn stats(&self) -> Result<OutboxStats, PortError> {
+        let t = lock(&self.table);
+        let mut s = OutboxStats::default();
+        for row in t.rows.values() {
+            match row.tracked.status {
+                Status::Pending => s.pending += 1,
+                Status::PublishFailed => s.publish_failed += 1,
+                Status::Dead => s.dead += 1,
+                _ => s.sent += 1,
+            }
+            if matches!(row.tracked.status, Status::Pending | Status::PublishFailed) {
+                let at = row.message.created_at;
+                s.oldest_unsent_at = Some(s.oldest_unsent_at.map_or(at, |o| o.min(at)));
+            }
+        }
+        Ok(s)
+    }
+
+    async fn get(&self, id: MessageId) -> Result<Option<OutboxRecord>, PortError> {
+        let t = lock(&self.table);
+        Ok(t.by_id
+            .get(&id)
+            .and_then(|s| t.rows.get(s))
+            .map(Row::record))
+    }
+
+    async fn list(&self, status: Status, limit: u32) -> Result<Vec<OutboxRecord>, PortError> {
+        let t = lock(&self.table);
+        Ok(t.rows
+            .values()
+            .filter(|r| r.tracked.status == status)
+            .take(limit as usize)
+            .map(Row::record)
+            .collect())
+    }
+
+    async fn requeue(&self, id: MessageId) -> Result<(), PortError> {
+        let now = self.clock.now();
+        self.with_row(id, |t, seq| {
+            let row = t.rows.get_mut(&seq).ok_or_else(|| PortError::NotFound {
+                what: "message",
+                id: id.to_string(),
+            })?;
+            row.tracked.revive(Status::Pending, now)?;
+            row.unlock();
+            Ok(())
+        })
+    }
+
+    async fn delete(&self, id: MessageId) -> Result<(), PortError> {
+        self.with_row(id, |t, seq| {
+            t.rows.remove(&seq);
+            t.by_id.remove(&id);
+            Ok(())
+        })
+    }
+}

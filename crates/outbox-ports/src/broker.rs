@@ -1,0 +1,251 @@
+//! The message broker: publishing with per-message outcomes, and subscribing with
+//! manual acknowledgement.
+
+use std::fmt;
+
+use async_trait::async_trait;
+use outbox_core::{Headers, Message, MessageId, Timestamp, message::DEFAULT_CONTENT_TYPE};
+
+use crate::PortError;
+
+/// What became of one published message.
+#[derive(Debug)]
+pub enum PublishOutcome {
+    /// The broker confirmed it (and it was routed).
+    Confirmed,
+    /// The broker refused it (negative confirm).
+    Nacked(String),
+    /// The broker returned it: no queue is bound for its routing key. A failure, even
+    /// though the broker also confirms returned messages.
+    Unroutable(String),
+    /// It could not be published, or its confirm never came (connection lost,
+    /// timeout): it may or may not have reached the broker, so it is retried.
+    Failed(PortError),
+}
+
+impl PublishOutcome {
+    /// Whether the message is safely with the broker.
+    #[must_use]
+    pub const fn is_confirmed(&self) -> bool {
+        matches!(self, Self::Confirmed)
+    }
+}
+
+impl fmt::Display for PublishOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Confirmed => f.write_str("confirmed"),
+            Self::Nacked(why) => write!(f, "nacked by the broker: {why}"),
+            Self::Unroutable(why) => write!(f, "unroutable: {why}"),
+            Self::Failed(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// Publishes messages with confirms.
+#[cfg_attr(feature = "mocks", mockall::automock)]
+#[async_trait]
+pub trait Publisher: Send + Sync {
+    /// Publishes a batch (pipelined where the broker allows) and waits for every
+    /// outcome. The result has one outcome per message, in the same order; a failure
+    /// of the whole batch shows as `Failed` for each message.
+    async fn publish(&self, messages: &[Message]) -> Vec<PublishOutcome>;
+
+    /// Whether the broker is reachable (for readiness checks).
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when it is not.
+    async fn check(&self) -> Result<(), PortError>;
+}
+
+/// A delivery as it came from the broker, before it is trusted as a [`Message`].
+#[derive(Clone, PartialEq, Eq)]
+pub struct Envelope {
+    /// AMQP `message_id`, if any.
+    pub message_id: Option<String>,
+    /// Exchange it was published to.
+    pub exchange: String,
+    /// Routing key.
+    pub routing_key: String,
+    /// AMQP `type`.
+    pub message_type: Option<String>,
+    /// Headers.
+    pub headers: Headers,
+    /// The raw body.
+    pub body: Vec<u8>,
+    /// AMQP `content_type`.
+    pub content_type: Option<String>,
+    /// AMQP `correlation_id`.
+    pub correlation_id: Option<String>,
+    /// AMQP `app_id`: the producing service.
+    pub source: Option<String>,
+    /// AMQP `timestamp`.
+    pub timestamp: Option<Timestamp>,
+}
+
+impl fmt::Debug for Envelope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Envelope")
+            .field("message_id", &self.message_id)
+            .field("exchange", &self.exchange)
+            .field("routing_key", &self.routing_key)
+            .field("message_type", &self.message_type)
+            .field("body_len", &self.body.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a delivery cannot be taken as a message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// It has no `message_id`, so it cannot be deduplicated.
+    #[error("delivery has no message id")]
+    MissingMessageId,
+    /// Its `message_id` is not a UUID.
+    #[error("message id {0:?} is not a UUID")]
+    InvalidMessageId(String),
+}
+
+impl Envelope {
+    /// The envelope of a message, as a publisher sends it.
+    #[must_use]
+    pub fn of(message: &Message) -> Self {
+        Self {
+            message_id: Some(message.id.to_string()),
+            exchange: message.exchange.clone(),
+            routing_key: message.routing_key.clone(),
+            message_type: message.message_type.clone(),
+            headers: message.headers.clone(),
+            body: message.payload.clone(),
+            content_type: Some(message.content_type.clone()),
+            correlation_id: message.correlation_id.clone(),
+            source: message.source.clone(),
+            timestamp: Some(message.created_at),
+        }
+    }
+
+    /// The message inside; `received_at` stands in for a missing timestamp.
+    ///
+    /// # Errors
+    /// [`DecodeError`] when there is no usable message id.
+    pub fn to_message(&self, received_at: Timestamp) -> Result<Message, DecodeError> {
+        let raw = self
+            .message_id
+            .as_deref()
+            .filter(|s| !s.is_empty())
+            .ok_or(DecodeError::MissingMessageId)?;
+        let id: MessageId = raw
+            .parse()
+            .map_err(|_| DecodeError::InvalidMessageId(raw.to_owned()))?;
+        Ok(Message {
+            id,
+            exchange: self.exchange.clone(),
+            routing_key: self.routing_key.clone(),
+            message_type: self.message_type.clone(),
+            headers: self.headers.clone(),
+            payload: self.body.clone(),
+            content_type: self
+                .content_type
+                .clone()
+                .unwrap_or_else(|| DEFAULT_CONTENT_TYPE.to_owned()),
+            source: self.source.clone(),
+            correlation_id: self.correlation_id.clone(),
+            created_at: self.timestamp.unwrap_or(received_at),
+        })
+    }
+}
+
+/// Acknowledges one delivery.
+#[cfg_attr(feature = "mocks", mockall::automock)]
+#[async_trait]
+pub trait Acker: Send + Sync {
+    /// The delivery is done with; the broker forgets it.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the channel is gone (the broker will redeliver;
+    /// the inbox absorbs the duplicate).
+    async fn ack(&self) -> Result<(), PortError>;
+
+    /// The delivery was not handled; `requeue` asks the broker to deliver it again.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the channel is gone.
+    async fn nack(&self, requeue: bool) -> Result<(), PortError>;
+}
+
+/// One delivery from a queue.
+pub struct Delivery {
+    /// What arrived.
+    pub envelope: Envelope,
+    /// Whether the broker delivered it before.
+    pub redelivered: bool,
+    /// Acknowledges it.
+    pub acker: Box<dyn Acker>,
+}
+
+impl fmt::Debug for Delivery {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Delivery")
+            .field("envelope", &self.envelope)
+            .field("redelivered", &self.redelivered)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Deliveries of one subscription.
+#[async_trait]
+pub trait DeliveryStream: Send {
+    /// The next delivery; `None` when the subscription ended.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the connection was lost (adapters that
+    /// reconnect by themselves do so before returning further deliveries).
+    async fn next(&mut self) -> Option<Result<Delivery, PortError>>;
+}
+
+/// Subscribes to queues with manual acknowledgement.
+#[cfg_attr(feature = "mocks", mockall::automock)]
+#[async_trait]
+pub trait Subscriber: Send + Sync {
+    /// Starts consuming `queue`, with at most `prefetch` unacknowledged deliveries.
+    ///
+    /// # Errors
+    /// [`PortError::NotFound`] when the queue does not exist;
+    /// [`PortError::Transient`] when the broker cannot be reached.
+    async fn subscribe(
+        &self,
+        queue: &str,
+        prefetch: u16,
+    ) -> Result<Box<dyn DeliveryStream>, PortError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use outbox_core::NewMessage;
+
+    #[test]
+    fn a_message_survives_its_envelope() {
+        let at = Timestamp::from_unix_timestamp(1_700_000_000).expect("valid");
+        let m = NewMessage::new("orders", "order.created", b"{}".to_vec())
+            .with_type("OrderCreated")
+            .with_header("traceparent", "00-abc-def-01")
+            .into_message(MessageId::v7(at, [7; 10]), at);
+        assert_eq!(Envelope::of(&m).to_message(at).expect("decodes"), m);
+    }
+
+    #[test]
+    fn envelopes_without_a_usable_id_are_refused() {
+        let at = Timestamp::from_unix_timestamp(0).expect("valid");
+        let m = NewMessage::new("e", "k", vec![]).into_message(MessageId::v7(at, [1; 10]), at);
+        let mut env = Envelope::of(&m);
+        env.message_id = None;
+        assert_eq!(env.to_message(at), Err(DecodeError::MissingMessageId));
+        env.message_id = Some("42".into());
+        assert_eq!(
+            env.to_message(at),
+            Err(DecodeError::InvalidMessageId("42".into()))
+        );
+    }
+}

@@ -1,0 +1,91 @@
+//! The error every port returns.
+
+use outbox_core::{MessageError, TransitionError};
+
+/// A boxed error source.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Why a port operation failed, and whether trying again can help.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PortError {
+    /// A failure that may pass: connection lost, timeout, broker blocked.
+    #[error("{operation} failed (retryable): {message}")]
+    Transient {
+        /// What was being done.
+        operation: &'static str,
+        /// What went wrong.
+        message: String,
+        /// The underlying error.
+        #[source]
+        source: Option<BoxError>,
+    },
+    /// A failure that retrying will not fix: bad credentials, missing schema, a bug.
+    #[error("{operation} failed: {message}")]
+    Fatal {
+        /// What was being done.
+        operation: &'static str,
+        /// What went wrong.
+        message: String,
+        /// The underlying error.
+        #[source]
+        source: Option<BoxError>,
+    },
+    /// The message or record does not exist.
+    #[error("{what} {id} not found")]
+    NotFound {
+        /// What kind of thing was looked up.
+        what: &'static str,
+        /// Its id.
+        id: String,
+    },
+    /// The message breaks a limit.
+    #[error(transparent)]
+    InvalidMessage(#[from] MessageError),
+    /// The operation asked for an illegal status change.
+    #[error(transparent)]
+    IllegalTransition(#[from] TransitionError),
+}
+
+impl PortError {
+    /// A retryable failure.
+    pub fn transient(operation: &'static str, message: impl Into<String>) -> Self {
+        Self::Transient {
+            operation,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// A failure that retrying will not fix.
+    pub fn fatal(operation: &'static str, message: impl Into<String>) -> Self {
+        Self::Fatal {
+            operation,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// Whether trying the same operation again may succeed.
+    #[must_use]
+    pub const fn is_retryable(&self) -> bool {
+        matches!(self, Self::Transient { .. })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_transient_errors_are_retryable() {
+        assert!(PortError::transient("claim", "connection reset").is_retryable());
+        assert!(!PortError::fatal("claim", "permission denied").is_retryable());
+        let nf = PortError::NotFound {
+            what: "message",
+            id: "x".into(),
+        };
+        assert!(!nf.is_retryable());
+        assert_eq!(nf.to_string(), "message x not found");
+    }
+}

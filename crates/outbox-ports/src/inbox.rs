@@ -1,0 +1,165 @@
+//! The consumer's inbox: one row per (consumer, message id), so a redelivered message
+//! is recognised and its effect happens once; consume failures are kept and retried.
+
+use async_trait::async_trait;
+use outbox_core::{Decision, Headers, Message, MessageId, SideState, Status};
+
+use crate::{Lease, PortError};
+
+/// What recording an arriving delivery found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Arrival {
+    /// First time seen: run the handler, then mark consumed or failed under the lease.
+    New,
+    /// Seen before (already consumed, failed and awaiting its retry, dead, or being
+    /// handled under a live lease): acknowledge and skip.
+    Duplicate(Status),
+}
+
+/// A delivery claimed for a consume retry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimedDelivery {
+    /// The message as received.
+    pub message: Message,
+    /// Handler attempts made before this one.
+    pub attempts: u32,
+}
+
+/// A stored delivery with its consume-side state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InboxRecord {
+    /// The consumer that received it.
+    pub consumer: String,
+    /// The message.
+    pub message: Message,
+    /// `Sent` (received, not yet handled), `ConsumeFailed`, `Consumed` or `Dead`.
+    pub status: Status,
+    /// Attempts, last error, next attempt, consumed at.
+    pub consume: SideState,
+}
+
+/// A delivery that could not become a message (no message id, undecodable), kept
+/// with its raw body and headers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetter {
+    /// The message id, when the delivery had one.
+    pub message_id: Option<String>,
+    /// The routing key it came with.
+    pub routing_key: String,
+    /// Its headers.
+    pub headers: Headers,
+    /// The raw body.
+    pub body: Vec<u8>,
+    /// Why it was refused.
+    pub reason: String,
+}
+
+/// Counts of one consumer's inbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct InboxStats {
+    /// Received and not yet handled.
+    pub in_progress: u64,
+    /// Handled.
+    pub consumed: u64,
+    /// Waiting for a consume retry.
+    pub consume_failed: u64,
+    /// Out of retries.
+    pub dead: u64,
+    /// Deliveries that could not be decoded.
+    pub dead_letters: u64,
+}
+
+/// Storage of a consumer's inbox.
+#[cfg_attr(feature = "mocks", mockall::automock)]
+#[async_trait]
+pub trait InboxStore: Send + Sync {
+    /// Records the arrival of `message` for `consumer`. When it is new, the row is
+    /// held by `lease` while the handler runs; if the worker vanishes, the lease runs
+    /// out and the consume sweep claims it.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached (the delivery is
+    /// then returned to the broker, not acknowledged).
+    async fn record_arrival(
+        &self,
+        consumer: &str,
+        message: &Message,
+        lease: &Lease,
+    ) -> Result<Arrival, PortError>;
+
+    /// Marks a delivery held by `lease` as `Consumed`. `false` when the lease was
+    /// lost to another claimer.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn mark_consumed(
+        &self,
+        consumer: &str,
+        id: MessageId,
+        lease: &Lease,
+    ) -> Result<bool, PortError>;
+
+    /// Records a failed handler attempt of a delivery held by `lease`:
+    /// `ConsumeFailed` with the next attempt time, or `Dead`.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn mark_consume_failed(
+        &self,
+        consumer: &str,
+        id: MessageId,
+        lease: &Lease,
+        error: &str,
+        decision: Decision,
+    ) -> Result<bool, PortError>;
+
+    /// Claims up to `limit` deliveries due for another handler attempt: failed ones
+    /// whose next attempt is due, and received ones whose worker's lease ran out.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn claim_due(
+        &self,
+        consumer: &str,
+        lease: &Lease,
+        limit: u32,
+    ) -> Result<Vec<ClaimedDelivery>, PortError>;
+
+    /// Keeps a delivery that could not be decoded.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn record_dead_letter(&self, consumer: &str, letter: DeadLetter)
+    -> Result<(), PortError>;
+
+    /// Counts of `consumer`'s inbox.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn stats(&self, consumer: &str) -> Result<InboxStats, PortError>;
+
+    /// One delivery.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn get(&self, consumer: &str, id: MessageId) -> Result<Option<InboxRecord>, PortError>;
+
+    /// Up to `limit` deliveries in `status`, oldest first.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn list(
+        &self,
+        consumer: &str,
+        status: Status,
+        limit: u32,
+    ) -> Result<Vec<InboxRecord>, PortError>;
+
+    /// Operator: a consumed, failed or dead delivery back to `Sent`, due now, so the
+    /// consume sweep runs its handler again.
+    ///
+    /// # Errors
+    /// [`PortError::NotFound`] for an unknown id; [`PortError::IllegalTransition`]
+    /// when it is being handled right now.
+    async fn reconsume(&self, consumer: &str, id: MessageId) -> Result<(), PortError>;
+}

@@ -1,0 +1,176 @@
+//! The producer's outbox: messages committed with business data, claimed by relays
+//! under a lease, marked sent or failed.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use outbox_core::{Decision, Message, MessageId, SideState, Status, Timestamp};
+
+use crate::PortError;
+
+/// Who holds claimed rows and for how long. `holder` must be unique per claim (the
+/// services add a sequence number to their instance id), because marks are fenced by
+/// it: a mark only applies to rows still held by the same `holder`, so a relay whose
+/// lease expired and whose rows were claimed again cannot overwrite the new claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The claim's unique holder name.
+    pub holder: String,
+    /// How long the claim lasts; afterwards other claimers may take the rows.
+    pub ttl: Duration,
+}
+
+impl Lease {
+    /// A lease for `holder`, lasting `ttl`.
+    pub fn new(holder: impl Into<String>, ttl: Duration) -> Self {
+        Self {
+            holder: holder.into(),
+            ttl,
+        }
+    }
+}
+
+/// A claimed message and how many publish attempts it had before this claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimedMessage {
+    /// The message.
+    pub message: Message,
+    /// Publish attempts made before this one.
+    pub attempts: u32,
+}
+
+/// A failed publish to record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublishFailure {
+    /// Which message.
+    pub id: MessageId,
+    /// What went wrong (stored as the last error).
+    pub error: String,
+    /// Retry later, or dead (from the core's retry policy).
+    pub decision: Decision,
+}
+
+/// A stored message with its publish-side state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxRecord {
+    /// The message.
+    pub message: Message,
+    /// `Pending`, `PublishFailed`, `Sent` or `Dead`.
+    pub status: Status,
+    /// Attempts, last error, next attempt, sent at.
+    pub publish: SideState,
+}
+
+/// Counts for health, metrics and the dashboard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OutboxStats {
+    /// Waiting for their first publish.
+    pub pending: u64,
+    /// Waiting for a publish retry.
+    pub publish_failed: u64,
+    /// Confirmed by the broker and still kept.
+    pub sent: u64,
+    /// Out of retries.
+    pub dead: u64,
+    /// Creation time of the oldest pending or failed message.
+    pub oldest_unsent_at: Option<Timestamp>,
+}
+
+/// Storage of the outbox.
+#[cfg_attr(feature = "mocks", mockall::automock)]
+#[async_trait]
+pub trait OutboxStore: Send + Sync {
+    /// Stores messages as `Pending`, all or none. (Adapters with transactions also
+    /// offer an enqueue inside the caller's own transaction.)
+    ///
+    /// # Errors
+    /// [`PortError::InvalidMessage`] when a message breaks a limit (nothing is
+    /// stored); [`PortError::Transient`] when the store cannot be reached.
+    async fn enqueue(&self, messages: Vec<Message>) -> Result<(), PortError>;
+
+    /// Claims up to `limit` `Pending` messages that no live lease holds, oldest
+    /// first, for `lease`.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn claim_pending(
+        &self,
+        lease: &Lease,
+        limit: u32,
+    ) -> Result<Vec<ClaimedMessage>, PortError>;
+
+    /// Claims up to `limit` `PublishFailed` messages whose next attempt is due and
+    /// that no live lease holds, for `lease`.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn claim_due_retries(
+        &self,
+        lease: &Lease,
+        limit: u32,
+    ) -> Result<Vec<ClaimedMessage>, PortError>;
+
+    /// Marks messages still held by `lease` as `Sent`, in one operation. Returns how
+    /// many were marked; the others were claimed by someone else meanwhile.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached (the rows stay
+    /// claimed until the lease runs out, then are published again).
+    async fn mark_sent(&self, lease: &Lease, ids: &[MessageId]) -> Result<u64, PortError>;
+
+    /// Records failed publishes of messages still held by `lease`: `PublishFailed`
+    /// with the next attempt time, or `Dead`. Returns how many were recorded.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn mark_publish_failed(
+        &self,
+        lease: &Lease,
+        failures: &[PublishFailure],
+    ) -> Result<u64, PortError>;
+
+    /// Gives claimed messages back unchanged (no attempt counted), e.g. at shutdown.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn release(&self, lease: &Lease, ids: &[MessageId]) -> Result<u64, PortError>;
+
+    /// Clears leases that ran out (their holder vanished), so the rows are claimable
+    /// again. Returns how many. Claims skip only live leases, so this is housekeeping.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn recover_expired_leases(&self) -> Result<u64, PortError>;
+
+    /// Counts by status.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn stats(&self) -> Result<OutboxStats, PortError>;
+
+    /// One message with its state.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn get(&self, id: MessageId) -> Result<Option<OutboxRecord>, PortError>;
+
+    /// Up to `limit` messages in `status`, oldest first.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn list(&self, status: Status, limit: u32) -> Result<Vec<OutboxRecord>, PortError>;
+
+    /// Operator: a `Dead` or `PublishFailed` message back to `Pending`, due now, with
+    /// a fresh retry budget.
+    ///
+    /// # Errors
+    /// [`PortError::NotFound`] for an unknown id; [`PortError::IllegalTransition`]
+    /// when the message is in another status.
+    async fn requeue(&self, id: MessageId) -> Result<(), PortError>;
+
+    /// Operator: removes a message.
+    ///
+    /// # Errors
+    /// [`PortError::NotFound`] for an unknown id.
+    async fn delete(&self, id: MessageId) -> Result<(), PortError>;
+}

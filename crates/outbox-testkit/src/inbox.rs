@@ -1,0 +1,236 @@
+//! The inbox store contract.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use outbox_core::{Decision, Status};
+use outbox_ports::{Arrival, DeadLetter, InboxStore, Lease, PortError};
+
+use crate::{LONG_TTL, SHORT_TTL, message, unique_key};
+
+fn lease() -> Lease {
+    Lease::new(unique_key("worker"), LONG_TTL)
+}
+
+fn consumer() -> String {
+    unique_key("consumer")
+}
+
+/// The first arrival is new; every later one is a duplicate, whatever its status.
+pub async fn first_arrival_is_new_and_the_next_a_duplicate(inbox: Arc<dyn InboxStore>) {
+    let c = consumer();
+    let m = message("contract", "k");
+    let l = lease();
+    assert_eq!(
+        inbox.record_arrival(&c, &m, &l).await.expect("first"),
+        Arrival::New
+    );
+    assert_eq!(
+        inbox
+            .record_arrival(&c, &m, &lease())
+            .await
+            .expect("while handled"),
+        Arrival::Duplicate(Status::Sent)
+    );
+    assert!(inbox.mark_consumed(&c, m.id, &l).await.expect("consumed"));
+    assert_eq!(
+        inbox
+            .record_arrival(&c, &m, &lease())
+            .await
+            .expect("redelivery"),
+        Arrival::Duplicate(Status::Consumed)
+    );
+    let rec = inbox.get(&c, m.id).await.expect("get").expect("row");
+    assert_eq!(rec.status, Status::Consumed);
+    assert_eq!(rec.consume.attempts, 1);
+    assert!(rec.consume.completed_at.is_some());
+    assert_eq!(rec.message, m);
+    assert_eq!(inbox.stats(&c).await.expect("stats").consumed, 1);
+}
+
+/// Two consumers of one message each get it once.
+pub async fn consumers_are_isolated(inbox: Arc<dyn InboxStore>) {
+    let m = message("contract", "k");
+    let (a, b) = (consumer(), consumer());
+    assert_eq!(
+        inbox.record_arrival(&a, &m, &lease()).await.expect("a"),
+        Arrival::New
+    );
+    assert_eq!(
+        inbox.record_arrival(&b, &m, &lease()).await.expect("b"),
+        Arrival::New
+    );
+}
+
+/// A failure is stored with its error and claimed by the sweep only when due.
+pub async fn a_failed_delivery_is_claimed_when_due(inbox: Arc<dyn InboxStore>) {
+    let c = consumer();
+    let m = message("contract", "k");
+    let l = lease();
+    inbox.record_arrival(&c, &m, &l).await.expect("arrive");
+    let decision = Decision::RetryAfter(Duration::from_millis(400));
+    assert!(
+        inbox
+            .mark_consume_failed(&c, m.id, &l, "handler blew up", decision)
+            .await
+            .expect("fail")
+    );
+    let rec = inbox.get(&c, m.id).await.expect("get").expect("row");
+    assert_eq!(rec.status, Status::ConsumeFailed);
+    assert_eq!(rec.consume.last_error.as_deref(), Some("handler blew up"));
+    assert_eq!(
+        inbox
+            .record_arrival(&c, &m, &lease())
+            .await
+            .expect("redelivery"),
+        Arrival::Duplicate(Status::ConsumeFailed),
+        "a redelivery does not bypass the backoff"
+    );
+    assert!(
+        inbox
+            .claim_due(&c, &lease(), 10)
+            .await
+            .expect("early")
+            .is_empty()
+    );
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let sweep = lease();
+    let due = inbox.claim_due(&c, &sweep, 10).await.expect("due");
+    assert_eq!(due.len(), 1);
+    assert_eq!(due[0].message, m);
+    assert_eq!(due[0].attempts, 1);
+    assert!(
+        inbox
+            .claim_due(&c, &lease(), 10)
+            .await
+            .expect("leased")
+            .is_empty()
+    );
+    assert!(
+        inbox
+            .mark_consumed(&c, m.id, &sweep)
+            .await
+            .expect("consumed")
+    );
+    assert_eq!(
+        inbox
+            .get(&c, m.id)
+            .await
+            .expect("get")
+            .expect("row")
+            .consume
+            .attempts,
+        2
+    );
+}
+
+/// After a `Dead` decision the delivery is listed as dead and never claimed.
+pub async fn dead_after_the_last_failure(inbox: Arc<dyn InboxStore>) {
+    let c = consumer();
+    let m = message("contract", "k");
+    let l = lease();
+    inbox.record_arrival(&c, &m, &l).await.expect("arrive");
+    inbox
+        .mark_consume_failed(&c, m.id, &l, "poison", Decision::Dead)
+        .await
+        .expect("dead");
+    let dead = inbox.list(&c, Status::Dead, 10).await.expect("list");
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].consume.last_error.as_deref(), Some("poison"));
+    assert!(
+        inbox
+            .claim_due(&c, &lease(), 10)
+            .await
+            .expect("claim")
+            .is_empty()
+    );
+    assert_eq!(inbox.stats(&c).await.expect("stats").dead, 1);
+}
+
+/// A worker that recorded an arrival and vanished: the sweep, or the broker's
+/// redelivery, takes the delivery over once the lease runs out.
+pub async fn an_abandoned_arrival_is_claimed_after_its_lease(inbox: Arc<dyn InboxStore>) {
+    let c = consumer();
+    let (m1, m2) = (message("contract", "k"), message("contract", "k"));
+    let gone = Lease::new(unique_key("gone"), SHORT_TTL);
+    inbox.record_arrival(&c, &m1, &gone).await.expect("arrive");
+    inbox.record_arrival(&c, &m2, &gone).await.expect("arrive");
+    assert!(
+        inbox
+            .claim_due(&c, &lease(), 10)
+            .await
+            .expect("live")
+            .is_empty()
+    );
+    tokio::time::sleep(SHORT_TTL * 2).await;
+    let sweep = lease();
+    let due = inbox.claim_due(&c, &sweep, 1).await.expect("claim");
+    assert_eq!(due.len(), 1);
+    assert_eq!(due[0].message.id, m1.id);
+    assert_eq!(
+        inbox
+            .record_arrival(&c, &m2, &lease())
+            .await
+            .expect("redelivery"),
+        Arrival::New,
+        "a redelivery may take over an abandoned arrival"
+    );
+    assert!(
+        !inbox.mark_consumed(&c, m1.id, &gone).await.expect("late"),
+        "fenced"
+    );
+    assert!(inbox.mark_consumed(&c, m1.id, &sweep).await.expect("sweep"));
+}
+
+/// Marks by anyone but the holder change nothing.
+pub async fn marks_are_fenced_by_the_lease_holder(inbox: Arc<dyn InboxStore>) {
+    let c = consumer();
+    let m = message("contract", "k");
+    let l = lease();
+    inbox.record_arrival(&c, &m, &l).await.expect("arrive");
+    let other = lease();
+    assert!(!inbox.mark_consumed(&c, m.id, &other).await.expect("other"));
+    assert!(
+        !inbox
+            .mark_consume_failed(&c, m.id, &other, "x", Decision::Dead)
+            .await
+            .expect("other")
+    );
+    assert_eq!(
+        inbox.get(&c, m.id).await.expect("get").expect("row").status,
+        Status::Sent
+    );
+}
+
+/// Reconsume brings a consumed delivery back for the sweep; unknown ids are an
+/// error.
+pub async fn reconsume_brings_a_consumed_delivery_back(inbox: Arc<dyn InboxStore>) {
+    let c = consumer();
+    let m = message("contract", "k");
+    let l = lease();
+    inbox.record_arrival(&c, &m, &l).await.expect("arrive");
+    inbox.mark_consumed(&c, m.id, &l).await.expect("consumed");
+    inbox.reconsume(&c, m.id).await.expect("reconsume");
+    let due = inbox.claim_due(&c, &lease(), 10).await.expect("claim");
+    assert_eq!(due.len(), 1);
+    assert_eq!(due[0].attempts, 0, "fresh budget");
+    let unknown = message("contract", "k").id;
+    assert!(matches!(
+        inbox.reconsume(&c, unknown).await,
+        Err(PortError::NotFound { .. })
+    ));
+}
+
+/// Undecodable deliveries are kept with their body and reason.
+pub async fn dead_letters_are_kept(inbox: Arc<dyn InboxStore>) {
+    let c = consumer();
+    let letter = DeadLetter {
+        message_id: None,
+        routing_key: "k".into(),
+        headers: [("h".to_owned(), "v".to_owned())].into(),
+        body: b"\xff\xfe not a message".to_vec(),
+        reason: "delivery has no message id".into(),
+    };
+    inbox.record_dead_letter(&c, letter).await.expect("keep");
+    assert_eq!(inbox.stats(&c).await.expect("stats").dead_letters, 1);
+}

@@ -1,0 +1,326 @@
+//! The outbox store contract.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use outbox_core::{Decision, MessageId, Status};
+use outbox_ports::{Lease, OutboxStore, PortError, PublishFailure};
+
+use crate::{LONG_TTL, SHORT_TTL, message, messages};
+
+fn lease(name: &str) -> Lease {
+    Lease::new(format!("{name}-{}", crate::unique_key("lease")), LONG_TTL)
+}
+
+fn ids(claimed: &[outbox_ports::ClaimedMessage]) -> Vec<MessageId> {
+    claimed.iter().map(|c| c.message.id).collect()
+}
+
+/// Claims come in enqueue order, carry the message intact, and never repeat.
+pub async fn claims_pending_in_enqueue_order(store: Arc<dyn OutboxStore>) {
+    let msgs = messages(5);
+    let expected: Vec<_> = msgs.iter().map(|m| m.id).collect();
+    store.enqueue(msgs.clone()).await.expect("enqueue");
+    let l = lease("a");
+    let first = store.claim_pending(&l, 3).await.expect("claim");
+    assert_eq!(ids(&first), expected[..3]);
+    assert_eq!(first[0].message, msgs[0], "message stored intact");
+    assert!(first.iter().all(|c| c.attempts == 0));
+    let rest = store.claim_pending(&l, 10).await.expect("claim");
+    assert_eq!(ids(&rest), expected[3..]);
+    assert!(store.claim_pending(&l, 10).await.expect("claim").is_empty());
+}
+
+/// A row under a live lease is invisible to other claimers.
+pub async fn a_leased_row_is_not_claimed_twice(store: Arc<dyn OutboxStore>) {
+    store.enqueue(messages(3)).await.expect("enqueue");
+    assert_eq!(
+        store.claim_pending(&lease("a"), 10).await.expect("a").len(),
+        3
+    );
+    assert!(
+        store
+            .claim_pending(&lease("b"), 10)
+            .await
+            .expect("b")
+            .is_empty()
+    );
+    assert!(
+        store
+            .claim_due_retries(&lease("b"), 10)
+            .await
+            .expect("b")
+            .is_empty()
+    );
+}
+
+/// Only the holder's marks apply; a mark records the attempt and the sent time.
+pub async fn marks_are_fenced_by_the_lease_holder(store: Arc<dyn OutboxStore>) {
+    let m = message("contract", "k");
+    store.enqueue(vec![m.clone()]).await.expect("enqueue");
+    let holder = lease("holder");
+    store.claim_pending(&holder, 1).await.expect("claim");
+    let other = lease("other");
+    assert_eq!(store.mark_sent(&other, &[m.id]).await.expect("mark"), 0);
+    let failure = PublishFailure {
+        id: m.id,
+        error: "x".into(),
+        decision: Decision::Dead,
+    };
+    assert_eq!(
+        store
+            .mark_publish_failed(&other, &[failure])
+            .await
+            .expect("mark"),
+        0
+    );
+    assert_eq!(
+        store.get(m.id).await.expect("get").expect("row").status,
+        Status::Pending
+    );
+    assert_eq!(store.mark_sent(&holder, &[m.id]).await.expect("mark"), 1);
+    let rec = store.get(m.id).await.expect("get").expect("row");
+    assert_eq!(rec.status, Status::Sent);
+    assert_eq!(rec.publish.attempts, 1);
+    assert!(rec.publish.completed_at.is_some());
+    // Marked rows are no longer held: a second mark changes nothing.
+    assert_eq!(store.mark_sent(&holder, &[m.id]).await.expect("mark"), 0);
+    assert!(
+        store
+            .claim_pending(&other, 10)
+            .await
+            .expect("claim")
+            .is_empty()
+    );
+}
+
+/// A failed publish is stored with its error and comes back only when due.
+pub async fn a_failed_publish_waits_for_its_backoff(store: Arc<dyn OutboxStore>) {
+    let m = message("contract", "k");
+    store.enqueue(vec![m.clone()]).await.expect("enqueue");
+    let l = lease("a");
+    store.claim_pending(&l, 1).await.expect("claim");
+    let failure = PublishFailure {
+        id: m.id,
+        error: "broker said no".into(),
+        decision: Decision::RetryAfter(Duration::from_millis(400)),
+    };
+    assert_eq!(
+        store
+            .mark_publish_failed(&l, &[failure])
+            .await
+            .expect("mark"),
+        1
+    );
+    let rec = store.get(m.id).await.expect("get").expect("row");
+    assert_eq!(rec.status, Status::PublishFailed);
+    assert_eq!(rec.publish.attempts, 1);
+    assert_eq!(rec.publish.last_error.as_deref(), Some("broker said no"));
+    assert!(rec.publish.next_attempt_at.is_some());
+    assert!(
+        store
+            .claim_due_retries(&lease("b"), 10)
+            .await
+            .expect("early")
+            .is_empty()
+    );
+    assert!(
+        store
+            .claim_pending(&lease("b"), 10)
+            .await
+            .expect("pending")
+            .is_empty()
+    );
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let due = store.claim_due_retries(&lease("b"), 10).await.expect("due");
+    assert_eq!(ids(&due), [m.id]);
+    assert_eq!(due[0].attempts, 1);
+}
+
+/// `Dead` is listed, and requeue makes it pending with a fresh budget; other
+/// statuses and unknown ids are refused.
+pub async fn dead_messages_can_be_requeued(store: Arc<dyn OutboxStore>) {
+    let m = message("contract", "k");
+    store.enqueue(vec![m.clone()]).await.expect("enqueue");
+    let l = lease("a");
+    store.claim_pending(&l, 1).await.expect("claim");
+    let failure = PublishFailure {
+        id: m.id,
+        error: "poison".into(),
+        decision: Decision::Dead,
+    };
+    store
+        .mark_publish_failed(&l, &[failure])
+        .await
+        .expect("mark");
+    let dead = store.list(Status::Dead, 10).await.expect("list");
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].message.id, m.id);
+    assert_eq!(dead[0].publish.last_error.as_deref(), Some("poison"));
+    store.requeue(m.id).await.expect("requeue");
+    let again = store.claim_pending(&lease("b"), 10).await.expect("claim");
+    assert_eq!(ids(&again), [m.id]);
+    assert_eq!(again[0].attempts, 0);
+    let err = store
+        .requeue(m.id)
+        .await
+        .expect_err("pending cannot be requeued");
+    assert!(matches!(err, PortError::IllegalTransition(_)), "{err}");
+    let unknown = message("contract", "k").id;
+    let err = store.requeue(unknown).await.expect_err("unknown");
+    assert!(matches!(err, PortError::NotFound { .. }), "{err}");
+}
+
+/// Rows of a claimer that vanished come back after its lease; its late marks are
+/// fenced off.
+pub async fn an_expired_lease_brings_rows_back(store: Arc<dyn OutboxStore>) {
+    store.enqueue(messages(2)).await.expect("enqueue");
+    let gone = Lease::new(crate::unique_key("gone"), SHORT_TTL);
+    let taken = store.claim_pending(&gone, 10).await.expect("claim");
+    assert_eq!(taken.len(), 2);
+    tokio::time::sleep(SHORT_TTL * 2).await;
+    let next = lease("next");
+    let again = store.claim_pending(&next, 1).await.expect("reclaim");
+    assert_eq!(ids(&again), ids(&taken)[..1]);
+    assert_eq!(
+        store
+            .mark_sent(&gone, &ids(&taken))
+            .await
+            .expect("late mark"),
+        1,
+        "the row nobody reclaimed may still be marked by its holder"
+    );
+    assert_eq!(
+        store
+            .get(again[0].message.id)
+            .await
+            .expect("get")
+            .expect("row")
+            .status,
+        Status::Pending,
+        "the reclaimed row is not marked by the old holder"
+    );
+    let stale = Lease::new(crate::unique_key("stale"), SHORT_TTL);
+    store.enqueue(messages(1)).await.expect("enqueue");
+    assert_eq!(
+        store.claim_pending(&stale, 10).await.expect("claim").len(),
+        1
+    );
+    tokio::time::sleep(SHORT_TTL * 2).await;
+    assert!(store.recover_expired_leases().await.expect("recover") >= 1);
+}
+
+/// Released rows are claimable again and no attempt is counted.
+pub async fn release_returns_rows_unchanged(store: Arc<dyn OutboxStore>) {
+    let msgs = messages(2);
+    store.enqueue(msgs.clone()).await.expect("enqueue");
+    let l = lease("a");
+    let taken = store.claim_pending(&l, 10).await.expect("claim");
+    assert_eq!(
+        store
+            .release(&lease("other"), &ids(&taken))
+            .await
+            .expect("release"),
+        0
+    );
+    assert_eq!(store.release(&l, &ids(&taken)).await.expect("release"), 2);
+    let again = store.claim_pending(&lease("b"), 10).await.expect("claim");
+    assert_eq!(ids(&again), ids(&taken));
+    assert!(again.iter().all(|c| c.attempts == 0));
+}
+
+/// Stats count each status and the oldest unsent message.
+pub async fn stats_count_by_status(store: Arc<dyn OutboxStore>) {
+    let msgs = messages(4);
+    store.enqueue(msgs.clone()).await.expect("enqueue");
+    let l = lease("a");
+    store.claim_pending(&l, 3).await.expect("claim");
+    store.mark_sent(&l, &[msgs[0].id]).await.expect("sent");
+    let fail = |id, decision| PublishFailure {
+        id,
+        error: "e".into(),
+        decision,
+    };
+    store
+        .mark_publish_failed(
+            &l,
+            &[
+                fail(msgs[1].id, Decision::RetryAfter(Duration::from_secs(60))),
+                fail(msgs[2].id, Decision::Dead),
+            ],
+        )
+        .await
+        .expect("failed");
+    let s = store.stats().await.expect("stats");
+    assert_eq!((s.pending, s.publish_failed, s.sent, s.dead), (1, 1, 1, 1));
+    let oldest = s.oldest_unsent_at.expect("oldest");
+    assert!(oldest <= msgs[3].created_at);
+}
+
+/// A batch with one message over the limits stores none of them.
+pub async fn an_invalid_message_stores_nothing(store: Arc<dyn OutboxStore>) {
+    let good = message("contract", "k");
+    let mut huge = message("contract", "k");
+    huge.payload = vec![b'x'; 2 << 20];
+    let err = store
+        .enqueue(vec![good.clone(), huge])
+        .await
+        .expect_err("oversized payload");
+    assert!(matches!(err, PortError::InvalidMessage(_)), "{err}");
+    assert!(store.get(good.id).await.expect("get").is_none());
+    let mut long = message("contract", "k");
+    long.routing_key = "k".repeat(300);
+    assert!(matches!(
+        store.enqueue(vec![long]).await,
+        Err(PortError::InvalidMessage(_))
+    ));
+    assert_eq!(store.stats().await.expect("stats").pending, 0);
+}
+
+/// Delete removes a message; unknown ids are an error.
+pub async fn delete_removes_and_unknown_ids_are_not_found(store: Arc<dyn OutboxStore>) {
+    let m = message("contract", "k");
+    store.enqueue(vec![m.clone()]).await.expect("enqueue");
+    store.delete(m.id).await.expect("delete");
+    assert!(store.get(m.id).await.expect("get").is_none());
+    assert!(matches!(
+        store.delete(m.id).await,
+        Err(PortError::NotFound { .. })
+    ));
+}
+
+/// Four claimers racing over the same rows take each row exactly once.
+pub async fn concurrent_claimers_take_each_row_once(store: Arc<dyn OutboxStore>) {
+    let msgs = messages(400);
+    let all: HashSet<_> = msgs.iter().map(|m| m.id).collect();
+    store.enqueue(msgs).await.expect("enqueue");
+    let mut tasks = Vec::new();
+    for i in 0..4 {
+        let store = Arc::clone(&store);
+        tasks.push(tokio::spawn(async move {
+            let mut mine = Vec::new();
+            loop {
+                let l = lease(&format!("claimer{i}"));
+                let batch = store.claim_pending(&l, 7).await.expect("claim");
+                if batch.is_empty() {
+                    return mine;
+                }
+                let got = ids(&batch);
+                assert_eq!(
+                    store.mark_sent(&l, &got).await.expect("mark"),
+                    got.len() as u64
+                );
+                mine.extend(got);
+                tokio::task::yield_now().await;
+            }
+        }));
+    }
+    let mut seen = Vec::new();
+    for t in tasks {
+        seen.extend(t.await.expect("task"));
+    }
+    let unique: HashSet<_> = seen.iter().copied().collect();
+    assert_eq!(seen.len(), unique.len(), "a row was claimed twice");
+    assert_eq!(unique, all, "a row was never claimed");
+}

@@ -1,0 +1,472 @@
+//! The consuming side: handlers, the inbox-deduplicating worker, and the consume
+//! retry sweep task.
+//!
+//! A delivery is recorded in the inbox under a lease before its handler runs; a
+//! redelivery of a message already recorded is acknowledged and skipped. A handler
+//! error, panic or timeout is stored as a failure and retried by the consume sweep
+//! (in this process, which owns the handlers) until it succeeds or is dead.
+//!
+//! The handler here gets no transaction, so with a backend-neutral inbox its effect
+//! is at least once: a crash between the effect and the inbox mark repeats it. The
+//! PostgreSQL inbox offers handlers that write in the inbox's own transaction, which
+//! makes the effect exactly once.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use outbox_core::{BatchCounts, Decision, Message, RetryPolicy};
+use outbox_ports::{
+    Arrival, Clock, DeadLetter, Delivery, InboxStore, Lease, PortError, Subscriber,
+};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::{LeaseFactory, Random, SweepTask, sleep_or_cancel};
+
+/// What a handler returns on failure.
+pub type HandlerError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Handles one message. Must tolerate being called again for the same message after
+/// a failure (that is what a retry is).
+#[async_trait]
+pub trait Handler: Send + Sync {
+    /// Handles `message`.
+    ///
+    /// # Errors
+    /// Any error: the delivery is stored as failed and retried with backoff.
+    async fn handle(&self, message: &Message) -> Result<(), HandlerError>;
+}
+
+type BoxFuture = Pin<Box<dyn Future<Output = Result<(), HandlerError>> + Send>>;
+
+struct FnHandler<F>(F);
+
+#[async_trait]
+impl<F> Handler for FnHandler<F>
+where
+    F: Fn(Message) -> BoxFuture + Send + Sync,
+{
+    async fn handle(&self, message: &Message) -> Result<(), HandlerError> {
+        (self.0)(message.clone()).await
+    }
+}
+
+/// A handler from an async closure taking the message by value.
+pub fn handler_fn<F, Fut>(f: F) -> Arc<dyn Handler>
+where
+    F: Fn(Message) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
+{
+    Arc::new(FnHandler(move |m| Box::pin(f(m)) as BoxFuture))
+}
+
+/// Handlers by message type, by routing key, and a fallback. Lookup order: type,
+/// then routing key, then fallback.
+#[derive(Clone, Default)]
+pub struct HandlerRegistry {
+    by_type: HashMap<String, Arc<dyn Handler>>,
+    by_routing_key: HashMap<String, Arc<dyn Handler>>,
+    fallback: Option<Arc<dyn Handler>>,
+}
+
+impl HandlerRegistry {
+    /// An empty registry.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Handles messages whose type is `message_type`.
+    #[must_use]
+    pub fn on_type(mut self, message_type: &str, handler: Arc<dyn Handler>) -> Self {
+        self.by_type.insert(message_type.to_owned(), handler);
+        self
+    }
+
+    /// Handles messages routed with `routing_key`.
+    #[must_use]
+    pub fn on_routing_key(mut self, routing_key: &str, handler: Arc<dyn Handler>) -> Self {
+        self.by_routing_key.insert(routing_key.to_owned(), handler);
+        self
+    }
+
+    /// Handles everything else.
+    #[must_use]
+    pub fn fallback(mut self, handler: Arc<dyn Handler>) -> Self {
+        self.fallback = Some(handler);
+        self
+    }
+
+    /// The handler for `message`, if any.
+    #[must_use]
+    pub fn find(&self, message: &Message) -> Option<Arc<dyn Handler>> {
+        message
+            .message_type
+            .as_ref()
+            .and_then(|t| self.by_type.get(t))
+            .or_else(|| self.by_routing_key.get(&message.routing_key))
+            .or(self.fallback.as_ref())
+            .cloned()
+    }
+
+    /// Runs the handler for `message` in its own task, so that a panic or a timeout
+    /// becomes an error message instead of taking the worker down.
+    ///
+    /// # Errors
+    /// The failure as text: no handler, the handler's error, a panic, or a timeout.
+    pub async fn run(&self, message: &Message, timeout: Duration) -> Result<(), String> {
+        let Some(handler) = self.find(message) else {
+            return Err(format!(
+                "no handler for message type {:?} or routing key {:?}",
+                message.message_type, message.routing_key
+            ));
+        };
+        let owned = message.clone();
+        let mut task = tokio::spawn(async move { handler.handle(&owned).await });
+        match tokio::time::timeout(timeout, &mut task).await {
+            Ok(Ok(Ok(()))) => Ok(()),
+            Ok(Ok(Err(e))) => Err(e.to_string()),
+            Ok(Err(join)) if join.is_panic() => Err(format!(
+                "handler panicked: {}",
+                panic_text(join.into_panic().as_ref())
+            )),
+            Ok(Err(join)) => Err(format!("handler task ended: {join}")),
+            Err(_) => {
+                task.abort();
+                Err(format!("handler timed out after {timeout:?}"))
+            }
+        }
+    }
+}
+
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-text panic payload".to_owned())
+}
+
+/// Settings of a consumer.
+#[derive(Debug, Clone)]
+pub struct ConsumerConfig {
+    /// The consumer's name: its inbox rows and its sweep keys are its own.
+    pub name: String,
+    /// The queue to consume.
+    pub queue: String,
+    /// Unacknowledged deliveries the broker may send ahead.
+    pub prefetch: u16,
+    /// Deliveries handled at once.
+    pub concurrency: usize,
+    /// Longest a handler may run before it counts as failed.
+    pub handler_timeout: Duration,
+    /// When failed deliveries are retried, and when they are dead.
+    pub retry: RetryPolicy,
+}
+
+impl ConsumerConfig {
+    /// Defaults for consumer `name` on `queue`.
+    pub fn new(name: impl Into<String>, queue: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            queue: queue.into(),
+            prefetch: 64,
+            concurrency: 16,
+            handler_timeout: Duration::from_secs(30),
+            retry: RetryPolicy::default(),
+        }
+    }
+
+    /// The inbox lease of one handling: the handler timeout plus a margin, so a live
+    /// worker never loses its delivery to the sweep.
+    #[must_use]
+    pub fn lease_ttl(&self) -> Duration {
+        self.handler_timeout + Duration::from_secs(10)
+    }
+}
+
+/// Totals of a consumer, for metrics and the demo.
+#[derive(Debug, Default)]
+pub struct ConsumerCounters {
+    /// Deliveries handled successfully (first attempt or retry).
+    pub consumed: AtomicU64,
+    /// Handler attempts that failed.
+    pub consume_failures: AtomicU64,
+    /// Redeliveries recognised by the inbox and skipped.
+    pub duplicates: AtomicU64,
+    /// Deliveries that went dead.
+    pub dead: AtomicU64,
+    /// Deliveries that could not be decoded, kept as dead letters.
+    pub dead_letters: AtomicU64,
+}
+
+/// What the worker, its delivery tasks and its retry task share.
+struct Shared {
+    inbox: Arc<dyn InboxStore>,
+    handlers: HandlerRegistry,
+    clock: Arc<dyn Clock>,
+    config: ConsumerConfig,
+    leases: LeaseFactory,
+    random: Random,
+    counters: Arc<ConsumerCounters>,
+}
+
+impl Shared {
+    /// Runs the handler on a delivery held by `lease` and records the outcome:
+    /// `Ok(true)` when it was handled.
+    async fn handle_recorded(
+        &self,
+        message: &Message,
+        lease: &Lease,
+        attempts_before: u32,
+    ) -> Result<bool, PortError> {
+        let name = &self.config.name;
+        match self.handlers.run(message, self.config.handler_timeout).await {
+            Ok(()) => {
+                if self.inbox.mark_consumed(name, message.id, lease).await? {
+                    self.counters.consumed.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(true)
+            }
+            Err(error) => {
+                self.counters
+                    .consume_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                let decision = self
+                    .config
+                    .retry
+                    .decide(attempts_before.saturating_add(1), (self.random)());
+                if decision == Decision::Dead {
+                    self.counters.dead.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(consumer = %name, message_id = %message.id, %error, "delivery is dead after its last attempt");
+                } else {
+                    tracing::debug!(consumer = %name, message_id = %message.id, %error, "handler failed; retry scheduled");
+                }
+                self.inbox
+                    .mark_consume_failed(name, message.id, lease, &error, decision)
+                    .await?;
+                Ok(false)
+            }
+        }
+    }
+
+    async fn handle_delivery(&self, delivery: Delivery) {
+        let name = &self.config.name;
+        let message = match delivery.envelope.to_message(self.clock.now()) {
+            Ok(m) => m,
+            Err(reason) => {
+                let env = &delivery.envelope;
+                let letter = DeadLetter {
+                    message_id: env.message_id.clone(),
+                    routing_key: env.routing_key.clone(),
+                    headers: env.headers.clone(),
+                    body: env.body.clone(),
+                    reason: reason.to_string(),
+                };
+                tracing::warn!(consumer = %name, %reason, "undecodable delivery kept as a dead letter");
+                match self.inbox.record_dead_letter(name, letter).await {
+                    Ok(()) => {
+                        self.counters.dead_letters.fetch_add(1, Ordering::Relaxed);
+                        settle(&delivery, true).await;
+                    }
+                    Err(e) => {
+                        tracing::warn!(consumer = %name, error = %e, "cannot keep the dead letter; returning it to the broker");
+                        settle(&delivery, false).await;
+                    }
+                }
+                return;
+            }
+        };
+        let lease = self.leases.next();
+        match self.inbox.record_arrival(name, &message, &lease).await {
+            Err(e) => {
+                tracing::warn!(consumer = %name, message_id = %message.id, error = %e, "inbox unavailable; returning the delivery to the broker");
+                settle(&delivery, false).await;
+                return;
+            }
+            Ok(Arrival::Duplicate(status)) => {
+                self.counters.duplicates.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(consumer = %name, message_id = %message.id, %status, "duplicate delivery skipped");
+                settle(&delivery, true).await;
+                return;
+            }
+            Ok(Arrival::New) => {}
+        }
+        if let Err(e) = self.handle_recorded(&message, &lease, 0).await {
+            // The row stays received under our lease; when it runs out, the consume
+            // sweep takes it over. Acknowledging is safe: the inbox holds the message.
+            tracing::warn!(consumer = %name, message_id = %message.id, error = %e, "could not record the outcome; the consume sweep will retry it");
+        }
+        settle(&delivery, true).await;
+    }
+}
+
+/// Consumes a queue: inbox dedup, handler, failure recording, acknowledgement.
+pub struct ConsumerWorker {
+    subscriber: Arc<dyn Subscriber>,
+    shared: Arc<Shared>,
+}
+
+impl ConsumerWorker {
+    /// A worker for `config.queue`, recording in `inbox` as `config.name`.
+    pub fn new(
+        inbox: Arc<dyn InboxStore>,
+        subscriber: Arc<dyn Subscriber>,
+        handlers: HandlerRegistry,
+        clock: Arc<dyn Clock>,
+        config: ConsumerConfig,
+    ) -> Self {
+        let leases = LeaseFactory::new(
+            LeaseFactory::instance_id(&format!("consumer-{}", config.name)),
+            config.lease_ttl(),
+        );
+        Self {
+            subscriber,
+            shared: Arc::new(Shared {
+                inbox,
+                handlers,
+                clock,
+                config,
+                leases,
+                random: crate::default_random,
+                counters: Arc::default(),
+            }),
+        }
+    }
+
+    /// This worker's counters.
+    #[must_use]
+    pub fn counters(&self) -> Arc<ConsumerCounters> {
+        Arc::clone(&self.shared.counters)
+    }
+
+    /// The consume retry task for this consumer's sweep, sharing handlers and
+    /// counters.
+    #[must_use]
+    pub fn retry_task(&self) -> ConsumeRetryTask {
+        ConsumeRetryTask {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// Consumes until `cancel` fires or the subscription ends, then stops taking
+    /// deliveries and waits for those in hand (each bounded by the handler timeout).
+    /// Deliveries not yet acknowledged go back to the broker.
+    pub async fn run(self, cancel: CancellationToken) {
+        let config = &self.shared.config;
+        let name = config.name.clone();
+        let Some(mut stream) = self.subscribe(&cancel).await else {
+            return;
+        };
+        tracing::info!(consumer = %name, queue = %config.queue, "consumer started");
+        let permits = Arc::new(Semaphore::new(config.concurrency.max(1)));
+        let mut in_hand = JoinSet::new();
+        loop {
+            let permit = tokio::select! {
+                () = cancel.cancelled() => break,
+                p = Arc::clone(&permits).acquire_owned() => match p {
+                    Ok(p) => p,
+                    Err(_) => break,
+                },
+            };
+            let next = tokio::select! {
+                () = cancel.cancelled() => break,
+                d = stream.next() => d,
+            };
+            match next {
+                None => {
+                    tracing::info!(consumer = %name, "subscription ended");
+                    break;
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(consumer = %name, error = %e, "delivery stream error");
+                    if !sleep_or_cancel(Duration::from_secs(1), &cancel).await {
+                        break;
+                    }
+                }
+                Some(Ok(delivery)) => {
+                    let shared = Arc::clone(&self.shared);
+                    in_hand.spawn(async move {
+                        shared.handle_delivery(delivery).await;
+                        drop(permit);
+                    });
+                }
+            }
+            while in_hand.try_join_next().is_some() {}
+        }
+        drop(stream);
+        while in_hand.join_next().await.is_some() {}
+        tracing::info!(consumer = %name, "consumer stopped");
+    }
+
+    async fn subscribe(
+        &self,
+        cancel: &CancellationToken,
+    ) -> Option<Box<dyn outbox_ports::DeliveryStream>> {
+        loop {
+            match self
+                .subscriber
+                .subscribe(&self.shared.config.queue, self.shared.config.prefetch)
+                .await
+            {
+                Ok(s) => return Some(s),
+                Err(e) => {
+                    tracing::error!(consumer = %self.shared.config.name, queue = %self.shared.config.queue, error = %e, "cannot subscribe; retrying");
+                    if !sleep_or_cancel(Duration::from_secs(1), cancel).await {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Acknowledges (`true`) or returns (`false`) a delivery. A failure only means the
+/// broker delivers it again, which the inbox absorbs.
+async fn settle(delivery: &Delivery, ack: bool) {
+    let result = if ack {
+        delivery.acker.ack().await
+    } else {
+        delivery.acker.nack(true).await
+    };
+    if let Err(e) = result {
+        tracing::warn!(error = %e, "could not settle a delivery; the broker will redeliver it");
+    }
+}
+
+/// A consumer's retry sweep work: run the handler again for failed deliveries whose
+/// next attempt is due, and for received ones whose worker vanished.
+pub struct ConsumeRetryTask {
+    shared: Arc<Shared>,
+}
+
+#[async_trait]
+impl SweepTask for ConsumeRetryTask {
+    fn name(&self) -> &'static str {
+        "consume-retry"
+    }
+
+    async fn run_batch(&self, limit: u32) -> Result<BatchCounts, PortError> {
+        let s = &self.shared;
+        let lease = s.leases.next();
+        let claimed = s.inbox.claim_due(&s.config.name, &lease, limit).await?;
+        let mut counts = BatchCounts {
+            claimed: claimed.len() as u64,
+            ..BatchCounts::default()
+        };
+        for c in claimed {
+            if s.handle_recorded(&c.message, &lease, c.attempts).await? {
+                counts.consume_retried += 1;
+            } else {
+                counts.consume_failed += 1;
+            }
+        }
+        Ok(counts)
+    }
+}

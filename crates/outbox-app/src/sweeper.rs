@@ -1,0 +1,222 @@
+//! The retry sweeper: the seed's `MessageOutboxRetryBackgroundService`, over the
+//! ports, with every decision taken by `outbox_core::sweep`.
+//!
+//! One round: read the shared state (falling back to this instance's memory), wait
+//! until one interval after the last completed sweep, take the cluster lock within
+//! the lock wait (or skip the round), check again under the lock, then sweep batch
+//! after batch until nothing is due, the per-sweep bound is hit or the lease is lost,
+//! and record the report, always, so the next sweep is one interval away.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use outbox_core::{
+    BatchCounts, LastCompleted, SweepAction, SweepConfig, SweepProgress, SweepReport,
+    SweepSchedule, SweepStep,
+};
+use outbox_ports::{Clock, DistributedLock, LockGuard, PortError, StateWrite, SweepStateStore};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::sleep_or_cancel;
+
+/// The work a sweep does, one batch at a time.
+#[async_trait]
+pub trait SweepTask: Send + Sync {
+    /// A short name for logs (`publish-retry`, `consume-retry`).
+    fn name(&self) -> &'static str;
+
+    /// Housekeeping at the start of a sweep, under the lock.
+    ///
+    /// # Errors
+    /// A [`PortError`] ends the round as a failure.
+    async fn before_sweep(&self) -> Result<(), PortError> {
+        Ok(())
+    }
+
+    /// Retries up to `limit` due messages and says what happened.
+    ///
+    /// # Errors
+    /// A [`PortError`] ends the round as a failure (logged; the next round waits one
+    /// interval).
+    async fn run_batch(&self, limit: u32) -> Result<BatchCounts, PortError>;
+}
+
+/// The retry background service.
+pub struct RetrySweeper {
+    config: SweepConfig,
+    lock: Arc<dyn DistributedLock>,
+    state: Arc<dyn SweepStateStore>,
+    clock: Arc<dyn Clock>,
+    task: Arc<dyn SweepTask>,
+    schedule: SweepSchedule,
+    reports: Option<mpsc::UnboundedSender<SweepReport>>,
+}
+
+impl RetrySweeper {
+    /// A sweeper running `task` under `config` (validate it first).
+    pub fn new(
+        config: SweepConfig,
+        lock: Arc<dyn DistributedLock>,
+        state: Arc<dyn SweepStateStore>,
+        clock: Arc<dyn Clock>,
+        task: Arc<dyn SweepTask>,
+    ) -> Self {
+        Self {
+            schedule: SweepSchedule::new(config.interval),
+            config,
+            lock,
+            state,
+            clock,
+            task,
+            reports: None,
+        }
+    }
+
+    /// Sends every completed sweep's report to `tx` (for metrics, tests, the demo).
+    #[must_use]
+    pub fn with_reports(mut self, tx: mpsc::UnboundedSender<SweepReport>) -> Self {
+        self.reports = Some(tx);
+        self
+    }
+
+    /// Runs until `cancel` fires. A batch in progress is finished first and the lock
+    /// released; cancellation never leaves a claim half marked.
+    pub async fn run(mut self, cancel: CancellationToken) {
+        let task = self.task.name();
+        self.log_last_state_at_start().await;
+        tracing::info!(task, interval = ?self.config.interval, "retry sweeper started");
+        while !cancel.is_cancelled() {
+            let wait = match self.round(&cancel).await {
+                Ok(wait) => wait,
+                Err(e) => {
+                    tracing::error!(task, error = %e, "retry sweep failed; waiting one interval");
+                    self.schedule.after_error()
+                }
+            };
+            if !wait.is_zero() && !sleep_or_cancel(wait, &cancel).await {
+                break;
+            }
+        }
+        tracing::info!(task, "retry sweeper stopped");
+    }
+
+    /// The seed logs the stored report at start and adopts its completion time.
+    async fn log_last_state_at_start(&mut self) {
+        match self.state.get(&self.config.state_key).await {
+            Ok(Some(r)) => {
+                self.schedule.adopt_at_start(&r);
+                tracing::info!(
+                    task = self.task.name(),
+                    completed_at = %r.completed_at,
+                    publish_retried = r.publish_retried,
+                    consume_retried = r.consume_retried,
+                    "last retry sweep"
+                );
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(task = self.task.name(), error = %e, "could not read the last sweep state");
+            }
+        }
+    }
+
+    async fn read_shared(&self) -> LastCompleted {
+        match self.state.get(&self.config.state_key).await {
+            Ok(Some(r)) => LastCompleted::Shared(r.completed_at),
+            Ok(None) => LastCompleted::Absent,
+            Err(e) => {
+                tracing::warn!(task = self.task.name(), error = %e, "could not read the sweep state; using this instance's last sweep");
+                LastCompleted::Unreadable
+            }
+        }
+    }
+
+    /// One round; returns how long to wait before the next.
+    async fn round(&mut self, cancel: &CancellationToken) -> Result<Duration, PortError> {
+        let shared = self.read_shared().await;
+        if let SweepAction::Wait(d) = self.schedule.next_action(shared, self.clock.now()) {
+            return Ok(d);
+        }
+        let asked = tokio::time::Instant::now();
+        let acquired = tokio::select! {
+            () = cancel.cancelled() => return Ok(Duration::ZERO),
+            r = self.lock.acquire(&self.config.lock_key, self.config.lock_ttl, self.config.lock_wait) => r?,
+        };
+        let Some(guard) = acquired else {
+            tracing::info!(task = self.task.name(), "retry lock not acquired; skipping this round");
+            return Ok(self
+                .schedule
+                .after_lock_not_acquired(self.config.lock_wait, asked.elapsed()));
+        };
+        let result = self.sweep_under_lock(&*guard, cancel).await;
+        if let Err(e) = guard.release().await {
+            tracing::warn!(task = self.task.name(), error = %e, "could not release the retry lock; its lease will run out");
+        }
+        result
+    }
+
+    async fn sweep_under_lock(
+        &mut self,
+        guard: &dyn LockGuard,
+        cancel: &CancellationToken,
+    ) -> Result<Duration, PortError> {
+        // Another instance may have swept between our read and our lock.
+        let shared = self.read_shared().await;
+        if let SweepAction::Wait(d) = self.schedule.recheck_under_lock(shared, self.clock.now()) {
+            return Ok(d);
+        }
+        let task = self.task.name();
+        let mut progress = SweepProgress::start(
+            self.clock.now(),
+            self.config.batch_size,
+            self.config.max_batches_per_sweep,
+        );
+        self.task.before_sweep().await?;
+        let end = loop {
+            let counts = self.task.run_batch(self.config.batch_size).await?;
+            match progress.after_batch(counts, guard.is_held()) {
+                SweepStep::Record(end) => break Some(end),
+                SweepStep::NextBatch if cancel.is_cancelled() => break None,
+                SweepStep::NextBatch => {}
+            }
+        };
+        let report = progress.finish(self.clock.now());
+        self.schedule.record(&report);
+        match self
+            .state
+            .set(
+                &self.config.state_key,
+                &report,
+                self.config.state_ttl,
+                guard.fencing_token(),
+            )
+            .await
+        {
+            Ok(StateWrite::Written) => {}
+            Ok(StateWrite::Fenced) => tracing::warn!(
+                task,
+                "sweep state not written: a newer lock holder has recorded its own"
+            ),
+            Err(e) => tracing::warn!(task, error = %e, "could not write the sweep state"),
+        }
+        tracing::info!(
+            task,
+            publish_retried = report.publish_retried,
+            publish_failed = report.publish_failed,
+            consume_retried = report.consume_retried,
+            consume_failed = report.consume_failed,
+            completed_at = %report.completed_at,
+            batches = progress.batches(),
+            end = ?end,
+            "retry sweep completed"
+        );
+        if let Some(tx) = &self.reports {
+            let _ = tx.send(report);
+        }
+        Ok(self
+            .schedule
+            .delay_until_due(LastCompleted::Absent, self.clock.now()))
+    }
+}

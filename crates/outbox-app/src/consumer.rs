@@ -227,7 +227,11 @@ impl Shared {
         attempts_before: u32,
     ) -> Result<bool, PortError> {
         let name = &self.config.name;
-        match self.handlers.run(message, self.config.handler_timeout).await {
+        match self
+            .handlers
+            .run(message, self.config.handler_timeout)
+            .await
+        {
             Ok(()) => {
                 if self.inbox.mark_consumed(name, message.id, lease).await? {
                     self.counters.consumed.fetch_add(1, Ordering::Relaxed);

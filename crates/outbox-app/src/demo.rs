@@ -12,8 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use outbox_adapters_memory::{
-    ExchangeKind, MemoryBroker, MemoryInboxStore, MemoryLock, MemoryOutboxStore,
-    MemorySweepState,
+    ExchangeKind, MemoryBroker, MemoryInboxStore, MemoryLock, MemoryOutboxStore, MemorySweepState,
 };
 use outbox_core::{MessageId, NewMessage, RetryPolicy, Status, SweepConfig};
 use outbox_ports::{Clock, InboxStore, OutboxStore, SystemClock};
@@ -145,7 +144,10 @@ pub async fn run(opts: &DemoOptions) -> anyhow::Result<DemoSummary> {
     for n in 0..opts.messages {
         let now = clock.now();
         let id = MessageId::from_uuid(uuid::Uuid::now_v7());
-        let payload = format!(r#"{{"order_id":{n},"amount_cents":{}}}"#, rng.u32(100..100_000));
+        let payload = format!(
+            r#"{{"order_id":{n},"amount_cents":{}}}"#,
+            rng.u32(100..100_000)
+        );
         let message = NewMessage::new(EXCHANGE, "order.created", payload.into_bytes())
             .with_type("order.created")
             .with_source("demo")
@@ -236,7 +238,9 @@ pub async fn run(opts: &DemoOptions) -> anyhow::Result<DemoSummary> {
                 if crate::lock_ignoring_poison(&fx.fail_once).remove(&m.id) {
                     return Err(HandlerError::from("injected handler failure"));
                 }
-                *crate::lock_ignoring_poison(&fx.applied).entry(m.id).or_default() += 1;
+                *crate::lock_ignoring_poison(&fx.applied)
+                    .entry(m.id)
+                    .or_default() += 1;
                 Ok(())
             }
         }),
@@ -278,8 +282,10 @@ pub async fn run(opts: &DemoOptions) -> anyhow::Result<DemoSummary> {
         indicatif::ProgressBar::hidden()
     };
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} [{elapsed}] {wide_bar} {pos}/{len} consumed or dead")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        indicatif::ProgressStyle::with_template(
+            "{spinner} [{elapsed}] {wide_bar} {pos}/{len} consumed or dead",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     let started = tokio::time::Instant::now();
     loop {
@@ -311,7 +317,10 @@ pub async fn run(opts: &DemoOptions) -> anyhow::Result<DemoSummary> {
         lost: opts
             .messages
             .saturating_sub(stats.consumed + stats.dead + outbox_dead),
-        duplicate_effects: applied.values().map(|n| u64::from(n.saturating_sub(1))).sum(),
+        duplicate_effects: applied
+            .values()
+            .map(|n| u64::from(n.saturating_sub(1)))
+            .sum(),
         duplicates_absorbed: consumer_counters.duplicates.load(Ordering::Relaxed),
         publish_failures: relay_counters.publish_failures.load(Ordering::Relaxed),
         consume_failures: consumer_counters.consume_failures.load(Ordering::Relaxed),

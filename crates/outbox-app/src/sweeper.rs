@@ -145,7 +145,10 @@ impl RetrySweeper {
             r = self.lock.acquire(&self.config.lock_key, self.config.lock_ttl, self.config.lock_wait) => r?,
         };
         let Some(guard) = acquired else {
-            tracing::info!(task = self.task.name(), "retry lock not acquired; skipping this round");
+            tracing::info!(
+                task = self.task.name(),
+                "retry lock not acquired; skipping this round"
+            );
             return Ok(self
                 .schedule
                 .after_lock_not_acquired(self.config.lock_wait, asked.elapsed()));

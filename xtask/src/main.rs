@@ -1,1 +1,170 @@
-fn main() {}
+//! Project automation, run as `cargo xtask <command>` (alias in `.cargo/config.toml`).
+//!
+//! - `ci`: everything CI checks: formatting, clippy with warnings denied, the
+//!   dependency guard, and the whole test suite.
+//! - `guard`: the dependency guard alone (the architecture invariants that a
+//!   dependency graph can prove).
+//!
+//! Only the standard library is used, so that xtask builds fast and never breaks.
+
+use std::process::{Command, ExitCode};
+
+/// Crates that do I/O or bring a runtime; the pure core must not reach any of them.
+const IO_CRATES: &[&str] = &[
+    "tokio",
+    "async-std",
+    "smol",
+    "mio",
+    "sqlx",
+    "lapin",
+    "redis",
+    "deadpool",
+    "deadpool-redis",
+    "reqwest",
+    "hyper",
+    "axum",
+    "socket2",
+];
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("ci") => ci(),
+        Some("guard") => guard(),
+        _ => {
+            eprintln!(
+                "usage: cargo xtask <ci|guard>\n\n  ci     fmt check, clippy -D warnings, dependency guard, all tests\n  guard  dependency guard only"
+            );
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn cargo() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned()))
+}
+
+fn run(step: &str, cmd: &mut Command) -> Result<(), String> {
+    eprintln!("xtask: {step}: {cmd:?}");
+    let status = cmd
+        .status()
+        .map_err(|e| format!("{step}: cannot start: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{step} failed ({status})"))
+    }
+}
+
+fn ci() -> Result<(), String> {
+    let in_ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    eprintln!("xtask: ci (CI={})", if in_ci { "true" } else { "unset" });
+    run("format", cargo().args(["fmt", "--all", "--", "--check"]))?;
+    run(
+        "clippy",
+        cargo().args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]),
+    )?;
+    guard()?;
+    run(
+        "tests",
+        cargo().args(["test", "--workspace", "--all-targets"]),
+    )?;
+    run("doc tests", cargo().args(["test", "--workspace", "--doc"]))?;
+    eprintln!("xtask: ci passed");
+    Ok(())
+}
+
+/// Normal (non-dev, non-build) dependencies of `package`, by crate name.
+fn normal_deps(package: &str) -> Result<Vec<String>, String> {
+    let out = cargo()
+        .args([
+            "tree", "--quiet", "-p", package, "-e", "normal", "--prefix", "none",
+        ])
+        .output()
+        .map_err(|e| format!("cargo tree: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "cargo tree -p {package} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let mut deps: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|name| *name != package)
+        .map(str::to_owned)
+        .collect();
+    deps.sort();
+    deps.dedup();
+    Ok(deps)
+}
+
+fn workspace_packages() -> Result<Vec<String>, String> {
+    let entries = std::fs::read_dir("crates").map_err(|e| format!("reading crates/: {e}"))?;
+    let mut names: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.path().join("Cargo.toml").exists())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+fn guard() -> Result<(), String> {
+    let mut problems = Vec::new();
+    for pure in ["outbox-core", "outbox-ports"] {
+        let deps = normal_deps(pure)?;
+        for bad in deps.iter().filter(|d| IO_CRATES.contains(&d.as_str())) {
+            problems.push(format!(
+                "{pure} depends on {bad}: it must stay free of I/O and runtimes"
+            ));
+        }
+    }
+    let core = normal_deps("outbox-core")?;
+    for own in core.iter().filter(|d| d.starts_with("outbox-")) {
+        problems.push(format!(
+            "outbox-core depends on {own}: the core depends on no other crate of ours"
+        ));
+    }
+    let packages = workspace_packages()?;
+    for adapter in packages
+        .iter()
+        .filter(|p| p.starts_with("outbox-adapters-"))
+    {
+        let deps = normal_deps(adapter)?;
+        for other in deps
+            .iter()
+            .filter(|d| d.starts_with("outbox-adapters-") || *d == "outbox-app")
+        {
+            problems.push(format!(
+                "{adapter} depends on {other}: adapters depend on core and ports only"
+            ));
+        }
+    }
+    if problems.is_empty() {
+        eprintln!(
+            "xtask: guard passed (outbox-core: {} normal dependencies, none doing I/O; adapters independent)",
+            core.len()
+        );
+        Ok(())
+    } else {
+        Err(format!(
+            "dependency guard failed:\n  {}",
+            problems.join("\n  ")
+        ))
+    }
+}

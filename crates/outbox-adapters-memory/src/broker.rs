@@ -187,6 +187,14 @@ impl MemoryBroker {
         self.changed.notify_waiters();
     }
 
+    /// Publishes a raw envelope, as a foreign publisher could (e.g. without a message
+    /// id), bypassing fault injection.
+    pub fn publish_envelope(&self, envelope: Envelope) -> PublishOutcome {
+        let outcome = self.route_envelope(envelope);
+        self.changed.notify_waiters();
+        outcome
+    }
+
     fn publish_one(&self, message: &Message) -> PublishOutcome {
         if self.unreachable.load(Ordering::SeqCst) || self.fail_next.take() {
             return PublishOutcome::Failed(PortError::transient(
@@ -200,18 +208,21 @@ impl MemoryBroker {
         if self.return_next.take() {
             return PublishOutcome::Unroutable("NO_ROUTE (injected fault)".to_owned());
         }
+        self.route_envelope(Envelope::of(message))
+    }
+
+    fn route_envelope(&self, envelope: Envelope) -> PublishOutcome {
         let mut st = lock(&self.state);
-        let queues = match st.route(&message.exchange, &message.routing_key) {
+        let queues = match st.route(&envelope.exchange, &envelope.routing_key) {
             Ok(q) => q,
             Err(e) => return PublishOutcome::Failed(e),
         };
         if queues.is_empty() {
             return PublishOutcome::Unroutable(format!(
                 "NO_ROUTE: no queue bound to {:?} for {:?}",
-                message.exchange, message.routing_key
+                envelope.exchange, envelope.routing_key
             ));
         }
-        let envelope = Envelope::of(message);
         for q in queues {
             if let Some(queue) = st.queues.get_mut(&q) {
                 queue.ready.push_back(Queued {

@@ -168,6 +168,9 @@ pub struct ConsumerConfig {
     pub handler_timeout: Duration,
     /// When failed deliveries are retried, and when they are dead.
     pub retry: RetryPolicy,
+    /// Pause before returning a delivery to the broker when the inbox cannot be
+    /// reached, so an outage does not become a redelivery storm.
+    pub store_error_backoff: Duration,
 }
 
 impl ConsumerConfig {
@@ -180,6 +183,7 @@ impl ConsumerConfig {
             concurrency: 16,
             handler_timeout: Duration::from_secs(30),
             retry: RetryPolicy::default(),
+            store_error_backoff: Duration::from_secs(1),
         }
     }
 
@@ -291,6 +295,7 @@ impl Shared {
         match self.inbox.record_arrival(name, &message, &lease).await {
             Err(e) => {
                 tracing::warn!(consumer = %name, message_id = %message.id, error = %e, "inbox unavailable; returning the delivery to the broker");
+                tokio::time::sleep(self.config.store_error_backoff).await;
                 settle(&delivery, false).await;
                 return;
             }

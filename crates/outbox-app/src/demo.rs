@@ -289,7 +289,7 @@ pub async fn run(opts: &DemoOptions) -> anyhow::Result<DemoSummary> {
     );
     let started = tokio::time::Instant::now();
     loop {
-        let settled = settled(&*outbox, &*inbox).await?;
+        let settled = settled(&outbox, &inbox).await?;
         bar.set_position(settled);
         if settled >= opts.messages || started.elapsed() >= opts.timeout {
             break;

@@ -4,7 +4,7 @@
 //! An adapter crate runs a suite with a macro and an async function that makes a
 //! fresh, isolated instance of its adapter:
 //!
-//! ```ignore
+//! ```text
 //! async fn fresh_outbox() -> std::sync::Arc<dyn outbox_ports::OutboxStore> { ... }
 //! outbox_testkit::outbox_store_contract!(crate::fresh_outbox);
 //! ```

@@ -1,0 +1,405 @@
+//! The consumer worker and the consume-retry task on memory adapters: dedup by the
+//! inbox, failures stored and retried, panics and timeouts contained, undecodable
+//! deliveries kept as dead letters, graceful stop.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use outbox_adapters_memory::{ExchangeKind, MemoryBroker, MemoryInboxStore};
+use outbox_app::{
+    CancellationToken, ConsumerConfig, ConsumerWorker, HandlerError, HandlerRegistry, SweepTask,
+    handler_fn,
+};
+use outbox_core::{Message, MessageId, RetryPolicy, Status};
+use outbox_ports::{Envelope, InboxStore, MockInboxStore, PortError, Publisher, SystemClock};
+
+const QUEUE: &str = "consumer.test";
+const NAME: &str = "test-consumer";
+
+fn broker() -> MemoryBroker {
+    let b = MemoryBroker::new();
+    b.declare_exchange("contract", ExchangeKind::Topic);
+    b.declare_queue(QUEUE);
+    b.bind(QUEUE, "contract", "#");
+    b
+}
+
+fn config(max_attempts: u32) -> ConsumerConfig {
+    ConsumerConfig {
+        concurrency: 4,
+        prefetch: 8,
+        handler_timeout: Duration::from_millis(500),
+        retry: RetryPolicy {
+            initial_backoff: Duration::from_millis(10),
+            max_backoff: Duration::from_millis(20),
+            max_attempts,
+        },
+        store_error_backoff: Duration::from_millis(50),
+        ..ConsumerConfig::new(NAME, QUEUE)
+    }
+}
+
+type Effects = Arc<Mutex<HashMap<MessageId, u32>>>;
+
+/// A handler that counts effects per message, and fails as `fail` says.
+fn counting(effects: Effects, fail: fn(&Message, u32) -> Option<&'static str>) -> HandlerRegistry {
+    let calls = Arc::new(Mutex::new(HashMap::<MessageId, u32>::new()));
+    HandlerRegistry::new().fallback(handler_fn(move |m: Message| {
+        let effects = Arc::clone(&effects);
+        let calls = Arc::clone(&calls);
+        async move {
+            let n = {
+                let mut c = calls.lock().expect("lock");
+                let n = c.entry(m.id).or_default();
+                *n += 1;
+                *n
+            };
+            if let Some(why) = fail(&m, n) {
+                if why == "panic" {
+                    panic!("boom");
+                }
+                if why == "hang" {
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                }
+                return Err(HandlerError::from(why));
+            }
+            *effects.lock().expect("lock").entry(m.id).or_default() += 1;
+            Ok(())
+        }
+    }))
+}
+
+async fn wait_for(what: &str, mut done: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !done().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+struct Running {
+    cancel: CancellationToken,
+    handle: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    async fn stop(self) {
+        self.cancel.cancel();
+        tokio::time::timeout(Duration::from_secs(5), self.handle)
+            .await
+            .expect("worker stops")
+            .expect("worker task");
+    }
+}
+
+fn run(worker: ConsumerWorker) -> Running {
+    let cancel = CancellationToken::new();
+    let handle = tokio::spawn(worker.run(cancel.clone()));
+    Running { cancel, handle }
+}
+
+#[tokio::test]
+async fn each_message_takes_effect_once_despite_redeliveries() {
+    let b = broker();
+    let inbox = Arc::new(MemoryInboxStore::new(Arc::new(SystemClock)));
+    let effects = Effects::default();
+    let worker = ConsumerWorker::new(
+        inbox.clone(),
+        Arc::new(b.clone()),
+        counting(effects.clone(), |_, _| None),
+        Arc::new(SystemClock),
+        config(5),
+    );
+    let counters = worker.counters();
+    b.redeliver_next_acked(30);
+    let msgs = outbox_testkit::messages(200);
+    assert!(b.publish(&msgs).await.iter().all(|o| o.is_confirmed()));
+    let r = run(worker);
+    wait_for("consumption", async || {
+        inbox.stats(NAME).await.expect("stats").consumed == 200 && b.queue_depth(QUEUE) == (0, 0)
+    })
+    .await;
+    r.stop().await;
+    let fx = effects.lock().expect("lock");
+    assert_eq!(fx.len(), 200);
+    assert!(fx.values().all(|n| *n == 1), "an effect happened twice");
+    assert_eq!(counters.duplicates.load(Ordering::Relaxed), 30);
+}
+
+#[tokio::test]
+async fn a_failed_handler_is_stored_and_retried_until_consumed() {
+    let b = broker();
+    let inbox = Arc::new(MemoryInboxStore::new(Arc::new(SystemClock)));
+    let effects = Effects::default();
+    let worker = ConsumerWorker::new(
+        inbox.clone(),
+        Arc::new(b.clone()),
+        counting(effects.clone(), |_, n| (n < 3).then_some("not yet")),
+        Arc::new(SystemClock),
+        config(5),
+    );
+    let task = worker.retry_task();
+    let m = outbox_testkit::message("contract", "k");
+    b.publish(std::slice::from_ref(&m)).await;
+    let r = run(worker);
+    wait_for("failure", async || {
+        inbox.stats(NAME).await.expect("stats").consume_failed == 1
+    })
+    .await;
+    let rec = inbox.get(NAME, m.id).await.expect("get").expect("row");
+    assert_eq!(rec.status, Status::ConsumeFailed);
+    assert_eq!(rec.consume.last_error.as_deref(), Some("not yet"));
+    assert_eq!(
+        b.queue_depth(QUEUE),
+        (0, 0),
+        "the failed delivery was acked: the inbox owns it now"
+    );
+    for _ in 0..2 {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        task.run_batch(10).await.expect("retry");
+    }
+    r.stop().await;
+    let rec = inbox.get(NAME, m.id).await.expect("get").expect("row");
+    assert_eq!(rec.status, Status::Consumed);
+    assert_eq!(rec.consume.attempts, 3);
+    assert_eq!(effects.lock().expect("lock").get(&m.id), Some(&1));
+}
+
+#[tokio::test]
+async fn a_poison_message_ends_dead_while_the_rest_flows() {
+    let b = broker();
+    let inbox = Arc::new(MemoryInboxStore::new(Arc::new(SystemClock)));
+    let effects = Effects::default();
+    let msgs = outbox_testkit::messages(20);
+    let poison = msgs[3].id;
+    let registry = {
+        let effects = effects.clone();
+        let calls = Arc::new(AtomicU32::new(0));
+        HandlerRegistry::new().fallback(handler_fn(move |m: Message| {
+            let effects = effects.clone();
+            let calls = Arc::clone(&calls);
+            async move {
+                if m.id == poison {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    return Err(HandlerError::from("always fails"));
+                }
+                *effects.lock().expect("lock").entry(m.id).or_default() += 1;
+                Ok(())
+            }
+        }))
+    };
+    let worker = ConsumerWorker::new(
+        inbox.clone(),
+        Arc::new(b.clone()),
+        registry,
+        Arc::new(SystemClock),
+        config(3),
+    );
+    let task = worker.retry_task();
+    b.publish(&msgs).await;
+    let r = run(worker);
+    wait_for("the others", async || {
+        inbox.stats(NAME).await.expect("stats").consumed == 19
+    })
+    .await;
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        task.run_batch(10).await.expect("retry");
+    }
+    r.stop().await;
+    let rec = inbox.get(NAME, poison).await.expect("get").expect("row");
+    assert_eq!(rec.status, Status::Dead);
+    assert_eq!(rec.consume.attempts, 3);
+    assert_eq!(rec.consume.last_error.as_deref(), Some("always fails"));
+    inbox.reconsume(NAME, poison).await.expect("reconsume");
+    assert_eq!(
+        inbox
+            .get(NAME, poison)
+            .await
+            .expect("get")
+            .expect("row")
+            .status,
+        Status::Sent
+    );
+}
+
+#[tokio::test]
+async fn panics_and_timeouts_are_failures_not_dead_workers() {
+    let b = broker();
+    let inbox = Arc::new(MemoryInboxStore::new(Arc::new(SystemClock)));
+    let effects = Effects::default();
+    let msgs = outbox_testkit::messages(10);
+    let handlers = counting(effects.clone(), |m, _| match m.payload.last() {
+        Some(_) if m.routing_key == "panic" => Some("panic"),
+        Some(_) if m.routing_key == "hang" => Some("hang"),
+        _ => None,
+    });
+    let mut special = msgs.clone();
+    special[0].routing_key = "panic".into();
+    special[1].routing_key = "hang".into();
+    let worker = ConsumerWorker::new(
+        inbox.clone(),
+        Arc::new(b.clone()),
+        handlers,
+        Arc::new(SystemClock),
+        config(5),
+    );
+    b.publish(&special).await;
+    let r = run(worker);
+    wait_for("all outcomes", async || {
+        let s = inbox.stats(NAME).await.expect("stats");
+        s.consumed == 8 && s.consume_failed == 2
+    })
+    .await;
+    r.stop().await;
+    let panicked = inbox
+        .get(NAME, special[0].id)
+        .await
+        .expect("get")
+        .expect("row");
+    assert!(
+        panicked
+            .consume
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("panicked: boom")),
+        "{panicked:?}"
+    );
+    let hung = inbox
+        .get(NAME, special[1].id)
+        .await
+        .expect("get")
+        .expect("row");
+    assert!(
+        hung.consume
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("timed out")),
+        "{hung:?}"
+    );
+}
+
+#[tokio::test]
+async fn undecodable_deliveries_become_dead_letters_and_unhandled_types_fail() {
+    let b = broker();
+    let inbox = Arc::new(MemoryInboxStore::new(Arc::new(SystemClock)));
+    let handlers = HandlerRegistry::new().on_type("known", handler_fn(|_| async { Ok(()) }));
+    let worker = ConsumerWorker::new(
+        inbox.clone(),
+        Arc::new(b.clone()),
+        handlers,
+        Arc::new(SystemClock),
+        config(5),
+    );
+    let counters = worker.counters();
+    // A foreign publisher's deliveries: no message id, and an id that is no UUID.
+    let foreign = outbox_testkit::message("contract", "k");
+    let mut no_id = Envelope::of(&foreign);
+    no_id.message_id = None;
+    no_id.body = b"\xff\xfe raw".to_vec();
+    let mut bad_id = Envelope::of(&foreign);
+    bad_id.message_id = Some("order-42".into());
+    assert!(b.publish_envelope(no_id).is_confirmed());
+    assert!(b.publish_envelope(bad_id).is_confirmed());
+    let unknown_type = outbox_testkit::message("contract", "k");
+    b.publish(std::slice::from_ref(&unknown_type)).await;
+    let r = run(worker);
+    wait_for("outcomes", async || {
+        let s = inbox.stats(NAME).await.expect("stats");
+        s.consume_failed == 1 && s.dead_letters == 2
+    })
+    .await;
+    r.stop().await;
+    assert_eq!(b.queue_depth(QUEUE), (0, 0), "dead letters are acked");
+    let letters = inbox.dead_letters(NAME);
+    assert_eq!(letters[0].reason, "delivery has no message id");
+    assert_eq!(letters[0].body, b"\xff\xfe raw");
+    assert!(letters[1].reason.contains("order-42"));
+    assert_eq!(letters[1].message_id.as_deref(), Some("order-42"));
+    let rec = inbox
+        .get(NAME, unknown_type.id)
+        .await
+        .expect("get")
+        .expect("row");
+    assert!(
+        rec.consume
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("no handler")),
+        "{rec:?}"
+    );
+    assert_eq!(counters.dead_letters.load(Ordering::Relaxed), 2);
+}
+
+#[tokio::test]
+async fn an_unreachable_inbox_returns_deliveries_to_the_broker() {
+    let b = broker();
+    let mut inbox = MockInboxStore::new();
+    let tries = Arc::new(AtomicU32::new(0));
+    let t = Arc::clone(&tries);
+    inbox.expect_record_arrival().returning(move |_, _, _| {
+        t.fetch_add(1, Ordering::SeqCst);
+        Err(PortError::transient("record arrival", "db down"))
+    });
+    let effects = Effects::default();
+    let worker = ConsumerWorker::new(
+        Arc::new(inbox),
+        Arc::new(b.clone()),
+        counting(effects.clone(), |_, _| None),
+        Arc::new(SystemClock),
+        config(5),
+    );
+    b.publish(&outbox_testkit::messages(3)).await;
+    let r = run(worker);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    r.stop().await;
+    assert!(
+        effects.lock().expect("lock").is_empty(),
+        "no handler ran without an inbox row"
+    );
+    let (ready, unacked) = b.queue_depth(QUEUE);
+    assert_eq!(ready + unacked, 3, "nothing acked, nothing lost");
+    // 200 ms with a 50 ms pause before each return: a handful of tries, not a storm.
+    assert!(
+        tries.load(Ordering::SeqCst) <= 20,
+        "{} tries",
+        tries.load(Ordering::SeqCst)
+    );
+}
+
+#[tokio::test]
+async fn stopping_finishes_the_deliveries_in_hand() {
+    let b = broker();
+    let inbox = Arc::new(MemoryInboxStore::new(Arc::new(SystemClock)));
+    let effects = Effects::default();
+    let slow = {
+        let effects = effects.clone();
+        HandlerRegistry::new().fallback(handler_fn(move |m: Message| {
+            let effects = effects.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                *effects.lock().expect("lock").entry(m.id).or_default() += 1;
+                Ok(())
+            }
+        }))
+    };
+    let worker = ConsumerWorker::new(
+        inbox.clone(),
+        Arc::new(b.clone()),
+        slow,
+        Arc::new(SystemClock),
+        config(5),
+    );
+    b.publish(&outbox_testkit::messages(2)).await;
+    let r = run(worker);
+    tokio::time::sleep(Duration::from_millis(50)).await; // both handlers running
+    r.stop().await;
+    assert_eq!(inbox.stats(NAME).await.expect("stats").consumed, 2);
+    assert_eq!(b.queue_depth(QUEUE), (0, 0));
+    assert_eq!(effects.lock().expect("lock").len(), 2);
+}

@@ -1,0 +1,235 @@
+//! The relay (dispatcher and publish-retry task) on memory adapters: every message
+//! ends sent, failed-and-scheduled or dead; none is lost or marked twice.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use outbox_adapters_memory::{ExchangeKind, MemoryBroker, MemoryOutboxStore};
+use outbox_app::relay::publish_claimed;
+use outbox_app::{CancellationToken, Dispatcher, DispatcherConfig, PublishRetryTask, SweepTask};
+use outbox_core::{Message, RetryPolicy, Status};
+use outbox_ports::{Lease, MockPublisher, OutboxStore, SystemClock};
+
+const QUEUE: &str = "relay.test";
+
+fn setup() -> (Arc<MemoryOutboxStore>, MemoryBroker) {
+    let store = Arc::new(MemoryOutboxStore::new(Arc::new(SystemClock)));
+    let broker = MemoryBroker::new();
+    broker.declare_exchange("contract", ExchangeKind::Topic);
+    broker.declare_queue(QUEUE);
+    broker.bind(QUEUE, "contract", "#");
+    (store, broker)
+}
+
+fn fast_retry(max_attempts: u32) -> RetryPolicy {
+    RetryPolicy {
+        initial_backoff: Duration::from_millis(10),
+        max_backoff: Duration::from_millis(20),
+        max_attempts,
+    }
+}
+
+fn dispatcher(
+    store: &Arc<MemoryOutboxStore>,
+    broker: &MemoryBroker,
+    retry: RetryPolicy,
+) -> Dispatcher {
+    Dispatcher::new(
+        store.clone(),
+        Arc::new(broker.clone()),
+        DispatcherConfig {
+            batch_size: 50,
+            idle_poll: Duration::from_millis(5),
+            retry,
+            ..DispatcherConfig::default()
+        },
+        "relay-test",
+    )
+}
+
+fn total(store: &MemoryOutboxStore) -> u64 {
+    [
+        Status::Pending,
+        Status::PublishFailed,
+        Status::Sent,
+        Status::Dead,
+    ]
+    .into_iter()
+    .map(|s| store.count(s))
+    .sum()
+}
+
+#[tokio::test]
+async fn every_outcome_is_recorded_and_nothing_is_lost() {
+    let (store, broker) = setup();
+    store
+        .enqueue(outbox_testkit::messages(10))
+        .await
+        .expect("enqueue");
+    broker.fail_next_publishes(2);
+    broker.nack_next_publishes(1);
+    broker.return_next_publishes(1);
+    let counts = dispatcher(&store, &broker, fast_retry(5))
+        .run_once()
+        .await
+        .expect("batch");
+    assert_eq!(
+        (counts.claimed, counts.sent, counts.failed, counts.dead),
+        (10, 6, 4, 0)
+    );
+    assert_eq!(store.count(Status::Sent), 6);
+    assert_eq!(store.count(Status::PublishFailed), 4);
+    assert_eq!(
+        broker.queue_depth(QUEUE).0,
+        6,
+        "only confirmed ones reached the queue"
+    );
+    let failed = store.list(Status::PublishFailed, 10).await.expect("list");
+    let errors: Vec<_> = failed
+        .iter()
+        .filter_map(|r| r.publish.last_error.clone())
+        .collect();
+    assert!(errors.iter().any(|e| e.contains("nacked")), "{errors:?}");
+    assert!(
+        errors.iter().any(|e| e.contains("unroutable")),
+        "{errors:?}"
+    );
+    assert!(failed.iter().all(|r| r.publish.next_attempt_at.is_some()));
+}
+
+#[tokio::test]
+async fn a_message_no_queue_is_bound_for_is_a_failure_not_a_send() {
+    let (store, broker) = setup();
+    let mut m = outbox_testkit::message("nowhere", "k");
+    m.exchange = String::new(); // default exchange, routing key names no queue
+    store.enqueue(vec![m.clone()]).await.expect("enqueue");
+    dispatcher(&store, &broker, fast_retry(5))
+        .run_once()
+        .await
+        .expect("batch");
+    let rec = store.get(m.id).await.expect("get").expect("row");
+    assert_eq!(rec.status, Status::PublishFailed);
+    assert!(
+        rec.publish
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("NO_ROUTE"))
+    );
+}
+
+#[tokio::test]
+async fn the_last_failed_attempt_makes_the_message_dead() {
+    let (store, broker) = setup();
+    store
+        .enqueue(outbox_testkit::messages(1))
+        .await
+        .expect("enqueue");
+    broker.nack_next_publishes(1);
+    let counts = dispatcher(&store, &broker, fast_retry(1))
+        .run_once()
+        .await
+        .expect("batch");
+    assert_eq!(counts.dead, 1);
+    assert_eq!(store.count(Status::Dead), 1);
+}
+
+#[tokio::test]
+async fn a_publisher_that_returns_too_few_outcomes_cannot_mark_anything_sent() {
+    let (store, _) = setup();
+    store
+        .enqueue(outbox_testkit::messages(3))
+        .await
+        .expect("enqueue");
+    let mut publisher = MockPublisher::new();
+    publisher.expect_publish().returning(|_| Vec::new());
+    let lease = Lease::new("holder", Duration::from_secs(30));
+    let claimed = store.claim_pending(&lease, 10).await.expect("claim");
+    let counts = publish_claimed(&*store, &publisher, &lease, claimed, &fast_retry(5), || 0.5)
+        .await
+        .expect("marks");
+    assert_eq!((counts.sent, counts.failed), (0, 3));
+    assert_eq!(store.count(Status::PublishFailed), 3);
+}
+
+#[tokio::test]
+async fn outcomes_of_an_expired_claim_are_fenced_off() {
+    let (store, broker) = setup();
+    store
+        .enqueue(outbox_testkit::messages(2))
+        .await
+        .expect("enqueue");
+    let old = Lease::new("old", Duration::from_millis(50));
+    let claimed = store.claim_pending(&old, 10).await.expect("claim");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let new = Lease::new("new", Duration::from_secs(30));
+    assert_eq!(
+        store.claim_pending(&new, 10).await.expect("reclaim").len(),
+        2
+    );
+    let counts = publish_claimed(&*store, &broker, &old, claimed, &fast_retry(5), || 0.5)
+        .await
+        .expect("marks");
+    assert_eq!((counts.sent, counts.fenced), (0, 2));
+    assert_eq!(
+        store.count(Status::Pending),
+        2,
+        "still the new holder's to mark"
+    );
+}
+
+#[tokio::test]
+async fn the_retry_task_brings_failures_to_sent() {
+    let (store, broker) = setup();
+    store
+        .enqueue(outbox_testkit::messages(20))
+        .await
+        .expect("enqueue");
+    broker.fail_next_publishes(5);
+    dispatcher(&store, &broker, fast_retry(5))
+        .run_once()
+        .await
+        .expect("batch");
+    assert_eq!(store.count(Status::PublishFailed), 5);
+    let task = PublishRetryTask::new(
+        store.clone(),
+        Arc::new(broker.clone()),
+        fast_retry(5),
+        "relay-test",
+        Duration::from_secs(30),
+    );
+    let early = task.run_batch(50).await.expect("batch");
+    assert_eq!(early.claimed, 0, "not due before the backoff");
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    task.before_sweep().await.expect("housekeeping");
+    let c = task.run_batch(50).await.expect("batch");
+    assert_eq!((c.claimed, c.publish_retried, c.publish_failed), (5, 5, 0));
+    assert_eq!(store.count(Status::Sent), 20);
+    assert_eq!(broker.queue_depth(QUEUE).0, 20);
+    let rec = store.list(Status::Sent, 50).await.expect("list");
+    assert_eq!(rec.iter().filter(|r| r.publish.attempts == 2).count(), 5);
+}
+
+#[tokio::test]
+async fn the_dispatcher_loop_sends_each_message_once_and_stops_on_cancel() {
+    let (store, broker) = setup();
+    let msgs: Vec<Message> = outbox_testkit::messages(500);
+    store.enqueue(msgs).await.expect("enqueue");
+    let cancel = CancellationToken::new();
+    let handle = tokio::spawn(dispatcher(&store, &broker, fast_retry(5)).run(cancel.clone()));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while store.count(Status::Sent) < 500 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    cancel.cancel();
+    tokio::time::timeout(Duration::from_secs(2), handle)
+        .await
+        .expect("stops promptly")
+        .expect("task");
+    assert_eq!(store.count(Status::Sent), 500);
+    assert_eq!(
+        broker.queue_depth(QUEUE).0,
+        500,
+        "each message published exactly once"
+    );
+    assert_eq!(total(&store), 500);
+}

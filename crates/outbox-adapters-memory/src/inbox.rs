@@ -11,30 +11,13 @@ use outbox_ports::{
     PortError,
 };
 
-use crate::{lease_live, lock};
+use crate::{LeaseSlot, lock};
 
 #[derive(Debug, Clone)]
 struct Row {
     message: Message,
     tracked: Tracked,
-    locked_by: Option<String>,
-    locked_until: Option<Timestamp>,
-}
-
-impl Row {
-    fn held_by(&self, lease: &Lease) -> bool {
-        self.locked_by.as_deref() == Some(lease.holder.as_str())
-    }
-
-    fn take(&mut self, lease: &Lease, now: Timestamp) {
-        self.locked_by = Some(lease.holder.clone());
-        self.locked_until = Some(now + lease.ttl);
-    }
-
-    fn unlock(&mut self) {
-        self.locked_by = None;
-        self.locked_until = None;
-    }
+    lease: LeaseSlot,
 }
 
 type Key = (String, MessageId);
@@ -88,11 +71,11 @@ impl MemoryInboxStore {
         match t
             .rows
             .get_mut(&(consumer.to_owned(), id))
-            .filter(|r| r.held_by(lease))
+            .filter(|r| r.lease.is_held_by(lease))
         {
             Some(row) => {
                 apply(&mut row.tracked, now)?;
-                row.unlock();
+                row.lease.clear();
                 Ok(true)
             }
             None => Ok(false),
@@ -113,8 +96,8 @@ impl InboxStore for MemoryInboxStore {
         let key = (consumer.to_owned(), message.id);
         if let Some(row) = t.rows.get_mut(&key) {
             // Received before but its worker vanished (lease ran out): take it over.
-            if row.tracked.status == Status::Sent && !lease_live(row.locked_until, now) {
-                row.take(lease, now);
+            if row.tracked.status == Status::Sent && !row.lease.is_live(now) {
+                row.lease.take(lease, now);
                 return Ok(Arrival::New);
             }
             return Ok(Arrival::Duplicate(row.tracked.status));
@@ -122,10 +105,9 @@ impl InboxStore for MemoryInboxStore {
         let mut row = Row {
             message: message.clone(),
             tracked: Tracked::new(Status::Sent, now),
-            locked_by: None,
-            locked_until: None,
+            lease: LeaseSlot::default(),
         };
-        row.take(lease, now);
+        row.lease.take(lease, now);
         t.next_seq += 1;
         let seq = t.next_seq;
         t.order.insert(seq, key.clone());
@@ -179,8 +161,8 @@ impl InboxStore for MemoryInboxStore {
             };
             let due = row.tracked.state.next_attempt_at.is_none_or(|at| at <= now);
             let retryable = matches!(row.tracked.status, Status::Sent | Status::ConsumeFailed);
-            if retryable && due && !lease_live(row.locked_until, now) {
-                row.take(lease, now);
+            if retryable && due && !row.lease.is_live(now) {
+                row.lease.take(lease, now);
                 claimed.push(ClaimedDelivery {
                     message: row.message.clone(),
                     attempts: row.tracked.state.attempts,
@@ -258,7 +240,7 @@ impl InboxStore for MemoryInboxStore {
                     id: id.to_string(),
                 })?;
         row.tracked.revive(Status::Sent, now)?;
-        row.unlock();
+        row.lease.clear();
         Ok(())
     }
 }

@@ -29,7 +29,31 @@ fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Whether a lease that runs until `until` still holds at `now`.
-fn lease_live(until: Option<outbox_core::Timestamp>, now: outbox_core::Timestamp) -> bool {
-    until.is_some_and(|u| u > now)
+/// Who holds a row and until when: the lease part of outbox and inbox rows.
+#[derive(Debug, Clone, Default)]
+struct LeaseSlot {
+    holder: Option<String>,
+    until: Option<outbox_core::Timestamp>,
+}
+
+impl LeaseSlot {
+    /// Whether a holder's lease still runs at `now`.
+    fn is_live(&self, now: outbox_core::Timestamp) -> bool {
+        self.holder.is_some() && self.until.is_some_and(|u| u > now)
+    }
+
+    /// Whether `lease` is the holder (live or not: nobody else has taken it).
+    fn is_held_by(&self, lease: &outbox_ports::Lease) -> bool {
+        self.holder.as_deref() == Some(lease.holder.as_str())
+    }
+
+    fn take(&mut self, lease: &outbox_ports::Lease, now: outbox_core::Timestamp) {
+        self.holder = Some(lease.holder.clone());
+        self.until = Some(now + lease.ttl);
+    }
+
+    fn clear(&mut self) {
+        self.holder = None;
+        self.until = None;
+    }
 }

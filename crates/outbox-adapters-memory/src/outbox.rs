@@ -6,37 +6,27 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use outbox_core::message::DEFAULT_MAX_PAYLOAD_BYTES;
 use outbox_core::status::Tracked;
-use outbox_core::{Message, MessageId, Status, Timestamp};
+use outbox_core::{Message, MessageId, Status};
 use outbox_ports::{
     ClaimedMessage, Clock, Lease, OutboxRecord, OutboxStats, OutboxStore, PortError, PublishFailure,
 };
 
-use crate::{lease_live, lock};
+use crate::{LeaseSlot, lock};
 
 #[derive(Debug, Clone)]
 struct Row {
     message: Message,
     tracked: Tracked,
-    locked_by: Option<String>,
-    locked_until: Option<Timestamp>,
+    lease: LeaseSlot,
 }
 
 impl Row {
-    fn held_by(&self, lease: &Lease) -> bool {
-        self.locked_by.as_deref() == Some(lease.holder.as_str())
-    }
-
     fn record(&self) -> OutboxRecord {
         OutboxRecord {
             message: self.message.clone(),
             status: self.tracked.status,
             publish: self.tracked.state.clone(),
         }
-    }
-
-    fn unlock(&mut self) {
-        self.locked_by = None;
-        self.locked_until = None;
     }
 }
 
@@ -94,9 +84,8 @@ impl MemoryOutboxStore {
                 break;
             }
             let due = row.tracked.state.next_attempt_at.is_none_or(|at| at <= now);
-            if row.tracked.status == status && due && !lease_live(row.locked_until, now) {
-                row.locked_by = Some(lease.holder.clone());
-                row.locked_until = Some(now + lease.ttl);
+            if row.tracked.status == status && due && !row.lease.is_live(now) {
+                row.lease.take(lease, now);
                 claimed.push(ClaimedMessage {
                     message: row.message.clone(),
                     attempts: row.tracked.state.attempts,
@@ -143,8 +132,7 @@ impl OutboxStore for MemoryOutboxStore {
                 Row {
                     message,
                     tracked: Tracked::new(Status::Pending, now),
-                    locked_by: None,
-                    locked_until: None,
+                    lease: LeaseSlot::default(),
                 },
             );
         }
@@ -175,9 +163,9 @@ impl OutboxStore for MemoryOutboxStore {
             let Some(seq) = t.by_id.get(id).copied() else {
                 continue;
             };
-            if let Some(row) = t.rows.get_mut(&seq).filter(|r| r.held_by(lease)) {
+            if let Some(row) = t.rows.get_mut(&seq).filter(|r| r.lease.is_held_by(lease)) {
                 row.tracked.succeed(Status::Sent, now)?;
-                row.unlock();
+                row.lease.clear();
                 marked += 1;
             }
         }
@@ -196,10 +184,10 @@ impl OutboxStore for MemoryOutboxStore {
             let Some(seq) = t.by_id.get(&f.id).copied() else {
                 continue;
             };
-            if let Some(row) = t.rows.get_mut(&seq).filter(|r| r.held_by(lease)) {
+            if let Some(row) = t.rows.get_mut(&seq).filter(|r| r.lease.is_held_by(lease)) {
                 row.tracked
                     .fail(Status::PublishFailed, now, &f.error, f.decision)?;
-                row.unlock();
+                row.lease.clear();
                 marked += 1;
             }
         }
@@ -213,8 +201,8 @@ impl OutboxStore for MemoryOutboxStore {
             let Some(seq) = t.by_id.get(id).copied() else {
                 continue;
             };
-            if let Some(row) = t.rows.get_mut(&seq).filter(|r| r.held_by(lease)) {
-                row.unlock();
+            if let Some(row) = t.rows.get_mut(&seq).filter(|r| r.lease.is_held_by(lease)) {
+                row.lease.clear();
                 released += 1;
             }
         }
@@ -226,8 +214,8 @@ impl OutboxStore for MemoryOutboxStore {
         let mut t = lock(&self.table);
         let mut recovered = 0;
         for row in t.rows.values_mut() {
-            if row.locked_by.is_some() && !lease_live(row.locked_until, now) {
-                row.unlock();
+            if row.lease.holder.is_some() && !row.lease.is_live(now) {
+                row.lease.clear();
                 recovered += 1;
             }
         }
@@ -278,7 +266,7 @@ impl OutboxStore for MemoryOutboxStore {
                 id: id.to_string(),
             })?;
             row.tracked.revive(Status::Pending, now)?;
-            row.unlock();
+            row.lease.clear();
             Ok(())
         })
     }

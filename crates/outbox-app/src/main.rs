@@ -11,7 +11,11 @@ use tracing_subscriber::EnvFilter;
 
 /// Transactional outbox, idempotent inbox and retry relay for RabbitMQ.
 #[derive(Debug, Parser)]
-#[command(name = "outbox", version, about)]
+#[command(
+    name = "outbox",
+    version,
+    about = "Transactional outbox, idempotent inbox and retry relay for RabbitMQ"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

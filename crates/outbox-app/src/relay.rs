@@ -142,14 +142,67 @@ impl Default for DispatcherConfig {
     }
 }
 
-/// The relay's fast path for new messages: claim pending, publish, mark; again.
-pub struct Dispatcher {
+/// Which rows a relay batch claims.
+#[derive(Debug, Clone, Copy)]
+enum Claim {
+    /// New messages (the dispatcher).
+    Pending,
+    /// Failed ones whose next attempt is due (the retry sweep).
+    DueRetries,
+}
+
+/// What the dispatcher and the publish-retry task share: claim, publish, mark.
+struct Relay {
     store: Arc<dyn OutboxStore>,
     publisher: Arc<dyn Publisher>,
-    config: DispatcherConfig,
     leases: LeaseFactory,
+    policy: RetryPolicy,
     random: Random,
     counters: Arc<RelayCounters>,
+}
+
+impl Relay {
+    fn new(
+        store: Arc<dyn OutboxStore>,
+        publisher: Arc<dyn Publisher>,
+        policy: RetryPolicy,
+        instance: &str,
+        lease_ttl: Duration,
+    ) -> Self {
+        Self {
+            store,
+            publisher,
+            leases: LeaseFactory::new(instance, lease_ttl),
+            policy,
+            random: crate::default_random,
+            counters: Arc::default(),
+        }
+    }
+
+    async fn batch(&self, claim: Claim, limit: u32) -> Result<PublishCounts, PortError> {
+        let lease = self.leases.next();
+        let claimed = match claim {
+            Claim::Pending => self.store.claim_pending(&lease, limit).await?,
+            Claim::DueRetries => self.store.claim_due_retries(&lease, limit).await?,
+        };
+        let counts = publish_claimed(
+            &*self.store,
+            &*self.publisher,
+            &lease,
+            claimed,
+            &self.policy,
+            self.random,
+        )
+        .await?;
+        self.counters.add(&counts);
+        Ok(counts)
+    }
+}
+
+/// The relay's fast path for new messages: claim pending, publish, mark; again.
+pub struct Dispatcher {
+    relay: Relay,
+    config: DispatcherConfig,
 }
 
 impl Dispatcher {
@@ -160,21 +213,16 @@ impl Dispatcher {
         config: DispatcherConfig,
         instance: &str,
     ) -> Self {
-        let leases = LeaseFactory::new(instance, config.lease_ttl);
         Self {
-            store,
-            publisher,
+            relay: Relay::new(store, publisher, config.retry, instance, config.lease_ttl),
             config,
-            leases,
-            random: crate::default_random,
-            counters: Arc::default(),
         }
     }
 
     /// Shares `counters` (e.g. with the publish-retry sweep and metrics).
     #[must_use]
     pub fn with_counters(mut self, counters: Arc<RelayCounters>) -> Self {
-        self.counters = counters;
+        self.relay.counters = counters;
         self
     }
 
@@ -183,22 +231,9 @@ impl Dispatcher {
     /// # Errors
     /// A [`PortError`] of the store; nothing is lost (see [`publish_claimed`]).
     pub async fn run_once(&self) -> Result<PublishCounts, PortError> {
-        let lease = self.leases.next();
-        let claimed = self
-            .store
-            .claim_pending(&lease, self.config.batch_size)
-            .await?;
-        let counts = publish_claimed(
-            &*self.store,
-            &*self.publisher,
-            &lease,
-            claimed,
-            &self.config.retry,
-            self.random,
-        )
-        .await?;
-        self.counters.add(&counts);
-        Ok(counts)
+        self.relay
+            .batch(Claim::Pending, self.config.batch_size)
+            .await
     }
 
     /// Runs until `cancel` fires. A batch in flight is finished (its confirms awaited
@@ -225,12 +260,7 @@ impl Dispatcher {
 /// The relay's retry sweep work: publish `PublishFailed` messages whose next attempt
 /// is due.
 pub struct PublishRetryTask {
-    store: Arc<dyn OutboxStore>,
-    publisher: Arc<dyn Publisher>,
-    leases: LeaseFactory,
-    policy: RetryPolicy,
-    random: Random,
-    counters: Arc<RelayCounters>,
+    relay: Relay,
 }
 
 impl PublishRetryTask {
@@ -243,19 +273,14 @@ impl PublishRetryTask {
         lease_ttl: Duration,
     ) -> Self {
         Self {
-            store,
-            publisher,
-            leases: LeaseFactory::new(instance, lease_ttl),
-            policy,
-            random: crate::default_random,
-            counters: Arc::default(),
+            relay: Relay::new(store, publisher, policy, instance, lease_ttl),
         }
     }
 
     /// Shares `counters` with the dispatcher.
     #[must_use]
     pub fn with_counters(mut self, counters: Arc<RelayCounters>) -> Self {
-        self.counters = counters;
+        self.relay.counters = counters;
         self
     }
 }
@@ -267,7 +292,7 @@ impl SweepTask for PublishRetryTask {
     }
 
     async fn before_sweep(&self) -> Result<(), PortError> {
-        let recovered = self.store.recover_expired_leases().await?;
+        let recovered = self.relay.store.recover_expired_leases().await?;
         if recovered > 0 {
             tracing::info!(recovered, "cleared expired leases of vanished relays");
         }
@@ -275,18 +300,7 @@ impl SweepTask for PublishRetryTask {
     }
 
     async fn run_batch(&self, limit: u32) -> Result<BatchCounts, PortError> {
-        let lease = self.leases.next();
-        let claimed = self.store.claim_due_retries(&lease, limit).await?;
-        let c = publish_claimed(
-            &*self.store,
-            &*self.publisher,
-            &lease,
-            claimed,
-            &self.policy,
-            self.random,
-        )
-        .await?;
-        self.counters.add(&c);
+        let c = self.relay.batch(Claim::DueRetries, limit).await?;
         Ok(BatchCounts {
             claimed: c.claimed,
             publish_retried: c.sent,

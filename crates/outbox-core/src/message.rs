@@ -198,9 +198,13 @@ impl NewMessage {
         )
     }
 
-    /// Gives the message its identity and creation time.
+    /// Gives the message its identity and creation time. The time is kept to the
+    /// microsecond, as databases store it, so a stored message reads back equal.
     #[must_use]
     pub fn into_message(self, id: MessageId, created_at: Timestamp) -> Message {
+        let created_at = created_at
+            .replace_nanosecond(created_at.nanosecond() / 1_000 * 1_000)
+            .unwrap_or(created_at);
         Message {
             id,
             exchange: self.exchange,

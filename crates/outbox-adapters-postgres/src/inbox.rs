@@ -1,0 +1,447 @@
+//! The inbox on PostgreSQL.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use async_trait::async_trait;
+use outbox_core::{Decision, Message, MessageId, Status, TransitionError};
+use outbox_ports::{
+    Arrival, ClaimedDelivery, DeadLetter, InboxRecord, InboxStats, InboxStore, Lease, PortError,
+};
+use sqlx::types::Json;
+use sqlx::{PgConnection, PgPool};
+
+use crate::PgSchema;
+use crate::error::port;
+use crate::rows::{MESSAGE_COLUMNS, MessageRow, STATE_COLUMNS, millis, sources_of};
+
+#[derive(Debug)]
+struct Sql {
+    arrive: String,
+    arrive_consumed: String,
+    status_of: String,
+    mark_consumed: String,
+    mark_failed: String,
+    claim_due: String,
+    dead_letter: String,
+    stats: String,
+    get: String,
+    list: String,
+    reconsume: String,
+    retention: String,
+}
+
+impl Sql {
+    fn new(schema: &PgSchema) -> Self {
+        let t = format!("{}.outbox_inbox", schema.quoted());
+        let returning = format!(
+            "message_id AS id, {MESSAGE_COLUMNS}, {STATE_COLUMNS}, consumed_at AS completed_at"
+        );
+        let insert = format!(
+            "INSERT INTO {t} (consumer, message_id, {MESSAGE_COLUMNS}, status, next_attempt_at, locked_by, locked_until) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11"
+        );
+        Self {
+            // New: inserted. Received before but its worker's lease ran out: taken over.
+            arrive: format!(
+                "{insert}, 'sent', now(), $12, now() + $13 * interval '1 millisecond') \
+                 ON CONFLICT (consumer, message_id) DO UPDATE \
+                   SET locked_by = EXCLUDED.locked_by, locked_until = EXCLUDED.locked_until \
+                   WHERE {t}.status = 'sent' AND ({t}.locked_until IS NULL OR {t}.locked_until < now()) \
+                 RETURNING 1"
+            ),
+            // Inside a handler's transaction: the row is written as consumed at once and
+            // commits with the handler's writes, or not at all.
+            arrive_consumed: format!(
+                "{insert}, 'consumed', NULL, NULL, NULL) ON CONFLICT (consumer, message_id) DO NOTHING RETURNING 1"
+            ),
+            status_of: format!("SELECT status FROM {t} WHERE consumer = $1 AND message_id = $2"),
+            mark_consumed: format!(
+                "UPDATE {t} SET status = 'consumed', consumed_at = now(), attempts = attempts + 1, \
+                 last_attempt_at = now(), next_attempt_at = NULL, locked_by = NULL, locked_until = NULL \
+                 WHERE consumer = $1 AND message_id = $2 AND locked_by = $3 AND status = ANY($4)"
+            ),
+            mark_failed: format!(
+                "UPDATE {t} SET status = CASE WHEN $5::bigint IS NULL THEN 'dead' ELSE 'consume_failed' END, \
+                 attempts = attempts + 1, last_attempt_at = now(), last_error = $4, \
+                 next_attempt_at = now() + $5::bigint * interval '1 millisecond', \
+                 locked_by = NULL, locked_until = NULL \
+                 WHERE consumer = $1 AND message_id = $2 AND locked_by = $3 AND status = ANY($6)"
+            ),
+            claim_due: format!(
+                "WITH picked AS (SELECT seq FROM {t} WHERE consumer = $1 \
+                   AND status IN ('sent', 'consume_failed') AND next_attempt_at <= now() \
+                   AND (locked_until IS NULL OR locked_until < now()) \
+                   ORDER BY next_attempt_at, seq LIMIT $2 FOR UPDATE SKIP LOCKED) \
+                 UPDATE {t} m SET locked_by = $3, locked_until = now() + $4 * interval '1 millisecond' \
+                 FROM picked WHERE m.seq = picked.seq \
+                 RETURNING m.seq, m.message_id AS id, {MESSAGE_COLUMNS}, {STATE_COLUMNS}, m.consumed_at AS completed_at"
+            ),
+            dead_letter: format!(
+                "INSERT INTO {}.outbox_dead_letters (consumer, message_id, routing_key, headers, body, reason) \
+                 VALUES ($1, $2, $3, $4, $5, $6)",
+                schema.quoted()
+            ),
+            stats: format!(
+                "SELECT \
+                   count(*) FILTER (WHERE status = 'sent'), \
+                   count(*) FILTER (WHERE status = 'consumed'), \
+                   count(*) FILTER (WHERE status = 'consume_failed'), \
+                   count(*) FILTER (WHERE status = 'dead'), \
+                   (SELECT count(*) FROM {}.outbox_dead_letters WHERE consumer = $1) \
+                 FROM {t} WHERE consumer = $1",
+                schema.quoted()
+            ),
+            get: format!("SELECT {returning} FROM {t} WHERE consumer = $1 AND message_id = $2"),
+            list: format!(
+                "SELECT {returning} FROM {t} WHERE consumer = $1 AND status = $2 ORDER BY seq LIMIT $3"
+            ),
+            reconsume: format!(
+                "UPDATE {t} SET status = 'sent', attempts = 0, next_attempt_at = now(), consumed_at = NULL, \
+                 locked_by = NULL, locked_until = NULL \
+                 WHERE consumer = $1 AND message_id = $2 AND status = ANY($3)"
+            ),
+            retention: format!(
+                "DELETE FROM {t} WHERE seq IN (SELECT seq FROM {t} WHERE status = 'consumed' \
+                 AND consumed_at < now() - $1 * interval '1 millisecond' ORDER BY consumed_at LIMIT $2)"
+            ),
+        }
+    }
+}
+
+/// What [`PgInboxStore::consume_in_transaction`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConsumeOutcome {
+    /// The handler ran and its writes committed together with the inbox row.
+    Consumed,
+    /// The message was recorded before (by this or another worker): nothing ran.
+    Duplicate,
+    /// The handler failed: its writes were rolled back and the failure stored.
+    Failed(String),
+}
+
+/// A handler that writes through the inbox's transaction.
+pub type TxHandler<'h> = Box<
+    dyn for<'c> FnOnce(
+            &'c mut PgConnection,
+        ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'c>>
+        + Send
+        + 'h,
+>;
+
+/// [`InboxStore`] on PostgreSQL.
+#[derive(Debug, Clone)]
+pub struct PgInboxStore {
+    pool: PgPool,
+    sql: std::sync::Arc<Sql>,
+}
+
+fn bind_message<'q>(
+    q: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    consumer: &'q str,
+    m: &'q Message,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    q.bind(consumer)
+        .bind(m.id.as_uuid())
+        .bind(&m.exchange)
+        .bind(&m.routing_key)
+        .bind(&m.message_type)
+        .bind(Json(&m.headers))
+        .bind(&m.payload)
+        .bind(&m.content_type)
+        .bind(&m.source)
+        .bind(&m.correlation_id)
+        .bind(m.created_at)
+}
+
+impl PgInboxStore {
+    /// A store on `pool` over the tables of `schema` (run [`crate::migrate`] first).
+    #[must_use]
+    pub fn new(pool: PgPool, schema: &PgSchema) -> Self {
+        Self {
+            pool,
+            sql: std::sync::Arc::new(Sql::new(schema)),
+        }
+    }
+
+    /// Exactly once in effect: in one transaction, records `message` for `consumer`
+    /// as consumed and runs `handler` with that transaction's connection. Both commit
+    /// together, or neither does. A message recorded before is a
+    /// [`ConsumeOutcome::Duplicate`] and the handler does not run. A handler error
+    /// rolls its writes back and stores the failure (attempt 1) for the consume sweep.
+    ///
+    /// # Errors
+    /// A database error; then nothing was recorded and the delivery should be returned
+    /// to the broker.
+    pub async fn consume_in_transaction(
+        &self,
+        consumer: &str,
+        message: &Message,
+        decide: impl FnOnce(u32) -> Decision + Send,
+        handler: TxHandler<'_>,
+    ) -> Result<ConsumeOutcome, PortError> {
+        let mut tx = self.pool.begin().await.map_err(|e| port("begin", e))?;
+        let inserted = bind_message(sqlx::query(&self.sql.arrive_consumed), consumer, message)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| port("record arrival", e))?;
+        if inserted.is_none() {
+            tx.rollback().await.map_err(|e| port("rollback", e))?;
+            return Ok(ConsumeOutcome::Duplicate);
+        }
+        match handler(&mut tx).await {
+            Ok(()) => {
+                tx.commit().await.map_err(|e| port("commit", e))?;
+                Ok(ConsumeOutcome::Consumed)
+            }
+            Err(error) => {
+                tx.rollback().await.map_err(|e| port("rollback", e))?;
+                let lease = Lease::new(
+                    format!("tx-{}", message.id),
+                    std::time::Duration::from_secs(60),
+                );
+                match self.record_arrival(consumer, message, &lease).await? {
+                    Arrival::New => {
+                        self.mark_consume_failed(consumer, message.id, &lease, &error, decide(1))
+                            .await?;
+                        Ok(ConsumeOutcome::Failed(error))
+                    }
+                    Arrival::Duplicate(_) => Ok(ConsumeOutcome::Duplicate),
+                }
+            }
+        }
+    }
+
+    /// Retention: deletes consumed deliveries older than `age`, `batch` per
+    /// statement; returns how many.
+    ///
+    /// # Errors
+    /// A database error; what was deleted before it stays deleted.
+    pub async fn delete_consumed_older_than(
+        &self,
+        age: std::time::Duration,
+        batch: u32,
+    ) -> Result<u64, PortError> {
+        let mut total = 0;
+        loop {
+            let n = sqlx::query(&self.sql.retention)
+                .bind(millis(age))
+                .bind(i64::from(batch.max(1)))
+                .execute(&self.pool)
+                .await
+                .map_err(|e| port("retention", e))?
+                .rows_affected();
+            total += n;
+            if n < u64::from(batch.max(1)) {
+                return Ok(total);
+            }
+        }
+    }
+
+    async fn status_of(&self, consumer: &str, id: MessageId) -> Result<Option<Status>, PortError> {
+        sqlx::query_scalar::<_, String>(&self.sql.status_of)
+            .bind(consumer)
+            .bind(id.as_uuid())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| port("read status", e))?
+            .map(|s| {
+                s.parse()
+                    .map_err(|e: String| PortError::fatal("read status", e))
+            })
+            .transpose()
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct ClaimedRow {
+    seq: i64,
+    #[sqlx(flatten)]
+    row: MessageRow,
+}
+
+#[async_trait]
+impl InboxStore for PgInboxStore {
+    async fn record_arrival(
+        &self,
+        consumer: &str,
+        message: &Message,
+        lease: &Lease,
+    ) -> Result<Arrival, PortError> {
+        let taken = bind_message(sqlx::query(&self.sql.arrive), consumer, message)
+            .bind(&lease.holder)
+            .bind(millis(lease.ttl))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| port("record arrival", e))?;
+        if taken.is_some() {
+            return Ok(Arrival::New);
+        }
+        let status = self
+            .status_of(consumer, message.id)
+            .await?
+            .unwrap_or(Status::Sent);
+        Ok(Arrival::Duplicate(status))
+    }
+
+    async fn mark_consumed(
+        &self,
+        consumer: &str,
+        id: MessageId,
+        lease: &Lease,
+    ) -> Result<bool, PortError> {
+        Ok(sqlx::query(&self.sql.mark_consumed)
+            .bind(consumer)
+            .bind(id.as_uuid())
+            .bind(&lease.holder)
+            .bind(sources_of(Status::Consumed))
+            .execute(&self.pool)
+            .await
+            .map_err(|e| port("mark consumed", e))?
+            .rows_affected()
+            == 1)
+    }
+
+    async fn mark_consume_failed(
+        &self,
+        consumer: &str,
+        id: MessageId,
+        lease: &Lease,
+        error: &str,
+        decision: Decision,
+    ) -> Result<bool, PortError> {
+        let delay = match decision {
+            Decision::RetryAfter(d) => Some(millis(d)),
+            Decision::Dead => None,
+        };
+        let from: Vec<String> = sources_of(Status::ConsumeFailed)
+            .into_iter()
+            .filter(|s| sources_of(Status::Dead).contains(s))
+            .collect();
+        Ok(sqlx::query(&self.sql.mark_failed)
+            .bind(consumer)
+            .bind(id.as_uuid())
+            .bind(&lease.holder)
+            .bind(error)
+            .bind(delay)
+            .bind(from)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| port("mark consume failed", e))?
+            .rows_affected()
+            == 1)
+    }
+
+    async fn claim_due(
+        &self,
+        consumer: &str,
+        lease: &Lease,
+        limit: u32,
+    ) -> Result<Vec<ClaimedDelivery>, PortError> {
+        let mut rows: Vec<ClaimedRow> = sqlx::query_as(&self.sql.claim_due)
+            .bind(consumer)
+            .bind(i64::from(limit))
+            .bind(&lease.holder)
+            .bind(millis(lease.ttl))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| port("claim due deliveries", e))?;
+        rows.sort_by_key(|r| r.seq);
+        Ok(rows
+            .iter()
+            .map(|r| ClaimedDelivery {
+                message: r.row.message(),
+                attempts: r.row.attempts(),
+            })
+            .collect())
+    }
+
+    async fn record_dead_letter(
+        &self,
+        consumer: &str,
+        letter: DeadLetter,
+    ) -> Result<(), PortError> {
+        sqlx::query(&self.sql.dead_letter)
+            .bind(consumer)
+            .bind(&letter.message_id)
+            .bind(&letter.routing_key)
+            .bind(Json(&letter.headers))
+            .bind(&letter.body)
+            .bind(&letter.reason)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| port("record dead letter", e))?;
+        Ok(())
+    }
+
+    async fn stats(&self, consumer: &str) -> Result<InboxStats, PortError> {
+        let (in_progress, consumed, consume_failed, dead, dead_letters): (i64, i64, i64, i64, i64) =
+            sqlx::query_as(&self.sql.stats)
+                .bind(consumer)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(|e| port("inbox stats", e))?;
+        let n = |v: i64| u64::try_from(v).unwrap_or(0);
+        Ok(InboxStats {
+            in_progress: n(in_progress),
+            consumed: n(consumed),
+            consume_failed: n(consume_failed),
+            dead: n(dead),
+            dead_letters: n(dead_letters),
+        })
+    }
+
+    async fn get(&self, consumer: &str, id: MessageId) -> Result<Option<InboxRecord>, PortError> {
+        sqlx::query_as::<_, MessageRow>(&self.sql.get)
+            .bind(consumer)
+            .bind(id.as_uuid())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| port("get delivery", e))?
+            .map(|r| r.inbox_record(consumer))
+            .transpose()
+    }
+
+    async fn list(
+        &self,
+        consumer: &str,
+        status: Status,
+        limit: u32,
+    ) -> Result<Vec<InboxRecord>, PortError> {
+        sqlx::query_as::<_, MessageRow>(&self.sql.list)
+            .bind(consumer)
+            .bind(status.as_str())
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| port("list deliveries", e))?
+            .iter()
+            .map(|r| r.inbox_record(consumer))
+            .collect()
+    }
+
+    async fn reconsume(&self, consumer: &str, id: MessageId) -> Result<(), PortError> {
+        let n = sqlx::query(&self.sql.reconsume)
+            .bind(consumer)
+            .bind(id.as_uuid())
+            .bind(sources_of(Status::Sent))
+            .execute(&self.pool)
+            .await
+            .map_err(|e| port("reconsume", e))?
+            .rows_affected();
+        if n == 1 {
+            return Ok(());
+        }
+        match self.status_of(consumer, id).await? {
+            None => Err(PortError::NotFound {
+                what: "delivery",
+                id: id.to_string(),
+            }),
+            Some(from) => Err(TransitionError {
+                from,
+                to: Status::Sent,
+            }
+            .into()),
+        }
+    }
+}

@@ -1,0 +1,525 @@
+//! The outbox on PostgreSQL.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use outbox_core::message::DEFAULT_MAX_PAYLOAD_BYTES;
+use outbox_core::{Decision, Message, MessageId, NewMessage, Status, TransitionError};
+use outbox_ports::{
+    ClaimedMessage, Lease, OutboxRecord, OutboxStats, OutboxStore, PortError, PublishFailure,
+};
+use sqlx::types::Json;
+use sqlx::{PgConnection, PgPool};
+
+use crate::PgSchema;
+use crate::error::port;
+use crate::rows::{MESSAGE_COLUMNS, MessageRow, STATE_COLUMNS, millis, sources_of};
+
+/// Enqueues messages inside the caller's transaction. Cheap to clone; holds no pool.
+///
+/// ```no_run
+/// # async fn example(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+/// use outbox_adapters_postgres::{PgOutbox, PgSchema};
+/// use outbox_core::NewMessage;
+///
+/// let outbox = PgOutbox::new(PgSchema::new("outbox")?);
+/// let mut tx = pool.begin().await?;
+/// sqlx::query("INSERT INTO orders (id) VALUES (42)").execute(&mut *tx).await?;
+/// outbox
+///     .enqueue(&mut *tx, NewMessage::new("orders", "order.created", br#"{"id":42}"#.to_vec()))
+///     .await?;
+/// tx.commit().await?; // the message is published only if this commits
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct PgOutbox {
+    schema: PgSchema,
+    insert: String,
+    max_payload_bytes: usize,
+}
+
+impl PgOutbox {
+    /// Enqueues into the tables of `schema`, with the default payload limit (1 MiB).
+    #[must_use]
+    pub fn new(schema: PgSchema) -> Self {
+        let insert = format!(
+            "INSERT INTO {}.outbox_messages (id, {MESSAGE_COLUMNS}) \
+             SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::jsonb[], \
+             $6::bytea[], $7::text[], $8::text[], $9::text[], $10::timestamptz[])",
+            schema.quoted()
+        );
+        Self {
+            schema,
+            insert,
+            max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
+        }
+    }
+
+    /// Sets the payload limit.
+    #[must_use]
+    pub const fn with_max_payload_bytes(mut self, max: usize) -> Self {
+        self.max_payload_bytes = max;
+        self
+    }
+
+    /// The schema.
+    #[must_use]
+    pub const fn schema(&self) -> &PgSchema {
+        &self.schema
+    }
+
+    /// Enqueues one message on `conn` (usually `&mut *tx` of the caller's
+    /// transaction), with a new UUIDv7 id, and returns the id.
+    ///
+    /// # Errors
+    /// [`PortError::InvalidMessage`] when it breaks a limit (nothing is written);
+    /// a database error otherwise.
+    pub async fn enqueue(
+        &self,
+        conn: &mut PgConnection,
+        message: NewMessage,
+    ) -> Result<MessageId, PortError> {
+        Ok(self.enqueue_batch(conn, vec![message]).await?[0])
+    }
+
+    /// Enqueues several messages in one statement, in order.
+    ///
+    /// # Errors
+    /// As [`PgOutbox::enqueue`]; one invalid message fails the batch.
+    pub async fn enqueue_batch(
+        &self,
+        conn: &mut PgConnection,
+        messages: Vec<NewMessage>,
+    ) -> Result<Vec<MessageId>, PortError> {
+        let now = time::OffsetDateTime::now_utc();
+        let mut made = Vec::with_capacity(messages.len());
+        for m in messages {
+            m.validate(self.max_payload_bytes)?;
+            made.push(m.into_message(MessageId::from_uuid(uuid::Uuid::now_v7()), now));
+        }
+        self.insert_messages(conn, &made).await?;
+        Ok(made.iter().map(|m| m.id).collect())
+    }
+
+    /// Stores complete messages (ids and times chosen by the caller) on `conn`.
+    ///
+    /// # Errors
+    /// As [`PgOutbox::enqueue`].
+    pub async fn insert_messages(
+        &self,
+        conn: &mut PgConnection,
+        messages: &[Message],
+    ) -> Result<(), PortError> {
+        if messages.is_empty() {
+            return Ok(());
+        }
+        for m in messages {
+            m.validate(self.max_payload_bytes)?;
+        }
+        let col = |f: fn(&Message) -> Option<String>| messages.iter().map(f).collect::<Vec<_>>();
+        sqlx::query(&self.insert)
+            .bind(messages.iter().map(|m| *m.id.as_uuid()).collect::<Vec<_>>())
+            .bind(
+                messages
+                    .iter()
+                    .map(|m| m.exchange.clone())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                messages
+                    .iter()
+                    .map(|m| m.routing_key.clone())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(col(|m| m.message_type.clone()))
+            .bind(
+                messages
+                    .iter()
+                    .map(|m| Json(m.headers.clone()))
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                messages
+                    .iter()
+                    .map(|m| m.payload.clone())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                messages
+                    .iter()
+                    .map(|m| m.content_type.clone())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(col(|m| m.source.clone()))
+            .bind(col(|m| m.correlation_id.clone()))
+            .bind(messages.iter().map(|m| m.created_at).collect::<Vec<_>>())
+            .execute(conn)
+            .await
+            .map_err(|e| port("enqueue", e))?;
+        Ok(())
+    }
+}
+
+/// Statements of the store, built once with the validated, quoted schema.
+#[derive(Debug)]
+struct Sql {
+    claim_pending: String,
+    claim_retries: String,
+    mark_sent: String,
+    mark_failed: String,
+    release: String,
+    recover: String,
+    stats: String,
+    get: String,
+    list: String,
+    requeue: String,
+    status_of: String,
+    delete: String,
+    retention: String,
+}
+
+impl Sql {
+    fn new(schema: &PgSchema) -> Self {
+        let t = format!("{}.outbox_messages", schema.quoted());
+        let returning = format!("id, {MESSAGE_COLUMNS}, {STATE_COLUMNS}, sent_at AS completed_at");
+        let claim = |filter: &str, order: &str| {
+            format!(
+                "WITH picked AS (SELECT seq FROM {t} WHERE {filter} \
+                   AND (locked_until IS NULL OR locked_until < now()) \
+                   ORDER BY {order} LIMIT $1 FOR UPDATE SKIP LOCKED) \
+                 UPDATE {t} m SET locked_by = $2, locked_until = now() + $3 * interval '1 millisecond' \
+                 FROM picked WHERE m.seq = picked.seq \
+                 RETURNING m.seq, m.id, {MESSAGE_COLUMNS}, {STATE_COLUMNS}, m.sent_at AS completed_at"
+            )
+        };
+        Self {
+            claim_pending: claim("status = 'pending'", "seq"),
+            claim_retries: claim(
+                "status = 'publish_failed' AND next_attempt_at <= now()",
+                "next_attempt_at, seq",
+            ),
+            mark_sent: format!(
+                "UPDATE {t} SET status = 'sent', sent_at = now(), attempts = attempts + 1, \
+                 last_attempt_at = now(), next_attempt_at = NULL, locked_by = NULL, locked_until = NULL \
+                 WHERE id = ANY($1) AND locked_by = $2 AND status = ANY($3)"
+            ),
+            mark_failed: format!(
+                "UPDATE {t} m SET \
+                   status = CASE WHEN f.delay_ms IS NULL THEN 'dead' ELSE 'publish_failed' END, \
+                   attempts = m.attempts + 1, last_attempt_at = now(), last_error = f.error, \
+                   next_attempt_at = now() + f.delay_ms * interval '1 millisecond', \
+                   locked_by = NULL, locked_until = NULL \
+                 FROM unnest($1::uuid[], $2::text[], $3::bigint[]) AS f(id, error, delay_ms) \
+                 WHERE m.id = f.id AND m.locked_by = $4 AND m.status = ANY($5)"
+            ),
+            release: format!(
+                "UPDATE {t} SET locked_by = NULL, locked_until = NULL \
+                 WHERE id = ANY($1) AND locked_by = $2"
+            ),
+            recover: format!(
+                "UPDATE {t} SET locked_by = NULL, locked_until = NULL \
+                 WHERE locked_by IS NOT NULL AND locked_until < now()"
+            ),
+            stats: format!(
+                "SELECT \
+                   (SELECT count(*) FROM {t} WHERE status = 'pending') AS pending, \
+                   (SELECT count(*) FROM {t} WHERE status = 'publish_failed') AS publish_failed, \
+                   (SELECT count(*) FROM {t} WHERE status = 'sent') AS sent, \
+                   (SELECT count(*) FROM {t} WHERE status = 'dead') AS dead, \
+                   LEAST((SELECT created_at FROM {t} WHERE status = 'pending' ORDER BY seq LIMIT 1), \
+                         (SELECT min(created_at) FROM {t} WHERE status = 'publish_failed')) AS oldest"
+            ),
+            get: format!("SELECT {returning} FROM {t} WHERE id = $1"),
+            list: format!("SELECT {returning} FROM {t} WHERE status = $1 ORDER BY seq LIMIT $2"),
+            requeue: format!(
+                "UPDATE {t} SET status = 'pending', attempts = 0, next_attempt_at = NULL, \
+                 sent_at = NULL, locked_by = NULL, locked_until = NULL \
+                 WHERE id = $1 AND status = ANY($2)"
+            ),
+            status_of: format!("SELECT status FROM {t} WHERE id = $1"),
+            delete: format!("DELETE FROM {t} WHERE id = $1"),
+            retention: format!(
+                "DELETE FROM {t} WHERE seq IN (SELECT seq FROM {t} WHERE status = 'sent' \
+                 AND sent_at < now() - $1 * interval '1 millisecond' ORDER BY sent_at LIMIT $2)"
+            ),
+        }
+    }
+}
+
+/// [`OutboxStore`] on PostgreSQL.
+#[derive(Debug, Clone)]
+pub struct PgOutboxStore {
+    pool: PgPool,
+    outbox: PgOutbox,
+    sql: std::sync::Arc<Sql>,
+}
+
+#[derive(sqlx::FromRow)]
+struct ClaimedRow {
+    seq: i64,
+    #[sqlx(flatten)]
+    row: MessageRow,
+}
+
+impl PgOutboxStore {
+    /// A store on `pool` over the tables of `schema` (run [`crate::migrate`] first).
+    #[must_use]
+    pub fn new(pool: PgPool, schema: PgSchema) -> Self {
+        Self {
+            pool,
+            sql: std::sync::Arc::new(Sql::new(&schema)),
+            outbox: PgOutbox::new(schema),
+        }
+    }
+
+    /// Sets the payload limit (default 1 MiB).
+    #[must_use]
+    pub fn with_max_payload_bytes(mut self, max: usize) -> Self {
+        self.outbox = self.outbox.with_max_payload_bytes(max);
+        self
+    }
+
+    /// The transactional enqueue handle of the same schema.
+    #[must_use]
+    pub const fn outbox(&self) -> &PgOutbox {
+        &self.outbox
+    }
+
+    /// The pool.
+    #[must_use]
+    pub const fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Retention: deletes sent messages older than `age`, `batch` rows per statement,
+    /// until none is left; returns how many. Each statement is short, so it never
+    /// holds many locks or a long transaction.
+    ///
+    /// # Errors
+    /// A database error; what was deleted before it stays deleted.
+    pub async fn delete_sent_older_than(
+        &self,
+        age: Duration,
+        batch: u32,
+    ) -> Result<u64, PortError> {
+        let mut total = 0;
+        loop {
+            let n = sqlx::query(&self.sql.retention)
+                .bind(millis(age))
+                .bind(i64::from(batch.max(1)))
+                .execute(&self.pool)
+                .await
+                .map_err(|e| port("retention", e))?
+                .rows_affected();
+            total += n;
+            if n < u64::from(batch.max(1)) {
+                return Ok(total);
+            }
+        }
+    }
+
+    async fn claim(
+        &self,
+        sql: &str,
+        lease: &Lease,
+        limit: u32,
+    ) -> Result<Vec<ClaimedMessage>, PortError> {
+        let mut rows: Vec<ClaimedRow> = sqlx::query_as(sql)
+            .bind(i64::from(limit))
+            .bind(&lease.holder)
+            .bind(millis(lease.ttl))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| port("claim", e))?;
+        rows.sort_by_key(|r| r.seq);
+        Ok(rows
+            .iter()
+            .map(|r| ClaimedMessage {
+                message: r.row.message(),
+                attempts: r.row.attempts(),
+            })
+            .collect())
+    }
+
+    async fn revive_error(&self, id: MessageId, target: Status) -> PortError {
+        match sqlx::query_scalar::<_, String>(&self.sql.status_of)
+            .bind(id.as_uuid())
+            .fetch_optional(&self.pool)
+            .await
+        {
+            Ok(None) => PortError::NotFound {
+                what: "message",
+                id: id.to_string(),
+            },
+            Ok(Some(s)) => match s.parse::<Status>() {
+                Ok(from) => TransitionError { from, to: target }.into(),
+                Err(e) => PortError::fatal("requeue", e),
+            },
+            Err(e) => port("requeue", e),
+        }
+    }
+}
+
+#[async_trait]
+impl OutboxStore for PgOutboxStore {
+    async fn enqueue(&self, messages: Vec<Message>) -> Result<(), PortError> {
+        let mut conn = self.pool.acquire().await.map_err(|e| port("enqueue", e))?;
+        self.outbox.insert_messages(&mut conn, &messages).await
+    }
+
+    async fn claim_pending(
+        &self,
+        lease: &Lease,
+        limit: u32,
+    ) -> Result<Vec<ClaimedMessage>, PortError> {
+        self.claim(&self.sql.claim_pending, lease, limit).await
+    }
+
+    async fn claim_due_retries(
+        &self,
+        lease: &Lease,
+        limit: u32,
+    ) -> Result<Vec<ClaimedMessage>, PortError> {
+        self.claim(&self.sql.claim_retries, lease, limit).await
+    }
+
+    async fn mark_sent(&self, lease: &Lease, ids: &[MessageId]) -> Result<u64, PortError> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        Ok(sqlx::query(&self.sql.mark_sent)
+            .bind(ids.iter().map(|i| *i.as_uuid()).collect::<Vec<_>>())
+            .bind(&lease.holder)
+            .bind(sources_of(Status::Sent))
+            .execute(&self.pool)
+            .await
+            .map_err(|e| port("mark sent", e))?
+            .rows_affected())
+    }
+
+    async fn mark_publish_failed(
+        &self,
+        lease: &Lease,
+        failures: &[PublishFailure],
+    ) -> Result<u64, PortError> {
+        if failures.is_empty() {
+            return Ok(0);
+        }
+        let delays: Vec<Option<i64>> = failures
+            .iter()
+            .map(|f| match f.decision {
+                Decision::RetryAfter(d) => Some(millis(d)),
+                Decision::Dead => None,
+            })
+            .collect();
+        // Both outcomes start from the same statuses (the core's table).
+        let from: Vec<String> = sources_of(Status::PublishFailed)
+            .into_iter()
+            .filter(|s| sources_of(Status::Dead).contains(s))
+            .collect();
+        Ok(sqlx::query(&self.sql.mark_failed)
+            .bind(failures.iter().map(|f| *f.id.as_uuid()).collect::<Vec<_>>())
+            .bind(failures.iter().map(|f| f.error.clone()).collect::<Vec<_>>())
+            .bind(delays)
+            .bind(&lease.holder)
+            .bind(from)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| port("mark publish failed", e))?
+            .rows_affected())
+    }
+
+    async fn release(&self, lease: &Lease, ids: &[MessageId]) -> Result<u64, PortError> {
+        Ok(sqlx::query(&self.sql.release)
+            .bind(ids.iter().map(|i| *i.as_uuid()).collect::<Vec<_>>())
+            .bind(&lease.holder)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| port("release", e))?
+            .rows_affected())
+    }
+
+    async fn recover_expired_leases(&self) -> Result<u64, PortError> {
+        Ok(sqlx::query(&self.sql.recover)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| port("recover leases", e))?
+            .rows_affected())
+    }
+
+    async fn stats(&self) -> Result<OutboxStats, PortError> {
+        let (pending, publish_failed, sent, dead, oldest): (
+            i64,
+            i64,
+            i64,
+            i64,
+            Option<time::OffsetDateTime>,
+        ) = sqlx::query_as(&self.sql.stats)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| port("stats", e))?;
+        let n = |v: i64| u64::try_from(v).unwrap_or(0);
+        Ok(OutboxStats {
+            pending: n(pending),
+            publish_failed: n(publish_failed),
+            sent: n(sent),
+            dead: n(dead),
+            oldest_unsent_at: oldest,
+        })
+    }
+
+    async fn get(&self, id: MessageId) -> Result<Option<OutboxRecord>, PortError> {
+        sqlx::query_as::<_, MessageRow>(&self.sql.get)
+            .bind(id.as_uuid())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| port("get", e))?
+            .map(|r| r.outbox_record())
+            .transpose()
+    }
+
+    async fn list(&self, status: Status, limit: u32) -> Result<Vec<OutboxRecord>, PortError> {
+        sqlx::query_as::<_, MessageRow>(&self.sql.list)
+            .bind(status.as_str())
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| port("list", e))?
+            .iter()
+            .map(MessageRow::outbox_record)
+            .collect()
+    }
+
+    async fn requeue(&self, id: MessageId) -> Result<(), PortError> {
+        let n = sqlx::query(&self.sql.requeue)
+            .bind(id.as_uuid())
+            .bind(sources_of(Status::Pending))
+            .execute(&self.pool)
+            .await
+            .map_err(|e| port("requeue", e))?
+            .rows_affected();
+        if n == 1 {
+            Ok(())
+        } else {
+            Err(self.revive_error(id, Status::Pending).await)
+        }
+    }
+
+    async fn delete(&self, id: MessageId) -> Result<(), PortError> {
+        let n = sqlx::query(&self.sql.delete)
+            .bind(id.as_uuid())
+            .execute(&self.pool)
+            .await
+            .map_err(|e| port("delete", e))?
+            .rows_affected();
+        if n == 1 {
+            Ok(())
+        } else {
+            Err(PortError::NotFound {
+                what: "message",
+                id: id.to_string(),
+            })
+        }
+    }
+}

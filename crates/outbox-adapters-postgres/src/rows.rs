@@ -1,0 +1,101 @@
+//! Rows as read from the tables, and their conversion to domain types.
+
+use outbox_core::{Headers, Message, MessageId, SideState, Status, Timestamp};
+use outbox_ports::{InboxRecord, OutboxRecord, PortError};
+use sqlx::types::Json;
+
+/// The message columns, in the order both tables share.
+pub(crate) const MESSAGE_COLUMNS: &str = "exchange, routing_key, message_type, headers, payload, content_type, source, correlation_id, created_at";
+
+/// The state columns.
+pub(crate) const STATE_COLUMNS: &str =
+    "status, attempts, last_attempt_at, next_attempt_at, last_error";
+
+#[derive(sqlx::FromRow)]
+pub(crate) struct MessageRow {
+    pub(crate) id: uuid::Uuid,
+    pub(crate) exchange: String,
+    pub(crate) routing_key: String,
+    pub(crate) message_type: Option<String>,
+    pub(crate) headers: Json<Headers>,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) content_type: String,
+    pub(crate) source: Option<String>,
+    pub(crate) correlation_id: Option<String>,
+    pub(crate) created_at: Timestamp,
+    pub(crate) status: String,
+    pub(crate) attempts: i32,
+    pub(crate) last_attempt_at: Option<Timestamp>,
+    pub(crate) next_attempt_at: Option<Timestamp>,
+    pub(crate) last_error: Option<String>,
+    pub(crate) completed_at: Option<Timestamp>,
+}
+
+impl MessageRow {
+    pub(crate) fn message(&self) -> Message {
+        Message {
+            id: MessageId::from_uuid(self.id),
+            exchange: self.exchange.clone(),
+            routing_key: self.routing_key.clone(),
+            message_type: self.message_type.clone(),
+            headers: self.headers.0.clone(),
+            payload: self.payload.clone(),
+            content_type: self.content_type.clone(),
+            source: self.source.clone(),
+            correlation_id: self.correlation_id.clone(),
+            created_at: self.created_at,
+        }
+    }
+
+    pub(crate) fn attempts(&self) -> u32 {
+        u32::try_from(self.attempts).unwrap_or(0)
+    }
+
+    pub(crate) fn status(&self) -> Result<Status, PortError> {
+        self.status
+            .parse()
+            .map_err(|e: String| PortError::fatal("read row", e))
+    }
+
+    fn state(&self) -> SideState {
+        SideState {
+            attempts: self.attempts(),
+            last_attempt_at: self.last_attempt_at,
+            next_attempt_at: self.next_attempt_at,
+            last_error: self.last_error.clone(),
+            completed_at: self.completed_at,
+        }
+    }
+
+    pub(crate) fn outbox_record(&self) -> Result<OutboxRecord, PortError> {
+        Ok(OutboxRecord {
+            message: self.message(),
+            status: self.status()?,
+            publish: self.state(),
+        })
+    }
+
+    pub(crate) fn inbox_record(&self, consumer: &str) -> Result<InboxRecord, PortError> {
+        Ok(InboxRecord {
+            consumer: consumer.to_owned(),
+            message: self.message(),
+            status: self.status()?,
+            consume: self.state(),
+        })
+    }
+}
+
+/// Statuses from which `target` may be reached, by the core's transition table: the
+/// `WHERE status = ANY(..)` of every status-changing statement.
+pub(crate) fn sources_of(target: Status) -> Vec<String> {
+    Status::ALL
+        .into_iter()
+        .filter(|s| s.can_become(target))
+        .map(|s| s.as_str().to_owned())
+        .collect()
+}
+
+/// Milliseconds of a duration, for `$n * interval '1 millisecond'`.
+pub(crate) fn millis(d: std::time::Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}

@@ -1,0 +1,145 @@
+//! The schema that holds the tables, and the migrations that create them.
+
+use std::fmt;
+
+use sqlx::PgPool;
+
+use crate::PgConfigError;
+
+/// Longest schema name accepted: the wake-up channel `outbox_wakeup.<schema>` must fit
+/// PostgreSQL's 63-byte identifier limit.
+pub const MAX_SCHEMA_LEN: usize = 48;
+
+/// A schema name that is a plain identifier: lowercase ASCII letters, digits and
+/// underscores, starting with a letter or underscore, at most [`MAX_SCHEMA_LEN`]
+/// bytes, and not a `pg_` system name. Only such names are ever put into SQL, and
+/// always quoted.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct PgSchema(String);
+
+impl PgSchema {
+    /// Validates `name`.
+    ///
+    /// # Errors
+    /// [`PgConfigError::InvalidSchema`] saying what is wrong.
+    pub fn new(name: &str) -> Result<Self, PgConfigError> {
+        let invalid = |reason| {
+            Err(PgConfigError::InvalidSchema {
+                name: name.to_owned(),
+                reason,
+            })
+        };
+        let mut chars = name.chars();
+        match chars.next() {
+            None => return invalid("must not be empty"),
+            Some(c) if !(c.is_ascii_lowercase() || c == '_') => {
+                return invalid("must start with a lowercase letter or an underscore");
+            }
+            Some(_) => {}
+        }
+        if !chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_') {
+            return invalid("may hold only lowercase letters, digits and underscores");
+        }
+        if name.len() > MAX_SCHEMA_LEN {
+            return invalid("is longer than 48 characters");
+        }
+        if name.starts_with("pg_") || name == "information_schema" {
+            return invalid("is reserved by PostgreSQL");
+        }
+        Ok(Self(name.to_owned()))
+    }
+
+    /// The name.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The quoted identifier, for building SQL.
+    #[must_use]
+    pub fn quoted(&self) -> String {
+        format!("\"{}\"", self.0)
+    }
+
+    /// The notification channel relays of this schema listen on.
+    #[must_use]
+    pub fn wakeup_channel(&self) -> String {
+        format!("outbox_wakeup.{}", self.0)
+    }
+}
+
+impl Default for PgSchema {
+    fn default() -> Self {
+        Self("outbox".to_owned())
+    }
+}
+
+impl fmt::Debug for PgSchema {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PgSchema({})", self.0)
+    }
+}
+
+impl fmt::Display for PgSchema {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The embedded migrations.
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+/// Creates `schema` if needed and brings its tables up to date. Idempotent and safe
+/// to run from several instances at once (sqlx takes an advisory lock).
+///
+/// # Errors
+/// [`PgConfigError::Migration`] naming the schema and the cause.
+pub async fn migrate(pool: &PgPool, schema: &PgSchema) -> Result<(), PgConfigError> {
+    let fail = |e: &dyn fmt::Display| PgConfigError::Migration {
+        schema: schema.to_string(),
+        reason: e.to_string(),
+    };
+    let mut conn = pool.acquire().await.map_err(|e| fail(&e))?;
+    // The name is validated and quoted; DDL cannot take it as a bind parameter.
+    sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS {}", schema.quoted()))
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| fail(&e))?;
+    sqlx::query("SELECT set_config('search_path', $1, false)")
+        .bind(schema.quoted())
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| fail(&e))?;
+    let result = MIGRATOR.run(&mut *conn).await.map_err(|e| fail(&e));
+    // The connection goes back to the pool: give it its default search_path again.
+    let _ = sqlx::query("RESET search_path").execute(&mut *conn).await;
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_identifiers_are_schemas() {
+        for good in ["outbox", "_x", "orders_outbox_2", &"a".repeat(48)] {
+            assert!(PgSchema::new(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "Outbox",
+            "1abc",
+            "out box",
+            "x\"; DROP TABLE users; --",
+            "a.b",
+            "pg_catalog",
+            "information_schema",
+            "é",
+            &"a".repeat(49),
+        ] {
+            let e = PgSchema::new(bad).expect_err(bad);
+            assert!(e.to_string().starts_with("invalid schema name"), "{e}");
+        }
+        assert_eq!(PgSchema::default().quoted(), "\"outbox\"");
+    }
+}

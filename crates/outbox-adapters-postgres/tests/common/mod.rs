@@ -1,0 +1,90 @@
+//! Test harness: a pool on the server named by `OUTBOX_TEST_DATABASE_URL` (default:
+//! the local server) and a fresh schema per test.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use outbox_adapters_postgres::{PgPool, PgSchema, connect, migrate, redact_url};
+use tokio::sync::OnceCell;
+
+/// Where the tests look when no URL is given.
+pub const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+pub fn url() -> String {
+    std::env::var("OUTBOX_TEST_DATABASE_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned())
+}
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+static CLEANED: OnceCell<()> = OnceCell::const_new();
+static SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// A pool, or `None` outside CI when no server answers (the test then says it is
+/// skipped). In CI an unreachable server fails the test, naming the URL tried.
+pub async fn pool() -> Option<PgPool> {
+    let url = url();
+    match connect(&url, 8, Duration::from_secs(5)).await {
+        Ok(pool) => {
+            CLEANED
+                .get_or_init(|| async {
+                    // Schemas of earlier runs of this test binary: gone.
+                    let prefix = format!("obt_{}_", std::process::id());
+                    let old: Vec<String> = sqlx::query_scalar(
+                        "SELECT nspname::text FROM pg_namespace WHERE nspname LIKE 'obt\\_%' AND nspname NOT LIKE $1",
+                    )
+                    .bind(format!("{prefix}%"))
+                    .fetch_all(&pool)
+                    .await
+                    .unwrap_or_default();
+                    for s in old {
+                        if let Ok(schema) = PgSchema::new(&s) {
+                            let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {} CASCADE", schema.quoted()))
+                                .execute(&pool)
+                                .await;
+                        }
+                    }
+                })
+                .await;
+            Some(pool)
+        }
+        Err(e) if in_ci() => panic!(
+            "PostgreSQL is required in CI and unreachable at {} (set OUTBOX_TEST_DATABASE_URL): {e}",
+            redact_url(&url)
+        ),
+        Err(e) => {
+            eprintln!(
+                "SKIPPED (not in CI): PostgreSQL unreachable at {} (set OUTBOX_TEST_DATABASE_URL): {e}",
+                redact_url(&url)
+            );
+            None
+        }
+    }
+}
+
+/// A migrated schema of its own for one test.
+pub async fn fresh(pool: &PgPool) -> PgSchema {
+    let name = format!(
+        "obt_{}_{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::SeqCst)
+    );
+    let schema = PgSchema::new(&name).expect("valid schema name");
+    migrate(pool, &schema).await.expect("migrate");
+    schema
+}
+
+/// Runs `$body` with `(pool, schema)`, or reports the skip.
+#[macro_export]
+macro_rules! with_db {
+    (|$pool:ident, $schema:ident| $body:block) => {{
+        let Some($pool) = common::pool().await else {
+            return;
+        };
+        let $schema = common::fresh(&$pool).await;
+        $body
+    }};
+}

@@ -1,0 +1,490 @@
+//! Behaviour only PostgreSQL has: enqueue inside the caller's transaction, plain SQL
+//! producers, claim races, handlers in the inbox's transaction, wake-ups, lock
+//! renewal, retention, bad input.
+
+mod common;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use outbox_adapters_postgres::{
+    ConsumeOutcome, PgInboxStore, PgLock, PgOutbox, PgOutboxStore, PgSchema, PgWakeup, Wake,
+    connect, migrate,
+};
+use outbox_core::{Decision, NewMessage, Status};
+use outbox_ports::{DistributedLock, InboxStore, Lease, OutboxStore, PortError};
+
+fn lease(name: &str) -> Lease {
+    Lease::new(outbox_testkit::unique_key(name), Duration::from_secs(60))
+}
+
+#[tokio::test]
+async fn enqueue_commits_and_rolls_back_with_the_business_transaction() {
+    with_db!(|pool, schema| {
+        sqlx::query(&format!(
+            "CREATE TABLE {}.orders (id int PRIMARY KEY)",
+            schema.quoted()
+        ))
+        .execute(&pool)
+        .await
+        .expect("orders table");
+        let outbox = PgOutbox::new(schema.clone());
+        let store = PgOutboxStore::new(pool.clone(), schema.clone());
+
+        let mut tx = pool.begin().await.expect("begin");
+        sqlx::query(&format!(
+            "INSERT INTO {}.orders VALUES (1)",
+            schema.quoted()
+        ))
+        .execute(&mut *tx)
+        .await
+        .expect("order 1");
+        let kept = outbox
+            .enqueue(
+                &mut tx,
+                NewMessage::new("orders", "order.created", b"{\"id\":1}".to_vec()),
+            )
+            .await
+            .expect("enqueue");
+        tx.commit().await.expect("commit");
+
+        let mut tx = pool.begin().await.expect("begin");
+        sqlx::query(&format!(
+            "INSERT INTO {}.orders VALUES (2)",
+            schema.quoted()
+        ))
+        .execute(&mut *tx)
+        .await
+        .expect("order 2");
+        let rolled_back = outbox
+            .enqueue_batch(
+                &mut tx,
+                vec![
+                    NewMessage::new("orders", "order.created", b"{\"id\":2}".to_vec()),
+                    NewMessage::new("orders", "order.paid", b"{\"id\":2}".to_vec()),
+                ],
+            )
+            .await
+            .expect("enqueue batch");
+        tx.rollback().await.expect("rollback");
+
+        let claimed = store
+            .claim_pending(&lease("relay"), 100)
+            .await
+            .expect("claim");
+        let ids: Vec<_> = claimed.iter().map(|c| c.message.id).collect();
+        assert_eq!(ids, [kept]);
+        for id in rolled_back {
+            assert!(
+                store.get(id).await.expect("get").is_none(),
+                "rolled back message exists"
+            );
+        }
+    });
+}
+
+#[tokio::test]
+async fn the_smallest_sql_insert_is_relayed_like_any_message() {
+    with_db!(|pool, schema| {
+        sqlx::query(&format!(
+            "INSERT INTO {}.outbox_messages (exchange, routing_key, payload) \
+             VALUES ('orders', 'order.created', convert_to('{{\"id\":7}}', 'UTF8'))",
+            schema.quoted()
+        ))
+        .execute(&pool)
+        .await
+        .expect("plain SQL insert");
+        let store = PgOutboxStore::new(pool.clone(), schema.clone());
+        let claimed = store
+            .claim_pending(&lease("relay"), 10)
+            .await
+            .expect("claim");
+        assert_eq!(claimed.len(), 1);
+        let m = &claimed[0].message;
+        assert_eq!(
+            (m.exchange.as_str(), m.routing_key.as_str()),
+            ("orders", "order.created")
+        );
+        assert_eq!(m.payload, b"{\"id\":7}");
+        assert_eq!(m.content_type, "application/json");
+        assert!(!m.id.as_uuid().is_nil());
+        assert!(m.headers.is_empty());
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn four_claimers_over_ten_thousand_rows_take_each_once() {
+    with_db!(|pool, schema| {
+        let store = Arc::new(PgOutboxStore::new(pool.clone(), schema.clone()));
+        let msgs = outbox_testkit::messages(10_000);
+        for chunk in msgs.chunks(1000) {
+            store.enqueue(chunk.to_vec()).await.expect("enqueue");
+        }
+        let mut tasks = Vec::new();
+        for i in 0..4 {
+            let store = Arc::clone(&store);
+            tasks.push(tokio::spawn(async move {
+                let mut mine = Vec::new();
+                loop {
+                    let l = lease(&format!("claimer{i}"));
+                    let batch = store.claim_pending(&l, 100).await.expect("claim");
+                    if batch.is_empty() {
+                        return mine;
+                    }
+                    let ids: Vec<_> = batch.iter().map(|c| c.message.id).collect();
+                    assert_eq!(
+                        store.mark_sent(&l, &ids).await.expect("mark"),
+                        ids.len() as u64
+                    );
+                    mine.extend(ids);
+                }
+            }));
+        }
+        let mut seen = Vec::new();
+        for t in tasks {
+            seen.extend(t.await.expect("claimer"));
+        }
+        let unique: HashSet<_> = seen.iter().copied().collect();
+        assert_eq!(seen.len(), 10_000, "a row was claimed twice or never");
+        assert_eq!(unique.len(), 10_000);
+        assert_eq!(store.stats().await.expect("stats").sent, 10_000);
+    });
+}
+
+#[tokio::test]
+async fn a_handler_in_the_inbox_transaction_takes_effect_exactly_once() {
+    with_db!(|pool, schema| {
+        let effects = format!("{}.effects", schema.quoted());
+        sqlx::query(&format!("CREATE TABLE {effects} (message_id uuid, n int)"))
+            .execute(&pool)
+            .await
+            .expect("effects table");
+        let inbox = PgInboxStore::new(pool.clone(), &schema);
+        let m = outbox_testkit::message("orders", "order.created");
+        let insert = format!("INSERT INTO {effects} VALUES ($1, 1)");
+        let run = |fail: bool| {
+            let insert = insert.clone();
+            let id = *m.id.as_uuid();
+            outbox_adapters_postgres::TxHandler::from(Box::new(
+                move |conn: &mut sqlx::PgConnection| {
+                    Box::pin(async move {
+                        sqlx::query(&insert)
+                            .bind(id)
+                            .execute(&mut *conn)
+                            .await
+                            .map_err(|e| e.to_string())?;
+                        if fail {
+                            Err("downstream refused".to_owned())
+                        } else {
+                            Ok(())
+                        }
+                    })
+                        as std::pin::Pin<
+                            Box<dyn std::future::Future<Output = Result<(), String>> + Send + '_>,
+                        >
+                },
+            ))
+        };
+        let count = || async {
+            sqlx::query_scalar::<_, i64>(&format!("SELECT count(*) FROM {effects}"))
+                .fetch_one(&pool)
+                .await
+                .expect("count")
+        };
+        let retry = |_| Decision::RetryAfter(Duration::from_millis(10));
+
+        // A failing handler: its write is rolled back, the failure is stored.
+        let out = inbox
+            .consume_in_transaction("billing", &m, retry, run(true))
+            .await
+            .expect("consume");
+        assert_eq!(out, ConsumeOutcome::Failed("downstream refused".into()));
+        assert_eq!(
+            count().await,
+            0,
+            "the failed handler's write was rolled back"
+        );
+        let rec = inbox.get("billing", m.id).await.expect("get").expect("row");
+        assert_eq!(rec.status, Status::ConsumeFailed);
+        assert_eq!(
+            rec.consume.last_error.as_deref(),
+            Some("downstream refused")
+        );
+
+        // Another message succeeds: effect and inbox row commit together.
+        let m2 = outbox_testkit::message("orders", "order.created");
+        let insert2 = insert.clone();
+        let id2 = *m2.id.as_uuid();
+        let ok: outbox_adapters_postgres::TxHandler<'_> =
+            Box::new(move |conn: &mut sqlx::PgConnection| {
+                Box::pin(async move {
+                    sqlx::query(&insert2)
+                        .bind(id2)
+                        .execute(&mut *conn)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    Ok(())
+                })
+            });
+        assert_eq!(
+            inbox
+                .consume_in_transaction("billing", &m2, retry, ok)
+                .await
+                .expect("consume"),
+            ConsumeOutcome::Consumed
+        );
+        assert_eq!(count().await, 1);
+        // Redelivered: the handler does not run again.
+        let again: outbox_adapters_postgres::TxHandler<'_> =
+            Box::new(|_conn: &mut sqlx::PgConnection| {
+                Box::pin(async move { panic!("a duplicate must not reach the handler") })
+            });
+        assert_eq!(
+            inbox
+                .consume_in_transaction("billing", &m2, retry, again)
+                .await
+                .expect("consume"),
+            ConsumeOutcome::Duplicate
+        );
+        assert_eq!(count().await, 1, "effect exactly once");
+        assert_eq!(
+            inbox
+                .get("billing", m2.id)
+                .await
+                .expect("get")
+                .expect("row")
+                .status,
+            Status::Consumed
+        );
+    });
+}
+
+#[tokio::test]
+async fn an_idle_relay_is_woken_by_a_commit_and_producers_notify_only_then() {
+    with_db!(|pool, schema| {
+        let outbox = PgOutbox::new(schema.clone());
+        let mut wakeup = PgWakeup::connect(&pool, &schema, "relay-a")
+            .await
+            .expect("listen");
+
+        // Nothing pending, nothing committed: the fallback timeout.
+        assert_eq!(
+            wakeup.wait(Duration::from_millis(200)).await.expect("wait"),
+            Wake::TimedOut
+        );
+
+        // A commit while the relay waits wakes it.
+        let producer = {
+            let pool = pool.clone();
+            let outbox = outbox.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let mut tx = pool.begin().await.expect("begin");
+                outbox
+                    .enqueue(&mut tx, NewMessage::new("orders", "k", b"{}".to_vec()))
+                    .await
+                    .expect("enqueue");
+                tx.commit().await.expect("commit");
+                std::time::Instant::now()
+            })
+        };
+        let woke = wakeup.wait(Duration::from_secs(30)).await.expect("wait");
+        let woken_at = std::time::Instant::now();
+        let committed_at = producer.await.expect("producer");
+        assert_eq!(woke, Wake::Notified);
+        eprintln!(
+            "commit -> wake-up: {:?}",
+            woken_at.saturating_duration_since(committed_at)
+        );
+
+        // Work already there when declaring idle: no wait at all.
+        assert_eq!(
+            wakeup.wait(Duration::from_secs(30)).await.expect("wait"),
+            Wake::WorkPending
+        );
+
+        // No relay idle: producers do not notify (a raw listener hears nothing).
+        let mut listener = sqlx::postgres::PgListener::connect_with(&pool)
+            .await
+            .expect("listener");
+        listener
+            .listen(&schema.wakeup_channel())
+            .await
+            .expect("listen");
+        let mut tx = pool.begin().await.expect("begin");
+        outbox
+            .enqueue(&mut tx, NewMessage::new("orders", "k", b"{}".to_vec()))
+            .await
+            .expect("enqueue");
+        tx.commit().await.expect("commit");
+        let heard = tokio::time::timeout(Duration::from_millis(300), listener.recv()).await;
+        assert!(
+            heard.is_err(),
+            "a producer notified although no relay was idle"
+        );
+    });
+}
+
+#[tokio::test]
+async fn the_lock_is_renewed_while_held_and_reports_a_stolen_lease() {
+    with_db!(|pool, schema| {
+        let lock = PgLock::new(pool.clone(), &schema, "test");
+        let ttl = Duration::from_millis(600);
+        let guard = lock
+            .acquire("sweep", ttl, Duration::from_millis(100))
+            .await
+            .expect("acquire")
+            .expect("free");
+        tokio::time::sleep(ttl * 3).await;
+        assert!(guard.is_held(), "renewal kept the lease alive past its TTL");
+        assert!(
+            lock.acquire("sweep", ttl, Duration::from_millis(100))
+                .await
+                .expect("acquire")
+                .is_none()
+        );
+        // Someone else takes the row (as after a pause past the TTL).
+        sqlx::query(&format!(
+            "UPDATE {}.outbox_locks SET holder = 'thief', expires_at = now() + interval '1 hour'",
+            schema.quoted()
+        ))
+        .execute(&pool)
+        .await
+        .expect("steal");
+        tokio::time::sleep(ttl).await;
+        assert!(!guard.is_held(), "the guard noticed its lease was taken");
+        guard.release().await.expect("release");
+        assert!(
+            lock.acquire("sweep", ttl, Duration::from_millis(100))
+                .await
+                .expect("acquire")
+                .is_none(),
+            "releasing a lost lock must not free the thief's"
+        );
+    });
+}
+
+#[tokio::test]
+async fn retention_deletes_old_sent_rows_in_bounded_batches() {
+    with_db!(|pool, schema| {
+        let store = PgOutboxStore::new(pool.clone(), schema.clone());
+        store
+            .enqueue(outbox_testkit::messages(25))
+            .await
+            .expect("enqueue");
+        let l = lease("relay");
+        let claimed = store.claim_pending(&l, 20).await.expect("claim");
+        let ids: Vec<_> = claimed.iter().map(|c| c.message.id).collect();
+        store.mark_sent(&l, &ids).await.expect("mark");
+        assert_eq!(
+            store
+                .delete_sent_older_than(Duration::from_secs(3600), 7)
+                .await
+                .expect("retention"),
+            0
+        );
+        sqlx::query(&format!("UPDATE {}.outbox_messages SET sent_at = now() - interval '2 hours' WHERE status = 'sent'", schema.quoted()))
+            .execute(&pool)
+            .await
+            .expect("age rows");
+        assert_eq!(
+            store
+                .delete_sent_older_than(Duration::from_secs(3600), 7)
+                .await
+                .expect("retention"),
+            20
+        );
+        let s = store.stats().await.expect("stats");
+        assert_eq!((s.sent, s.pending), (0, 5), "unsent rows are never deleted");
+    });
+}
+
+#[tokio::test]
+async fn bad_input_is_a_clear_error_and_writes_nothing() {
+    with_db!(|pool, schema| {
+        let outbox = PgOutbox::new(schema.clone()).with_max_payload_bytes(1024);
+        let mut conn = pool.acquire().await.expect("conn");
+        let err = outbox
+            .enqueue(&mut conn, NewMessage::new("orders", "k", vec![0; 1025]))
+            .await
+            .expect_err("oversized");
+        assert!(matches!(err, PortError::InvalidMessage(_)), "{err}");
+        assert!(err.to_string().contains("1025"), "{err}");
+        let n: i64 = sqlx::query_scalar(&format!(
+            "SELECT count(*) FROM {}.outbox_messages",
+            schema.quoted()
+        ))
+        .fetch_one(&pool)
+        .await
+        .expect("count");
+        assert_eq!(n, 0);
+        // Migrations are idempotent.
+        migrate(&pool, &schema).await.expect("second migrate");
+        // Hostile schema names never reach SQL.
+        assert!(PgSchema::new("x\"; DROP SCHEMA public; --").is_err());
+        // Unparseable URLs name no password.
+        let e = connect("postgres://u:hunter2@[::1", 1, Duration::from_secs(1))
+            .await
+            .expect_err("bad url");
+        assert!(!e.to_string().contains("hunter2"), "{e}");
+        let e = connect(
+            "postgres://u:hunter2@127.0.0.1:1/db",
+            1,
+            Duration::from_secs(2),
+        )
+        .await
+        .expect_err("closed port");
+        assert!(!e.to_string().contains("hunter2"), "{e}");
+        assert!(e.to_string().contains("127.0.0.1:1"), "{e}");
+    });
+}
+
+#[tokio::test]
+async fn a_killed_connection_is_a_retryable_error_and_the_store_carries_on() {
+    with_db!(|pool, schema| {
+        // A pool of its own, named, so that only its sessions are killed.
+        let name = outbox_testkit::unique_key("killme");
+        let options = common::url()
+            .parse::<sqlx::postgres::PgConnectOptions>()
+            .expect("url")
+            .application_name(&name);
+        let own = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(4)
+            .connect_with(options)
+            .await
+            .expect("own pool");
+        let store = PgOutboxStore::new(own, schema.clone());
+        store
+            .enqueue(outbox_testkit::messages(3))
+            .await
+            .expect("enqueue");
+        let killed: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1) k",
+        )
+        .bind(&name)
+        .fetch_one(&pool)
+        .await
+        .expect("terminate");
+        assert!(killed >= 1, "no session of the store was killed");
+        let mut errors = 0;
+        let mut claimed = Vec::new();
+        for _ in 0..20 {
+            match store.claim_pending(&lease("relay"), 10).await {
+                Ok(c) => {
+                    claimed = c;
+                    break;
+                }
+                Err(e) => {
+                    assert!(e.is_retryable(), "{e}");
+                    errors += 1;
+                }
+            }
+        }
+        assert_eq!(
+            claimed.len(),
+            3,
+            "after {errors} retryable errors the rows are still there"
+        );
+    });
+}

@@ -319,6 +319,23 @@ impl PgOutboxStore {
         }
     }
 
+    /// The plan PostgreSQL would use for a claim of `limit` pending rows (`EXPLAIN`,
+    /// nothing is claimed): for operators checking that claims stay on the partial
+    /// index however large the table grows.
+    ///
+    /// # Errors
+    /// A database error.
+    pub async fn explain_claim_pending(&self, limit: u32) -> Result<String, PortError> {
+        let lines: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN {}", self.sql.claim_pending))
+            .bind(i64::from(limit))
+            .bind("explain")
+            .bind(0_i64)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| port("explain claim", e))?;
+        Ok(lines.join("\n"))
+    }
+
     async fn claim(
         &self,
         sql: &str,

@@ -19,9 +19,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
     let pool = connect(&url, 4, Duration::from_secs(5)).await?;
     let schema = PgSchema::new("outbox_claim_bench")?;
-    sqlx::query(&format!("DROP SCHEMA IF EXISTS {} CASCADE", schema.quoted()))
-        .execute(&pool)
-        .await?;
+    sqlx::query(&format!(
+        "DROP SCHEMA IF EXISTS {} CASCADE",
+        schema.quoted()
+    ))
+    .execute(&pool)
+    .await?;
     migrate(&pool, &schema).await?;
     sqlx::query(&format!(
         "INSERT INTO {}.outbox_messages (exchange, routing_key, payload) \
@@ -31,9 +34,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     .bind(rows)
     .execute(&pool)
     .await?;
-    sqlx::query(&format!("VACUUM ANALYZE {}.outbox_messages", schema.quoted()))
-        .execute(&pool)
-        .await?;
+    sqlx::query(&format!(
+        "VACUUM ANALYZE {}.outbox_messages",
+        schema.quoted()
+    ))
+    .execute(&pool)
+    .await?;
     let store = PgOutboxStore::new(pool.clone(), schema.clone());
     let started = Instant::now();
     let (mut done, mut claim_time, mut mark_time) = (0u64, Duration::ZERO, Duration::ZERO);

@@ -38,17 +38,28 @@ async fn claims_stay_on_the_partial_index_with_a_million_sent_rows() {
             );
             let pool = pool.clone();
             async move {
-                sqlx::query(&sql).bind(n).bind(status).execute(&pool).await.expect("fill");
+                sqlx::query(&sql)
+                    .bind(n)
+                    .bind(status)
+                    .execute(&pool)
+                    .await
+                    .expect("fill");
             }
         };
         fill(1_000, "sent").await;
         fill(1_000, "pending").await;
-        sqlx::query(&format!("ANALYZE {t}")).execute(&pool).await.expect("analyze");
+        sqlx::query(&format!("ANALYZE {t}"))
+            .execute(&pool)
+            .await
+            .expect("analyze");
         let (_, small) = claim_times(&store, 500).await;
 
         // The situation that hurts: a million rows went from pending to sent in one mass
         // update, and neither VACUUM nor ANALYZE has run since.
-        sqlx::query(&format!("ALTER TABLE {t} SET (autovacuum_enabled = false)")).execute(&pool).await.expect("no autovacuum");
+        sqlx::query(&format!("ALTER TABLE {t} SET (autovacuum_enabled = false)"))
+            .execute(&pool)
+            .await
+            .expect("no autovacuum");
         fill(1_000_000, "pending").await;
         sqlx::query(&format!("UPDATE {t} SET status = 'sent', sent_at = now() WHERE status = 'pending' AND seq > 2000"))
             .execute(&pool)
@@ -56,7 +67,10 @@ async fn claims_stay_on_the_partial_index_with_a_million_sent_rows() {
             .expect("mass update");
         let plan = store.explain_claim_pending(500).await.expect("explain");
         let (first, large) = claim_times(&store, 500).await;
-        sqlx::query(&format!("ALTER TABLE {t} RESET (autovacuum_enabled)")).execute(&pool).await.expect("reset");
+        sqlx::query(&format!("ALTER TABLE {t} RESET (autovacuum_enabled)"))
+            .execute(&pool)
+            .await
+            .expect("reset");
 
         eprintln!(
             "claim of 500, median of 7: {small:?} with 1,000 sent rows; {large:?} with 1,001,000 sent rows \
@@ -64,7 +78,13 @@ async fn claims_stay_on_the_partial_index_with_a_million_sent_rows() {
             large.as_secs_f64() / small.as_secs_f64()
         );
         eprintln!("{plan}");
-        assert!(plan.contains("outbox_pending"), "the claim does not use the pending partial index:\n{plan}");
-        assert!(!plan.contains("Seq Scan"), "the claim scans the table:\n{plan}");
+        assert!(
+            plan.contains("outbox_pending"),
+            "the claim does not use the pending partial index:\n{plan}"
+        );
+        assert!(
+            !plan.contains("Seq Scan"),
+            "the claim scans the table:\n{plan}"
+        );
     });
 }

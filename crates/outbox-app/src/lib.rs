@@ -49,8 +49,3 @@ pub async fn sleep_or_cancel(d: std::time::Duration, cancel: &CancellationToken)
         () = tokio::time::sleep(d) => true,
     }
 }
-
-/// The README's Rust examples, compiled and run as doctests so they cannot rot.
-#[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
-pub struct ReadmeDoctests;

@@ -38,48 +38,7 @@ pub enum PgConfigError {
     },
 }
 
-/// `url` with any password replaced by `***`, for messages and logs.
-#[must_use]
-pub fn redact_url(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
-        return url.to_owned();
-    };
-    let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let authority = &rest[..authority_end];
-    match authority.rfind('@') {
-        Some(at) => {
-            let userinfo = &authority[..at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            let shown = if userinfo.contains(':') {
-                format!("{user}:***")
-            } else {
-                user.to_owned()
-            };
-            format!("{}://{shown}{}", &url[..scheme_end], &rest[at..])
-        }
-        None => url.to_owned(),
-    }
-}
-
-/// `text` with `url` (and its password) removed, in case an error echoes them.
-#[must_use]
-pub(crate) fn redact(text: &str, url: &str) -> String {
-    let mut out = text.replace(url, &redact_url(url));
-    if let Some(password) = password_of(url) {
-        if !password.is_empty() {
-            out = out.replace(password, "***");
-        }
-    }
-    out
-}
-
-fn password_of(url: &str) -> Option<&str> {
-    let rest = &url[url.find("://")? + 3..];
-    let authority = &rest[..rest.find(['/', '?']).unwrap_or(rest.len())];
-    let userinfo = &authority[..authority.rfind('@')?];
-    userinfo.split_once(':').map(|(_, p)| p)
-}
+pub(crate) use outbox_core::config::{redact_secret_in as redact, redact_url};
 
 /// Maps a sqlx error to a port error: connection trouble, timeouts, serialization
 /// failures and deadlocks are retryable; everything else is not.
@@ -116,29 +75,5 @@ pub(crate) fn port(operation: &'static str, e: sqlx::Error) -> PortError {
             message,
             source: Some(Box::new(e)),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn passwords_never_show() {
-        let url = "postgres://app:s3cret@db.example:5432/orders?sslmode=require";
-        assert_eq!(
-            redact_url(url),
-            "postgres://app:***@db.example:5432/orders?sslmode=require"
-        );
-        assert_eq!(
-            redact(&format!("failed: {url}"), url),
-            "failed: postgres://app:***@db.example:5432/orders?sslmode=require"
-        );
-        assert_eq!(
-            redact("password s3cret rejected", url),
-            "password *** rejected"
-        );
-        assert_eq!(redact_url("postgres://app@h/db"), "postgres://app@h/db");
-        assert_eq!(redact_url("not a url"), "not a url");
     }
 }

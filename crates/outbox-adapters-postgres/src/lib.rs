@@ -26,10 +26,11 @@ mod schema;
 mod state;
 mod wakeup;
 
-pub use error::{PgConfigError, redact_url};
+pub use error::PgConfigError;
 pub use inbox::{ConsumeOutcome, PgInboxStore, TxHandler};
 pub use lock::PgLock;
 pub use outbox::{PgOutbox, PgOutboxStore};
+pub use outbox_core::config::redact_url;
 pub use schema::{MAX_SCHEMA_LEN, PgSchema, migrate};
 pub use state::PgSweepState;
 pub use wakeup::{PgWakeup, Wake};

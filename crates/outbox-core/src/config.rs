@@ -152,9 +152,75 @@ pub fn validate_key(key: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Passwords never reach logs, errors or `Debug` output: connection URLs are shown
+/// through these.
+/// `url` with any password replaced by `***`, for messages and logs.
+#[must_use]
+pub fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end + 3..];
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    match authority.rfind('@') {
+        Some(at) => {
+            let userinfo = &authority[..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            let shown = if userinfo.contains(':') {
+                format!("{user}:***")
+            } else {
+                user.to_owned()
+            };
+            format!("{}://{shown}{}", &url[..scheme_end], &rest[at..])
+        }
+        None => url.to_owned(),
+    }
+}
+
+/// `text` with `url` shown redacted and its password replaced by `***`, in case an
+/// error message echoes either.
+#[must_use]
+pub fn redact_secret_in(text: &str, url: &str) -> String {
+    let mut out = text.replace(url, &redact_url(url));
+    if let Some(password) = password_of(url) {
+        if !password.is_empty() {
+            out = out.replace(password, "***");
+        }
+    }
+    out
+}
+
+fn password_of(url: &str) -> Option<&str> {
+    let rest = &url[url.find("://")? + 3..];
+    let authority = &rest[..rest.find(['/', '?']).unwrap_or(rest.len())];
+    let userinfo = &authority[..authority.rfind('@')?];
+    userinfo.split_once(':').map(|(_, p)| p)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn passwords_never_show() {
+        let url = "postgres://app:s3cret@db.example:5432/orders?sslmode=require";
+        assert_eq!(
+            redact_url(url),
+            "postgres://app:***@db.example:5432/orders?sslmode=require"
+        );
+        assert_eq!(
+            redact_secret_in(&format!("failed: {url}"), url),
+            "failed: postgres://app:***@db.example:5432/orders?sslmode=require"
+        );
+        assert_eq!(
+            redact_secret_in("password s3cret rejected", url),
+            "password *** rejected"
+        );
+        assert_eq!(redact_url("redis://:pw@h:6379/0"), "redis://:***@h:6379/0");
+        assert_eq!(redact_url("postgres://app@h/db"), "postgres://app@h/db");
+        assert_eq!(redact_url("not a url"), "not a url");
+    }
 
     #[test]
     fn defaults_are_the_seeds() {

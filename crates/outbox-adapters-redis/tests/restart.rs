@@ -1,0 +1,127 @@
+//! Redis stopped and restarted while a lock is held. Its own test binary (cargo runs
+//! test binaries one at a time) with one test, so nothing else needs Redis meanwhile;
+//! Redis is started again even when the test fails.
+
+mod common;
+
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use outbox_adapters_redis::RedisLock;
+use outbox_ports::DistributedLock;
+use outbox_testkit::unique_key;
+
+/// Starts the local Redis again (the machine's documented command) when dropped, if
+/// it does not answer.
+struct Restore;
+
+fn answering() -> bool {
+    TcpStream::connect_timeout(
+        &"127.0.0.1:6379".parse().expect("addr"),
+        Duration::from_millis(200),
+    )
+    .is_ok()
+}
+
+fn start_redis() {
+    let _ = std::fs::create_dir_all("/var/lib/redis");
+    let _ = std::fs::create_dir_all("/var/log/redis");
+    let status = Command::new("redis-server")
+        .args([
+            "--daemonize",
+            "yes",
+            "--bind",
+            "127.0.0.1",
+            "-::1",
+            "--port",
+            "6379",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            "/var/lib/redis",
+            "--logfile",
+            "/var/log/redis/ci.log",
+        ])
+        .status();
+    eprintln!("restarted redis-server: {status:?}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !answering() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        if !answering() {
+            start_redis();
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_redis_restart_during_a_hold_loses_the_lease_and_tokens_keep_growing() {
+    let url = common::url();
+    if url != common::DEFAULT_URL {
+        // Only the local server can be stopped and started by this test.
+        assert!(
+            std::env::var("CI").is_err(),
+            "in CI the restart test needs the local Redis at {}",
+            common::DEFAULT_URL
+        );
+        eprintln!("SKIPPED (not in CI): the restart test needs the local Redis");
+        return;
+    }
+    with_redis!(|client| {
+        let _restore = Restore;
+        let lock = RedisLock::new(client.clone(), "restart");
+        let key = unique_key("restart");
+        let ttl = Duration::from_millis(900);
+        let guard = lock
+            .acquire(&key, ttl, Duration::from_millis(100))
+            .await
+            .expect("acquire")
+            .expect("free");
+        let before = guard.fencing_token();
+
+        let stop = Command::new("redis-cli")
+            .args(["-p", "6379", "shutdown", "nosave"])
+            .status();
+        eprintln!("redis-cli shutdown: {stop:?}");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while answering() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(!answering(), "Redis did not stop");
+
+        match lock.acquire(&key, ttl, Duration::from_millis(200)).await {
+            Err(e) => assert!(e.is_retryable(), "{e}"),
+            Ok(got) => panic!(
+                "acquired (or timed out: {}) while Redis was down",
+                got.is_none()
+            ),
+        }
+        tokio::time::sleep(ttl * 2).await;
+        assert!(
+            !guard.is_held(),
+            "the holder must learn that its lease cannot be renewed"
+        );
+
+        start_redis();
+        assert!(answering(), "Redis did not come back");
+        // Every key is gone (nothing kept on disk); tokens still grow.
+        let after = lock
+            .acquire(&key, ttl, Duration::from_secs(5))
+            .await
+            .expect("acquire after restart")
+            .expect("free after restart");
+        assert!(
+            after.fencing_token() > before,
+            "{} <= {before}",
+            after.fencing_token()
+        );
+        after.release().await.expect("release");
+    });
+}

@@ -1,0 +1,77 @@
+//! RabbitMQ adapter of `outbox` on lapin.
+//!
+//! - [`RabbitPublisher`]: publisher confirms on its channel; a batch is published
+//!   pipelined and each message gets its own outcome. `mandatory` is set and a
+//!   returned message is a failure even though the broker acks it. Missing exchanges
+//!   are found by a passive declare first, so only their messages fail. A lost
+//!   connection fails what was in flight (to be retried) and the next batch
+//!   reconnects; a confirm that does not come within the timeout is a failure; while
+//!   the broker blocks the connection (memory or disk alarm) nothing is published.
+//! - [`RabbitSubscriber`]: manual acknowledgement, prefetch, reconnects after a broker
+//!   restart.
+//! - [`Topology`]: exchanges, queues (classic or quorum, dead-letter exchange) and
+//!   bindings, declared idempotently at start.
+//!
+//! URLs are shown with their password replaced by `***`.
+
+mod convert;
+mod publisher;
+mod subscriber;
+mod topology;
+
+use std::time::Duration;
+
+use outbox_core::config::{redact_secret_in, redact_url};
+use outbox_ports::PortError;
+
+pub use publisher::{RabbitPublisher, RabbitPublisherConfig};
+pub use subscriber::RabbitSubscriber;
+pub use topology::{BindingSpec, ExchangeKind, ExchangeSpec, QueueSpec, QueueType, Topology};
+
+/// Opens a connection to `url` within `timeout`.
+///
+/// # Errors
+/// [`PortError::Transient`] when the broker cannot be reached or refuses the login;
+/// the message shows the URL without its password.
+pub async fn connect(url: &str, timeout: Duration) -> Result<lapin::Connection, PortError> {
+    let properties = lapin::ConnectionProperties::default();
+    match tokio::time::timeout(timeout, lapin::Connection::connect(url, properties)).await {
+        Ok(Ok(conn)) => Ok(conn),
+        Ok(Err(e)) => Err(PortError::transient(
+            "connect to RabbitMQ",
+            format!(
+                "{}: {}",
+                redact_url(url),
+                redact_secret_in(&e.to_string(), url)
+            ),
+        )),
+        Err(_) => Err(PortError::transient(
+            "connect to RabbitMQ",
+            format!("{}: no connection within {timeout:?}", redact_url(url)),
+        )),
+    }
+}
+
+/// Maps a lapin error: a refused operation that names a missing entity is
+/// `NotFound`; a broken connection or channel is retryable; the rest is fatal.
+fn port(operation: &'static str, what: &'static str, id: &str, e: &lapin::Error) -> PortError {
+    if let lapin::ErrorKind::ProtocolError(amqp) = e.kind() {
+        if amqp.get_id() == 404 {
+            return PortError::NotFound {
+                what,
+                id: id.to_owned(),
+            };
+        }
+    }
+    let message = e.to_string();
+    match e.kind() {
+        lapin::ErrorKind::ProtocolError(_)
+        | lapin::ErrorKind::IOError(_)
+        | lapin::ErrorKind::InvalidChannelState(..)
+        | lapin::ErrorKind::InvalidConnectionState(_)
+        | lapin::ErrorKind::MissingHeartbeatError
+        | lapin::ErrorKind::InvalidChannel(_)
+        | lapin::ErrorKind::ChannelsLimitReached => PortError::transient(operation, message),
+        _ => PortError::fatal(operation, message),
+    }
+}

@@ -1,0 +1,185 @@
+//! The subscriber: manual acknowledgement, prefetch, reconnect after a broker restart.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::StreamExt as _;
+use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions};
+use lapin::types::FieldTable;
+use outbox_core::config::redact_url;
+use outbox_ports::{Acker, Delivery, DeliveryStream, PortError, Subscriber};
+
+use crate::convert::envelope;
+use crate::{connect, port};
+
+static CONSUMER_SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// [`Subscriber`] on RabbitMQ: one connection and channel per subscription.
+#[derive(Clone)]
+pub struct RabbitSubscriber {
+    url: String,
+    connect_timeout: Duration,
+    reconnect_backoff: Duration,
+}
+
+impl fmt::Debug for RabbitSubscriber {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RabbitSubscriber")
+            .field("url", &redact_url(&self.url))
+            .finish_non_exhaustive()
+    }
+}
+
+struct Open {
+    _connection: lapin::Connection,
+    _channel: lapin::Channel,
+    consumer: lapin::Consumer,
+}
+
+impl RabbitSubscriber {
+    /// A subscriber for `url`.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            connect_timeout: Duration::from_secs(10),
+            reconnect_backoff: Duration::from_millis(500),
+        }
+    }
+
+    async fn open(&self, queue: &str, prefetch: u16) -> Result<Open, PortError> {
+        let connection = connect(&self.url, self.connect_timeout).await?;
+        let channel = connection
+            .create_channel()
+            .await
+            .map_err(|e| port("open channel", "channel", "", &e))?;
+        channel
+            .basic_qos(prefetch.max(1), BasicQosOptions::default())
+            .await
+            .map_err(|e| port("set prefetch", "queue", queue, &e))?;
+        let tag = format!(
+            "outbox-{}-{}",
+            std::process::id(),
+            CONSUMER_SEQ.fetch_add(1, Ordering::Relaxed)
+        );
+        let consumer = channel
+            .basic_consume(
+                queue.into(),
+                tag.as_str().into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| port("consume", "queue", queue, &e))?;
+        Ok(Open {
+            _connection: connection,
+            _channel: channel,
+            consumer,
+        })
+    }
+}
+
+#[async_trait]
+impl Subscriber for RabbitSubscriber {
+    async fn subscribe(
+        &self,
+        queue: &str,
+        prefetch: u16,
+    ) -> Result<Box<dyn DeliveryStream>, PortError> {
+        let open = self.open(queue, prefetch).await?;
+        Ok(Box::new(RabbitDeliveryStream {
+            subscriber: self.clone(),
+            queue: queue.to_owned(),
+            prefetch,
+            open: Some(open),
+            backoff: Duration::ZERO,
+        }))
+    }
+}
+
+struct RabbitDeliveryStream {
+    subscriber: RabbitSubscriber,
+    queue: String,
+    prefetch: u16,
+    open: Option<Open>,
+    backoff: Duration,
+}
+
+#[async_trait]
+impl DeliveryStream for RabbitDeliveryStream {
+    async fn next(&mut self) -> Option<Result<Delivery, PortError>> {
+        loop {
+            if let Some(open) = self.open.as_mut() {
+                match open.consumer.next().await {
+                    Some(Ok(d)) => {
+                        self.backoff = Duration::ZERO;
+                        return Some(Ok(Delivery {
+                            envelope: envelope(&d),
+                            redelivered: d.redelivered,
+                            acker: Box::new(RabbitAcker(d.acker)),
+                        }));
+                    }
+                    Some(Err(e)) => {
+                        tracing::warn!(queue = %self.queue, error = %e, "consumer lost its channel; reconnecting");
+                    }
+                    None => {
+                        tracing::warn!(queue = %self.queue, "consumer cancelled; resubscribing")
+                    }
+                }
+                // Unacknowledged deliveries of the lost channel go back to the queue.
+                self.open = None;
+            }
+            self.backoff = (self.backoff * 2)
+                .max(self.subscriber.reconnect_backoff)
+                .min(Duration::from_secs(30));
+            tokio::time::sleep(self.backoff).await;
+            match self.subscriber.open(&self.queue, self.prefetch).await {
+                Ok(open) => {
+                    tracing::info!(queue = %self.queue, "consumer resubscribed");
+                    self.open = Some(open);
+                }
+                Err(e) => return Some(Err(e)),
+            }
+        }
+    }
+}
+
+struct RabbitAcker(lapin::Acker);
+
+#[async_trait]
+impl Acker for RabbitAcker {
+    async fn ack(&self) -> Result<(), PortError> {
+        settled(
+            self.0
+                .ack(BasicAckOptions::default())
+                .await
+                .map_err(|e| port("ack", "delivery", "", &e))?,
+        )
+    }
+
+    async fn nack(&self, requeue: bool) -> Result<(), PortError> {
+        settled(
+            self.0
+                .nack(BasicNackOptions {
+                    requeue,
+                    multiple: false,
+                })
+                .await
+                .map_err(|e| port("nack", "delivery", "", &e))?,
+        )
+    }
+}
+
+/// lapin answers `false` when the delivery's channel is gone: the broker has put it
+/// back in the queue and will deliver it again (the inbox absorbs the duplicate).
+fn settled(done: bool) -> Result<(), PortError> {
+    if done {
+        Ok(())
+    } else {
+        Err(PortError::transient(
+            "settle delivery",
+            "its channel is closed; the broker will redeliver it",
+        ))
+    }
+}

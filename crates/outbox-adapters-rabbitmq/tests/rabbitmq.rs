@@ -1,0 +1,305 @@
+//! The publisher and subscriber against the real broker.
+
+mod common;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use common::{Names, depth};
+use lapin::options::{BasicAckOptions, BasicGetOptions};
+use outbox_adapters_rabbitmq::{
+    QueueSpec, RabbitPublisher, RabbitPublisherConfig, RabbitSubscriber,
+};
+use outbox_core::{Message, MessageId, NewMessage, Timestamp};
+use outbox_ports::{PortError, PublishOutcome, Publisher, Subscriber};
+
+fn messages(exchange: &str, n: usize, size: usize) -> Vec<Message> {
+    (0..n)
+        .map(|i| {
+            let now = Timestamp::now_utc();
+            NewMessage::new(exchange, "order.created", vec![b'x'; size])
+                .with_type("order.created")
+                .with_header("seq", i.to_string())
+                .into_message(
+                    MessageId::from_uuid(outbox_testkit::message("k", "k").id.as_uuid().to_owned()),
+                    now,
+                )
+        })
+        .collect()
+}
+
+fn publisher() -> RabbitPublisher {
+    RabbitPublisher::new(RabbitPublisherConfig::new(common::url()))
+}
+
+async fn settle_depth(conn: &lapin::Connection, queue: &str, want: u32) -> u32 {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let d = depth(conn, queue).await;
+        if d >= want || tokio::time::Instant::now() > deadline {
+            return d;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn ten_thousand_messages_are_each_confirmed_once() {
+    with_broker!(|conn| {
+        let names = Names::new("10k");
+        names
+            .topology(QueueSpec::durable(&names.queue))
+            .declare(&conn)
+            .await
+            .expect("declare");
+        let p = publisher();
+        let msgs = messages(&names.exchange, 10_000, 1024);
+        let mut confirmed = 0;
+        for batch in msgs.chunks(1000) {
+            let outcomes = p.publish(batch).await;
+            assert_eq!(outcomes.len(), batch.len());
+            for o in &outcomes {
+                assert!(o.is_confirmed(), "{o}");
+            }
+            confirmed += outcomes.len();
+        }
+        assert_eq!(confirmed, 10_000);
+        assert_eq!(
+            settle_depth(&conn, &names.queue, 10_000).await,
+            10_000,
+            "each confirmed message is in the queue once"
+        );
+        names.delete(&conn).await;
+    });
+}
+
+#[tokio::test]
+async fn an_unroutable_message_is_a_failure() {
+    with_broker!(|conn| {
+        let names = Names::new("unroutable");
+        let mut t = names.topology(QueueSpec::durable(&names.queue));
+        t.bindings.clear();
+        t.declare(&conn).await.expect("declare");
+        let outcomes = publisher().publish(&messages(&names.exchange, 2, 10)).await;
+        for o in &outcomes {
+            assert!(
+                matches!(o, PublishOutcome::Unroutable(why) if why.contains("NO_ROUTE")),
+                "{o}"
+            );
+        }
+        names.delete(&conn).await;
+    });
+}
+
+#[tokio::test]
+async fn a_nack_fails_exactly_the_rejected_messages() {
+    with_broker!(|conn| {
+        let names = Names::new("nack");
+        let queue = QueueSpec {
+            max_length: Some(5),
+            overflow: Some("reject-publish".into()),
+            ..QueueSpec::durable(&names.queue)
+        };
+        names.topology(queue).declare(&conn).await.expect("declare");
+        let outcomes = publisher().publish(&messages(&names.exchange, 8, 10)).await;
+        let kinds: Vec<&str> = outcomes
+            .iter()
+            .map(|o| match o {
+                PublishOutcome::Confirmed => "ok",
+                PublishOutcome::Nacked(_) => "nack",
+                _ => "other",
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            ["ok", "ok", "ok", "ok", "ok", "nack", "nack", "nack"]
+        );
+        assert_eq!(depth(&conn, &names.queue).await, 5);
+        names.delete(&conn).await;
+    });
+}
+
+#[tokio::test]
+async fn a_missing_exchange_fails_only_its_messages() {
+    with_broker!(|conn| {
+        let names = Names::new("missing");
+        names
+            .topology(QueueSpec::durable(&names.queue))
+            .declare(&conn)
+            .await
+            .expect("declare");
+        let p = publisher();
+        let mut batch = messages(&names.exchange, 4, 10);
+        batch[1].exchange = format!("{}-does-not-exist", names.exchange);
+        batch[3].exchange = batch[1].exchange.clone();
+        let outcomes = p.publish(&batch).await;
+        assert!(
+            outcomes[0].is_confirmed() && outcomes[2].is_confirmed(),
+            "{outcomes:?}"
+        );
+        for i in [1, 3] {
+            assert!(
+                matches!(
+                    &outcomes[i],
+                    PublishOutcome::Failed(PortError::NotFound {
+                        what: "exchange",
+                        ..
+                    })
+                ),
+                "{}",
+                outcomes[i]
+            );
+        }
+        // The publishing channel survived: the next batch goes through.
+        assert!(
+            p.publish(&messages(&names.exchange, 3, 10))
+                .await
+                .iter()
+                .all(PublishOutcome::is_confirmed)
+        );
+        assert_eq!(settle_depth(&conn, &names.queue, 5).await, 5);
+        names.delete(&conn).await;
+    });
+}
+
+#[tokio::test]
+async fn properties_and_headers_read_back_by_a_plain_consumer() {
+    with_broker!(|conn| {
+        let names = Names::new("props");
+        names
+            .topology(QueueSpec::durable(&names.queue))
+            .declare(&conn)
+            .await
+            .expect("declare");
+        let m = NewMessage::new(&names.exchange, "order.created", br#"{"id":1}"#.to_vec())
+            .with_type("order.created")
+            .with_correlation_id("corr-7")
+            .with_source("shop")
+            .with_header(
+                "traceparent",
+                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            )
+            .into_message(
+                MessageId::from_uuid(*outbox_testkit::message("k", "k").id.as_uuid()),
+                Timestamp::now_utc(),
+            );
+        assert!(publisher().publish(std::slice::from_ref(&m)).await[0].is_confirmed());
+        settle_depth(&conn, &names.queue, 1).await;
+        let ch = conn.create_channel().await.expect("channel");
+        let got = ch
+            .basic_get(names.queue.as_str().into(), BasicGetOptions::default())
+            .await
+            .expect("get")
+            .expect("a message");
+        let p = &got.delivery.properties;
+        assert_eq!(*p.delivery_mode(), Some(2), "persistent");
+        assert_eq!(
+            p.message_id().as_ref().map(|s| s.as_str().to_owned()),
+            Some(m.id.to_string())
+        );
+        assert_eq!(p.kind().as_ref().map(|s| s.as_str()), Some("order.created"));
+        assert_eq!(
+            p.content_type().as_ref().map(|s| s.as_str()),
+            Some("application/json")
+        );
+        assert_eq!(
+            p.correlation_id().as_ref().map(|s| s.as_str()),
+            Some("corr-7")
+        );
+        assert_eq!(p.app_id().as_ref().map(|s| s.as_str()), Some("shop"));
+        assert_eq!(
+            *p.timestamp(),
+            Some(u64::try_from(m.created_at.unix_timestamp()).expect("positive"))
+        );
+        let headers = p.headers().as_ref().expect("headers");
+        let tp = headers.inner().get("traceparent").expect("traceparent");
+        assert!(
+            matches!(tp, lapin::types::AMQPValue::LongString(s) if s.as_bytes() == m.headers["traceparent"].as_bytes())
+        );
+        assert_eq!(got.delivery.data, m.payload);
+        got.delivery
+            .acker
+            .ack(BasicAckOptions::default())
+            .await
+            .expect("ack");
+        names.delete(&conn).await;
+    });
+}
+
+#[tokio::test]
+async fn the_subscriber_delivers_with_manual_ack_prefetch_and_redelivery() {
+    with_broker!(|conn| {
+        let names = Names::new("subscribe");
+        names
+            .topology(QueueSpec::durable(&names.queue))
+            .declare(&conn)
+            .await
+            .expect("declare");
+        let sent = messages(&names.exchange, 20, 10);
+        assert!(
+            publisher()
+                .publish(&sent)
+                .await
+                .iter()
+                .all(PublishOutcome::is_confirmed)
+        );
+        let sub = RabbitSubscriber::new(common::url());
+        let mut stream = sub.subscribe(&names.queue, 5).await.expect("subscribe");
+        let first = stream.next().await.expect("open").expect("delivery");
+        assert!(!first.redelivered);
+        first.acker.nack(true).await.expect("nack");
+        let mut seen = HashSet::new();
+        let mut redelivered = 0;
+        while seen.len() < 20 {
+            let d = tokio::time::timeout(Duration::from_secs(10), stream.next())
+                .await
+                .expect("a delivery in time")
+                .expect("open")
+                .expect("delivery");
+            let m = d
+                .envelope
+                .to_message(Timestamp::now_utc())
+                .expect("decodes");
+            redelivered += u32::from(d.redelivered);
+            assert_eq!(m.message_type.as_deref(), Some("order.created"));
+            seen.insert(m.id);
+            d.acker.ack().await.expect("ack");
+        }
+        assert_eq!(seen, sent.iter().map(|m| m.id).collect::<HashSet<_>>());
+        assert_eq!(
+            redelivered, 1,
+            "the nacked delivery came back marked redelivered"
+        );
+        drop(stream);
+        assert_eq!(depth(&conn, &names.queue).await, 0);
+        let err = sub
+            .subscribe(&format!("{}-missing", names.queue), 5)
+            .await
+            .err()
+            .expect("missing queue");
+        assert!(
+            matches!(err, PortError::NotFound { what: "queue", .. }),
+            "{err}"
+        );
+        names.delete(&conn).await;
+    });
+}
+
+#[tokio::test]
+async fn a_password_never_shows_in_debug_or_errors() {
+    let secret = "hunter2-not-the-real-one";
+    let url = format!("amqp://guest:{secret}@127.0.0.1:5672/%2f");
+    let config = RabbitPublisherConfig::new(&url);
+    assert!(!format!("{config:?}").contains(secret));
+    let p = RabbitPublisher::new(config);
+    assert!(!format!("{p:?}").contains(secret));
+    assert!(!format!("{:?}", RabbitSubscriber::new(&url)).contains(secret));
+    let outcomes = p.publish(&messages("x", 1, 1)).await;
+    match &outcomes[0] {
+        PublishOutcome::Failed(e) => {
+            assert!(!e.to_string().contains(secret), "{e}");
+            assert!(e.is_retryable(), "{e}");
+        }
+        other => panic!("a wrong password published: {other}"),
+    }
+}

@@ -199,11 +199,27 @@ impl RabbitPublisher {
         Ok(found)
     }
 
+    /// The failure of a publish or confirm that did not finish in time.
+    fn stalled(&self, session: &Session) -> PortError {
+        let why = if session.connection.status().blocked() {
+            "the broker blocked publishing (memory or disk alarm); "
+        } else {
+            ""
+        };
+        PortError::transient(
+            "confirm",
+            format!("{why}no confirm within {:?}", self.config.confirm_timeout),
+        )
+    }
+
     async fn publish_window(
         &self,
         session: &Session,
         messages: &[&Message],
     ) -> (Vec<PublishOutcome>, bool) {
+        // One deadline for the whole window: writing can stall too (a blocked
+        // connection stops lapin's writes), not only the confirms.
+        let deadline = tokio::time::Instant::now() + self.config.confirm_timeout;
         let mut pending = Vec::with_capacity(messages.len());
         let mut broken = false;
         for m in messages {
@@ -211,9 +227,9 @@ impl RabbitPublisher {
                 pending.push(Err(PortError::transient("publish", "connection lost")));
                 continue;
             }
-            let sent = session
-                .channel
-                .basic_publish(
+            let sent = tokio::time::timeout_at(
+                deadline,
+                session.channel.basic_publish(
                     m.exchange.as_str().into(),
                     m.routing_key.as_str().into(),
                     BasicPublishOptions {
@@ -222,17 +238,21 @@ impl RabbitPublisher {
                     },
                     &m.payload,
                     properties(m),
-                )
-                .await;
+                ),
+            )
+            .await;
             match sent {
-                Ok(confirm) => pending.push(Ok(confirm)),
-                Err(e) => {
+                Ok(Ok(confirm)) => pending.push(Ok(confirm)),
+                Ok(Err(e)) => {
                     broken = true;
                     pending.push(Err(port("publish", "exchange", &m.exchange, &e)));
                 }
+                Err(_) => {
+                    broken = true;
+                    pending.push(Err(self.stalled(session)));
+                }
             }
         }
-        let deadline = tokio::time::Instant::now() + self.config.confirm_timeout;
         let mut outcomes = Vec::with_capacity(messages.len());
         for p in pending {
             let outcome = match p {
@@ -255,10 +275,7 @@ impl RabbitPublisher {
                     }
                     Err(_) => {
                         broken = true;
-                        PublishOutcome::Failed(PortError::transient(
-                            "confirm",
-                            format!("no confirm within {:?}", self.config.confirm_timeout),
-                        ))
+                        PublishOutcome::Failed(self.stalled(session))
                     }
                 },
             };

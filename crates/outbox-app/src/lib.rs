@@ -11,6 +11,7 @@
 //! Every service stops cleanly when its [`CancellationToken`] is cancelled: it
 //! finishes the batch or deliveries in hand and returns.
 
+pub mod config;
 pub mod consumer;
 pub mod demo;
 pub mod lease;

@@ -47,26 +47,35 @@ impl RelayCounters {
     }
 }
 
-/// Publishes claimed messages and records every outcome under `lease`: confirmed ones
-/// sent in one mark, the rest failed with the retry policy's decision.
-///
-/// # Errors
-/// A [`PortError`] from marking. The rows then stay claimed until the lease runs out
-/// and are published again (a duplicate the inbox absorbs), never lost.
-pub async fn publish_claimed(
-    store: &dyn OutboxStore,
+/// The outcomes of a published batch, classified and ready to be recorded.
+#[derive(Debug)]
+pub struct Published {
+    lease: Lease,
+    sent: Vec<MessageId>,
+    failures: Vec<PublishFailure>,
+    counts: PublishCounts,
+}
+
+/// Publishes claimed messages and classifies each outcome: confirmed, or failed with
+/// the retry policy's decision (retry later, or dead).
+pub async fn publish_batch(
     publisher: &dyn Publisher,
-    lease: &Lease,
+    lease: Lease,
     claimed: Vec<ClaimedMessage>,
     policy: &RetryPolicy,
     random: Random,
-) -> Result<PublishCounts, PortError> {
+) -> Published {
     let mut counts = PublishCounts {
         claimed: claimed.len() as u64,
         ..PublishCounts::default()
     };
     if claimed.is_empty() {
-        return Ok(counts);
+        return Published {
+            lease,
+            sent: Vec::new(),
+            failures: Vec::new(),
+            counts,
+        };
     }
     let (messages, attempts): (Vec<_>, Vec<_>) =
         claimed.into_iter().map(|c| (c.message, c.attempts)).unzip();
@@ -97,22 +106,65 @@ pub async fn publish_claimed(
             }
         }
     }
-    let marked_sent = store.mark_sent(lease, &sent).await?;
+    Published {
+        lease,
+        sent,
+        failures,
+        counts,
+    }
+}
+
+/// Records a published batch's outcomes: confirmed ones sent in one mark, the rest
+/// failed or dead in another.
+///
+/// # Errors
+/// A [`PortError`] from marking. The rows then stay claimed until the lease runs out
+/// and are published again (a duplicate the inbox absorbs), never lost.
+pub async fn record(store: &dyn OutboxStore, p: Published) -> Result<PublishCounts, PortError> {
+    let mut counts = p.counts;
+    if counts.claimed == 0 {
+        return Ok(counts);
+    }
+    let marked_sent = store.mark_sent(&p.lease, &p.sent).await?;
     counts.sent = marked_sent;
-    let marked_failed = if failures.is_empty() {
+    let marked_failed = if p.failures.is_empty() {
         0
     } else {
-        store.mark_publish_failed(lease, &failures).await?
+        store.mark_publish_failed(&p.lease, &p.failures).await?
     };
-    counts.fenced = (sent.len() as u64 - marked_sent) + (failures.len() as u64 - marked_failed);
+    counts.fenced = (p.sent.len() as u64 - marked_sent) + (p.failures.len() as u64 - marked_failed);
     if counts.fenced > 0 {
         tracing::warn!(
             fenced = counts.fenced,
-            holder = %lease.holder,
+            holder = %p.lease.holder,
             "outcomes not recorded: the lease ran out and another claimer holds these rows"
         );
     }
     Ok(counts)
+}
+
+/// [`publish_batch`] then [`record`].
+///
+/// # Errors
+/// As [`record`].
+pub async fn publish_claimed(
+    store: &dyn OutboxStore,
+    publisher: &dyn Publisher,
+    lease: &Lease,
+    claimed: Vec<ClaimedMessage>,
+    policy: &RetryPolicy,
+    random: Random,
+) -> Result<PublishCounts, PortError> {
+    let published = publish_batch(publisher, lease.clone(), claimed, policy, random).await;
+    record(store, published).await
+}
+
+/// Wakes an idle dispatcher when new messages may be there (e.g. PostgreSQL
+/// notifications). Without one the dispatcher polls.
+#[async_trait]
+pub trait Wakeup: Send {
+    /// Returns when work may be waiting, or after `timeout` at the latest.
+    async fn wait(&mut self, timeout: Duration);
 }
 
 /// Settings of the [`Dispatcher`].
@@ -199,10 +251,12 @@ impl Relay {
     }
 }
 
-/// The relay's fast path for new messages: claim pending, publish, mark; again.
+/// The relay's fast path for new messages: claim pending, publish, mark; again. The
+/// mark of one batch runs while the next is claimed and published.
 pub struct Dispatcher {
     relay: Relay,
     config: DispatcherConfig,
+    wakeup: Option<Box<dyn Wakeup>>,
 }
 
 impl Dispatcher {
@@ -216,7 +270,15 @@ impl Dispatcher {
         Self {
             relay: Relay::new(store, publisher, config.retry, instance, config.lease_ttl),
             config,
+            wakeup: None,
         }
+    }
+
+    /// Sleeps on `wakeup` instead of polling when nothing is pending.
+    #[must_use]
+    pub fn with_wakeup(mut self, wakeup: Box<dyn Wakeup>) -> Self {
+        self.wakeup = Some(wakeup);
+        self
     }
 
     /// Shares `counters` (e.g. with the publish-retry sweep and metrics).
@@ -238,22 +300,81 @@ impl Dispatcher {
 
     /// Runs until `cancel` fires. A batch in flight is finished (its confirms awaited
     /// and marked) before returning; nothing is left half done.
-    pub async fn run(self, cancel: CancellationToken) {
+    pub async fn run(mut self, cancel: CancellationToken) {
         tracing::info!(batch_size = self.config.batch_size, "dispatcher started");
+        let relay = Arc::new(self.relay);
+        let mut marking: Option<tokio::task::JoinHandle<Result<PublishCounts, PortError>>> = None;
         while !cancel.is_cancelled() {
-            let pause = match self.run_once().await {
-                Ok(c) if c.claimed == 0 => self.config.idle_poll,
-                Ok(_) => Duration::ZERO,
+            let lease = relay.leases.next();
+            let claimed = match relay
+                .store
+                .claim_pending(&lease, self.config.batch_size)
+                .await
+            {
+                Ok(c) => c,
                 Err(e) => {
-                    tracing::warn!(error = %e, "dispatch failed; retrying");
-                    self.config.error_backoff
+                    tracing::warn!(error = %e, "claim failed; retrying");
+                    if !sleep_or_cancel(self.config.error_backoff, &cancel).await {
+                        break;
+                    }
+                    continue;
                 }
             };
-            if !pause.is_zero() && !sleep_or_cancel(pause, &cancel).await {
-                break;
+            let idle = claimed.is_empty();
+            let published = if idle {
+                None
+            } else {
+                Some(
+                    publish_batch(
+                        &*relay.publisher,
+                        lease,
+                        claimed,
+                        &relay.policy,
+                        relay.random,
+                    )
+                    .await,
+                )
+            };
+            // At most one mark in flight: wait for the previous batch's before handing
+            // over this one, so a failing store slows the loop down instead of piling up.
+            if let Some(previous) = marking.take() {
+                Self::finish_mark(&relay, previous).await;
+            }
+            if let Some(p) = published {
+                let r = Arc::clone(&relay);
+                marking = Some(tokio::spawn(async move { record(&*r.store, p).await }));
+                continue;
+            }
+            if idle {
+                let keep_going = match self.wakeup.as_mut() {
+                    Some(w) => tokio::select! {
+                        () = cancel.cancelled() => false,
+                        () = w.wait(self.config.idle_poll) => true,
+                    },
+                    None => sleep_or_cancel(self.config.idle_poll, &cancel).await,
+                };
+                if !keep_going {
+                    break;
+                }
             }
         }
+        if let Some(previous) = marking.take() {
+            Self::finish_mark(&relay, previous).await;
+        }
         tracing::info!("dispatcher stopped");
+    }
+
+    async fn finish_mark(
+        relay: &Relay,
+        task: tokio::task::JoinHandle<Result<PublishCounts, PortError>>,
+    ) {
+        match task.await {
+            Ok(Ok(counts)) => relay.counters.add(&counts),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "marking a batch failed; its rows come back when their lease runs out")
+            }
+            Err(e) => tracing::error!(error = %e, "marking task ended abnormally"),
+        }
     }
 }
 

@@ -1,0 +1,378 @@
+//! The relay's configuration: a TOML file, overridden by `OUTBOX__SECTION__KEY`
+//! environment variables (so `OUTBOX_TEST_*` and other single-underscore variables
+//! never reach it). Unknown fields, unknown adapters, bad URLs and out-of-range values
+//! stop start-up with a message naming the setting. `Debug` shows URLs without their
+//! passwords and the HTTP token as `***`.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use outbox_core::config::{ConfigError, redact_url};
+use outbox_core::{RetryPolicy, SweepConfig};
+use serde::Deserialize;
+
+/// Where messages are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreKind {
+    /// In memory (demos, tests): nothing survives a restart.
+    Memory,
+    /// PostgreSQL.
+    Postgres,
+}
+
+/// Where messages are published.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PublisherKind {
+    /// In memory (demos, tests).
+    Memory,
+    /// RabbitMQ.
+    Rabbitmq,
+}
+
+/// Where the cluster lock or the sweep state lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CoordinationKind {
+    /// In this process only (a single instance).
+    Memory,
+    /// PostgreSQL tables.
+    Postgres,
+    /// Redis.
+    Redis,
+}
+
+/// Which adapter serves each port.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Adapters {
+    /// Outbox store.
+    pub store: StoreKind,
+    /// Publisher.
+    pub publisher: PublisherKind,
+    /// Cluster lock of the retry sweep.
+    pub lock: CoordinationKind,
+    /// Shared sweep state.
+    pub sweep_state: CoordinationKind,
+}
+
+/// PostgreSQL settings.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PostgresConfig {
+    /// `postgres://user:password@host:port/database`.
+    pub url: String,
+    /// Schema of the outbox tables (a plain identifier).
+    #[serde(default = "default_schema")]
+    pub schema: String,
+    /// Pool size.
+    #[serde(default = "default_pool")]
+    pub max_connections: u32,
+    /// Run migrations at start (else run `outbox migrate` once).
+    #[serde(default)]
+    pub migrate_on_start: bool,
+}
+
+fn default_schema() -> String {
+    "outbox".to_owned()
+}
+
+const fn default_pool() -> u32 {
+    10
+}
+
+impl fmt::Debug for PostgresConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresConfig")
+            .field("url", &redact_url(&self.url))
+            .field("schema", &self.schema)
+            .field("max_connections", &self.max_connections)
+            .field("migrate_on_start", &self.migrate_on_start)
+            .finish()
+    }
+}
+
+/// RabbitMQ settings.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RabbitConfig {
+    /// `amqp://user:password@host:port/vhost`.
+    pub url: String,
+    /// A confirm that does not come within this is a failure.
+    #[serde(default = "default_confirm_timeout", with = "outbox_core::duration")]
+    pub confirm_timeout: Duration,
+    /// Messages in flight at most.
+    #[serde(default = "default_in_flight")]
+    pub max_in_flight: usize,
+}
+
+const fn default_confirm_timeout() -> Duration {
+    Duration::from_secs(30)
+}
+
+const fn default_in_flight() -> usize {
+    1024
+}
+
+impl fmt::Debug for RabbitConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RabbitConfig")
+            .field("url", &redact_url(&self.url))
+            .field("confirm_timeout", &self.confirm_timeout)
+            .field("max_in_flight", &self.max_in_flight)
+            .finish()
+    }
+}
+
+/// Redis settings.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisConfig {
+    /// `redis://[:password@]host:port[/db]`.
+    pub url: String,
+}
+
+impl fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field("url", &redact_url(&self.url))
+            .finish()
+    }
+}
+
+/// Dispatcher settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DispatchConfig {
+    /// Messages per batch.
+    pub batch_size: u32,
+    /// Claim lease.
+    #[serde(with = "outbox_core::duration")]
+    pub lease_ttl: Duration,
+    /// Poll fallback when idle (a commit wakes the relay sooner with PostgreSQL).
+    #[serde(with = "outbox_core::duration")]
+    pub idle_poll: Duration,
+}
+
+impl Default for DispatchConfig {
+    fn default() -> Self {
+        Self {
+            batch_size: 500,
+            lease_ttl: Duration::from_secs(60),
+            idle_poll: Duration::from_secs(1),
+        }
+    }
+}
+
+/// HTTP endpoints.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// Listen address; loopback by default. Any other address requires `token`.
+    pub address: SocketAddr,
+    /// Bearer token for `/readyz` and `/metrics` (required off loopback).
+    pub token: Option<String>,
+    /// Serve HTTP at all.
+    pub enabled: bool,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            address: SocketAddr::from(([127, 0, 0, 1], 9090)),
+            token: None,
+            enabled: true,
+        }
+    }
+}
+
+impl fmt::Debug for HttpConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpConfig")
+            .field("address", &self.address)
+            .field("token", &self.token.as_ref().map(|_| "***"))
+            .field("enabled", &self.enabled)
+            .finish()
+    }
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RelayConfig {
+    /// This instance's name (lease holders, logs); default `relay-<uuid>`.
+    #[serde(default)]
+    pub instance: Option<String>,
+    /// Adapter choice.
+    pub adapters: Adapters,
+    /// PostgreSQL (required when an adapter is `postgres`).
+    #[serde(default)]
+    pub postgres: Option<PostgresConfig>,
+    /// RabbitMQ (required when the publisher is `rabbitmq`).
+    #[serde(default)]
+    pub rabbitmq: Option<RabbitConfig>,
+    /// Redis (required when an adapter is `redis`).
+    #[serde(default)]
+    pub redis: Option<RedisConfig>,
+    /// Dispatcher.
+    #[serde(default)]
+    pub dispatch: DispatchConfig,
+    /// Retry policy of publish failures.
+    #[serde(default)]
+    pub retry: RetryPolicy,
+    /// The publish-retry sweep (seed defaults).
+    #[serde(default)]
+    pub sweep: SweepConfig,
+    /// HTTP endpoints.
+    #[serde(default)]
+    pub http: HttpConfig,
+}
+
+impl RelayConfig {
+    /// Loads `path` (TOML), then `OUTBOX__...` environment overrides, then validates.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the setting at fault, or the file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        Self::load_with_env(path, std::env::vars())
+    }
+
+    /// As [`RelayConfig::load`], with the environment given (for tests).
+    ///
+    /// # Errors
+    /// As [`RelayConfig::load`].
+    pub fn load_with_env(
+        path: &Path,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        let overrides: config::Map<String, String> = env
+            .into_iter()
+            .filter(|(k, _)| k.starts_with("OUTBOX__"))
+            .collect();
+        let loaded = config::Config::builder()
+            .add_source(config::File::from(path).format(config::FileFormat::Toml))
+            .add_source(
+                config::Environment::with_prefix("OUTBOX")
+                    .prefix_separator("__")
+                    .separator("__")
+                    .try_parsing(true)
+                    .source(Some(overrides)),
+            )
+            .build()
+            .map_err(|e| ConfigError::new("", &path.display().to_string(), e))?;
+        let cfg: Self = loaded
+            .try_deserialize()
+            .map_err(|e| ConfigError::new("", "config", e))?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Checks every setting and that each chosen adapter has its section.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the setting.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let a = &self.adapters;
+        let needs_pg = a.store == StoreKind::Postgres
+            || a.lock == CoordinationKind::Postgres
+            || a.sweep_state == CoordinationKind::Postgres;
+        let needs_redis =
+            a.lock == CoordinationKind::Redis || a.sweep_state == CoordinationKind::Redis;
+        if needs_pg {
+            let pg = self.postgres.as_ref().ok_or_else(|| {
+                ConfigError::new("postgres", "url", "is required by the chosen adapters")
+            })?;
+            sqlx_url_check(&pg.url).map_err(|r| ConfigError::new("postgres", "url", r))?;
+            outbox_adapters_postgres::PgSchema::new(&pg.schema)
+                .map_err(|e| ConfigError::new("postgres", "schema", e))?;
+            if pg.max_connections == 0 {
+                return Err(ConfigError::new(
+                    "postgres",
+                    "max_connections",
+                    "must be at least 1",
+                ));
+            }
+        }
+        if a.publisher == PublisherKind::Rabbitmq {
+            let r = self.rabbitmq.as_ref().ok_or_else(|| {
+                ConfigError::new("rabbitmq", "url", "is required by the rabbitmq publisher")
+            })?;
+            lapin::uri::AMQPUri::from_str(&r.url).map_err(|e| {
+                ConfigError::new(
+                    "rabbitmq",
+                    "url",
+                    format!("{} is not an AMQP URL: {e}", redact_url(&r.url)),
+                )
+            })?;
+            if r.max_in_flight == 0 {
+                return Err(ConfigError::new(
+                    "rabbitmq",
+                    "max_in_flight",
+                    "must be at least 1",
+                ));
+            }
+            if r.confirm_timeout.is_zero() {
+                return Err(ConfigError::new(
+                    "rabbitmq",
+                    "confirm_timeout",
+                    "must be greater than zero",
+                ));
+            }
+        }
+        if needs_redis {
+            let r = self.redis.as_ref().ok_or_else(|| {
+                ConfigError::new("redis", "url", "is required by the chosen adapters")
+            })?;
+            outbox_adapters_redis::RedisClient::new(&r.url, 1, Duration::from_secs(1))
+                .map_err(|e| ConfigError::new("redis", "url", e))?;
+        }
+        let d = &self.dispatch;
+        if d.batch_size == 0 || d.batch_size > 10_000 {
+            return Err(ConfigError::new(
+                "dispatch",
+                "batch_size",
+                format!("must be between 1 and 10000 (got {})", d.batch_size),
+            ));
+        }
+        if d.lease_ttl < Duration::from_secs(1) {
+            return Err(ConfigError::new(
+                "dispatch",
+                "lease_ttl",
+                "must be at least 1s",
+            ));
+        }
+        if d.idle_poll.is_zero() {
+            return Err(ConfigError::new(
+                "dispatch",
+                "idle_poll",
+                "must be greater than zero",
+            ));
+        }
+        self.retry.validate("retry")?;
+        self.sweep.validate("sweep")?;
+        if self.http.enabled && !self.http.address.ip().is_loopback() && self.http.token.is_none() {
+            return Err(ConfigError::new(
+                "http",
+                "token",
+                "is required when http.address is not a loopback address",
+            ));
+        }
+        if let Some(i) = &self.instance {
+            outbox_core::config::validate_key(i)
+                .map_err(|r| ConfigError::new("", "instance", r))?;
+        }
+        Ok(())
+    }
+}
+
+fn sqlx_url_check(url: &str) -> Result<(), String> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(())
+    } else {
+        Err(format!("{} is not a postgres:// URL", redact_url(url)))
+    }
+}

@@ -266,7 +266,7 @@ impl RelayConfig {
             .map_err(|e| ConfigError::new("", &path.display().to_string(), e))?;
         let cfg: Self = loaded
             .try_deserialize()
-            .map_err(|e| ConfigError::new("", "config", e))?;
+            .map_err(|e| ConfigError::new("", &path.display().to_string(), e))?;
         cfg.validate()?;
         Ok(cfg)
     }

@@ -11,12 +11,16 @@
 //! Every service stops cleanly when its [`CancellationToken`] is cancelled: it
 //! finishes the batch or deliveries in hand and returns.
 
+pub mod cli;
 pub mod config;
 pub mod consumer;
 pub mod demo;
+pub mod http;
 pub mod lease;
 pub mod relay;
+pub mod service;
 pub mod sweeper;
+pub mod wiring;
 
 pub use consumer::{
     ConsumeRetryTask, ConsumerConfig, ConsumerCounters, ConsumerWorker, Handler, HandlerError,
@@ -24,6 +28,7 @@ pub use consumer::{
 };
 pub use lease::LeaseFactory;
 pub use relay::{Dispatcher, DispatcherConfig, PublishCounts, PublishRetryTask, RelayCounters};
+pub use service::{RelayBuilder, RelayHandles};
 pub use sweeper::{RetrySweeper, SweepTask};
 pub use tokio_util::sync::CancellationToken;
 

@@ -1,0 +1,396 @@
+//! The `outbox` command line: `run`, `migrate`, `dead ...` and `demo`.
+
+use std::io::IsTerminal as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Args, Parser, Subcommand};
+use outbox_core::{MessageId, Status};
+use outbox_ports::{OutboxStore, PortError};
+use tokio_util::sync::CancellationToken;
+use tracing_subscriber::EnvFilter;
+
+use crate::config::{RelayConfig, StoreKind};
+use crate::demo::{self, DemoOptions};
+use crate::{DispatcherConfig, LeaseFactory, RelayBuilder, http, wiring};
+
+/// Transactional outbox, idempotent inbox and retry relay for RabbitMQ.
+#[derive(Debug, Parser)]
+#[command(
+    name = "outbox",
+    version,
+    about = "Transactional outbox, idempotent inbox and retry relay for RabbitMQ"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the relay: dispatcher, publish-retry sweep and HTTP endpoints, until
+    /// SIGINT or SIGTERM.
+    Run(ConfigArg),
+    /// Create or update the PostgreSQL tables of the configured schema.
+    Migrate(ConfigArg),
+    /// Inspect and handle dead messages (publish side).
+    Dead {
+        #[command(flatten)]
+        config: ConfigArg,
+        #[command(subcommand)]
+        action: DeadAction,
+    },
+    /// Run the whole flow on in-memory adapters with injected faults, and print a
+    /// one-line summary.
+    Demo(DemoArgs),
+}
+
+#[derive(Debug, Args)]
+struct ConfigArg {
+    /// Configuration file (TOML); `OUTBOX__SECTION__KEY` variables override it.
+    #[arg(long, short, default_value = "outbox.toml", global = true)]
+    config: PathBuf,
+}
+
+#[derive(Debug, Subcommand)]
+enum DeadAction {
+    /// List dead messages, oldest first.
+    List {
+        /// At most this many.
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+    /// Put dead messages back to pending with a fresh retry budget.
+    Requeue {
+        /// The message to requeue.
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        id: Option<String>,
+        /// Requeue every dead message.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Delete a dead message for good.
+    Delete {
+        /// The message to delete.
+        id: String,
+    },
+}
+
+#[derive(Debug, Args)]
+struct DemoArgs {
+    /// Messages to enqueue.
+    #[arg(long, default_value_t = 1000)]
+    messages: u64,
+    /// Publishes that fail as on a lost connection.
+    #[arg(long, default_value_t = 50)]
+    publish_failures: u64,
+    /// Publishes the broker nacks.
+    #[arg(long, default_value_t = 20)]
+    nacks: u64,
+    /// Publishes the broker returns as unroutable.
+    #[arg(long, default_value_t = 10)]
+    returns: u64,
+    /// Share of messages whose handler fails on its first attempt.
+    #[arg(long, default_value_t = 0.05)]
+    handler_failure_rate: f64,
+    /// Acknowledgements lost, so the broker delivers those messages twice.
+    #[arg(long, default_value_t = 25)]
+    redeliveries: u64,
+    /// Messages whose handler always fails; they end dead.
+    #[arg(long, default_value_t = 0)]
+    poison: u64,
+    /// Seed of the random choices.
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+    /// Give up after this long (e.g. 60s).
+    #[arg(long, default_value = "60s", value_parser = outbox_core::duration::parse)]
+    timeout: Duration,
+    /// Hide the progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn init_logging(default: &str) {
+    // lapin logs every returned message with its body at WARN: payloads stay out of
+    // the logs (we report returns as failures ourselves).
+    let default = format!("{default},lapin::returned_messages=error");
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
+}
+
+/// Exit code of a configuration error.
+const CONFIG_ERROR: u8 = 2;
+
+/// Parses the arguments, runs the command, and returns the process's exit code.
+#[must_use]
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(dispatch(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn load(path: &std::path::Path) -> Result<RelayConfig, ExitCode> {
+    RelayConfig::load(path).map_err(|e| {
+        eprintln!("error: {e}");
+        ExitCode::from(CONFIG_ERROR)
+    })
+}
+
+async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Demo(a) => run_demo(a).await,
+        Command::Run(c) => {
+            init_logging("info");
+            match load(&c.config) {
+                Ok(cfg) => run_relay(cfg).await,
+                Err(code) => Ok(code),
+            }
+        }
+        Command::Migrate(c) => {
+            init_logging("info");
+            let cfg = match load(&c.config) {
+                Ok(cfg) => cfg,
+                Err(code) => return Ok(code),
+            };
+            let Some((pool, schema)) = wiring::postgres(&cfg).await? else {
+                eprintln!(
+                    "error: invalid configuration `postgres.url`: migrate needs a [postgres] section"
+                );
+                return Ok(ExitCode::from(CONFIG_ERROR));
+            };
+            outbox_adapters_postgres::migrate(&pool, &schema).await?;
+            eprintln!("migrated schema {schema}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Dead { config, action } => {
+            init_logging("warn");
+            let cfg = match load(&config.config) {
+                Ok(cfg) => cfg,
+                Err(code) => return Ok(code),
+            };
+            if cfg.adapters.store == StoreKind::Memory {
+                eprintln!(
+                    "error: invalid configuration `adapters.store`: dead letters need a persistent store (memory has none to inspect)"
+                );
+                return Ok(ExitCode::from(CONFIG_ERROR));
+            }
+            let wired = wiring::wire(&cfg, "outbox-cli").await?;
+            dead(&*wired.store, action).await
+        }
+    }
+}
+
+#[allow(clippy::print_stdout)]
+async fn run_demo(a: DemoArgs) -> anyhow::Result<ExitCode> {
+    init_logging("warn");
+    let opts = DemoOptions {
+        messages: a.messages,
+        publish_failures: a.publish_failures,
+        nacks: a.nacks,
+        returns: a.returns,
+        handler_failure_rate: a.handler_failure_rate,
+        redeliveries: a.redeliveries,
+        poison: a.poison,
+        seed: a.seed,
+        timeout: a.timeout,
+        progress: !a.quiet,
+    };
+    let s = demo::run(&opts).await.context("demo failed")?;
+    eprintln!(
+        "demo: {} publish failures and {} handler failures retried; {} redeliveries absorbed by the inbox; {} duplicate effects; {} sweeps",
+        s.publish_failures,
+        s.consume_failures,
+        s.duplicates_absorbed,
+        s.duplicate_effects,
+        s.sweeps
+    );
+    println!("{s}");
+    Ok(if s.lost == 0 && s.duplicate_effects == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = interrupt => tracing::info!("SIGINT: shutting down"),
+        () = terminate => tracing::info!("SIGTERM: shutting down"),
+    }
+}
+
+async fn run_relay(cfg: RelayConfig) -> anyhow::Result<ExitCode> {
+    tracing::info!(config = ?cfg, "configuration");
+    let instance = cfg
+        .instance
+        .clone()
+        .unwrap_or_else(|| LeaseFactory::instance_id("relay"));
+    let wired = wiring::wire(&cfg, &instance).await?;
+    let cancel = CancellationToken::new();
+    let mut builder = RelayBuilder::new(
+        wired.store.clone(),
+        wired.publisher.clone(),
+        wired.lock.clone(),
+        wired.state,
+    )
+    .dispatch(DispatcherConfig {
+        batch_size: cfg.dispatch.batch_size,
+        lease_ttl: cfg.dispatch.lease_ttl,
+        idle_poll: cfg.dispatch.idle_poll,
+        retry: cfg.retry,
+        ..DispatcherConfig::default()
+    })
+    .sweep(cfg.sweep.clone())
+    .instance(instance);
+    if let Some(w) = wired.wakeup {
+        builder = builder.wakeup(w);
+    }
+    let mut relay = builder.start(&cancel);
+    let reports = std::mem::replace(&mut relay.reports, tokio::sync::mpsc::unbounded_channel().1);
+    let sweeps = tokio::spawn(http::record_sweeps(reports));
+    let server = if cfg.http.enabled {
+        let state = http::HttpState {
+            store: wired.store,
+            publisher: wired.publisher,
+            lock: wired.lock,
+            lock_probe_key: format!("{}.readyz", cfg.sweep.lock_key),
+            counters: relay.counters.clone(),
+            token: cfg.http.token.clone(),
+        };
+        let address = cfg.http.address;
+        let c = cancel.clone();
+        Some(tokio::spawn(async move {
+            if let Err(e) = http::serve(address, state, c.clone()).await {
+                tracing::error!(%address, error = %e, "HTTP endpoints failed; stopping");
+                c.cancel();
+            }
+        }))
+    } else {
+        None
+    };
+    tokio::select! {
+        () = shutdown_signal() => {}
+        () = cancel.cancelled() => {}
+    }
+    cancel.cancel();
+    // Batches in flight finish (bounded by the confirm timeout); unconfirmed rows stay
+    // claimable when their lease runs out.
+    let bound = cfg
+        .rabbitmq
+        .as_ref()
+        .map_or(Duration::from_secs(30), |r| r.confirm_timeout)
+        + Duration::from_secs(10);
+    if tokio::time::timeout(bound, relay.join()).await.is_err() {
+        tracing::warn!(?bound, "relay tasks did not stop in time; exiting anyway");
+    }
+    if let Some(s) = server {
+        let _ = s.await;
+    }
+    sweeps.abort();
+    tracing::info!("relay stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+#[allow(clippy::print_stdout)]
+async fn dead(store: &dyn OutboxStore, action: DeadAction) -> anyhow::Result<ExitCode> {
+    let parse = |id: &str| -> anyhow::Result<MessageId> {
+        id.parse::<MessageId>().map_err(|e| anyhow::anyhow!("{e}"))
+    };
+    let not_found = |e: PortError| -> anyhow::Error {
+        match e {
+            PortError::NotFound { id, .. } => anyhow::anyhow!("no message with id {id}"),
+            other => other.into(),
+        }
+    };
+    match action {
+        DeadAction::List { limit } => {
+            let dead = store.list(Status::Dead, limit).await?;
+            for r in &dead {
+                println!(
+                    "{}\t{}\t{}\t{}\tattempts={}\t{}",
+                    r.message.id,
+                    r.message.created_at,
+                    r.message.exchange,
+                    r.message.routing_key,
+                    r.publish.attempts,
+                    r.publish.last_error.as_deref().unwrap_or("")
+                );
+            }
+            eprintln!("{} dead message(s) shown", dead.len());
+        }
+        DeadAction::Requeue { id: Some(id), .. } => {
+            store.requeue(parse(&id)?).await.map_err(not_found)?;
+            eprintln!("requeued {id}");
+        }
+        DeadAction::Requeue { id: None, .. } => {
+            let total = store.stats().await?.dead;
+            let bar = if std::io::stderr().is_terminal() {
+                indicatif::ProgressBar::new(total)
+            } else {
+                indicatif::ProgressBar::hidden()
+            };
+            let mut done = 0u64;
+            loop {
+                let batch = store.list(Status::Dead, 500).await?;
+                if batch.is_empty() {
+                    break;
+                }
+                for r in batch {
+                    store.requeue(r.message.id).await?;
+                    done += 1;
+                    bar.inc(1);
+                }
+            }
+            bar.finish_and_clear();
+            eprintln!("requeued {done} dead message(s)");
+        }
+        DeadAction::Delete { id } => {
+            let id = parse(&id)?;
+            match store.get(id).await? {
+                None => return Err(anyhow::anyhow!("no message with id {id}")),
+                Some(r) if r.status != Status::Dead => {
+                    return Err(anyhow::anyhow!(
+                        "message {id} is {}, not dead; only dead messages are deleted",
+                        r.status
+                    ));
+                }
+                Some(_) => store.delete(id).await.map_err(not_found)?,
+            }
+            eprintln!("deleted {id}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,191 @@
+//! HTTP endpoints of a running relay: `/healthz` (the process is up), `/readyz`
+//! (store, broker and lock reachable) and `/metrics` (Prometheus text format).
+//! Loopback by default; off loopback a bearer token guards `/readyz` and `/metrics`.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use outbox_core::SweepReport;
+use outbox_ports::{DistributedLock, OutboxStore, Publisher};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::RelayCounters;
+
+/// What the endpoints read.
+#[derive(Clone)]
+pub struct HttpState {
+    /// Outbox store (depth, age, dead).
+    pub store: Arc<dyn OutboxStore>,
+    /// Publisher (readiness).
+    pub publisher: Arc<dyn Publisher>,
+    /// Lock (readiness).
+    pub lock: Arc<dyn DistributedLock>,
+    /// Key probed for lock readiness.
+    pub lock_probe_key: String,
+    /// Relay totals.
+    pub counters: Arc<RelayCounters>,
+    /// Bearer token, if required.
+    pub token: Option<String>,
+}
+
+/// The process-wide Prometheus recorder (installed once).
+pub fn prometheus() -> &'static PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        if metrics::set_global_recorder(recorder).is_err() {
+            tracing::warn!(
+                "a metrics recorder was already installed; /metrics shows only this one's"
+            );
+        }
+        handle
+    })
+}
+
+/// Records every sweep report as metrics until the channel closes.
+pub async fn record_sweeps(mut reports: mpsc::UnboundedReceiver<SweepReport>) {
+    let _ = prometheus();
+    while let Some(r) = reports.recv().await {
+        let secs = (r.completed_at - r.started_at).as_seconds_f64().max(0.0);
+        metrics::histogram!("outbox_sweep_duration_seconds").record(secs);
+        metrics::counter!("outbox_sweeps_total").increment(1);
+        metrics::counter!("outbox_sweep_publish_retried_total").increment(r.publish_retried);
+        metrics::counter!("outbox_sweep_publish_failed_total").increment(r.publish_failed);
+    }
+}
+
+fn authorized(state: &HttpState, headers: &HeaderMap) -> bool {
+    let Some(token) = &state.token else {
+        return true;
+    };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    // Length and content compared without an early exit on the first difference.
+    given.len() == token.len()
+        && given
+            .bytes()
+            .zip(token.bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+}
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+async fn readyz(State(state): State<HttpState>, headers: HeaderMap) -> Response {
+    if !authorized(&state, &headers) {
+        return StatusCode::UNAUTHORIZED.into_response();
+    }
+    let mut lines = Vec::new();
+    let mut ready = true;
+    let mut check = |name: &str, r: Result<(), String>| match r {
+        Ok(()) => lines.push(format!("{name}: ok")),
+        Err(e) => {
+            ready = false;
+            lines.push(format!("{name}: {e}"));
+        }
+    };
+    check(
+        "store",
+        state
+            .store
+            .stats()
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+    );
+    check(
+        "broker",
+        state.publisher.check().await.map_err(|e| e.to_string()),
+    );
+    let lock = match state
+        .lock
+        .acquire(
+            &state.lock_probe_key,
+            Duration::from_secs(5),
+            Duration::from_millis(1),
+        )
+        .await
+    {
+        Ok(Some(g)) => g.release().await.map_err(|e| e.to_string()),
+        Ok(None) => Ok(()), // another instance probes right now: reachable all the same
+        Err(e) => Err(e.to_string()),
+    };
+    check("lock", lock);
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, lines.join("\n") + "\n").into_response()
+}
+
+async fn metrics_text(State(state): State<HttpState>, headers: HeaderMap) -> Response {
+    if !authorized(&state, &headers) {
+        return StatusCode::UNAUTHORIZED.into_response();
+    }
+    let handle = prometheus();
+    let c = &state.counters;
+    metrics::counter!("outbox_published_total").absolute(c.published.load(Ordering::Relaxed));
+    metrics::counter!("outbox_publish_failures_total")
+        .absolute(c.publish_failures.load(Ordering::Relaxed));
+    metrics::counter!("outbox_dead_total").absolute(c.dead.load(Ordering::Relaxed));
+    match state.store.stats().await {
+        Ok(s) => {
+            metrics::gauge!("outbox_pending").set(s.pending as f64);
+            metrics::gauge!("outbox_publish_failed").set(s.publish_failed as f64);
+            metrics::gauge!("outbox_dead").set(s.dead as f64);
+            let age = s.oldest_unsent_at.map_or(0.0, |t| {
+                (time::OffsetDateTime::now_utc() - t)
+                    .as_seconds_f64()
+                    .max(0.0)
+            });
+            metrics::gauge!("outbox_oldest_unsent_age_seconds").set(age);
+            metrics::gauge!("outbox_store_up").set(1.0);
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "metrics: store unreachable");
+            metrics::gauge!("outbox_store_up").set(0.0);
+        }
+    }
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        handle.render(),
+    )
+        .into_response()
+}
+
+/// Serves the endpoints on `address` until `cancel` fires.
+///
+/// # Errors
+/// When the address cannot be bound.
+pub async fn serve(
+    address: SocketAddr,
+    state: HttpState,
+    cancel: CancellationToken,
+) -> std::io::Result<()> {
+    let _ = prometheus();
+    let app = axum::Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_text))
+        .with_state(state);
+    let listener = tokio::net::TcpListener::bind(address).await?;
+    tracing::info!(%address, "HTTP endpoints listening");
+    axum::serve(listener, app)
+        .with_graceful_shutdown(cancel.cancelled_owned())
+        .await
+}

@@ -1,0 +1,172 @@
+//! The relay as one unit: dispatcher + publish-retry sweeper over chosen adapters,
+//! for `outbox run` and for services that embed the relay.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use outbox_core::{RetryPolicy, SweepConfig, SweepReport};
+use outbox_ports::{Clock, DistributedLock, OutboxStore, Publisher, SweepStateStore, SystemClock};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::relay::Wakeup;
+use crate::{
+    Dispatcher, DispatcherConfig, LeaseFactory, PublishRetryTask, RelayCounters, RetrySweeper,
+};
+
+/// Builds a relay from its adapters.
+///
+/// ```no_run
+/// # async fn f(store: std::sync::Arc<dyn outbox_ports::OutboxStore>,
+/// #            publisher: std::sync::Arc<dyn outbox_ports::Publisher>,
+/// #            lock: std::sync::Arc<dyn outbox_ports::DistributedLock>,
+/// #            state: std::sync::Arc<dyn outbox_ports::SweepStateStore>) {
+/// let cancel = outbox_app::CancellationToken::new();
+/// let relay = outbox_app::RelayBuilder::new(store, publisher, lock, state).start(&cancel);
+/// // ... on shutdown:
+/// cancel.cancel();
+/// relay.join().await;
+/// # }
+/// ```
+pub struct RelayBuilder {
+    store: Arc<dyn OutboxStore>,
+    publisher: Arc<dyn Publisher>,
+    lock: Arc<dyn DistributedLock>,
+    state: Arc<dyn SweepStateStore>,
+    clock: Arc<dyn Clock>,
+    wakeup: Option<Box<dyn Wakeup>>,
+    dispatch: DispatcherConfig,
+    sweep: SweepConfig,
+    instance: String,
+}
+
+/// A running relay.
+pub struct RelayHandles {
+    /// The dispatcher task.
+    pub dispatcher: JoinHandle<()>,
+    /// The publish-retry sweeper task.
+    pub sweeper: JoinHandle<()>,
+    /// Totals of both.
+    pub counters: Arc<RelayCounters>,
+    /// Every completed sweep's report.
+    pub reports: mpsc::UnboundedReceiver<SweepReport>,
+    /// This instance's name.
+    pub instance: String,
+}
+
+impl RelayHandles {
+    /// Waits until both tasks have stopped (after the cancellation token fired).
+    pub async fn join(self) {
+        for (name, task) in [("dispatcher", self.dispatcher), ("sweeper", self.sweeper)] {
+            if let Err(e) = task.await {
+                tracing::error!(task = name, error = %e, "relay task ended abnormally");
+            }
+        }
+    }
+}
+
+impl RelayBuilder {
+    /// A relay over these adapters with default settings.
+    pub fn new(
+        store: Arc<dyn OutboxStore>,
+        publisher: Arc<dyn Publisher>,
+        lock: Arc<dyn DistributedLock>,
+        state: Arc<dyn SweepStateStore>,
+    ) -> Self {
+        Self {
+            store,
+            publisher,
+            lock,
+            state,
+            clock: Arc::new(SystemClock),
+            wakeup: None,
+            dispatch: DispatcherConfig::default(),
+            sweep: SweepConfig::default(),
+            instance: LeaseFactory::instance_id("relay"),
+        }
+    }
+
+    /// The clock (default: the system clock).
+    #[must_use]
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Wakes the idle dispatcher (default: poll).
+    #[must_use]
+    pub fn wakeup(mut self, wakeup: Box<dyn Wakeup>) -> Self {
+        self.wakeup = Some(wakeup);
+        self
+    }
+
+    /// Dispatcher settings.
+    #[must_use]
+    pub fn dispatch(mut self, dispatch: DispatcherConfig) -> Self {
+        self.dispatch = dispatch;
+        self
+    }
+
+    /// Retry policy (shared by the dispatcher and the sweep).
+    #[must_use]
+    pub fn retry(mut self, retry: RetryPolicy) -> Self {
+        self.dispatch.retry = retry;
+        self
+    }
+
+    /// Sweep settings (validate them first).
+    #[must_use]
+    pub fn sweep(mut self, sweep: SweepConfig) -> Self {
+        self.sweep = sweep;
+        self
+    }
+
+    /// This instance's name.
+    #[must_use]
+    pub fn instance(mut self, instance: impl Into<String>) -> Self {
+        self.instance = instance.into();
+        self
+    }
+
+    /// Starts the dispatcher and the sweeper; both stop when `cancel` fires.
+    #[must_use]
+    pub fn start(self, cancel: &CancellationToken) -> RelayHandles {
+        let counters = Arc::new(RelayCounters::default());
+        let mut dispatcher = Dispatcher::new(
+            Arc::clone(&self.store),
+            Arc::clone(&self.publisher),
+            self.dispatch.clone(),
+            &self.instance,
+        )
+        .with_counters(Arc::clone(&counters));
+        if let Some(w) = self.wakeup {
+            dispatcher = dispatcher.with_wakeup(w);
+        }
+        let task = PublishRetryTask::new(
+            self.store,
+            self.publisher,
+            self.dispatch.retry,
+            &self.instance,
+            self.dispatch.lease_ttl.max(Duration::from_secs(1)),
+        )
+        .with_counters(Arc::clone(&counters));
+        let (tx, reports) = mpsc::unbounded_channel();
+        let sweeper = RetrySweeper::new(
+            self.sweep,
+            self.lock,
+            self.state,
+            self.clock,
+            Arc::new(task),
+        )
+        .with_reports(tx);
+        tracing::info!(instance = %self.instance, "relay starting");
+        RelayHandles {
+            dispatcher: tokio::spawn(dispatcher.run(cancel.clone())),
+            sweeper: tokio::spawn(sweeper.run(cancel.clone())),
+            counters,
+            reports,
+            instance: self.instance,
+        }
+    }
+}

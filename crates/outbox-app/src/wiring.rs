@@ -1,0 +1,161 @@
+//! Adapters from configuration.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use async_trait::async_trait;
+use outbox_adapters_memory::{MemoryBroker, MemoryLock, MemoryOutboxStore, MemorySweepState};
+use outbox_adapters_postgres::{PgLock, PgOutboxStore, PgPool, PgSchema, PgSweepState, PgWakeup};
+use outbox_adapters_rabbitmq::{RabbitPublisher, RabbitPublisherConfig};
+use outbox_adapters_redis::{RedisClient, RedisLock, RedisSweepState};
+use outbox_ports::{DistributedLock, OutboxStore, Publisher, SweepStateStore, SystemClock};
+
+use crate::config::{CoordinationKind, PublisherKind, RelayConfig, StoreKind};
+use crate::relay::Wakeup;
+
+/// The adapters a configuration asks for.
+pub struct Wired {
+    /// Outbox store.
+    pub store: Arc<dyn OutboxStore>,
+    /// Publisher.
+    pub publisher: Arc<dyn Publisher>,
+    /// Cluster lock.
+    pub lock: Arc<dyn DistributedLock>,
+    /// Sweep state.
+    pub state: Arc<dyn SweepStateStore>,
+    /// PostgreSQL wake-up, when the store is PostgreSQL.
+    pub wakeup: Option<Box<dyn Wakeup>>,
+    /// The PostgreSQL pool and schema, if any.
+    pub postgres: Option<(PgPool, PgSchema)>,
+}
+
+/// Opens the PostgreSQL pool of `cfg`, if an adapter needs it.
+///
+/// # Errors
+/// An invalid URL or schema, or an unreachable server.
+pub async fn postgres(cfg: &RelayConfig) -> anyhow::Result<Option<(PgPool, PgSchema)>> {
+    let Some(pg) = &cfg.postgres else {
+        return Ok(None);
+    };
+    let schema = PgSchema::new(&pg.schema)?;
+    let pool =
+        outbox_adapters_postgres::connect(&pg.url, pg.max_connections, Duration::from_secs(10))
+            .await?;
+    Ok(Some((pool, schema)))
+}
+
+/// Builds every adapter of `cfg` (running migrations first when asked to).
+///
+/// # Errors
+/// A missing section (validation prevents it), an unreachable PostgreSQL, failed
+/// migrations.
+pub async fn wire(cfg: &RelayConfig, instance: &str) -> anyhow::Result<Wired> {
+    let postgres = postgres(cfg).await?;
+    if let (Some((pool, schema)), Some(pg)) = (&postgres, &cfg.postgres) {
+        if pg.migrate_on_start {
+            outbox_adapters_postgres::migrate(pool, schema).await?;
+        }
+    }
+    let pg = || postgres.clone().context("postgres section missing");
+    let redis = || -> anyhow::Result<RedisClient> {
+        let r = cfg.redis.as_ref().context("redis section missing")?;
+        Ok(RedisClient::new(&r.url, 8, Duration::from_secs(2))?)
+    };
+    let memory_clock = Arc::new(SystemClock);
+    let (store, wakeup): (Arc<dyn OutboxStore>, Option<Box<dyn Wakeup>>) = match cfg.adapters.store
+    {
+        StoreKind::Memory => (Arc::new(MemoryOutboxStore::new(memory_clock.clone())), None),
+        StoreKind::Postgres => {
+            let (pool, schema) = pg()?;
+            let wake = PgWakeupSource::new(pool.clone(), schema.clone(), instance);
+            (
+                Arc::new(PgOutboxStore::new(pool, schema)),
+                Some(Box::new(wake)),
+            )
+        }
+    };
+    let publisher: Arc<dyn Publisher> = match cfg.adapters.publisher {
+        PublisherKind::Memory => Arc::new(MemoryBroker::new()),
+        PublisherKind::Rabbitmq => {
+            let r = cfg.rabbitmq.as_ref().context("rabbitmq section missing")?;
+            Arc::new(RabbitPublisher::new(RabbitPublisherConfig {
+                confirm_timeout: r.confirm_timeout,
+                max_in_flight: r.max_in_flight,
+                ..RabbitPublisherConfig::new(&r.url)
+            }))
+        }
+    };
+    let lock: Arc<dyn DistributedLock> = match cfg.adapters.lock {
+        CoordinationKind::Memory => Arc::new(MemoryLock::new()),
+        CoordinationKind::Postgres => {
+            let (pool, schema) = pg()?;
+            Arc::new(PgLock::new(pool, &schema, instance))
+        }
+        CoordinationKind::Redis => Arc::new(RedisLock::new(redis()?, instance)),
+    };
+    let state: Arc<dyn SweepStateStore> = match cfg.adapters.sweep_state {
+        CoordinationKind::Memory => Arc::new(MemorySweepState::new(memory_clock)),
+        CoordinationKind::Postgres => {
+            let (pool, schema) = pg()?;
+            Arc::new(PgSweepState::new(pool, &schema))
+        }
+        CoordinationKind::Redis => Arc::new(RedisSweepState::new(redis()?)),
+    };
+    Ok(Wired {
+        store,
+        publisher,
+        lock,
+        state,
+        wakeup,
+        postgres,
+    })
+}
+
+/// [`Wakeup`] over [`PgWakeup`]: listens on the schema's channel, reconnecting when
+/// the listener fails (then it sleeps the timeout, which doubles as a rescan).
+pub struct PgWakeupSource {
+    pool: PgPool,
+    schema: PgSchema,
+    relay: String,
+    inner: Option<PgWakeup>,
+}
+
+impl PgWakeupSource {
+    /// A wake-up source for relay `relay`.
+    #[must_use]
+    pub fn new(pool: PgPool, schema: PgSchema, relay: &str) -> Self {
+        Self {
+            pool,
+            schema,
+            relay: relay.to_owned(),
+            inner: None,
+        }
+    }
+}
+
+#[async_trait]
+impl Wakeup for PgWakeupSource {
+    async fn wait(&mut self, timeout: Duration) {
+        if self.inner.is_none() {
+            match PgWakeup::connect(&self.pool, &self.schema, &self.relay).await {
+                Ok(w) => self.inner = Some(w),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot listen for commits; polling");
+                    tokio::time::sleep(timeout).await;
+                    return;
+                }
+            }
+        }
+        if let Some(w) = self.inner.as_mut() {
+            match w.wait(timeout).await {
+                Ok(wake) => tracing::trace!(?wake, "dispatcher woken"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "wake-up failed; reconnecting the listener");
+                    self.inner = None;
+                    tokio::time::sleep(timeout.min(Duration::from_secs(1))).await;
+                }
+            }
+        }
+    }
+}

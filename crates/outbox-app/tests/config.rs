@@ -1,0 +1,163 @@
+//! Relay configuration: file + `OUTBOX__` overrides, validation naming the setting,
+//! secrets redacted.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::Command;
+
+use outbox_app::config::{CoordinationKind, RelayConfig, StoreKind};
+
+const GOOD: &str = r#"
+[adapters]
+store = "postgres"
+publisher = "rabbitmq"
+lock = "redis"
+sweep_state = "postgres"
+
+[postgres]
+url = "postgres://app:pg-secret@127.0.0.1:5432/shop"
+
+[rabbitmq]
+url = "amqp://guest:mq-secret@127.0.0.1:5672/%2f"
+
+[redis]
+url = "redis://:redis-secret@127.0.0.1:6379/"
+
+[sweep]
+interval = "5s"
+"#;
+
+fn file(text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("outbox-config-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = dir.join(format!("{}.toml", outbox_testkit::unique_key("cfg")));
+    std::fs::File::create(&path)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .expect("write config");
+    path
+}
+
+fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+#[test]
+fn a_good_file_loads_with_defaults_and_env_overrides() {
+    let cfg = RelayConfig::load_with_env(
+        &file(GOOD),
+        env(&[
+            ("OUTBOX__POSTGRES__SCHEMA", "orders_outbox"),
+            ("OUTBOX__DISPATCH__BATCH_SIZE", "250"),
+            ("OUTBOX_TEST_DATABASE_URL", "postgres://not-for-the-loader"),
+        ]),
+    )
+    .expect("loads");
+    assert_eq!(cfg.adapters.store, StoreKind::Postgres);
+    assert_eq!(cfg.adapters.lock, CoordinationKind::Redis);
+    let pg = cfg.postgres.as_ref().expect("postgres");
+    assert_eq!(pg.schema, "orders_outbox");
+    assert_eq!(
+        pg.url, "postgres://app:pg-secret@127.0.0.1:5432/shop",
+        "single-underscore variables never reach the loader"
+    );
+    assert_eq!(cfg.dispatch.batch_size, 250);
+    assert_eq!(cfg.sweep.interval, std::time::Duration::from_secs(5));
+    assert_eq!(cfg.sweep.batch_size, 50, "seed default");
+    let shown = format!("{cfg:?}");
+    for secret in ["pg-secret", "mq-secret", "redis-secret"] {
+        assert!(!shown.contains(secret), "{secret} in {shown}");
+    }
+}
+
+fn error_of(text: &str, vars: &[(&str, &str)]) -> String {
+    RelayConfig::load_with_env(&file(text), env(vars))
+        .expect_err("invalid")
+        .to_string()
+}
+
+#[test]
+fn every_kind_of_bad_config_names_its_setting() {
+    type Case<'a> = (String, Vec<(&'a str, &'a str)>, &'a str);
+    let cases: Vec<Case<'_>> = vec![
+        (
+            GOOD.replace("store = \"postgres\"", "store = \"mysql\""),
+            vec![],
+            "mysql",
+        ),
+        (
+            format!("{GOOD}\n[dispatch]\nbatch_sise = 3\n"),
+            vec![],
+            "batch_sise",
+        ),
+        (
+            GOOD.to_owned(),
+            vec![("OUTBOX__DISPATCH__BATCH_SIZE", "0")],
+            "dispatch.batch_size",
+        ),
+        (
+            GOOD.to_owned(),
+            vec![("OUTBOX__POSTGRES__URL", "mysql://x")],
+            "postgres.url",
+        ),
+        (
+            GOOD.to_owned(),
+            vec![("OUTBOX__RABBITMQ__URL", "http://nope")],
+            "rabbitmq.url",
+        ),
+        (
+            GOOD.to_owned(),
+            vec![("OUTBOX__REDIS__URL", "nope")],
+            "redis.url",
+        ),
+        (
+            GOOD.to_owned(),
+            vec![("OUTBOX__POSTGRES__SCHEMA", "x; drop")],
+            "postgres.schema",
+        ),
+        (
+            GOOD.to_owned(),
+            vec![("OUTBOX__SWEEP__INTERVAL", "soon")],
+            "soon",
+        ),
+        (
+            GOOD.to_owned(),
+            vec![("OUTBOX__HTTP__ADDRESS", "0.0.0.0:9090")],
+            "http.token",
+        ),
+        (
+            GOOD.replace(
+                "[redis]\nurl = \"redis://:redis-secret@127.0.0.1:6379/\"",
+                "",
+            ),
+            vec![],
+            "redis.url",
+        ),
+    ];
+    for (text, vars, needle) in cases {
+        let e = error_of(&text, &vars);
+        assert!(e.contains(needle), "expected {needle:?} in: {e}");
+        assert!(!e.contains("secret"), "a secret leaked: {e}");
+    }
+}
+
+#[test]
+fn the_binary_refuses_bad_config_with_exit_code_2() {
+    let path = file(&GOOD.replace("publisher = \"rabbitmq\"", "publisher = \"kafka\""));
+    let out = Command::new(env!("CARGO_BIN_EXE_outbox"))
+        .args(["run", "--config"])
+        .arg(&path)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("kafka"), "{err}");
+    let out = Command::new(env!("CARGO_BIN_EXE_outbox"))
+        .args(["migrate", "--config", "/nonexistent/outbox.toml"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/outbox.toml"));
+}

@@ -1,0 +1,545 @@
+//! The relay as deployed: the real binary (`outbox-e2e-relay`, the `outbox` CLI)
+//! against the local PostgreSQL, RabbitMQ and Redis. Each test has its own schema,
+//! exchange, queue and lock/state keys.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions};
+use lapin::types::FieldTable;
+use outbox_adapters_postgres::{PgOutbox, PgPool, PgSchema, connect, migrate};
+use outbox_adapters_rabbitmq::{BindingSpec, ExchangeKind, ExchangeSpec, QueueSpec, Topology};
+use outbox_core::NewMessage;
+use tokio::process::{Child, Command};
+
+const BIN: &str = env!("CARGO_BIN_EXE_outbox-e2e-relay");
+
+fn var(name: &str, default: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| default.to_owned())
+}
+
+struct Urls {
+    pg: String,
+    amqp: String,
+    redis: String,
+}
+
+fn urls() -> Urls {
+    Urls {
+        pg: var(
+            "OUTBOX_TEST_DATABASE_URL",
+            "postgres://postgres@127.0.0.1:5432/test",
+        ),
+        amqp: var(
+            "OUTBOX_TEST_AMQP_URL",
+            "amqp://guest:guest@127.0.0.1:5672/%2f",
+        ),
+        redis: var("OUTBOX_TEST_REDIS_URL", "redis://127.0.0.1:6379/"),
+    }
+}
+
+/// One test's world: schema, exchange, queue, keys, and a config file.
+struct World {
+    urls: Urls,
+    pool: PgPool,
+    schema: PgSchema,
+    amqp: lapin::Connection,
+    exchange: String,
+    queue: String,
+    id: String,
+    dir: PathBuf,
+}
+
+impl World {
+    async fn new(test: &str) -> Option<Self> {
+        let urls = urls();
+        let in_ci = std::env::var("CI").is_ok_and(|v| v == "true");
+        let pool = match connect(&urls.pg, 8, Duration::from_secs(5)).await {
+            Ok(p) => p,
+            Err(e) if in_ci => panic!("PostgreSQL unreachable in CI: {e}"),
+            Err(e) => {
+                eprintln!("SKIPPED (not in CI): {e}");
+                return None;
+            }
+        };
+        let amqp = match outbox_adapters_rabbitmq::connect(&urls.amqp, Duration::from_secs(5)).await
+        {
+            Ok(c) => c,
+            Err(e) if in_ci => panic!("RabbitMQ unreachable in CI: {e}"),
+            Err(e) => {
+                eprintln!("SKIPPED (not in CI): {e}");
+                return None;
+            }
+        };
+        let id = outbox_testkit::unique_key(test).replace(['.', '-'], "_");
+        let schema = PgSchema::new(&format!("e2e_{}", &id[id.len() - 20..])).expect("schema");
+        sqlx::query(&format!(
+            "DROP SCHEMA IF EXISTS {} CASCADE",
+            schema.quoted()
+        ))
+        .execute(&pool)
+        .await
+        .expect("drop");
+        migrate(&pool, &schema).await.expect("migrate");
+        let dir = std::env::temp_dir().join(format!("outbox-e2e-{id}"));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let w = Self {
+            exchange: format!("e2e.{id}.x"),
+            queue: format!("e2e.{id}.q"),
+            urls,
+            pool,
+            schema,
+            amqp,
+            id,
+            dir,
+        };
+        w.declare(&w.exchange).await;
+        Some(w)
+    }
+
+    async fn declare(&self, exchange: &str) {
+        Topology {
+            exchanges: vec![ExchangeSpec {
+                name: exchange.to_owned(),
+                kind: ExchangeKind::Topic,
+                durable: true,
+            }],
+            queues: vec![QueueSpec::durable(&self.queue)],
+            bindings: vec![BindingSpec {
+                queue: self.queue.clone(),
+                exchange: exchange.to_owned(),
+                routing_key: "#".into(),
+            }],
+        }
+        .declare(&self.amqp)
+        .await
+        .expect("declare");
+    }
+
+    /// A config file; `extra` is appended (TOML sections).
+    fn config(&self, name: &str, extra: &str) -> PathBuf {
+        let text = format!(
+            r#"
+instance = "{name}-{id}"
+[adapters]
+store = "postgres"
+publisher = "rabbitmq"
+lock = "redis"
+sweep_state = "redis"
+[postgres]
+url = "{pg}"
+schema = "{schema}"
+[rabbitmq]
+url = "{amqp}"
+confirm_timeout = "10s"
+[redis]
+url = "{redis}"
+[dispatch]
+idle_poll = "500ms"
+[sweep]
+lock_key = "e2e.{id}.lock"
+state_key = "e2e.{id}.state"
+{extra}
+"#,
+            id = self.id,
+            pg = self.urls.pg,
+            schema = self.schema,
+            amqp = self.urls.amqp,
+            redis = self.urls.redis,
+        );
+        let path = self.dir.join(format!("{name}.toml"));
+        std::fs::write(&path, text).expect("write config");
+        path
+    }
+
+    fn relay(&self, config: &PathBuf) -> Relay {
+        let log = std::fs::File::create(config.with_extension("log")).expect("log");
+        let child = Command::new(BIN)
+            .args(["run", "--config"])
+            .arg(config)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start relay");
+        Relay { child }
+    }
+
+    async fn count(&self, status: &str) -> i64 {
+        sqlx::query_scalar(&format!(
+            "SELECT count(*) FROM {}.outbox_messages WHERE status = $1",
+            self.schema.quoted()
+        ))
+        .bind(status)
+        .fetch_one(&self.pool)
+        .await
+        .expect("count")
+    }
+
+    async fn wait_until(&self, what: &str, secs: u64, mut done: impl AsyncFnMut() -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+        while !done().await {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for {what}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Message ids in the queue, read by a plain consumer until `want` are seen or
+    /// the queue stays quiet; returns (distinct ids, deliveries).
+    async fn drain(&self, want: usize, quiet: Duration) -> (HashSet<String>, usize) {
+        let ch = self.amqp.create_channel().await.expect("channel");
+        ch.basic_qos(500, BasicQosOptions::default())
+            .await
+            .expect("qos");
+        let mut consumer = ch
+            .basic_consume(
+                self.queue.as_str().into(),
+                format!("drain-{}", self.id).as_str().into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .expect("consume");
+        let (mut ids, mut deliveries) = (HashSet::new(), 0);
+        while ids.len() < want {
+            match tokio::time::timeout(quiet, consumer.next()).await {
+                Ok(Some(Ok(d))) => {
+                    deliveries += 1;
+                    if let Some(id) = d.properties.message_id() {
+                        ids.insert(id.as_str().to_owned());
+                    }
+                    d.acker.ack(BasicAckOptions::default()).await.expect("ack");
+                }
+                _ => break,
+            }
+        }
+        (ids, deliveries)
+    }
+}
+
+struct Relay {
+    child: Child,
+}
+
+impl Relay {
+    /// SIGTERM, then the exit status (bounded).
+    async fn terminate(mut self) -> ExitStatus {
+        if let Some(pid) = self.child.id() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status()
+                .await;
+        }
+        tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+            .await
+            .expect("relay stops within 30 s of SIGTERM")
+            .expect("wait")
+    }
+}
+
+async fn metric(port: u16, name: &str) -> f64 {
+    let out = Command::new("curl")
+        .args(["-s", &format!("http://127.0.0.1:{port}/metrics")])
+        .output()
+        .await
+        .expect("curl");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or(0.0)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_relays_deliver_every_committed_message_and_no_rolled_back_one() {
+    let Some(w) = World::new("two").await else {
+        return;
+    };
+    let (a, b) = (
+        w.config("a", "[http]\nenabled = false"),
+        w.config("b", "[http]\nenabled = false"),
+    );
+    let (ra, rb) = (w.relay(&a), w.relay(&b));
+    sqlx::query(&format!(
+        "CREATE TABLE {}.orders (id bigint PRIMARY KEY)",
+        w.schema.quoted()
+    ))
+    .execute(&w.pool)
+    .await
+    .expect("orders");
+    let outbox = PgOutbox::new(w.schema.clone());
+    let mut tasks = Vec::new();
+    for t in 0..16_i64 {
+        let (pool, outbox, schema, exchange) = (
+            w.pool.clone(),
+            outbox.clone(),
+            w.schema.clone(),
+            w.exchange.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let (mut committed, mut rolled_back) = (Vec::new(), Vec::new());
+            for i in 0..625_i64 {
+                let order = t * 1000 + i;
+                let mut tx = pool.begin().await.expect("begin");
+                sqlx::query(&format!(
+                    "INSERT INTO {}.orders VALUES ($1)",
+                    schema.quoted()
+                ))
+                .bind(order)
+                .execute(&mut *tx)
+                .await
+                .expect("order");
+                let id = outbox
+                    .enqueue(
+                        &mut tx,
+                        NewMessage::new(
+                            &exchange,
+                            "order.created",
+                            format!("{{\"order\":{order}}}").into_bytes(),
+                        ),
+                    )
+                    .await
+                    .expect("enqueue");
+                if order % 10 == 0 {
+                    tx.rollback().await.expect("rollback");
+                    rolled_back.push(id.to_string());
+                } else {
+                    tx.commit().await.expect("commit");
+                    committed.push(id.to_string());
+                }
+            }
+            (committed, rolled_back)
+        }));
+    }
+    let (mut committed, mut rolled_back) = (HashSet::new(), HashSet::new());
+    for t in tasks {
+        let (c, r) = t.await.expect("producer");
+        committed.extend(c);
+        rolled_back.extend(r);
+    }
+    assert_eq!(committed.len() + rolled_back.len(), 10_000);
+    let (seen, deliveries) = w.drain(committed.len(), Duration::from_secs(30)).await;
+    assert!(
+        ra.terminate().await.success(),
+        "relay a did not exit cleanly on SIGTERM"
+    );
+    assert!(
+        rb.terminate().await.success(),
+        "relay b did not exit cleanly on SIGTERM"
+    );
+    eprintln!(
+        "committed {}, rolled back {}, delivered {} ({} distinct)",
+        committed.len(),
+        rolled_back.len(),
+        deliveries,
+        seen.len()
+    );
+    let missing = committed.difference(&seen).count();
+    assert_eq!(
+        missing, 0,
+        "{missing} committed messages never reached the broker"
+    );
+    assert!(
+        seen.is_disjoint(&rolled_back),
+        "a rolled-back message was published"
+    );
+    assert_eq!(w.count("sent").await as usize, committed.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publish_failures_are_retried_by_the_sweep_until_sent() {
+    let Some(w) = World::new("retry").await else {
+        return;
+    };
+    let port = free_port();
+    let late = format!("{}.late", w.exchange);
+    let cfg = w.config(
+        "r",
+        &format!("[http]\naddress = \"127.0.0.1:{port}\"\n[retry]\ninitial_backoff = \"100ms\"\nmax_backoff = \"200ms\"\nmax_attempts = 100\n"),
+    );
+    // The sweep interval is 1 s here: it is the floor under the 100 ms backoff.
+    std::fs::write(
+        &cfg,
+        std::fs::read_to_string(&cfg).expect("read").replace(
+            "[sweep]\n",
+            "[sweep]\ninterval = \"1s\"\nlock_wait = \"200ms\"\n",
+        ),
+    )
+    .expect("write");
+    let relay = w.relay(&cfg);
+    let outbox = PgOutbox::new(w.schema.clone());
+    let mut conn = w.pool.acquire().await.expect("conn");
+    let batch = (0..20)
+        .map(|i| NewMessage::new(&late, "k", format!("{i}").into_bytes()))
+        .collect();
+    outbox
+        .enqueue_batch(&mut conn, batch)
+        .await
+        .expect("enqueue");
+    w.wait_until("first failures", 20, async || {
+        w.count("publish_failed").await == 20
+    })
+    .await;
+    w.declare(&late).await; // the exchange appears: the next sweep gets them through
+    w.wait_until("retries to succeed", 30, async || {
+        w.count("sent").await == 20
+    })
+    .await;
+    let retried = metric(port, "outbox_sweep_publish_retried_total").await;
+    let failures = metric(port, "outbox_publish_failures_total").await;
+    let sweep_failed = metric(port, "outbox_sweep_publish_failed_total").await;
+    assert!(relay.terminate().await.success());
+    assert_eq!(
+        retried, 20.0,
+        "the sweep reports count exactly the retried messages"
+    );
+    assert_eq!(
+        failures,
+        20.0 + sweep_failed,
+        "first failures plus failed retries"
+    );
+    let (seen, _) = w.drain(20, Duration::from_secs(5)).await;
+    assert_eq!(seen.len(), 20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_end_dead_and_the_dead_commands_handle_them() {
+    let Some(w) = World::new("dead").await else {
+        return;
+    };
+    let cfg = w.config("d", "[http]\nenabled = false\n[retry]\ninitial_backoff = \"50ms\"\nmax_backoff = \"50ms\"\nmax_attempts = 2\n");
+    std::fs::write(
+        &cfg,
+        std::fs::read_to_string(&cfg).expect("read").replace(
+            "[sweep]\n",
+            "[sweep]\ninterval = \"500ms\"\nlock_wait = \"200ms\"\n",
+        ),
+    )
+    .expect("write");
+    let relay = w.relay(&cfg);
+    let outbox = PgOutbox::new(w.schema.clone());
+    let mut conn = w.pool.acquire().await.expect("conn");
+    let nowhere = format!("{}.never", w.exchange);
+    let ids = outbox
+        .enqueue_batch(
+            &mut conn,
+            (0..5)
+                .map(|i| NewMessage::new(&nowhere, "k", vec![i]))
+                .collect(),
+        )
+        .await
+        .expect("enqueue");
+    w.wait_until("dead", 30, async || w.count("dead").await == 5)
+        .await;
+    assert!(relay.terminate().await.success());
+
+    let cli = |args: &[&str]| {
+        let mut c = std::process::Command::new(BIN);
+        c.arg("dead").args(args).arg("--config").arg(&cfg);
+        c.output().expect("dead command")
+    };
+    let out = cli(&["list"]);
+    assert!(out.status.success());
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(listed.lines().count(), 5, "{listed}");
+    assert!(
+        listed.contains("not found") || listed.contains("exchange"),
+        "the error is shown: {listed}"
+    );
+    let out = cli(&["delete", &ids[0].to_string()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = cli(&["delete", "0190b1a2-0000-7000-8000-000000000000"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no message with id"));
+    let out = cli(&["requeue", "--all"]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("requeued 4"));
+    assert_eq!(w.count("pending").await, 4);
+    assert_eq!(w.count("dead").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_mid_stream_loses_nothing_and_sql_producers_are_relayed() {
+    let Some(w) = World::new("sigterm").await else {
+        return;
+    };
+    // Producers in other languages: the smallest plain SQL insert.
+    sqlx::query(&format!(
+        "INSERT INTO {}.outbox_messages (exchange, routing_key, payload) \
+         SELECT $1, 'order.created', convert_to('{{\"n\":' || n || '}}', 'UTF8') FROM generate_series(1, 20000) n",
+        w.schema.quoted()
+    ))
+    .bind(&w.exchange)
+    .execute(&w.pool)
+    .await
+    .expect("plain SQL inserts");
+    let cfg = w.config("s", "[http]\nenabled = false\n");
+    std::fs::write(
+        &cfg,
+        std::fs::read_to_string(&cfg)
+            .expect("read")
+            .replace("[dispatch]\n", "[dispatch]\nbatch_size = 200\n"),
+    )
+    .expect("write");
+    let first = w.relay(&cfg);
+    w.wait_until("some progress", 30, async || w.count("sent").await >= 2000)
+        .await;
+    assert!(first.terminate().await.success(), "SIGTERM must exit 0");
+    let sent_at_stop = w.count("sent").await;
+    eprintln!("sent when the first relay stopped: {sent_at_stop} of 20000");
+    let second = w.relay(&cfg);
+    w.wait_until("the rest", 60, async || w.count("sent").await == 20000)
+        .await;
+    assert!(second.terminate().await.success());
+    let (seen, deliveries) = w.drain(20000, Duration::from_secs(10)).await;
+    eprintln!("delivered {deliveries}, distinct {}", seen.len());
+    assert_eq!(seen.len(), 20000, "every row reached the broker");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_share_one_sweep_per_interval() {
+    let Some(w) = World::new("cadence").await else {
+        return;
+    };
+    let (pa, pb) = (free_port(), free_port());
+    let cfg = |name: &str, port: u16| {
+        let p = w.config(name, &format!("[http]\naddress = \"127.0.0.1:{port}\"\n"));
+        std::fs::write(
+            &p,
+            std::fs::read_to_string(&p).expect("read").replace(
+                "[sweep]\n",
+                "[sweep]\ninterval = \"2s\"\nlock_wait = \"300ms\"\n",
+            ),
+        )
+        .expect("write");
+        p
+    };
+    let (ca, cb) = (cfg("a", pa), cfg("b", pb));
+    let (ra, rb) = (w.relay(&ca), w.relay(&cb));
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    let sweeps = metric(pa, "outbox_sweeps_total").await + metric(pb, "outbox_sweeps_total").await;
+    assert!(ra.terminate().await.success());
+    assert!(rb.terminate().await.success());
+    eprintln!("sweeps by two instances in 9 s with a 2 s interval: {sweeps}");
+    // One cluster-wide sweep per interval: at most ceil(9 / 2) = 5 (plus start-up
+    // skew), never the ~10 that two independent sweepers would make.
+    assert!((2.0..=6.0).contains(&sweeps), "{sweeps} sweeps");
+}

@@ -4,6 +4,8 @@
 //!   dependency guard, and the whole test suite.
 //! - `guard`: the dependency guard alone (the architecture invariants that a
 //!   dependency graph can prove).
+//! - `it`: only the tests that need the real PostgreSQL, RabbitMQ and Redis (URLs
+//!   from `OUTBOX_TEST_*`, else the local defaults). `ci` runs them too, once.
 //!
 //! Only the standard library is used, so that xtask builds fast and never breaks.
 
@@ -86,6 +88,32 @@ fn ci() -> Result<(), String> {
     run("doc tests", cargo().args(["test", "--workspace", "--doc"]))?;
     eprintln!("xtask: ci passed");
     Ok(())
+}
+
+/// Packages whose tests talk to the real services.
+const SERVICE_PACKAGES: &[&str] = &[
+    "outbox-adapters-postgres",
+    "outbox-adapters-redis",
+    "outbox-adapters-rabbitmq",
+    "outbox-e2e",
+];
+
+fn it() -> Result<(), String> {
+    let mut cmd = cargo();
+    cmd.arg("test");
+    for p in SERVICE_PACKAGES {
+        cmd.args(["-p", p]);
+    }
+    for (var, default) in [
+        ("OUTBOX_TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test"),
+        ("OUTBOX_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2f"),
+        ("OUTBOX_TEST_REDIS_URL", "redis://127.0.0.1:6379/"),
+    ] {
+        if std::env::var_os(var).is_none() {
+            cmd.env(var, default);
+        }
+    }
+    run("integration tests", &mut cmd)
 }
 
 /// Normal (non-dev, non-build) dependencies of `package`, by crate name.

@@ -33,9 +33,10 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci(),
         Some("guard") => guard(),
+        Some("it") => it(),
         _ => {
             eprintln!(
-                "usage: cargo xtask <ci|guard>\n\n  ci     fmt check, clippy -D warnings, dependency guard, all tests\n  guard  dependency guard only"
+                "usage: cargo xtask <ci|guard|it>\n\n  ci     fmt check, clippy -D warnings, dependency guard, all tests\n  guard  dependency guard only\n  it     tests against the real PostgreSQL, RabbitMQ and Redis only"
             );
             return ExitCode::from(2);
         }
@@ -105,8 +106,14 @@ fn it() -> Result<(), String> {
         cmd.args(["-p", p]);
     }
     for (var, default) in [
-        ("OUTBOX_TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test"),
-        ("OUTBOX_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2f"),
+        (
+            "OUTBOX_TEST_DATABASE_URL",
+            "postgres://postgres@127.0.0.1:5432/test",
+        ),
+        (
+            "OUTBOX_TEST_AMQP_URL",
+            "amqp://guest:guest@127.0.0.1:5672/%2f",
+        ),
         ("OUTBOX_TEST_REDIS_URL", "redis://127.0.0.1:6379/"),
     ] {
         if std::env::var_os(var).is_none() {

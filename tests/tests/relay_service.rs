@@ -224,6 +224,36 @@ state_key = "e2e.{id}.state"
     }
 }
 
+impl World {
+    /// Removes the test's exchanges, queue and schema (left behind only when a test
+    /// fails, for inspection).
+    async fn cleanup(self) {
+        if let Ok(ch) = self.amqp.create_channel().await {
+            let _ = ch
+                .queue_delete(
+                    self.queue.as_str().into(),
+                    lapin::options::QueueDeleteOptions::default(),
+                )
+                .await;
+            for x in [self.exchange.clone(), format!("{}.late", self.exchange)] {
+                let _ = ch
+                    .exchange_delete(
+                        x.as_str().into(),
+                        lapin::options::ExchangeDeleteOptions::default(),
+                    )
+                    .await;
+            }
+        }
+        let _ = sqlx::query(&format!(
+            "DROP SCHEMA IF EXISTS {} CASCADE",
+            self.schema.quoted()
+        ))
+        .execute(&self.pool)
+        .await;
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 struct Relay {
     child: Child,
 }
@@ -358,6 +388,7 @@ async fn two_relays_deliver_every_committed_message_and_no_rolled_back_one() {
         "a rolled-back message was published"
     );
     assert_eq!(w.count("sent").await as usize, committed.len());
+    w.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -414,6 +445,7 @@ async fn publish_failures_are_retried_by_the_sweep_until_sent() {
     );
     let (seen, _) = w.drain(20, Duration::from_secs(5)).await;
     assert_eq!(seen.len(), 20);
+    w.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -474,6 +506,7 @@ async fn messages_end_dead_and_the_dead_commands_handle_them() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("requeued 4"));
     assert_eq!(w.count("pending").await, 4);
     assert_eq!(w.count("dead").await, 0);
+    w.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -512,6 +545,7 @@ async fn sigterm_mid_stream_loses_nothing_and_sql_producers_are_relayed() {
     let (seen, deliveries) = w.drain(20000, Duration::from_secs(10)).await;
     eprintln!("delivered {deliveries}, distinct {}", seen.len());
     assert_eq!(seen.len(), 20000, "every row reached the broker");
+    w.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -542,4 +576,5 @@ async fn two_instances_share_one_sweep_per_interval() {
     // One cluster-wide sweep per interval: at most ceil(9 / 2) = 5 (plus start-up
     // skew), never the ~10 that two independent sweepers would make.
     assert!((2.0..=6.0).contains(&sweeps), "{sweeps} sweeps");
+    w.cleanup().await;
 }

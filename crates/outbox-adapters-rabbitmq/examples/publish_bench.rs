@@ -3,7 +3,8 @@
 //!
 //! `cargo run --release -p outbox-adapters-rabbitmq --example publish_bench -- [messages] [window]`
 //! with `OUTBOX_TEST_AMQP_URL` (default: the local broker). 1 KiB persistent
-//! messages to a durable queue, which is purged between runs and deleted at the end.
+//! messages to a durable queue, which is purged between runs and deleted at the end
+//! (kept, empty, with a third argument `keep`, for a relay run against it).
 
 #![allow(clippy::print_stdout)] // the report is the program's output
 
@@ -90,6 +91,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let n: usize = args.next().map_or(Ok(20_000), |a| a.parse())?;
     let window: usize = args.next().map_or(Ok(1024), |a| a.parse())?;
+    let keep = args.next().as_deref() == Some("keep");
     let url = std::env::var("OUTBOX_TEST_AMQP_URL")
         .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned());
     let conn = connect(&url, Duration::from_secs(5)).await?;
@@ -137,8 +139,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         mean(&oursv),
         mean(&oursv) / mean(&raws)
     );
-    admin
-        .queue_delete(QUEUE.into(), QueueDeleteOptions::default())
-        .await?;
+    if !keep {
+        admin
+            .queue_delete(QUEUE.into(), QueueDeleteOptions::default())
+            .await?;
+    }
     Ok(())
 }

@@ -212,6 +212,53 @@ impl PgInboxStore {
         }
     }
 
+    /// Exactly once in effect for a consume retry: `message` was claimed by the sweep
+    /// under `lease` (see [`InboxStore::claim_due`]). In one transaction the row is
+    /// marked consumed (only if `lease` still holds it) and `handler` runs with that
+    /// transaction's connection; both commit or neither. A handler error rolls back
+    /// and records the failure (`decide` gets the attempt number) under the lease.
+    ///
+    /// # Errors
+    /// A database error; the row stays claimed until the lease runs out.
+    pub async fn retry_in_transaction(
+        &self,
+        consumer: &str,
+        lease: &Lease,
+        message: &Message,
+        attempts_before: u32,
+        decide: impl FnOnce(u32) -> Decision + Send,
+        handler: TxHandler<'_>,
+    ) -> Result<ConsumeOutcome, PortError> {
+        let mut tx = self.pool.begin().await.map_err(|e| port("begin", e))?;
+        let held = sqlx::query(&self.sql.mark_consumed)
+            .bind(consumer)
+            .bind(message.id.as_uuid())
+            .bind(&lease.holder)
+            .bind(sources_of(Status::Consumed))
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| port("mark consumed", e))?
+            .rows_affected()
+            == 1;
+        if !held {
+            tx.rollback().await.map_err(|e| port("rollback", e))?;
+            return Ok(ConsumeOutcome::Duplicate);
+        }
+        match handler(&mut tx).await {
+            Ok(()) => {
+                tx.commit().await.map_err(|e| port("commit", e))?;
+                Ok(ConsumeOutcome::Consumed)
+            }
+            Err(error) => {
+                tx.rollback().await.map_err(|e| port("rollback", e))?;
+                let decision = decide(attempts_before.saturating_add(1));
+                self.mark_consume_failed(consumer, message.id, lease, &error, decision)
+                    .await?;
+                Ok(ConsumeOutcome::Failed(error))
+            }
+        }
+    }
+
     /// Retention: deletes consumed deliveries older than `age`, `batch` per
     /// statement; returns how many.
     ///

@@ -67,15 +67,38 @@ where
 }
 
 /// Handlers by message type, by routing key, and a fallback. Lookup order: type,
-/// then routing key, then fallback.
-#[derive(Clone, Default)]
-pub struct HandlerRegistry {
-    by_type: HashMap<String, Arc<dyn Handler>>,
-    by_routing_key: HashMap<String, Arc<dyn Handler>>,
-    fallback: Option<Arc<dyn Handler>>,
+/// then routing key, then fallback. `H` is the kind of handler: [`Handler`]
+/// ([`HandlerRegistry`]) or a transactional one.
+pub struct Handlers<H: ?Sized> {
+    by_type: HashMap<String, Arc<H>>,
+    by_routing_key: HashMap<String, Arc<H>>,
+    fallback: Option<Arc<H>>,
 }
 
-impl HandlerRegistry {
+/// Backend-neutral handlers.
+pub type HandlerRegistry = Handlers<dyn Handler>;
+
+impl<H: ?Sized> Default for Handlers<H> {
+    fn default() -> Self {
+        Self {
+            by_type: HashMap::new(),
+            by_routing_key: HashMap::new(),
+            fallback: None,
+        }
+    }
+}
+
+impl<H: ?Sized> Clone for Handlers<H> {
+    fn clone(&self) -> Self {
+        Self {
+            by_type: self.by_type.clone(),
+            by_routing_key: self.by_routing_key.clone(),
+            fallback: self.fallback.clone(),
+        }
+    }
+}
+
+impl<H: ?Sized> Handlers<H> {
     /// An empty registry.
     #[must_use]
     pub fn new() -> Self {
@@ -84,28 +107,28 @@ impl HandlerRegistry {
 
     /// Handles messages whose type is `message_type`.
     #[must_use]
-    pub fn on_type(mut self, message_type: &str, handler: Arc<dyn Handler>) -> Self {
+    pub fn on_type(mut self, message_type: &str, handler: Arc<H>) -> Self {
         self.by_type.insert(message_type.to_owned(), handler);
         self
     }
 
     /// Handles messages routed with `routing_key`.
     #[must_use]
-    pub fn on_routing_key(mut self, routing_key: &str, handler: Arc<dyn Handler>) -> Self {
+    pub fn on_routing_key(mut self, routing_key: &str, handler: Arc<H>) -> Self {
         self.by_routing_key.insert(routing_key.to_owned(), handler);
         self
     }
 
     /// Handles everything else.
     #[must_use]
-    pub fn fallback(mut self, handler: Arc<dyn Handler>) -> Self {
+    pub fn fallback(mut self, handler: Arc<H>) -> Self {
         self.fallback = Some(handler);
         self
     }
 
     /// The handler for `message`, if any.
     #[must_use]
-    pub fn find(&self, message: &Message) -> Option<Arc<dyn Handler>> {
+    pub fn find(&self, message: &Message) -> Option<Arc<H>> {
         message
             .message_type
             .as_ref()
@@ -114,7 +137,17 @@ impl HandlerRegistry {
             .or(self.fallback.as_ref())
             .cloned()
     }
+}
 
+/// The failure text of a message no handler is registered for.
+pub(crate) fn no_handler(message: &Message) -> String {
+    format!(
+        "no handler for message type {:?} or routing key {:?}",
+        message.message_type, message.routing_key
+    )
+}
+
+impl Handlers<dyn Handler> {
     /// Runs the handler for `message` in its own task, so that a panic or a timeout
     /// becomes an error message instead of taking the worker down.
     ///
@@ -122,10 +155,7 @@ impl HandlerRegistry {
     /// The failure as text: no handler, the handler's error, a panic, or a timeout.
     pub async fn run(&self, message: &Message, timeout: Duration) -> Result<(), String> {
         let Some(handler) = self.find(message) else {
-            return Err(format!(
-                "no handler for message type {:?} or routing key {:?}",
-                message.message_type, message.routing_key
-            ));
+            return Err(no_handler(message));
         };
         let owned = message.clone();
         let mut task = tokio::spawn(async move { handler.handle(&owned).await });
@@ -145,7 +175,7 @@ impl HandlerRegistry {
     }
 }
 
-fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+pub(crate) fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
     payload
         .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())
@@ -266,30 +296,16 @@ impl Shared {
 
     async fn handle_delivery(&self, delivery: Delivery) {
         let name = &self.config.name;
-        let message = match delivery.envelope.to_message(self.clock.now()) {
-            Ok(m) => m,
-            Err(reason) => {
-                let env = &delivery.envelope;
-                let letter = DeadLetter {
-                    message_id: env.message_id.clone(),
-                    routing_key: env.routing_key.clone(),
-                    headers: env.headers.clone(),
-                    body: env.body.clone(),
-                    reason: reason.to_string(),
-                };
-                tracing::warn!(consumer = %name, %reason, "undecodable delivery kept as a dead letter");
-                match self.inbox.record_dead_letter(name, letter).await {
-                    Ok(()) => {
-                        self.counters.dead_letters.fetch_add(1, Ordering::Relaxed);
-                        settle(&delivery, true).await;
-                    }
-                    Err(e) => {
-                        tracing::warn!(consumer = %name, error = %e, "cannot keep the dead letter; returning it to the broker");
-                        settle(&delivery, false).await;
-                    }
-                }
-                return;
-            }
+        let Some(message) = decode_or_dead_letter(
+            &*self.inbox,
+            name,
+            &self.counters,
+            self.clock.now(),
+            &delivery,
+        )
+        .await
+        else {
+            return;
         };
         let lease = self.leases.next();
         match self.inbox.record_arrival(name, &message, &lease).await {
@@ -368,77 +384,120 @@ impl ConsumerWorker {
     /// deliveries and waits for those in hand (each bounded by the handler timeout).
     /// Deliveries not yet acknowledged go back to the broker.
     pub async fn run(self, cancel: CancellationToken) {
-        let config = &self.shared.config;
-        let name = config.name.clone();
-        let Some(mut stream) = self.subscribe(&cancel).await else {
-            return;
+        let shared = Arc::clone(&self.shared);
+        consume(&*self.subscriber, &self.shared.config, &cancel, move |d| {
+            let shared = Arc::clone(&shared);
+            async move { shared.handle_delivery(d).await }
+        })
+        .await;
+    }
+}
+
+/// The consuming loop shared by the workers: subscribe (retrying), take deliveries
+/// while fewer than `config.concurrency` are in hand, hand each to `handle` in a task
+/// of its own; on cancellation stop taking and wait for those in hand.
+pub(crate) async fn consume<F, Fut>(
+    subscriber: &dyn Subscriber,
+    config: &ConsumerConfig,
+    cancel: &CancellationToken,
+    handle: F,
+) where
+    F: Fn(Delivery) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let name = &config.name;
+    let mut stream = loop {
+        match subscriber.subscribe(&config.queue, config.prefetch).await {
+            Ok(s) => break s,
+            Err(e) => {
+                tracing::error!(consumer = %name, queue = %config.queue, error = %e, "cannot subscribe; retrying");
+                if !sleep_or_cancel(Duration::from_secs(1), cancel).await {
+                    return;
+                }
+            }
+        }
+    };
+    tracing::info!(consumer = %name, queue = %config.queue, "consumer started");
+    let permits = Arc::new(Semaphore::new(config.concurrency.max(1)));
+    let mut in_hand = JoinSet::new();
+    loop {
+        let permit = tokio::select! {
+            () = cancel.cancelled() => break,
+            p = Arc::clone(&permits).acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => break,
+            },
         };
-        tracing::info!(consumer = %name, queue = %config.queue, "consumer started");
-        let permits = Arc::new(Semaphore::new(config.concurrency.max(1)));
-        let mut in_hand = JoinSet::new();
-        loop {
-            let permit = tokio::select! {
-                () = cancel.cancelled() => break,
-                p = Arc::clone(&permits).acquire_owned() => match p {
-                    Ok(p) => p,
-                    Err(_) => break,
-                },
-            };
-            let next = tokio::select! {
-                () = cancel.cancelled() => break,
-                d = stream.next() => d,
-            };
-            match next {
-                None => {
-                    tracing::info!(consumer = %name, "subscription ended");
+        let next = tokio::select! {
+            () = cancel.cancelled() => break,
+            d = stream.next() => d,
+        };
+        match next {
+            None => {
+                tracing::info!(consumer = %name, "subscription ended");
+                break;
+            }
+            Some(Err(e)) => {
+                tracing::warn!(consumer = %name, error = %e, "delivery stream error");
+                if !sleep_or_cancel(Duration::from_secs(1), cancel).await {
                     break;
                 }
-                Some(Err(e)) => {
-                    tracing::warn!(consumer = %name, error = %e, "delivery stream error");
-                    if !sleep_or_cancel(Duration::from_secs(1), &cancel).await {
-                        break;
-                    }
-                }
-                Some(Ok(delivery)) => {
-                    let shared = Arc::clone(&self.shared);
-                    in_hand.spawn(async move {
-                        shared.handle_delivery(delivery).await;
-                        drop(permit);
-                    });
-                }
             }
-            while in_hand.try_join_next().is_some() {}
+            Some(Ok(delivery)) => {
+                let job = handle(delivery);
+                in_hand.spawn(async move {
+                    job.await;
+                    drop(permit);
+                });
+            }
         }
-        drop(stream);
-        while in_hand.join_next().await.is_some() {}
-        tracing::info!(consumer = %name, "consumer stopped");
+        while in_hand.try_join_next().is_some() {}
     }
+    drop(stream);
+    while in_hand.join_next().await.is_some() {}
+    tracing::info!(consumer = %name, "consumer stopped");
+}
 
-    async fn subscribe(
-        &self,
-        cancel: &CancellationToken,
-    ) -> Option<Box<dyn outbox_ports::DeliveryStream>> {
-        loop {
-            match self
-                .subscriber
-                .subscribe(&self.shared.config.queue, self.shared.config.prefetch)
-                .await
-            {
-                Ok(s) => return Some(s),
+/// The message of a delivery; an undecodable one is kept as a dead letter and
+/// acknowledged (or returned to the broker if it cannot be kept), and `None` comes
+/// back.
+pub(crate) async fn decode_or_dead_letter(
+    inbox: &dyn InboxStore,
+    consumer: &str,
+    counters: &ConsumerCounters,
+    now: outbox_core::Timestamp,
+    delivery: &Delivery,
+) -> Option<Message> {
+    match delivery.envelope.to_message(now) {
+        Ok(m) => Some(m),
+        Err(reason) => {
+            let env = &delivery.envelope;
+            let letter = DeadLetter {
+                message_id: env.message_id.clone(),
+                routing_key: env.routing_key.clone(),
+                headers: env.headers.clone(),
+                body: env.body.clone(),
+                reason: reason.to_string(),
+            };
+            tracing::warn!(%consumer, %reason, "undecodable delivery kept as a dead letter");
+            match inbox.record_dead_letter(consumer, letter).await {
+                Ok(()) => {
+                    counters.dead_letters.fetch_add(1, Ordering::Relaxed);
+                    settle(delivery, true).await;
+                }
                 Err(e) => {
-                    tracing::error!(consumer = %self.shared.config.name, queue = %self.shared.config.queue, error = %e, "cannot subscribe; retrying");
-                    if !sleep_or_cancel(Duration::from_secs(1), cancel).await {
-                        return None;
-                    }
+                    tracing::warn!(%consumer, error = %e, "cannot keep the dead letter; returning it to the broker");
+                    settle(delivery, false).await;
                 }
             }
+            None
         }
     }
 }
 
 /// Acknowledges (`true`) or returns (`false`) a delivery. A failure only means the
 /// broker delivers it again, which the inbox absorbs.
-async fn settle(delivery: &Delivery, ack: bool) {
+pub(crate) async fn settle(delivery: &Delivery, ack: bool) {
     let result = if ack {
         delivery.acker.ack().await
     } else {

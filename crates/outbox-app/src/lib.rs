@@ -17,6 +17,7 @@ pub mod consumer;
 pub mod demo;
 pub mod http;
 pub mod lease;
+pub mod pg_consumer;
 pub mod relay;
 pub mod service;
 pub mod sweeper;
@@ -24,9 +25,10 @@ pub mod wiring;
 
 pub use consumer::{
     ConsumeRetryTask, ConsumerConfig, ConsumerCounters, ConsumerWorker, Handler, HandlerError,
-    HandlerRegistry, handler_fn,
+    HandlerRegistry, Handlers, handler_fn,
 };
 pub use lease::LeaseFactory;
+pub use pg_consumer::{PgConsumeRetryTask, PgConsumerWorker, PgHandler, PgHandlerRegistry};
 pub use relay::{Dispatcher, DispatcherConfig, PublishCounts, PublishRetryTask, RelayCounters};
 pub use service::{RelayBuilder, RelayHandles};
 pub use sweeper::{RetrySweeper, SweepTask};

@@ -168,6 +168,50 @@ async fn metrics_text(State(state): State<HttpState>, headers: HeaderMap) -> Res
         .into_response()
 }
 
+/// Publishes a consumer's counters as Prometheus metrics (labelled by consumer).
+pub fn record_consumer(name: &str, c: &crate::ConsumerCounters) {
+    let _ = prometheus();
+    let label = [("consumer", name.to_owned())];
+    metrics::counter!("outbox_consumed_total", &label).absolute(c.consumed.load(Ordering::Relaxed));
+    metrics::counter!("outbox_consume_failures_total", &label)
+        .absolute(c.consume_failures.load(Ordering::Relaxed));
+    metrics::counter!("outbox_duplicates_absorbed_total", &label)
+        .absolute(c.duplicates.load(Ordering::Relaxed));
+    metrics::counter!("outbox_consume_dead_total", &label).absolute(c.dead.load(Ordering::Relaxed));
+    metrics::counter!("outbox_dead_letters_total", &label)
+        .absolute(c.dead_letters.load(Ordering::Relaxed));
+}
+
+/// Serves `/healthz` and `/metrics` for a consumer process on `address` until
+/// `cancel` fires; `name`'s counters are read at every scrape.
+///
+/// # Errors
+/// When the address cannot be bound.
+pub async fn serve_consumer(
+    address: SocketAddr,
+    name: String,
+    counters: Arc<crate::ConsumerCounters>,
+    cancel: CancellationToken,
+) -> std::io::Result<()> {
+    let app = axum::Router::new().route("/healthz", get(healthz)).route(
+        "/metrics",
+        get(move || {
+            let (name, counters) = (name.clone(), Arc::clone(&counters));
+            async move {
+                record_consumer(&name, &counters);
+                (
+                    [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+                    prometheus().render(),
+                )
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind(address).await?;
+    axum::serve(listener, app)
+        .with_graceful_shutdown(cancel.cancelled_owned())
+        .await
+}
+
 /// Serves the endpoints on `address` until `cancel` fires.
 ///
 /// # Errors

@@ -1,0 +1,209 @@
+//! The billing consumer: one invoice per `order.created`, written in the inbox's
+//! transaction, so a redelivered or retried message never bills twice.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use outbox_adapters_postgres::{PgConnection, PgInboxStore, PgLock, PgSchema, PgSweepState};
+use outbox_adapters_rabbitmq::RabbitSubscriber;
+use outbox_app::{
+    CancellationToken, ConsumerConfig, HandlerError, LeaseFactory, PgConsumerWorker, PgHandler,
+    PgHandlerRegistry, RetrySweeper,
+};
+use outbox_core::{Message, RetryPolicy, SweepConfig};
+use outbox_ports::SystemClock;
+
+use crate::Shop;
+
+/// The consumer's name in the inbox.
+pub const CONSUMER: &str = "billing";
+
+/// Failure injection for demos and tests.
+#[derive(Debug, Clone, Default)]
+pub struct Faults {
+    /// Orders whose first billing attempt fails (by `order_id % 100 < percent`).
+    pub fail_first_percent: u64,
+    /// Orders that never bill (they end dead).
+    pub poison: HashSet<i64>,
+}
+
+struct Billing {
+    schema: PgSchema,
+    faults: Faults,
+}
+
+fn order_of(m: &Message) -> Result<(i64, i64), HandlerError> {
+    let text = std::str::from_utf8(&m.payload)?;
+    let field = |name: &str| -> Result<i64, HandlerError> {
+        let start = text.find(&format!("\"{name}\":")).ok_or("field missing")? + name.len() + 3;
+        let digits: String = text[start..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        Ok(digits.parse()?)
+    };
+    Ok((field("order_id")?, field("total_cents")?))
+}
+
+#[async_trait]
+impl PgHandler for Billing {
+    async fn handle(&self, conn: &mut PgConnection, m: &Message) -> Result<(), HandlerError> {
+        let (order_id, total) = order_of(m)?;
+        if self.faults.poison.contains(&order_id) {
+            return Err(format!("order {order_id} cannot be billed").into());
+        }
+        let unlucky = u64::try_from(order_id).unwrap_or(0) % 100 < self.faults.fail_first_percent;
+        // Injected fault: the first attempt of an unlucky order fails (remembered in
+        // this process, since the failed transaction rolls back).
+        if unlucky
+            && failed_once()
+                .lock()
+                .map_err(|_| "poisoned lock")?
+                .insert(order_id)
+        {
+            return Err(format!("billing backend busy for order {order_id}").into());
+        }
+        sqlx::query(&format!(
+            "INSERT INTO {}.invoices (order_id, message_id, amount_cents) VALUES ($1, $2, $3)",
+            self.schema.quoted()
+        ))
+        .bind(order_id)
+        .bind(m.id.as_uuid())
+        .bind(total)
+        .execute(&mut *conn)
+        .await?;
+        Ok(())
+    }
+}
+
+fn failed_once() -> &'static std::sync::Mutex<HashSet<i64>> {
+    static SET: std::sync::OnceLock<std::sync::Mutex<HashSet<i64>>> = std::sync::OnceLock::new();
+    SET.get_or_init(Default::default)
+}
+
+/// Runs the billing consumer until `cancel` fires: the worker on the queue and the
+/// consume-retry sweep (lock and state in PostgreSQL, keys of this consumer).
+///
+/// # Errors
+/// Setup errors (database, broker).
+pub async fn run(
+    shop: &Shop,
+    faults: Faults,
+    sweep_interval: Duration,
+    cancel: CancellationToken,
+) -> anyhow::Result<()> {
+    let pool = shop.pool().await?;
+    shop.setup(&pool).await?;
+    let inbox = PgInboxStore::new(pool.clone(), &shop.outbox_schema);
+    let handlers = PgHandlerRegistry::new().on_type(
+        "order.created",
+        Arc::new(Billing {
+            schema: shop.schema.clone(),
+            faults,
+        }),
+    );
+    let config = ConsumerConfig {
+        prefetch: 64,
+        concurrency: 8,
+        retry: RetryPolicy {
+            initial_backoff: Duration::from_millis(200),
+            max_backoff: Duration::from_secs(5),
+            max_attempts: 5,
+        },
+        ..ConsumerConfig::new(CONSUMER, &shop.queue)
+    };
+    let worker = PgConsumerWorker::new(
+        inbox,
+        Arc::new(RabbitSubscriber::new(&shop.amqp_url)),
+        handlers,
+        Arc::new(SystemClock),
+        config,
+    );
+    let instance = LeaseFactory::instance_id("billing");
+    let sweep = SweepConfig {
+        interval: sweep_interval,
+        ..SweepConfig::for_consumer(CONSUMER)
+    };
+    let sweeper = RetrySweeper::new(
+        sweep,
+        Arc::new(PgLock::new(pool.clone(), &shop.outbox_schema, &instance)),
+        Arc::new(PgSweepState::new(pool, &shop.outbox_schema)),
+        Arc::new(SystemClock),
+        Arc::new(worker.retry_task()),
+    );
+    let counters = worker.counters();
+    let sweeping = tokio::spawn(sweeper.run(cancel.clone()));
+    let metrics = std::env::var("BILLING_METRICS_ADDR")
+        .ok()
+        .and_then(|a| a.parse().ok())
+        .map(|addr| {
+            tokio::spawn(outbox_app::http::serve_consumer(
+                addr,
+                CONSUMER.to_owned(),
+                counters,
+                cancel.clone(),
+            ))
+        });
+    worker.run(cancel.clone()).await;
+    let _ = sweeping.await;
+    if let Some(m) = metrics {
+        let _ = m.await;
+    }
+    Ok(())
+}
+
+/// The billing consumer process: settings from the environment (see the crate docs;
+/// `BILLING_FAIL_FIRST_PERCENT`, `BILLING_POISON_ORDERS`, `BILLING_SWEEP_INTERVAL`,
+/// `BILLING_METRICS_ADDR`), logs to stderr, runs until SIGINT or SIGTERM.
+///
+/// # Errors
+/// Bad settings, setup errors.
+pub async fn main_from_env() -> anyhow::Result<()> {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,lapin=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    let shop = Shop::from_env()?;
+    let var = |k: &str| std::env::var(k).ok();
+    let faults = Faults {
+        fail_first_percent: var("BILLING_FAIL_FIRST_PERCENT")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+        poison: var("BILLING_POISON_ORDERS")
+            .unwrap_or_default()
+            .split(',')
+            .filter_map(|s| s.trim().parse().ok())
+            .collect(),
+    };
+    let interval = var("BILLING_SWEEP_INTERVAL")
+        .map(|v| outbox_core::duration::parse(&v))
+        .transpose()
+        .map_err(anyhow::Error::msg)?
+        .unwrap_or(Duration::from_secs(60));
+    let cancel = CancellationToken::new();
+    let stop = cancel.clone();
+    tokio::spawn(async move {
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        let terminated = async {
+            match term.as_mut() {
+                Some(t) => {
+                    t.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            () = terminated => {}
+        }
+        tracing::info!("shutting down");
+        stop.cancel();
+    });
+    run(&shop, faults, interval, cancel).await
+}

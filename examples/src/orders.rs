@@ -1,0 +1,46 @@
+//! The order service: an order row and its `order.created` message, one transaction.
+
+use outbox_adapters_postgres::{PgOutbox, PgPool};
+use outbox_core::{MessageId, NewMessage};
+
+use crate::{EXCHANGE, Shop};
+
+/// Creates order `id` for `total_cents` and enqueues `order.created`; with
+/// `roll_back` the transaction is rolled back instead (nothing happens at all).
+/// Returns the message id.
+///
+/// # Errors
+/// Database errors (the order and the message are both absent then).
+pub async fn create(
+    shop: &Shop,
+    pool: &PgPool,
+    id: i64,
+    total_cents: i64,
+    roll_back: bool,
+) -> anyhow::Result<MessageId> {
+    let outbox = PgOutbox::new(shop.outbox_schema.clone());
+    let mut tx = pool.begin().await?;
+    sqlx::query(&format!(
+        "INSERT INTO {}.orders (id, total_cents) VALUES ($1, $2)",
+        shop.schema.quoted()
+    ))
+    .bind(id)
+    .bind(total_cents)
+    .execute(&mut *tx)
+    .await?;
+    let payload = format!(r#"{{"order_id":{id},"total_cents":{total_cents}}}"#);
+    let message_id = outbox
+        .enqueue(
+            &mut tx,
+            NewMessage::new(EXCHANGE, "order.created", payload.into_bytes())
+                .with_type("order.created")
+                .with_source("order-service"),
+        )
+        .await?;
+    if roll_back {
+        tx.rollback().await?;
+    } else {
+        tx.commit().await?;
+    }
+    Ok(message_id)
+}

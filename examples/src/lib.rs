@@ -5,7 +5,7 @@
 //! Settings come from the environment (defaults: the local services):
 //! `SHOP_DATABASE_URL`, `SHOP_AMQP_URL`, `SHOP_SCHEMA` (business tables, default
 //! `shop`), `OUTBOX_SCHEMA` (default `outbox`), `BILLING_QUEUE` (default
-//! `billing.orders`).
+//! `billing.orders`), `SHOP_EXCHANGE` (default `shop.orders`).
 
 use std::time::Duration;
 
@@ -14,9 +14,6 @@ use outbox_adapters_rabbitmq::{BindingSpec, ExchangeKind, ExchangeSpec, QueueSpe
 
 pub mod billing;
 pub mod orders;
-
-/// The exchange orders are published to.
-pub const EXCHANGE: &str = "shop.orders";
 
 /// Settings of both programs.
 #[derive(Debug, Clone)]
@@ -31,6 +28,8 @@ pub struct Shop {
     pub outbox_schema: PgSchema,
     /// The billing consumer's queue.
     pub queue: String,
+    /// The exchange orders are published to.
+    pub exchange: String,
 }
 
 impl Shop {
@@ -49,6 +48,7 @@ impl Shop {
             schema: PgSchema::new(&var("SHOP_SCHEMA", "shop"))?,
             outbox_schema: PgSchema::new(&var("OUTBOX_SCHEMA", "outbox"))?,
             queue: var("BILLING_QUEUE", "billing.orders"),
+            exchange: var("SHOP_EXCHANGE", "shop.orders"),
         })
     }
 
@@ -86,14 +86,14 @@ impl Shop {
             outbox_adapters_rabbitmq::connect(&self.amqp_url, Duration::from_secs(10)).await?;
         Topology {
             exchanges: vec![ExchangeSpec {
-                name: EXCHANGE.into(),
+                name: self.exchange.clone(),
                 kind: ExchangeKind::Topic,
                 durable: true,
             }],
             queues: vec![QueueSpec::durable(&self.queue)],
             bindings: vec![BindingSpec {
                 queue: self.queue.clone(),
-                exchange: EXCHANGE.into(),
+                exchange: self.exchange.clone(),
                 routing_key: "order.*".into(),
             }],
         }

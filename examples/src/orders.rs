@@ -3,7 +3,7 @@
 use outbox_adapters_postgres::{PgOutbox, PgPool};
 use outbox_core::{MessageId, NewMessage};
 
-use crate::{EXCHANGE, Shop};
+use crate::Shop;
 
 /// Creates order `id` for `total_cents` and enqueues `order.created`; with
 /// `roll_back` the transaction is rolled back instead (nothing happens at all).
@@ -32,7 +32,7 @@ pub async fn create(
     let message_id = outbox
         .enqueue(
             &mut tx,
-            NewMessage::new(EXCHANGE, "order.created", payload.into_bytes())
+            NewMessage::new(&shop.exchange, "order.created", payload.into_bytes())
                 .with_type("order.created")
                 .with_source("order-service"),
         )

@@ -1,0 +1,318 @@
+//! The whole flow across processes: relays (the real `outbox` CLI) and the example
+//! billing consumer (`outbox-e2e-billing`) against the local PostgreSQL and RabbitMQ.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use outbox_adapters_postgres::{PgPool, PgSchema};
+use outbox_adapters_rabbitmq::{RabbitPublisher, RabbitPublisherConfig};
+use outbox_examples::{Shop, orders};
+use outbox_ports::Publisher;
+use tokio::process::{Child, Command};
+
+const RELAY: &str = env!("CARGO_BIN_EXE_outbox-e2e-relay");
+const BILLING: &str = env!("CARGO_BIN_EXE_outbox-e2e-billing");
+
+struct Flow {
+    shop: Shop,
+    pool: PgPool,
+    dir: PathBuf,
+    id: String,
+}
+
+impl Flow {
+    async fn new(test: &str) -> Option<Self> {
+        let id = outbox_testkit::unique_key(test).replace(['.', '-'], "_");
+        let tail = &id[id.len() - 16..];
+        let shop = Shop {
+            database_url: std::env::var("OUTBOX_TEST_DATABASE_URL")
+                .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned()),
+            amqp_url: std::env::var("OUTBOX_TEST_AMQP_URL")
+                .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned()),
+            schema: PgSchema::new(&format!("shop_{tail}")).expect("schema"),
+            outbox_schema: PgSchema::new(&format!("obx_{tail}")).expect("schema"),
+            queue: format!("e2e.{id}.billing"),
+            exchange: format!("e2e.{id}.orders"),
+        };
+        let pool = match shop.pool().await {
+            Ok(p) => p,
+            Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
+                panic!("PostgreSQL unreachable in CI: {e}")
+            }
+            Err(e) => {
+                eprintln!("SKIPPED (not in CI): {e}");
+                return None;
+            }
+        };
+        shop.setup(&pool).await.expect("setup");
+        let dir = std::env::temp_dir().join(format!("outbox-flow-{id}"));
+        std::fs::create_dir_all(&dir).expect("dir");
+        Some(Self {
+            shop,
+            pool,
+            dir,
+            id,
+        })
+    }
+
+    fn relay(&self, name: &str) -> Child {
+        let cfg = self.dir.join(format!("{name}.toml"));
+        std::fs::write(
+            &cfg,
+            format!(
+                "instance = \"{name}-{id}\"\n[adapters]\nstore = \"postgres\"\npublisher = \"rabbitmq\"\nlock = \"postgres\"\nsweep_state = \"postgres\"\n\
+                 [postgres]\nurl = \"{pg}\"\nschema = \"{schema}\"\n[rabbitmq]\nurl = \"{amqp}\"\n[dispatch]\nidle_poll = \"500ms\"\n\
+                 [sweep]\ninterval = \"2s\"\nlock_wait = \"300ms\"\n[http]\nenabled = false\n",
+                id = self.id,
+                pg = self.shop.database_url,
+                schema = self.shop.outbox_schema,
+                amqp = self.shop.amqp_url,
+            ),
+        )
+        .expect("config");
+        Command::new(RELAY)
+            .args(["run", "--config"])
+            .arg(&cfg)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(cfg.with_extension("log")).expect("log"))
+            .kill_on_drop(true)
+            .spawn()
+            .expect("relay")
+    }
+
+    fn consumer(&self, name: &str, env: &[(&str, &str)]) -> Child {
+        let mut c = Command::new(BILLING);
+        c.env("SHOP_DATABASE_URL", &self.shop.database_url)
+            .env("SHOP_AMQP_URL", &self.shop.amqp_url)
+            .env("SHOP_SCHEMA", self.shop.schema.as_str())
+            .env("OUTBOX_SCHEMA", self.shop.outbox_schema.as_str())
+            .env("BILLING_QUEUE", &self.shop.queue)
+            .env("SHOP_EXCHANGE", &self.shop.exchange)
+            .env("BILLING_SWEEP_INTERVAL", "1s")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(self.dir.join(format!("{name}.log"))).expect("log"))
+            .kill_on_drop(true);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.spawn().expect("consumer")
+    }
+
+    async fn scalar(&self, sql: &str) -> i64 {
+        sqlx::query_scalar(sql)
+            .fetch_one(&self.pool)
+            .await
+            .expect("query")
+    }
+
+    async fn invoices(&self) -> i64 {
+        self.scalar(&format!(
+            "SELECT count(*) FROM {}.invoices",
+            self.shop.schema.quoted()
+        ))
+        .await
+    }
+
+    async fn inbox(&self, status: &str) -> i64 {
+        sqlx::query_scalar(&format!(
+            "SELECT count(*) FROM {}.outbox_inbox WHERE status = $1",
+            self.shop.outbox_schema.quoted()
+        ))
+        .bind(status)
+        .fetch_one(&self.pool)
+        .await
+        .expect("inbox")
+    }
+
+    async fn wait_for(&self, what: &str, secs: u64, mut done: impl AsyncFnMut() -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+        while !done().await {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for {what}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Creates orders `first..first+n` from 16 tasks; every tenth is rolled back.
+    /// Returns (committed order ids, rolled-back order ids).
+    async fn create_orders(&self, first: i64, n: i64) -> (HashSet<i64>, HashSet<i64>) {
+        let shop = Arc::new(self.shop.clone());
+        let mut tasks = Vec::new();
+        for t in 0..16 {
+            let (shop, pool) = (Arc::clone(&shop), self.pool.clone());
+            tasks.push(tokio::spawn(async move {
+                let (mut ok, mut back) = (Vec::new(), Vec::new());
+                for id in (first..first + n).filter(|id| id % 16 == t) {
+                    let roll_back = id % 10 == 0;
+                    orders::create(&shop, &pool, id, 100 + id, roll_back)
+                        .await
+                        .expect("order");
+                    if roll_back {
+                        back.push(id)
+                    } else {
+                        ok.push(id)
+                    }
+                }
+                (ok, back)
+            }));
+        }
+        let (mut ok, mut back) = (HashSet::new(), HashSet::new());
+        for t in tasks {
+            let (o, b) = t.await.expect("producer");
+            ok.extend(o);
+            back.extend(b);
+        }
+        (ok, back)
+    }
+
+    async fn cleanup(self) {
+        let conn = outbox_adapters_rabbitmq::connect(&self.shop.amqp_url, Duration::from_secs(5))
+            .await
+            .expect("amqp");
+        if let Ok(ch) = conn.create_channel().await {
+            let _ = ch
+                .queue_delete(
+                    self.shop.queue.as_str().into(),
+                    lapin::options::QueueDeleteOptions::default(),
+                )
+                .await;
+            let _ = ch
+                .exchange_delete(
+                    self.shop.exchange.as_str().into(),
+                    lapin::options::ExchangeDeleteOptions::default(),
+                )
+                .await;
+        }
+        for s in [&self.shop.schema, &self.shop.outbox_schema] {
+            let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {} CASCADE", s.quoted()))
+                .execute(&self.pool)
+                .await;
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+async fn terminate(mut child: Child) -> bool {
+    if let Some(pid) = child.id() {
+        let _ = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .await;
+    }
+    tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("stops within 30 s")
+        .expect("wait")
+        .success()
+}
+
+async fn assert_exactly_once(f: &Flow, committed: &HashSet<i64>, rolled_back: &HashSet<i64>) {
+    let billed: Vec<i64> = sqlx::query_scalar(&format!(
+        "SELECT order_id FROM {}.invoices",
+        f.shop.schema.quoted()
+    ))
+    .fetch_all(&f.pool)
+    .await
+    .expect("invoices");
+    let billed_set: HashSet<i64> = billed.iter().copied().collect();
+    assert_eq!(billed.len(), billed_set.len(), "an order was billed twice");
+    assert_eq!(
+        &billed_set, committed,
+        "billed orders differ from committed ones"
+    );
+    assert!(
+        billed_set.is_disjoint(rolled_back),
+        "a rolled-back order was billed"
+    );
+    assert_eq!(f.inbox("consumed").await as usize, committed.len());
+    assert_eq!(
+        f.inbox("dead").await + f.inbox("consume_failed").await,
+        0,
+        "no delivery failed for good"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_relays_and_two_consumers_bill_every_committed_order_exactly_once() {
+    let Some(f) = Flow::new("flow").await else {
+        return;
+    };
+    let (r1, r2) = (f.relay("r1"), f.relay("r2"));
+    let faults = [("BILLING_FAIL_FIRST_PERCENT", "5")];
+    let (c1, c2) = (f.consumer("c1", &faults), f.consumer("c2", &faults));
+    let (committed, rolled_back) = f.create_orders(1, 10_000).await;
+    f.wait_for("every order billed", 180, async || {
+        f.invoices().await as usize == committed.len()
+    })
+    .await;
+    // Duplicates at the broker: publish 300 already consumed messages again.
+    let again: Vec<outbox_core::Message> = {
+        let store = outbox_adapters_postgres::PgOutboxStore::new(
+            f.pool.clone(),
+            f.shop.outbox_schema.clone(),
+        );
+        outbox_ports::OutboxStore::list(&store, outbox_core::Status::Sent, 300)
+            .await
+            .expect("sent")
+            .into_iter()
+            .map(|r| r.message)
+            .collect()
+    };
+    let publisher = RabbitPublisher::new(RabbitPublisherConfig::new(&f.shop.amqp_url));
+    assert!(
+        publisher
+            .publish(&again)
+            .await
+            .iter()
+            .all(|o| o.is_confirmed())
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for child in [r1, r2, c1, c2] {
+        assert!(
+            terminate(child).await,
+            "a process did not exit cleanly on SIGTERM"
+        );
+    }
+    eprintln!(
+        "committed {}, rolled back {}, billed {}",
+        committed.len(),
+        rolled_back.len(),
+        f.invoices().await
+    );
+    assert_exactly_once(&f, &committed, &rolled_back).await;
+    f.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_killed_mid_stream_is_replaced_without_loss_or_double_billing() {
+    let Some(f) = Flow::new("kill").await else {
+        return;
+    };
+    let relay = f.relay("r");
+    let mut victim = f.consumer("victim", &[]);
+    let (committed, rolled_back) = f.create_orders(1, 4_000).await;
+    f.wait_for("some billing", 60, async || f.invoices().await >= 500)
+        .await;
+    victim.start_kill().expect("SIGKILL");
+    let _ = victim.wait().await;
+    let at_kill = f.invoices().await;
+    eprintln!(
+        "billed when the consumer was killed: {at_kill} of {}",
+        committed.len()
+    );
+    let successor = f.consumer("successor", &[]);
+    f.wait_for("the rest billed", 180, async || {
+        f.invoices().await as usize == committed.len()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(terminate(successor).await);
+    assert!(terminate(relay).await);
+    assert_exactly_once(&f, &committed, &rolled_back).await;
+    f.cleanup().await;
+}

@@ -316,3 +316,90 @@ async fn a_consumer_killed_mid_stream_is_replaced_without_loss_or_double_billing
     assert_exactly_once(&f, &committed, &rolled_back).await;
     f.cleanup().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poison_message_ends_dead_while_the_rest_flows_and_reconsume_brings_it_back() {
+    let Some(f) = Flow::new("poison").await else {
+        return;
+    };
+    let relay = f.relay("r");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let consumer = f.consumer(
+        "c",
+        &[
+            ("BILLING_POISON_ORDERS", "7"),
+            ("BILLING_METRICS_ADDR", addr.as_str()),
+        ],
+    );
+    let (committed, _) = f.create_orders(1, 50).await;
+    f.wait_for("the poison message to die", 90, async || {
+        f.inbox("dead").await == 1
+    })
+    .await;
+    f.wait_for("the rest billed", 60, async || {
+        f.invoices().await as usize == committed.len() - 1
+    })
+    .await;
+    let metrics = Command::new("curl")
+        .args(["-s", &format!("http://{addr}/metrics")])
+        .output()
+        .await
+        .expect("curl");
+    let text = String::from_utf8_lossy(&metrics.stdout);
+    assert!(
+        text.contains("outbox_consume_dead_total{consumer=\"billing\"} 1"),
+        "{text}"
+    );
+
+    let cfg = f.dir.join("r.toml");
+    let cli = |args: &[&str]| {
+        std::process::Command::new(RELAY)
+            .arg("dead")
+            .args(args)
+            .arg("--config")
+            .arg(&cfg)
+            .output()
+            .expect("cli")
+    };
+    let out = cli(&["list", "--consumer", "billing"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(listed.lines().count(), 1, "{listed}");
+    assert!(listed.contains("order 7 cannot be billed"), "{listed}");
+    let id = listed.split('\t').next().expect("id").to_owned();
+    let out = cli(&["reconsume", &id, "--consumer", "billing"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status: String = sqlx::query_scalar(&format!(
+        "SELECT status FROM {}.outbox_inbox WHERE message_id = $1::uuid",
+        f.shop.outbox_schema.quoted()
+    ))
+    .bind(&id)
+    .fetch_one(&f.pool)
+    .await
+    .expect("status");
+    assert_ne!(status, "dead", "reconsume brought it back");
+    let out = cli(&[
+        "reconsume",
+        "0190b1a2-0000-7000-8000-000000000000",
+        "--consumer",
+        "billing",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("has no delivery with id"));
+    assert!(terminate(consumer).await);
+    assert!(terminate(relay).await);
+    f.cleanup().await;
+}

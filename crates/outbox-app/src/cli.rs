@@ -56,11 +56,24 @@ struct ConfigArg {
 
 #[derive(Debug, Subcommand)]
 enum DeadAction {
-    /// List dead messages, oldest first.
+    /// List dead messages, oldest first (publish side, or a consumer's with
+    /// `--consumer`).
     List {
         /// At most this many.
         #[arg(long, default_value_t = 50)]
         limit: u32,
+        /// List this consumer's dead deliveries (from the PostgreSQL inbox) instead.
+        #[arg(long)]
+        consumer: Option<String>,
+    },
+    /// Run a consumer's handler again for a consumed, failed or dead delivery (its
+    /// consume sweep picks it up with a fresh retry budget).
+    Reconsume {
+        /// The message.
+        id: String,
+        /// The consumer.
+        #[arg(long)]
+        consumer: String,
     },
     /// Put dead messages back to pending with a fresh retry budget.
     Requeue {
@@ -195,8 +208,19 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 );
                 return Ok(ExitCode::from(CONFIG_ERROR));
             }
-            let wired = wiring::wire(&cfg, "outbox-cli").await?;
-            dead(&*wired.store, action).await
+            match action {
+                DeadAction::List {
+                    consumer: Some(consumer),
+                    limit,
+                } => consumer_dead(&cfg, &consumer, None, limit).await,
+                DeadAction::Reconsume { id, consumer } => {
+                    consumer_dead(&cfg, &consumer, Some(id), 0).await
+                }
+                action => {
+                    let wired = wiring::wire(&cfg, "outbox-cli").await?;
+                    dead(&*wired.store, action).await
+                }
+            }
         }
     }
 }
@@ -336,7 +360,7 @@ async fn dead(store: &dyn OutboxStore, action: DeadAction) -> anyhow::Result<Exi
         }
     };
     match action {
-        DeadAction::List { limit } => {
+        DeadAction::List { limit, .. } => {
             let dead = store.list(Status::Dead, limit).await?;
             for r in &dead {
                 println!(
@@ -377,6 +401,11 @@ async fn dead(store: &dyn OutboxStore, action: DeadAction) -> anyhow::Result<Exi
             bar.finish_and_clear();
             eprintln!("requeued {done} dead message(s)");
         }
+        DeadAction::Reconsume { consumer, .. } => {
+            return Err(anyhow::anyhow!(
+                "reconsume is consumer {consumer}'s; use the inbox"
+            ));
+        }
         DeadAction::Delete { id } => {
             let id = parse(&id)?;
             match store.get(id).await? {
@@ -390,6 +419,52 @@ async fn dead(store: &dyn OutboxStore, action: DeadAction) -> anyhow::Result<Exi
                 Some(_) => store.delete(id).await.map_err(not_found)?,
             }
             eprintln!("deleted {id}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Consume-side dead letters in the PostgreSQL inbox: list `consumer`'s dead
+/// deliveries, or reconsume `id`.
+#[allow(clippy::print_stdout)]
+async fn consumer_dead(
+    cfg: &RelayConfig,
+    consumer: &str,
+    reconsume: Option<String>,
+    limit: u32,
+) -> anyhow::Result<ExitCode> {
+    use outbox_ports::InboxStore as _;
+    let Some((pool, schema)) = wiring::postgres(cfg).await? else {
+        eprintln!(
+            "error: invalid configuration `postgres.url`: consumer dead letters live in the PostgreSQL inbox"
+        );
+        return Ok(ExitCode::from(CONFIG_ERROR));
+    };
+    let inbox = outbox_adapters_postgres::PgInboxStore::new(pool, &schema);
+    match reconsume {
+        Some(id) => {
+            let id: MessageId = id.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
+            inbox.reconsume(consumer, id).await.map_err(|e| match e {
+                PortError::NotFound { .. } => {
+                    anyhow::anyhow!("consumer {consumer} has no delivery with id {id}")
+                }
+                other => other.into(),
+            })?;
+            eprintln!("reconsume {id} for {consumer}: queued for its consume sweep");
+        }
+        None => {
+            let dead = inbox.list(consumer, Status::Dead, limit).await?;
+            for r in &dead {
+                println!(
+                    "{}\t{}\t{}\tattempts={}\t{}",
+                    r.message.id,
+                    r.message.created_at,
+                    r.message.routing_key,
+                    r.consume.attempts,
+                    r.consume.last_error.as_deref().unwrap_or("")
+                );
+            }
+            eprintln!("{} dead deliveries of {consumer} shown", dead.len());
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -6,6 +6,8 @@
 //!   dependency graph can prove).
 //! - `it`: only the tests that need the real PostgreSQL, RabbitMQ and Redis (URLs
 //!   from `OUTBOX_TEST_*`, else the local defaults). `ci` runs them too, once.
+//! - `bench [--quick]`: builds release binaries and runs `outbox-bench`, which prints
+//!   a table and writes `target/bench/summary.json` (see BENCHMARKS.md).
 //!
 //! Only the standard library is used, so that xtask builds fast and never breaks.
 
@@ -34,9 +36,10 @@ fn main() -> ExitCode {
         Some("ci") => ci(),
         Some("guard") => guard(),
         Some("it") => it(),
+        Some("bench") => bench(args.iter().any(|a| a == "--quick")),
         _ => {
             eprintln!(
-                "usage: cargo xtask <ci|guard|it>\n\n  ci     fmt check, clippy -D warnings, dependency guard, all tests\n  guard  dependency guard only\n  it     tests against the real PostgreSQL, RabbitMQ and Redis only"
+                "usage: cargo xtask <ci|guard|it|bench [--quick]>\n\n  ci     fmt check, clippy -D warnings, dependency guard, all tests\n  guard  dependency guard only\n  it     tests against the real PostgreSQL, RabbitMQ and Redis only\n  bench  the relay side by side with the raw limits (target/bench/summary.json)"
             );
             return ExitCode::from(2);
         }
@@ -89,6 +92,25 @@ fn ci() -> Result<(), String> {
     run("doc tests", cargo().args(["test", "--workspace", "--doc"]))?;
     eprintln!("xtask: ci passed");
     Ok(())
+}
+
+fn bench(quick: bool) -> Result<(), String> {
+    run(
+        "build",
+        cargo().args([
+            "build",
+            "--release",
+            "-p",
+            "outbox-app",
+            "-p",
+            "outbox-bench",
+        ]),
+    )?;
+    let mut cmd = Command::new("target/release/outbox-bench");
+    if quick {
+        cmd.arg("--quick");
+    }
+    run("bench", &mut cmd)
 }
 
 /// Packages whose tests talk to the real services.

@@ -1,0 +1,646 @@
+//! `cargo xtask bench`: measures the relay, the consumer and the producer side by side
+//! with what RabbitMQ and PostgreSQL do on their own, in one run, and writes
+//! `target/bench/summary.json`. Benchmarks are reports, not tests: nothing here
+//! asserts a time.
+//!
+//! `outbox-bench [--quick] [--out PATH] [--relay-bin PATH]`; URLs from
+//! `OUTBOX_TEST_DATABASE_URL` and `OUTBOX_TEST_AMQP_URL`, else the local servers.
+
+#![allow(clippy::print_stdout)] // the table is the program's output
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use futures::StreamExt as _;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
+    ConfirmSelectOptions, QueuePurgeOptions,
+};
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, Confirmation};
+use outbox_adapters_postgres::{
+    PgConnection, PgInboxStore, PgOutbox, PgOutboxStore, PgPool, PgSchema, migrate,
+};
+use outbox_adapters_rabbitmq::{
+    BindingSpec, ExchangeKind, ExchangeSpec, QueueSpec, RabbitPublisher, RabbitPublisherConfig,
+    RabbitSubscriber, Topology,
+};
+use outbox_app::wiring::PgWakeupSource;
+use outbox_app::{
+    CancellationToken, ConsumerConfig, Dispatcher, DispatcherConfig, HandlerError,
+    PgConsumerWorker, PgHandler, PgHandlerRegistry,
+};
+use outbox_core::{Message, NewMessage};
+use outbox_ports::{InboxStore, Lease, OutboxStore, Publisher, SystemClock};
+
+const EXCHANGE: &str = "outbox-bench.x";
+const QUEUE: &str = "outbox-bench.q";
+
+struct Sizes {
+    backlog: i64,
+    naive: i64,
+    latency: Duration,
+    claim_rows: i64,
+    consume: usize,
+    memory_backlog: i64,
+    enqueue_for: Duration,
+}
+
+struct Bench {
+    pg_url: String,
+    amqp_url: String,
+    pool: PgPool,
+    amqp: lapin::Connection,
+    results: Vec<(String, f64, &'static str)>,
+}
+
+impl Bench {
+    fn record(&mut self, name: &str, value: f64, unit: &'static str) {
+        println!("{name:<28} {value:>12.2} {unit}");
+        self.results.push((name.to_owned(), value, unit));
+    }
+
+    async fn fresh_schema(&self, name: &str) -> anyhow::Result<PgSchema> {
+        let schema = PgSchema::new(name)?;
+        sqlx::query(&format!(
+            "DROP SCHEMA IF EXISTS {} CASCADE",
+            schema.quoted()
+        ))
+        .execute(&self.pool)
+        .await?;
+        migrate(&self.pool, &schema).await?;
+        Ok(schema)
+    }
+
+    async fn purge(&self) -> anyhow::Result<()> {
+        let ch = self.amqp.create_channel().await?;
+        ch.queue_purge(QUEUE.into(), QueuePurgeOptions::default())
+            .await?;
+        Ok(())
+    }
+
+    /// `n` pending 1 KiB messages, by SQL, then VACUUM ANALYZE.
+    async fn backlog(&self, schema: &PgSchema, n: i64) -> anyhow::Result<()> {
+        sqlx::query(&format!(
+            "INSERT INTO {}.outbox_messages (exchange, routing_key, payload) \
+             SELECT $1, 'k', convert_to(repeat('x', 1024), 'UTF8') FROM generate_series(1, $2)",
+            schema.quoted()
+        ))
+        .bind(EXCHANGE)
+        .bind(n)
+        .execute(&self.pool)
+        .await?;
+        sqlx::query(&format!(
+            "VACUUM ANALYZE {}.outbox_messages",
+            schema.quoted()
+        ))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn count(&self, schema: &PgSchema, status: &str) -> anyhow::Result<i64> {
+        Ok(sqlx::query_scalar(&format!(
+            "SELECT count(*) FROM {}.outbox_messages WHERE status = $1",
+            schema.quoted()
+        ))
+        .bind(status)
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
+    async fn raw_confirm(&mut self, n: usize) -> anyhow::Result<f64> {
+        let ch = self.amqp.create_channel().await?;
+        ch.confirm_select(ConfirmSelectOptions::default()).await?;
+        let body = vec![b'x'; 1024];
+        let started = Instant::now();
+        let mut done = 0;
+        while done < n {
+            let mut confirms = Vec::with_capacity(1024);
+            for _ in 0..1024.min(n - done) {
+                confirms.push(
+                    ch.basic_publish(
+                        EXCHANGE.into(),
+                        "k".into(),
+                        BasicPublishOptions {
+                            mandatory: true,
+                            ..BasicPublishOptions::default()
+                        },
+                        &body,
+                        BasicProperties::default().with_delivery_mode(2),
+                    )
+                    .await?,
+                );
+            }
+            for c in confirms {
+                anyhow::ensure!(
+                    matches!(c.await?, Confirmation::Ack(None)),
+                    "raw publish not confirmed"
+                );
+                done += 1;
+            }
+        }
+        let rate = n as f64 / started.elapsed().as_secs_f64();
+        self.purge().await?;
+        Ok(rate)
+    }
+
+    fn publisher(&self) -> Arc<RabbitPublisher> {
+        Arc::new(RabbitPublisher::new(RabbitPublisherConfig::new(
+            &self.amqp_url,
+        )))
+    }
+
+    async fn relay(&mut self, n: i64) -> anyhow::Result<f64> {
+        let schema = self.fresh_schema("bench_relay").await?;
+        self.backlog(&schema, n).await?;
+        let store = Arc::new(PgOutboxStore::new(self.pool.clone(), schema.clone()));
+        let dispatcher = Dispatcher::new(
+            store,
+            self.publisher(),
+            DispatcherConfig {
+                batch_size: 1000,
+                ..DispatcherConfig::default()
+            },
+            "bench-relay",
+        );
+        let cancel = CancellationToken::new();
+        let started = Instant::now();
+        let task = tokio::spawn(dispatcher.run(cancel.clone()));
+        while self.count(&schema, "sent").await? < n {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let rate = n as f64 / started.elapsed().as_secs_f64();
+        cancel.cancel();
+        task.await?;
+        self.purge().await?;
+        Ok(rate)
+    }
+
+    async fn naive(&mut self, n: i64) -> anyhow::Result<f64> {
+        let schema = self.fresh_schema("bench_naive").await?;
+        self.backlog(&schema, n).await?;
+        let store = PgOutboxStore::new(self.pool.clone(), schema);
+        let publisher = self.publisher();
+        let started = Instant::now();
+        for i in 0.. {
+            let lease = Lease::new(format!("naive#{i}"), Duration::from_secs(60));
+            let claimed = store.claim_pending(&lease, 1).await?;
+            let Some(c) = claimed.into_iter().next() else {
+                break;
+            };
+            let outcome = publisher.publish(std::slice::from_ref(&c.message)).await;
+            anyhow::ensure!(
+                outcome.iter().all(|o| o.is_confirmed()),
+                "naive publish failed"
+            );
+            store.mark_sent(&lease, &[c.message.id]).await?;
+        }
+        let rate = n as f64 / started.elapsed().as_secs_f64();
+        self.purge().await?;
+        Ok(rate)
+    }
+
+    /// Commit -> marked sent after the broker's confirm, at a steady 500 msg/s.
+    async fn latency(&mut self, for_how_long: Duration) -> anyhow::Result<(f64, f64, f64)> {
+        let schema = self.fresh_schema("bench_latency").await?;
+        let store = Arc::new(PgOutboxStore::new(self.pool.clone(), schema.clone()));
+        let dispatcher = Dispatcher::new(
+            store,
+            self.publisher(),
+            DispatcherConfig {
+                idle_poll: Duration::from_millis(500),
+                ..DispatcherConfig::default()
+            },
+            "bench-latency",
+        )
+        .with_wakeup(Box::new(PgWakeupSource::new(
+            self.pool.clone(),
+            schema.clone(),
+            "bench-latency",
+        )));
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(dispatcher.run(cancel.clone()));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let insert = format!(
+            "INSERT INTO {}.outbox_messages (exchange, routing_key, payload) VALUES ($1, 'k', convert_to(repeat('x', 1024), 'UTF8'))",
+            schema.quoted()
+        );
+        let mut tick = tokio::time::interval(Duration::from_millis(2));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let until = Instant::now() + for_how_long;
+        let mut sent = 0_i64;
+        while Instant::now() < until {
+            tick.tick().await;
+            sqlx::query(&insert)
+                .bind(EXCHANGE)
+                .execute(&self.pool)
+                .await?;
+            sent += 1;
+        }
+        while self.count(&schema, "sent").await? < sent {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        cancel.cancel();
+        task.await?;
+        let (p50, p99, max): (f64, f64, f64) = sqlx::query_as(&format!(
+            "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY ms), percentile_cont(0.99) WITHIN GROUP (ORDER BY ms), max(ms) \
+             FROM (SELECT extract(epoch FROM sent_at - created_at)::float8 * 1000 AS ms FROM {}.outbox_messages) t",
+            schema.quoted()
+        ))
+        .fetch_one(&self.pool)
+        .await?;
+        self.purge().await?;
+        Ok((p50, p99, max))
+    }
+
+    async fn claim_median(&self, store: &PgOutboxStore) -> anyhow::Result<f64> {
+        let mut times = Vec::new();
+        for i in 0..7 {
+            let lease = Lease::new(format!("claim#{i}"), Duration::from_secs(60));
+            let t = Instant::now();
+            let claimed = store.claim_pending(&lease, 500).await?;
+            times.push(t.elapsed().as_secs_f64() * 1000.0);
+            let ids: Vec<_> = claimed.iter().map(|c| c.message.id).collect();
+            store.release(&lease, &ids).await?;
+        }
+        times.sort_by(f64::total_cmp);
+        Ok(times[times.len() / 2])
+    }
+
+    async fn claim_scale(&mut self, rows: i64) -> anyhow::Result<(f64, f64)> {
+        let schema = self.fresh_schema("bench_claim").await?;
+        let t = format!("{}.outbox_messages", schema.quoted());
+        let fill = |n: i64, status: &'static str| {
+            format!(
+                "INSERT INTO {t} (exchange, routing_key, payload, status, sent_at) \
+                 SELECT 'x', 'k', '\\x00'::bytea, '{status}', CASE WHEN '{status}' = 'sent' THEN now() END FROM generate_series(1, {n})"
+            )
+        };
+        sqlx::query(&fill(1000, "sent")).execute(&self.pool).await?;
+        sqlx::query(&fill(1000, "pending"))
+            .execute(&self.pool)
+            .await?;
+        sqlx::query(&format!("ANALYZE {t}"))
+            .execute(&self.pool)
+            .await?;
+        let store = PgOutboxStore::new(self.pool.clone(), schema.clone());
+        let small = self.claim_median(&store).await?;
+        sqlx::query(&fill(rows, "sent")).execute(&self.pool).await?;
+        let large = self.claim_median(&store).await?;
+        Ok((small, large))
+    }
+
+    async fn publish_raw(&self, n: usize) -> anyhow::Result<Vec<Message>> {
+        let msgs: Vec<Message> = (0..n)
+            .map(|_| {
+                NewMessage::new(EXCHANGE, "k", vec![b'x'; 1024])
+                    .with_type("bench")
+                    .into_message(
+                        outbox_core::MessageId::from_uuid(uuid::Uuid::now_v7()),
+                        time_now(),
+                    )
+            })
+            .collect();
+        let p = self.publisher();
+        for chunk in msgs.chunks(1000) {
+            anyhow::ensure!(
+                p.publish(chunk).await.iter().all(|o| o.is_confirmed()),
+                "setup publish failed"
+            );
+        }
+        Ok(msgs)
+    }
+
+    async fn consume_raw(&mut self, n: usize) -> anyhow::Result<f64> {
+        self.publish_raw(n).await?;
+        let ch = self.amqp.create_channel().await?;
+        ch.basic_qos(200, BasicQosOptions::default()).await?;
+        let mut consumer = ch
+            .basic_consume(
+                QUEUE.into(),
+                "bench-raw".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+        let started = Instant::now();
+        let mut got = 0;
+        while got < n {
+            let d = consumer.next().await.context("consumer ended")??;
+            d.acker.ack(BasicAckOptions::default()).await?;
+            got += 1;
+        }
+        let rate = n as f64 / started.elapsed().as_secs_f64();
+        ch.close(200, "done".into()).await?;
+        Ok(rate)
+    }
+
+    async fn consume_inbox(&mut self, n: usize) -> anyhow::Result<f64> {
+        let schema = self.fresh_schema("bench_consume").await?;
+        self.publish_raw(n).await?;
+        let inbox = PgInboxStore::new(self.pool.clone(), &schema);
+        let worker = PgConsumerWorker::new(
+            inbox.clone(),
+            Arc::new(RabbitSubscriber::new(&self.amqp_url)),
+            PgHandlerRegistry::new().fallback(Arc::new(Noop)),
+            Arc::new(SystemClock),
+            ConsumerConfig {
+                prefetch: 200,
+                concurrency: 16,
+                ..ConsumerConfig::new("bench", QUEUE)
+            },
+        );
+        let cancel = CancellationToken::new();
+        let started = Instant::now();
+        let task = tokio::spawn(worker.run(cancel.clone()));
+        while (inbox.stats("bench").await?.consumed as usize) < n {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let rate = n as f64 / started.elapsed().as_secs_f64();
+        cancel.cancel();
+        task.await?;
+        Ok(rate)
+    }
+
+    /// Peak RSS of the real relay binary draining a backlog.
+    async fn relay_rss(&mut self, relay_bin: &str, n: i64) -> anyhow::Result<f64> {
+        let schema = self.fresh_schema("bench_memory").await?;
+        self.backlog(&schema, n).await?;
+        let dir = std::env::temp_dir().join("outbox-bench");
+        std::fs::create_dir_all(&dir)?;
+        let cfg = dir.join("relay.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "[adapters]\nstore = \"postgres\"\npublisher = \"rabbitmq\"\nlock = \"memory\"\nsweep_state = \"memory\"\n\
+                 [postgres]\nurl = \"{}\"\nschema = \"{}\"\n[rabbitmq]\nurl = \"{}\"\n[dispatch]\nbatch_size = 1000\n[http]\nenabled = false\n",
+                self.pg_url, schema, self.amqp_url
+            ),
+        )?;
+        let mut child = tokio::process::Command::new(relay_bin)
+            .args(["run", "--config"])
+            .arg(&cfg)
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| {
+                format!("starting {relay_bin} (build it with cargo build --release -p outbox-app)")
+            })?;
+        let pid = child.id().context("relay pid")?;
+        let mut peak_kib = 0_u64;
+        while self.count(&schema, "sent").await? < n {
+            if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
+                if let Some(kib) = status
+                    .lines()
+                    .find_map(|l| l.strip_prefix("VmHWM:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                {
+                    peak_kib = peak_kib.max(kib);
+                }
+            }
+            // Drain the queue meanwhile, so the broker's own memory does not decide.
+            self.purge().await?;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let _ = tokio::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .await;
+        let _ = child.wait().await;
+        self.purge().await?;
+        Ok(peak_kib as f64 / 1024.0)
+    }
+
+    /// Rows/s of 16 tasks committing a business row plus a message per transaction.
+    async fn enqueue_rate(
+        &self,
+        schema: &PgSchema,
+        plain: bool,
+        for_how_long: Duration,
+    ) -> anyhow::Result<f64> {
+        let outbox = PgOutbox::new(schema.clone());
+        let business = format!(
+            "INSERT INTO {}.business (note) VALUES ('order')",
+            schema.quoted()
+        );
+        let plain_insert = format!(
+            "INSERT INTO {}.plain_messages (id, exchange, routing_key, message_type, headers, payload, content_type, source, correlation_id, created_at) \
+             VALUES ($1, $2, $3, $4, '{{}}'::jsonb, $5, $6, NULL, NULL, $7)",
+            schema.quoted()
+        );
+        let until = Instant::now() + for_how_long;
+        let mut tasks = Vec::new();
+        for _ in 0..16 {
+            let (pool, outbox, business, plain_insert) = (
+                self.pool.clone(),
+                outbox.clone(),
+                business.clone(),
+                plain_insert.clone(),
+            );
+            tasks.push(tokio::spawn(async move {
+                let mut n = 0_u64;
+                while Instant::now() < until {
+                    let mut tx = pool.begin().await?;
+                    sqlx::query(&business).execute(&mut *tx).await?;
+                    let m = NewMessage::new(EXCHANGE, "order.created", vec![b'x'; 1024])
+                        .with_type("order.created");
+                    if plain {
+                        let m = m.into_message(
+                            outbox_core::MessageId::from_uuid(uuid::Uuid::now_v7()),
+                            time_now(),
+                        );
+                        sqlx::query(&plain_insert)
+                            .bind(m.id.as_uuid())
+                            .bind(&m.exchange)
+                            .bind(&m.routing_key)
+                            .bind(&m.message_type)
+                            .bind(&m.payload)
+                            .bind(&m.content_type)
+                            .bind(m.created_at)
+                            .execute(&mut *tx)
+                            .await?;
+                    } else {
+                        outbox.enqueue(&mut tx, m).await?;
+                    }
+                    tx.commit().await?;
+                    n += 1;
+                }
+                anyhow::Ok(n)
+            }));
+        }
+        let mut total = 0;
+        for t in tasks {
+            total += t.await??;
+        }
+        Ok(total as f64 / for_how_long.as_secs_f64())
+    }
+
+    async fn enqueue(&mut self, for_how_long: Duration) -> anyhow::Result<(f64, f64)> {
+        let schema = self.fresh_schema("bench_enqueue").await?;
+        let s = schema.quoted();
+        sqlx::query(&format!("CREATE TABLE {s}.business (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, note text)"))
+            .execute(&self.pool)
+            .await?;
+        // The same message columns, without our trigger, partial indexes or defaults.
+        sqlx::query(&format!(
+            "CREATE TABLE {s}.plain_messages (seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, id uuid NOT NULL UNIQUE, \
+             exchange text NOT NULL, routing_key text NOT NULL, message_type text, headers jsonb NOT NULL, payload bytea NOT NULL, \
+             content_type text NOT NULL, source text, correlation_id text, created_at timestamptz NOT NULL)"
+        ))
+        .execute(&self.pool)
+        .await?;
+        let (mut plain, mut ours) = (Vec::new(), Vec::new());
+        for _ in 0..2 {
+            plain.push(self.enqueue_rate(&schema, true, for_how_long).await?);
+            ours.push(self.enqueue_rate(&schema, false, for_how_long).await?);
+        }
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+        Ok((mean(&plain), mean(&ours)))
+    }
+}
+
+struct Noop;
+
+#[async_trait::async_trait]
+impl PgHandler for Noop {
+    async fn handle(&self, _conn: &mut PgConnection, _m: &Message) -> Result<(), HandlerError> {
+        Ok(())
+    }
+}
+
+fn time_now() -> outbox_core::Timestamp {
+    outbox_core::Timestamp::now_utc()
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let arg = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let out = arg("--out").unwrap_or_else(|| "target/bench/summary.json".to_owned());
+    let relay_bin = arg("--relay-bin").unwrap_or_else(|| "target/release/outbox".to_owned());
+    let sizes = if quick {
+        Sizes {
+            backlog: 20_000,
+            naive: 500,
+            latency: Duration::from_secs(10),
+            claim_rows: 200_000,
+            consume: 5_000,
+            memory_backlog: 200_000,
+            enqueue_for: Duration::from_secs(3),
+        }
+    } else {
+        Sizes {
+            backlog: 100_000,
+            naive: 2_000,
+            latency: Duration::from_secs(30),
+            claim_rows: 1_000_000,
+            consume: 20_000,
+            memory_backlog: 1_000_000,
+            enqueue_for: Duration::from_secs(10),
+        }
+    };
+    let var = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_owned());
+    let pg_url = var(
+        "OUTBOX_TEST_DATABASE_URL",
+        "postgres://postgres@127.0.0.1:5432/test",
+    );
+    let amqp_url = var(
+        "OUTBOX_TEST_AMQP_URL",
+        "amqp://guest:guest@127.0.0.1:5672/%2f",
+    );
+    let pool = outbox_adapters_postgres::connect(&pg_url, 20, Duration::from_secs(10)).await?;
+    let amqp = outbox_adapters_rabbitmq::connect(&amqp_url, Duration::from_secs(10)).await?;
+    Topology {
+        exchanges: vec![ExchangeSpec {
+            name: EXCHANGE.into(),
+            kind: ExchangeKind::Direct,
+            durable: true,
+        }],
+        queues: vec![QueueSpec::durable(QUEUE)],
+        bindings: vec![BindingSpec {
+            queue: QUEUE.into(),
+            exchange: EXCHANGE.into(),
+            routing_key: "k".into(),
+        }],
+    }
+    .declare(&amqp)
+    .await?;
+    let mut b = Bench {
+        pg_url,
+        amqp_url,
+        pool,
+        amqp,
+        results: Vec::new(),
+    };
+    b.purge().await?;
+    println!(
+        "outbox bench ({}), 1 KiB persistent messages with confirms",
+        if quick { "quick" } else { "full" }
+    );
+
+    let raw = b.raw_confirm(usize::try_from(sizes.backlog)?).await?;
+    b.record("raw_confirm", raw, "msg/s");
+    let relay = b.relay(sizes.backlog).await?;
+    b.record("relay", relay, "msg/s");
+    let naive = b.naive(sizes.naive).await?;
+    b.record("naive", naive, "msg/s");
+    b.record("relay/raw_confirm", relay / raw, "ratio");
+    b.record("relay/naive", relay / naive, "ratio");
+    let (p50, p99, max) = b.latency(sizes.latency).await?;
+    b.record("latency_p50_ms", p50, "ms");
+    b.record("latency_p99_ms", p99, "ms");
+    b.record("latency_max_ms", max, "ms");
+    let (c1k, c1m) = b.claim_scale(sizes.claim_rows).await?;
+    b.record("claim_1k_ms", c1k, "ms");
+    b.record("claim_1m_ms", c1m, "ms");
+    b.record("claim_1m/claim_1k", c1m / c1k, "ratio");
+    let consume_raw = b.consume_raw(sizes.consume).await?;
+    b.record("consume_raw", consume_raw, "msg/s");
+    let consume_inbox = b.consume_inbox(sizes.consume).await?;
+    b.record("consume_inbox", consume_inbox, "msg/s");
+    b.record(
+        "consume_inbox/consume_raw",
+        consume_inbox / consume_raw,
+        "ratio",
+    );
+    let rss = b.relay_rss(&relay_bin, sizes.memory_backlog).await?;
+    b.record("relay_rss_peak_mib", rss, "MiB");
+    let (plain, ours) = b.enqueue(sizes.enqueue_for).await?;
+    b.record("enqueue_plain", plain, "rows/s");
+    b.record("enqueue", ours, "rows/s");
+    b.record("enqueue/enqueue_plain", ours / plain, "ratio");
+
+    for s in [
+        "bench_relay",
+        "bench_naive",
+        "bench_latency",
+        "bench_claim",
+        "bench_consume",
+        "bench_memory",
+        "bench_enqueue",
+    ] {
+        let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {s} CASCADE"))
+            .execute(&b.pool)
+            .await;
+    }
+    let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
+    let summary = serde_json::json!({
+        "cores": cores,
+        "quick": quick,
+        "results": b.results.iter().map(|(n, v, u)| serde_json::json!({"name": n, "value": v, "unit": u})).collect::<Vec<_>>(),
+    });
+    if let Some(dir) = std::path::Path::new(&out).parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&out, serde_json::to_string_pretty(&summary)?)?;
+    println!("written {out}");
+    Ok(())
+}

@@ -13,7 +13,9 @@ use sqlx::{PgConnection, PgPool};
 
 use crate::PgSchema;
 use crate::error::port;
-use crate::rows::{MESSAGE_COLUMNS, MessageRow, STATE_COLUMNS, millis, sources_of};
+use crate::rows::{
+    MESSAGE_COLUMNS, MessageRow, STATE_COLUMNS, delete_in_batches, millis, sources_of,
+};
 
 #[derive(Debug)]
 struct Sql {
@@ -269,20 +271,7 @@ impl PgInboxStore {
         age: std::time::Duration,
         batch: u32,
     ) -> Result<u64, PortError> {
-        let mut total = 0;
-        loop {
-            let n = sqlx::query(&self.sql.retention)
-                .bind(millis(age))
-                .bind(i64::from(batch.max(1)))
-                .execute(&self.pool)
-                .await
-                .map_err(|e| port("retention", e))?
-                .rows_affected();
-            total += n;
-            if n < u64::from(batch.max(1)) {
-                return Ok(total);
-            }
-        }
+        delete_in_batches(&self.pool, &self.sql.retention, age, batch).await
     }
 
     async fn status_of(&self, consumer: &str, id: MessageId) -> Result<Option<Status>, PortError> {

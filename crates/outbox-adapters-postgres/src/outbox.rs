@@ -13,7 +13,9 @@ use sqlx::{PgConnection, PgPool};
 
 use crate::PgSchema;
 use crate::error::port;
-use crate::rows::{MESSAGE_COLUMNS, MessageRow, STATE_COLUMNS, millis, sources_of};
+use crate::rows::{
+    MESSAGE_COLUMNS, MessageRow, STATE_COLUMNS, delete_in_batches, millis, sources_of,
+};
 
 /// Enqueues messages inside the caller's transaction. Cheap to clone; holds no pool.
 ///
@@ -329,20 +331,7 @@ impl PgOutboxStore {
         age: Duration,
         batch: u32,
     ) -> Result<u64, PortError> {
-        let mut total = 0;
-        loop {
-            let n = sqlx::query(&self.sql.retention)
-                .bind(millis(age))
-                .bind(i64::from(batch.max(1)))
-                .execute(&self.pool)
-                .await
-                .map_err(|e| port("retention", e))?
-                .rows_affected();
-            total += n;
-            if n < u64::from(batch.max(1)) {
-                return Ok(total);
-            }
-        }
+        delete_in_batches(&self.pool, &self.sql.retention, age, batch).await
     }
 
     /// The plan PostgreSQL would use for a claim of `limit` pending rows (`EXPLAIN`,

@@ -99,3 +99,29 @@ pub(crate) fn sources_of(target: Status) -> Vec<String> {
 pub(crate) fn millis(d: std::time::Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
+
+/// Runs a retention `DELETE` (binds: age in ms, batch size) until a statement deletes
+/// fewer than `batch` rows; returns how many were deleted. Each statement is short,
+/// so retention never holds many locks or a long transaction.
+pub(crate) async fn delete_in_batches(
+    pool: &sqlx::PgPool,
+    sql: &str,
+    age: std::time::Duration,
+    batch: u32,
+) -> Result<u64, PortError> {
+    let batch = batch.max(1);
+    let mut total = 0;
+    loop {
+        let n = sqlx::query(sql)
+            .bind(millis(age))
+            .bind(i64::from(batch))
+            .execute(pool)
+            .await
+            .map_err(|e| crate::error::port("retention", e))?
+            .rows_affected();
+        total += n;
+        if n < u64::from(batch) {
+            return Ok(total);
+        }
+    }
+}

@@ -401,6 +401,66 @@ async fn retention_deletes_old_sent_rows_in_bounded_batches() {
 }
 
 #[tokio::test]
+async fn inbox_retention_deletes_only_old_consumed_deliveries() {
+    with_db!(|pool, schema| {
+        let inbox = PgInboxStore::new(pool.clone(), &schema);
+        let l = lease("worker");
+        let msgs = outbox_testkit::messages(12);
+        for m in &msgs {
+            inbox
+                .record_arrival("billing", m, &l)
+                .await
+                .expect("arrive");
+        }
+        for m in &msgs[..10] {
+            assert!(
+                inbox
+                    .mark_consumed("billing", m.id, &l)
+                    .await
+                    .expect("consumed")
+            );
+        }
+        inbox
+            .mark_consume_failed(
+                "billing",
+                msgs[10].id,
+                &l,
+                "x",
+                Decision::RetryAfter(Duration::from_secs(60)),
+            )
+            .await
+            .expect("failed");
+        assert_eq!(
+            inbox
+                .delete_consumed_older_than(Duration::from_secs(3600), 3)
+                .await
+                .expect("retention"),
+            0
+        );
+        sqlx::query(&format!(
+            "UPDATE {}.outbox_inbox SET consumed_at = now() - interval '2 hours'",
+            schema.quoted()
+        ))
+        .execute(&pool)
+        .await
+        .expect("age rows");
+        assert_eq!(
+            inbox
+                .delete_consumed_older_than(Duration::from_secs(3600), 3)
+                .await
+                .expect("retention"),
+            10
+        );
+        let s = inbox.stats("billing").await.expect("stats");
+        assert_eq!(
+            (s.consumed, s.consume_failed, s.in_progress),
+            (0, 1, 1),
+            "unfinished deliveries are kept"
+        );
+    });
+}
+
+#[tokio::test]
 async fn bad_input_is_a_clear_error_and_writes_nothing() {
     with_db!(|pool, schema| {
         let outbox = PgOutbox::new(schema.clone()).with_max_payload_bytes(1024);

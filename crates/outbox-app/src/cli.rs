@@ -317,9 +317,14 @@ async fn run_relay(cfg: RelayConfig) -> anyhow::Result<ExitCode> {
         let address = cfg.http.address;
         let c = cancel.clone();
         Some(tokio::spawn(async move {
-            if let Err(e) = http::serve(address, state, c.clone()).await {
-                tracing::error!(%address, error = %e, "HTTP endpoints failed; stopping");
-                c.cancel();
+            match http::serve(address, state, c.clone()).await {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::error!(%address, error = %e, "HTTP endpoints failed; stopping");
+                    eprintln!("error: cannot serve HTTP on {address}: {e}");
+                    c.cancel();
+                    false
+                }
             }
         }))
     } else {
@@ -340,12 +345,17 @@ async fn run_relay(cfg: RelayConfig) -> anyhow::Result<ExitCode> {
     if tokio::time::timeout(bound, relay.join()).await.is_err() {
         tracing::warn!(?bound, "relay tasks did not stop in time; exiting anyway");
     }
-    if let Some(s) = server {
-        let _ = s.await;
-    }
+    let http_ok = match server {
+        Some(s) => s.await.unwrap_or(false),
+        None => true,
+    };
     sweeps.abort();
     tracing::info!("relay stopped");
-    Ok(ExitCode::SUCCESS)
+    Ok(if http_ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 #[allow(clippy::print_stdout)]

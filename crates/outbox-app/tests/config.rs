@@ -161,3 +161,28 @@ fn the_binary_refuses_bad_config_with_exit_code_2() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/outbox.toml"));
 }
+
+#[test]
+fn a_taken_http_address_stops_the_relay_with_an_error() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let address = taken.local_addr().expect("addr");
+    let path = file(&format!(
+        "[adapters]\nstore = \"memory\"\npublisher = \"memory\"\nlock = \"memory\"\nsweep_state = \"memory\"\n[http]\naddress = \"{address}\"\n"
+    ));
+    let out = Command::new(env!("CARGO_BIN_EXE_outbox"))
+        .args(["run", "--config"])
+        .arg(&path)
+        .output()
+        .expect("run");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("cannot serve HTTP on {address}")),
+        "{err}"
+    );
+}

@@ -264,11 +264,25 @@ impl RelayConfig {
             )
             .build()
             .map_err(|e| ConfigError::new("", &path.display().to_string(), e))?;
-        let cfg: Self = loaded
+        let mut cfg: Self = loaded
             .try_deserialize()
             .map_err(|e| ConfigError::new("", &path.display().to_string(), e))?;
+        cfg.scope_default_keys();
         cfg.validate()?;
         Ok(cfg)
+    }
+
+    /// Left at their defaults, the sweep's lock and state keys are scoped by the
+    /// PostgreSQL schema, so two deployments sharing one Redis never share a sweep
+    /// (one would hold back the other's retries). Keys set explicitly are kept.
+    pub fn scope_default_keys(&mut self) {
+        let Some(pg) = &self.postgres else { return };
+        if self.sweep.lock_key == outbox_core::config::DEFAULT_LOCK_KEY {
+            self.sweep.lock_key = format!("outbox.{}.retry.run-lock", pg.schema);
+        }
+        if self.sweep.state_key == outbox_core::config::DEFAULT_STATE_KEY {
+            self.sweep.state_key = format!("outbox.{}.retry.last-state", pg.schema);
+        }
     }
 
     /// Checks every setting and that each chosen adapter has its section.

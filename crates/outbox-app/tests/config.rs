@@ -66,6 +66,15 @@ fn a_good_file_loads_with_defaults_and_env_overrides() {
     assert_eq!(cfg.dispatch.batch_size, 250);
     assert_eq!(cfg.sweep.interval, std::time::Duration::from_secs(5));
     assert_eq!(cfg.sweep.batch_size, 50, "seed default");
+    assert_eq!(
+        cfg.sweep.lock_key, "outbox.orders_outbox.retry.run-lock",
+        "default keys are scoped by schema"
+    );
+    assert_eq!(cfg.sweep.state_key, "outbox.orders_outbox.retry.last-state");
+    let explicit =
+        RelayConfig::load_with_env(&file(GOOD), env(&[("OUTBOX__SWEEP__LOCK_KEY", "my.lock")]))
+            .expect("loads");
+    assert_eq!(explicit.sweep.lock_key, "my.lock", "explicit keys are kept");
     let shown = format!("{cfg:?}");
     for secret in ["pg-secret", "mq-secret", "redis-secret"] {
         assert!(!shown.contains(secret), "{secret} in {shown}");

@@ -330,7 +330,7 @@ async fn an_idle_relay_is_woken_by_a_commit_and_producers_notify_only_then() {
 async fn the_lock_is_renewed_while_held_and_reports_a_stolen_lease() {
     with_db!(|pool, schema| {
         let lock = PgLock::new(pool.clone(), &schema, "test");
-        let ttl = Duration::from_millis(600);
+        let ttl = Duration::from_millis(1500);
         let guard = lock
             .acquire("sweep", ttl, Duration::from_millis(100))
             .await

@@ -12,7 +12,9 @@ use outbox_core::{SweepReport, Timestamp};
 use outbox_ports::{DistributedLock, StateWrite, SweepStateStore};
 use outbox_testkit::unique_key;
 
-const TTL: Duration = Duration::from_millis(600);
+// Renewal runs every TTL/3: 1.5 s leaves a loaded CI machine room before a live
+// holder could miss its renewal.
+const TTL: Duration = Duration::from_millis(1500);
 const WAIT: Duration = Duration::from_millis(100);
 
 async fn raw(url: &str, cmd: &mut redis::Cmd) -> redis::Value {

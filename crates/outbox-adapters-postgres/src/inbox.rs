@@ -14,7 +14,8 @@ use sqlx::{PgConnection, PgPool};
 use crate::PgSchema;
 use crate::error::port;
 use crate::rows::{
-    MESSAGE_COLUMNS, MessageRow, STATE_COLUMNS, delete_in_batches, millis, sources_of,
+    ClaimedRow, MESSAGE_COLUMNS, MessageRow, STATE_COLUMNS, delete_in_batches, in_claim_order,
+    millis, sources_of,
 };
 
 #[derive(Debug)]
@@ -289,13 +290,6 @@ impl PgInboxStore {
     }
 }
 
-#[derive(sqlx::FromRow)]
-struct ClaimedRow {
-    seq: i64,
-    #[sqlx(flatten)]
-    row: MessageRow,
-}
-
 #[async_trait]
 impl InboxStore for PgInboxStore {
     async fn record_arrival(
@@ -374,7 +368,7 @@ impl InboxStore for PgInboxStore {
         lease: &Lease,
         limit: u32,
     ) -> Result<Vec<ClaimedDelivery>, PortError> {
-        let mut rows: Vec<ClaimedRow> = sqlx::query_as(&self.sql.claim_due)
+        let rows: Vec<ClaimedRow> = sqlx::query_as(&self.sql.claim_due)
             .bind(consumer)
             .bind(i64::from(limit))
             .bind(&lease.holder)
@@ -382,13 +376,8 @@ impl InboxStore for PgInboxStore {
             .fetch_all(&self.pool)
             .await
             .map_err(|e| port("claim due deliveries", e))?;
-        rows.sort_by_key(|r| r.seq);
-        Ok(rows
-            .iter()
-            .map(|r| ClaimedDelivery {
-                message: r.row.message(),
-                attempts: r.row.attempts(),
-            })
+        Ok(in_claim_order(rows)
+            .map(|(message, attempts)| ClaimedDelivery { message, attempts })
             .collect())
     }
 

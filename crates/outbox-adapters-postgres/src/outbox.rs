@@ -14,7 +14,8 @@ use sqlx::{PgConnection, PgPool};
 use crate::PgSchema;
 use crate::error::port;
 use crate::rows::{
-    MESSAGE_COLUMNS, MessageRow, STATE_COLUMNS, delete_in_batches, millis, sources_of,
+    ClaimedRow, MESSAGE_COLUMNS, MessageRow, STATE_COLUMNS, delete_in_batches, in_claim_order,
+    millis, sources_of,
 };
 
 /// Enqueues messages inside the caller's transaction. Cheap to clone; holds no pool.
@@ -283,13 +284,6 @@ pub struct PgOutboxStore {
     sql: std::sync::Arc<Sql>,
 }
 
-#[derive(sqlx::FromRow)]
-struct ClaimedRow {
-    seq: i64,
-    #[sqlx(flatten)]
-    row: MessageRow,
-}
-
 impl PgOutboxStore {
     /// A store on `pool` over the tables of `schema` (run [`crate::migrate`] first).
     #[must_use]
@@ -357,20 +351,15 @@ impl PgOutboxStore {
         lease: &Lease,
         limit: u32,
     ) -> Result<Vec<ClaimedMessage>, PortError> {
-        let mut rows: Vec<ClaimedRow> = sqlx::query_as(sql)
+        let rows: Vec<ClaimedRow> = sqlx::query_as(sql)
             .bind(i64::from(limit))
             .bind(&lease.holder)
             .bind(millis(lease.ttl))
             .fetch_all(&self.pool)
             .await
             .map_err(|e| port("claim", e))?;
-        rows.sort_by_key(|r| r.seq);
-        Ok(rows
-            .iter()
-            .map(|r| ClaimedMessage {
-                message: r.row.message(),
-                attempts: r.row.attempts(),
-            })
+        Ok(in_claim_order(rows)
+            .map(|(message, attempts)| ClaimedMessage { message, attempts })
             .collect())
     }
 

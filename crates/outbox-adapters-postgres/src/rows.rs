@@ -85,6 +85,22 @@ impl MessageRow {
     }
 }
 
+/// A row returned by a claim, with its claim order.
+#[derive(sqlx::FromRow)]
+pub(crate) struct ClaimedRow {
+    seq: i64,
+    #[sqlx(flatten)]
+    row: MessageRow,
+}
+
+/// Claimed rows in claim order (`UPDATE ... RETURNING` does not keep it), as
+/// (message, attempts made before this claim).
+pub(crate) fn in_claim_order(mut rows: Vec<ClaimedRow>) -> impl Iterator<Item = (Message, u32)> {
+    rows.sort_by_key(|r| r.seq);
+    rows.into_iter()
+        .map(|r| (r.row.message(), r.row.attempts()))
+}
+
 /// Statuses from which `target` may be reached, by the core's transition table: the
 /// `WHERE status = ANY(..)` of every status-changing statement.
 pub(crate) fn sources_of(target: Status) -> Vec<String> {

@@ -12,7 +12,7 @@ use outbox_ports::{OutboxStore, PortError};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
-use crate::config::{RelayConfig, StoreKind};
+use crate::config::{CoordinationKind, RelayConfig, StoreKind};
 use crate::demo::{self, DemoOptions};
 use crate::{DispatcherConfig, LeaseFactory, RelayBuilder, http, wiring};
 
@@ -218,6 +218,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 }
                 action => {
                     let wired = wiring::wire(&cfg, "outbox-cli").await?;
+                    wiring::migrate_if_asked(&cfg, wired.postgres.as_ref()).await?;
                     dead(&*wired.store, action).await
                 }
             }
@@ -283,6 +284,34 @@ async fn run_relay(cfg: RelayConfig) -> anyhow::Result<ExitCode> {
         .clone()
         .unwrap_or_else(|| LeaseFactory::instance_id("relay"));
     let wired = wiring::wire(&cfg, &instance).await?;
+    // Fail fast on what no retry can fix (a wrong password, a wrong host), before
+    // anything is written: the relay would otherwise spend every message's
+    // attempts on it.
+    let probe_key = format!("{}.readyz", cfg.sweep.lock_key);
+    let lock_in_postgres = cfg.adapters.lock == CoordinationKind::Postgres;
+    let mut failed = Vec::new();
+    if let Err(e) = http::check_broker(&*wired.publisher).await {
+        failed.push(format!("broker: {e}"));
+    }
+    if !lock_in_postgres {
+        if let Err(e) = http::check_lock(&*wired.lock, &probe_key).await {
+            failed.push(format!("lock: {e}"));
+        }
+    }
+    if failed.is_empty() {
+        wiring::migrate_if_asked(&cfg, wired.postgres.as_ref()).await?;
+        if let Err(e) = http::check_store(&*wired.store).await {
+            failed.push(format!("store: {e}"));
+        }
+        if lock_in_postgres {
+            if let Err(e) = http::check_lock(&*wired.lock, &probe_key).await {
+                failed.push(format!("lock: {e}"));
+            }
+        }
+    }
+    if !failed.is_empty() {
+        anyhow::bail!("cannot start: {}", failed.join("; "));
+    }
     let cancel = CancellationToken::new();
     let mut builder = RelayBuilder::new(
         wired.store.clone(),
@@ -310,7 +339,7 @@ async fn run_relay(cfg: RelayConfig) -> anyhow::Result<ExitCode> {
             store: wired.store,
             publisher: wired.publisher,
             lock: wired.lock,
-            lock_probe_key: format!("{}.readyz", cfg.sweep.lock_key),
+            lock_probe_key: probe_key,
             counters: relay.counters.clone(),
             token: cfg.http.token.clone(),
         };

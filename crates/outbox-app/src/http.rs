@@ -89,48 +89,74 @@ async fn readyz(State(state): State<HttpState>, headers: HeaderMap) -> Response 
     if !authorized(&state, &headers) {
         return StatusCode::UNAUTHORIZED.into_response();
     }
-    let mut lines = Vec::new();
-    let mut ready = true;
-    let mut check = |name: &str, r: Result<(), String>| match r {
-        Ok(()) => lines.push(format!("{name}: ok")),
-        Err(e) => {
-            ready = false;
-            lines.push(format!("{name}: {e}"));
-        }
-    };
-    check(
-        "store",
-        state
-            .store
-            .stats()
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string()),
-    );
-    check(
-        "broker",
-        state.publisher.check().await.map_err(|e| e.to_string()),
-    );
-    let lock = match state
-        .lock
-        .acquire(
-            &state.lock_probe_key,
-            Duration::from_secs(5),
-            Duration::from_millis(1),
-        )
-        .await
-    {
-        Ok(Some(g)) => g.release().await.map_err(|e| e.to_string()),
-        Ok(None) => Ok(()), // another instance probes right now: reachable all the same
-        Err(e) => Err(e.to_string()),
-    };
-    check("lock", lock);
+    let checks = readiness(
+        &*state.store,
+        &*state.publisher,
+        &*state.lock,
+        &state.lock_probe_key,
+    )
+    .await;
+    let ready = checks.iter().all(|(_, r)| r.is_ok());
+    let lines: Vec<String> = checks
+        .iter()
+        .map(|(name, r)| match r {
+            Ok(()) => format!("{name}: ok"),
+            Err(e) => format!("{name}: {e}"),
+        })
+        .collect();
     let status = if ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
     (status, lines.join("\n") + "\n").into_response()
+}
+
+/// Reaches the store, the broker and the lock once each: what `/readyz` reports and
+/// what `outbox run` checks before it starts relaying.
+pub async fn readiness(
+    store: &dyn OutboxStore,
+    publisher: &dyn Publisher,
+    lock: &dyn DistributedLock,
+    lock_probe_key: &str,
+) -> Vec<(&'static str, Result<(), String>)> {
+    vec![
+        ("store", check_store(store).await),
+        ("broker", check_broker(publisher).await),
+        ("lock", check_lock(lock, lock_probe_key).await),
+    ]
+}
+
+/// Reads the store's totals once.
+///
+/// # Errors
+/// The store's error, as text.
+pub async fn check_store(store: &dyn OutboxStore) -> Result<(), String> {
+    store.stats().await.map(|_| ()).map_err(|e| e.to_string())
+}
+
+/// Reaches the broker once.
+///
+/// # Errors
+/// The broker's error, as text.
+pub async fn check_broker(publisher: &dyn Publisher) -> Result<(), String> {
+    publisher.check().await.map_err(|e| e.to_string())
+}
+
+/// Takes and releases `probe_key` once; a probe held by another instance counts as
+/// reachable.
+///
+/// # Errors
+/// The lock's error, as text.
+pub async fn check_lock(lock: &dyn DistributedLock, probe_key: &str) -> Result<(), String> {
+    match lock
+        .acquire(probe_key, Duration::from_secs(5), Duration::from_millis(1))
+        .await
+    {
+        Ok(Some(g)) => g.release().await.map_err(|e| e.to_string()),
+        Ok(None) => Ok(()),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 async fn metrics_text(State(state): State<HttpState>, headers: HeaderMap) -> Response {

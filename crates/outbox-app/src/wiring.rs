@@ -45,18 +45,28 @@ pub async fn postgres(cfg: &RelayConfig) -> anyhow::Result<Option<(PgPool, PgSch
     Ok(Some((pool, schema)))
 }
 
-/// Builds every adapter of `cfg` (running migrations first when asked to).
+/// Runs the migrations when `postgres.migrate_on_start` asks for them.
 ///
 /// # Errors
-/// A missing section (validation prevents it), an unreachable PostgreSQL, failed
-/// migrations.
-pub async fn wire(cfg: &RelayConfig, instance: &str) -> anyhow::Result<Wired> {
-    let postgres = postgres(cfg).await?;
-    if let (Some((pool, schema)), Some(pg)) = (&postgres, &cfg.postgres) {
+/// Failed migrations.
+pub async fn migrate_if_asked(
+    cfg: &RelayConfig,
+    postgres: Option<&(PgPool, PgSchema)>,
+) -> anyhow::Result<()> {
+    if let (Some((pool, schema)), Some(pg)) = (postgres, &cfg.postgres) {
         if pg.migrate_on_start {
             outbox_adapters_postgres::migrate(pool, schema).await?;
         }
     }
+    Ok(())
+}
+
+/// Builds every adapter of `cfg`; nothing is written yet (see [`migrate_if_asked`]).
+///
+/// # Errors
+/// A missing section (validation prevents it), an unreachable PostgreSQL.
+pub async fn wire(cfg: &RelayConfig, instance: &str) -> anyhow::Result<Wired> {
+    let postgres = postgres(cfg).await?;
     let pg = || postgres.clone().context("postgres section missing");
     let redis = || -> anyhow::Result<RedisClient> {
         let r = cfg.redis.as_ref().context("redis section missing")?;

@@ -201,6 +201,9 @@ pub struct ConsumerConfig {
     /// Pause before returning a delivery to the broker when the inbox cannot be
     /// reached, so an outage does not become a redelivery storm.
     pub store_error_backoff: Duration,
+    /// Largest body handled; a larger delivery is kept as a dead letter (with its
+    /// message id) instead of reaching a handler.
+    pub max_payload_bytes: usize,
 }
 
 impl ConsumerConfig {
@@ -214,6 +217,7 @@ impl ConsumerConfig {
             handler_timeout: Duration::from_secs(30),
             retry: RetryPolicy::default(),
             store_error_backoff: Duration::from_secs(1),
+            max_payload_bytes: outbox_core::message::DEFAULT_MAX_PAYLOAD_BYTES,
         }
     }
 
@@ -298,7 +302,7 @@ impl Shared {
         let name = &self.config.name;
         let Some(message) = decode_or_dead_letter(
             &*self.inbox,
-            name,
+            &self.config,
             &self.counters,
             self.clock.now(),
             &delivery,
@@ -458,28 +462,38 @@ pub(crate) async fn consume<F, Fut>(
     tracing::info!(consumer = %name, "consumer stopped");
 }
 
-/// The message of a delivery; an undecodable one is kept as a dead letter and
+/// The message of a delivery; an undecodable or oversized one is kept as a dead letter and
 /// acknowledged (or returned to the broker if it cannot be kept), and `None` comes
 /// back.
 pub(crate) async fn decode_or_dead_letter(
     inbox: &dyn InboxStore,
-    consumer: &str,
+    config: &ConsumerConfig,
     counters: &ConsumerCounters,
     now: outbox_core::Timestamp,
     delivery: &Delivery,
 ) -> Option<Message> {
-    match delivery.envelope.to_message(now) {
+    let env = &delivery.envelope;
+    let consumer = &config.name;
+    let decoded = if env.body.len() > config.max_payload_bytes {
+        Err(format!(
+            "payload of {} bytes is over this consumer's limit of {} bytes",
+            env.body.len(),
+            config.max_payload_bytes
+        ))
+    } else {
+        env.to_message(now).map_err(|e| e.to_string())
+    };
+    match decoded {
         Ok(m) => Some(m),
         Err(reason) => {
-            let env = &delivery.envelope;
             let letter = DeadLetter {
                 message_id: env.message_id.clone(),
                 routing_key: env.routing_key.clone(),
                 headers: env.headers.clone(),
                 body: env.body.clone(),
-                reason: reason.to_string(),
+                reason: reason.clone(),
             };
-            tracing::warn!(%consumer, %reason, "undecodable delivery kept as a dead letter");
+            tracing::warn!(%consumer, message_id = ?env.message_id, %reason, "delivery kept as a dead letter");
             match inbox.record_dead_letter(consumer, letter).await {
                 Ok(()) => {
                     counters.dead_letters.fetch_add(1, Ordering::Relaxed);

@@ -92,7 +92,7 @@ impl PgShared {
         let name = &self.config.name;
         let Some(message) = decode_or_dead_letter(
             &self.inbox,
-            name,
+            &self.config,
             &self.counters,
             self.clock.now(),
             &delivery,

@@ -403,3 +403,47 @@ async fn stopping_finishes_the_deliveries_in_hand() {
     assert_eq!(b.queue_depth(QUEUE), (0, 0));
     assert_eq!(effects.lock().expect("lock").len(), 2);
 }
+
+#[tokio::test]
+async fn an_oversized_delivery_is_a_dead_letter_with_its_id_and_never_reaches_the_handler() {
+    let b = broker();
+    let inbox = Arc::new(MemoryInboxStore::new(Arc::new(SystemClock)));
+    let effects = Effects::default();
+    let worker = ConsumerWorker::new(
+        inbox.clone(),
+        Arc::new(b.clone()),
+        counting(Arc::clone(&effects), |_, _| None),
+        Arc::new(SystemClock),
+        ConsumerConfig {
+            max_payload_bytes: 1024,
+            ..config(5)
+        },
+    );
+    let mut big = outbox_testkit::message("contract", "k");
+    big.payload = vec![b'x'; 1025];
+    let fits = outbox_testkit::message("contract", "k");
+    let mut at_limit = outbox_testkit::message("contract", "k");
+    at_limit.payload = vec![b'y'; 1024];
+    b.publish(&[big.clone(), fits.clone(), at_limit.clone()])
+        .await;
+    let r = run(worker);
+    wait_for("outcomes", async || {
+        let s = inbox.stats(NAME).await.expect("stats");
+        s.consumed == 2 && s.dead_letters == 1
+    })
+    .await;
+    r.stop().await;
+    let letters = inbox.dead_letters(NAME);
+    assert_eq!(letters.len(), 1);
+    assert_eq!(letters[0].message_id, Some(big.id.to_string()));
+    assert!(
+        letters[0].reason.contains("1025 bytes") && letters[0].reason.contains("1024"),
+        "{}",
+        letters[0].reason
+    );
+    assert_eq!(letters[0].body.len(), 1025, "the raw body is kept");
+    let effects = effects.lock().expect("lock");
+    assert_eq!(effects.get(&fits.id), Some(&1));
+    assert_eq!(effects.get(&at_limit.id), Some(&1));
+    assert!(!effects.contains_key(&big.id), "the handler never saw it");
+}

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use outbox_core::sweep::SweepEnd;
 use outbox_core::{
     BatchCounts, LastCompleted, SweepAction, SweepConfig, SweepProgress, SweepReport,
     SweepSchedule, SweepStep,
@@ -187,25 +188,39 @@ impl RetrySweeper {
         };
         let report = progress.finish(self.clock.now());
         self.schedule.record(&report);
-        match self
-            .state
-            .set(
-                &self.config.state_key,
-                &report,
-                self.config.state_ttl,
-                guard.fencing_token(),
-            )
-            .await
-        {
-            Ok(StateWrite::Written) => {}
-            Ok(StateWrite::Fenced) => tracing::warn!(
+        let fencing_token = guard.fencing_token();
+        if end == Some(SweepEnd::LockLost) {
+            // Another instance may hold the lock now: a report from us would tell it
+            // that a sweep completed which did not, so none is written (the fenced
+            // write would refuse it only once the new holder has written its own).
+            tracing::warn!(
                 task,
-                "sweep state not written: a newer lock holder has recorded its own"
-            ),
-            Err(e) => tracing::warn!(task, error = %e, "could not write the sweep state"),
+                fencing_token,
+                "retry lock lost during the sweep; stopped, sweep state not written"
+            );
+        } else {
+            match self
+                .state
+                .set(
+                    &self.config.state_key,
+                    &report,
+                    self.config.state_ttl,
+                    fencing_token,
+                )
+                .await
+            {
+                Ok(StateWrite::Written) => {}
+                Ok(StateWrite::Fenced) => tracing::warn!(
+                    task,
+                    fencing_token,
+                    "sweep state not written: a newer lock holder has recorded its own"
+                ),
+                Err(e) => tracing::warn!(task, error = %e, "could not write the sweep state"),
+            }
         }
         tracing::info!(
             task,
+            fencing_token,
             publish_retried = report.publish_retried,
             publish_failed = report.publish_failed,
             consume_retried = report.consume_retried,

@@ -444,8 +444,8 @@ async fn a_sweep_stops_at_its_batch_bound() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_sweep_stops_when_the_lease_is_lost() {
-    let (state, _) = state_returning(vec![], || Ok(None));
+async fn a_sweep_stops_when_the_lease_is_lost_and_records_no_state() {
+    let (state, writes) = state_returning(vec![], || Ok(None));
     let lock = granting_lock(Arc::default(), Arc::default(), false);
     let task = ScriptedTask::with(vec![Ok(full(50)), Ok(full(50))]);
     let clock = Arc::new(TokioClock::starting_at(base()));
@@ -459,6 +459,11 @@ async fn a_sweep_stops_when_the_lease_is_lost() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     run.stop().await;
     assert_eq!(task.batches().len(), 1, "no batch after the lease was lost");
+    assert_eq!(
+        writes.load(Ordering::SeqCst),
+        0,
+        "a sweep without the lock must not record the shared state"
+    );
 }
 
 #[tokio::test(start_paused = true)]

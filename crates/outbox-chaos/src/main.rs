@@ -1,0 +1,306 @@
+//! `outbox-chaos`: the fault suite behind `cargo xtask chaos` (see RELIABILITY.md).
+//!
+//! Each scenario runs the real `outbox` relay and the example billing consumer as
+//! processes against the local PostgreSQL, RabbitMQ and Redis, injects one kind of
+//! fault, waits until every committed message is consumed or dead, and counts.
+//! A scenario passes when nothing is lost and nothing took effect twice (and its own
+//! checks hold). Services a scenario stops are started again even when it fails.
+//!
+//! Usage: `outbox-chaos [--quick] [--only NAME[,NAME...]]`; the programs under test
+//! are found next to this one (`outbox`, `billing-consumer`). Prints a table and
+//! writes `target/chaos/summary.json`; exits 1 if a scenario failed.
+
+mod scenarios;
+mod services;
+mod world;
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use world::{Bins, Produced, Tally, Urls, World};
+
+/// One scenario's outcome, as written to the summary.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Report {
+    pub(crate) name: &'static str,
+    pub(crate) enqueued: u64,
+    pub(crate) committed: u64,
+    pub(crate) delivered_unique: u64,
+    pub(crate) consumed: u64,
+    pub(crate) dead: u64,
+    pub(crate) lost: u64,
+    pub(crate) duplicate_deliveries: u64,
+    pub(crate) duplicate_effects: u64,
+    pub(crate) recovery_s: f64,
+    /// Checks of the scenario's own that failed (empty when it passed them all).
+    pub(crate) failures: Vec<String>,
+    /// What else was seen, for the reader.
+    pub(crate) notes: Vec<String>,
+}
+
+impl Report {
+    pub(crate) fn passed(&self) -> bool {
+        self.lost == 0 && self.duplicate_effects == 0 && self.failures.is_empty()
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "name": self.name,
+            "enqueued": self.enqueued,
+            "committed": self.committed,
+            "delivered_unique": self.delivered_unique,
+            "consumed": self.consumed,
+            "dead": self.dead,
+            "lost": self.lost,
+            "duplicate_deliveries": self.duplicate_deliveries,
+            "duplicate_effects": self.duplicate_effects,
+            "recovery_s": (self.recovery_s * 10.0).round() / 10.0,
+            "passed": self.passed(),
+            "failures": self.failures,
+            "notes": self.notes,
+        })
+    }
+}
+
+/// What every scenario gets.
+pub(crate) struct Ctx {
+    pub(crate) urls: Urls,
+    pub(crate) bins: Bins,
+    pub(crate) quick: bool,
+}
+
+impl Ctx {
+    /// Orders a streaming scenario creates.
+    pub(crate) fn orders(&self) -> i64 {
+        if self.quick { 1_500 } else { 5_000 }
+    }
+
+    /// Orders created a second while a fault happens.
+    pub(crate) const RATE: u32 = 500;
+
+    /// How long a scenario may take to account for every message after its fault.
+    pub(crate) fn settle_timeout(&self) -> Duration {
+        Duration::from_secs(if self.quick { 90 } else { 180 })
+    }
+}
+
+/// Ends a streaming scenario: waits for quiescence, stops the processes, drains the
+/// tap and fills the report. `fault_end` is when the last fault was undone.
+pub(crate) async fn conclude(
+    ctx: &Ctx,
+    w: &World,
+    mut report: Report,
+    produced: Produced,
+    fault_end: Instant,
+    children: Vec<tokio::process::Child>,
+) -> anyhow::Result<Report> {
+    let (tally, quiet_at): (Tally, Instant) = w.settle(ctx.settle_timeout()).await?;
+    let mut unclean = 0;
+    for c in children {
+        if !world::terminate(c).await {
+            unclean += 1;
+        }
+    }
+    if unclean > 0 {
+        report.failures.push(format!(
+            "{unclean} process(es) did not stop cleanly on SIGTERM"
+        ));
+    }
+    let (copies, unique) = w.drain_tap().await?;
+    report.enqueued += produced.attempted;
+    report.committed += tally.committed;
+    report.delivered_unique += unique;
+    report.duplicate_deliveries += copies - unique;
+    report.consumed += tally.consumed;
+    report.dead += tally.dead();
+    report.lost += tally.unaccounted;
+    report.duplicate_effects += tally.effects - tally.consumed;
+    report.recovery_s = quiet_at.saturating_duration_since(fault_end).as_secs_f64();
+    if produced.errors > 0 {
+        report.notes.push(format!(
+            "{} order transactions failed during the fault (not committed, not counted as lost)",
+            produced.errors
+        ));
+    }
+    if tally.publish_failed > 0 {
+        report.failures.push(format!(
+            "{} messages still publish_failed",
+            tally.publish_failed
+        ));
+    }
+    Ok(report)
+}
+
+type ScenarioFn =
+    for<'a> fn(&'a Ctx) -> std::pin::Pin<Box<dyn Future<Output = anyhow::Result<Report>> + 'a>>;
+
+const SCENARIOS: &[(&str, bool, ScenarioFn)] = &[
+    ("broker_restart", true, |c| {
+        Box::pin(scenarios::broker_restart(c))
+    }),
+    ("relay_kill", true, |c| Box::pin(scenarios::relay_kill(c))),
+    ("postgres_faults", false, |c| {
+        Box::pin(scenarios::postgres_faults(c))
+    }),
+    ("redis_outage", false, |c| {
+        Box::pin(scenarios::redis_outage(c))
+    }),
+    ("lease_lost", false, |c| Box::pin(scenarios::lease_lost(c))),
+    ("racing", true, |c| Box::pin(scenarios::racing(c))),
+    ("poison", true, |c| Box::pin(scenarios::poison(c))),
+    ("bad_config", true, |c| Box::pin(scenarios::bad_config(c))),
+];
+
+#[allow(clippy::print_stdout)]
+fn print_table(reports: &[Report]) {
+    println!(
+        "{:<16} {:>8} {:>9} {:>9} {:>8} {:>5} {:>5} {:>8} {:>8} {:>9}  result",
+        "scenario",
+        "enqueued",
+        "committed",
+        "delivered",
+        "consumed",
+        "dead",
+        "lost",
+        "dup.del",
+        "dup.eff",
+        "recover_s"
+    );
+    for r in reports {
+        println!(
+            "{:<16} {:>8} {:>9} {:>9} {:>8} {:>5} {:>5} {:>8} {:>8} {:>9.1}  {}",
+            r.name,
+            r.enqueued,
+            r.committed,
+            r.delivered_unique,
+            r.consumed,
+            r.dead,
+            r.lost,
+            r.duplicate_deliveries,
+            r.duplicate_effects,
+            r.recovery_s,
+            if r.passed() { "passed" } else { "FAILED" }
+        );
+        for f in &r.failures {
+            println!("    failed: {f}");
+        }
+        for n in &r.notes {
+            println!("    note: {n}");
+        }
+    }
+}
+
+fn bins() -> anyhow::Result<Bins> {
+    let here = std::env::current_exe()?;
+    let dir = here
+        .parent()
+        .ok_or_else(|| anyhow::anyhow!("no directory for {}", here.display()))?;
+    let bins = Bins {
+        outbox: dir.join("outbox"),
+        consumer: dir.join("billing-consumer"),
+    };
+    for b in [&bins.outbox, &bins.consumer] {
+        anyhow::ensure!(
+            b.exists(),
+            "{} is missing: build it first (cargo xtask chaos does)",
+            b.display()
+        );
+    }
+    Ok(bins)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let only: Option<Vec<String>> = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1))
+        .map(|v| v.split(',').map(str::to_owned).collect());
+    if let Some(bad) = args
+        .iter()
+        .enumerate()
+        .find(|(i, a)| {
+            !matches!(a.as_str(), "--quick" | "--only") && !(*i > 0 && args[i - 1] == "--only")
+        })
+        .map(|(_, a)| a)
+    {
+        eprintln!(
+            "outbox-chaos: unknown argument {bad:?}; usage: outbox-chaos [--quick] [--only NAME[,NAME...]]"
+        );
+        return ExitCode::from(2);
+    }
+    let bins = match bins() {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("outbox-chaos: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(e) = services::ensure_all_up() {
+        eprintln!("outbox-chaos: {e}");
+        return ExitCode::FAILURE;
+    }
+    let ctx = Ctx {
+        urls: Urls::from_env(),
+        bins,
+        quick,
+    };
+    let started = Instant::now();
+    let mut reports = Vec::new();
+    for (name, in_quick, run) in SCENARIOS {
+        let wanted = match &only {
+            Some(list) => list.iter().any(|n| n == name),
+            None => !quick || *in_quick,
+        };
+        if !wanted {
+            continue;
+        }
+        eprintln!("chaos: {name}: starting");
+        let t = Instant::now();
+        let report = match run(&ctx).await {
+            Ok(r) => r,
+            Err(e) => Report {
+                name,
+                failures: vec![format!("{e:#}")],
+                ..Report::default()
+            },
+        };
+        if let Err(e) = services::ensure_all_up() {
+            eprintln!("chaos: after {name}: {e}");
+        }
+        eprintln!(
+            "chaos: {name}: {} in {:.0} s",
+            if report.passed() { "passed" } else { "FAILED" },
+            t.elapsed().as_secs_f64()
+        );
+        reports.push(report);
+    }
+    print_table(&reports);
+    let summary = serde_json::json!({
+        "quick": quick,
+        "duration_s": started.elapsed().as_secs(),
+        "scenarios": reports.iter().map(Report::json).collect::<Vec<_>>(),
+    });
+    let written = std::fs::create_dir_all("target/chaos").and_then(|()| {
+        std::fs::write(
+            "target/chaos/summary.json",
+            serde_json::to_string_pretty(&summary).unwrap_or_default() + "\n",
+        )
+    });
+    if let Err(e) = written {
+        eprintln!("outbox-chaos: cannot write target/chaos/summary.json: {e}");
+        return ExitCode::FAILURE;
+    }
+    eprintln!(
+        "chaos: {} scenarios in {:.0} s; target/chaos/summary.json written",
+        reports.len(),
+        started.elapsed().as_secs_f64()
+    );
+    if reports.iter().all(Report::passed) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

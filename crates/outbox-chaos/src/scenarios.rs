@@ -1,0 +1,744 @@
+//! The eight scenarios of the fault suite. Each makes its own [`World`], injects
+//! its fault while orders stream in, and hands over to [`conclude`] for counting.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use lapin::BasicProperties;
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use tokio::process::Command;
+
+use crate::services;
+use crate::world::{Coordination, SweepOpts, World, free_port, signal};
+use crate::{Ctx, Report, conclude};
+
+fn report(name: &'static str) -> Report {
+    Report {
+        name,
+        ..Report::default()
+    }
+}
+
+/// Fails unless `url` is the local server at `addr`: only those may be stopped.
+fn require_local(url: &str, addr: &str, what: &str) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        services::is_local(url, addr),
+        "this scenario stops {what} and needs the local server at {addr}, not {}",
+        outbox_core::config::redact_url(url)
+    );
+    Ok(())
+}
+
+/// One relay (lock in PostgreSQL) and one consumer.
+fn relay_and_consumer(w: &World) -> anyhow::Result<(tokio::process::Child, tokio::process::Child)> {
+    let cfg = w.relay_config("r1", Coordination::Postgres, None, SweepOpts::default());
+    Ok((w.relay("r1", &cfg)?, w.consumer("c1", &[])?))
+}
+
+async fn wait_committed(w: &World, at_least: u64) -> anyhow::Result<()> {
+    w.wait_until(
+        &format!("{at_least} committed orders"),
+        Duration::from_secs(60),
+        async |w| w.committed().await >= at_least,
+    )
+    .await
+}
+
+/// 1. `rabbitmqctl stop_app` mid-stream for three seconds, then `start_app`.
+pub(crate) async fn broker_restart(ctx: &Ctx) -> anyhow::Result<Report> {
+    require_local(&ctx.urls.amqp, services::AMQP_ADDR, "RabbitMQ")?;
+    let w = World::new("broker", &ctx.urls, &ctx.bins).await?;
+    let (relay, consumer) = relay_and_consumer(&w)?;
+    let n = ctx.orders();
+    let producer = w.produce(1, n, Ctx::RATE);
+    wait_committed(&w, n as u64 / 3).await?;
+    let stopped = services::stop_rabbitmq();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    anyhow::ensure!(stopped.restore(), "RabbitMQ did not come back");
+    let fault_end = Instant::now();
+    let produced = producer.finish().await;
+    let r = conclude(
+        ctx,
+        &w,
+        report("broker_restart"),
+        produced,
+        fault_end,
+        vec![relay, consumer],
+    )
+    .await;
+    w.cleanup(r.as_ref().map_or(true, |r| !r.passed())).await;
+    r
+}
+
+/// 2. The relay is killed with SIGKILL mid-stream; a new one takes over.
+pub(crate) async fn relay_kill(ctx: &Ctx) -> anyhow::Result<Report> {
+    let w = World::new("kill", &ctx.urls, &ctx.bins).await?;
+    let (mut victim, consumer) = relay_and_consumer(&w)?;
+    let n = ctx.orders();
+    let producer = w.produce(1, n, Ctx::RATE);
+    w.wait_until("a third sent", Duration::from_secs(60), async |w| {
+        w.sent().await >= n as u64 / 3
+    })
+    .await?;
+    victim.start_kill()?;
+    let _ = victim.wait().await;
+    let mut r = report("relay_kill");
+    r.notes.push(format!(
+        "relay killed with {} messages sent",
+        w.sent().await
+    ));
+    let cfg = w.relay_config("r2", Coordination::Postgres, None, SweepOpts::default());
+    let successor = w.relay("r2", &cfg)?;
+    let fault_end = Instant::now();
+    let produced = producer.finish().await;
+    let r = conclude(ctx, &w, r, produced, fault_end, vec![successor, consumer]).await;
+    w.cleanup(r.as_ref().map_or(true, |r| !r.passed())).await;
+    r
+}
+
+/// 3. Every connection of the relay and the consumer is terminated
+/// (`pg_terminate_backend`), later PostgreSQL restarts.
+pub(crate) async fn postgres_faults(ctx: &Ctx) -> anyhow::Result<Report> {
+    require_local(&ctx.urls.pg, services::PG_ADDR, "PostgreSQL")?;
+    let w = World::new("pg", &ctx.urls, &ctx.bins).await?;
+    let (relay, consumer) = relay_and_consumer(&w)?;
+    let n = ctx.orders();
+    let producer = w.produce(1, n, Ctx::RATE);
+    wait_committed(&w, n as u64 / 4).await?;
+    let terminated: i64 = sqlx::query_scalar(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+         WHERE datname = current_database() AND pid <> pg_backend_pid()
+           AND backend_type = 'client backend' AND application_name <> 'outbox-chaos'",
+    )
+    .fetch_one(&w.pool)
+    .await?;
+    let mut r = report("postgres_faults");
+    if terminated == 0 {
+        r.failures
+            .push("no connection of the relay or the consumer was found to terminate".into());
+    }
+    r.notes.push(format!("{terminated} connections terminated"));
+    wait_committed(&w, n as u64 / 2).await?;
+    anyhow::ensure!(
+        services::restart_postgres(),
+        "PostgreSQL did not come back after its restart"
+    );
+    let fault_end = Instant::now();
+    let produced = producer.finish().await;
+    let r = conclude(ctx, &w, r, produced, fault_end, vec![relay, consumer]).await;
+    w.cleanup(r.as_ref().map_or(true, |r| !r.passed())).await;
+    r
+}
+
+/// Deletes the shop's exchange: every publish fails until [`restore_exchange`].
+async fn delete_exchange(w: &World) -> anyhow::Result<()> {
+    w.channel()
+        .await?
+        .exchange_delete(
+            w.shop.exchange.as_str().into(),
+            lapin::options::ExchangeDeleteOptions::default(),
+        )
+        .await?;
+    Ok(())
+}
+
+async fn restore_exchange(w: &World) -> anyhow::Result<()> {
+    w.shop.setup(&w.pool).await?;
+    w.bind_tap().await
+}
+
+/// Produces `n` orders quickly while the exchange is missing, and waits until all
+/// of them have failed their first publish.
+async fn produce_failing(w: &World, n: i64) -> anyhow::Result<crate::Produced> {
+    delete_exchange(w).await?;
+    let produced = w.produce(1, n, 2_000).finish().await;
+    w.wait_until(
+        "every message to fail its first publish",
+        Duration::from_secs(60),
+        async |w| {
+            w.tally()
+                .await
+                .is_ok_and(|t| t.publish_failed + t.dead_outbox == t.committed)
+        },
+    )
+    .await?;
+    Ok(produced)
+}
+
+async fn publish_failed(w: &World) -> u64 {
+    w.tally().await.map_or(u64::MAX, |t| t.publish_failed)
+}
+
+async fn metric(port: u16, name: &str) -> Option<f64> {
+    let out = Command::new("curl")
+        .args([
+            "-s",
+            "--max-time",
+            "5",
+            &format!("http://127.0.0.1:{port}/metrics"),
+        ])
+        .output()
+        .await
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// 4. Redis (lock and sweep state) stops while the sweep retries failed publishes;
+/// without it no sweep may run; after it is back the sweep finishes the work.
+pub(crate) async fn redis_outage(ctx: &Ctx) -> anyhow::Result<Report> {
+    require_local(&ctx.urls.redis, services::REDIS_ADDR, "Redis")?;
+    let w = World::new("redis", &ctx.urls, &ctx.bins).await?;
+    let port = free_port()?;
+    let sweep = SweepOpts {
+        batch_size: 20,
+        max_batches: 5,
+        lock_ttl: "3s",
+    };
+    let cfg = w.relay_config("r1", Coordination::Redis, Some(port), sweep);
+    let relay = w.relay("r1", &cfg)?;
+    let consumer = w.consumer("c1", &[])?;
+    let produced = produce_failing(&w, if ctx.quick { 1_000 } else { 2_500 }).await?;
+    restore_exchange(&w).await?;
+    let before = publish_failed(&w).await;
+    w.wait_until(
+        "the sweep to retry a batch",
+        Duration::from_secs(30),
+        async |w| publish_failed(w).await + 20 <= before,
+    )
+    .await?;
+    let stopped = services::stop_redis();
+    // The holder's lease runs out (3 s) and its batch in hand ends; from then on
+    // nothing may be swept.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let (held_rows, held_sweeps) = (
+        publish_failed(&w).await,
+        metric(port, "outbox_sweeps_total").await,
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (later_rows, later_sweeps) = (
+        publish_failed(&w).await,
+        metric(port, "outbox_sweeps_total").await,
+    );
+    let mut r = report("redis_outage");
+    if later_rows != held_rows {
+        r.failures.push(format!(
+            "{} failed messages were retried while Redis (the lock) was down",
+            held_rows.saturating_sub(later_rows)
+        ));
+    }
+    if held_sweeps.is_none() || later_sweeps != held_sweeps {
+        r.failures.push(format!(
+            "outbox_sweeps_total moved while Redis was down: {held_sweeps:?} -> {later_sweeps:?}"
+        ));
+    }
+    r.notes.push(format!(
+        "without Redis for 5 s: publish_failed stayed at {later_rows}, sweeps at {}",
+        later_sweeps.unwrap_or(-1.0)
+    ));
+    anyhow::ensure!(stopped.restore(), "Redis did not come back");
+    let fault_end = Instant::now();
+    let r = conclude(ctx, &w, r, produced, fault_end, vec![relay, consumer]).await;
+    w.cleanup(r.as_ref().map_or(true, |r| !r.passed())).await;
+    r
+}
+
+async fn redis_get(url: &str, key: &str) -> Option<String> {
+    let out = Command::new("redis-cli")
+        .args(["-u", url, "--raw", "GET", key])
+        .output()
+        .await
+        .ok()?;
+    let v = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    (!v.is_empty()).then_some(v)
+}
+
+/// `fencing_token=N` (a tracing field) or `"fencing_token":N` (JSON) in `text`.
+fn fencing_token(text: &str) -> Option<u64> {
+    let at = text.find("fencing_token")? + "fencing_token".len();
+    text[at..]
+        .trim_start_matches(['=', '"', ':'])
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .ok()
+}
+
+/// 5. The relay sweeping under the lock is paused (SIGSTOP) past its lease; the
+/// other relay takes over; the first, resumed, stops and records nothing.
+pub(crate) async fn lease_lost(ctx: &Ctx) -> anyhow::Result<Report> {
+    let w = World::new("lease", &ctx.urls, &ctx.bins).await?;
+    let sweep = SweepOpts {
+        batch_size: 5,
+        max_batches: 100_000,
+        lock_ttl: "2s",
+    };
+    let names = ["ra", "rb"];
+    let mut relays = Vec::new();
+    for name in names {
+        let cfg = w.relay_config(name, Coordination::Redis, None, sweep);
+        relays.push(w.relay(name, &cfg)?);
+    }
+    let consumer = w.consumer("c1", &[])?;
+    let produced = produce_failing(&w, if ctx.quick { 2_000 } else { 4_000 }).await?;
+    restore_exchange(&w).await?;
+    // Catch the holder in the middle of its sweep.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let holder = loop {
+        if let Some(v) = redis_get(&w.urls.redis, &w.lock_key).await {
+            if let Some(i) = names.iter().position(|n| v.starts_with(&format!("{n}-"))) {
+                break i;
+            }
+        }
+        anyhow::ensure!(Instant::now() < deadline, "no relay took the sweep lock");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    signal(&relays[holder], "-STOP").await;
+    let at_pause = publish_failed(&w).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after_pause = publish_failed(&w).await;
+    let taken_over = redis_get(&w.urls.redis, &w.lock_key).await;
+    signal(&relays[holder], "-CONT").await;
+    let fault_end = Instant::now();
+    let mut r = report("lease_lost");
+    if after_pause >= at_pause {
+        r.failures.push(format!(
+            "the other relay did not sweep while {} was paused ({at_pause} -> {after_pause} failed)",
+            names[holder]
+        ));
+    }
+    r.notes.push(format!(
+        "{} paused 5 s mid-sweep (lease 2 s); meanwhile the other relay retried {} messages; lock then {}",
+        names[holder],
+        at_pause.saturating_sub(after_pause),
+        taken_over.as_deref().map_or("free", |v| v.split('/').next().unwrap_or(v))
+    ));
+    let mut r = conclude(
+        ctx,
+        &w,
+        r,
+        produced,
+        fault_end,
+        relays.into_iter().chain([consumer]).collect(),
+    )
+    .await?;
+    let log =
+        std::fs::read_to_string(w.dir.join(format!("{}.log", names[holder]))).unwrap_or_default();
+    let lost_line = log
+        .lines()
+        .find(|l| l.contains("retry lock lost during the sweep"));
+    match lost_line.and_then(fencing_token) {
+        None => r.failures.push(format!(
+            "{} did not stop its sweep on losing the lock (no 'retry lock lost' in its log)",
+            names[holder]
+        )),
+        Some(lost) => {
+            let stored = redis_get(&w.urls.redis, &w.state_key)
+                .await
+                .as_deref()
+                .and_then(fencing_token);
+            match stored {
+                Some(s) if s > lost => r.notes.push(format!(
+                    "sweep state carries token {s}, newer than the lost lease's {lost}"
+                )),
+                other => r.failures.push(format!(
+                    "sweep state token {other:?} is not newer than the lost lease's {lost}"
+                )),
+            }
+        }
+    }
+    let fenced = log.lines().filter(|l| l.contains("fenced")).count();
+    r.notes.push(format!(
+        "{fenced} log lines of the paused relay report fenced (refused) marks"
+    ));
+    let passed = r.passed();
+    w.cleanup(!passed).await;
+    Ok(r)
+}
+
+/// 6. Two relays and two consumers (5 % of first attempts failing) on one set of
+/// tables.
+pub(crate) async fn racing(ctx: &Ctx) -> anyhow::Result<Report> {
+    let w = World::new("race", &ctx.urls, &ctx.bins).await?;
+    let mut children = Vec::new();
+    for name in ["r1", "r2"] {
+        let cfg = w.relay_config(name, Coordination::Postgres, None, SweepOpts::default());
+        children.push(w.relay(name, &cfg)?);
+    }
+    for name in ["c1", "c2"] {
+        children.push(w.consumer(name, &[("BILLING_FAIL_FIRST_PERCENT", "5")])?);
+    }
+    let produced = w.produce(1, ctx.orders() * 2, Ctx::RATE * 4).finish().await;
+    let fault_end = Instant::now();
+    let r = conclude(ctx, &w, report("racing"), produced, fault_end, children).await;
+    w.cleanup(r.as_ref().map_or(true, |r| !r.passed())).await;
+    r
+}
+
+/// 7. Poison orders (the handler always fails) and a foreign publisher's
+/// deliveries: no message id, an undecodable payload, an oversized body.
+pub(crate) async fn poison(ctx: &Ctx) -> anyhow::Result<Report> {
+    let w = World::new("poison", &ctx.urls, &ctx.bins).await?;
+    let poison = [7i64, 77, 177, 377, 777];
+    let list = poison.map(|p| p.to_string()).join(",");
+    let cfg = w.relay_config("r1", Coordination::Postgres, None, SweepOpts::default());
+    let relay = w.relay("r1", &cfg)?;
+    let consumer = w.consumer("c1", &[("BILLING_POISON_ORDERS", list.as_str())])?;
+    let producer = w.produce(1, 1_000, Ctx::RATE);
+
+    let ch = w.channel().await?;
+    ch.confirm_select(ConfirmSelectOptions::default()).await?;
+    let undecodable = uuid::Uuid::now_v7().to_string();
+    let oversized = uuid::Uuid::now_v7().to_string();
+    let typed = || BasicProperties::default().with_type("order.created".into());
+    let foreign: [(BasicProperties, Vec<u8>); 3] = [
+        (
+            typed(),
+            b"{\"order_id\": 1, \"note\": \"no message id\"}".to_vec(),
+        ),
+        (
+            typed().with_message_id(undecodable.as_str().into()),
+            b"\xff\xfe not json at all".to_vec(),
+        ),
+        (
+            typed().with_message_id(oversized.as_str().into()),
+            vec![b' '; 2 * 1024 * 1024],
+        ),
+    ];
+    for (props, body) in foreign {
+        let confirm = ch
+            .basic_publish(
+                "".into(),
+                w.shop.queue.as_str().into(),
+                BasicPublishOptions::default(),
+                &body,
+                props.with_delivery_mode(2),
+            )
+            .await?
+            .await?;
+        anyhow::ensure!(confirm.is_ack(), "the broker refused a foreign message");
+    }
+    let produced = producer.finish().await;
+    let fault_end = Instant::now();
+    // Foreign deliveries are counted by hand: they are not orders.
+    let mut r = report("poison");
+    r.enqueued = 3;
+    r.committed = 3;
+    let mut r = conclude(ctx, &w, r, produced, fault_end, vec![relay, consumer]).await?;
+    let o = w.shop.outbox_schema.quoted();
+    let letters: Vec<(Option<String>, String)> = sqlx::query_as(&format!(
+        "SELECT message_id, reason FROM {o}.outbox_dead_letters ORDER BY seq"
+    ))
+    .fetch_all(&w.pool)
+    .await?;
+    let mut foreign_found = 0;
+    if letters
+        .iter()
+        .any(|(id, reason)| id.is_none() && reason.contains("no message id"))
+    {
+        foreign_found += 1;
+    } else {
+        r.failures.push(format!(
+            "no dead letter for the delivery without an id: {letters:?}"
+        ));
+    }
+    if letters
+        .iter()
+        .any(|(id, reason)| id.as_deref() == Some(oversized.as_str()) && reason.contains("limit"))
+    {
+        foreign_found += 1;
+    } else {
+        r.failures.push(format!(
+            "no dead letter for the oversized delivery: {letters:?}"
+        ));
+    }
+    let undecodable_row: Option<(String, Option<String>)> = sqlx::query_as(&format!(
+        "SELECT status, last_error FROM {o}.outbox_inbox WHERE message_id = $1::uuid"
+    ))
+    .bind(&undecodable)
+    .fetch_optional(&w.pool)
+    .await?;
+    match &undecodable_row {
+        Some((status, Some(err))) if status == "dead" => {
+            foreign_found += 1;
+            r.notes.push(format!("undecodable payload dead: {err}"));
+        }
+        other => r.failures.push(format!(
+            "the undecodable delivery is not dead with a reason: {other:?}"
+        )),
+    }
+    r.lost += 3 - foreign_found;
+    let poisoned: i64 = sqlx::query_scalar(&format!(
+        "SELECT count(*) FROM {o}.outbox_inbox WHERE status = 'dead' AND last_error LIKE '%cannot be billed%'"
+    ))
+    .fetch_one(&w.pool)
+    .await?;
+    let poison_committed = poison.iter().filter(|p| *p % 10 != 0).count() as i64;
+    if poisoned != poison_committed {
+        r.failures.push(format!(
+            "{poisoned} poison orders dead with their reason, expected {poison_committed}"
+        ));
+    }
+    r.notes.push(format!(
+        "{poisoned} poison orders and 3 foreign deliveries dead with their reasons; the rest billed"
+    ));
+    let passed = r.passed();
+    w.cleanup(!passed).await;
+    Ok(r)
+}
+
+/// One bad input at the edge: what is run, and what its refusal must say.
+struct BadInput {
+    label: &'static str,
+    args: Vec<String>,
+    config: Option<String>,
+    env: Vec<(&'static str, &'static str)>,
+    expect: &'static str,
+    secret: Option<&'static str>,
+}
+
+/// 8. Bad configuration and bad input: each must be refused with a clear message
+/// and a non-zero exit, with nothing written and no secret shown.
+pub(crate) async fn bad_config(ctx: &Ctx) -> anyhow::Result<Report> {
+    let w = World::new("badcfg", &ctx.urls, &ctx.bins).await?;
+    let dir = w.dir.clone();
+    let u = &ctx.urls;
+    let schema = format!("{}_cfg", w.shop.outbox_schema.as_str());
+    let base = |pg: &str, amqp: &str, redis: &str, extra: &str| {
+        format!(
+            "[adapters]\nstore = \"postgres\"\npublisher = \"rabbitmq\"\nlock = \"redis\"\nsweep_state = \"redis\"\n\
+             [postgres]\nurl = \"{pg}\"\nschema = \"{schema}\"\nmigrate_on_start = true\n\
+             [rabbitmq]\nurl = \"{amqp}\"\n[redis]\nurl = \"{redis}\"\n{extra}\n[http]\nenabled = false\n"
+        )
+    };
+    let good = base(&u.pg, &u.amqp, &u.redis, "");
+    let amqp_wrong = u.amqp.replacen("guest:guest@", "guest:chaos-secret-1@", 1);
+    let redis_wrong = u.redis.replacen("redis://", "redis://:chaos-secret-2@", 1);
+    let unreachable_pg = u.pg.replacen(":5432/", ":1/", 1);
+    let unknown_db = match u.pg.rfind('/') {
+        Some(i) => format!("{}/chaos_no_such_db", &u.pg[..i]),
+        None => u.pg.clone(),
+    };
+    let s = |v: &[&str]| v.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>();
+    let cases = vec![
+        BadInput {
+            label: "unknown field",
+            args: s(&["migrate"]),
+            config: Some(base(&u.pg, &u.amqp, &u.redis, "[dispatch]\nbatchsize = 5")),
+            env: vec![],
+            expect: "unknown field",
+            secret: None,
+        },
+        BadInput {
+            label: "invalid schema identifier",
+            args: s(&["migrate"]),
+            config: Some(good.replace(
+                &format!("schema = \"{schema}\""),
+                "schema = \"x; DROP TABLE orders\"",
+            )),
+            env: vec![],
+            expect: "schema",
+            secret: None,
+        },
+        BadInput {
+            label: "unreachable PostgreSQL",
+            args: s(&["run"]),
+            config: Some(base(&unreachable_pg, &u.amqp, &u.redis, "")),
+            env: vec![],
+            expect: "127.0.0.1:1",
+            secret: None,
+        },
+        BadInput {
+            label: "unknown database",
+            args: s(&["run"]),
+            config: Some(base(&unknown_db, &u.amqp, &u.redis, "")),
+            env: vec![],
+            expect: "chaos_no_such_db",
+            secret: None,
+        },
+        BadInput {
+            label: "wrong RabbitMQ password",
+            args: s(&["run"]),
+            config: Some(base(&u.pg, &amqp_wrong, &u.redis, "")),
+            env: vec![],
+            expect: "ACCESS_REFUSED",
+            secret: Some("chaos-secret-1"),
+        },
+        BadInput {
+            label: "unreachable RabbitMQ",
+            args: s(&["run"]),
+            config: Some(base(
+                &u.pg,
+                &u.amqp.replacen(":5672/", ":1/", 1),
+                &u.redis,
+                "",
+            )),
+            env: vec![],
+            expect: "broker",
+            secret: None,
+        },
+        BadInput {
+            label: "wrong Redis password",
+            args: s(&["run"]),
+            config: Some(base(&u.pg, &u.amqp, &redis_wrong, "")),
+            env: vec![],
+            expect: "lock",
+            secret: Some("chaos-secret-2"),
+        },
+        BadInput {
+            label: "zero batch size from the environment",
+            args: s(&["run"]),
+            config: Some(good.clone()),
+            env: vec![("OUTBOX__DISPATCH__BATCH_SIZE", "0")],
+            expect: "batch_size",
+            secret: None,
+        },
+        BadInput {
+            label: "unparsable duration",
+            args: s(&["run"]),
+            config: Some(base(
+                &u.pg,
+                &u.amqp,
+                &u.redis,
+                "[sweep]\ninterval = \"soon\"",
+            )),
+            env: vec![],
+            expect: "soon",
+            secret: None,
+        },
+        BadInput {
+            label: "HTTP off loopback without a token",
+            args: s(&["run"]),
+            config: Some(good.replace(
+                "[http]\nenabled = false",
+                "[http]\naddress = \"0.0.0.0:19999\"",
+            )),
+            env: vec![],
+            expect: "token",
+            secret: None,
+        },
+        BadInput {
+            label: "missing config file",
+            args: s(&["run", "--config", "/nonexistent/outbox.toml"]),
+            config: None,
+            env: vec![],
+            expect: "/nonexistent/outbox.toml",
+            secret: None,
+        },
+    ];
+    let mut r = report("bad_config");
+    let namespaces = "SELECT count(*) FROM pg_namespace";
+    for (i, case) in cases.iter().enumerate() {
+        r.enqueued += 1;
+        let before: i64 = sqlx::query_scalar(namespaces).fetch_one(&w.pool).await?;
+        let mut cmd = Command::new(&ctx.bins.outbox);
+        cmd.args(&case.args);
+        if let Some(text) = &case.config {
+            let path = dir.join(format!("case{i}.toml"));
+            std::fs::write(&path, text)?;
+            cmd.arg("--config").arg(&path);
+        }
+        for (k, v) in &case.env {
+            cmd.env(k, v);
+        }
+        cmd.env("RUST_LOG", "warn").kill_on_drop(true);
+        let out = tokio::time::timeout(Duration::from_secs(40), cmd.output())
+            .await
+            .with_context(|| format!("{}: still running after 40 s", case.label))??;
+        let after: i64 = sqlx::query_scalar(namespaces).fetch_one(&w.pool).await?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let last = stderr
+            .lines()
+            .rev()
+            .find(|l| l.contains("error"))
+            .unwrap_or("")
+            .to_owned();
+        let mut wrong = Vec::new();
+        if out.status.success() {
+            wrong.push("exit code 0".to_owned());
+        }
+        if !stderr.contains(case.expect) {
+            wrong.push(format!("message lacks {:?}", case.expect));
+        }
+        if case
+            .secret
+            .is_some_and(|s| stderr.contains(s) || String::from_utf8_lossy(&out.stdout).contains(s))
+        {
+            wrong.push("the password was shown".to_owned());
+        }
+        if after != before {
+            wrong.push(format!("{} schema(s) created", after - before));
+        }
+        if wrong.is_empty() {
+            r.dead += 1;
+        } else {
+            r.lost += 1;
+            r.failures
+                .push(format!("{}: {} ({last})", case.label, wrong.join(", ")));
+        }
+        r.notes.push(format!(
+            "{} -> exit {}: {}",
+            case.label,
+            out.status.code().unwrap_or(-1),
+            last.chars().take(160).collect::<String>()
+        ));
+    }
+    r.committed = r.enqueued;
+    // Bad input to the dead-message commands of a working deployment.
+    let cfg = dir.join("good.toml");
+    std::fs::write(&cfg, &good)?;
+    let migrate = Command::new(&ctx.bins.outbox)
+        .args(["migrate", "--config"])
+        .arg(&cfg)
+        .output()
+        .await?;
+    anyhow::ensure!(
+        migrate.status.success(),
+        "migrate of the good config failed: {}",
+        String::from_utf8_lossy(&migrate.stderr)
+    );
+    for (label, args, expect) in [
+        (
+            "requeue of a malformed id",
+            vec!["dead", "requeue", "not-a-uuid"],
+            "not-a-uuid",
+        ),
+        (
+            "delete of an unknown id",
+            vec!["dead", "delete", "0190b1a2-0000-7000-8000-000000000000"],
+            "no message with id",
+        ),
+    ] {
+        r.enqueued += 1;
+        r.committed += 1;
+        let out = Command::new(&ctx.bins.outbox)
+            .args(&args)
+            .arg("--config")
+            .arg(&cfg)
+            .output()
+            .await?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if !out.status.success() && stderr.contains(expect) {
+            r.dead += 1;
+        } else {
+            r.lost += 1;
+            r.failures
+                .push(format!("{label}: exit {:?}, {stderr}", out.status.code()));
+        }
+        r.notes.push(format!(
+            "{label} -> exit {}: {}",
+            out.status.code().unwrap_or(-1),
+            stderr.trim().lines().last().unwrap_or("")
+        ));
+    }
+    let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+        .execute(&w.pool)
+        .await;
+    let passed = r.passed();
+    w.cleanup(!passed).await;
+    Ok(r)
+}

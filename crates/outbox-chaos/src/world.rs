@@ -1,0 +1,574 @@
+//! One scenario's world: its own schemas, exchange, queues and lock keys; the real
+//! relay and consumer as child processes; a producer of orders; and the counting.
+//!
+//! Counting rests on three records that the processes under test cannot fake:
+//! - the shop's `orders` table: an order and its message commit together, so the
+//!   committed messages are exactly the committed orders;
+//! - a tap queue bound to the shop's exchange with `#`: every copy the broker
+//!   accepted, so duplicates at the broker are counted;
+//! - the `invoices` table, created here *without* its primary key, so a message
+//!   that took effect twice shows up as two rows instead of a failed insert.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use lapin::options::{BasicGetOptions, QueueBindOptions, QueueDeclareOptions};
+use lapin::types::FieldTable;
+use outbox_adapters_postgres::{PgPool, PgSchema};
+use outbox_examples::{Shop, orders};
+use tokio::process::{Child, Command};
+
+/// Connection URLs (the `OUTBOX_TEST_*` variables, else the local servers).
+#[derive(Debug, Clone)]
+pub(crate) struct Urls {
+    pub(crate) pg: String,
+    pub(crate) amqp: String,
+    pub(crate) redis: String,
+}
+
+impl Urls {
+    pub(crate) fn from_env() -> Self {
+        let var = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_owned());
+        Self {
+            pg: var(
+                "OUTBOX_TEST_DATABASE_URL",
+                "postgres://postgres@127.0.0.1:5432/test",
+            ),
+            amqp: var(
+                "OUTBOX_TEST_AMQP_URL",
+                "amqp://guest:guest@127.0.0.1:5672/%2f",
+            ),
+            redis: var("OUTBOX_TEST_REDIS_URL", "redis://127.0.0.1:6379/"),
+        }
+    }
+}
+
+/// The programs under test.
+#[derive(Debug, Clone)]
+pub(crate) struct Bins {
+    pub(crate) outbox: PathBuf,
+    pub(crate) consumer: PathBuf,
+}
+
+/// Which store the relay's lock and sweep state use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Coordination {
+    Postgres,
+    Redis,
+}
+
+/// The relay's sweep settings that scenarios vary.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SweepOpts {
+    pub(crate) batch_size: u32,
+    pub(crate) max_batches: u32,
+    pub(crate) lock_ttl: &'static str,
+}
+
+impl Default for SweepOpts {
+    fn default() -> Self {
+        Self {
+            batch_size: 50,
+            max_batches: 20,
+            lock_ttl: "3s",
+        }
+    }
+}
+
+/// Totals read from the database at one moment.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Tally {
+    pub(crate) committed: u64,
+    pub(crate) consumed: u64,
+    pub(crate) effects: u64,
+    pub(crate) dead_outbox: u64,
+    pub(crate) dead_inbox: u64,
+    pub(crate) dead_letters: u64,
+    /// Committed orders neither invoiced nor dead (yet).
+    pub(crate) unaccounted: u64,
+    pub(crate) publish_failed: u64,
+}
+
+impl Tally {
+    pub(crate) fn dead(&self) -> u64 {
+        self.dead_outbox + self.dead_inbox + self.dead_letters
+    }
+}
+
+/// What the producer did.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Produced {
+    pub(crate) attempted: u64,
+    pub(crate) errors: u64,
+}
+
+pub(crate) struct World {
+    pub(crate) id: String,
+    pub(crate) shop: Shop,
+    pub(crate) pool: PgPool,
+    pub(crate) urls: Urls,
+    pub(crate) dir: PathBuf,
+    pub(crate) tap: String,
+    pub(crate) lock_key: String,
+    pub(crate) state_key: String,
+    bins: Bins,
+    amqp: lapin::Connection,
+}
+
+impl World {
+    pub(crate) async fn new(scenario: &str, urls: &Urls, bins: &Bins) -> anyhow::Result<Self> {
+        let nonce = uuid::Uuid::now_v7().simple().to_string();
+        let id = format!("{scenario}_{}", &nonce[nonce.len() - 10..]);
+        let pg_url = with_application_name(&urls.pg);
+        let shop = Shop {
+            database_url: urls.pg.clone(),
+            amqp_url: urls.amqp.clone(),
+            schema: PgSchema::new(&format!("chaos_shop_{id}"))?,
+            outbox_schema: PgSchema::new(&format!("chaos_obx_{id}"))?,
+            queue: format!("chaos.{id}.billing"),
+            exchange: format!("chaos.{id}.orders"),
+        };
+        let pool = outbox_adapters_postgres::connect(&pg_url, 16, Duration::from_secs(10))
+            .await
+            .with_context(|| format!("PostgreSQL unreachable at {}", urls.pg))?;
+        let s = shop.schema.quoted();
+        for sql in [
+            format!("CREATE SCHEMA {s}"),
+            // No primary key on purpose: a double effect must be visible, not refused.
+            format!(
+                "CREATE TABLE {s}.invoices (order_id bigint NOT NULL, message_id uuid NOT NULL, amount_cents bigint NOT NULL, billed_at timestamptz NOT NULL DEFAULT now())"
+            ),
+        ] {
+            sqlx::query(&sql).execute(&pool).await?;
+        }
+        shop.setup(&pool).await.context("shop setup")?;
+        let amqp = outbox_adapters_rabbitmq::connect(&urls.amqp, Duration::from_secs(10))
+            .await
+            .with_context(|| {
+                format!(
+                    "RabbitMQ unreachable at {}",
+                    outbox_core::config::redact_url(&urls.amqp)
+                )
+            })?;
+        let tap = format!("chaos.{id}.tap");
+        let w = Self {
+            lock_key: format!("chaos.{id}.lock"),
+            state_key: format!("chaos.{id}.state"),
+            dir: PathBuf::from("target/chaos/logs").join(&id),
+            id,
+            shop,
+            pool,
+            urls: urls.clone(),
+            tap,
+            bins: bins.clone(),
+            amqp,
+        };
+        std::fs::create_dir_all(&w.dir)?;
+        w.bind_tap().await?;
+        Ok(w)
+    }
+
+    /// Declares the tap queue and binds it to the shop's exchange.
+    pub(crate) async fn bind_tap(&self) -> anyhow::Result<()> {
+        let ch = self.channel().await?;
+        ch.queue_declare(
+            self.tap.as_str().into(),
+            QueueDeclareOptions {
+                durable: true,
+                ..QueueDeclareOptions::default()
+            },
+            FieldTable::default(),
+        )
+        .await?;
+        ch.queue_bind(
+            self.tap.as_str().into(),
+            self.shop.exchange.as_str().into(),
+            "#".into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// A channel on a fresh connection (the broker may have restarted meanwhile).
+    pub(crate) async fn channel(&self) -> anyhow::Result<lapin::Channel> {
+        match self.amqp.create_channel().await {
+            Ok(ch) => Ok(ch),
+            Err(_) => {
+                let conn =
+                    outbox_adapters_rabbitmq::connect(&self.urls.amqp, Duration::from_secs(10))
+                        .await?;
+                Ok(conn.create_channel().await?)
+            }
+        }
+    }
+
+    /// The `outbox run` configuration of relay `name`.
+    pub(crate) fn relay_config(
+        &self,
+        name: &str,
+        coordination: Coordination,
+        http_port: Option<u16>,
+        sweep: SweepOpts,
+    ) -> PathBuf {
+        let coord = match coordination {
+            Coordination::Postgres => "postgres",
+            Coordination::Redis => "redis",
+        };
+        let http = match http_port {
+            Some(p) => format!("address = \"127.0.0.1:{p}\"\nenabled = true"),
+            None => "enabled = false".to_owned(),
+        };
+        let text = format!(
+            r#"instance = "{name}-{id}"
+[adapters]
+store = "postgres"
+publisher = "rabbitmq"
+lock = "{coord}"
+sweep_state = "{coord}"
+[postgres]
+url = "{pg}"
+schema = "{schema}"
+max_connections = 4
+[rabbitmq]
+url = "{amqp}"
+confirm_timeout = "10s"
+[redis]
+url = "{redis}"
+[dispatch]
+batch_size = 200
+lease_ttl = "5s"
+idle_poll = "500ms"
+[retry]
+initial_backoff = "500ms"
+max_backoff = "3s"
+max_attempts = 30
+[sweep]
+interval = "1s"
+lock_wait = "200ms"
+batch_size = {batch}
+max_batches_per_sweep = {batches}
+lock_ttl = "{ttl}"
+lock_key = "{lock}"
+state_key = "{state}"
+[http]
+{http}
+"#,
+            id = self.id,
+            pg = self.urls.pg,
+            schema = self.shop.outbox_schema,
+            amqp = self.urls.amqp,
+            redis = self.urls.redis,
+            lock = self.lock_key,
+            state = self.state_key,
+            batch = sweep.batch_size,
+            batches = sweep.max_batches,
+            ttl = sweep.lock_ttl,
+        );
+        let path = self.dir.join(format!("{name}.toml"));
+        if let Err(e) = std::fs::write(&path, text) {
+            eprintln!("chaos: cannot write {}: {e}", path.display());
+        }
+        path
+    }
+
+    /// Starts `outbox run` with `config`; its log goes to `<name>.log`.
+    pub(crate) fn relay(&self, name: &str, config: &std::path::Path) -> anyhow::Result<Child> {
+        let log = std::fs::File::create(self.dir.join(format!("{name}.log")))?;
+        Command::new(&self.bins.outbox)
+            .args(["run", "--config"])
+            .arg(config)
+            .env("RUST_LOG", "info,lapin=warn,sqlx=warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("cannot start {}", self.bins.outbox.display()))
+    }
+
+    /// Starts the billing consumer with extra environment `env`.
+    pub(crate) fn consumer(&self, name: &str, env: &[(&str, &str)]) -> anyhow::Result<Child> {
+        let log = std::fs::File::create(self.dir.join(format!("{name}.log")))?;
+        let mut c = Command::new(&self.bins.consumer);
+        c.env("SHOP_DATABASE_URL", &self.urls.pg)
+            .env("SHOP_AMQP_URL", &self.urls.amqp)
+            .env("SHOP_SCHEMA", self.shop.schema.as_str())
+            .env("OUTBOX_SCHEMA", self.shop.outbox_schema.as_str())
+            .env("BILLING_QUEUE", &self.shop.queue)
+            .env("SHOP_EXCHANGE", &self.shop.exchange)
+            .env("BILLING_SWEEP_INTERVAL", "1s")
+            .env("RUST_LOG", "info,lapin=warn,sqlx=warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.spawn()
+            .with_context(|| format!("cannot start {}", self.bins.consumer.display()))
+    }
+
+    /// Creates orders `first..first + n` at about `per_sec` a second from four tasks;
+    /// every tenth is rolled back. Failed orders are skipped (the database says
+    /// afterwards which committed).
+    pub(crate) fn produce(&self, first: i64, n: i64, per_sec: u32) -> Producer {
+        let shop = Arc::new(self.shop.clone());
+        let stats = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut tasks = Vec::new();
+        const TASKS: i64 = 4;
+        let pause = Duration::from_secs_f64(TASKS as f64 / f64::from(per_sec.max(1)));
+        for t in 0..TASKS {
+            let (shop, pool) = (Arc::clone(&shop), self.pool.clone());
+            let (stats, stop) = (Arc::clone(&stats), Arc::clone(&stop));
+            tasks.push(tokio::spawn(async move {
+                let mut tick = tokio::time::interval(pause);
+                for id in (first..first + n).filter(|id| id % TASKS == t) {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    tick.tick().await;
+                    stats.0.fetch_add(1, Ordering::Relaxed);
+                    if orders::create(&shop, &pool, id, 100 + id, id % 10 == 0)
+                        .await
+                        .is_err()
+                    {
+                        stats.1.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }));
+        }
+        Producer { tasks, stats, stop }
+    }
+
+    async fn count(&self, sql: &str) -> anyhow::Result<u64> {
+        let n: i64 = sqlx::query_scalar(sql).fetch_one(&self.pool).await?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    /// Reads the totals.
+    pub(crate) async fn tally(&self) -> anyhow::Result<Tally> {
+        let (s, o) = (self.shop.schema.quoted(), self.shop.outbox_schema.quoted());
+        let (consumed, effects): (i64, i64) = sqlx::query_as(&format!(
+            "SELECT count(DISTINCT order_id), count(*) FROM {s}.invoices"
+        ))
+        .fetch_one(&self.pool)
+        .await?;
+        let n = |v: i64| u64::try_from(v).unwrap_or(0);
+        Ok(Tally {
+            committed: self.count(&format!("SELECT count(*) FROM {s}.orders")).await?,
+            consumed: n(consumed),
+            effects: n(effects),
+            dead_outbox: self
+                .count(&format!(
+                    "SELECT count(*) FROM {o}.outbox_messages WHERE status = 'dead'"
+                ))
+                .await?,
+            dead_inbox: self
+                .count(&format!(
+                    "SELECT count(*) FROM {o}.outbox_inbox WHERE status = 'dead'"
+                ))
+                .await?,
+            dead_letters: self
+                .count(&format!("SELECT count(*) FROM {o}.outbox_dead_letters"))
+                .await?,
+            publish_failed: self
+                .count(&format!(
+                    "SELECT count(*) FROM {o}.outbox_messages WHERE status = 'publish_failed'"
+                ))
+                .await?,
+            unaccounted: self
+                .count(&format!(
+                    "WITH msg AS (
+                       SELECT id, status,
+                              (convert_from(payload, 'UTF8')::jsonb ->> 'order_id')::bigint AS order_id
+                       FROM {o}.outbox_messages)
+                     SELECT count(*) FROM {s}.orders ord
+                     WHERE NOT EXISTS (SELECT 1 FROM {s}.invoices i WHERE i.order_id = ord.id)
+                       AND NOT EXISTS (SELECT 1 FROM msg WHERE msg.order_id = ord.id AND msg.status = 'dead')
+                       AND NOT EXISTS (SELECT 1 FROM msg JOIN {o}.outbox_inbox b ON b.message_id = msg.id
+                                       WHERE msg.order_id = ord.id AND b.status = 'dead')"
+                ))
+                .await?,
+        })
+    }
+
+    /// Orders committed so far.
+    pub(crate) async fn committed(&self) -> u64 {
+        self.count(&format!(
+            "SELECT count(*) FROM {}.orders",
+            self.shop.schema.quoted()
+        ))
+        .await
+        .unwrap_or(0)
+    }
+
+    /// Messages the relays have marked sent so far.
+    pub(crate) async fn sent(&self) -> u64 {
+        self.count(&format!(
+            "SELECT count(*) FROM {}.outbox_messages WHERE status = 'sent'",
+            self.shop.outbox_schema.quoted()
+        ))
+        .await
+        .unwrap_or(0)
+    }
+
+    /// Waits until `done` holds (checked every 100 ms), at most `timeout`.
+    pub(crate) async fn wait_until(
+        &self,
+        what: &str,
+        timeout: Duration,
+        mut done: impl AsyncFnMut(&Self) -> bool,
+    ) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        while !done(self).await {
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "timed out after {timeout:?} waiting for {what}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(())
+    }
+
+    /// Waits until every committed order is invoiced or dead (errors of the
+    /// database while it restarts count as "not yet"), then two seconds more for
+    /// late duplicates. Returns the final tally; `unaccounted` > 0 when the time ran
+    /// out.
+    pub(crate) async fn settle(&self, timeout: Duration) -> anyhow::Result<(Tally, Instant)> {
+        let deadline = Instant::now() + timeout;
+        let quiet_at = loop {
+            if let Ok(t) = self.tally().await {
+                if t.unaccounted == 0 {
+                    break Instant::now();
+                }
+                if Instant::now() >= deadline {
+                    eprintln!(
+                        "chaos: {}: {} committed orders unaccounted after {timeout:?}",
+                        self.id, t.unaccounted
+                    );
+                    return Ok((t, Instant::now()));
+                }
+            } else if Instant::now() >= deadline {
+                anyhow::bail!("the database did not answer within {timeout:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        Ok((self.tally().await?, quiet_at))
+    }
+
+    /// Empties the tap queue: (copies, distinct message ids).
+    pub(crate) async fn drain_tap(&self) -> anyhow::Result<(u64, u64)> {
+        let ch = self.channel().await?;
+        let mut seen: HashMap<String, u64> = HashMap::new();
+        let mut copies = 0u64;
+        while let Some(got) = ch
+            .basic_get(self.tap.as_str().into(), BasicGetOptions { no_ack: true })
+            .await?
+        {
+            copies += 1;
+            let id = got
+                .delivery
+                .properties
+                .message_id()
+                .as_ref()
+                .map_or_else(String::new, |s| s.as_str().to_owned());
+            *seen.entry(id).or_default() += 1;
+        }
+        Ok((copies, seen.len() as u64))
+    }
+
+    /// Removes everything the scenario made (its logs stay when `keep_logs`).
+    pub(crate) async fn cleanup(self, keep_logs: bool) {
+        if let Ok(ch) = self.channel().await {
+            for q in [&self.tap, &self.shop.queue] {
+                let _ = ch
+                    .queue_delete(
+                        q.as_str().into(),
+                        lapin::options::QueueDeleteOptions::default(),
+                    )
+                    .await;
+            }
+            let _ = ch
+                .exchange_delete(
+                    self.shop.exchange.as_str().into(),
+                    lapin::options::ExchangeDeleteOptions::default(),
+                )
+                .await;
+        }
+        for s in [&self.shop.schema, &self.shop.outbox_schema] {
+            let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {} CASCADE", s.quoted()))
+                .execute(&self.pool)
+                .await;
+        }
+        if !keep_logs {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// The background producer of a scenario.
+pub(crate) struct Producer {
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    stats: Arc<(AtomicU64, AtomicU64)>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Producer {
+    /// Waits for the producer to finish.
+    pub(crate) async fn finish(mut self) -> Produced {
+        for t in std::mem::take(&mut self.tasks) {
+            let _ = t.await;
+        }
+        Produced {
+            attempted: self.stats.0.load(Ordering::Relaxed),
+            errors: self.stats.1.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Drop for Producer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Sends `signal` (e.g. `-TERM`, `-KILL`, `-STOP`, `-CONT`) to `child`.
+pub(crate) async fn signal(child: &Child, signal: &str) {
+    if let Some(pid) = child.id() {
+        let _ = Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()
+            .await;
+    }
+}
+
+/// SIGTERM, then waits up to 30 s; true if it exited cleanly.
+pub(crate) async fn terminate(mut child: Child) -> bool {
+    signal(&child, "-TERM").await;
+    matches!(
+        tokio::time::timeout(Duration::from_secs(30), child.wait()).await,
+        Ok(Ok(s)) if s.success()
+    )
+}
+
+/// A free loopback port.
+pub(crate) fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// `url` with `application_name=outbox-chaos`, so the fault that terminates
+/// connections can spare the suite's own.
+fn with_application_name(url: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}application_name=outbox-chaos")
+}

@@ -8,6 +8,10 @@
 //!   from `OUTBOX_TEST_*`, else the local defaults). `ci` runs them too, once.
 //! - `bench [--quick]`: builds release binaries and runs `outbox-bench`, which prints
 //!   a table and writes `target/bench/summary.json` (see BENCHMARKS.md).
+//! - `chaos [--quick] [--only NAME,...]`: builds the debug binaries and runs the fault
+//!   suite `outbox-chaos`, which stops and starts the local services, prints a table
+//!   and writes `target/chaos/summary.json` (see RELIABILITY.md). `ci` runs the quick
+//!   subset after the tests.
 //!
 //! Only the standard library is used, so that xtask builds fast and never breaks.
 
@@ -37,9 +41,10 @@ fn main() -> ExitCode {
         Some("guard") => guard(),
         Some("it") => it(),
         Some("bench") => bench(args.iter().any(|a| a == "--quick")),
+        Some("chaos") => chaos(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask <ci|guard|it|bench [--quick]>\n\n  ci     fmt check, clippy -D warnings, dependency guard, all tests\n  guard  dependency guard only\n  it     tests against the real PostgreSQL, RabbitMQ and Redis only\n  bench  the relay side by side with the raw limits (target/bench/summary.json)"
+                "usage: cargo xtask <ci|guard|it|bench [--quick]|chaos [--quick] [--only NAME,...]>\n\n  ci     fmt check, clippy -D warnings, dependency guard, all tests, quick chaos\n  guard  dependency guard only\n  it     tests against the real PostgreSQL, RabbitMQ and Redis only\n  bench  the relay side by side with the raw limits (target/bench/summary.json)\n  chaos  the fault suite against the local services (target/chaos/summary.json)"
             );
             return ExitCode::from(2);
         }
@@ -90,6 +95,7 @@ fn ci() -> Result<(), String> {
         cargo().args(["test", "--workspace", "--all-targets"]),
     )?;
     run("doc tests", cargo().args(["test", "--workspace", "--doc"]))?;
+    chaos(&["--quick".to_owned()])?;
     eprintln!("xtask: ci passed");
     Ok(())
 }
@@ -113,6 +119,28 @@ fn bench(quick: bool) -> Result<(), String> {
     run("bench", &mut cmd)
 }
 
+/// Builds the relay, the example consumer and the fault suite (debug, reusing what
+/// the tests built) and runs the suite with `args`.
+fn chaos(args: &[String]) -> Result<(), String> {
+    run(
+        "build",
+        cargo().args([
+            "build",
+            "-p",
+            "outbox-app",
+            "-p",
+            "outbox-examples",
+            "-p",
+            "outbox-chaos",
+        ]),
+    )?;
+    let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".to_owned());
+    let mut cmd = Command::new(format!("{target}/debug/outbox-chaos"));
+    cmd.args(args);
+    set_service_defaults(&mut cmd);
+    run("chaos", &mut cmd)
+}
+
 /// Packages whose tests talk to the real services.
 const SERVICE_PACKAGES: &[&str] = &[
     "outbox-adapters-postgres",
@@ -127,6 +155,12 @@ fn it() -> Result<(), String> {
     for p in SERVICE_PACKAGES {
         cmd.args(["-p", p]);
     }
+    set_service_defaults(&mut cmd);
+    run("integration tests", &mut cmd)
+}
+
+/// The `OUTBOX_TEST_*` URLs, defaulting to the local servers.
+fn set_service_defaults(cmd: &mut Command) {
     for (var, default) in [
         (
             "OUTBOX_TEST_DATABASE_URL",
@@ -142,7 +176,6 @@ fn it() -> Result<(), String> {
             cmd.env(var, default);
         }
     }
-    run("integration tests", &mut cmd)
 }
 
 /// Normal (non-dev, non-build) dependencies of `package`, by crate name.

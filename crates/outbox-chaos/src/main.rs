@@ -218,18 +218,26 @@ async fn main() -> ExitCode {
         .position(|a| a == "--only")
         .and_then(|i| args.get(i + 1))
         .map(|v| v.split(',').map(str::to_owned).collect());
-    if let Some(bad) = args
-        .iter()
-        .enumerate()
-        .find(|(i, a)| {
-            !matches!(a.as_str(), "--quick" | "--only") && !(*i > 0 && args[i - 1] == "--only")
-        })
-        .map(|(_, a)| a)
-    {
+    let known =
+        |i: usize, a: &str| matches!(a, "--quick" | "--only") || (i > 0 && args[i - 1] == "--only");
+    if let Some((_, bad)) = args.iter().enumerate().find(|(i, a)| !known(*i, a)) {
         eprintln!(
             "outbox-chaos: unknown argument {bad:?}; usage: outbox-chaos [--quick] [--only NAME[,NAME...]]"
         );
         return ExitCode::from(2);
+    }
+    if let Some(list) = &only {
+        if let Some(bad) = list
+            .iter()
+            .find(|n| !SCENARIOS.iter().any(|(s, _, _)| s == n))
+        {
+            let names: Vec<&str> = SCENARIOS.iter().map(|(s, _, _)| *s).collect();
+            eprintln!(
+                "outbox-chaos: no scenario {bad:?}; the scenarios: {}",
+                names.join(", ")
+            );
+            return ExitCode::from(2);
+        }
     }
     let bins = match bins() {
         Ok(b) => b,

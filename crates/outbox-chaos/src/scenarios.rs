@@ -44,7 +44,7 @@ async fn wait_committed(w: &World, at_least: u64) -> anyhow::Result<()> {
     .await
 }
 
-/// 1. `rabbitmqctl stop_app` mid-stream for three seconds, then `start_app`.
+/// Scenario 1: `rabbitmqctl stop_app` mid-stream for three seconds, then `start_app`.
 pub(crate) async fn broker_restart(ctx: &Ctx) -> anyhow::Result<Report> {
     require_local(&ctx.urls.amqp, services::AMQP_ADDR, "RabbitMQ")?;
     let w = World::new("broker", &ctx.urls, &ctx.bins).await?;
@@ -70,7 +70,7 @@ pub(crate) async fn broker_restart(ctx: &Ctx) -> anyhow::Result<Report> {
     r
 }
 
-/// 2. The relay is killed with SIGKILL mid-stream; a new one takes over.
+/// Scenario 2: The relay is killed with SIGKILL mid-stream; a new one takes over.
 pub(crate) async fn relay_kill(ctx: &Ctx) -> anyhow::Result<Report> {
     let w = World::new("kill", &ctx.urls, &ctx.bins).await?;
     let (mut victim, consumer) = relay_and_consumer(&w)?;
@@ -96,7 +96,7 @@ pub(crate) async fn relay_kill(ctx: &Ctx) -> anyhow::Result<Report> {
     r
 }
 
-/// 3. Every connection of the relay and the consumer is terminated
+/// Scenario 3: Every connection of the relay and the consumer is terminated
 /// (`pg_terminate_backend`), later PostgreSQL restarts.
 pub(crate) async fn postgres_faults(ctx: &Ctx) -> anyhow::Result<Report> {
     require_local(&ctx.urls.pg, services::PG_ADDR, "PostgreSQL")?;
@@ -130,27 +130,68 @@ pub(crate) async fn postgres_faults(ctx: &Ctx) -> anyhow::Result<Report> {
     r
 }
 
-/// Deletes the shop's exchange: every publish fails until [`restore_exchange`].
-async fn delete_exchange(w: &World) -> anyhow::Result<()> {
-    w.channel()
-        .await?
-        .exchange_delete(
-            w.shop.exchange.as_str().into(),
-            lapin::options::ExchangeDeleteOptions::default(),
-        )
-        .await?;
-    Ok(())
+/// Makes the broker refuse every message for the scenario's queues (a policy of
+/// `max-length` 0 with `reject-publish`: publishes are nacked), so every publish
+/// fails while the topology stays as it is. Dropping the guard lifts the policy.
+struct Refusing {
+    name: String,
+    lifted: bool,
 }
 
-async fn restore_exchange(w: &World) -> anyhow::Result<()> {
-    w.shop.setup(&w.pool).await?;
-    w.bind_tap().await
+impl Refusing {
+    async fn start(w: &World) -> anyhow::Result<Self> {
+        let name = format!("chaos-{}", w.id);
+        let pattern = format!("^chaos\\.{}\\.(billing|tap)$", w.id);
+        let ok = Command::new("rabbitmqctl")
+            .args([
+                "set_policy",
+                "--apply-to",
+                "queues",
+                "--priority",
+                "100",
+                &name,
+                &pattern,
+                r#"{"max-length":0,"overflow":"reject-publish"}"#,
+            ])
+            .output()
+            .await?;
+        anyhow::ensure!(
+            ok.status.success(),
+            "rabbitmqctl set_policy failed: {}",
+            String::from_utf8_lossy(&ok.stderr)
+        );
+        Ok(Self {
+            name,
+            lifted: false,
+        })
+    }
+
+    fn clear(name: &str) -> bool {
+        std::process::Command::new("rabbitmqctl")
+            .args(["clear_policy", name])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }
+
+    fn lift(mut self) -> anyhow::Result<()> {
+        self.lifted = true;
+        anyhow::ensure!(Self::clear(&self.name), "rabbitmqctl clear_policy failed");
+        Ok(())
+    }
 }
 
-/// Produces `n` orders quickly while the exchange is missing, and waits until all
-/// of them have failed their first publish.
+impl Drop for Refusing {
+    fn drop(&mut self) {
+        if !self.lifted {
+            Self::clear(&self.name);
+        }
+    }
+}
+
+/// Produces `n` orders quickly while the broker refuses them, waits until all have
+/// failed their first publish, and lifts the refusal.
 async fn produce_failing(w: &World, n: i64) -> anyhow::Result<crate::Produced> {
-    delete_exchange(w).await?;
+    let refusing = Refusing::start(w).await?;
     let produced = w.produce(1, n, 2_000).finish().await;
     w.wait_until(
         "every message to fail its first publish",
@@ -162,6 +203,7 @@ async fn produce_failing(w: &World, n: i64) -> anyhow::Result<crate::Produced> {
         },
     )
     .await?;
+    refusing.lift()?;
     Ok(produced)
 }
 
@@ -187,7 +229,7 @@ async fn metric(port: u16, name: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
-/// 4. Redis (lock and sweep state) stops while the sweep retries failed publishes;
+/// Scenario 4: Redis (lock and sweep state) stops while the sweep retries failed publishes;
 /// without it no sweep may run; after it is back the sweep finishes the work.
 pub(crate) async fn redis_outage(ctx: &Ctx) -> anyhow::Result<Report> {
     require_local(&ctx.urls.redis, services::REDIS_ADDR, "Redis")?;
@@ -202,7 +244,6 @@ pub(crate) async fn redis_outage(ctx: &Ctx) -> anyhow::Result<Report> {
     let relay = w.relay("r1", &cfg)?;
     let consumer = w.consumer("c1", &[])?;
     let produced = produce_failing(&w, if ctx.quick { 1_000 } else { 2_500 }).await?;
-    restore_exchange(&w).await?;
     let before = publish_failed(&w).await;
     w.wait_until(
         "the sweep to retry a batch",
@@ -268,7 +309,7 @@ fn fencing_token(text: &str) -> Option<u64> {
         .ok()
 }
 
-/// 5. The relay sweeping under the lock is paused (SIGSTOP) past its lease; the
+/// Scenario 5: The relay sweeping under the lock is paused (SIGSTOP) past its lease; the
 /// other relay takes over; the first, resumed, stops and records nothing.
 pub(crate) async fn lease_lost(ctx: &Ctx) -> anyhow::Result<Report> {
     let w = World::new("lease", &ctx.urls, &ctx.bins).await?;
@@ -285,7 +326,6 @@ pub(crate) async fn lease_lost(ctx: &Ctx) -> anyhow::Result<Report> {
     }
     let consumer = w.consumer("c1", &[])?;
     let produced = produce_failing(&w, if ctx.quick { 2_000 } else { 4_000 }).await?;
-    restore_exchange(&w).await?;
     // Catch the holder in the middle of its sweep.
     let deadline = Instant::now() + Duration::from_secs(30);
     let holder = loop {
@@ -360,7 +400,7 @@ pub(crate) async fn lease_lost(ctx: &Ctx) -> anyhow::Result<Report> {
     Ok(r)
 }
 
-/// 6. Two relays and two consumers (5 % of first attempts failing) on one set of
+/// Scenario 6: Two relays and two consumers (5 % of first attempts failing) on one set of
 /// tables.
 pub(crate) async fn racing(ctx: &Ctx) -> anyhow::Result<Report> {
     let w = World::new("race", &ctx.urls, &ctx.bins).await?;
@@ -379,7 +419,7 @@ pub(crate) async fn racing(ctx: &Ctx) -> anyhow::Result<Report> {
     r
 }
 
-/// 7. Poison orders (the handler always fails) and a foreign publisher's
+/// Scenario 7: Poison orders (the handler always fails) and a foreign publisher's
 /// deliveries: no message id, an undecodable payload, an oversized body.
 pub(crate) async fn poison(ctx: &Ctx) -> anyhow::Result<Report> {
     let w = World::new("poison", &ctx.urls, &ctx.bins).await?;
@@ -501,7 +541,7 @@ struct BadInput {
     secret: Option<&'static str>,
 }
 
-/// 8. Bad configuration and bad input: each must be refused with a clear message
+/// Scenario 8: Bad configuration and bad input: each must be refused with a clear message
 /// and a non-zero exit, with nothing written and no secret shown.
 pub(crate) async fn bad_config(ctx: &Ctx) -> anyhow::Result<Report> {
     let w = World::new("badcfg", &ctx.urls, &ctx.bins).await?;

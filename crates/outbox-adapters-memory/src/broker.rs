@@ -111,6 +111,7 @@ pub struct MemoryBroker {
     nack_next: Arc<FaultCounter>,
     return_next: Arc<FaultCounter>,
     redeliver_next: Arc<FaultCounter>,
+    hang_next: Arc<FaultCounter>,
     unreachable: Arc<AtomicBool>,
 }
 
@@ -159,6 +160,13 @@ impl MemoryBroker {
     /// as a broker does when an acknowledgement is lost.
     pub fn redeliver_next_acked(&self, n: u64) {
         self.redeliver_next.arm(n);
+    }
+
+    /// Fault injection: the next `n` acknowledgements never complete, as when the
+    /// connection dies under an ack in flight. Dropping such an ack returns the
+    /// delivery to the queue (the channel is gone, the broker delivers it again).
+    pub fn hang_next_acks(&self, n: u64) {
+        self.hang_next.arm(n);
     }
 
     /// Fault injection: while `true`, every publish fails and `check` errs.
@@ -364,6 +372,9 @@ impl MemoryAcker {
 #[async_trait]
 impl Acker for MemoryAcker {
     async fn ack(&self) -> Result<(), PortError> {
+        if self.broker.hang_next.take() {
+            std::future::pending::<()>().await;
+        }
         // A redelivery fault: the ack is "lost", so the broker delivers it again.
         let lost = self.broker.redeliver_next.take();
         self.finish(lost);

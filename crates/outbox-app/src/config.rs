@@ -359,6 +359,22 @@ impl RelayConfig {
                 "must be at least 1s",
             ));
         }
+        if let Some(r) = self
+            .rabbitmq
+            .as_ref()
+            .filter(|_| a.publisher == PublisherKind::Rabbitmq)
+        {
+            if d.lease_ttl <= r.confirm_timeout {
+                return Err(ConfigError::new(
+                    "dispatch",
+                    "lease_ttl",
+                    format!(
+                        "must be longer than rabbitmq.confirm_timeout ({:?} <= {:?}): a batch still waiting for its confirms would lose its claim and be published twice",
+                        d.lease_ttl, r.confirm_timeout
+                    ),
+                ));
+            }
+        }
         if d.idle_poll.is_zero() {
             return Err(ConfigError::new(
                 "dispatch",

@@ -204,6 +204,10 @@ pub struct ConsumerConfig {
     /// Largest body handled; a larger delivery is kept as a dead letter (with its
     /// message id) instead of reaching a handler.
     pub max_payload_bytes: usize,
+    /// Longest wait for the broker to take an ack or nack. A connection that dies
+    /// under an ack can leave it unanswered; without a bound, the delivery's slot
+    /// (and a clean shutdown) would wait forever. The broker redelivers it.
+    pub settle_timeout: Duration,
 }
 
 impl ConsumerConfig {
@@ -218,6 +222,7 @@ impl ConsumerConfig {
             retry: RetryPolicy::default(),
             store_error_backoff: Duration::from_secs(1),
             max_payload_bytes: outbox_core::message::DEFAULT_MAX_PAYLOAD_BYTES,
+            settle_timeout: Duration::from_secs(10),
         }
     }
 
@@ -316,13 +321,13 @@ impl Shared {
             Err(e) => {
                 tracing::warn!(consumer = %name, message_id = %message.id, error = %e, "inbox unavailable; returning the delivery to the broker");
                 tokio::time::sleep(self.config.store_error_backoff).await;
-                settle(&delivery, false).await;
+                settle(&delivery, false, self.config.settle_timeout).await;
                 return;
             }
             Ok(Arrival::Duplicate(status)) => {
                 self.counters.duplicates.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(consumer = %name, message_id = %message.id, %status, "duplicate delivery skipped");
-                settle(&delivery, true).await;
+                settle(&delivery, true, self.config.settle_timeout).await;
                 return;
             }
             Ok(Arrival::New) => {}
@@ -332,7 +337,7 @@ impl Shared {
             // sweep takes it over. Acknowledging is safe: the inbox holds the message.
             tracing::warn!(consumer = %name, message_id = %message.id, error = %e, "could not record the outcome; the consume sweep will retry it");
         }
-        settle(&delivery, true).await;
+        settle(&delivery, true, self.config.settle_timeout).await;
     }
 }
 
@@ -497,11 +502,11 @@ pub(crate) async fn decode_or_dead_letter(
             match inbox.record_dead_letter(consumer, letter).await {
                 Ok(()) => {
                     counters.dead_letters.fetch_add(1, Ordering::Relaxed);
-                    settle(delivery, true).await;
+                    settle(delivery, true, config.settle_timeout).await;
                 }
                 Err(e) => {
                     tracing::warn!(%consumer, error = %e, "cannot keep the dead letter; returning it to the broker");
-                    settle(delivery, false).await;
+                    settle(delivery, false, config.settle_timeout).await;
                 }
             }
             None
@@ -509,16 +514,26 @@ pub(crate) async fn decode_or_dead_letter(
     }
 }
 
-/// Acknowledges (`true`) or returns (`false`) a delivery. A failure only means the
-/// broker delivers it again, which the inbox absorbs.
-pub(crate) async fn settle(delivery: &Delivery, ack: bool) {
-    let result = if ack {
-        delivery.acker.ack().await
-    } else {
-        delivery.acker.nack(true).await
+/// Acknowledges (`true`) or returns (`false`) a delivery, waiting at most
+/// `timeout`. A failure only means the broker delivers it again, which the inbox
+/// absorbs.
+pub(crate) async fn settle(delivery: &Delivery, ack: bool, timeout: Duration) {
+    let settling = async {
+        if ack {
+            delivery.acker.ack().await
+        } else {
+            delivery.acker.nack(true).await
+        }
     };
-    if let Err(e) = result {
-        tracing::warn!(error = %e, "could not settle a delivery; the broker will redeliver it");
+    match tokio::time::timeout(timeout, settling).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "could not settle a delivery; the broker will redeliver it");
+        }
+        Err(_) => tracing::warn!(
+            ?timeout,
+            "the broker did not answer an ack or nack in time; the delivery will be redelivered"
+        ),
     }
 }
 

@@ -119,12 +119,12 @@ impl PgShared {
                     tracing::warn!(consumer = %name, message_id = %message.id, %error, "handler failed; stored for a retry");
                 }
                 self.count(&outcome, went_dead.load(Ordering::Relaxed));
-                settle(&delivery, true).await;
+                settle(&delivery, true, self.config.settle_timeout).await;
             }
             Err(e) => {
                 tracing::warn!(consumer = %name, message_id = %message.id, error = %e, "inbox unavailable; returning the delivery to the broker");
                 tokio::time::sleep(self.config.store_error_backoff).await;
-                settle(&delivery, false).await;
+                settle(&delivery, false, self.config.settle_timeout).await;
             }
         }
     }

@@ -144,6 +144,14 @@ fn every_kind_of_bad_config_names_its_setting() {
             vec![],
             "redis.url",
         ),
+        (
+            GOOD.to_owned(),
+            vec![
+                ("OUTBOX__DISPATCH__LEASE_TTL", "10s"),
+                ("OUTBOX__RABBITMQ__CONFIRM_TIMEOUT", "10s"),
+            ],
+            "dispatch.lease_ttl",
+        ),
     ];
     for (text, vars, needle) in cases {
         let e = error_of(&text, &vars);

@@ -447,3 +447,40 @@ async fn an_oversized_delivery_is_a_dead_letter_with_its_id_and_never_reaches_th
     assert_eq!(effects.get(&at_limit.id), Some(&1));
     assert!(!effects.contains_key(&big.id), "the handler never saw it");
 }
+
+#[tokio::test]
+async fn an_ack_the_broker_never_answers_does_not_hold_the_consumer_or_its_shutdown() {
+    let b = broker();
+    let inbox = Arc::new(MemoryInboxStore::new(Arc::new(SystemClock)));
+    let effects = Effects::default();
+    let worker = ConsumerWorker::new(
+        inbox.clone(),
+        Arc::new(b.clone()),
+        counting(Arc::clone(&effects), |_, _| None),
+        Arc::new(SystemClock),
+        ConsumerConfig {
+            concurrency: 1,
+            settle_timeout: Duration::from_millis(100),
+            ..config(5)
+        },
+    );
+    // The first ack hangs, as when the connection dies under it; with one slot, an
+    // unbounded wait would stop the consumer for good.
+    b.hang_next_acks(1);
+    let sent = outbox_testkit::messages(3);
+    b.publish(&sent).await;
+    let r = run(worker);
+    wait_for("all consumed", async || {
+        inbox.stats(NAME).await.expect("stats").consumed == 3
+    })
+    .await;
+    wait_for("the unanswered delivery redelivered and acked", async || {
+        b.queue_depth(QUEUE) == (0, 0)
+    })
+    .await;
+    r.stop().await;
+    let effects = effects.lock().expect("lock");
+    for m in &sent {
+        assert_eq!(effects.get(&m.id), Some(&1), "exactly one effect each");
+    }
+}

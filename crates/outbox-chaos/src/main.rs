@@ -139,7 +139,7 @@ const SCENARIOS: &[(&str, bool, ScenarioFn)] = &[
         Box::pin(scenarios::broker_restart(c))
     }),
     ("relay_kill", true, |c| Box::pin(scenarios::relay_kill(c))),
-    ("postgres_faults", false, |c| {
+    ("postgres_faults", true, |c| {
         Box::pin(scenarios::postgres_faults(c))
     }),
     ("redis_outage", false, |c| {
@@ -267,7 +267,19 @@ async fn main() -> ExitCode {
         }
         eprintln!("chaos: {name}: starting");
         let t = Instant::now();
-        let report = match run(&ctx).await {
+        let outcome = tokio::select! {
+            r = run(&ctx) => r,
+            _ = tokio::signal::ctrl_c() => {
+                // The scenario's guards are dropped here, which restores what it
+                // stopped; anything else still down is started below.
+                eprintln!("chaos: interrupted during {name}; restoring the services");
+                Err(anyhow::anyhow!("interrupted"))
+            }
+        };
+        let interrupted = outcome
+            .as_ref()
+            .is_err_and(|e| e.to_string() == "interrupted");
+        let report = match outcome {
             Ok(r) => r,
             Err(e) => Report {
                 name,
@@ -284,6 +296,9 @@ async fn main() -> ExitCode {
             t.elapsed().as_secs_f64()
         );
         reports.push(report);
+        if interrupted {
+            break;
+        }
     }
     print_table(&reports);
     let summary = serde_json::json!({

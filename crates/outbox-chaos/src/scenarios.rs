@@ -449,6 +449,7 @@ pub(crate) async fn poison(ctx: &Ctx) -> anyhow::Result<Report> {
             vec![b' '; 2 * 1024 * 1024],
         ),
     ];
+    let (no_id_len, oversized_len) = (foreign[0].1.len(), foreign[2].1.len());
     for (props, body) in foreign {
         let confirm = ch
             .basic_publish(
@@ -470,26 +471,27 @@ pub(crate) async fn poison(ctx: &Ctx) -> anyhow::Result<Report> {
     r.committed = 3;
     let mut r = conclude(ctx, &w, r, produced, fault_end, vec![relay, consumer]).await?;
     let o = w.shop.outbox_schema.quoted();
-    let letters: Vec<(Option<String>, String)> = sqlx::query_as(&format!(
-        "SELECT message_id, reason FROM {o}.outbox_dead_letters ORDER BY seq"
+    let letters: Vec<(Option<String>, String, i32)> = sqlx::query_as(&format!(
+        "SELECT message_id, reason, octet_length(body) FROM {o}.outbox_dead_letters ORDER BY seq"
     ))
     .fetch_all(&w.pool)
     .await?;
     let mut foreign_found = 0;
-    if letters
-        .iter()
-        .any(|(id, reason)| id.is_none() && reason.contains("no message id"))
-    {
+    let body_is = |len: &i32, want: usize| usize::try_from(*len).is_ok_and(|l| l == want);
+    if letters.iter().any(|(id, reason, len)| {
+        id.is_none() && reason.contains("no message id") && body_is(len, no_id_len)
+    }) {
         foreign_found += 1;
     } else {
         r.failures.push(format!(
             "no dead letter for the delivery without an id: {letters:?}"
         ));
     }
-    if letters
-        .iter()
-        .any(|(id, reason)| id.as_deref() == Some(oversized.as_str()) && reason.contains("limit"))
-    {
+    if letters.iter().any(|(id, reason, len)| {
+        id.as_deref() == Some(oversized.as_str())
+            && reason.contains("limit")
+            && body_is(len, oversized_len)
+    }) {
         foreign_found += 1;
     } else {
         r.failures.push(format!(
@@ -781,4 +783,25 @@ pub(crate) async fn bad_config(ctx: &Ctx) -> anyhow::Result<Report> {
     let passed = r.passed();
     w.cleanup(!passed).await;
     Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fencing_token;
+
+    #[test]
+    fn fencing_tokens_are_read_from_log_lines_and_json() {
+        assert_eq!(
+            fencing_token(
+                "WARN outbox_app::sweeper: retry lock lost task=\"publish-retry\" fencing_token=1796044583355966 ..."
+            ),
+            Some(1_796_044_583_355_966)
+        );
+        assert_eq!(
+            fencing_token(r#"{"completed_at":"x","fencing_token":42,"publish_retried":1}"#),
+            Some(42)
+        );
+        assert_eq!(fencing_token("no token here"), None);
+        assert_eq!(fencing_token("fencing_token=abc"), None);
+    }
 }

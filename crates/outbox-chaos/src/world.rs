@@ -238,7 +238,7 @@ schema = "{schema}"
 max_connections = 4
 [rabbitmq]
 url = "{amqp}"
-confirm_timeout = "10s"
+confirm_timeout = "3s"
 [redis]
 url = "{redis}"
 [dispatch]

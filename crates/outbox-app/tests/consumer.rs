@@ -474,9 +474,10 @@ async fn an_ack_the_broker_never_answers_does_not_hold_the_consumer_or_its_shutd
         inbox.stats(NAME).await.expect("stats").consumed == 3
     })
     .await;
-    wait_for("the unanswered delivery redelivered and acked", async || {
-        b.queue_depth(QUEUE) == (0, 0)
-    })
+    wait_for(
+        "the unanswered delivery redelivered and acked",
+        async || b.queue_depth(QUEUE) == (0, 0),
+    )
     .await;
     r.stop().await;
     let effects = effects.lock().expect("lock");

@@ -95,6 +95,7 @@ pub(crate) async fn conclude(
     children: Vec<tokio::process::Child>,
 ) -> anyhow::Result<Report> {
     let (tally, quiet_at): (Tally, Instant) = w.settle(ctx.settle_timeout()).await?;
+    let absorbed = w.duplicates_absorbed().await;
     let mut unclean = 0;
     for c in children {
         if !world::terminate(c).await {
@@ -116,6 +117,11 @@ pub(crate) async fn conclude(
     report.lost += tally.unaccounted;
     report.duplicate_effects += tally.effects - tally.consumed;
     report.recovery_s = quiet_at.saturating_duration_since(fault_end).as_secs_f64();
+    if absorbed > 0 {
+        report.notes.push(format!(
+            "the consumers' inboxes absorbed {absorbed} duplicate deliveries"
+        ));
+    }
     if produced.errors > 0 {
         report.notes.push(format!(
             "{} order transactions failed during the fault (not committed, not counted as lost)",

@@ -9,7 +9,7 @@ use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use tokio::process::Command;
 
 use crate::services;
-use crate::world::{Coordination, SweepOpts, World, free_port, signal};
+use crate::world::{Coordination, SweepOpts, World, free_port, metric, signal};
 use crate::{Ctx, Report, conclude};
 
 fn report(name: &'static str) -> Report {
@@ -209,24 +209,6 @@ async fn produce_failing(w: &World, n: i64) -> anyhow::Result<crate::Produced> {
 
 async fn publish_failed(w: &World) -> u64 {
     w.tally().await.map_or(u64::MAX, |t| t.publish_failed)
-}
-
-async fn metric(port: u16, name: &str) -> Option<f64> {
-    let out = Command::new("curl")
-        .args([
-            "-s",
-            "--max-time",
-            "5",
-            &format!("http://127.0.0.1:{port}/metrics"),
-        ])
-        .output()
-        .await
-        .ok()?;
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
 }
 
 /// Scenario 4: Redis (lock and sweep state) stops while the sweep retries failed publishes;

@@ -118,6 +118,8 @@ pub(crate) struct World {
     pub(crate) state_key: String,
     bins: Bins,
     amqp: lapin::Connection,
+    /// Metrics ports of the consumers started so far.
+    consumer_ports: std::sync::Mutex<Vec<u16>>,
 }
 
 impl World {
@@ -167,6 +169,7 @@ impl World {
             tap,
             bins: bins.clone(),
             amqp,
+            consumer_ports: std::sync::Mutex::default(),
         };
         std::fs::create_dir_all(&w.dir)?;
         w.bind_tap().await?;
@@ -295,6 +298,10 @@ state_key = "{state}"
     /// Starts the billing consumer with extra environment `env`.
     pub(crate) fn consumer(&self, name: &str, env: &[(&str, &str)]) -> anyhow::Result<Child> {
         let log = std::fs::File::create(self.dir.join(format!("{name}.log")))?;
+        let port = free_port()?;
+        if let Ok(mut ports) = self.consumer_ports.lock() {
+            ports.push(port);
+        }
         let mut c = Command::new(&self.bins.consumer);
         c.env("SHOP_DATABASE_URL", &self.urls.pg)
             .env("SHOP_AMQP_URL", &self.urls.amqp)
@@ -303,6 +310,7 @@ state_key = "{state}"
             .env("BILLING_QUEUE", &self.shop.queue)
             .env("SHOP_EXCHANGE", &self.shop.exchange)
             .env("BILLING_SWEEP_INTERVAL", "1s")
+            .env("BILLING_METRICS_ADDR", format!("127.0.0.1:{port}"))
             .env("RUST_LOG", "info,lapin=warn,sqlx=warn")
             .stdout(Stdio::null())
             .stderr(log)
@@ -464,6 +472,26 @@ state_key = "{state}"
         Ok((self.tally().await?, quiet_at))
     }
 
+    /// Deliveries the running consumers' inboxes absorbed as duplicates (from their
+    /// `/metrics`; a consumer that was killed has lost its count).
+    pub(crate) async fn duplicates_absorbed(&self) -> u64 {
+        let ports = self
+            .consumer_ports
+            .lock()
+            .map(|p| p.clone())
+            .unwrap_or_default();
+        let mut total = 0.0;
+        for port in ports {
+            total += metric(
+                port,
+                "outbox_duplicates_absorbed_total{consumer=\"billing\"}",
+            )
+            .await
+            .unwrap_or(0.0);
+        }
+        total as u64
+    }
+
     /// Empties the tap queue: (copies, distinct message ids).
     pub(crate) async fn drain_tap(&self) -> anyhow::Result<(u64, u64)> {
         let ch = self.channel().await?;
@@ -571,4 +599,23 @@ pub(crate) fn free_port() -> anyhow::Result<u16> {
 fn with_application_name(url: &str) -> String {
     let sep = if url.contains('?') { '&' } else { '?' };
     format!("{url}{sep}application_name=outbox-chaos")
+}
+
+/// The value of metric line `name` (with its labels) at `127.0.0.1:port/metrics`.
+pub(crate) async fn metric(port: u16, name: &str) -> Option<f64> {
+    let out = Command::new("curl")
+        .args([
+            "-s",
+            "--max-time",
+            "5",
+            &format!("http://127.0.0.1:{port}/metrics"),
+        ])
+        .output()
+        .await
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
 }

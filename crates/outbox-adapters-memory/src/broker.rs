@@ -169,7 +169,8 @@ impl MemoryBroker {
         self.hang_next.arm(n);
     }
 
-    /// Fault injection: while `true`, every publish fails and `check` errs.
+    /// Fault injection: while `true`, every publish is [`PublishOutcome::NotSent`]
+    /// and `check` errs.
     pub fn set_unreachable(&self, down: bool) {
         self.unreachable.store(down, Ordering::SeqCst);
     }
@@ -204,10 +205,16 @@ impl MemoryBroker {
     }
 
     fn publish_one(&self, message: &Message) -> PublishOutcome {
-        if self.unreachable.load(Ordering::SeqCst) || self.fail_next.take() {
-            return PublishOutcome::Failed(PortError::transient(
+        if self.unreachable.load(Ordering::SeqCst) {
+            return PublishOutcome::NotSent(PortError::transient(
                 "publish",
                 "broker unreachable (injected fault)",
+            ));
+        }
+        if self.fail_next.take() {
+            return PublishOutcome::Failed(PortError::transient(
+                "publish",
+                "publish failed (injected fault)",
             ));
         }
         if self.nack_next.take() {

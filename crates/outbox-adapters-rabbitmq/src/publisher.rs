@@ -90,9 +90,11 @@ impl fmt::Debug for RabbitPublisher {
     }
 }
 
-fn failed_all(n: usize, e: &PortError) -> Vec<PublishOutcome> {
+/// Every message of a batch that was never sent (no connection, publishers
+/// blocked, the channel failed before the first publish).
+fn not_sent(n: usize, e: &PortError) -> Vec<PublishOutcome> {
     (0..n)
-        .map(|_| PublishOutcome::Failed(PortError::transient("publish", e.to_string())))
+        .map(|_| PublishOutcome::NotSent(PortError::transient("publish", e.to_string())))
         .collect()
 }
 
@@ -294,10 +296,10 @@ impl Publisher for RabbitPublisher {
         let mut state = self.state.lock().await;
         let session = match self.ensure(&mut state).await {
             Ok(s) => s,
-            Err(e) => return failed_all(messages.len(), &e),
+            Err(e) => return not_sent(messages.len(), &e),
         };
         if session.connection.status().blocked() {
-            return failed_all(
+            return not_sent(
                 messages.len(),
                 &PortError::transient(
                     "publish",
@@ -310,7 +312,7 @@ impl Publisher for RabbitPublisher {
             Ok(e) => e,
             Err(e) => {
                 state.session = None;
-                return failed_all(messages.len(), &e);
+                return not_sent(messages.len(), &e);
             }
         };
         let mut outcomes: Vec<Option<PublishOutcome>> = messages

@@ -296,7 +296,7 @@ async fn a_password_never_shows_in_debug_or_errors() {
     assert!(!format!("{:?}", RabbitSubscriber::new(&url)).contains(secret));
     let outcomes = p.publish(&messages("x", 1, 1)).await;
     match &outcomes[0] {
-        PublishOutcome::Failed(e) => {
+        PublishOutcome::NotSent(e) => {
             assert!(!e.to_string().contains(secret), "{e}");
             assert!(e.is_retryable(), "{e}");
         }

@@ -169,6 +169,7 @@ async fn metrics_text(State(state): State<HttpState>, headers: HeaderMap) -> Res
     metrics::counter!("outbox_publish_failures_total")
         .absolute(c.publish_failures.load(Ordering::Relaxed));
     metrics::counter!("outbox_dead_total").absolute(c.dead.load(Ordering::Relaxed));
+    metrics::counter!("outbox_publish_deferred_total").absolute(c.deferred.load(Ordering::Relaxed));
     match state.store.stats().await {
         Ok(s) => {
             metrics::gauge!("outbox_pending").set(s.pending as f64);

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use outbox_core::{BatchCounts, Decision, MessageId, RetryPolicy};
-use outbox_ports::{ClaimedMessage, Lease, OutboxStore, PortError, PublishFailure, Publisher};
+use outbox_ports::{
+    ClaimedMessage, Lease, OutboxStore, PortError, PublishFailure, PublishOutcome, Publisher,
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::{LeaseFactory, Random, SweepTask, sleep_or_cancel};
@@ -24,6 +26,9 @@ pub struct PublishCounts {
     pub dead: u64,
     /// Outcomes not recorded because another claimer holds the row now.
     pub fenced: u64,
+    /// Never sent (the broker unreachable or blocking): given back untouched, no
+    /// attempt spent.
+    pub unsent: u64,
 }
 
 /// Totals of a relay, for metrics and the demo. Shared by the dispatcher and the
@@ -36,6 +41,8 @@ pub struct RelayCounters {
     pub publish_failures: AtomicU64,
     /// Messages that went dead.
     pub dead: AtomicU64,
+    /// Messages given back unsent because the broker could not be reached.
+    pub deferred: AtomicU64,
 }
 
 impl RelayCounters {
@@ -44,6 +51,7 @@ impl RelayCounters {
         self.publish_failures
             .fetch_add(c.failed + c.dead, Ordering::Relaxed);
         self.dead.fetch_add(c.dead, Ordering::Relaxed);
+        self.deferred.fetch_add(c.unsent, Ordering::Relaxed);
     }
 }
 
@@ -53,6 +61,7 @@ pub struct Published {
     lease: Lease,
     sent: Vec<MessageId>,
     failures: Vec<PublishFailure>,
+    unsent: Vec<MessageId>,
     counts: PublishCounts,
 }
 
@@ -74,6 +83,7 @@ pub async fn publish_batch(
             lease,
             sent: Vec::new(),
             failures: Vec::new(),
+            unsent: Vec::new(),
             counts,
         };
     }
@@ -82,9 +92,15 @@ pub async fn publish_batch(
     let outcomes = publisher.publish(&messages).await;
     let mut sent: Vec<MessageId> = Vec::with_capacity(messages.len());
     let mut failures = Vec::new();
+    let mut unsent = Vec::new();
     for (i, message) in messages.iter().enumerate() {
         match outcomes.get(i) {
             Some(o) if o.is_confirmed() => sent.push(message.id),
+            // Nothing reached the broker: no attempt is spent on a broker outage.
+            Some(PublishOutcome::NotSent(_)) => {
+                counts.unsent += 1;
+                unsent.push(message.id);
+            }
             other => {
                 let error = other.map_or_else(
                     || "publisher returned no outcome".to_owned(),
@@ -110,12 +126,14 @@ pub async fn publish_batch(
         lease,
         sent,
         failures,
+        unsent,
         counts,
     }
 }
 
-/// Records a published batch's outcomes: confirmed ones sent in one mark, the rest
-/// failed or dead in another.
+/// Records a published batch's outcomes: confirmed ones sent in one mark, the
+/// failed ones failed or dead in another, and the never-sent ones given back
+/// untouched (no attempt counted).
 ///
 /// # Errors
 /// A [`PortError`] from marking. The rows then stay claimed until the lease runs out
@@ -132,7 +150,14 @@ pub async fn record(store: &dyn OutboxStore, p: Published) -> Result<PublishCoun
     } else {
         store.mark_publish_failed(&p.lease, &p.failures).await?
     };
-    counts.fenced = (p.sent.len() as u64 - marked_sent) + (p.failures.len() as u64 - marked_failed);
+    let released = if p.unsent.is_empty() {
+        0
+    } else {
+        store.release(&p.lease, &p.unsent).await?
+    };
+    counts.fenced = (p.sent.len() as u64 - marked_sent)
+        + (p.failures.len() as u64 - marked_failed)
+        + (p.unsent.len() as u64 - released);
     if counts.fenced > 0 {
         tracing::warn!(
             fenced = counts.fenced,
@@ -166,6 +191,9 @@ pub trait Wakeup: Send {
     /// Returns when work may be waiting, or after `timeout` at the latest.
     async fn wait(&mut self, timeout: Duration);
 }
+
+/// The longest pause between tries of a dispatcher that finds the broker unreachable.
+pub const MAX_OUTAGE_PAUSE: Duration = Duration::from_secs(30);
 
 /// Settings of the [`Dispatcher`].
 #[derive(Debug, Clone)]
@@ -304,6 +332,9 @@ impl Dispatcher {
         tracing::info!(batch_size = self.config.batch_size, "dispatcher started");
         let relay = Arc::new(self.relay);
         let mut marking: Option<tokio::task::JoinHandle<Result<PublishCounts, PortError>>> = None;
+        // While the broker cannot be reached, batches come back unsent: wait before
+        // claiming again, doubling up to `MAX_OUTAGE_PAUSE`.
+        let mut outage_pause: Option<Duration> = None;
         while !cancel.is_cancelled() {
             let lease = relay.leases.next();
             let claimed = match relay
@@ -341,8 +372,26 @@ impl Dispatcher {
                 Self::finish_mark(&relay, previous).await;
             }
             if let Some(p) = published {
+                let unsent = p.counts.unsent;
                 let r = Arc::clone(&relay);
                 marking = Some(tokio::spawn(async move { record(&*r.store, p).await }));
+                if unsent == 0 {
+                    if outage_pause.take().is_some() {
+                        tracing::info!("the broker takes messages again");
+                    }
+                    continue;
+                }
+                let pause = outage_pause
+                    .map_or(self.config.error_backoff, |d| (d * 2).min(MAX_OUTAGE_PAUSE));
+                tracing::warn!(
+                    unsent,
+                    ?pause,
+                    "the broker cannot be reached; messages given back without spending an attempt"
+                );
+                outage_pause = Some(pause);
+                if !sleep_or_cancel(pause, &cancel).await {
+                    break;
+                }
                 continue;
             }
             if idle {
@@ -422,6 +471,17 @@ impl SweepTask for PublishRetryTask {
 
     async fn run_batch(&self, limit: u32) -> Result<BatchCounts, PortError> {
         let c = self.relay.batch(Claim::DueRetries, limit).await?;
+        if c.unsent > 0 {
+            // Given back untouched: ending the sweep here keeps it from claiming the
+            // same rows again until the next interval.
+            return Err(PortError::transient(
+                "publish retry",
+                format!(
+                    "the broker cannot be reached; {} messages given back without spending an attempt",
+                    c.unsent
+                ),
+            ));
+        }
         Ok(BatchCounts {
             claimed: c.claimed,
             publish_retried: c.sent,

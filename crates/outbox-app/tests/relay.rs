@@ -233,3 +233,87 @@ async fn the_dispatcher_loop_sends_each_message_once_and_stops_on_cancel() {
     );
     assert_eq!(total(&store), 500);
 }
+
+#[tokio::test]
+async fn a_broker_outage_spends_no_attempt_and_everything_is_sent_once_it_is_back() {
+    let (store, broker) = setup();
+    let msgs = outbox_testkit::messages(120);
+    store.enqueue(msgs.clone()).await.expect("enqueue");
+    broker.set_unreachable(true);
+    // Two attempts would make every message dead if the outage counted.
+    let cancel = CancellationToken::new();
+    let d = Dispatcher::new(
+        store.clone(),
+        Arc::new(broker.clone()),
+        DispatcherConfig {
+            batch_size: 50,
+            idle_poll: Duration::from_millis(5),
+            error_backoff: Duration::from_millis(20),
+            retry: fast_retry(2),
+            ..DispatcherConfig::default()
+        },
+        "relay-test",
+    );
+    let counters = Arc::new(outbox_app::RelayCounters::default());
+    let running = tokio::spawn(d.with_counters(counters.clone()).run(cancel.clone()));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(store.count(Status::Pending), 120, "all still pending");
+    assert_eq!(store.count(Status::Dead), 0);
+    for m in &msgs {
+        let r = store.get(m.id).await.expect("get").expect("row");
+        assert_eq!(r.publish.attempts, 0, "an outage spends no attempt");
+    }
+    assert!(
+        counters.deferred.load(std::sync::atomic::Ordering::Relaxed) >= 120,
+        "the deferred messages are counted"
+    );
+    broker.set_unreachable(false);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while store.count(Status::Sent) < 120 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not all sent after the outage"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    cancel.cancel();
+    running.await.expect("dispatcher");
+    assert_eq!(
+        broker.queue_depth(QUEUE).0,
+        120,
+        "each message published once"
+    );
+    assert_eq!(total(&store), 120);
+
+    // The retry sweep gives unsent messages back too, and ends its sweep.
+    store
+        .enqueue(outbox_testkit::messages(5))
+        .await
+        .expect("enqueue");
+    broker.fail_next_publishes(5);
+    dispatcher(&store, &broker, fast_retry(5))
+        .run_once()
+        .await
+        .expect("batch");
+    assert_eq!(store.count(Status::PublishFailed), 5);
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    broker.set_unreachable(true);
+    let task = PublishRetryTask::new(
+        store.clone(),
+        Arc::new(broker.clone()),
+        fast_retry(5),
+        "relay-test",
+        Duration::from_secs(30),
+    );
+    let e = task.run_batch(50).await.expect_err("the sweep stops");
+    assert!(e.to_string().contains("cannot be reached"), "{e}");
+    let failed = store.list(Status::PublishFailed, 50).await.expect("list");
+    assert_eq!(failed.len(), 5);
+    assert!(
+        failed.iter().all(|r| r.publish.attempts == 1),
+        "no attempt spent"
+    );
+    broker.set_unreachable(false);
+    let c = task.run_batch(50).await.expect("claimable again at once");
+    assert_eq!(c.publish_retried, 5, "released, not left under a lease");
+}

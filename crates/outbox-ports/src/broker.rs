@@ -21,6 +21,10 @@ pub enum PublishOutcome {
     /// It could not be published, or its confirm never came (connection lost,
     /// timeout): it may or may not have reached the broker, so it is retried.
     Failed(PortError),
+    /// It was never sent: the broker could not be reached, or it blocks publishers
+    /// (a memory or disk alarm). Nothing about the message is wrong, so a relay
+    /// spends no attempt on it: it gives the message back and waits for the broker.
+    NotSent(PortError),
 }
 
 impl PublishOutcome {
@@ -38,6 +42,7 @@ impl fmt::Display for PublishOutcome {
             Self::Nacked(why) => write!(f, "nacked by the broker: {why}"),
             Self::Unroutable(why) => write!(f, "unroutable: {why}"),
             Self::Failed(e) => write!(f, "{e}"),
+            Self::NotSent(e) => write!(f, "not sent: {e}"),
         }
     }
 }

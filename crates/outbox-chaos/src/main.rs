@@ -96,6 +96,7 @@ pub(crate) async fn conclude(
 ) -> anyhow::Result<Report> {
     let (tally, quiet_at): (Tally, Instant) = w.settle(ctx.settle_timeout()).await?;
     let absorbed = w.duplicates_absorbed().await;
+    let retried = w.retried().await;
     let mut unclean = 0;
     for c in children {
         if !world::terminate(c).await {
@@ -117,6 +118,11 @@ pub(crate) async fn conclude(
     report.lost += tally.unaccounted;
     report.duplicate_effects += tally.effects - tally.consumed;
     report.recovery_s = quiet_at.saturating_duration_since(fault_end).as_secs_f64();
+    if retried > 0 {
+        report.notes.push(format!(
+            "{retried} messages needed more than one publish attempt"
+        ));
+    }
     if absorbed > 0 {
         report.notes.push(format!(
             "the consumers' inboxes absorbed {absorbed} duplicate deliveries"

@@ -417,6 +417,16 @@ state_key = "{state}"
         .unwrap_or(0)
     }
 
+    /// Messages that needed more than one publish attempt.
+    pub(crate) async fn retried(&self) -> u64 {
+        self.count(&format!(
+            "SELECT count(*) FROM {}.outbox_messages WHERE attempts > 1",
+            self.shop.outbox_schema.quoted()
+        ))
+        .await
+        .unwrap_or(0)
+    }
+
     /// Messages the relays have marked sent so far.
     pub(crate) async fn sent(&self) -> u64 {
         self.count(&format!(

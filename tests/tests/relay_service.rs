@@ -13,32 +13,13 @@ use lapin::types::FieldTable;
 use outbox_adapters_postgres::{PgOutbox, PgPool, PgSchema, connect, migrate};
 use outbox_adapters_rabbitmq::{BindingSpec, ExchangeKind, ExchangeSpec, QueueSpec, Topology};
 use outbox_core::NewMessage;
+use outbox_testkit::services::TestUrls as Urls;
 use tokio::process::{Child, Command};
 
 const BIN: &str = env!("CARGO_BIN_EXE_outbox-e2e-relay");
 
-fn var(name: &str, default: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| default.to_owned())
-}
-
-struct Urls {
-    pg: String,
-    amqp: String,
-    redis: String,
-}
-
 fn urls() -> Urls {
-    Urls {
-        pg: var(
-            "OUTBOX_TEST_DATABASE_URL",
-            "postgres://postgres@127.0.0.1:5432/test",
-        ),
-        amqp: var(
-            "OUTBOX_TEST_AMQP_URL",
-            "amqp://guest:guest@127.0.0.1:5672/%2f",
-        ),
-        redis: var("OUTBOX_TEST_REDIS_URL", "redis://127.0.0.1:6379/"),
-    }
+    Urls::from_env()
 }
 
 /// One test's world: schema, exchange, queue, keys, and a config file.

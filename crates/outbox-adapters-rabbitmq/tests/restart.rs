@@ -17,27 +17,10 @@ use outbox_adapters_rabbitmq::{
 };
 use outbox_core::{MessageId, NewMessage, Timestamp};
 use outbox_ports::{PublishOutcome, Publisher, Subscriber};
-
-fn rabbitmqctl(arg: &str) -> bool {
-    let ok = Command::new("rabbitmqctl")
-        .arg(arg)
-        .status()
-        .is_ok_and(|s| s.success());
-    eprintln!("rabbitmqctl {arg}: {}", if ok { "ok" } else { "failed" });
-    ok
-}
+use outbox_testkit::services;
 
 /// One disturbing test at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// Starts the broker application again when dropped (also on a failing test).
-struct Restore;
-
-impl Drop for Restore {
-    fn drop(&mut self) {
-        rabbitmqctl("start_app");
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_restart_mid_stream_loses_no_confirmed_message() {
@@ -59,7 +42,6 @@ async fn a_broker_restart_mid_stream_loses_no_confirmed_message() {
             .await
             .expect("declare");
         drop(conn);
-        let _restore = Restore;
 
         let config = RabbitPublisherConfig {
             confirm_timeout: Duration::from_secs(5),
@@ -101,18 +83,16 @@ async fn a_broker_restart_mid_stream_loses_no_confirmed_message() {
             (confirmed, failed)
         });
         tokio::time::sleep(Duration::from_secs(2)).await;
-        assert!(
-            tokio::task::spawn_blocking(|| rabbitmqctl("stop_app"))
-                .await
-                .expect("ctl"),
-            "stop_app failed"
-        );
+        // Started again when dropped, also if the test fails.
+        let stopped = tokio::task::spawn_blocking(services::stop_rabbitmq)
+            .await
+            .expect("ctl");
         tokio::time::sleep(Duration::from_secs(3)).await;
         assert!(
-            tokio::task::spawn_blocking(|| rabbitmqctl("start_app"))
+            tokio::task::spawn_blocking(move || stopped.restore())
                 .await
                 .expect("ctl"),
-            "start_app failed"
+            "RabbitMQ did not come back"
         );
         let (confirmed, failed) = producer.await.expect("producer");
         eprintln!(

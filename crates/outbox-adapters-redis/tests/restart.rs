@@ -4,62 +4,12 @@
 
 mod common;
 
-use std::net::TcpStream;
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use outbox_adapters_redis::RedisLock;
 use outbox_ports::DistributedLock;
+use outbox_testkit::services::{self, REDIS_ADDR};
 use outbox_testkit::unique_key;
-
-/// Starts the local Redis again (the machine's documented command) when dropped, if
-/// it does not answer.
-struct Restore;
-
-fn answering() -> bool {
-    TcpStream::connect_timeout(
-        &"127.0.0.1:6379".parse().expect("addr"),
-        Duration::from_millis(200),
-    )
-    .is_ok()
-}
-
-fn start_redis() {
-    let _ = std::fs::create_dir_all("/var/lib/redis");
-    let _ = std::fs::create_dir_all("/var/log/redis");
-    let status = Command::new("redis-server")
-        .args([
-            "--daemonize",
-            "yes",
-            "--bind",
-            "127.0.0.1",
-            "-::1",
-            "--port",
-            "6379",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            "/var/lib/redis",
-            "--logfile",
-            "/var/log/redis/ci.log",
-        ])
-        .status();
-    eprintln!("restarted redis-server: {status:?}");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !answering() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-impl Drop for Restore {
-    fn drop(&mut self) {
-        if !answering() {
-            start_redis();
-        }
-    }
-}
 
 #[tokio::test]
 async fn a_redis_restart_during_a_hold_loses_the_lease_and_tokens_keep_growing() {
@@ -75,7 +25,6 @@ async fn a_redis_restart_during_a_hold_loses_the_lease_and_tokens_keep_growing()
         return;
     }
     with_redis!(|client| {
-        let _restore = Restore;
         let lock = RedisLock::new(client.clone(), "restart");
         let key = unique_key("restart");
         let ttl = Duration::from_millis(900);
@@ -86,15 +35,9 @@ async fn a_redis_restart_during_a_hold_loses_the_lease_and_tokens_keep_growing()
             .expect("free");
         let before = guard.fencing_token();
 
-        let stop = Command::new("redis-cli")
-            .args(["-p", "6379", "shutdown", "nosave"])
-            .status();
-        eprintln!("redis-cli shutdown: {stop:?}");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while answering() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        assert!(!answering(), "Redis did not stop");
+        // Started again when dropped, also if the test fails.
+        let stopped = services::stop_redis();
+        assert!(!services::answering(REDIS_ADDR), "Redis did not stop");
 
         match lock.acquire(&key, ttl, Duration::from_millis(200)).await {
             Err(e) => assert!(e.is_retryable(), "{e}"),
@@ -109,8 +52,7 @@ async fn a_redis_restart_during_a_hold_loses_the_lease_and_tokens_keep_growing()
             "the holder must learn that its lease cannot be renewed"
         );
 
-        start_redis();
-        assert!(answering(), "Redis did not come back");
+        assert!(stopped.restore(), "Redis did not come back");
         // Every key is gone (nothing kept on disk); tokens still grow.
         let after = lock
             .acquire(&key, ttl, Duration::from_secs(5))

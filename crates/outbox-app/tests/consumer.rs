@@ -71,6 +71,22 @@ fn counting(effects: Effects, fail: fn(&Message, u32) -> Option<&'static str>) -
     }))
 }
 
+/// A worker on `b` whose handler counts effects and never fails.
+fn counting_worker(
+    b: &MemoryBroker,
+    inbox: &Arc<MemoryInboxStore>,
+    effects: &Effects,
+    config: ConsumerConfig,
+) -> ConsumerWorker {
+    ConsumerWorker::new(
+        inbox.clone(),
+        Arc::new(b.clone()),
+        counting(Arc::clone(effects), |_, _| None),
+        Arc::new(SystemClock),
+        config,
+    )
+}
+
 async fn wait_for(what: &str, mut done: impl AsyncFnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while !done().await {
@@ -409,11 +425,10 @@ async fn an_oversized_delivery_is_a_dead_letter_with_its_id_and_never_reaches_th
     let b = broker();
     let inbox = Arc::new(MemoryInboxStore::new(Arc::new(SystemClock)));
     let effects = Effects::default();
-    let worker = ConsumerWorker::new(
-        inbox.clone(),
-        Arc::new(b.clone()),
-        counting(Arc::clone(&effects), |_, _| None),
-        Arc::new(SystemClock),
+    let worker = counting_worker(
+        &b,
+        &inbox,
+        &effects,
         ConsumerConfig {
             max_payload_bytes: 1024,
             ..config(5)
@@ -453,11 +468,10 @@ async fn an_ack_the_broker_never_answers_does_not_hold_the_consumer_or_its_shutd
     let b = broker();
     let inbox = Arc::new(MemoryInboxStore::new(Arc::new(SystemClock)));
     let effects = Effects::default();
-    let worker = ConsumerWorker::new(
-        inbox.clone(),
-        Arc::new(b.clone()),
-        counting(Arc::clone(&effects), |_, _| None),
-        Arc::new(SystemClock),
+    let worker = counting_worker(
+        &b,
+        &inbox,
+        &effects,
         ConsumerConfig {
             concurrency: 1,
             settle_timeout: Duration::from_millis(100),

@@ -47,6 +47,17 @@ fn dispatcher(
     )
 }
 
+/// The publish-retry task over `store` and `broker` (5 attempts, fast backoff).
+fn retry_task(store: &Arc<MemoryOutboxStore>, broker: &MemoryBroker) -> PublishRetryTask {
+    PublishRetryTask::new(
+        store.clone(),
+        Arc::new(broker.clone()),
+        fast_retry(5),
+        "relay-test",
+        Duration::from_secs(30),
+    )
+}
+
 fn total(store: &MemoryOutboxStore) -> u64 {
     [
         Status::Pending,
@@ -190,13 +201,7 @@ async fn the_retry_task_brings_failures_to_sent() {
         .await
         .expect("batch");
     assert_eq!(store.count(Status::PublishFailed), 5);
-    let task = PublishRetryTask::new(
-        store.clone(),
-        Arc::new(broker.clone()),
-        fast_retry(5),
-        "relay-test",
-        Duration::from_secs(30),
-    );
+    let task = retry_task(&store, &broker);
     let early = task.run_batch(50).await.expect("batch");
     assert_eq!(early.claimed, 0, "not due before the backoff");
     tokio::time::sleep(Duration::from_millis(30)).await;
@@ -298,13 +303,7 @@ async fn a_broker_outage_spends_no_attempt_and_everything_is_sent_once_it_is_bac
     assert_eq!(store.count(Status::PublishFailed), 5);
     tokio::time::sleep(Duration::from_millis(30)).await;
     broker.set_unreachable(true);
-    let task = PublishRetryTask::new(
-        store.clone(),
-        Arc::new(broker.clone()),
-        fast_retry(5),
-        "relay-test",
-        Duration::from_secs(30),
-    );
+    let task = retry_task(&store, &broker);
     let e = task.run_batch(50).await.expect_err("the sweep stops");
     assert!(e.to_string().contains("cannot be reached"), "{e}");
     let failed = store.list(Status::PublishFailed, 50).await.expect("list");

@@ -11,13 +11,13 @@
 //! writes `target/chaos/summary.json`; exits 1 if a scenario failed.
 
 mod scenarios;
-mod services;
 mod world;
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use world::{Bins, Produced, Tally, Urls, World};
+use outbox_testkit::services::{self, TestUrls as Urls};
+use world::{Bins, Produced, Tally, World};
 
 /// One scenario's outcome, as written to the summary.
 #[derive(Debug, Clone, Default)]
@@ -224,6 +224,14 @@ fn bins() -> anyhow::Result<Bins> {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        let names: Vec<&str> = SCENARIOS.iter().map(|(s, _, _)| *s).collect();
+        eprintln!(
+            "usage: outbox-chaos [--quick] [--only NAME[,NAME...]]\n\nscenarios: {}\n--quick runs those of CI with smaller streams; see RELIABILITY.md",
+            names.join(", ")
+        );
+        return ExitCode::SUCCESS;
+    }
     let quick = args.iter().any(|a| a == "--quick");
     let only: Option<Vec<String>> = args
         .iter()

@@ -8,9 +8,9 @@ use lapin::BasicProperties;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use tokio::process::Command;
 
-use crate::services;
 use crate::world::{Coordination, SweepOpts, World, free_port, metric, signal};
 use crate::{Ctx, Report, conclude};
+use outbox_testkit::services;
 
 fn report(name: &'static str) -> Report {
     Report {

@@ -21,32 +21,8 @@ use lapin::options::{BasicGetOptions, QueueBindOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
 use outbox_adapters_postgres::{PgPool, PgSchema};
 use outbox_examples::{Shop, orders};
+use outbox_testkit::services::TestUrls as Urls;
 use tokio::process::{Child, Command};
-
-/// Connection URLs (the `OUTBOX_TEST_*` variables, else the local servers).
-#[derive(Debug, Clone)]
-pub(crate) struct Urls {
-    pub(crate) pg: String,
-    pub(crate) amqp: String,
-    pub(crate) redis: String,
-}
-
-impl Urls {
-    pub(crate) fn from_env() -> Self {
-        let var = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_owned());
-        Self {
-            pg: var(
-                "OUTBOX_TEST_DATABASE_URL",
-                "postgres://postgres@127.0.0.1:5432/test",
-            ),
-            amqp: var(
-                "OUTBOX_TEST_AMQP_URL",
-                "amqp://guest:guest@127.0.0.1:5672/%2f",
-            ),
-            redis: var("OUTBOX_TEST_REDIS_URL", "redis://127.0.0.1:6379/"),
-        }
-    }
-}
 
 /// The programs under test.
 #[derive(Debug, Clone)]

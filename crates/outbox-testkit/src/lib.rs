@@ -22,6 +22,7 @@ use outbox_core::{Message, MessageId, NewMessage, Timestamp};
 pub mod inbox;
 pub mod lock;
 pub mod outbox;
+pub mod services;
 pub mod state;
 
 /// A short lease used by the cases; a test that waits for expiry sleeps longer.

@@ -1,16 +1,53 @@
-//! Stopping and starting the local services, with guards that bring them back when
-//! dropped, so a failing scenario never leaves a service down.
+//! The local PostgreSQL, RabbitMQ and Redis for tests that need them: their URLs
+//! (`OUTBOX_TEST_*`, else the local servers), and stopping and starting them with
+//! guards that bring them back when dropped, so a failing test or fault scenario
+//! never leaves a service down. Only the local servers are ever stopped
+//! ([`is_local`]); the commands are the machine's documented ones.
 
 use std::net::TcpStream;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// The local servers the fault suite may stop (it never stops anything else).
-pub(crate) const PG_ADDR: &str = "127.0.0.1:5432";
-pub(crate) const AMQP_ADDR: &str = "127.0.0.1:5672";
-pub(crate) const REDIS_ADDR: &str = "127.0.0.1:6379";
+/// The local PostgreSQL.
+pub const PG_ADDR: &str = "127.0.0.1:5432";
+/// The local RabbitMQ.
+pub const AMQP_ADDR: &str = "127.0.0.1:5672";
+/// The local Redis.
+pub const REDIS_ADDR: &str = "127.0.0.1:6379";
 
-fn answering(addr: &str) -> bool {
+/// Connection URLs of the services under test.
+#[derive(Debug, Clone)]
+pub struct TestUrls {
+    /// `OUTBOX_TEST_DATABASE_URL`, else `postgres://postgres@127.0.0.1:5432/test`.
+    pub pg: String,
+    /// `OUTBOX_TEST_AMQP_URL`, else `amqp://guest:guest@127.0.0.1:5672/%2f`.
+    pub amqp: String,
+    /// `OUTBOX_TEST_REDIS_URL`, else `redis://127.0.0.1:6379/`.
+    pub redis: String,
+}
+
+impl TestUrls {
+    /// Reads the environment.
+    #[must_use]
+    pub fn from_env() -> Self {
+        let var = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_owned());
+        Self {
+            pg: var(
+                "OUTBOX_TEST_DATABASE_URL",
+                "postgres://postgres@127.0.0.1:5432/test",
+            ),
+            amqp: var(
+                "OUTBOX_TEST_AMQP_URL",
+                "amqp://guest:guest@127.0.0.1:5672/%2f",
+            ),
+            redis: var("OUTBOX_TEST_REDIS_URL", "redis://127.0.0.1:6379/"),
+        }
+    }
+}
+
+/// Whether something accepts TCP connections at `addr`.
+#[must_use]
+pub fn answering(addr: &str) -> bool {
     addr.parse()
         .ok()
         .and_then(|a| TcpStream::connect_timeout(&a, Duration::from_millis(500)).ok())
@@ -25,7 +62,7 @@ fn run(program: &str, args: &[&str]) -> bool {
         .status()
         .is_ok_and(|s| s.success());
     eprintln!(
-        "chaos: {program} {}: {}",
+        "services: {program} {}: {}",
         args.join(" "),
         if ok { "ok" } else { "failed" }
     );
@@ -40,7 +77,7 @@ fn wait_until(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) -> bo
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-    eprintln!("chaos: {what} did not come back within {timeout:?}");
+    eprintln!("services: {what} did not come back within {timeout:?}");
     false
 }
 
@@ -57,7 +94,7 @@ fn rabbit_ready() -> bool {
 }
 
 /// Starts PostgreSQL.
-pub(crate) fn start_postgres() -> bool {
+pub fn start_postgres() -> bool {
     if answering(PG_ADDR) {
         return true;
     }
@@ -69,7 +106,7 @@ pub(crate) fn start_postgres() -> bool {
 }
 
 /// Starts RabbitMQ (the application, or the whole node if it is not running).
-pub(crate) fn start_rabbitmq() -> bool {
+pub fn start_rabbitmq() -> bool {
     if answering(AMQP_ADDR) {
         return true;
     }
@@ -80,10 +117,12 @@ pub(crate) fn start_rabbitmq() -> bool {
 }
 
 /// Starts Redis as the machine's setup does (nothing kept on disk).
-pub(crate) fn start_redis() -> bool {
+pub fn start_redis() -> bool {
     if answering(REDIS_ADDR) {
         return true;
     }
+    let _ = std::fs::create_dir_all("/var/lib/redis");
+    let _ = std::fs::create_dir_all("/var/log/redis");
     run(
         "redis-server",
         &[
@@ -107,8 +146,11 @@ pub(crate) fn start_redis() -> bool {
     wait_until("Redis", Duration::from_secs(30), || answering(REDIS_ADDR))
 }
 
-/// Starts whatever of the three is down; says which could not be started.
-pub(crate) fn ensure_all_up() -> Result<(), String> {
+/// Starts whatever of the three is down.
+///
+/// # Errors
+/// Names the services that could not be started.
+pub fn ensure_all_up() -> Result<(), String> {
     let mut down = Vec::new();
     if !start_postgres() {
         down.push(format!("PostgreSQL ({PG_ADDR})"));
@@ -128,7 +170,7 @@ pub(crate) fn ensure_all_up() -> Result<(), String> {
 
 /// A stopped service; dropping it starts the service again.
 #[must_use = "the service starts again when this is dropped"]
-pub(crate) struct Stopped {
+pub struct Stopped {
     name: &'static str,
     start: fn() -> bool,
     restored: bool,
@@ -136,7 +178,7 @@ pub(crate) struct Stopped {
 
 impl Stopped {
     /// Starts the service now; false if it did not come back.
-    pub(crate) fn restore(mut self) -> bool {
+    pub fn restore(mut self) -> bool {
         self.restored = true;
         (self.start)()
     }
@@ -145,13 +187,13 @@ impl Stopped {
 impl Drop for Stopped {
     fn drop(&mut self) {
         if !self.restored && !(self.start)() {
-            eprintln!("chaos: could not restore {}", self.name);
+            eprintln!("services: could not restore {}", self.name);
         }
     }
 }
 
 /// `rabbitmqctl stop_app`: the node stays, the broker closes every connection.
-pub(crate) fn stop_rabbitmq() -> Stopped {
+pub fn stop_rabbitmq() -> Stopped {
     let guard = Stopped {
         name: "RabbitMQ",
         start: start_rabbitmq,
@@ -162,7 +204,7 @@ pub(crate) fn stop_rabbitmq() -> Stopped {
 }
 
 /// `redis-cli shutdown nosave`.
-pub(crate) fn stop_redis() -> Stopped {
+pub fn stop_redis() -> Stopped {
     let guard = Stopped {
         name: "Redis",
         start: start_redis,
@@ -177,7 +219,7 @@ pub(crate) fn stop_redis() -> Stopped {
 
 /// `pg_ctlcluster ... restart` (fast shutdown: every connection is cut); true when
 /// PostgreSQL answers again.
-pub(crate) fn restart_postgres() -> bool {
+pub fn restart_postgres() -> bool {
     let guard = Stopped {
         name: "PostgreSQL",
         start: start_postgres,
@@ -196,6 +238,6 @@ pub(crate) fn restart_postgres() -> bool {
 }
 
 /// True if `url` names the local server at `addr` (only those may be stopped).
-pub(crate) fn is_local(url: &str, addr: &str) -> bool {
+pub fn is_local(url: &str, addr: &str) -> bool {
     url.contains(addr) || url.contains(&addr.replace("127.0.0.1", "localhost"))
 }

@@ -2,6 +2,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -11,7 +12,7 @@ use lapin::{Channel, Confirmation, Connection, ExchangeKind as LapinKind};
 use outbox_core::Message;
 use outbox_core::config::redact_url;
 use outbox_ports::{PortError, PublishOutcome, Publisher};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, MutexGuard};
 
 use crate::convert::properties;
 use crate::{connect, port};
@@ -29,6 +30,9 @@ pub struct RabbitPublisherConfig {
     pub max_in_flight: usize,
     /// Pause before reconnecting after a lost connection, doubled up to 30 s.
     pub reconnect_backoff: Duration,
+    /// Connections (each with one confirm-mode channel) used for batches published
+    /// at the same time; one batch holds one connection until its confirms are in.
+    pub connections: usize,
 }
 
 impl fmt::Debug for RabbitPublisherConfig {
@@ -37,6 +41,7 @@ impl fmt::Debug for RabbitPublisherConfig {
             .field("url", &redact_url(&self.url))
             .field("confirm_timeout", &self.confirm_timeout)
             .field("max_in_flight", &self.max_in_flight)
+            .field("connections", &self.connections)
             .finish_non_exhaustive()
     }
 }
@@ -50,6 +55,7 @@ impl RabbitPublisherConfig {
             connect_timeout: Duration::from_secs(10),
             max_in_flight: 1024,
             reconnect_backoff: Duration::from_millis(500),
+            connections: 1,
         }
     }
 }
@@ -75,11 +81,13 @@ struct State {
     backoff: Duration,
 }
 
-/// [`Publisher`] on RabbitMQ. One connection and one confirm-mode channel; batches
-/// are published one after another (the outbox relay publishes from one task).
+/// [`Publisher`] on RabbitMQ. `connections` connections with one confirm-mode
+/// channel each; a batch takes a free one (or waits for one), so that many batches
+/// can be published at once, each pipelined on its own channel.
 pub struct RabbitPublisher {
     config: RabbitPublisherConfig,
-    state: Mutex<State>,
+    states: Vec<Mutex<State>>,
+    next: AtomicUsize,
 }
 
 impl fmt::Debug for RabbitPublisher {
@@ -102,10 +110,25 @@ impl RabbitPublisher {
     /// A publisher; it connects on first use.
     #[must_use]
     pub fn new(config: RabbitPublisherConfig) -> Self {
+        let states = (0..config.connections.max(1))
+            .map(|_| Mutex::new(State::default()))
+            .collect();
         Self {
             config,
-            state: Mutex::new(State::default()),
+            states,
+            next: AtomicUsize::new(0),
         }
+    }
+
+    /// A free connection's state, or (all busy) the next one in turn once it is free.
+    async fn take_state(&self) -> MutexGuard<'_, State> {
+        for s in &self.states {
+            if let Ok(guard) = s.try_lock() {
+                return guard;
+            }
+        }
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.states.len();
+        self.states[i].lock().await
     }
 
     async fn open(&self) -> Result<Session, PortError> {
@@ -293,7 +316,7 @@ impl Publisher for RabbitPublisher {
         if messages.is_empty() {
             return Vec::new();
         }
-        let mut state = self.state.lock().await;
+        let mut state = self.take_state().await;
         let session = match self.ensure(&mut state).await {
             Ok(s) => s,
             Err(e) => return not_sent(messages.len(), &e),
@@ -335,12 +358,13 @@ impl Publisher for RabbitPublisher {
         for window in to_send.chunks(self.config.max_in_flight.max(1)) {
             let refs: Vec<&Message> = window.iter().map(|(_, m)| *m).collect();
             let (results, broken) = if lost {
+                // This window was never sent: the connection died under an earlier one.
                 (
                     refs.iter()
                         .map(|_| {
-                            PublishOutcome::Failed(PortError::transient(
+                            PublishOutcome::NotSent(PortError::transient(
                                 "publish",
-                                "connection lost",
+                                "connection lost before this part of the batch was sent",
                             ))
                         })
                         .collect(),
@@ -368,7 +392,7 @@ impl Publisher for RabbitPublisher {
     }
 
     async fn check(&self) -> Result<(), PortError> {
-        let mut state = self.state.lock().await;
+        let mut state = self.take_state().await;
         self.ensure(&mut state).await.map(|_| ())
     }
 }

@@ -303,3 +303,55 @@ async fn a_password_never_shows_in_debug_or_errors() {
         other => panic!("a wrong password published: {other}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_published_at_once_use_their_own_connections_and_all_arrive_once() {
+    with_broker!(|conn| {
+        let names = Names::new("pipelines");
+        names
+            .topology(QueueSpec::durable(&names.queue))
+            .declare(&conn)
+            .await
+            .expect("declare");
+        let p = std::sync::Arc::new(RabbitPublisher::new(RabbitPublisherConfig {
+            connections: 3,
+            ..RabbitPublisherConfig::new(common::url())
+        }));
+        let batches: Vec<Vec<Message>> = (0..6)
+            .map(|_| messages(&names.exchange, 300, 100))
+            .collect();
+        let tasks: Vec<_> = batches
+            .iter()
+            .cloned()
+            .map(|b| {
+                let p = std::sync::Arc::clone(&p);
+                tokio::spawn(async move { p.publish(&b).await })
+            })
+            .collect();
+        for t in tasks {
+            let outcomes = t.await.expect("task");
+            assert!(
+                outcomes.iter().all(PublishOutcome::is_confirmed),
+                "{outcomes:?}"
+            );
+        }
+        assert_eq!(settle_depth(&conn, &names.queue, 1_800).await, 1_800);
+        let ch = conn.create_channel().await.expect("channel");
+        let mut seen = std::collections::HashSet::new();
+        while let Some(got) = ch
+            .basic_get(
+                names.queue.as_str().into(),
+                BasicGetOptions { no_ack: true },
+            )
+            .await
+            .expect("get")
+        {
+            let id = got.delivery.properties.message_id().clone().expect("id");
+            assert!(seen.insert(id.to_string()), "published twice: {id}");
+        }
+        let sent: std::collections::HashSet<String> =
+            batches.iter().flatten().map(|m| m.id.to_string()).collect();
+        assert_eq!(seen, sent);
+        names.delete(&conn).await;
+    });
+}

@@ -323,6 +323,7 @@ async fn run_relay(cfg: RelayConfig) -> anyhow::Result<ExitCode> {
         batch_size: cfg.dispatch.batch_size,
         lease_ttl: cfg.dispatch.lease_ttl,
         idle_poll: cfg.dispatch.idle_poll,
+        pipelines: cfg.dispatch.pipelines,
         retry: cfg.retry,
         ..DispatcherConfig::default()
     })

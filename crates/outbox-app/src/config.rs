@@ -156,6 +156,8 @@ pub struct DispatchConfig {
     /// Poll fallback when idle (a commit wakes the relay sooner with PostgreSQL).
     #[serde(with = "outbox_core::duration")]
     pub idle_poll: Duration,
+    /// Batches claimed and published at once, each on its own broker connection.
+    pub pipelines: usize,
 }
 
 impl Default for DispatchConfig {
@@ -164,6 +166,7 @@ impl Default for DispatchConfig {
             batch_size: 500,
             lease_ttl: Duration::from_secs(60),
             idle_poll: Duration::from_secs(1),
+            pipelines: 1,
         }
     }
 }
@@ -374,6 +377,13 @@ impl RelayConfig {
                     ),
                 ));
             }
+        }
+        if d.pipelines == 0 || d.pipelines > 16 {
+            return Err(ConfigError::new(
+                "dispatch",
+                "pipelines",
+                format!("must be between 1 and 16 (got {})", d.pipelines),
+            ));
         }
         if d.idle_poll.is_zero() {
             return Err(ConfigError::new(

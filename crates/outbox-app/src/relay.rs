@@ -208,6 +208,9 @@ pub struct DispatcherConfig {
     pub error_backoff: Duration,
     /// When failed publishes are retried, and when they are dead.
     pub retry: RetryPolicy,
+    /// Dispatch loops run by [`crate::RelayBuilder`], each claiming and publishing
+    /// its own batches (give the publisher as many connections).
+    pub pipelines: usize,
 }
 
 impl Default for DispatcherConfig {
@@ -218,6 +221,7 @@ impl Default for DispatcherConfig {
             idle_poll: Duration::from_millis(100),
             error_backoff: Duration::from_secs(1),
             retry: RetryPolicy::default(),
+            pipelines: 1,
         }
     }
 }

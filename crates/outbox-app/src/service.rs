@@ -43,7 +43,7 @@ pub struct RelayBuilder {
 
 /// A running relay.
 pub struct RelayHandles {
-    /// The dispatcher task.
+    /// The dispatcher task (all of its pipelines).
     pub dispatcher: JoinHandle<()>,
     /// The publish-retry sweeper task.
     pub sweeper: JoinHandle<()>,
@@ -133,16 +133,30 @@ impl RelayBuilder {
     #[must_use]
     pub fn start(self, cancel: &CancellationToken) -> RelayHandles {
         let counters = Arc::new(RelayCounters::default());
-        let mut dispatcher = Dispatcher::new(
-            Arc::clone(&self.store),
-            Arc::clone(&self.publisher),
-            self.dispatch.clone(),
-            &self.instance,
-        )
-        .with_counters(Arc::clone(&counters));
-        if let Some(w) = self.wakeup {
-            dispatcher = dispatcher.with_wakeup(w);
-        }
+        let mut wakeup = self.wakeup;
+        let dispatchers: Vec<Dispatcher> = (0..self.dispatch.pipelines.max(1))
+            .map(|i| {
+                // Lease holders must differ between pipelines, so each has a name.
+                let name = if i == 0 {
+                    self.instance.clone()
+                } else {
+                    format!("{}.p{i}", self.instance)
+                };
+                let d = Dispatcher::new(
+                    Arc::clone(&self.store),
+                    Arc::clone(&self.publisher),
+                    self.dispatch.clone(),
+                    &name,
+                )
+                .with_counters(Arc::clone(&counters));
+                // The first pipeline sleeps on the wake-up; the others poll, and
+                // matter only under load.
+                match wakeup.take() {
+                    Some(w) => d.with_wakeup(w),
+                    None => d,
+                }
+            })
+            .collect();
         let task = PublishRetryTask::new(
             self.store,
             self.publisher,
@@ -162,7 +176,15 @@ impl RelayBuilder {
         .with_reports(tx);
         tracing::info!(instance = %self.instance, "relay starting");
         RelayHandles {
-            dispatcher: tokio::spawn(dispatcher.run(cancel.clone())),
+            dispatcher: {
+                let cancel = cancel.clone();
+                tokio::spawn(async move {
+                    futures::future::join_all(
+                        dispatchers.into_iter().map(|d| d.run(cancel.clone())),
+                    )
+                    .await;
+                })
+            },
             sweeper: tokio::spawn(sweeper.run(cancel.clone())),
             counters,
             reports,

@@ -92,6 +92,7 @@ pub async fn wire(cfg: &RelayConfig, instance: &str) -> anyhow::Result<Wired> {
             Arc::new(RabbitPublisher::new(RabbitPublisherConfig {
                 confirm_timeout: r.confirm_timeout,
                 max_in_flight: r.max_in_flight,
+                connections: cfg.dispatch.pipelines,
                 ..RabbitPublisherConfig::new(&r.url)
             }))
         }

@@ -152,6 +152,11 @@ fn every_kind_of_bad_config_names_its_setting() {
             ],
             "dispatch.lease_ttl",
         ),
+        (
+            GOOD.to_owned(),
+            vec![("OUTBOX__DISPATCH__PIPELINES", "0")],
+            "dispatch.pipelines",
+        ),
     ];
     for (text, vars, needle) in cases {
         let e = error_of(&text, &vars);

@@ -316,3 +316,50 @@ async fn a_broker_outage_spends_no_attempt_and_everything_is_sent_once_it_is_bac
     let c = task.run_batch(50).await.expect("claimable again at once");
     assert_eq!(c.publish_retried, 5, "released, not left under a lease");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_pipelines_send_each_message_exactly_once() {
+    let (store, broker) = setup();
+    let msgs: Vec<Message> = outbox_testkit::messages(3_000);
+    store.enqueue(msgs.clone()).await.expect("enqueue");
+    let cancel = CancellationToken::new();
+    let relay = outbox_app::RelayBuilder::new(
+        store.clone(),
+        Arc::new(broker.clone()),
+        Arc::new(outbox_adapters_memory::MemoryLock::new()),
+        Arc::new(outbox_adapters_memory::MemorySweepState::new(Arc::new(
+            SystemClock,
+        ))),
+    )
+    .dispatch(DispatcherConfig {
+        batch_size: 40,
+        idle_poll: Duration::from_millis(5),
+        pipelines: 4,
+        retry: fast_retry(5),
+        ..DispatcherConfig::default()
+    })
+    .instance("pipelined")
+    .start(&cancel);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while store.count(Status::Sent) < 3_000 {
+        assert!(tokio::time::Instant::now() < deadline, "not all sent");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let counters = relay.counters.clone();
+    cancel.cancel();
+    tokio::time::timeout(Duration::from_secs(5), relay.join())
+        .await
+        .expect("stops promptly");
+    assert_eq!(broker.queue_depth(QUEUE).0, 3_000, "each published once");
+    assert_eq!(
+        counters
+            .published
+            .load(std::sync::atomic::Ordering::Relaxed),
+        3_000,
+        "each marked sent once"
+    );
+    for m in msgs.iter().step_by(97) {
+        let r = store.get(m.id).await.expect("get").expect("row");
+        assert_eq!(r.publish.attempts, 1, "{r:?}");
+    }
+}

@@ -152,28 +152,40 @@ impl Bench {
         )))
     }
 
-    async fn relay(&mut self, n: i64) -> anyhow::Result<f64> {
+    /// The in-process relay draining `n` pending rows with `pipelines` dispatch loops
+    /// (as `dispatch.pipelines` runs them), batch 1,000.
+    async fn relay(&mut self, n: i64, pipelines: usize) -> anyhow::Result<f64> {
         let schema = self.fresh_schema("bench_relay").await?;
         self.backlog(&schema, n).await?;
         let store = Arc::new(PgOutboxStore::new(self.pool.clone(), schema.clone()));
-        let dispatcher = Dispatcher::new(
-            store,
-            self.publisher(),
-            DispatcherConfig {
-                batch_size: 1000,
-                ..DispatcherConfig::default()
-            },
-            "bench-relay",
-        );
+        let publisher = Arc::new(RabbitPublisher::new(RabbitPublisherConfig {
+            connections: pipelines,
+            ..RabbitPublisherConfig::new(&self.amqp_url)
+        }));
         let cancel = CancellationToken::new();
         let started = Instant::now();
-        let task = tokio::spawn(dispatcher.run(cancel.clone()));
+        let tasks: Vec<_> = (0..pipelines)
+            .map(|i| {
+                let d = Dispatcher::new(
+                    store.clone(),
+                    publisher.clone(),
+                    DispatcherConfig {
+                        batch_size: 1000,
+                        ..DispatcherConfig::default()
+                    },
+                    &format!("bench-relay-{i}"),
+                );
+                tokio::spawn(d.run(cancel.clone()))
+            })
+            .collect();
         while self.count(&schema, "sent").await? < n {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let rate = n as f64 / started.elapsed().as_secs_f64();
         cancel.cancel();
-        task.await?;
+        for t in tasks {
+            t.await?;
+        }
         self.purge().await?;
         Ok(rate)
     }
@@ -588,8 +600,17 @@ async fn main() -> anyhow::Result<()> {
 
     let raw = b.raw_confirm(usize::try_from(sizes.backlog)?).await?;
     b.record("raw_confirm", raw, "msg/s");
-    let relay = b.relay(sizes.backlog).await?;
+    let relay = b.relay(sizes.backlog, 1).await?;
     b.record("relay", relay, "msg/s");
+    let relay_2p = b.relay(sizes.backlog, 2).await?;
+    b.record("relay_2p", relay_2p, "msg/s");
+    b.record("relay_2p/raw_confirm", relay_2p / raw, "ratio");
+    if args.iter().any(|a| a == "--relay-only") {
+        let raw_after = b.raw_confirm(usize::try_from(sizes.backlog)?).await?;
+        b.record("raw_confirm_after", raw_after, "msg/s");
+        b.record("relay/raw_confirm", relay / raw, "ratio");
+        return write_summary(&b, quick, &out);
+    }
     let naive = b.naive(sizes.naive).await?;
     b.record("naive", naive, "msg/s");
     b.record("relay/raw_confirm", relay / raw, "ratio");
@@ -631,16 +652,20 @@ async fn main() -> anyhow::Result<()> {
             .execute(&b.pool)
             .await;
     }
+    write_summary(&b, quick, &out)
+}
+
+fn write_summary(b: &Bench, quick: bool, out: &str) -> anyhow::Result<()> {
     let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
     let summary = serde_json::json!({
         "cores": cores,
         "quick": quick,
         "results": b.results.iter().map(|(n, v, u)| serde_json::json!({"name": n, "value": v, "unit": u})).collect::<Vec<_>>(),
     });
-    if let Some(dir) = std::path::Path::new(&out).parent() {
+    if let Some(dir) = std::path::Path::new(out).parent() {
         std::fs::create_dir_all(dir)?;
     }
-    std::fs::write(&out, serde_json::to_string_pretty(&summary)?)?;
+    std::fs::write(out, serde_json::to_string_pretty(&summary)?)?;
     println!("written {out}");
     Ok(())
 }

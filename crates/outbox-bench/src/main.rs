@@ -3,7 +3,8 @@
 //! `target/bench/summary.json`. Benchmarks are reports, not tests: nothing here
 //! asserts a time.
 //!
-//! `outbox-bench [--quick] [--out PATH] [--relay-bin PATH]`; URLs from
+//! `outbox-bench [--quick] [--relay-only] [--out PATH] [--relay-bin PATH]`
+//! (`--relay-only`: raw, relay, relay with two pipelines, raw again); URLs from
 //! `OUTBOX_TEST_DATABASE_URL` and `OUTBOX_TEST_AMQP_URL`, else the local servers.
 
 #![allow(clippy::print_stdout)] // the table is the program's output

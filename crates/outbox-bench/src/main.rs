@@ -164,6 +164,10 @@ impl Bench {
             ..RabbitPublisherConfig::new(&self.amqp_url)
         }));
         let cancel = CancellationToken::new();
+        // Progress from the relay's own counters (rows marked sent): polling the
+        // table instead would scan it every few milliseconds and take CPU from the
+        // relay and PostgreSQL while they are measured.
+        let counters = Arc::new(outbox_app::RelayCounters::default());
         let started = Instant::now();
         let tasks: Vec<_> = (0..pipelines)
             .map(|i| {
@@ -175,18 +179,26 @@ impl Bench {
                         ..DispatcherConfig::default()
                     },
                     &format!("bench-relay-{i}"),
-                );
+                )
+                .with_counters(counters.clone());
                 tokio::spawn(d.run(cancel.clone()))
             })
             .collect();
-        while self.count(&schema, "sent").await? < n {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        let marked = |c: &outbox_app::RelayCounters| {
+            i64::try_from(c.published.load(std::sync::atomic::Ordering::Relaxed)).unwrap_or(0)
+        };
+        while marked(&counters) < n {
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
         let rate = n as f64 / started.elapsed().as_secs_f64();
         cancel.cancel();
         for t in tasks {
             t.await?;
         }
+        anyhow::ensure!(
+            self.count(&schema, "sent").await? == n,
+            "the relay's count and the table disagree"
+        );
         self.purge().await?;
         Ok(rate)
     }

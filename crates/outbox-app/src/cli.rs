@@ -277,6 +277,49 @@ async fn shutdown_signal() {
     }
 }
 
+/// Fails fast on what no retry can fix (a wrong password, a wrong host) before
+/// anything is written; the relay would otherwise spend every message's attempts on
+/// it. What needs no schema is checked first, then the migrations run (if asked),
+/// then what lives in the schema.
+async fn start_checks(
+    cfg: &RelayConfig,
+    wired: &wiring::Wired,
+    probe_key: &str,
+) -> anyhow::Result<()> {
+    let lock_in_postgres = cfg.adapters.lock == CoordinationKind::Postgres;
+    let lock_unless = async |skip: bool| {
+        if skip {
+            Ok(())
+        } else {
+            http::check_lock(&*wired.lock, probe_key).await
+        }
+    };
+    let mut failed = failures([
+        ("broker", http::check_broker(&*wired.publisher).await),
+        ("lock", lock_unless(lock_in_postgres).await),
+    ]);
+    if failed.is_empty() {
+        wiring::migrate_if_asked(cfg, wired.postgres.as_ref()).await?;
+        failed = failures([
+            ("store", http::check_store(&*wired.store).await),
+            ("lock", lock_unless(!lock_in_postgres).await),
+        ]);
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        anyhow::bail!("cannot start: {}", failed.join("; "))
+    }
+}
+
+/// `name: error` of every failed check.
+fn failures<const N: usize>(checks: [(&str, Result<(), String>); N]) -> Vec<String> {
+    checks
+        .into_iter()
+        .filter_map(|(name, r)| r.err().map(|e| format!("{name}: {e}")))
+        .collect()
+}
+
 async fn run_relay(cfg: RelayConfig) -> anyhow::Result<ExitCode> {
     tracing::info!(config = ?cfg, "configuration");
     let instance = cfg
@@ -284,34 +327,8 @@ async fn run_relay(cfg: RelayConfig) -> anyhow::Result<ExitCode> {
         .clone()
         .unwrap_or_else(|| LeaseFactory::instance_id("relay"));
     let wired = wiring::wire(&cfg, &instance).await?;
-    // Fail fast on what no retry can fix (a wrong password, a wrong host), before
-    // anything is written: the relay would otherwise spend every message's
-    // attempts on it.
     let probe_key = format!("{}.readyz", cfg.sweep.lock_key);
-    let lock_in_postgres = cfg.adapters.lock == CoordinationKind::Postgres;
-    let mut failed = Vec::new();
-    if let Err(e) = http::check_broker(&*wired.publisher).await {
-        failed.push(format!("broker: {e}"));
-    }
-    if !lock_in_postgres {
-        if let Err(e) = http::check_lock(&*wired.lock, &probe_key).await {
-            failed.push(format!("lock: {e}"));
-        }
-    }
-    if failed.is_empty() {
-        wiring::migrate_if_asked(&cfg, wired.postgres.as_ref()).await?;
-        if let Err(e) = http::check_store(&*wired.store).await {
-            failed.push(format!("store: {e}"));
-        }
-        if lock_in_postgres {
-            if let Err(e) = http::check_lock(&*wired.lock, &probe_key).await {
-                failed.push(format!("lock: {e}"));
-            }
-        }
-    }
-    if !failed.is_empty() {
-        anyhow::bail!("cannot start: {}", failed.join("; "));
-    }
+    start_checks(&cfg, &wired, &probe_key).await?;
     let cancel = CancellationToken::new();
     let mut builder = RelayBuilder::new(
         wired.store.clone(),

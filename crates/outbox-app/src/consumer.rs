@@ -491,14 +491,14 @@ pub(crate) async fn decode_or_dead_letter(
     match decoded {
         Ok(m) => Some(m),
         Err(reason) => {
+            tracing::warn!(%consumer, message_id = ?env.message_id, %reason, "delivery kept as a dead letter");
             let letter = DeadLetter {
                 message_id: env.message_id.clone(),
                 routing_key: env.routing_key.clone(),
                 headers: env.headers.clone(),
                 body: env.body.clone(),
-                reason: reason.clone(),
+                reason,
             };
-            tracing::warn!(%consumer, message_id = ?env.message_id, %reason, "delivery kept as a dead letter");
             match inbox.record_dead_letter(consumer, letter).await {
                 Ok(()) => {
                     counters.dead_letters.fetch_add(1, Ordering::Relaxed);

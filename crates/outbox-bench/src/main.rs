@@ -363,6 +363,16 @@ impl Bench {
         Ok(rate)
     }
 
+    /// The raw consumer, then the inbox worker, and their ratio.
+    async fn consume_side_by_side(&mut self, n: usize) -> anyhow::Result<()> {
+        let raw = self.consume_raw(n).await?;
+        self.record("consume_raw", raw, "msg/s");
+        let inbox = self.consume_inbox(n).await?;
+        self.record("consume_inbox", inbox, "msg/s");
+        self.record("consume_inbox/consume_raw", inbox / raw, "ratio");
+        Ok(())
+    }
+
     async fn consume_inbox(&mut self, n: usize) -> anyhow::Result<f64> {
         let schema = self.fresh_schema("bench_consume").await?;
         self.publish_raw(n).await?;
@@ -620,33 +630,24 @@ async fn main() -> anyhow::Result<()> {
     );
 
     if args.iter().any(|a| a == "--consume-only") {
-        let consume_raw = b.consume_raw(sizes.consume).await?;
-        b.record("consume_raw", consume_raw, "msg/s");
-        let consume_inbox = b.consume_inbox(sizes.consume).await?;
-        b.record("consume_inbox", consume_inbox, "msg/s");
-        b.record(
-            "consume_inbox/consume_raw",
-            consume_inbox / consume_raw,
-            "ratio",
-        );
+        b.consume_side_by_side(sizes.consume).await?;
         return write_summary(&b, quick, &out);
     }
     let raw = b.raw_confirm(usize::try_from(sizes.backlog)?).await?;
     b.record("raw_confirm", raw, "msg/s");
     let relay = b.relay(sizes.backlog, 1).await?;
     b.record("relay", relay, "msg/s");
+    b.record("relay/raw_confirm", relay / raw, "ratio");
     let relay_2p = b.relay(sizes.backlog, 2).await?;
     b.record("relay_2p", relay_2p, "msg/s");
     b.record("relay_2p/raw_confirm", relay_2p / raw, "ratio");
     if args.iter().any(|a| a == "--relay-only") {
         let raw_after = b.raw_confirm(usize::try_from(sizes.backlog)?).await?;
         b.record("raw_confirm_after", raw_after, "msg/s");
-        b.record("relay/raw_confirm", relay / raw, "ratio");
         return write_summary(&b, quick, &out);
     }
     let naive = b.naive(sizes.naive).await?;
     b.record("naive", naive, "msg/s");
-    b.record("relay/raw_confirm", relay / raw, "ratio");
     b.record("relay/naive", relay / naive, "ratio");
     let (p50, p99, max) = b.latency(sizes.latency).await?;
     b.record("latency_p50_ms", p50, "ms");
@@ -656,15 +657,7 @@ async fn main() -> anyhow::Result<()> {
     b.record("claim_1k_ms", c1k, "ms");
     b.record("claim_1m_ms", c1m, "ms");
     b.record("claim_1m/claim_1k", c1m / c1k, "ratio");
-    let consume_raw = b.consume_raw(sizes.consume).await?;
-    b.record("consume_raw", consume_raw, "msg/s");
-    let consume_inbox = b.consume_inbox(sizes.consume).await?;
-    b.record("consume_inbox", consume_inbox, "msg/s");
-    b.record(
-        "consume_inbox/consume_raw",
-        consume_inbox / consume_raw,
-        "ratio",
-    );
+    b.consume_side_by_side(sizes.consume).await?;
     let rss = b.relay_rss(&relay_bin, sizes.memory_backlog).await?;
     b.record("relay_rss_peak_mib", rss, "MiB");
     let (plain, ours) = b.enqueue(sizes.enqueue_for).await?;

@@ -58,6 +58,21 @@ fn retry_task(store: &Arc<MemoryOutboxStore>, broker: &MemoryBroker) -> PublishR
     )
 }
 
+/// Enqueues `n` messages and dispatches them once with the first five publishes
+/// failing: five end `PublishFailed` (attempt 1).
+async fn enqueue_with_five_failed(store: &Arc<MemoryOutboxStore>, broker: &MemoryBroker, n: usize) {
+    store
+        .enqueue(outbox_testkit::messages(n))
+        .await
+        .expect("enqueue");
+    broker.fail_next_publishes(5);
+    dispatcher(store, broker, fast_retry(5))
+        .run_once()
+        .await
+        .expect("batch");
+    assert_eq!(store.count(Status::PublishFailed), 5);
+}
+
 fn total(store: &MemoryOutboxStore) -> u64 {
     [
         Status::Pending,
@@ -191,16 +206,7 @@ async fn outcomes_of_an_expired_claim_are_fenced_off() {
 #[tokio::test]
 async fn the_retry_task_brings_failures_to_sent() {
     let (store, broker) = setup();
-    store
-        .enqueue(outbox_testkit::messages(20))
-        .await
-        .expect("enqueue");
-    broker.fail_next_publishes(5);
-    dispatcher(&store, &broker, fast_retry(5))
-        .run_once()
-        .await
-        .expect("batch");
-    assert_eq!(store.count(Status::PublishFailed), 5);
+    enqueue_with_five_failed(&store, &broker, 20).await;
     let task = retry_task(&store, &broker);
     let early = task.run_batch(50).await.expect("batch");
     assert_eq!(early.claimed, 0, "not due before the backoff");
@@ -291,16 +297,7 @@ async fn a_broker_outage_spends_no_attempt_and_everything_is_sent_once_it_is_bac
     assert_eq!(total(&store), 120);
 
     // The retry sweep gives unsent messages back too, and ends its sweep.
-    store
-        .enqueue(outbox_testkit::messages(5))
-        .await
-        .expect("enqueue");
-    broker.fail_next_publishes(5);
-    dispatcher(&store, &broker, fast_retry(5))
-        .run_once()
-        .await
-        .expect("batch");
-    assert_eq!(store.count(Status::PublishFailed), 5);
+    enqueue_with_five_failed(&store, &broker, 5).await;
     tokio::time::sleep(Duration::from_millis(30)).await;
     broker.set_unreachable(true);
     let task = retry_task(&store, &broker);

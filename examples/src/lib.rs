@@ -101,4 +101,33 @@ impl Shop {
         .await?;
         Ok(())
     }
+
+    /// Undoes [`Shop::setup`]: deletes the queue and the exchange and drops both
+    /// schemas. For tests and demos that made a shop of their own; best effort,
+    /// nothing is reported.
+    pub async fn teardown(&self, pool: &PgPool) {
+        if let Ok(conn) =
+            outbox_adapters_rabbitmq::connect(&self.amqp_url, Duration::from_secs(5)).await
+        {
+            if let Ok(ch) = conn.create_channel().await {
+                let _ = ch
+                    .queue_delete(
+                        self.queue.as_str().into(),
+                        lapin::options::QueueDeleteOptions::default(),
+                    )
+                    .await;
+                let _ = ch
+                    .exchange_delete(
+                        self.exchange.as_str().into(),
+                        lapin::options::ExchangeDeleteOptions::default(),
+                    )
+                    .await;
+            }
+        }
+        for s in [&self.schema, &self.outbox_schema] {
+            let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {} CASCADE", s.quoted()))
+                .execute(pool)
+                .await;
+        }
+    }
 }

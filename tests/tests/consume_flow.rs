@@ -171,28 +171,7 @@ impl Flow {
     }
 
     async fn cleanup(self) {
-        let conn = outbox_adapters_rabbitmq::connect(&self.shop.amqp_url, Duration::from_secs(5))
-            .await
-            .expect("amqp");
-        if let Ok(ch) = conn.create_channel().await {
-            let _ = ch
-                .queue_delete(
-                    self.shop.queue.as_str().into(),
-                    lapin::options::QueueDeleteOptions::default(),
-                )
-                .await;
-            let _ = ch
-                .exchange_delete(
-                    self.shop.exchange.as_str().into(),
-                    lapin::options::ExchangeDeleteOptions::default(),
-                )
-                .await;
-        }
-        for s in [&self.shop.schema, &self.shop.outbox_schema] {
-            let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {} CASCADE", s.quoted()))
-                .execute(&self.pool)
-                .await;
-        }
+        self.shop.teardown(&self.pool).await;
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -10,6 +10,9 @@ use tokio::process::Command;
 
 use crate::world::{Coordination, SweepOpts, World, free_port, metric, signal};
 use crate::{Ctx, Report, conclude};
+use outbox_core::Status;
+use outbox_examples::billing::CONSUMER;
+use outbox_ports::InboxStore;
 use outbox_testkit::services;
 
 fn report(name: &'static str) -> Report {
@@ -480,14 +483,13 @@ pub(crate) async fn poison(ctx: &Ctx) -> anyhow::Result<Report> {
             "no dead letter for the oversized delivery: {letters:?}"
         ));
     }
-    let undecodable_row: Option<(String, Option<String>)> = sqlx::query_as(&format!(
-        "SELECT status, last_error FROM {o}.outbox_inbox WHERE message_id = $1::uuid"
-    ))
-    .bind(&undecodable)
-    .fetch_optional(&w.pool)
-    .await?;
+    let undecodable_row = w
+        .inbox
+        .get(CONSUMER, undecodable.parse()?)
+        .await?
+        .map(|rec| (rec.status, rec.consume.last_error));
     match &undecodable_row {
-        Some((status, Some(err))) if status == "dead" => {
+        Some((Status::Dead, Some(err))) => {
             foreign_found += 1;
             r.notes.push(format!("undecodable payload dead: {err}"));
         }
@@ -496,11 +498,18 @@ pub(crate) async fn poison(ctx: &Ctx) -> anyhow::Result<Report> {
         )),
     }
     r.lost += 3 - foreign_found;
-    let poisoned: i64 = sqlx::query_scalar(&format!(
-        "SELECT count(*) FROM {o}.outbox_inbox WHERE status = 'dead' AND last_error LIKE '%cannot be billed%'"
-    ))
-    .fetch_one(&w.pool)
-    .await?;
+    let poisoned = w
+        .inbox
+        .list(CONSUMER, Status::Dead, 1_000)
+        .await?
+        .iter()
+        .filter(|rec| {
+            rec.consume
+                .last_error
+                .as_deref()
+                .is_some_and(|e| e.contains("cannot be billed"))
+        })
+        .count() as i64;
     let poison_committed = poison.iter().filter(|p| *p % 10 != 0).count() as i64;
     if poisoned != poison_committed {
         r.failures.push(format!(

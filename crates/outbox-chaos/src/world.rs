@@ -19,8 +19,10 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use lapin::options::{BasicGetOptions, QueueBindOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
-use outbox_adapters_postgres::{PgPool, PgSchema};
+use outbox_adapters_postgres::{PgInboxStore, PgOutboxStore, PgPool, PgSchema};
+use outbox_examples::billing::CONSUMER;
 use outbox_examples::{Shop, orders};
+use outbox_ports::{InboxStore, OutboxStore};
 use outbox_testkit::services::TestUrls as Urls;
 use tokio::process::{Child, Command};
 
@@ -87,6 +89,9 @@ pub(crate) struct World {
     pub(crate) id: String,
     pub(crate) shop: Shop,
     pub(crate) pool: PgPool,
+    /// The scenario's outbox and inbox, read through the adapter.
+    pub(crate) outbox: PgOutboxStore,
+    pub(crate) inbox: PgInboxStore,
     pub(crate) urls: Urls,
     pub(crate) dir: PathBuf,
     pub(crate) tap: String,
@@ -139,6 +144,8 @@ impl World {
             state_key: format!("chaos.{id}.state"),
             dir: PathBuf::from("target/chaos/logs").join(&id),
             id,
+            outbox: PgOutboxStore::new(pool.clone(), shop.outbox_schema.clone()),
+            inbox: PgInboxStore::new(pool.clone(), &shop.outbox_schema),
             shop,
             pool,
             urls: urls.clone(),
@@ -345,28 +352,16 @@ state_key = "{state}"
         .fetch_one(&self.pool)
         .await?;
         let n = |v: i64| u64::try_from(v).unwrap_or(0);
+        let outbox = self.outbox.stats().await?;
+        let inbox = self.inbox.stats(CONSUMER).await?;
         Ok(Tally {
-            committed: self.count(&format!("SELECT count(*) FROM {s}.orders")).await?,
+            committed: self.count_orders().await?,
             consumed: n(consumed),
             effects: n(effects),
-            dead_outbox: self
-                .count(&format!(
-                    "SELECT count(*) FROM {o}.outbox_messages WHERE status = 'dead'"
-                ))
-                .await?,
-            dead_inbox: self
-                .count(&format!(
-                    "SELECT count(*) FROM {o}.outbox_inbox WHERE status = 'dead'"
-                ))
-                .await?,
-            dead_letters: self
-                .count(&format!("SELECT count(*) FROM {o}.outbox_dead_letters"))
-                .await?,
-            publish_failed: self
-                .count(&format!(
-                    "SELECT count(*) FROM {o}.outbox_messages WHERE status = 'publish_failed'"
-                ))
-                .await?,
+            dead_outbox: outbox.dead,
+            dead_inbox: inbox.dead,
+            dead_letters: inbox.dead_letters,
+            publish_failed: outbox.publish_failed,
             unaccounted: self
                 .count(&format!(
                     "WITH msg AS (
@@ -383,14 +378,17 @@ state_key = "{state}"
         })
     }
 
-    /// Orders committed so far.
-    pub(crate) async fn committed(&self) -> u64 {
+    async fn count_orders(&self) -> anyhow::Result<u64> {
         self.count(&format!(
             "SELECT count(*) FROM {}.orders",
             self.shop.schema.quoted()
         ))
         .await
-        .unwrap_or(0)
+    }
+
+    /// Orders committed so far (0 while the database does not answer).
+    pub(crate) async fn committed(&self) -> u64 {
+        self.count_orders().await.unwrap_or(0)
     }
 
     /// Messages that needed more than one publish attempt.
@@ -405,12 +403,7 @@ state_key = "{state}"
 
     /// Messages the relays have marked sent so far.
     pub(crate) async fn sent(&self) -> u64 {
-        self.count(&format!(
-            "SELECT count(*) FROM {}.outbox_messages WHERE status = 'sent'",
-            self.shop.outbox_schema.quoted()
-        ))
-        .await
-        .unwrap_or(0)
+        self.outbox.stats().await.map_or(0, |s| s.sent)
     }
 
     /// Waits until `done` holds (checked every 100 ms), at most `timeout`.
@@ -502,26 +495,14 @@ state_key = "{state}"
     /// Removes everything the scenario made (its logs stay when `keep_logs`).
     pub(crate) async fn cleanup(self, keep_logs: bool) {
         if let Ok(ch) = self.channel().await {
-            for q in [&self.tap, &self.shop.queue] {
-                let _ = ch
-                    .queue_delete(
-                        q.as_str().into(),
-                        lapin::options::QueueDeleteOptions::default(),
-                    )
-                    .await;
-            }
             let _ = ch
-                .exchange_delete(
-                    self.shop.exchange.as_str().into(),
-                    lapin::options::ExchangeDeleteOptions::default(),
+                .queue_delete(
+                    self.tap.as_str().into(),
+                    lapin::options::QueueDeleteOptions::default(),
                 )
                 .await;
         }
-        for s in [&self.shop.schema, &self.shop.outbox_schema] {
-            let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {} CASCADE", s.quoted()))
-                .execute(&self.pool)
-                .await;
-        }
+        self.shop.teardown(&self.pool).await;
         if !keep_logs {
             let _ = std::fs::remove_dir_all(&self.dir);
         }

@@ -71,20 +71,22 @@ fn counting(effects: Effects, fail: fn(&Message, u32) -> Option<&'static str>) -
     }))
 }
 
-/// A worker on `b` whose handler counts effects and never fails.
+/// A worker on `b` with a fresh memory inbox and a handler that counts effects and
+/// never fails.
 fn counting_worker(
     b: &MemoryBroker,
-    inbox: &Arc<MemoryInboxStore>,
-    effects: &Effects,
     config: ConsumerConfig,
-) -> ConsumerWorker {
-    ConsumerWorker::new(
+) -> (ConsumerWorker, Arc<MemoryInboxStore>, Effects) {
+    let inbox = Arc::new(MemoryInboxStore::new(Arc::new(SystemClock)));
+    let effects = Effects::default();
+    let worker = ConsumerWorker::new(
         inbox.clone(),
         Arc::new(b.clone()),
-        counting(Arc::clone(effects), |_, _| None),
+        counting(Arc::clone(&effects), |_, _| None),
         Arc::new(SystemClock),
         config,
-    )
+    );
+    (worker, inbox, effects)
 }
 
 async fn wait_for(what: &str, mut done: impl AsyncFnMut() -> bool) {
@@ -423,12 +425,8 @@ async fn stopping_finishes_the_deliveries_in_hand() {
 #[tokio::test]
 async fn an_oversized_delivery_is_a_dead_letter_with_its_id_and_never_reaches_the_handler() {
     let b = broker();
-    let inbox = Arc::new(MemoryInboxStore::new(Arc::new(SystemClock)));
-    let effects = Effects::default();
-    let worker = counting_worker(
+    let (worker, inbox, effects) = counting_worker(
         &b,
-        &inbox,
-        &effects,
         ConsumerConfig {
             max_payload_bytes: 1024,
             ..config(5)
@@ -466,12 +464,8 @@ async fn an_oversized_delivery_is_a_dead_letter_with_its_id_and_never_reaches_th
 #[tokio::test]
 async fn an_ack_the_broker_never_answers_does_not_hold_the_consumer_or_its_shutdown() {
     let b = broker();
-    let inbox = Arc::new(MemoryInboxStore::new(Arc::new(SystemClock)));
-    let effects = Effects::default();
-    let worker = counting_worker(
+    let (worker, inbox, effects) = counting_worker(
         &b,
-        &inbox,
-        &effects,
         ConsumerConfig {
             concurrency: 1,
             settle_timeout: Duration::from_millis(100),

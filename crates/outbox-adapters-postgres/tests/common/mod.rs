@@ -20,6 +20,15 @@ fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")
 }
 
+/// Whether the test process that made schema `obt_<pid>_...` still runs here.
+fn owner_alive(schema: &str) -> bool {
+    schema
+        .strip_prefix("obt_")
+        .and_then(|rest| rest.split('_').next())
+        .and_then(|pid| pid.parse::<u32>().ok())
+        .is_some_and(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists())
+}
+
 static CLEANED: OnceCell<()> = OnceCell::const_new();
 static SEQ: AtomicU64 = AtomicU64::new(0);
 
@@ -41,6 +50,11 @@ pub async fn pool() -> Option<PgPool> {
                     .await
                     .unwrap_or_default();
                     for s in old {
+                        // Only schemas whose test process is gone: another test binary
+                        // running at the same time on this machine keeps its own.
+                        if owner_alive(&s) {
+                            continue;
+                        }
                         if let Ok(schema) = PgSchema::new(&s) {
                             let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {} CASCADE", schema.quoted()))
                                 .execute(&pool)

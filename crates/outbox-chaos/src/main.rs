@@ -32,6 +32,15 @@ pub(crate) struct Report {
     pub(crate) duplicate_deliveries: u64,
     pub(crate) duplicate_effects: u64,
     pub(crate) recovery_s: f64,
+    /// The dead the scenario provokes on purpose (poison orders, foreign deliveries,
+    /// bad rows); any other number of dead fails it, since a message that went dead
+    /// for no reason the scenario gave is a defect, not a success.
+    pub(crate) expected_dead: u64,
+    /// Inputs a bad-input scenario tried, and how many were refused clearly (non-zero
+    /// exit, a message naming the problem, nothing written, no secret shown). Such a
+    /// scenario reports these instead of message counts.
+    pub(crate) bad_inputs: u64,
+    pub(crate) refused_clearly: u64,
     /// Checks of the scenario's own that failed (empty when it passed them all).
     pub(crate) failures: Vec<String>,
     /// What else was seen, for the reader.
@@ -40,10 +49,29 @@ pub(crate) struct Report {
 
 impl Report {
     pub(crate) fn passed(&self) -> bool {
-        self.lost == 0 && self.duplicate_effects == 0 && self.failures.is_empty()
+        self.lost == 0
+            && self.duplicate_effects == 0
+            && self.dead == self.expected_dead
+            && self.refused_clearly == self.bad_inputs
+            && self.failures.is_empty()
+    }
+
+    /// A scenario about bad input rather than messages.
+    fn is_bad_input(&self) -> bool {
+        self.bad_inputs > 0
     }
 
     fn json(&self) -> serde_json::Value {
+        if self.is_bad_input() {
+            return serde_json::json!({
+                "name": self.name,
+                "bad_inputs": self.bad_inputs,
+                "refused_clearly": self.refused_clearly,
+                "passed": self.passed(),
+                "failures": self.failures,
+                "notes": self.notes,
+            });
+        }
         serde_json::json!({
             "name": self.name,
             "enqueued": self.enqueued,
@@ -51,6 +79,7 @@ impl Report {
             "delivered_unique": self.delivered_unique,
             "consumed": self.consumed,
             "dead": self.dead,
+            "expected_dead": self.expected_dead,
             "lost": self.lost,
             "duplicate_deliveries": self.duplicate_deliveries,
             "duplicate_effects": self.duplicate_effects,
@@ -134,6 +163,12 @@ pub(crate) async fn conclude(
             produced.errors
         ));
     }
+    if report.dead != report.expected_dead {
+        report.failures.push(format!(
+            "{} dead, the scenario provokes {}",
+            report.dead, report.expected_dead
+        ));
+    }
     if tally.publish_failed > 0 {
         report.failures.push(format!(
             "{} messages still publish_failed",
@@ -179,6 +214,19 @@ fn print_table(reports: &[Report]) {
         "recover_s"
     );
     for r in reports {
+        if r.is_bad_input() {
+            println!(
+                "{:<16} {} bad inputs, {} refused clearly{:>w$}  {}",
+                r.name,
+                r.bad_inputs,
+                r.refused_clearly,
+                "",
+                if r.passed() { "passed" } else { "FAILED" },
+                w = 30,
+            );
+            print_checks(r);
+            continue;
+        }
         println!(
             "{:<16} {:>8} {:>9} {:>9} {:>8} {:>5} {:>5} {:>8} {:>8} {:>9.1}  {}",
             r.name,
@@ -193,12 +241,17 @@ fn print_table(reports: &[Report]) {
             r.recovery_s,
             if r.passed() { "passed" } else { "FAILED" }
         );
-        for f in &r.failures {
-            println!("    failed: {f}");
-        }
-        for n in &r.notes {
-            println!("    note: {n}");
-        }
+        print_checks(r);
+    }
+}
+
+#[allow(clippy::print_stdout)]
+fn print_checks(r: &Report) {
+    for f in &r.failures {
+        println!("    failed: {f}");
+    }
+    for n in &r.notes {
+        println!("    note: {n}");
     }
 }
 

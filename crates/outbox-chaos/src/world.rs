@@ -85,6 +85,15 @@ pub(crate) struct Produced {
     pub(crate) errors: u64,
 }
 
+/// The relays' claim lease (`dispatch.lease_ttl`) in every scenario.
+pub(crate) const LEASE_TTL: Duration = Duration::from_secs(5);
+/// The relays' `rabbitmq.confirm_timeout` in every scenario.
+pub(crate) const CONFIRM_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long after quiescence a late duplicate can still arrive: a relay whose lease
+/// ran out while its batch waited for confirms, and the next claimer's publish.
+pub(crate) const LATE_DUPLICATES: Duration =
+    Duration::from_secs(LEASE_TTL.as_secs() + CONFIRM_TIMEOUT.as_secs() + 1);
+
 pub(crate) struct World {
     pub(crate) id: String,
     pub(crate) shop: Shop,
@@ -224,12 +233,12 @@ schema = "{schema}"
 max_connections = 4
 [rabbitmq]
 url = "{amqp}"
-confirm_timeout = "3s"
+confirm_timeout = "{confirm_s}s"
 [redis]
 url = "{redis}"
 [dispatch]
 batch_size = 200
-lease_ttl = "5s"
+lease_ttl = "{lease_s}s"
 idle_poll = "500ms"
 [retry]
 initial_backoff = "500ms"
@@ -256,6 +265,8 @@ state_key = "{state}"
             batch = sweep.batch_size,
             batches = sweep.max_batches,
             ttl = sweep.lock_ttl,
+            confirm_s = CONFIRM_TIMEOUT.as_secs(),
+            lease_s = LEASE_TTL.as_secs(),
         );
         let path = self.dir.join(format!("{name}.toml"));
         if let Err(e) = std::fs::write(&path, text) {
@@ -425,9 +436,10 @@ state_key = "{state}"
     }
 
     /// Waits until every committed order is invoiced or dead (errors of the
-    /// database while it restarts count as "not yet"), then two seconds more for
-    /// late duplicates. Returns the final tally; `unaccounted` > 0 when the time ran
-    /// out.
+    /// database while it restarts count as "not yet"), then [`LATE_DUPLICATES`]
+    /// more, so that a copy published by a relay whose lease ran out (it comes at
+    /// most a lease and a confirm timeout later) is counted too. Returns the final
+    /// tally; `unaccounted` > 0 when the time ran out.
     pub(crate) async fn settle(&self, timeout: Duration) -> anyhow::Result<(Tally, Instant)> {
         let deadline = Instant::now() + timeout;
         let quiet_at = loop {
@@ -447,7 +459,7 @@ state_key = "{state}"
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         };
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        tokio::time::sleep(LATE_DUPLICATES).await;
         Ok((self.tally().await?, quiet_at))
     }
 

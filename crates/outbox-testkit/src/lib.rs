@@ -24,6 +24,7 @@ pub mod lock;
 pub mod outbox;
 pub mod services;
 pub mod state;
+pub mod through;
 
 /// A short lease used by the cases; a test that waits for expiry sleeps longer.
 pub const SHORT_TTL: Duration = Duration::from_millis(300);

@@ -1,5 +1,7 @@
-//! Claims cost O(batch), not O(table): with 1,000,000 sent rows left by a mass update
-//! and statistics not yet refreshed, the claim still reads the pending partial index.
+//! Claims cost O(batch), not O(table): a million rows went through the relay's own
+//! path (pending, claimed, marked sent by the relay's marks) with autovacuum off, so
+//! the pending partial index still holds a million dead entries in front of the live
+//! pending rows and the statistics are stale. The claim must still read that index.
 
 mod common;
 
@@ -26,45 +28,64 @@ async fn claim_times(store: &PgOutboxStore, batch: u32) -> (Duration, Duration) 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claims_stay_on_the_partial_index_with_a_million_sent_rows() {
+async fn claims_stay_on_the_partial_index_after_a_million_rows_went_through_the_relay() {
     with_db!(|pool, schema| {
         let store = PgOutboxStore::new(pool.clone(), schema.clone());
         let t = format!("{}.outbox_messages", schema.quoted());
-        let fill = |n: i64, status: &'static str| {
+        let fill_pending = |n: i64| {
             let sql = format!(
-                "INSERT INTO {t} (exchange, routing_key, payload, status, sent_at) \
-                 SELECT 'scale', 'k', '\\x00'::bytea, $2, CASE WHEN $2 = 'sent' THEN now() END \
-                 FROM generate_series(1, $1)"
+                "INSERT INTO {t} (exchange, routing_key, payload) \
+                 SELECT 'scale', 'k', '\\x00'::bytea FROM generate_series(1, $1)"
             );
             let pool = pool.clone();
             async move {
                 sqlx::query(&sql)
                     .bind(n)
-                    .bind(status)
                     .execute(&pool)
                     .await
                     .expect("fill");
             }
         };
-        fill(1_000, "sent").await;
-        fill(1_000, "pending").await;
-        sqlx::query(&format!("ANALYZE {t}"))
+        let count = |status: &'static str| {
+            let sql = format!("SELECT count(*) FROM {t} WHERE status = $1");
+            let pool = pool.clone();
+            async move {
+                sqlx::query_scalar::<_, i64>(&sql)
+                    .bind(status)
+                    .fetch_one(&pool)
+                    .await
+                    .expect("count")
+            }
+        };
+
+        // Baseline: 1,000 rows sent through the relay's marks, 1,000 pending behind them.
+        fill_pending(1_000).await;
+        outbox_testkit::through::send_all_pending(&store, 1_000)
+            .await
+            .expect("send the first 1,000");
+        fill_pending(1_000).await;
+        sqlx::query(&format!("VACUUM ANALYZE {t}"))
             .execute(&pool)
             .await
-            .expect("analyze");
+            .expect("vacuum");
         let (_, small) = claim_times(&store, 500).await;
+        let _ = outbox_testkit::through::send_all_pending(&store, 1_000)
+            .await
+            .expect("send the baseline's pending rows");
 
-        // The situation that hurts: a million rows went from pending to sent in one mass
-        // update, and neither VACUUM nor ANALYZE has run since.
+        // The situation that hurts: a million rows claimed and marked sent since the
+        // last VACUUM and ANALYZE, then new pending rows behind them.
         sqlx::query(&format!("ALTER TABLE {t} SET (autovacuum_enabled = false)"))
             .execute(&pool)
             .await
             .expect("no autovacuum");
-        fill(1_000_000, "pending").await;
-        sqlx::query(&format!("UPDATE {t} SET status = 'sent', sent_at = now() WHERE status = 'pending' AND seq > 2000"))
-            .execute(&pool)
+        fill_pending(1_000_000).await;
+        let started = Instant::now();
+        let marked = outbox_testkit::through::send_all_pending(&store, 10_000)
             .await
-            .expect("mass update");
+            .expect("send a million through the relay's marks");
+        let through = started.elapsed();
+        fill_pending(1_000).await;
         let plan = store.explain_claim_pending(500).await.expect("explain");
         let (first, large) = claim_times(&store, 500).await;
         sqlx::query(&format!("ALTER TABLE {t} RESET (autovacuum_enabled)"))
@@ -72,9 +93,13 @@ async fn claims_stay_on_the_partial_index_with_a_million_sent_rows() {
             .await
             .expect("reset");
 
+        assert_eq!(marked, 1_000_000, "every row went through the marks");
+        assert_eq!(count("sent").await, 1_002_000);
+        assert_eq!(count("pending").await, 1_000);
         eprintln!(
-            "claim of 500, median of 7: {small:?} with 1,000 sent rows; {large:?} with 1,001,000 sent rows \
-             and stale statistics (ratio {:.2}); first claim after the mass update: {first:?}",
+            "1,000,000 rows claimed and marked sent in {through:?}; claim of 500 with 1,000 pending rows: \
+             median of 7 {small:?} with 2,000 sent rows (vacuumed); after a million more went through the \
+             relay's marks with autovacuum off: first claim {first:?}, median of 7 {large:?} (ratio {:.2})",
             large.as_secs_f64() / small.as_secs_f64()
         );
         eprintln!("{plan}");

@@ -5,20 +5,27 @@ use std::time::Duration;
 
 use outbox_ports::Lease;
 
-/// Makes leases whose holder is this instance's id plus a sequence number, so every
-/// claim has its own holder and marks of an old claim cannot touch a newer one.
+/// Makes leases whose holder is `<instance>~<random>#<n>`: the instance name, a
+/// random part drawn once per factory and a per-claim counter. Marks are fenced by
+/// the holder, so it must never repeat: not between two factories of one process
+/// (the dispatch loops and the retry sweep each have one), and not between replicas
+/// configured with the same `instance` name. The name alone is only for reading.
 #[derive(Debug)]
 pub struct LeaseFactory {
-    instance: String,
+    prefix: String,
     ttl: Duration,
     seq: AtomicU64,
 }
 
 impl LeaseFactory {
-    /// Leases of `ttl` for `instance` (e.g. `relay-<uuid>`).
+    /// Leases of `ttl` for `instance` (e.g. `relay-<uuid>`, or a configured name
+    /// that other replicas may share).
     pub fn new(instance: impl Into<String>, ttl: Duration) -> Self {
+        // 64 random bits per factory: two factories colliding is as likely as a
+        // UUID collision, whatever names they were given.
+        let prefix = format!("{}~{:016x}", instance.into(), fastrand::u64(..));
         Self {
-            instance: instance.into(),
+            prefix,
             ttl,
             seq: AtomicU64::new(0),
         }
@@ -34,7 +41,7 @@ impl LeaseFactory {
     #[must_use]
     pub fn next(&self) -> Lease {
         let n = self.seq.fetch_add(1, Ordering::Relaxed);
-        Lease::new(format!("{}#{n}", self.instance), self.ttl)
+        Lease::new(format!("{}#{n}", self.prefix), self.ttl)
     }
 
     /// The lease duration.
@@ -55,5 +62,12 @@ mod tests {
         let b = f.next();
         assert_ne!(a.holder, b.holder);
         assert!(a.holder.starts_with("relay-"));
+    }
+
+    #[test]
+    fn factories_with_one_name_make_different_holders() {
+        let a = LeaseFactory::new("same", Duration::from_secs(1));
+        let b = LeaseFactory::new("same", Duration::from_secs(1));
+        assert_ne!(a.next().holder, b.next().holder);
     }
 }

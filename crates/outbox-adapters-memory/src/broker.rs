@@ -4,6 +4,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use outbox_core::Message;
@@ -113,6 +114,8 @@ pub struct MemoryBroker {
     redeliver_next: Arc<FaultCounter>,
     hang_next: Arc<FaultCounter>,
     unreachable: Arc<AtomicBool>,
+    /// How long handing one message to the broker takes (fault injection).
+    publish_delay: Arc<Mutex<Duration>>,
 }
 
 impl MemoryBroker {
@@ -175,6 +178,13 @@ impl MemoryBroker {
         self.unreachable.store(down, Ordering::SeqCst);
     }
 
+    /// Fault injection: handing each message to the broker takes `delay` (a slow
+    /// network), so a batch can outlast its budget. A message whose turn would end
+    /// after the budget is not handed over: [`PublishOutcome::NotSent`].
+    pub fn set_publish_delay(&self, delay: Duration) {
+        *lock(&self.publish_delay) = delay;
+    }
+
     /// Messages confirmed so far.
     #[must_use]
     pub fn confirmed(&self) -> u64 {
@@ -205,6 +215,10 @@ impl MemoryBroker {
     }
 
     fn publish_one(&self, message: &Message) -> PublishOutcome {
+        // As a real client would refuse to encode it: AMQP cannot carry it.
+        if let Err(e) = message.check_amqp() {
+            return PublishOutcome::Rejected(e.to_string());
+        }
         if self.unreachable.load(Ordering::SeqCst) {
             return PublishOutcome::NotSent(PortError::transient(
                 "publish",
@@ -267,9 +281,25 @@ impl MemoryBroker {
 
 #[async_trait]
 impl Publisher for MemoryBroker {
-    async fn publish(&self, messages: &[Message]) -> Vec<PublishOutcome> {
-        let outcomes = messages.iter().map(|m| self.publish_one(m)).collect();
-        self.changed.notify_waiters();
+    async fn publish_within(&self, messages: &[Message], budget: Duration) -> Vec<PublishOutcome> {
+        let start = tokio::time::Instant::now();
+        let delay = *lock(&self.publish_delay);
+        let mut outcomes = Vec::with_capacity(messages.len());
+        for m in messages {
+            // Never hand a message over after the budget: its lease may be gone.
+            if start.elapsed() + delay > budget {
+                outcomes.push(PublishOutcome::NotSent(PortError::transient(
+                    "publish",
+                    "the batch's time ran out before this message was sent",
+                )));
+                continue;
+            }
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            outcomes.push(self.publish_one(m));
+            self.changed.notify_waiters();
+        }
         outcomes
     }
 

@@ -75,6 +75,30 @@ impl MemoryOutboxStore {
             .count() as u64
     }
 
+    /// Fault injection: stores messages as `Pending` without checking any limit, as
+    /// rows written through plain SQL before the table's constraints existed (e.g. a
+    /// routing key AMQP cannot carry). Ids already present are skipped.
+    pub fn insert_unchecked(&self, messages: Vec<Message>) {
+        let now = self.clock.now();
+        let mut t = lock(&self.table);
+        for message in messages {
+            if t.by_id.contains_key(&message.id) {
+                continue;
+            }
+            t.next_seq += 1;
+            let seq = t.next_seq;
+            t.by_id.insert(message.id, seq);
+            t.rows.insert(
+                seq,
+                Row {
+                    message,
+                    tracked: Tracked::new(Status::Pending, now),
+                    lease: LeaseSlot::default(),
+                },
+            );
+        }
+    }
+
     fn claim(&self, lease: &Lease, limit: u32, status: Status) -> Vec<ClaimedMessage> {
         let now = self.clock.now();
         let mut t = lock(&self.table);

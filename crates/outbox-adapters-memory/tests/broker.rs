@@ -105,3 +105,53 @@ async fn a_lost_ack_means_one_redelivery() {
     again.acker.ack().await.expect("ack");
     assert_eq!(b.queue_depth("billing"), (0, 0));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_batch_hands_nothing_over_after_its_budget_and_gives_the_rest_back() {
+    let b = broker();
+    b.set_publish_delay(Duration::from_millis(10));
+    let batch: Vec<_> = (0..10)
+        .map(|_| outbox_testkit::message("orders", "order.created"))
+        .collect();
+    let started = tokio::time::Instant::now();
+    let out = b.publish_within(&batch, Duration::from_millis(55)).await;
+    assert!(
+        started.elapsed() <= Duration::from_millis(55),
+        "{:?}",
+        started.elapsed()
+    );
+    let kinds: Vec<&str> = out
+        .iter()
+        .map(|o| match o {
+            PublishOutcome::Confirmed => "ok",
+            PublishOutcome::NotSent(_) => "unsent",
+            _ => "other",
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "ok", "ok", "ok", "ok", "ok", "unsent", "unsent", "unsent", "unsent", "unsent"
+        ]
+    );
+    assert_eq!(
+        b.queue_depth("billing").0,
+        5,
+        "only the five sent in time arrived"
+    );
+}
+
+#[tokio::test]
+async fn a_message_amqp_cannot_carry_is_rejected_and_the_others_flow() {
+    let b = broker();
+    let mut bad = outbox_testkit::message("orders", "order.created");
+    bad.routing_key = "k".repeat(300);
+    let good = outbox_testkit::message("orders", "order.created");
+    let out = b.publish(&[bad, good]).await;
+    assert!(
+        matches!(&out[0], PublishOutcome::Rejected(why) if why.contains("routing_key")),
+        "{}",
+        out[0]
+    );
+    assert!(out[1].is_confirmed());
+}

@@ -2,12 +2,17 @@
 
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable, ShortString};
-use outbox_core::{Headers, Message, Timestamp};
+use outbox_core::{Headers, Message, MessageError, Timestamp};
 use outbox_ports::Envelope;
 
 /// Persistent delivery, id, type, content type, timestamp, correlation id, source
 /// (`app_id`) and every header (a `traceparent` among them when present).
-pub(crate) fn properties(m: &Message) -> BasicProperties {
+///
+/// # Errors
+/// [`MessageError`] naming the field AMQP cannot carry (lapin's `ShortString`
+/// panics on more than 255 bytes, so nothing is converted before this check).
+pub(crate) fn properties(m: &Message) -> Result<BasicProperties, MessageError> {
+    m.check_amqp()?;
     let mut headers = FieldTable::default();
     for (k, v) in &m.headers {
         headers.insert(
@@ -30,7 +35,7 @@ pub(crate) fn properties(m: &Message) -> BasicProperties {
     if let Some(s) = &m.source {
         p = p.with_app_id(s.as_str().into());
     }
-    p
+    Ok(p)
 }
 
 fn text(v: &AMQPValue) -> Option<String> {

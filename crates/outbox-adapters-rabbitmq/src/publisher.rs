@@ -11,8 +11,9 @@ use lapin::types::FieldTable;
 use lapin::{Channel, Confirmation, Connection, ExchangeKind as LapinKind};
 use outbox_core::Message;
 use outbox_core::config::redact_url;
-use outbox_ports::{PortError, PublishOutcome, Publisher};
+use outbox_ports::{NO_PUBLISH_DEADLINE, PortError, PublishOutcome, Publisher};
 use tokio::sync::{Mutex, MutexGuard};
+use tokio::time::{Instant, timeout_at};
 
 use crate::convert::properties;
 use crate::{connect, port};
@@ -77,7 +78,7 @@ impl Session {
 struct State {
     session: Option<Session>,
     /// Earliest time of the next connection attempt, after a failure.
-    retry_at: Option<tokio::time::Instant>,
+    retry_at: Option<Instant>,
     backoff: Duration,
 }
 
@@ -98,12 +99,24 @@ impl fmt::Debug for RabbitPublisher {
     }
 }
 
-/// Every message of a batch that was never sent (no connection, publishers
-/// blocked, the channel failed before the first publish).
-fn not_sent(n: usize, e: &PortError) -> Vec<PublishOutcome> {
-    (0..n)
-        .map(|_| PublishOutcome::NotSent(PortError::transient("publish", e.to_string())))
-        .collect()
+/// A message that was never handed to the broker, and why.
+fn not_sent(why: impl fmt::Display) -> PublishOutcome {
+    PublishOutcome::NotSent(PortError::transient("publish", why.to_string()))
+}
+
+/// The transient error of a wait that the batch's budget cut short.
+fn out_of_time(operation: &'static str) -> PortError {
+    PortError::transient(
+        operation,
+        "the batch's time (what is left of its lease) ran out",
+    )
+}
+
+/// `now + budget`, or (a budget too large to add) a year from now.
+fn deadline_after(budget: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(budget)
+        .unwrap_or_else(|| now + NO_PUBLISH_DEADLINE)
 }
 
 impl RabbitPublisher {
@@ -131,16 +144,21 @@ impl RabbitPublisher {
         self.states[i].lock().await
     }
 
-    async fn open(&self) -> Result<Session, PortError> {
-        let connection = connect(&self.config.url, self.config.connect_timeout).await?;
-        let channel = connection
-            .create_channel()
+    /// Connects, opens the channel and enables confirms, each bounded by `deadline`.
+    async fn open(&self, deadline: Instant) -> Result<Session, PortError> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let connection = connect(&self.config.url, self.config.connect_timeout.min(left)).await?;
+        let channel = timeout_at(deadline, connection.create_channel())
             .await
+            .map_err(|_| out_of_time("open channel"))?
             .map_err(|e| port("open channel", "channel", "", &e))?;
-        channel
-            .confirm_select(ConfirmSelectOptions::default())
-            .await
-            .map_err(|e| port("enable confirms", "channel", "", &e))?;
+        timeout_at(
+            deadline,
+            channel.confirm_select(ConfirmSelectOptions::default()),
+        )
+        .await
+        .map_err(|_| out_of_time("enable confirms"))?
+        .map_err(|e| port("enable confirms", "channel", "", &e))?;
         Ok(Session {
             connection,
             channel,
@@ -148,8 +166,13 @@ impl RabbitPublisher {
         })
     }
 
-    /// A usable session, reconnecting (with backoff between failed attempts).
-    async fn ensure<'s>(&self, state: &'s mut State) -> Result<&'s mut Session, PortError> {
+    /// A usable session, reconnecting (with backoff between failed attempts), by
+    /// `deadline`: a backoff ending later is not waited for.
+    async fn ensure<'s>(
+        &self,
+        state: &'s mut State,
+        deadline: Instant,
+    ) -> Result<&'s mut Session, PortError> {
         if state.session.as_ref().is_some_and(Session::usable) {
             return state
                 .session
@@ -160,9 +183,15 @@ impl RabbitPublisher {
             tracing::warn!(url = %redact_url(&self.config.url), "RabbitMQ connection lost; reconnecting");
         }
         if let Some(at) = state.retry_at {
+            if at >= deadline {
+                return Err(PortError::transient(
+                    "connect to RabbitMQ",
+                    "waiting before the next reconnect; the batch's time runs out first",
+                ));
+            }
             tokio::time::sleep_until(at).await;
         }
-        match self.open().await {
+        match self.open(deadline).await {
             Ok(s) => {
                 state.retry_at = None;
                 state.backoff = Duration::ZERO;
@@ -172,7 +201,7 @@ impl RabbitPublisher {
                 state.backoff = (state.backoff * 2)
                     .max(self.config.reconnect_backoff)
                     .min(Duration::from_secs(30));
-                state.retry_at = Some(tokio::time::Instant::now() + state.backoff);
+                state.retry_at = Some(Instant::now() + state.backoff);
                 Err(e)
             }
         }
@@ -183,6 +212,7 @@ impl RabbitPublisher {
     async fn check_exchanges(
         session: &mut Session,
         exchanges: HashSet<&str>,
+        deadline: Instant,
     ) -> Result<HashMap<String, bool>, PortError> {
         let mut found = HashMap::new();
         for name in exchanges {
@@ -190,28 +220,31 @@ impl RabbitPublisher {
                 found.insert(name.to_owned(), true);
                 continue;
             }
-            let probe = session
-                .connection
-                .create_channel()
+            let probe = timeout_at(deadline, session.connection.create_channel())
                 .await
+                .map_err(|_| out_of_time("check exchange"))?
                 .map_err(|e| port("check exchange", "exchange", name, &e))?;
             let passive = ExchangeDeclareOptions {
                 passive: true,
                 ..ExchangeDeclareOptions::default()
             };
-            match probe
-                .exchange_declare(
+            let declared = timeout_at(
+                deadline,
+                probe.exchange_declare(
                     name.into(),
                     LapinKind::Direct,
                     passive,
                     FieldTable::default(),
-                )
-                .await
-            {
+                ),
+            )
+            .await
+            .map_err(|_| out_of_time("check exchange"))?;
+            match declared {
                 Ok(()) => {
                     session.exchanges.insert(name.to_owned());
                     found.insert(name.to_owned(), true);
-                    let _ = probe.close(200, "ok".into()).await;
+                    // Closing is a courtesy; it must not hold the batch up.
+                    let _ = timeout_at(deadline, probe.close(200, "ok".into())).await;
                 }
                 Err(e) => match port("check exchange", "exchange", name, &e) {
                     PortError::NotFound { .. } => {
@@ -237,23 +270,41 @@ impl RabbitPublisher {
         )
     }
 
+    /// Publishes one window and awaits its confirms, all by the earlier of the
+    /// confirm timeout and the batch's `deadline`. A message whose turn comes after
+    /// the deadline, or after the connection broke, is never handed over:
+    /// `NotSent`. Returns the outcomes and whether the session is unusable.
     async fn publish_window(
         &self,
         session: &Session,
         messages: &[&Message],
+        deadline: Instant,
     ) -> (Vec<PublishOutcome>, bool) {
         // One deadline for the whole window: writing can stall too (a blocked
         // connection stops lapin's writes), not only the confirms.
-        let deadline = tokio::time::Instant::now() + self.config.confirm_timeout;
+        let window_deadline = (Instant::now() + self.config.confirm_timeout).min(deadline);
         let mut pending = Vec::with_capacity(messages.len());
         let mut broken = false;
         for m in messages {
             if broken {
-                pending.push(Err(PortError::transient("publish", "connection lost")));
+                pending.push(Err(not_sent(
+                    "the connection broke before this message was sent",
+                )));
                 continue;
             }
-            let sent = tokio::time::timeout_at(
-                deadline,
+            if Instant::now() >= deadline {
+                pending.push(Err(not_sent(out_of_time("publish"))));
+                continue;
+            }
+            let props = match properties(m) {
+                Ok(p) => p,
+                Err(e) => {
+                    pending.push(Err(PublishOutcome::Rejected(e.to_string())));
+                    continue;
+                }
+            };
+            let sent = timeout_at(
+                window_deadline,
                 session.channel.basic_publish(
                     m.exchange.as_str().into(),
                     m.routing_key.as_str().into(),
@@ -262,27 +313,33 @@ impl RabbitPublisher {
                         ..BasicPublishOptions::default()
                     },
                     &m.payload,
-                    properties(m),
+                    props,
                 ),
             )
             .await;
             match sent {
                 Ok(Ok(confirm)) => pending.push(Ok(confirm)),
+                // It may have been written before the error: an attempt.
                 Ok(Err(e)) => {
                     broken = true;
-                    pending.push(Err(port("publish", "exchange", &m.exchange, &e)));
+                    pending.push(Err(PublishOutcome::Failed(port(
+                        "publish",
+                        "exchange",
+                        &m.exchange,
+                        &e,
+                    ))));
                 }
                 Err(_) => {
                     broken = true;
-                    pending.push(Err(self.stalled(session)));
+                    pending.push(Err(PublishOutcome::Failed(self.stalled(session))));
                 }
             }
         }
         let mut outcomes = Vec::with_capacity(messages.len());
         for p in pending {
             let outcome = match p {
-                Err(e) => PublishOutcome::Failed(e),
-                Ok(confirm) => match tokio::time::timeout_at(deadline, confirm).await {
+                Err(outcome) => outcome,
+                Ok(confirm) => match timeout_at(window_deadline, confirm).await {
                     Ok(Ok(Confirmation::Ack(None))) => PublishOutcome::Confirmed,
                     Ok(Ok(Confirmation::Ack(Some(returned)))) => PublishOutcome::Unroutable(
                         format!("{} {}", returned.reply_code, returned.reply_text),
@@ -298,6 +355,9 @@ impl RabbitPublisher {
                         broken = true;
                         PublishOutcome::Failed(port("confirm", "exchange", "", &e))
                     }
+                    // Handed over, unconfirmed: it may be with the broker. An attempt,
+                    // retried later. The session goes: a late confirm must not be
+                    // taken for another message's.
                     Err(_) => {
                         broken = true;
                         PublishOutcome::Failed(self.stalled(session))
@@ -312,47 +372,68 @@ impl RabbitPublisher {
 
 #[async_trait]
 impl Publisher for RabbitPublisher {
-    async fn publish(&self, messages: &[Message]) -> Vec<PublishOutcome> {
-        if messages.is_empty() {
-            return Vec::new();
-        }
-        let mut state = self.take_state().await;
-        let session = match self.ensure(&mut state).await {
-            Ok(s) => s,
-            Err(e) => return not_sent(messages.len(), &e),
-        };
-        if session.connection.status().blocked() {
-            return not_sent(
-                messages.len(),
-                &PortError::transient(
-                    "publish",
-                    "the broker has blocked publishing (memory or disk alarm)",
-                ),
-            );
-        }
-        let names: HashSet<&str> = messages.iter().map(|m| m.exchange.as_str()).collect();
-        let exists = match Self::check_exchanges(session, names).await {
-            Ok(e) => e,
-            Err(e) => {
-                state.session = None;
-                return not_sent(messages.len(), &e);
-            }
-        };
+    async fn publish_within(&self, messages: &[Message], budget: Duration) -> Vec<PublishOutcome> {
+        let deadline = deadline_after(budget);
+        // Permanent first, before any client call: lapin panics on a short string
+        // over 255 bytes.
         let mut outcomes: Vec<Option<PublishOutcome>> = messages
             .iter()
             .map(|m| {
-                (!exists.get(&m.exchange).copied().unwrap_or(false)).then(|| {
-                    PublishOutcome::Failed(PortError::NotFound {
-                        what: "exchange",
-                        id: m.exchange.clone(),
-                    })
-                })
+                m.check_amqp()
+                    .err()
+                    .map(|e| PublishOutcome::Rejected(e.to_string()))
             })
             .collect();
-        let to_send: Vec<(usize, &Message)> = messages
+        let publishable: Vec<usize> = (0..messages.len())
+            .filter(|i| outcomes[*i].is_none())
+            .collect();
+        if publishable.is_empty() {
+            return outcomes.into_iter().flatten().collect();
+        }
+        // Every message not decided below was never handed over.
+        let finish = |outcomes: Vec<Option<PublishOutcome>>, why: &dyn fmt::Display| {
+            outcomes
+                .into_iter()
+                .map(|o| o.unwrap_or_else(|| not_sent(why)))
+                .collect::<Vec<_>>()
+        };
+        let Ok(mut state) = timeout_at(deadline, self.take_state()).await else {
+            return finish(outcomes, &out_of_time("publish"));
+        };
+        let session = match self.ensure(&mut state, deadline).await {
+            Ok(s) => s,
+            Err(e) => return finish(outcomes, &e),
+        };
+        if session.connection.status().blocked() {
+            return finish(
+                outcomes,
+                &"the broker has blocked publishing (memory or disk alarm)",
+            );
+        }
+        let names: HashSet<&str> = publishable
             .iter()
-            .enumerate()
-            .filter(|(i, _)| outcomes[*i].is_none())
+            .map(|i| messages[*i].exchange.as_str())
+            .collect();
+        let exists = match Self::check_exchanges(session, names, deadline).await {
+            Ok(e) => e,
+            Err(e) => {
+                state.session = None;
+                return finish(outcomes, &e);
+            }
+        };
+        for i in &publishable {
+            let m = &messages[*i];
+            if !exists.get(&m.exchange).copied().unwrap_or(false) {
+                outcomes[*i] = Some(PublishOutcome::Failed(PortError::NotFound {
+                    what: "exchange",
+                    id: m.exchange.clone(),
+                }));
+            }
+        }
+        let to_send: Vec<(usize, &Message)> = publishable
+            .into_iter()
+            .filter(|i| outcomes[*i].is_none())
+            .map(|i| (i, &messages[i]))
             .collect();
         let mut lost = false;
         for window in to_send.chunks(self.config.max_in_flight.max(1)) {
@@ -361,17 +442,12 @@ impl Publisher for RabbitPublisher {
                 // This window was never sent: the connection died under an earlier one.
                 (
                     refs.iter()
-                        .map(|_| {
-                            PublishOutcome::NotSent(PortError::transient(
-                                "publish",
-                                "connection lost before this part of the batch was sent",
-                            ))
-                        })
+                        .map(|_| not_sent("connection lost before this part of the batch was sent"))
                         .collect(),
                     true,
                 )
             } else {
-                self.publish_window(session, &refs).await
+                self.publish_window(session, &refs, deadline).await
             };
             lost |= broken;
             for ((i, _), r) in window.iter().zip(results) {
@@ -393,6 +469,7 @@ impl Publisher for RabbitPublisher {
 
     async fn check(&self) -> Result<(), PortError> {
         let mut state = self.take_state().await;
-        self.ensure(&mut state).await.map(|_| ())
+        let deadline = Instant::now() + self.config.connect_timeout + Duration::from_secs(1);
+        self.ensure(&mut state, deadline).await.map(|_| ())
     }
 }

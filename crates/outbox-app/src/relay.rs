@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use outbox_core::lease::publish_budget;
 use outbox_core::{BatchCounts, Decision, MessageId, RetryPolicy};
 use outbox_ports::{
     ClaimedMessage, Lease, OutboxStore, PortError, PublishFailure, PublishOutcome, Publisher,
@@ -65,14 +66,17 @@ pub struct Published {
     counts: PublishCounts,
 }
 
-/// Publishes claimed messages and classifies each outcome: confirmed, or failed with
-/// the retry policy's decision (retry later, or dead).
+/// Publishes claimed messages within `budget` (what is left of the lease, see
+/// [`outbox_core::lease::publish_budget`]) and classifies each outcome: confirmed;
+/// never sent (given back, no attempt); permanent (AMQP cannot carry it: dead at
+/// once); or failed with the retry policy's decision (retry later, or dead).
 pub async fn publish_batch(
     publisher: &dyn Publisher,
     lease: Lease,
     claimed: Vec<ClaimedMessage>,
     policy: &RetryPolicy,
     random: Random,
+    budget: Duration,
 ) -> Published {
     let mut counts = PublishCounts {
         claimed: claimed.len() as u64,
@@ -87,11 +91,30 @@ pub async fn publish_batch(
             counts,
         };
     }
-    let (messages, attempts): (Vec<_>, Vec<_>) =
-        claimed.into_iter().map(|c| (c.message, c.attempts)).unzip();
-    let outcomes = publisher.publish(&messages).await;
-    let mut sent: Vec<MessageId> = Vec::with_capacity(messages.len());
     let mut failures = Vec::new();
+    // What AMQP cannot carry never reaches the publisher (a client library may
+    // panic on it) and is dead at once: no retry can change it.
+    let (publishable, unpublishable): (Vec<_>, Vec<_>) = claimed
+        .into_iter()
+        .partition(|c| c.message.check_amqp().is_ok());
+    for c in unpublishable {
+        let why = c
+            .message
+            .check_amqp()
+            .err()
+            .map_or_else(String::new, |e| e.to_string());
+        failures.push(permanent_failure(c.message.id, &why, &mut counts));
+    }
+    let (messages, attempts): (Vec<_>, Vec<_>) = publishable
+        .into_iter()
+        .map(|c| (c.message, c.attempts))
+        .unzip();
+    let outcomes = if messages.is_empty() {
+        Vec::new()
+    } else {
+        publisher.publish_within(&messages, budget).await
+    };
+    let mut sent: Vec<MessageId> = Vec::with_capacity(messages.len());
     let mut unsent = Vec::new();
     for (i, message) in messages.iter().enumerate() {
         match outcomes.get(i) {
@@ -100,6 +123,9 @@ pub async fn publish_batch(
             Some(PublishOutcome::NotSent(_)) => {
                 counts.unsent += 1;
                 unsent.push(message.id);
+            }
+            Some(PublishOutcome::Rejected(why)) => {
+                failures.push(permanent_failure(message.id, why, &mut counts));
             }
             other => {
                 let error = other.map_or_else(
@@ -128,6 +154,18 @@ pub async fn publish_batch(
         failures,
         unsent,
         counts,
+    }
+}
+
+/// The failure of a message that can never be published: dead at once, `why`
+/// naming the field.
+fn permanent_failure(id: MessageId, why: &str, counts: &mut PublishCounts) -> PublishFailure {
+    tracing::warn!(message_id = %id, reason = %why, "message cannot be published; dead at once");
+    counts.dead += 1;
+    PublishFailure {
+        id,
+        error: format!("cannot be published: {why}"),
+        decision: Decision::Dead,
     }
 }
 
@@ -168,7 +206,8 @@ pub async fn record(store: &dyn OutboxStore, p: Published) -> Result<PublishCoun
     Ok(counts)
 }
 
-/// [`publish_batch`] then [`record`].
+/// [`publish_batch`] then [`record`], for rows claimed under `lease` just now (the
+/// budget is the whole lease less its margin).
 ///
 /// # Errors
 /// As [`record`].
@@ -180,7 +219,8 @@ pub async fn publish_claimed(
     policy: &RetryPolicy,
     random: Random,
 ) -> Result<PublishCounts, PortError> {
-    let published = publish_batch(publisher, lease.clone(), claimed, policy, random).await;
+    let budget = publish_budget(lease.ttl, Duration::ZERO);
+    let published = publish_batch(publisher, lease.clone(), claimed, policy, random, budget).await;
     record(store, published).await
 }
 
@@ -265,19 +305,23 @@ impl Relay {
 
     async fn batch(&self, claim: Claim, limit: u32) -> Result<PublishCounts, PortError> {
         let lease = self.leases.next();
+        // Before the claim is sent: the lease ends no earlier than this plus its ttl.
+        let claimed_at = tokio::time::Instant::now();
         let claimed = match claim {
             Claim::Pending => self.store.claim_pending(&lease, limit).await?,
             Claim::DueRetries => self.store.claim_due_retries(&lease, limit).await?,
         };
-        let counts = publish_claimed(
-            &*self.store,
+        let budget = publish_budget(lease.ttl, claimed_at.elapsed());
+        let published = publish_batch(
             &*self.publisher,
-            &lease,
+            lease,
             claimed,
             &self.policy,
             self.random,
+            budget,
         )
-        .await?;
+        .await;
+        let counts = record(&*self.store, published).await?;
         self.counters.add(&counts);
         Ok(counts)
     }
@@ -341,6 +385,8 @@ impl Dispatcher {
         let mut outage_pause: Option<Duration> = None;
         while !cancel.is_cancelled() {
             let lease = relay.leases.next();
+            // Before the claim is sent: the lease ends no earlier than this plus its ttl.
+            let claimed_at = tokio::time::Instant::now();
             let claimed = match relay
                 .store
                 .claim_pending(&lease, self.config.batch_size)
@@ -359,16 +405,18 @@ impl Dispatcher {
             let published = if idle {
                 None
             } else {
-                Some(
+                Some({
+                    let budget = publish_budget(lease.ttl, claimed_at.elapsed());
                     publish_batch(
                         &*relay.publisher,
                         lease,
                         claimed,
                         &relay.policy,
                         relay.random,
+                        budget,
                     )
-                    .await,
-                )
+                    .await
+                })
             };
             // At most one mark in flight: wait for the previous batch's before handing
             // over this one, so a failing store slows the loop down instead of piling up.

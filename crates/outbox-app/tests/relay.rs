@@ -167,7 +167,9 @@ async fn a_publisher_that_returns_too_few_outcomes_cannot_mark_anything_sent() {
         .await
         .expect("enqueue");
     let mut publisher = MockPublisher::new();
-    publisher.expect_publish().returning(|_| Vec::new());
+    publisher
+        .expect_publish_within()
+        .returning(|_, _| Vec::new());
     let lease = Lease::new("holder", Duration::from_secs(30));
     let claimed = store.claim_pending(&lease, 10).await.expect("claim");
     let counts = publish_claimed(&*store, &publisher, &lease, claimed, &fast_retry(5), || 0.5)
@@ -359,4 +361,86 @@ async fn several_pipelines_send_each_message_exactly_once() {
         let r = store.get(m.id).await.expect("get").expect("row");
         assert_eq!(r.publish.attempts, 1, "{r:?}");
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_outlasting_its_lease_hands_nothing_over_after_the_lease_and_spends_no_attempt() {
+    let store = Arc::new(MemoryOutboxStore::new(Arc::new(
+        outbox_adapters_memory::TokioClock::starting_at(
+            outbox_core::Timestamp::from_unix_timestamp(1_700_000_000).expect("valid"),
+        ),
+    )));
+    let broker = MemoryBroker::new();
+    broker.declare_exchange("contract", ExchangeKind::Topic);
+    broker.declare_queue(QUEUE);
+    broker.bind(QUEUE, "contract", "#");
+    // Each message takes 10 ms to hand over; the lease lasts 100 ms: the whole batch
+    // of 10 would take the lease and more.
+    broker.set_publish_delay(Duration::from_millis(10));
+    store
+        .enqueue(outbox_testkit::messages(10))
+        .await
+        .expect("enqueue");
+    let d = Dispatcher::new(
+        store.clone(),
+        Arc::new(broker.clone()),
+        DispatcherConfig {
+            batch_size: 10,
+            lease_ttl: Duration::from_millis(100),
+            retry: fast_retry(5),
+            ..DispatcherConfig::default()
+        },
+        "relay-test",
+    );
+    let started = tokio::time::Instant::now();
+    let counts = d.run_once().await.expect("batch");
+    assert!(
+        started.elapsed() <= Duration::from_millis(100),
+        "the batch ended within its lease: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        (counts.sent, counts.unsent, counts.failed, counts.dead),
+        (8, 2, 0, 0),
+        "8 handed over before the lease's margin, the rest given back: {counts:?}"
+    );
+    assert_eq!(broker.queue_depth(QUEUE).0, 8);
+    let pending = store.list(Status::Pending, 10).await.expect("list");
+    assert_eq!(pending.len(), 2);
+    assert!(
+        pending.iter().all(|r| r.publish.attempts == 0),
+        "no attempt spent"
+    );
+    // Given back: the next batch takes them at once.
+    let counts = d.run_once().await.expect("batch");
+    assert_eq!(counts.sent, 2);
+    assert_eq!(store.count(Status::Sent), 10);
+}
+
+#[tokio::test]
+async fn a_message_amqp_cannot_carry_is_dead_at_once_and_the_others_are_sent() {
+    let (store, broker) = setup();
+    let mut msgs = outbox_testkit::messages(5);
+    // Written around validation, as a row from before the table's constraints.
+    msgs[2].routing_key = "k".repeat(300);
+    let bad = msgs[2].id;
+    store.insert_unchecked(msgs);
+    let counts = dispatcher(&store, &broker, fast_retry(5))
+        .run_once()
+        .await
+        .expect("batch");
+    assert_eq!(
+        (counts.sent, counts.dead, counts.failed),
+        (4, 1, 0),
+        "{counts:?}"
+    );
+    let r = store.get(bad).await.expect("get").expect("row");
+    assert_eq!(r.status, Status::Dead);
+    assert!(
+        r.publish
+            .last_error
+            .unwrap_or_default()
+            .contains("routing_key"),
+        "the reason names the field"
+    );
 }

@@ -11,6 +11,7 @@
 
 pub mod config;
 pub mod duration;
+pub mod lease;
 pub mod message;
 pub mod retry;
 pub mod status;

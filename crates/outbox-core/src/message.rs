@@ -270,6 +270,33 @@ impl Message {
     }
 }
 
+impl Message {
+    /// Checks what AMQP itself cannot carry, whatever the configuration: exchange,
+    /// routing key, type, content type, correlation id and source are AMQP short
+    /// strings (at most [`MAX_SHORT_STRING`] bytes), and so are header names. A
+    /// message failing this can never be published: a relay marks it dead at once
+    /// instead of spending attempts on it (or handing it to a client library that
+    /// panics on it).
+    ///
+    /// # Errors
+    /// [`MessageError`] naming the first field AMQP cannot carry.
+    pub fn check_amqp(&self) -> Result<(), MessageError> {
+        check_limits(
+            [
+                ("exchange", Some(self.exchange.as_str())),
+                ("routing_key", Some(self.routing_key.as_str())),
+                ("message_type", self.message_type.as_deref()),
+                ("content_type", Some(self.content_type.as_str())),
+                ("source", self.source.as_deref()),
+                ("correlation_id", self.correlation_id.as_deref()),
+            ],
+            &self.headers,
+            0,
+            usize::MAX,
+        )
+    }
+}
+
 fn check_limits(
     short: [(&'static str, Option<&str>); 6],
     headers: &Headers,
@@ -291,7 +318,7 @@ fn check_limits(
         }
         if name.len() > MAX_SHORT_STRING {
             return Err(MessageError::TooLong {
-                field: "header name",
+                field: "headers (a name)",
                 len: name.len(),
                 max: MAX_SHORT_STRING,
             });
@@ -374,6 +401,58 @@ mod tests {
                 .validate(10)
                 .is_ok()
         );
+    }
+
+    #[test]
+    fn amqp_checks_name_the_field_and_ignore_the_payload_limit() {
+        let ok = NewMessage::new("e", "k", vec![0; 2 << 20])
+            .into_message(MessageId::v7(at(0), [1; 10]), at(0));
+        assert_eq!(ok.check_amqp(), Ok(()));
+        let m = |f: fn(NewMessage) -> NewMessage| {
+            f(NewMessage::new("e", "k", vec![])).into_message(MessageId::v7(at(0), [1; 10]), at(0))
+        };
+        let long = || "é".repeat(128);
+        type Edit = fn(NewMessage) -> NewMessage;
+        let cases: [(Edit, &str); 7] = [
+            (
+                |n| NewMessage {
+                    exchange: "é".repeat(128),
+                    ..n
+                },
+                "exchange",
+            ),
+            (
+                |n| NewMessage {
+                    routing_key: "é".repeat(128),
+                    ..n
+                },
+                "routing_key",
+            ),
+            (|n| n.with_type("é".repeat(128)), "message_type"),
+            (|n| n.with_content_type("é".repeat(128)), "content_type"),
+            (|n| n.with_source("é".repeat(128)), "source"),
+            (|n| n.with_correlation_id("é".repeat(128)), "correlation_id"),
+            (|n| n.with_header("é".repeat(128), "v"), "headers"),
+        ];
+        assert_eq!(long().len(), 256);
+        for (make, field) in cases {
+            let err = m(make).check_amqp().expect_err(field).to_string();
+            assert!(err.starts_with(field), "{err}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn amqp_check_accepts_exactly_short_strings_up_to_255_bytes(
+            key in "\\PC{0,300}",
+            name in "\\PC{1,300}",
+        ) {
+            let m = NewMessage::new("e", key.clone(), vec![])
+                .with_header(name.clone(), "v")
+                .into_message(MessageId::v7(at(0), [1; 10]), at(0));
+            let fits = key.len() <= MAX_SHORT_STRING && name.len() <= MAX_SHORT_STRING;
+            proptest::prop_assert_eq!(m.check_amqp().is_ok(), fits);
+        }
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! manual acknowledgement.
 
 use std::fmt;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use outbox_core::{Headers, Message, MessageId, Timestamp, message::DEFAULT_CONTENT_TYPE};
@@ -22,9 +23,14 @@ pub enum PublishOutcome {
     /// timeout): it may or may not have reached the broker, so it is retried.
     Failed(PortError),
     /// It was never sent: the broker could not be reached, or it blocks publishers
-    /// (a memory or disk alarm). Nothing about the message is wrong, so a relay
-    /// spends no attempt on it: it gives the message back and waits for the broker.
+    /// (a memory or disk alarm), the batch's time ran out before its turn, or the
+    /// connection broke before it was handed over. Nothing about the message is
+    /// wrong, so a relay spends no attempt on it: it gives the message back and
+    /// waits for the broker.
     NotSent(PortError),
+    /// It can never be published as it is (e.g. a routing key longer than AMQP's
+    /// 255 bytes): permanent, so a relay marks it dead at once with this reason.
+    Rejected(String),
 }
 
 impl PublishOutcome {
@@ -43,18 +49,35 @@ impl fmt::Display for PublishOutcome {
             Self::Unroutable(why) => write!(f, "unroutable: {why}"),
             Self::Failed(e) => write!(f, "{e}"),
             Self::NotSent(e) => write!(f, "not sent: {e}"),
+            Self::Rejected(why) => write!(f, "cannot be published: {why}"),
         }
     }
 }
+
+/// The budget of a publish without a lease: a year, i.e. no deadline but the
+/// publisher's own timeouts (adapters add it to an instant without overflowing).
+pub const NO_PUBLISH_DEADLINE: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// Publishes messages with confirms.
 #[cfg_attr(feature = "mocks", mockall::automock)]
 #[async_trait]
 pub trait Publisher: Send + Sync {
     /// Publishes a batch (pipelined where the broker allows) and waits for every
-    /// outcome. The result has one outcome per message, in the same order; a failure
-    /// of the whole batch shows as `Failed` for each message.
-    async fn publish(&self, messages: &[Message]) -> Vec<PublishOutcome>;
+    /// outcome, all within `budget` from now. The result has one outcome per
+    /// message, in the same order; a failure of the whole batch shows as `Failed`
+    /// for each message.
+    ///
+    /// The budget is what is left of the claim's lease: after it, another relay may
+    /// claim the same rows. So no message is handed to the broker once it is spent
+    /// (those are `NotSent`), and every wait (connecting, the channel, checks,
+    /// confirms) ends with it: a confirm still missing then is `Failed`.
+    async fn publish_within(&self, messages: &[Message], budget: Duration) -> Vec<PublishOutcome>;
+
+    /// [`Publisher::publish_within`] for callers holding no lease: bounded only by
+    /// the publisher's own timeouts.
+    async fn publish(&self, messages: &[Message]) -> Vec<PublishOutcome> {
+        self.publish_within(messages, NO_PUBLISH_DEADLINE).await
+    }
 
     /// Whether the broker is reachable (for readiness checks).
     ///

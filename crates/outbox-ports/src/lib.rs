@@ -18,7 +18,8 @@ mod outbox;
 mod state;
 
 pub use broker::{
-    Acker, DecodeError, Delivery, DeliveryStream, Envelope, PublishOutcome, Publisher, Subscriber,
+    Acker, DecodeError, Delivery, DeliveryStream, Envelope, NO_PUBLISH_DEADLINE, PublishOutcome,
+    Publisher, Subscriber,
 };
 pub use clock::{Clock, SystemClock};
 pub use error::{BoxError, PortError};

@@ -14,8 +14,8 @@ use sqlx::{PgConnection, PgPool};
 use crate::PgSchema;
 use crate::error::port;
 use crate::rows::{
-    ClaimedRow, MESSAGE_COLUMNS, MessageRow, STATE_COLUMNS, delete_in_batches, in_claim_order,
-    millis, sources_of,
+    ClaimedRow, MESSAGE_COLUMNS, MessageRow, STATE_COLUMNS, decode_in_claim_order,
+    delete_in_batches, millis, sources_of,
 };
 
 /// Enqueues messages inside the caller's transaction. Cheap to clone; holds no pool.
@@ -358,9 +358,36 @@ impl PgOutboxStore {
             .fetch_all(&self.pool)
             .await
             .map_err(|e| port("claim", e))?;
-        Ok(in_claim_order(rows)
+        let (good, bad) = decode_in_claim_order(rows);
+        if !bad.is_empty() {
+            self.bury_undecodable(lease, bad).await;
+        }
+        Ok(good
+            .into_iter()
             .map(|(message, attempts)| ClaimedMessage { message, attempts })
             .collect())
+    }
+
+    /// Marks claimed rows that cannot be decoded (written through plain SQL before
+    /// the table's constraints existed) dead at once, under the claim's lease, with
+    /// why: no retry can make them readable. If the mark fails, the rows stay
+    /// leased, come back when the lease runs out and are tried again; the decoded
+    /// rows of the claim flow either way.
+    async fn bury_undecodable(&self, lease: &Lease, bad: Vec<(MessageId, String)>) {
+        let failures: Vec<PublishFailure> = bad
+            .into_iter()
+            .map(|(id, why)| {
+                tracing::warn!(message_id = %id, reason = %why, "claimed row cannot be decoded; dead at once");
+                PublishFailure {
+                    id,
+                    error: format!("cannot be decoded: {why}"),
+                    decision: Decision::Dead,
+                }
+            })
+            .collect();
+        if let Err(e) = self.mark_publish_failed(lease, &failures).await {
+            tracing::warn!(error = %e, rows = failures.len(), "marking undecodable rows dead failed; they come back when their lease runs out");
+        }
     }
 
     async fn revive_error(&self, id: MessageId, target: Status) -> PortError {

@@ -17,7 +17,9 @@ pub(crate) struct MessageRow {
     pub(crate) exchange: String,
     pub(crate) routing_key: String,
     pub(crate) message_type: Option<String>,
-    pub(crate) headers: Json<Headers>,
+    /// Read as any JSON: rows written through plain SQL before the table's
+    /// constraints existed may hold something other than an object of strings.
+    pub(crate) headers: Json<serde_json::Value>,
     pub(crate) payload: Vec<u8>,
     pub(crate) content_type: String,
     pub(crate) source: Option<String>,
@@ -32,13 +34,35 @@ pub(crate) struct MessageRow {
 }
 
 impl MessageRow {
+    /// The headers, or why they are not an object of strings (naming the column).
+    pub(crate) fn headers(&self) -> Result<Headers, String> {
+        serde_json::from_value::<Headers>(self.headers.0.clone())
+            .map_err(|e| format!("headers must be a JSON object whose values are strings ({e})"))
+    }
+
+    /// The message, or why the row cannot be one (naming the column).
+    pub(crate) fn decoded_message(&self) -> Result<Message, String> {
+        let headers = self.headers()?;
+        Ok(Message {
+            headers,
+            ..self.message_with(Headers::new())
+        })
+    }
+
+    /// The message as far as it can be read: headers that are not an object of
+    /// strings read as none (operators still see the row, and its last error says
+    /// why). Claims use [`MessageRow::decoded_message`] instead.
     pub(crate) fn message(&self) -> Message {
+        self.message_with(self.headers().unwrap_or_default())
+    }
+
+    fn message_with(&self, headers: Headers) -> Message {
         Message {
             id: MessageId::from_uuid(self.id),
             exchange: self.exchange.clone(),
             routing_key: self.routing_key.clone(),
             message_type: self.message_type.clone(),
-            headers: self.headers.0.clone(),
+            headers,
             payload: self.payload.clone(),
             content_type: self.content_type.clone(),
             source: self.source.clone(),
@@ -99,6 +123,24 @@ pub(crate) fn in_claim_order(mut rows: Vec<ClaimedRow>) -> impl Iterator<Item = 
     rows.sort_by_key(|r| r.seq);
     rows.into_iter()
         .map(|r| (r.row.message(), r.row.attempts()))
+}
+
+/// Claimed rows in claim order, decoded one by one: the messages with the attempts
+/// made before this claim, and the rows that cannot be decoded with why (naming the
+/// column), so that one bad row never fails the whole claim.
+pub(crate) fn decode_in_claim_order(
+    mut rows: Vec<ClaimedRow>,
+) -> (Vec<(Message, u32)>, Vec<(MessageId, String)>) {
+    rows.sort_by_key(|r| r.seq);
+    let mut good = Vec::with_capacity(rows.len());
+    let mut bad = Vec::new();
+    for r in rows {
+        match r.row.decoded_message() {
+            Ok(m) => good.push((m, r.row.attempts())),
+            Err(why) => bad.push((MessageId::from_uuid(r.row.id), why)),
+        }
+    }
+    (good, bad)
 }
 
 /// Statuses from which `target` may be reached, by the core's transition table: the

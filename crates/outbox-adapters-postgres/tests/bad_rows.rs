@@ -1,0 +1,252 @@
+//! Rows written through the SQL contract that the relay cannot publish: the table
+//! refuses them at INSERT, and a row written before a constraint existed is marked
+//! dead on its own (a reason naming its column) while every other row is claimed.
+
+mod common;
+
+use std::time::Duration;
+
+use outbox_adapters_postgres::{PgOutbox, PgOutboxStore, PgPool, PgSchema};
+use outbox_core::{NewMessage, Status};
+use outbox_ports::{Lease, OutboxStore};
+
+fn lease(name: &str) -> Lease {
+    Lease::new(outbox_testkit::unique_key(name), Duration::from_secs(60))
+}
+
+/// Drops the constraints on `outbox_messages` that keep bad rows out, as on a table
+/// filled before they existed. Only this test's own schema is touched.
+async fn drop_row_constraints(pool: &PgPool, schema: &PgSchema) {
+    let names: Vec<String> = sqlx::query_scalar(
+        "SELECT conname::text FROM pg_constraint c JOIN pg_class t ON t.oid = c.conrelid \
+         JOIN pg_namespace n ON n.oid = t.relnamespace \
+         WHERE n.nspname = $1 AND t.relname = 'outbox_messages' AND c.contype = 'c' \
+         AND conname LIKE 'outbox\\_messages\\_%\\_amqp'",
+    )
+    .bind(schema.as_str())
+    .fetch_all(pool)
+    .await
+    .expect("constraint names");
+    for name in names {
+        sqlx::query(&format!(
+            "ALTER TABLE {}.outbox_messages DROP CONSTRAINT \"{name}\"",
+            schema.quoted()
+        ))
+        .execute(pool)
+        .await
+        .expect("drop constraint");
+    }
+}
+
+/// Inserts one row through plain SQL with the given headers JSON and routing key.
+async fn insert_raw(
+    pool: &PgPool,
+    schema: &PgSchema,
+    routing_key: &str,
+    headers: &str,
+) -> Result<uuid::Uuid, sqlx::Error> {
+    sqlx::query_scalar(&format!(
+        "INSERT INTO {}.outbox_messages (exchange, routing_key, headers, payload) \
+         VALUES ('orders', $1, $2::jsonb, '\\x7b7d') RETURNING id",
+        schema.quoted()
+    ))
+    .bind(routing_key)
+    .bind(headers)
+    .fetch_one(pool)
+    .await
+}
+
+async fn enqueue_good(pool: &PgPool, schema: &PgSchema, n: usize) {
+    let outbox = PgOutbox::new(schema.clone());
+    let mut conn = pool.acquire().await.expect("conn");
+    outbox
+        .enqueue_batch(
+            &mut conn,
+            (0..n)
+                .map(|i| {
+                    NewMessage::new("orders", "order.created", format!("{{\"n\":{i}}}"))
+                        .with_header("traceparent", "00-abc-def-01")
+                })
+                .collect(),
+        )
+        .await
+        .expect("enqueue good rows");
+}
+
+#[tokio::test]
+async fn a_row_whose_headers_cannot_be_decoded_is_dead_and_the_others_are_claimed() {
+    for bad_headers in [r#"{"a": {"b": 1}}"#, "[1, 2]", r#"{"n": 5}"#, "null"] {
+        with_db!(|pool, schema| {
+            drop_row_constraints(&pool, &schema).await;
+            let store = PgOutboxStore::new(pool.clone(), schema.clone());
+            enqueue_good(&pool, &schema, 60).await;
+            let bad = insert_raw(&pool, &schema, "order.created", bad_headers)
+                .await
+                .expect("a bad row goes in without the constraints");
+            enqueue_good(&pool, &schema, 45).await;
+
+            let holder = lease("relay");
+            let claimed = store
+                .claim_pending(&holder, 200)
+                .await
+                .unwrap_or_else(|e| panic!("claim with headers {bad_headers}: {e}"));
+            assert_eq!(
+                claimed.len(),
+                105,
+                "every good row is claimed ({bad_headers})"
+            );
+            assert!(claimed.iter().all(|c| c.message.id.as_uuid() != &bad));
+            let ids: Vec<_> = claimed.iter().map(|c| c.message.id).collect();
+            assert_eq!(store.mark_sent(&holder, &ids).await.expect("mark"), 105);
+
+            let record = store
+                .get(outbox_core::MessageId::from_uuid(bad))
+                .await
+                .expect("get");
+            // `get` decodes the row too: the bad row reads back, with its reason.
+            let record = record.expect("the bad row is still there");
+            assert_eq!(record.status, Status::Dead, "headers {bad_headers}");
+            let reason = record.publish.last_error.unwrap_or_default();
+            assert!(
+                reason.contains("headers"),
+                "reason names the column: {reason}"
+            );
+            assert!(record.message.headers.is_empty());
+
+            // Nothing is left to claim, and the next claim does not fail either.
+            assert!(
+                store
+                    .claim_pending(&lease("again"), 200)
+                    .await
+                    .expect("claim")
+                    .is_empty()
+            );
+        });
+    }
+}
+
+#[tokio::test]
+async fn a_bad_row_claimed_by_a_retry_is_dead_too() {
+    with_db!(|pool, schema| {
+        drop_row_constraints(&pool, &schema).await;
+        let store = PgOutboxStore::new(pool.clone(), schema.clone());
+        let bad = insert_raw(&pool, &schema, "k", "[1, 2]")
+            .await
+            .expect("bad row");
+        sqlx::query(&format!(
+            "UPDATE {}.outbox_messages SET status = 'publish_failed', attempts = 1, \
+             next_attempt_at = now() - interval '1 second'",
+            schema.quoted()
+        ))
+        .execute(&pool)
+        .await
+        .expect("make it a due retry");
+        let claimed = store
+            .claim_due_retries(&lease("sweep"), 10)
+            .await
+            .expect("claim retries");
+        assert!(claimed.is_empty());
+        let r = store
+            .get(outbox_core::MessageId::from_uuid(bad))
+            .await
+            .expect("get")
+            .expect("row");
+        assert_eq!(r.status, Status::Dead);
+        assert!(r.publish.last_error.unwrap_or_default().contains("headers"));
+    });
+}
+
+/// The error of an INSERT, as text (panics when it succeeds).
+async fn refused(pool: &PgPool, schema: &PgSchema, columns: &str, values: &str) -> String {
+    match sqlx::query(&format!(
+        "INSERT INTO {}.outbox_messages (exchange, routing_key, payload, {columns}) \
+         VALUES ('orders', 'k', '\\x00', {values})",
+        schema.quoted()
+    ))
+    .execute(pool)
+    .await
+    {
+        Ok(_) => panic!("the table took ({columns}) = ({values})"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[tokio::test]
+async fn the_table_refuses_rows_amqp_cannot_carry() {
+    with_db!(|pool, schema| {
+        let long = "'".to_owned() + &"x".repeat(256) + "'";
+        // 128 two-byte characters: 256 bytes, over the limit though only 128 long.
+        let wide = "'".to_owned() + &"é".repeat(128) + "'";
+        for (column, value, names) in [
+            ("exchange", long.as_str(), "exchange"),
+            ("routing_key", wide.as_str(), "routing_key"),
+            ("message_type", long.as_str(), "message_type"),
+            ("content_type", long.as_str(), "content_type"),
+            ("correlation_id", long.as_str(), "correlation_id"),
+            ("source", long.as_str(), "source"),
+            ("headers", r#"'{"a": {"b": 1}}'"#, "headers"),
+            ("headers", "'[1, 2]'", "headers"),
+            ("headers", r#"'{"n": 5}'"#, "headers"),
+            ("headers", "'null'", "headers"),
+        ] {
+            // exchange and routing_key are already in the column list: override them.
+            let err = match column {
+                "exchange" | "routing_key" => match sqlx::query(&format!(
+                    "INSERT INTO {}.outbox_messages ({column}, {}, payload) VALUES ({value}, 'k', '\\x00')",
+                    schema.quoted(),
+                    if column == "exchange" { "routing_key" } else { "exchange" }
+                ))
+                .execute(&pool)
+                .await
+                {
+                    Ok(_) => panic!("the table took {column} = {value}"),
+                    Err(e) => e.to_string(),
+                },
+                _ => refused(&pool, &schema, column, value).await,
+            };
+            assert!(
+                err.contains(&format!("outbox_messages_{names}_amqp")),
+                "{column} = {value}: the error names the constraint: {err}"
+            );
+        }
+        let long_name = format!(r#"'{{"{}": "v"}}'"#, "h".repeat(256));
+        let err = refused(&pool, &schema, "headers", &long_name).await;
+        assert!(err.contains("outbox_messages_headers_amqp"), "{err}");
+
+        // At the limits, everything goes in.
+        let at_limit = "x".repeat(255);
+        sqlx::query(&format!(
+            "INSERT INTO {}.outbox_messages (exchange, routing_key, message_type, content_type, \
+             correlation_id, source, headers, payload) VALUES ($1, $1, $1, $1, $1, $1, $2::jsonb, '\\x00')",
+            schema.quoted()
+        ))
+        .bind(&at_limit)
+        .bind(format!(r#"{{"{at_limit}": "{}"}}"#, "v".repeat(1000)))
+        .execute(&pool)
+        .await
+        .expect("values at the limits are taken");
+        sqlx::query(&format!(
+            "INSERT INTO {}.outbox_messages (exchange, routing_key, payload) VALUES ('', 'q', '\\x00')",
+            schema.quoted()
+        ))
+        .execute(&pool)
+        .await
+        .expect("the smallest insert of the contract still works");
+    });
+}
+
+#[tokio::test]
+async fn enqueue_names_the_field_amqp_cannot_carry() {
+    with_db!(|pool, schema| {
+        let outbox = PgOutbox::new(schema.clone());
+        let mut conn = pool.acquire().await.expect("conn");
+        let err = outbox
+            .enqueue(
+                &mut conn,
+                NewMessage::new("orders", "k".repeat(300), b"{}".to_vec()),
+            )
+            .await
+            .expect_err("refused");
+        assert!(err.to_string().contains("routing_key"), "{err}");
+    });
+}

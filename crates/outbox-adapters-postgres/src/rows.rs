@@ -125,12 +125,14 @@ pub(crate) fn in_claim_order(mut rows: Vec<ClaimedRow>) -> impl Iterator<Item = 
         .map(|r| (r.row.message(), r.row.attempts()))
 }
 
+/// Decoded claimed rows (message, attempts before this claim) and the undecodable
+/// ones (id, why).
+pub(crate) type DecodedClaim = (Vec<(Message, u32)>, Vec<(MessageId, String)>);
+
 /// Claimed rows in claim order, decoded one by one: the messages with the attempts
 /// made before this claim, and the rows that cannot be decoded with why (naming the
 /// column), so that one bad row never fails the whole claim.
-pub(crate) fn decode_in_claim_order(
-    mut rows: Vec<ClaimedRow>,
-) -> (Vec<(Message, u32)>, Vec<(MessageId, String)>) {
+pub(crate) fn decode_in_claim_order(mut rows: Vec<ClaimedRow>) -> DecodedClaim {
     rows.sort_by_key(|r| r.seq);
     let mut good = Vec::with_capacity(rows.len());
     let mut bad = Vec::new();

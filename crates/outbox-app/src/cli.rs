@@ -360,6 +360,7 @@ async fn run_relay(cfg: RelayConfig) -> anyhow::Result<ExitCode> {
             lock_probe_key: probe_key,
             counters: relay.counters.clone(),
             token: cfg.http.token.clone(),
+            health: relay.health.clone(),
         };
         let address = cfg.http.address;
         let c = cancel.clone();
@@ -377,9 +378,13 @@ async fn run_relay(cfg: RelayConfig) -> anyhow::Result<ExitCode> {
     } else {
         None
     };
+    let health = relay.health.clone();
     tokio::select! {
         () = shutdown_signal() => {}
         () = cancel.cancelled() => {}
+        // A task that panicked or stopped: exit non-zero so a supervisor restarts
+        // the process, rather than stay up publishing nothing.
+        () = health.failed() => {}
     }
     cancel.cancel();
     // Batches in flight finish (bounded by the confirm timeout); unconfirmed rows stay
@@ -398,6 +403,10 @@ async fn run_relay(cfg: RelayConfig) -> anyhow::Result<ExitCode> {
     };
     sweeps.abort();
     tracing::info!("relay stopped");
+    if let Some(why) = health.failure() {
+        eprintln!("error: relay task failed: {why}");
+        return Ok(ExitCode::FAILURE);
+    }
     Ok(if http_ok {
         ExitCode::SUCCESS
     } else {

@@ -34,6 +34,8 @@ pub struct HttpState {
     pub counters: Arc<RelayCounters>,
     /// Bearer token, if required.
     pub token: Option<String>,
+    /// The relay's tasks: a panicked or stopped one fails readiness.
+    pub health: Arc<crate::ServiceHealth>,
 }
 
 /// The process-wide Prometheus recorder (installed once).
@@ -89,13 +91,14 @@ async fn readyz(State(state): State<HttpState>, headers: HeaderMap) -> Response 
     if !authorized(&state, &headers) {
         return StatusCode::UNAUTHORIZED.into_response();
     }
-    let checks = readiness(
+    let mut checks = readiness(
         &*state.store,
         &*state.publisher,
         &*state.lock,
         &state.lock_probe_key,
     )
     .await;
+    checks.push(("relay", state.health.failure().map_or(Ok(()), Err)));
     let ready = checks.iter().all(|(_, r)| r.is_ok());
     let lines: Vec<String> = checks
         .iter()

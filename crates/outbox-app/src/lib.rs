@@ -20,6 +20,7 @@ pub mod lease;
 pub mod pg_consumer;
 pub mod relay;
 pub mod service;
+pub mod supervision;
 pub mod sweeper;
 pub mod wiring;
 
@@ -31,6 +32,7 @@ pub use lease::LeaseFactory;
 pub use pg_consumer::{PgConsumeRetryTask, PgConsumerWorker, PgHandler, PgHandlerRegistry};
 pub use relay::{Dispatcher, DispatcherConfig, PublishCounts, PublishRetryTask, RelayCounters};
 pub use service::{RelayBuilder, RelayHandles};
+pub use supervision::ServiceHealth;
 pub use sweeper::{RetrySweeper, SweepTask};
 pub use tokio_util::sync::CancellationToken;
 

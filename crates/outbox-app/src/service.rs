@@ -11,8 +11,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::relay::Wakeup;
+use crate::supervision::supervise;
 use crate::{
     Dispatcher, DispatcherConfig, LeaseFactory, PublishRetryTask, RelayCounters, RetrySweeper,
+    ServiceHealth,
 };
 
 /// Builds a relay from its adapters.
@@ -53,6 +55,9 @@ pub struct RelayHandles {
     pub reports: mpsc::UnboundedReceiver<SweepReport>,
     /// This instance's name.
     pub instance: String,
+    /// Failed once a task panicked or stopped before the token fired: readiness
+    /// fails, and `outbox run` exits non-zero.
+    pub health: Arc<ServiceHealth>,
 }
 
 impl RelayHandles {
@@ -175,20 +180,34 @@ impl RelayBuilder {
         )
         .with_reports(tx);
         tracing::info!(instance = %self.instance, "relay starting");
+        let health = Arc::new(ServiceHealth::default());
+        // Each pipeline on its own task, so one that panics ends only itself; any
+        // such end fails the relay (see `supervision`).
+        let pipelines: Vec<JoinHandle<()>> = dispatchers
+            .into_iter()
+            .map(|d| {
+                supervise(
+                    "dispatcher",
+                    d.run(cancel.clone()),
+                    cancel.clone(),
+                    Arc::clone(&health),
+                )
+            })
+            .collect();
         RelayHandles {
-            dispatcher: {
-                let cancel = cancel.clone();
-                tokio::spawn(async move {
-                    futures::future::join_all(
-                        dispatchers.into_iter().map(|d| d.run(cancel.clone())),
-                    )
-                    .await;
-                })
-            },
-            sweeper: tokio::spawn(sweeper.run(cancel.clone())),
+            dispatcher: tokio::spawn(async move {
+                futures::future::join_all(pipelines).await;
+            }),
+            sweeper: supervise(
+                "publish-retry sweeper",
+                sweeper.run(cancel.clone()),
+                cancel.clone(),
+                Arc::clone(&health),
+            ),
             counters,
             reports,
             instance: self.instance,
+            health,
         }
     }
 }

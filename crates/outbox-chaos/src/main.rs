@@ -195,6 +195,7 @@ const SCENARIOS: &[(&str, bool, ScenarioFn)] = &[
     ("lease_lost", false, |c| Box::pin(scenarios::lease_lost(c))),
     ("racing", true, |c| Box::pin(scenarios::racing(c))),
     ("poison", true, |c| Box::pin(scenarios::poison(c))),
+    ("bad_rows", true, |c| Box::pin(scenarios::bad_rows(c))),
     ("bad_config", true, |c| Box::pin(scenarios::bad_config(c))),
 ];
 

@@ -1,4 +1,4 @@
-//! The eight scenarios of the fault suite. Each makes its own [`World`], injects
+//! The scenarios of the fault suite. Each makes its own [`World`], injects
 //! its fault while orders stream in, and hands over to [`conclude`] for counting.
 
 use std::time::{Duration, Instant};
@@ -12,7 +12,7 @@ use crate::world::{Coordination, SweepOpts, World, free_port, metric, signal};
 use crate::{Ctx, Report, conclude};
 use outbox_core::Status;
 use outbox_examples::billing::CONSUMER;
-use outbox_ports::InboxStore;
+use outbox_ports::{InboxStore, OutboxStore};
 use outbox_testkit::services;
 
 fn report(name: &'static str) -> Report {
@@ -526,6 +526,190 @@ pub(crate) async fn poison(ctx: &Ctx) -> anyhow::Result<Report> {
     Ok(r)
 }
 
+/// Rows written through the documented SQL contract before the table's AMQP
+/// constraints existed: each (what it is, SQL expressions for exchange, routing
+/// key, message type and headers, the text its dead reason must contain).
+const BAD_ROWS: &[(&str, &str, &str, &str, &str, &str)] = &[
+    (
+        "nested header value",
+        "$1",
+        "'order.created'",
+        "NULL",
+        r#"'{"a": {"b": 1}}'"#,
+        "headers",
+    ),
+    (
+        "headers an array",
+        "$1",
+        "'order.created'",
+        "NULL",
+        "'[1, 2]'",
+        "headers",
+    ),
+    (
+        "routing key of 300 bytes",
+        "$1",
+        "repeat('k', 300)",
+        "NULL",
+        "'{}'",
+        "routing_key",
+    ),
+    (
+        "exchange of 300 bytes",
+        "repeat('e', 300)",
+        "'order.created'",
+        "NULL",
+        "'{}'",
+        "exchange",
+    ),
+    (
+        "message type of 300 bytes",
+        "$1",
+        "'order.created'",
+        "repeat('t', 300)",
+        "'{}'",
+        "message_type",
+    ),
+    (
+        "header name of 300 bytes",
+        "$1",
+        "'order.created'",
+        "NULL",
+        "jsonb_build_object(repeat('h', 300), 'v')",
+        "headers",
+    ),
+];
+
+/// Scenario 8: Bad rows among good orders, written by plain SQL into a table without
+/// the AMQP constraints (as rows written before the constraints existed): each is
+/// dead at once with a reason naming its column, every order flows, and the relay
+/// stays ready and publishing.
+pub(crate) async fn bad_rows(ctx: &Ctx) -> anyhow::Result<Report> {
+    let w = World::new("badrows", &ctx.urls, &ctx.bins).await?;
+    let o = w.shop.outbox_schema.quoted();
+    let constraints: Vec<String> = sqlx::query_scalar(&format!(
+        "SELECT conname::text FROM pg_constraint WHERE conrelid = '{o}.outbox_messages'::regclass \
+         AND conname LIKE 'outbox\\_messages\\_%\\_amqp'"
+    ))
+    .fetch_all(&w.pool)
+    .await?;
+    for c in &constraints {
+        sqlx::query(&format!(
+            "ALTER TABLE {o}.outbox_messages DROP CONSTRAINT \"{}\"",
+            c.replace('"', "")
+        ))
+        .execute(&w.pool)
+        .await?;
+    }
+    let port = free_port()?;
+    let cfg = w.relay_config(
+        "r1",
+        Coordination::Postgres,
+        Some(port),
+        SweepOpts::default(),
+    );
+    let relay = w.relay("r1", &cfg)?;
+    let consumer = w.consumer("c1", &[])?;
+    let producer = w.produce(1, ctx.orders(), Ctx::RATE);
+    wait_committed(&w, 100).await?;
+    let mut ids = Vec::new();
+    for (label, exchange, key, kind, headers, _) in BAD_ROWS {
+        let id: uuid::Uuid = sqlx::query_scalar(&format!(
+            "INSERT INTO {o}.outbox_messages (exchange, routing_key, message_type, headers, payload) \
+             VALUES ({exchange}, {key}, {kind}, {headers}::jsonb, convert_to('{{\"bad_row\": true}}', 'UTF8')) \
+             RETURNING id"
+        ))
+        .bind(&w.shop.exchange)
+        .fetch_one(&w.pool)
+        .await
+        .with_context(|| format!("insert the bad row {label:?}"))?;
+        ids.push(id);
+    }
+    let produced = producer.finish().await;
+    let fault_end = Instant::now();
+    let mut r = report("bad_rows");
+    r.enqueued = BAD_ROWS.len() as u64;
+    r.committed = BAD_ROWS.len() as u64;
+    r.expected_dead = BAD_ROWS.len() as u64;
+    // While the relay still runs: every order through, every bad row dead; then it
+    // must still say it is ready and count what it published.
+    let bad = BAD_ROWS.len() as u64;
+    let through = w
+        .wait_until(
+            "every order consumed and the bad rows dead",
+            ctx.settle_timeout(),
+            async |w| {
+                w.tally()
+                    .await
+                    .is_ok_and(|t| t.unaccounted == 0 && t.dead_outbox >= bad)
+            },
+        )
+        .await;
+    let orders = w.committed().await;
+    let ready = readyz(port).await;
+    let published = metric(port, "outbox_published_total").await.unwrap_or(0.0) as u64;
+    let mut r = conclude(ctx, &w, r, produced, fault_end, vec![relay, consumer]).await?;
+    if let Err(e) = through {
+        r.failures.push(format!("{e:#}"));
+    }
+    if constraints.len() != 7 {
+        r.failures.push(format!(
+            "expected the 7 AMQP constraints of the migration to drop, found {constraints:?}"
+        ));
+    }
+    let mut dead_as_expected = 0;
+    for ((label, .., column), id) in BAD_ROWS.iter().zip(&ids) {
+        let rec = w.outbox.get(outbox_core::MessageId::from_uuid(*id)).await?;
+        match rec
+            .as_ref()
+            .map(|r| (r.status, r.publish.last_error.as_deref()))
+        {
+            Some((Status::Dead, Some(e))) if e.contains(column) => {
+                dead_as_expected += 1;
+                r.notes.push(format!("{label}: dead, {e}"));
+            }
+            other => r.failures.push(format!(
+                "{label}: expected dead naming {column}, found {other:?}"
+            )),
+        }
+    }
+    // A bad row not dead is unaccounted for: the rows are not orders, so the tally
+    // cannot see them.
+    r.lost += BAD_ROWS.len() as u64 - dead_as_expected;
+    if ready != Some(200) {
+        r.failures.push(format!(
+            "/readyz answered {ready:?} after the bad rows, not 200"
+        ));
+    }
+    if published < orders {
+        r.failures.push(format!(
+            "outbox_published_total {published} < the {orders} committed orders"
+        ));
+    }
+    let passed = r.passed();
+    w.cleanup(!passed).await;
+    Ok(r)
+}
+
+/// The HTTP status of `127.0.0.1:port/readyz`.
+async fn readyz(port: u16) -> Option<u16> {
+    let out = Command::new("curl")
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "5",
+            &format!("http://127.0.0.1:{port}/readyz"),
+        ])
+        .output()
+        .await
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+}
+
 /// One bad input at the edge: what is run, and what its refusal must say.
 struct BadInput {
     label: &'static str,
@@ -536,7 +720,7 @@ struct BadInput {
     secret: Option<&'static str>,
 }
 
-/// Scenario 8: Bad configuration and bad input: each must be refused with a clear message
+/// Scenario 9: Bad configuration and bad input: each must be refused with a clear message
 /// and a non-zero exit, with nothing written and no secret shown.
 pub(crate) async fn bad_config(ctx: &Ctx) -> anyhow::Result<Report> {
     let w = World::new("badcfg", &ctx.urls, &ctx.bins).await?;

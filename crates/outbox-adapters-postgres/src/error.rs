@@ -77,3 +77,21 @@ pub(crate) fn port(operation: &'static str, e: sqlx::Error) -> PortError {
         }
     }
 }
+
+/// Why a handler's transaction failed, when the database refused one of its
+/// statements (a constraint checked at COMMIT, a serialization failure, a transaction
+/// left aborted): that is a failed attempt of the delivery, to store and retry with
+/// backoff. `None` when the database could not be reached or is shutting down, or the
+/// answer never came: then nothing is known to be refused, and the delivery goes back
+/// to the broker instead.
+pub(crate) fn refused_by_database(e: &sqlx::Error) -> Option<String> {
+    let sqlx::Error::Database(db) = e else {
+        return None;
+    };
+    let code = db.code().unwrap_or_default().into_owned();
+    let unavailable = code.starts_with("08")
+        || code.starts_with("53")
+        || code.starts_with("57")
+        || code.starts_with("58");
+    (!unavailable).then(|| format!("{} (SQLSTATE {code})", db.message()))
+}

@@ -9,10 +9,10 @@ use outbox_ports::{
     Arrival, ClaimedDelivery, DeadLetter, InboxRecord, InboxStats, InboxStore, Lease, PortError,
 };
 use sqlx::types::Json;
-use sqlx::{PgConnection, PgPool};
+use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 
 use crate::PgSchema;
-use crate::error::port;
+use crate::error::{port, refused_by_database};
 use crate::rows::{
     ClaimedRow, MESSAGE_COLUMNS, MessageRow, STATE_COLUMNS, delete_in_batches, in_claim_order,
     millis, sources_of,
@@ -132,6 +132,72 @@ pub type TxHandler<'h> = Box<
         + 'h,
 >;
 
+/// The savepoint a handler runs under. Releasing it fails when the transaction was
+/// aborted, which is how a failed statement the handler ignored is caught: PostgreSQL
+/// answers the COMMIT of an aborted transaction with a ROLLBACK and no error.
+const HANDLER_SAVEPOINT: &str = "outbox_handler";
+
+/// Runs `handler` in `tx` and commits. `Ok(Err(reason))` is a failed attempt, rolled
+/// back: the handler's error, a transaction the handler left aborted, or a COMMIT the
+/// database refused (a deferred constraint, a serialization failure). `Err` is a
+/// database that could not be reached, where the outcome of a COMMIT is unknown.
+async fn run_and_commit(
+    mut tx: Transaction<'_, Postgres>,
+    handler: TxHandler<'_>,
+) -> Result<Result<(), String>, PortError> {
+    sqlx::query(&format!("SAVEPOINT {HANDLER_SAVEPOINT}"))
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| port("savepoint", e))?;
+    let failure = match handler(&mut tx).await {
+        Err(error) => error,
+        Ok(()) => {
+            let released = sqlx::query(&format!("RELEASE SAVEPOINT {HANDLER_SAVEPOINT}"))
+                .execute(&mut *tx)
+                .await;
+            match released {
+                Ok(_) => {
+                    return match tx.commit().await {
+                        Ok(()) => Ok(Ok(())),
+                        Err(e) => match refused_by_database(&e) {
+                            Some(why) => Ok(Err(format!(
+                                "the database refused the commit of the handler's transaction: {why}"
+                            ))),
+                            None => Err(port("commit", e)),
+                        },
+                    };
+                }
+                Err(e) => match refused_by_database(&e) {
+                    Some(why) => aborted_reason(&e, &why),
+                    None => return Err(port("release savepoint", e)),
+                },
+            }
+        }
+    };
+    tx.rollback().await.map_err(|e| port("rollback", e))?;
+    Ok(Err(failure))
+}
+
+/// The failure text when the handler returned `Ok` but its savepoint could not be
+/// released.
+fn aborted_reason(e: &sqlx::Error, why: &str) -> String {
+    let code = match e {
+        sqlx::Error::Database(db) => db.code().map(std::borrow::Cow::into_owned),
+        _ => None,
+    };
+    if code.as_deref() == Some("25P02") {
+        format!(
+            "the transaction was aborted by a statement the handler ignored \
+             (the handler returned Ok after a statement failed): {why}"
+        )
+    } else {
+        format!(
+            "the handler returned Ok but left its transaction unusable \
+             (ended it, or rolled back past its savepoint): {why}"
+        )
+    }
+}
+
 /// [`InboxStore`] on PostgreSQL.
 #[derive(Debug, Clone)]
 pub struct PgInboxStore {
@@ -170,16 +236,21 @@ impl PgInboxStore {
     /// Exactly once in effect: in one transaction, records `message` for `consumer`
     /// as consumed and runs `handler` with that transaction's connection. Both commit
     /// together, or neither does. A message recorded before is a
-    /// [`ConsumeOutcome::Duplicate`] and the handler does not run. A handler error
-    /// rolls its writes back and stores the failure (attempt 1) for the consume sweep.
+    /// [`ConsumeOutcome::Duplicate`] and the handler does not run. A failed attempt
+    /// (the handler's error, a statement it ignored that left the transaction
+    /// aborted, a refusal at COMMIT) rolls its writes back and stores the failure
+    /// (attempt 1) for the consume sweep, under `lease`: a holder unique to this
+    /// attempt, so no other worker's marks can land on the row.
     ///
     /// # Errors
-    /// A database error; then nothing was recorded and the delivery should be returned
-    /// to the broker.
+    /// The database could not be reached (or the COMMIT's answer never came); then
+    /// nothing is known to be recorded and the delivery should be returned to the
+    /// broker: a redelivery finds the row if the COMMIT did happen.
     pub async fn consume_in_transaction(
         &self,
         consumer: &str,
         message: &Message,
+        lease: &Lease,
         decide: impl FnOnce(u32) -> Decision + Send,
         handler: TxHandler<'_>,
     ) -> Result<ConsumeOutcome, PortError> {
@@ -192,37 +263,29 @@ impl PgInboxStore {
             tx.rollback().await.map_err(|e| port("rollback", e))?;
             return Ok(ConsumeOutcome::Duplicate);
         }
-        match handler(&mut tx).await {
-            Ok(()) => {
-                tx.commit().await.map_err(|e| port("commit", e))?;
-                Ok(ConsumeOutcome::Consumed)
+        let Err(error) = run_and_commit(tx, handler).await? else {
+            return Ok(ConsumeOutcome::Consumed);
+        };
+        match self.record_arrival(consumer, message, lease).await? {
+            Arrival::New => {
+                self.mark_consume_failed(consumer, message.id, lease, &error, decide(1))
+                    .await?;
+                Ok(ConsumeOutcome::Failed(error))
             }
-            Err(error) => {
-                tx.rollback().await.map_err(|e| port("rollback", e))?;
-                let lease = Lease::new(
-                    format!("tx-{}", message.id),
-                    std::time::Duration::from_secs(60),
-                );
-                match self.record_arrival(consumer, message, &lease).await? {
-                    Arrival::New => {
-                        self.mark_consume_failed(consumer, message.id, &lease, &error, decide(1))
-                            .await?;
-                        Ok(ConsumeOutcome::Failed(error))
-                    }
-                    Arrival::Duplicate(_) => Ok(ConsumeOutcome::Duplicate),
-                }
-            }
+            Arrival::Duplicate(_) => Ok(ConsumeOutcome::Duplicate),
         }
     }
 
     /// Exactly once in effect for a consume retry: `message` was claimed by the sweep
     /// under `lease` (see [`InboxStore::claim_due`]). In one transaction the row is
     /// marked consumed (only if `lease` still holds it) and `handler` runs with that
-    /// transaction's connection; both commit or neither. A handler error rolls back
-    /// and records the failure (`decide` gets the attempt number) under the lease.
+    /// transaction's connection; both commit or neither. A failed attempt (as in
+    /// [`Self::consume_in_transaction`]) rolls back and records the failure (`decide`
+    /// gets the attempt number) under the lease.
     ///
     /// # Errors
-    /// A database error; the row stays claimed until the lease runs out.
+    /// The database could not be reached; the row stays claimed until the lease runs
+    /// out.
     pub async fn retry_in_transaction(
         &self,
         consumer: &str,
@@ -247,19 +310,13 @@ impl PgInboxStore {
             tx.rollback().await.map_err(|e| port("rollback", e))?;
             return Ok(ConsumeOutcome::Duplicate);
         }
-        match handler(&mut tx).await {
-            Ok(()) => {
-                tx.commit().await.map_err(|e| port("commit", e))?;
-                Ok(ConsumeOutcome::Consumed)
-            }
-            Err(error) => {
-                tx.rollback().await.map_err(|e| port("rollback", e))?;
-                let decision = decide(attempts_before.saturating_add(1));
-                self.mark_consume_failed(consumer, message.id, lease, &error, decision)
-                    .await?;
-                Ok(ConsumeOutcome::Failed(error))
-            }
-        }
+        let Err(error) = run_and_commit(tx, handler).await? else {
+            return Ok(ConsumeOutcome::Consumed);
+        };
+        let decision = decide(attempts_before.saturating_add(1));
+        self.mark_consume_failed(consumer, message.id, lease, &error, decision)
+            .await?;
+        Ok(ConsumeOutcome::Failed(error))
     }
 
     /// Retention: deletes consumed deliveries older than `age`, `batch` per

@@ -193,10 +193,11 @@ async fn a_handler_in_the_inbox_transaction_takes_effect_exactly_once() {
                 .expect("count")
         };
         let retry = |_| Decision::RetryAfter(Duration::from_millis(10));
+        let lease = lease("worker");
 
         // A failing handler: its write is rolled back, the failure is stored.
         let out = inbox
-            .consume_in_transaction("billing", &m, retry, run(true))
+            .consume_in_transaction("billing", &m, &lease, retry, run(true))
             .await
             .expect("consume");
         assert_eq!(out, ConsumeOutcome::Failed("downstream refused".into()));
@@ -229,7 +230,7 @@ async fn a_handler_in_the_inbox_transaction_takes_effect_exactly_once() {
             });
         assert_eq!(
             inbox
-                .consume_in_transaction("billing", &m2, retry, ok)
+                .consume_in_transaction("billing", &m2, &lease, retry, ok)
                 .await
                 .expect("consume"),
             ConsumeOutcome::Consumed
@@ -242,7 +243,7 @@ async fn a_handler_in_the_inbox_transaction_takes_effect_exactly_once() {
             });
         assert_eq!(
             inbox
-                .consume_in_transaction("billing", &m2, retry, again)
+                .consume_in_transaction("billing", &m2, &lease, retry, again)
                 .await
                 .expect("consume"),
             ConsumeOutcome::Duplicate

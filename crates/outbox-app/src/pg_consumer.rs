@@ -109,9 +109,13 @@ impl PgShared {
             flag.store(d == Decision::Dead, Ordering::Relaxed);
             d
         };
+        // A holder of this attempt's own: a failure is recorded under it, so marks of
+        // another worker handling the same message cannot touch this row, nor ours
+        // theirs.
+        let lease = self.leases.next();
         match self
             .inbox
-            .consume_in_transaction(name, &message, decide, self.tx_handler(&message))
+            .consume_in_transaction(name, &message, &lease, decide, self.tx_handler(&message))
             .await
         {
             Ok(outcome) => {
@@ -202,13 +206,16 @@ impl SweepTask for PgConsumeRetryTask {
 
     async fn run_batch(&self, limit: u32) -> Result<BatchCounts, PortError> {
         let s = &self.shared;
-        let lease = s.leases.next();
-        let claimed = s.inbox.claim_due(&s.config.name, &lease, limit).await?;
-        let mut counts = BatchCounts {
-            claimed: claimed.len() as u64,
-            ..BatchCounts::default()
-        };
-        for c in claimed {
+        let mut counts = BatchCounts::default();
+        // One claim per row, each under a lease of its own taken just before its
+        // handler runs: a lease on a whole batch would run out for the rows at its end
+        // while the first ones are handled, and another sweep would take them.
+        while counts.claimed < u64::from(limit) {
+            let lease = s.leases.next();
+            let Some(c) = s.inbox.claim_due(&s.config.name, &lease, 1).await?.pop() else {
+                break;
+            };
+            counts.claimed += 1;
             let went_dead = Arc::new(std::sync::atomic::AtomicBool::new(false));
             let flag = Arc::clone(&went_dead);
             let decide = s.decide();
@@ -217,7 +224,7 @@ impl SweepTask for PgConsumeRetryTask {
                 flag.store(d == Decision::Dead, Ordering::Relaxed);
                 d
             };
-            let outcome = s
+            let retried = s
                 .inbox
                 .retry_in_transaction(
                     &s.config.name,
@@ -227,7 +234,19 @@ impl SweepTask for PgConsumeRetryTask {
                     decide,
                     s.tx_handler(&c.message),
                 )
-                .await?;
+                .await;
+            let outcome = match retried {
+                Ok(outcome) => outcome,
+                Err(e) => {
+                    // One row must not end the sweep: this one stays claimed until its
+                    // lease runs out, then a later sweep takes it again.
+                    tracing::warn!(consumer = %s.config.name, message_id = %c.message.id, error = %e, "consume retry could not be recorded; left to its lease");
+                    continue;
+                }
+            };
+            if let ConsumeOutcome::Failed(error) = &outcome {
+                tracing::debug!(consumer = %s.config.name, message_id = %c.message.id, %error, "consume retry failed");
+            }
             s.count(&outcome, went_dead.load(Ordering::Relaxed));
             match outcome {
                 ConsumeOutcome::Consumed => counts.consume_retried += 1,

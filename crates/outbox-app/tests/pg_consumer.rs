@@ -196,3 +196,317 @@ async fn effects_happen_exactly_once_despite_redeliveries_failures_and_panics() 
         .await
         .expect("drop");
 }
+
+/// What a [`DbFaults`] handler does with a message, by its payload.
+const SWALLOW: &[u8] = b"swallow";
+const DEFERRED: &[u8] = b"deferred";
+const FAIL_FIRST: &[u8] = b"fail-first";
+
+/// A handler that writes one effect row, and:
+/// - `swallow`: first runs a statement that fails and ignores its error, as a handler
+///   meaning to skip a unique violation would; the transaction is then aborted;
+/// - `deferred`: writes a row twice into a table whose unique constraint is
+///   `DEFERRABLE INITIALLY DEFERRED`, so the failure comes at COMMIT;
+/// - `fail-first`: fails its first attempt with an ordinary error, then as `deferred`
+///   when the message id is in `deferred_on_retry`, else succeeds.
+struct DbFaults {
+    schema: PgSchema,
+    attempts: std::sync::Mutex<std::collections::HashMap<outbox_core::MessageId, u32>>,
+    deferred_on_retry: std::collections::HashSet<outbox_core::MessageId>,
+}
+
+impl DbFaults {
+    fn new(schema: &PgSchema) -> Self {
+        Self {
+            schema: schema.clone(),
+            attempts: std::sync::Mutex::default(),
+            deferred_on_retry: std::collections::HashSet::new(),
+        }
+    }
+
+    async fn deferred_violation(
+        &self,
+        conn: &mut PgConnection,
+        m: &Message,
+    ) -> Result<(), HandlerError> {
+        for _ in 0..2 {
+            sqlx::query(&format!(
+                "INSERT INTO {}.deferred_unique VALUES ($1)",
+                self.schema.quoted()
+            ))
+            .bind(m.id.as_uuid())
+            .execute(&mut *conn)
+            .await?;
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl PgHandler for DbFaults {
+    async fn handle(&self, conn: &mut PgConnection, m: &Message) -> Result<(), HandlerError> {
+        let n = {
+            let mut a = self.attempts.lock().expect("lock");
+            let n = a.entry(m.id).or_default();
+            *n += 1;
+            *n
+        };
+        sqlx::query(&format!(
+            "INSERT INTO {}.effects VALUES ($1)",
+            self.schema.quoted()
+        ))
+        .bind(m.id.as_uuid())
+        .execute(&mut *conn)
+        .await?;
+        match m.payload.as_slice() {
+            SWALLOW => {
+                // The error is ignored on purpose: this is the handler bug under test.
+                let _ignored = sqlx::query("SELECT 1 / 0").execute(&mut *conn).await;
+            }
+            DEFERRED => self.deferred_violation(conn, m).await?,
+            FAIL_FIRST if n == 1 => return Err("not yet".into()),
+            FAIL_FIRST if self.deferred_on_retry.contains(&m.id) => {
+                self.deferred_violation(conn, m).await?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+async fn deferred_table(pool: &outbox_adapters_postgres::PgPool, schema: &PgSchema) {
+    sqlx::query(&format!(
+        "CREATE TABLE {}.deferred_unique (message_id uuid, \
+         CONSTRAINT deferred_unique_id UNIQUE (message_id) DEFERRABLE INITIALLY DEFERRED)",
+        schema.quoted()
+    ))
+    .execute(pool)
+    .await
+    .expect("deferred table");
+}
+
+fn messages_with(payload: &[u8], n: usize) -> Vec<Message> {
+    (0..n)
+        .map(|_| {
+            let mut m = outbox_testkit::message("contract", "order.created");
+            m.payload = payload.to_vec();
+            m
+        })
+        .collect()
+}
+
+async fn effect_count(pool: &outbox_adapters_postgres::PgPool, schema: &PgSchema) -> i64 {
+    sqlx::query_scalar(&format!("SELECT count(*) FROM {}.effects", schema.quoted()))
+        .fetch_one(pool)
+        .await
+        .expect("effects")
+}
+
+/// Delivers `msgs` through a `PgConsumerWorker` with a `DbFaults` handler; waits until
+/// each has an inbox row that is no longer in progress and the queue is empty, then
+/// runs the consume sweep until each is `Consumed` or `Dead`. Returns the records.
+async fn through_worker_then_sweep(
+    pool: &outbox_adapters_postgres::PgPool,
+    schema: &PgSchema,
+    msgs: &[Message],
+    max_attempts: u32,
+) -> (
+    Vec<outbox_ports::InboxRecord>,
+    Vec<outbox_ports::InboxRecord>,
+) {
+    let inbox = PgInboxStore::new(pool.clone(), schema);
+    let b = broker();
+    assert!(b.publish(msgs).await.iter().all(|o| o.is_confirmed()));
+    let worker = PgConsumerWorker::new(
+        inbox.clone(),
+        Arc::new(b.clone()),
+        PgHandlerRegistry::new().fallback(Arc::new(DbFaults::new(schema))),
+        Arc::new(SystemClock),
+        config(max_attempts),
+    );
+    let retries = worker.retry_task();
+    let cancel = CancellationToken::new();
+    let running = tokio::spawn(worker.run(cancel.clone()));
+    let records = async || {
+        let mut out = Vec::new();
+        for m in msgs {
+            if let Some(r) = inbox.get(NAME, m.id).await.expect("get") {
+                out.push(r);
+            }
+        }
+        out
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let after_worker = loop {
+        let rs = records().await;
+        if rs.len() == msgs.len()
+            && rs.iter().all(|r| r.status != Status::Sent)
+            && b.queue_depth(QUEUE) == (0, 0)
+        {
+            break rs;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "after 10 s, {} of {} deliveries have an inbox row, queue depth {:?}: \
+             acknowledged with nothing kept, or redelivered forever",
+            rs.len(),
+            msgs.len(),
+            b.queue_depth(QUEUE)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    cancel.cancel();
+    running.await.expect("worker");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let after_sweep = loop {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        retries.run_batch(50).await.expect("retry batch");
+        let rs = records().await;
+        if rs
+            .iter()
+            .all(|r| matches!(r.status, Status::Consumed | Status::Dead))
+        {
+            break rs;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not settled by the sweep: {rs:?}"
+        );
+    };
+    (after_worker, after_sweep)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_that_swallows_a_failed_statement_is_a_failed_attempt_never_a_lost_message() {
+    let Some((pool, schema)) = database().await else {
+        return;
+    };
+    let msgs = messages_with(SWALLOW, 20);
+    let (after_worker, after_sweep) = through_worker_then_sweep(&pool, &schema, &msgs, 3).await;
+    for r in &after_worker {
+        assert_eq!(r.status, Status::ConsumeFailed, "{r:?}");
+        assert_eq!(r.consume.attempts, 1, "{r:?}");
+    }
+    for r in &after_sweep {
+        assert_eq!(r.status, Status::Dead, "{r:?}");
+        assert_eq!(r.consume.attempts, 3, "{r:?}");
+        let error = r.consume.last_error.as_deref().unwrap_or_default();
+        assert!(
+            error.contains("aborted by a statement the handler ignored"),
+            "{error}"
+        );
+    }
+    assert_eq!(
+        effect_count(&pool, &schema).await,
+        0,
+        "the aborted attempts' writes were rolled back"
+    );
+    sqlx::query(&format!("DROP SCHEMA {} CASCADE", schema.quoted()))
+        .execute(&pool)
+        .await
+        .expect("drop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_at_commit_is_a_failed_attempt_then_dead_not_a_redelivery_loop() {
+    let Some((pool, schema)) = database().await else {
+        return;
+    };
+    deferred_table(&pool, &schema).await;
+    let msgs = messages_with(DEFERRED, 5);
+    let (after_worker, after_sweep) = through_worker_then_sweep(&pool, &schema, &msgs, 3).await;
+    for r in &after_worker {
+        assert_eq!(r.status, Status::ConsumeFailed, "{r:?}");
+        assert_eq!(r.consume.attempts, 1, "{r:?}");
+    }
+    for r in &after_sweep {
+        assert_eq!(r.status, Status::Dead, "{r:?}");
+        assert_eq!(r.consume.attempts, 3, "{r:?}");
+        let error = r.consume.last_error.as_deref().unwrap_or_default();
+        assert!(
+            error.contains("commit") && error.contains("deferred_unique_id"),
+            "{error}"
+        );
+    }
+    assert_eq!(effect_count(&pool, &schema).await, 0);
+    sqlx::query(&format!("DROP SCHEMA {} CASCADE", schema.quoted()))
+        .execute(&pool)
+        .await
+        .expect("drop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_row_failing_at_commit_does_not_stop_the_sweep_for_the_others() {
+    let Some((pool, schema)) = database().await else {
+        return;
+    };
+    deferred_table(&pool, &schema).await;
+    let inbox = PgInboxStore::new(pool.clone(), &schema);
+    // Every first attempt fails (stored); on retry the first-recorded message fails
+    // at COMMIT, so it is due first in the sweep; the good ones come after it.
+    let msgs = messages_with(FAIL_FIRST, 6);
+    let bad = msgs[0].id;
+    let mut handler = DbFaults::new(&schema);
+    handler.deferred_on_retry.insert(bad);
+    let b = broker();
+    let worker = PgConsumerWorker::new(
+        inbox.clone(),
+        Arc::new(b.clone()),
+        PgHandlerRegistry::new().fallback(Arc::new(handler)),
+        Arc::new(SystemClock),
+        ConsumerConfig {
+            concurrency: 1,
+            prefetch: 1,
+            // 200 to 400 ms: every row is due after the pause below, and none comes
+            // due a second time within the one batch.
+            retry: RetryPolicy {
+                initial_backoff: Duration::from_millis(400),
+                max_backoff: Duration::from_millis(400),
+                max_attempts: 5,
+            },
+            ..config(5)
+        },
+    );
+    let retries = worker.retry_task();
+    let cancel = CancellationToken::new();
+    let running = tokio::spawn(worker.run(cancel.clone()));
+    for m in &msgs {
+        assert!(
+            b.publish(std::slice::from_ref(m)).await[0].is_confirmed(),
+            "published"
+        );
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while inbox.get(NAME, m.id).await.expect("get").is_none() {
+            assert!(tokio::time::Instant::now() < deadline, "first attempt");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    cancel.cancel();
+    running.await.expect("worker");
+    assert_eq!(inbox.stats(NAME).await.expect("stats").consume_failed, 6);
+    tokio::time::sleep(Duration::from_millis(500)).await; // all due
+    let counts = retries
+        .run_batch(50)
+        .await
+        .expect("one failing row does not fail the batch");
+    assert_eq!(counts.consume_retried, 5, "{counts:?}");
+    assert_eq!(counts.consume_failed, 1, "{counts:?}");
+    for m in &msgs[1..] {
+        let r = inbox.get(NAME, m.id).await.expect("get").expect("row");
+        assert_eq!(r.status, Status::Consumed, "{r:?}");
+    }
+    let r = inbox.get(NAME, bad).await.expect("get").expect("row");
+    assert_eq!(r.status, Status::ConsumeFailed, "{r:?}");
+    assert_eq!(r.consume.attempts, 2, "{r:?}");
+    assert!(
+        r.consume
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("deferred_unique_id")),
+        "{r:?}"
+    );
+    sqlx::query(&format!("DROP SCHEMA {} CASCADE", schema.quoted()))
+        .execute(&pool)
+        .await
+        .expect("drop");
+}

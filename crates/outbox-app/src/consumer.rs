@@ -551,17 +551,25 @@ impl SweepTask for ConsumeRetryTask {
 
     async fn run_batch(&self, limit: u32) -> Result<BatchCounts, PortError> {
         let s = &self.shared;
-        let lease = s.leases.next();
-        let claimed = s.inbox.claim_due(&s.config.name, &lease, limit).await?;
-        let mut counts = BatchCounts {
-            claimed: claimed.len() as u64,
-            ..BatchCounts::default()
-        };
-        for c in claimed {
-            if s.handle_recorded(&c.message, &lease, c.attempts).await? {
-                counts.consume_retried += 1;
-            } else {
-                counts.consume_failed += 1;
+        let mut counts = BatchCounts::default();
+        // One claim per row, each under a lease of its own taken just before its
+        // handler runs: a lease on a whole batch would run out for the rows at its end
+        // while the first ones are handled, and a redelivery or another sweep would run
+        // the same handler at the same time.
+        while counts.claimed < u64::from(limit) {
+            let lease = s.leases.next();
+            let Some(c) = s.inbox.claim_due(&s.config.name, &lease, 1).await?.pop() else {
+                break;
+            };
+            counts.claimed += 1;
+            match s.handle_recorded(&c.message, &lease, c.attempts).await {
+                Ok(true) => counts.consume_retried += 1,
+                Ok(false) => counts.consume_failed += 1,
+                Err(e) => {
+                    // One row must not end the sweep: this one stays claimed until its
+                    // lease runs out, then a later sweep takes it again.
+                    tracing::warn!(consumer = %s.config.name, message_id = %c.message.id, error = %e, "consume retry could not be recorded; left to its lease");
+                }
             }
         }
         Ok(counts)

@@ -493,3 +493,136 @@ async fn an_ack_the_broker_never_answers_does_not_hold_the_consumer_or_its_shutd
         assert_eq!(effects.get(&m.id), Some(&1), "exactly one effect each");
     }
 }
+
+/// Runs per message: how many started, and the most at the same time.
+#[derive(Default)]
+struct RunLog {
+    running: HashMap<MessageId, u32>,
+    started: HashMap<MessageId, u32>,
+    most_at_once: u32,
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_retry_batch_never_lets_another_sweep_run_the_same_row_at_the_same_time() {
+    use outbox_adapters_memory::TokioClock;
+    use outbox_ports::Lease;
+
+    let clock = Arc::new(TokioClock::starting_at(time::OffsetDateTime::now_utc()));
+    let inbox = Arc::new(MemoryInboxStore::new(clock.clone()));
+    // Four deliveries whose workers vanished: received, leases already run out.
+    let msgs = outbox_testkit::messages(4);
+    for m in &msgs {
+        let gone = Lease::new("vanished-worker", Duration::from_millis(1));
+        inbox.record_arrival(NAME, m, &gone).await.expect("arrival");
+    }
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let log = Arc::new(Mutex::new(RunLog::default()));
+    // Each handling takes 20 s of a 30 s timeout: the lease (timeout + 10 s) covers
+    // one row, not four in a row.
+    let slow = {
+        let log = Arc::clone(&log);
+        HandlerRegistry::new().fallback(handler_fn(move |m: Message| {
+            let log = Arc::clone(&log);
+            async move {
+                {
+                    let mut l = log.lock().expect("lock");
+                    *l.started.entry(m.id).or_default() += 1;
+                    let now = {
+                        let r = l.running.entry(m.id).or_default();
+                        *r += 1;
+                        *r
+                    };
+                    l.most_at_once = l.most_at_once.max(now);
+                }
+                tokio::time::sleep(Duration::from_secs(20)).await;
+                *log.lock().expect("lock").running.entry(m.id).or_default() -= 1;
+                Ok(())
+            }
+        }))
+    };
+    let config = ConsumerConfig {
+        handler_timeout: Duration::from_secs(30),
+        ..config(5)
+    };
+    let b = broker();
+    let sweep = |handlers: HandlerRegistry| {
+        ConsumerWorker::new(
+            inbox.clone(),
+            Arc::new(b.clone()),
+            handlers,
+            clock.clone(),
+            config.clone(),
+        )
+        .retry_task()
+    };
+    let (first, second) = (sweep(slow.clone()), sweep(slow));
+    // Two instances' sweeps: the first starts a batch; the second keeps trying.
+    let first = tokio::spawn(async move { first.run_batch(10).await });
+    let second = tokio::spawn(async move {
+        for _ in 0..120 {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            second.run_batch(10).await.expect("second sweep");
+        }
+    });
+    first.await.expect("task").expect("first sweep");
+    second.await.expect("task");
+    let l = log.lock().expect("lock");
+    assert_eq!(
+        l.most_at_once, 1,
+        "a row was handled by two sweeps at the same time"
+    );
+    for m in &msgs {
+        assert_eq!(l.started.get(&m.id), Some(&1), "handled once each");
+    }
+    assert_eq!(inbox.stats(NAME).await.expect("stats").consumed, 4);
+}
+
+#[tokio::test]
+async fn a_row_whose_outcome_cannot_be_recorded_does_not_end_the_sweep() {
+    use outbox_ports::ClaimedDelivery;
+
+    let msgs = outbox_testkit::messages(3);
+    let due = Arc::new(Mutex::new(msgs.clone()));
+    let mut inbox = MockInboxStore::new();
+    inbox.expect_claim_due().returning(move |_, _, limit| {
+        let mut due = due.lock().expect("lock");
+        let n = due.len().min(limit as usize);
+        Ok(due
+            .drain(..n)
+            .map(|message| ClaimedDelivery {
+                message,
+                attempts: 1,
+            })
+            .collect())
+    });
+    let first = msgs[0].id;
+    let marked = Arc::new(Mutex::new(Vec::new()));
+    let m = Arc::clone(&marked);
+    inbox.expect_mark_consumed().returning(move |_, id, _| {
+        if id == first {
+            return Err(PortError::fatal("mark consumed", "row refused"));
+        }
+        m.lock().expect("lock").push(id);
+        Ok(true)
+    });
+    let effects = Effects::default();
+    let worker = ConsumerWorker::new(
+        Arc::new(inbox),
+        Arc::new(broker()),
+        counting(effects.clone(), |_, _| None),
+        Arc::new(SystemClock),
+        config(5),
+    );
+    let counts = worker
+        .retry_task()
+        .run_batch(10)
+        .await
+        .expect("one row's error does not fail the batch");
+    assert_eq!(counts.claimed, 3, "{counts:?}");
+    assert_eq!(counts.consume_retried, 2, "{counts:?}");
+    assert_eq!(
+        *marked.lock().expect("lock"),
+        vec![msgs[1].id, msgs[2].id],
+        "the rows after the failing one were handled and marked"
+    );
+}

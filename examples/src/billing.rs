@@ -27,6 +27,23 @@ pub struct Faults {
     pub fail_first_percent: u64,
     /// Orders that never bill (they end dead).
     pub poison: HashSet<i64>,
+    /// Orders whose handler runs a statement that fails, ignores the error and
+    /// returns `Ok`, as a handler meaning to skip a unique violation would: the
+    /// transaction is aborted, so each attempt fails and the order ends dead.
+    pub swallow_error: HashSet<i64>,
+    /// Orders whose handler writes a row twice under a unique constraint checked at
+    /// COMMIT (`DEFERRABLE INITIALLY DEFERRED`): the COMMIT fails on every attempt,
+    /// so the order ends dead.
+    pub fail_at_commit: HashSet<i64>,
+}
+
+/// Attempts the billing consumer makes before a delivery is dead.
+pub const MAX_ATTEMPTS: u32 = 5;
+
+/// The order id in an `order.created` message, if it has one.
+#[must_use]
+pub fn order_id_of(m: &Message) -> Option<i64> {
+    order_of(m).ok().map(|(order_id, _)| order_id)
 }
 
 struct Billing {
@@ -74,8 +91,38 @@ impl PgHandler for Billing {
         .bind(total)
         .execute(&mut *conn)
         .await?;
+        if self.faults.swallow_error.contains(&order_id) {
+            // Injected fault: the error is dropped on purpose, leaving the
+            // transaction aborted behind an `Ok`.
+            let _ignored = sqlx::query("SELECT 1 / 0").execute(&mut *conn).await;
+        }
+        if self.faults.fail_at_commit.contains(&order_id) {
+            // Injected fault: a temporary table (gone at the end of the transaction)
+            // whose unique constraint is checked at COMMIT, written twice.
+            sqlx::query(
+                "CREATE TEMPORARY TABLE billing_commit_check (order_id bigint, \
+                 CONSTRAINT billing_commit_check_once UNIQUE (order_id) DEFERRABLE INITIALLY DEFERRED) \
+                 ON COMMIT DROP",
+            )
+            .execute(&mut *conn)
+            .await?;
+            for _ in 0..2 {
+                sqlx::query("INSERT INTO billing_commit_check VALUES ($1)")
+                    .bind(order_id)
+                    .execute(&mut *conn)
+                    .await?;
+            }
+        }
         Ok(())
     }
+}
+
+/// Order ids from a comma-separated list; what does not parse is skipped.
+fn order_ids(list: Option<String>) -> HashSet<i64> {
+    list.unwrap_or_default()
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect()
 }
 
 fn failed_once() -> &'static std::sync::Mutex<HashSet<i64>> {
@@ -110,7 +157,7 @@ pub async fn run(
         retry: RetryPolicy {
             initial_backoff: Duration::from_millis(200),
             max_backoff: Duration::from_secs(5),
-            max_attempts: 5,
+            max_attempts: MAX_ATTEMPTS,
         },
         ..ConsumerConfig::new(CONSUMER, &shop.queue)
     };
@@ -155,7 +202,9 @@ pub async fn run(
 }
 
 /// The billing consumer process: settings from the environment (see the crate docs;
-/// `BILLING_FAIL_FIRST_PERCENT`, `BILLING_POISON_ORDERS`, `BILLING_SWEEP_INTERVAL`,
+/// `BILLING_FAIL_FIRST_PERCENT`, `BILLING_POISON_ORDERS`,
+/// `BILLING_SWALLOW_ERROR_ORDERS`, `BILLING_FAIL_AT_COMMIT_ORDERS` (comma-separated
+/// order ids), `BILLING_SWEEP_INTERVAL`,
 /// `BILLING_METRICS_ADDR`), logs to stderr, runs until SIGINT or SIGTERM.
 ///
 /// # Errors
@@ -174,11 +223,9 @@ pub async fn main_from_env() -> anyhow::Result<()> {
         fail_first_percent: var("BILLING_FAIL_FIRST_PERCENT")
             .and_then(|v| v.parse().ok())
             .unwrap_or(0),
-        poison: var("BILLING_POISON_ORDERS")
-            .unwrap_or_default()
-            .split(',')
-            .filter_map(|s| s.trim().parse().ok())
-            .collect(),
+        poison: order_ids(var("BILLING_POISON_ORDERS")),
+        swallow_error: order_ids(var("BILLING_SWALLOW_ERROR_ORDERS")),
+        fail_at_commit: order_ids(var("BILLING_FAIL_AT_COMMIT_ORDERS")),
     };
     let interval = var("BILLING_SWEEP_INTERVAL")
         .map(|v| outbox_core::duration::parse(&v))

@@ -566,13 +566,15 @@ async fn a_slow_retry_batch_never_lets_another_sweep_run_the_same_row_at_the_sam
     });
     first.await.expect("task").expect("first sweep");
     second.await.expect("task");
-    let l = log.lock().expect("lock");
-    assert_eq!(
-        l.most_at_once, 1,
-        "a row was handled by two sweeps at the same time"
-    );
-    for m in &msgs {
-        assert_eq!(l.started.get(&m.id), Some(&1), "handled once each");
+    {
+        let l = log.lock().expect("lock");
+        assert_eq!(
+            l.most_at_once, 1,
+            "a row was handled by two sweeps at the same time"
+        );
+        for m in &msgs {
+            assert_eq!(l.started.get(&m.id), Some(&1), "handled once each");
+        }
     }
     assert_eq!(inbox.stats(NAME).await.expect("stats").consumed, 4);
 }

@@ -196,6 +196,9 @@ const SCENARIOS: &[(&str, bool, ScenarioFn)] = &[
     ("racing", true, |c| Box::pin(scenarios::racing(c))),
     ("poison", true, |c| Box::pin(scenarios::poison(c))),
     ("bad_rows", true, |c| Box::pin(scenarios::bad_rows(c))),
+    ("handler_db_faults", true, |c| {
+        Box::pin(scenarios::handler_db_faults(c))
+    }),
     ("bad_config", true, |c| Box::pin(scenarios::bad_config(c))),
 ];
 

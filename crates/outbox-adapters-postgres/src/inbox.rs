@@ -14,8 +14,7 @@ use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use crate::PgSchema;
 use crate::error::{port, refused_by_database};
 use crate::rows::{
-    ClaimedRow, MESSAGE_COLUMNS, MessageRow, STATE_COLUMNS, delete_in_batches, in_claim_order,
-    millis, sources_of,
+    ClaimedRow, MESSAGE_COLUMNS, MessageRow, STATE_COLUMNS, in_claim_order, millis, sources_of,
 };
 
 #[derive(Debug)]
@@ -104,9 +103,12 @@ impl Sql {
                  locked_by = NULL, locked_until = NULL \
                  WHERE consumer = $1 AND message_id = $2 AND status = ANY($3)"
             ),
+            // One consumer's rows only: each consumer's rows are what make its own
+            // redeliveries harmless, for as long as its own retention says.
             retention: format!(
                 "DELETE FROM {t} WHERE seq IN (SELECT seq FROM {t} WHERE status = 'consumed' \
-                 AND consumed_at < now() - $1 * interval '1 millisecond' ORDER BY consumed_at LIMIT $2)"
+                 AND consumer = $3 AND consumed_at < now() - $1 * interval '1 millisecond' \
+                 ORDER BY consumed_at LIMIT $2)"
             ),
         }
     }
@@ -319,17 +321,47 @@ impl PgInboxStore {
         Ok(ConsumeOutcome::Failed(error))
     }
 
-    /// Retention: deletes consumed deliveries older than `age`, `batch` per
-    /// statement; returns how many.
+    /// Retention: deletes `consumer`'s deliveries consumed more than `age` ago,
+    /// `batch` per statement; returns how many. Failed, dead and in-progress rows are
+    /// never deleted.
     ///
     /// # Errors
     /// A database error; what was deleted before it stays deleted.
     pub async fn delete_consumed_older_than(
         &self,
+        consumer: &str,
         age: std::time::Duration,
         batch: u32,
     ) -> Result<u64, PortError> {
-        delete_in_batches(&self.pool, &self.sql.retention, age, batch).await
+        let mut total = 0;
+        loop {
+            let n = self.delete_consumed_batch(consumer, age, batch).await?;
+            total += n;
+            if n < u64::from(batch.max(1)) {
+                return Ok(total);
+            }
+        }
+    }
+
+    /// One statement of [`Self::delete_consumed_older_than`]: deletes at most `batch`
+    /// rows and returns how many, so a caller can stop between batches.
+    ///
+    /// # Errors
+    /// A database error.
+    pub async fn delete_consumed_batch(
+        &self,
+        consumer: &str,
+        age: std::time::Duration,
+        batch: u32,
+    ) -> Result<u64, PortError> {
+        Ok(sqlx::query(&self.sql.retention)
+            .bind(millis(age))
+            .bind(i64::from(batch.max(1)))
+            .bind(consumer)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| port("retention", e))?
+            .rows_affected())
     }
 
     async fn status_of(&self, consumer: &str, id: MessageId) -> Result<Option<Status>, PortError> {

@@ -433,7 +433,7 @@ async fn inbox_retention_deletes_only_old_consumed_deliveries() {
             .expect("failed");
         assert_eq!(
             inbox
-                .delete_consumed_older_than(Duration::from_secs(3600), 3)
+                .delete_consumed_older_than("billing", Duration::from_secs(3600), 3)
                 .await
                 .expect("retention"),
             0
@@ -447,7 +447,7 @@ async fn inbox_retention_deletes_only_old_consumed_deliveries() {
         .expect("age rows");
         assert_eq!(
             inbox
-                .delete_consumed_older_than(Duration::from_secs(3600), 3)
+                .delete_consumed_older_than("billing", Duration::from_secs(3600), 3)
                 .await
                 .expect("retention"),
             10

@@ -208,6 +208,9 @@ pub struct ConsumerConfig {
     /// under an ack can leave it unanswered; without a bound, the delivery's slot
     /// (and a clean shutdown) would wait forever. The broker redelivers it.
     pub settle_timeout: Duration,
+    /// Deleting old consumed inbox rows; run by [`crate::PgConsumerWorker`] (the
+    /// backend-neutral inbox port has no deletion).
+    pub retention: crate::ConsumerRetention,
 }
 
 impl ConsumerConfig {
@@ -223,6 +226,7 @@ impl ConsumerConfig {
             store_error_backoff: Duration::from_secs(1),
             max_payload_bytes: outbox_core::message::DEFAULT_MAX_PAYLOAD_BYTES,
             settle_timeout: Duration::from_secs(10),
+            retention: crate::ConsumerRetention::default(),
         }
     }
 
@@ -247,6 +251,8 @@ pub struct ConsumerCounters {
     pub dead: AtomicU64,
     /// Deliveries that could not be decoded, kept as dead letters.
     pub dead_letters: AtomicU64,
+    /// Consumed inbox rows deleted by retention.
+    pub retention_deleted: AtomicU64,
 }
 
 /// What the worker, its delivery tasks and its retry task share.

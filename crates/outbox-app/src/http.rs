@@ -210,6 +210,8 @@ pub fn record_consumer(name: &str, c: &crate::ConsumerCounters) {
     metrics::counter!("outbox_consume_dead_total", &label).absolute(c.dead.load(Ordering::Relaxed));
     metrics::counter!("outbox_dead_letters_total", &label)
         .absolute(c.dead_letters.load(Ordering::Relaxed));
+    metrics::counter!("outbox_retention_deleted_total", &label)
+        .absolute(c.retention_deleted.load(Ordering::Relaxed));
 }
 
 /// Serves `/healthz` and `/metrics` for a consumer process on `address` until

@@ -14,6 +14,7 @@
 pub mod cli;
 pub mod config;
 pub mod consumer;
+pub mod consumer_retention;
 pub mod demo;
 pub mod http;
 pub mod lease;
@@ -28,6 +29,7 @@ pub use consumer::{
     ConsumeRetryTask, ConsumerConfig, ConsumerCounters, ConsumerWorker, Handler, HandlerError,
     HandlerRegistry, Handlers, handler_fn,
 };
+pub use consumer_retention::ConsumerRetention;
 pub use lease::LeaseFactory;
 pub use pg_consumer::{PgConsumeRetryTask, PgConsumerWorker, PgHandler, PgHandlerRegistry};
 pub use relay::{Dispatcher, DispatcherConfig, PublishCounts, PublishRetryTask, RelayCounters};

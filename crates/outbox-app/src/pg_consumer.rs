@@ -19,6 +19,7 @@ use crate::consumer::{
     ConsumerConfig, ConsumerCounters, Handlers, consume, decode_or_dead_letter, no_handler,
     panic_text, settle,
 };
+use crate::consumer_retention::run_retention;
 use crate::{HandlerError, LeaseFactory, Random, SweepTask};
 
 /// Handles one message with the inbox transaction's connection: its writes commit
@@ -181,14 +182,26 @@ impl PgConsumerWorker {
         }
     }
 
-    /// Consumes until `cancel` fires (see [`crate::ConsumerWorker::run`]).
+    /// Consumes until `cancel` fires (see [`crate::ConsumerWorker::run`]), and runs
+    /// the inbox retention of `config.retention` alongside until then.
     pub async fn run(self, cancel: CancellationToken) {
         let shared = Arc::clone(&self.shared);
+        let retention = tokio::spawn(run_retention(
+            self.shared.inbox.clone(),
+            self.shared.config.name.clone(),
+            self.shared.config.retention,
+            Arc::clone(&self.shared.counters),
+            cancel.clone(),
+        ));
         consume(&*self.subscriber, &self.shared.config, &cancel, move |d| {
             let shared = Arc::clone(&shared);
             async move { shared.handle_delivery(d).await }
         })
         .await;
+        // The subscription can end before the token fires; retention stops with the
+        // worker either way.
+        retention.abort();
+        let _ = retention.await;
     }
 }
 

@@ -510,3 +510,108 @@ async fn one_row_failing_at_commit_does_not_stop_the_sweep_for_the_others() {
         .await
         .expect("drop");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_deletes_old_consumed_rows_and_keeps_the_rest() {
+    let Some((pool, schema)) = database().await else {
+        return;
+    };
+    let inbox = PgInboxStore::new(pool.clone(), &schema);
+    let old = messages_with(b"ok", 6);
+    let failing = messages_with(FAIL_FIRST, 1);
+    let recent = messages_with(b"ok", 2);
+    let b = broker();
+    let start = |handler: DbFaults| {
+        let worker = PgConsumerWorker::new(
+            inbox.clone(),
+            Arc::new(b.clone()),
+            PgHandlerRegistry::new().fallback(Arc::new(handler)),
+            Arc::new(SystemClock),
+            config(1),
+        );
+        let counters = worker.counters();
+        let cancel = CancellationToken::new();
+        (counters, cancel.clone(), tokio::spawn(worker.run(cancel)))
+    };
+    let wait_rows = async |msgs: &[Message]| {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        for m in msgs {
+            while inbox
+                .get(NAME, m.id)
+                .await
+                .expect("get")
+                .is_none_or(|r| r.status == Status::Sent)
+            {
+                assert!(tokio::time::Instant::now() < deadline, "consumed");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    let (_, cancel, running) = start(DbFaults::new(&schema));
+    b.publish(&old).await;
+    b.publish(&failing).await; // one attempt allowed: dead at once
+    wait_rows(&old).await;
+    wait_rows(&failing).await;
+    cancel.cancel();
+    running.await.expect("worker");
+    // Consumed, and dead, long ago; another consumer's old rows are not ours.
+    sqlx::query(&format!(
+        "UPDATE {}.outbox_inbox SET consumed_at = now() - interval '8 days', \
+         last_attempt_at = now() - interval '8 days'",
+        schema.quoted()
+    ))
+    .execute(&pool)
+    .await
+    .expect("age rows");
+    let other = "another-consumer";
+    let l = outbox_ports::Lease::new("other#1", Duration::from_secs(60));
+    inbox
+        .record_arrival(other, &old[0], &l)
+        .await
+        .expect("other arrival");
+    assert!(
+        inbox
+            .mark_consumed(other, old[0].id, &l)
+            .await
+            .expect("other consumed")
+    );
+    sqlx::query(&format!(
+        "UPDATE {}.outbox_inbox SET consumed_at = now() - interval '8 days' WHERE consumer = $1",
+        schema.quoted()
+    ))
+    .bind(other)
+    .execute(&pool)
+    .await
+    .expect("age other");
+
+    let (counters, cancel, running) = start(DbFaults::new(&schema));
+    b.publish(&recent).await;
+    wait_rows(&recent).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while inbox.stats(NAME).await.expect("stats").consumed != 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "old consumed rows not deleted: {:?}",
+            inbox.stats(NAME).await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    cancel.cancel();
+    running.await.expect("worker");
+    let s = inbox.stats(NAME).await.expect("stats");
+    assert_eq!(
+        (s.consumed, s.dead),
+        (2, 1),
+        "recent and dead rows are kept"
+    );
+    assert_eq!(
+        inbox.stats(other).await.expect("other stats").consumed,
+        1,
+        "another consumer's rows follow its own retention"
+    );
+    assert_eq!(counters.retention_deleted.load(Ordering::Relaxed), 6);
+    sqlx::query(&format!("DROP SCHEMA {} CASCADE", schema.quoted()))
+        .execute(&pool)
+        .await
+        .expect("drop");
+}

@@ -1,0 +1,216 @@
+//! Retention of a consumer's inbox: consumed rows are deleted once they are old
+//! enough that no redelivery of their message can still come.
+//!
+//! An inbox row is what makes a redelivery harmless: while it exists, a second
+//! delivery of its message is recognised and skipped. Once it is deleted, a copy of
+//! the message that still arrives (the relay's publish retries, a broker
+//! redelivery, a message requeued by an operator) runs its handler again. So the
+//! age after which rows go must outlast the publish side's retry horizon; values
+//! under [`MIN_CONSUMED_AFTER`] are refused. Failed and dead rows, and dead letters,
+//! are never deleted: they stay until an operator acts.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use outbox_adapters_postgres::PgInboxStore;
+use outbox_core::config::ConfigError;
+use tokio_util::sync::CancellationToken;
+
+use crate::consumer::ConsumerCounters;
+use crate::sleep_or_cancel;
+
+/// The shortest `consumed_after` accepted: one hour.
+pub const MIN_CONSUMED_AFTER: Duration = Duration::from_secs(3600);
+
+/// Why a `consumed_after` under [`MIN_CONSUMED_AFTER`] is refused.
+const TOO_SHORT: &str = "is under the minimum of one hour: an inbox row is what makes a \
+     redelivery harmless, so it must outlast the publish side's retry horizon; a message \
+     that arrives again after its row is gone runs its handler again";
+
+fn invalid(name: &str, reason: impl std::fmt::Display) -> ConfigError {
+    ConfigError::new("consumer.retention", name, reason)
+}
+
+/// Retention of consumed inbox rows. Defaults: enabled, rows consumed more than 7
+/// days ago, checked every minute, deleted 5,000 per statement. Only valid values
+/// can be built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConsumerRetention {
+    enabled: bool,
+    consumed_after: Duration,
+    interval: Duration,
+    batch_size: u32,
+}
+
+impl Default for ConsumerRetention {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            consumed_after: Duration::from_secs(7 * 24 * 3600),
+            interval: Duration::from_secs(60),
+            batch_size: 5_000,
+        }
+    }
+}
+
+impl ConsumerRetention {
+    /// No retention: the inbox grows until something else deletes from it.
+    #[must_use]
+    pub fn disabled() -> Self {
+        Self {
+            enabled: false,
+            ..Self::default()
+        }
+    }
+
+    /// Deletes rows consumed more than `age` ago.
+    ///
+    /// # Errors
+    /// `age` under [`MIN_CONSUMED_AFTER`], with the reason.
+    pub fn with_consumed_after(self, age: Duration) -> Result<Self, ConfigError> {
+        if age < MIN_CONSUMED_AFTER {
+            return Err(invalid("consumed_after", format!("{age:?} {TOO_SHORT}")));
+        }
+        Ok(Self {
+            consumed_after: age,
+            ..self
+        })
+    }
+
+    /// Runs every `interval`.
+    ///
+    /// # Errors
+    /// A zero interval.
+    pub fn with_interval(self, interval: Duration) -> Result<Self, ConfigError> {
+        if interval.is_zero() {
+            return Err(invalid("interval", "must be longer than zero"));
+        }
+        Ok(Self { interval, ..self })
+    }
+
+    /// Deletes at most `batch_size` rows per statement.
+    ///
+    /// # Errors
+    /// Zero.
+    pub fn with_batch_size(self, batch_size: u32) -> Result<Self, ConfigError> {
+        if batch_size == 0 {
+            return Err(invalid("batch_size", "must be at least 1"));
+        }
+        Ok(Self { batch_size, ..self })
+    }
+
+    /// Whether retention runs.
+    #[must_use]
+    pub const fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// Age after which consumed rows are deleted.
+    #[must_use]
+    pub const fn consumed_after(&self) -> Duration {
+        self.consumed_after
+    }
+
+    /// Time between two runs.
+    #[must_use]
+    pub const fn interval(&self) -> Duration {
+        self.interval
+    }
+
+    /// Rows deleted per statement.
+    #[must_use]
+    pub const fn batch_size(&self) -> u32 {
+        self.batch_size
+    }
+}
+
+/// Runs retention for `consumer` at start and then every interval until `cancel`
+/// fires. One loop per worker, so at most one delete loop at a time in a process;
+/// it stops between batches when cancelled. Errors are logged and the next interval
+/// tries again.
+pub(crate) async fn run_retention(
+    inbox: PgInboxStore,
+    consumer: String,
+    retention: ConsumerRetention,
+    counters: Arc<ConsumerCounters>,
+    cancel: CancellationToken,
+) {
+    if !retention.enabled() {
+        return;
+    }
+    loop {
+        let mut deleted = 0u64;
+        while !cancel.is_cancelled() {
+            match inbox
+                .delete_consumed_batch(
+                    &consumer,
+                    retention.consumed_after(),
+                    retention.batch_size(),
+                )
+                .await
+            {
+                Ok(n) => {
+                    deleted += n;
+                    counters.retention_deleted.fetch_add(n, Ordering::Relaxed);
+                    if n < u64::from(retention.batch_size()) {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(%consumer, error = %e, "inbox retention failed; trying again next interval");
+                    break;
+                }
+            }
+        }
+        if deleted > 0 {
+            tracing::info!(%consumer, deleted, "inbox retention deleted old consumed rows");
+        }
+        if !sleep_or_cancel(retention.interval(), &cancel).await {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_seven_days_every_minute_in_batches_of_5000() {
+        let r = ConsumerRetention::default();
+        assert!(r.enabled());
+        assert_eq!(r.consumed_after(), Duration::from_secs(604_800));
+        assert_eq!(r.interval(), Duration::from_secs(60));
+        assert_eq!(r.batch_size(), 5_000);
+        assert!(!ConsumerRetention::disabled().enabled());
+    }
+
+    #[test]
+    fn consumed_after_under_an_hour_is_refused_with_the_reason() {
+        let err = ConsumerRetention::default()
+            .with_consumed_after(Duration::from_secs(3599))
+            .expect_err("refused");
+        let text = err.to_string();
+        assert_eq!(err.field, "consumer.retention.consumed_after");
+        assert!(text.contains("one hour"), "{text}");
+        assert!(text.contains("redelivery harmless"), "{text}");
+        assert!(text.contains("retry horizon"), "{text}");
+        let ok = ConsumerRetention::default()
+            .with_consumed_after(MIN_CONSUMED_AFTER)
+            .expect("one hour is enough");
+        assert_eq!(ok.consumed_after(), MIN_CONSUMED_AFTER);
+    }
+
+    #[test]
+    fn zero_interval_and_zero_batch_are_refused() {
+        let interval = ConsumerRetention::default()
+            .with_interval(Duration::ZERO)
+            .expect_err("zero interval");
+        assert_eq!(interval.field, "consumer.retention.interval");
+        let batch = ConsumerRetention::default()
+            .with_batch_size(0)
+            .expect_err("zero batch");
+        assert_eq!(batch.field, "consumer.retention.batch_size");
+    }
+}

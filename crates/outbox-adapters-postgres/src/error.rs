@@ -83,15 +83,20 @@ pub(crate) fn port(operation: &'static str, e: sqlx::Error) -> PortError {
 /// left aborted): that is a failed attempt of the delivery, to store and retry with
 /// backoff. `None` when the database could not be reached or is shutting down, or the
 /// answer never came: then nothing is known to be refused, and the delivery goes back
-/// to the broker instead.
+/// to the broker instead. (Recording a failed attempt after a COMMIT that did happen
+/// would be harmless anyway: the failure path only takes over rows still in progress,
+/// never a consumed one.)
 pub(crate) fn refused_by_database(e: &sqlx::Error) -> Option<String> {
     let sqlx::Error::Database(db) = e else {
         return None;
     };
     let code = db.code().unwrap_or_default().into_owned();
+    // Connection exceptions, insufficient resources, the server shutting down or
+    // refusing connections, system errors. A cancelled statement (57014, e.g. a
+    // statement timeout) is the transaction's own failure: it would fail again.
     let unavailable = code.starts_with("08")
         || code.starts_with("53")
-        || code.starts_with("57")
+        || code.starts_with("57P")
         || code.starts_with("58");
     (!unavailable).then(|| format!("{} (SQLSTATE {code})", db.message()))
 }

@@ -52,10 +52,14 @@ impl Sql {
                    WHERE {t}.status = 'sent' AND ({t}.locked_until IS NULL OR {t}.locked_until < now()) \
                  RETURNING 1"
             ),
-            // Inside a handler's transaction: the row is written as consumed at once and
-            // commits with the handler's writes, or not at all.
+            // Inside a handler's transaction: the row is written as consumed at once
+            // (attempt 1, with its consumed time, which retention goes by) and commits
+            // with the handler's writes, or not at all.
             arrive_consumed: format!(
-                "{insert}, 'consumed', NULL, NULL, NULL) ON CONFLICT (consumer, message_id) DO NOTHING RETURNING 1"
+                "INSERT INTO {t} (consumer, message_id, {MESSAGE_COLUMNS}, status, attempts, \
+                 last_attempt_at, consumed_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'consumed', 1, now(), now()) \
+                 ON CONFLICT (consumer, message_id) DO NOTHING RETURNING 1"
             ),
             status_of: format!("SELECT status FROM {t} WHERE consumer = $1 AND message_id = $2"),
             mark_consumed: format!(

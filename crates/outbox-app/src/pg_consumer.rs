@@ -186,12 +186,13 @@ impl PgConsumerWorker {
     /// the inbox retention of `config.retention` alongside until then.
     pub async fn run(self, cancel: CancellationToken) {
         let shared = Arc::clone(&self.shared);
+        let stop_retention = cancel.child_token();
         let retention = tokio::spawn(run_retention(
             self.shared.inbox.clone(),
             self.shared.config.name.clone(),
             self.shared.config.retention,
             Arc::clone(&self.shared.counters),
-            cancel.clone(),
+            stop_retention.clone(),
         ));
         consume(&*self.subscriber, &self.shared.config, &cancel, move |d| {
             let shared = Arc::clone(&shared);
@@ -199,9 +200,11 @@ impl PgConsumerWorker {
         })
         .await;
         // The subscription can end before the token fires; retention stops with the
-        // worker either way.
-        retention.abort();
-        let _ = retention.await;
+        // worker either way, after the delete statement in hand.
+        stop_retention.cancel();
+        if let Err(e) = retention.await {
+            tracing::error!(consumer = %self.shared.config.name, error = %e, "inbox retention task ended abnormally");
+        }
     }
 }
 

@@ -201,12 +201,15 @@ async fn effects_happen_exactly_once_despite_redeliveries_failures_and_panics() 
 const SWALLOW: &[u8] = b"swallow";
 const DEFERRED: &[u8] = b"deferred";
 const FAIL_FIRST: &[u8] = b"fail-first";
+const RECOVERS: &[u8] = b"recovers";
 
 /// A handler that writes one effect row, and:
 /// - `swallow`: first runs a statement that fails and ignores its error, as a handler
 ///   meaning to skip a unique violation would; the transaction is then aborted;
 /// - `deferred`: writes a row twice into a table whose unique constraint is
 ///   `DEFERRABLE INITIALLY DEFERRED`, so the failure comes at COMMIT;
+/// - `recovers`: runs a failing statement under a savepoint of its own and rolls back
+///   to it, which leaves the transaction usable: it must commit;
 /// - `fail-first`: fails its first attempt with an ordinary error, then as `deferred`
 ///   when the message id is in `deferred_on_retry`, else succeeds.
 struct DbFaults {
@@ -264,6 +267,15 @@ impl PgHandler for DbFaults {
                 let _ignored = sqlx::query("SELECT 1 / 0").execute(&mut *conn).await;
             }
             DEFERRED => self.deferred_violation(conn, m).await?,
+            RECOVERS => {
+                // The right way to carry on after a failed statement: a savepoint of
+                // the handler's own, rolled back to.
+                sqlx::query("SAVEPOINT mine").execute(&mut *conn).await?;
+                let _expected = sqlx::query("SELECT 1 / 0").execute(&mut *conn).await;
+                sqlx::query("ROLLBACK TO SAVEPOINT mine")
+                    .execute(&mut *conn)
+                    .await?;
+            }
             FAIL_FIRST if n == 1 => return Err("not yet".into()),
             FAIL_FIRST if self.deferred_on_retry.contains(&m.id) => {
                 self.deferred_violation(conn, m).await?;
@@ -554,10 +566,11 @@ async fn the_worker_deletes_old_consumed_rows_and_keeps_the_rest() {
     wait_rows(&failing).await;
     cancel.cancel();
     running.await.expect("worker");
-    // Consumed, and dead, long ago; another consumer's old rows are not ours.
+    // Consumed, and dead, long ago (each row's own times moved back: a row without a
+    // consumed time would never be old); another consumer's old rows are not ours.
     sqlx::query(&format!(
-        "UPDATE {}.outbox_inbox SET consumed_at = now() - interval '8 days', \
-         last_attempt_at = now() - interval '8 days'",
+        "UPDATE {}.outbox_inbox SET consumed_at = consumed_at - interval '8 days', \
+         last_attempt_at = last_attempt_at - interval '8 days'",
         schema.quoted()
     ))
     .execute(&pool)
@@ -576,7 +589,7 @@ async fn the_worker_deletes_old_consumed_rows_and_keeps_the_rest() {
             .expect("other consumed")
     );
     sqlx::query(&format!(
-        "UPDATE {}.outbox_inbox SET consumed_at = now() - interval '8 days' WHERE consumer = $1",
+        "UPDATE {}.outbox_inbox SET consumed_at = consumed_at - interval '8 days' WHERE consumer = $1",
         schema.quoted()
     ))
     .bind(other)
@@ -610,6 +623,24 @@ async fn the_worker_deletes_old_consumed_rows_and_keeps_the_rest() {
         "another consumer's rows follow its own retention"
     );
     assert_eq!(counters.retention_deleted.load(Ordering::Relaxed), 6);
+    sqlx::query(&format!("DROP SCHEMA {} CASCADE", schema.quoted()))
+        .execute(&pool)
+        .await
+        .expect("drop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_that_rolls_back_to_its_own_savepoint_commits() {
+    let Some((pool, schema)) = database().await else {
+        return;
+    };
+    let msgs = messages_with(RECOVERS, 5);
+    let (after_worker, _) = through_worker_then_sweep(&pool, &schema, &msgs, 3).await;
+    for r in &after_worker {
+        assert_eq!(r.status, Status::Consumed, "{r:?}");
+        assert_eq!(r.consume.attempts, 1, "{r:?}");
+    }
+    assert_eq!(effect_count(&pool, &schema).await, 5);
     sqlx::query(&format!("DROP SCHEMA {} CASCADE", schema.quoted()))
         .execute(&pool)
         .await

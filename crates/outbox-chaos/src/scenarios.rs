@@ -730,20 +730,14 @@ pub(crate) async fn handler_db_faults(ctx: &Ctx) -> anyhow::Result<Report> {
     )?;
     let produced = w.produce(1, 1_000, Ctx::RATE).finish().await;
     let fault_end = Instant::now();
-    let mut r = conclude(
-        ctx,
-        &w,
-        report("handler_db_faults"),
-        produced,
-        fault_end,
-        vec![relay, consumer],
-    )
-    .await?;
     let swallow_committed = committed_among(&SWALLOW_ERROR_ORDERS);
     let commit_committed = committed_among(&FAIL_AT_COMMIT_ORDERS);
-    // The dead this scenario expects: every faulty order that committed, nothing
-    // else (for the report's expected-dead check).
-    let expected_dead = (swallow_committed.len() + commit_committed.len()) as u64;
+    let mut r = report("handler_db_faults");
+    // The dead this scenario provokes: every faulty order that committed, nothing
+    // else.
+    r.expected_dead = (swallow_committed.len() + commit_committed.len()) as u64;
+    let expected_dead = r.expected_dead;
+    let mut r = conclude(ctx, &w, r, produced, fault_end, vec![relay, consumer]).await?;
     let dead: std::collections::HashMap<i64, (u32, String)> = w
         .inbox
         .list(CONSUMER, Status::Dead, 10_000)
@@ -787,12 +781,6 @@ pub(crate) async fn handler_db_faults(ctx: &Ctx) -> anyhow::Result<Report> {
     if !unexpected.is_empty() {
         r.failures.push(format!(
             "orders dead without an injected fault: {unexpected:?}"
-        ));
-    }
-    if r.dead != expected_dead {
-        r.failures.push(format!(
-            "{} dead deliveries, expected {expected_dead} (the faulty orders committed)",
-            r.dead
         ));
     }
     if let Some((_, error)) = swallow_committed.first().and_then(|o| dead.get(o)) {

@@ -382,3 +382,78 @@ async fn a_poison_message_ends_dead_while_the_rest_flows_and_reconsume_brings_it
     assert!(terminate(relay).await);
     f.cleanup().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handler_database_faults_end_dead_with_their_reason_while_the_rest_flows() {
+    let Some(f) = Flow::new("dbfaults").await else {
+        return;
+    };
+    let relay = f.relay("r");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    // Order 3's handler swallows a failed statement; order 5's COMMIT fails on a
+    // deferred constraint.
+    let consumer = f.consumer(
+        "c",
+        &[
+            ("BILLING_SWALLOW_ERROR_ORDERS", "3"),
+            ("BILLING_FAIL_AT_COMMIT_ORDERS", "5"),
+            ("BILLING_METRICS_ADDR", addr.as_str()),
+        ],
+    );
+    let (committed, _) = f.create_orders(1, 20).await;
+    f.wait_for("both faulty orders to die", 90, async || {
+        f.inbox("dead").await == 2
+    })
+    .await;
+    f.wait_for("the rest billed", 60, async || {
+        f.invoices().await as usize == committed.len() - 2
+    })
+    .await;
+    let errors: Vec<(i32, String)> = sqlx::query_as(&format!(
+        "SELECT attempts, last_error FROM {}.outbox_inbox WHERE status = 'dead' ORDER BY seq",
+        f.shop.outbox_schema.quoted()
+    ))
+    .fetch_all(&f.pool)
+    .await
+    .expect("dead rows");
+    let max = i32::try_from(outbox_examples::billing::MAX_ATTEMPTS).expect("attempts");
+    assert!(
+        errors.iter().all(|(attempts, _)| *attempts == max),
+        "{errors:?}"
+    );
+    assert!(
+        errors
+            .iter()
+            .any(|(_, e)| e.contains("aborted by a statement the handler ignored")),
+        "{errors:?}"
+    );
+    assert!(
+        errors
+            .iter()
+            .any(|(_, e)| e.contains("refused the commit")
+                && e.contains("billing_commit_check_once")),
+        "{errors:?}"
+    );
+    let metrics = Command::new("curl")
+        .args(["-s", &format!("http://{addr}/metrics")])
+        .output()
+        .await
+        .expect("curl");
+    let text = String::from_utf8_lossy(&metrics.stdout);
+    assert!(
+        text.contains("outbox_consume_dead_total{consumer=\"billing\"} 2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("outbox_retention_deleted_total{consumer=\"billing\"} 0"),
+        "the example exposes the retention counter: {text}"
+    );
+    assert!(terminate(consumer).await);
+    assert!(terminate(relay).await);
+    f.cleanup().await;
+}

@@ -686,6 +686,30 @@ pub(crate) async fn bad_rows(ctx: &Ctx) -> anyhow::Result<Report> {
             "outbox_published_total {published} < the {orders} committed orders"
         ));
     }
+    let passed = r.passed();
+    w.cleanup(!passed).await;
+    Ok(r)
+}
+
+/// The HTTP status of `127.0.0.1:port/readyz`.
+async fn readyz(port: u16) -> Option<u16> {
+    let out = Command::new("curl")
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "5",
+            &format!("http://127.0.0.1:{port}/readyz"),
+        ])
+        .output()
+        .await
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+}
+
 /// Orders of [`handler_db_faults`] whose handler swallows a failed statement.
 const SWALLOW_ERROR_ORDERS: [i64; 4] = [13, 113, 213, 413];
 /// Orders of [`handler_db_faults`] whose COMMIT fails on a deferred constraint.
@@ -795,25 +819,6 @@ pub(crate) async fn handler_db_faults(ctx: &Ctx) -> anyhow::Result<Report> {
     let passed = r.passed();
     w.cleanup(!passed).await;
     Ok(r)
-}
-
-/// The HTTP status of `127.0.0.1:port/readyz`.
-async fn readyz(port: u16) -> Option<u16> {
-    let out = Command::new("curl")
-        .args([
-            "-s",
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_code}",
-            "--max-time",
-            "5",
-            &format!("http://127.0.0.1:{port}/readyz"),
-        ])
-        .output()
-        .await
-        .ok()?;
-    String::from_utf8_lossy(&out.stdout).trim().parse().ok()
 }
 
 /// One bad input at the edge: what is run, and what its refusal must say.

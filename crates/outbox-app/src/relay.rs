@@ -474,6 +474,10 @@ impl Dispatcher {
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "marking a batch failed; its rows come back when their lease runs out")
             }
+            // A panic while marking is a defect, not a store error: carried on into
+            // the dispatcher's own task, so the relay's supervision sees it (readiness
+            // fails, `outbox run` exits non-zero) instead of a log line nobody reads.
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
             Err(e) => tracing::error!(error = %e, "marking task ended abnormally"),
         }
     }

@@ -387,13 +387,11 @@ async fn run_relay(cfg: RelayConfig) -> anyhow::Result<ExitCode> {
         () = health.failed() => {}
     }
     cancel.cancel();
-    // Batches in flight finish (bounded by the confirm timeout); unconfirmed rows stay
-    // claimable when their lease runs out.
-    let bound = cfg
-        .rabbitmq
-        .as_ref()
-        .map_or(Duration::from_secs(30), |r| r.confirm_timeout)
-        + Duration::from_secs(10);
+    // Batches in flight finish: a batch publishes within its lease (the publish
+    // budget ends before it) and is then marked, so a lease plus time for the mark
+    // bounds it. Cutting it shorter would interrupt a batch in hand; unconfirmed
+    // rows would stay claimable when their lease runs out (duplicates, not loss).
+    let bound = cfg.dispatch.lease_ttl + Duration::from_secs(10);
     if tokio::time::timeout(bound, relay.join()).await.is_err() {
         tracing::warn!(?bound, "relay tasks did not stop in time; exiting anyway");
     }

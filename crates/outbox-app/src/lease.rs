@@ -21,9 +21,11 @@ impl LeaseFactory {
     /// Leases of `ttl` for `instance` (e.g. `relay-<uuid>`, or a configured name
     /// that other replicas may share).
     pub fn new(instance: impl Into<String>, ttl: Duration) -> Self {
-        // 64 random bits per factory: two factories colliding is as likely as a
-        // UUID collision, whatever names they were given.
-        let prefix = format!("{}~{:016x}", instance.into(), fastrand::u64(..));
+        // A random UUID per factory, from the operating system's generator (fastrand
+        // is seeded from the clock and the thread id, which two replicas started at
+        // once may share): holders of two factories never collide, whatever names
+        // they were given.
+        let prefix = format!("{}~{}", instance.into(), uuid::Uuid::new_v4().simple());
         Self {
             prefix,
             ttl,

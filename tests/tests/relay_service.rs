@@ -487,6 +487,11 @@ async fn messages_end_dead_and_the_dead_commands_handle_them() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("requeued 4"));
     assert_eq!(w.count("pending").await, 4);
     assert_eq!(w.count("dead").await, 0);
+    // Requeued, a message is pending again: delete refuses it and keeps it.
+    let out = cli(&["delete", &ids[1].to_string()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is pending, not dead"));
+    assert_eq!(w.count("pending").await, 4);
     w.cleanup().await;
 }
 

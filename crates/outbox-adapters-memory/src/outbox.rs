@@ -297,6 +297,9 @@ impl OutboxStore for MemoryOutboxStore {
 
     async fn delete(&self, id: MessageId) -> Result<(), PortError> {
         self.with_row(id, |t, seq| {
+            if let Some(row) = t.rows.get(&seq) {
+                row.tracked.status.check_delete()?;
+            }
             t.rows.remove(&seq);
             t.by_id.remove(&id);
             Ok(())

@@ -267,7 +267,7 @@ impl Sql {
                  WHERE id = $1 AND status = ANY($2)"
             ),
             status_of: format!("SELECT status FROM {t} WHERE id = $1"),
-            delete: format!("DELETE FROM {t} WHERE id = $1"),
+            delete: format!("DELETE FROM {t} WHERE id = $1 AND status = ANY($2)"),
             retention: format!(
                 "DELETE FROM {t} WHERE seq IN (SELECT seq FROM {t} WHERE status = 'sent' \
                  AND sent_at < now() - $1 * interval '1 millisecond' ORDER BY sent_at LIMIT $2)"
@@ -555,19 +555,49 @@ impl OutboxStore for PgOutboxStore {
     }
 
     async fn delete(&self, id: MessageId) -> Result<(), PortError> {
+        // The status guard is in the statement: reading the status first and then
+        // deleting by id would delete a message requeued in between.
         let n = sqlx::query(&self.sql.delete)
             .bind(id.as_uuid())
+            .bind(deletable_statuses())
             .execute(&self.pool)
             .await
             .map_err(|e| port("delete", e))?
             .rows_affected();
         if n == 1 {
-            Ok(())
-        } else {
-            Err(PortError::NotFound {
+            return Ok(());
+        }
+        // Nothing deleted: say why (the row may have changed since; the answer then
+        // describes its status now, and nothing was deleted either way).
+        match sqlx::query_scalar::<_, String>(&self.sql.status_of)
+            .bind(id.as_uuid())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| port("delete", e))?
+        {
+            None => Err(PortError::NotFound {
                 what: "message",
                 id: id.to_string(),
-            })
+            }),
+            Some(s) => {
+                let status = s
+                    .parse::<Status>()
+                    .map_err(|e| PortError::fatal("delete", e))?;
+                match status.check_delete() {
+                    Err(refused) => Err(refused.into()),
+                    // It became dead after the delete looked: not deleted, try again.
+                    Ok(()) => Err(PortError::transient(
+                        "delete",
+                        format!("message {id} changed status meanwhile; try again"),
+                    )),
+                }
+            }
         }
     }
+}
+
+/// The statuses an operator may delete, from the core's rule: the `status = ANY($2)`
+/// of the delete statement.
+fn deletable_statuses() -> Vec<String> {
+    Status::deletable().map(|s| s.as_str().to_owned()).collect()
 }

@@ -474,16 +474,15 @@ async fn dead(store: &dyn OutboxStore, action: DeadAction) -> anyhow::Result<Exi
         }
         DeadAction::Delete { id } => {
             let id = parse(&id)?;
-            match store.get(id).await? {
-                None => return Err(anyhow::anyhow!("no message with id {id}")),
-                Some(r) if r.status != Status::Dead => {
-                    return Err(anyhow::anyhow!(
-                        "message {id} is {}, not dead; only dead messages are deleted",
-                        r.status
-                    ));
-                }
-                Some(_) => store.delete(id).await.map_err(not_found)?,
-            }
+            // The store refuses anything but a dead message in the delete itself, so
+            // a requeue racing this command cannot lose a message.
+            store.delete(id).await.map_err(|e| match e {
+                PortError::NotDeletable(refused) => anyhow::anyhow!(
+                    "message {id} is {}, not dead; only dead messages are deleted",
+                    refused.status
+                ),
+                other => not_found(other),
+            })?;
             eprintln!("deleted {id}");
         }
     }

@@ -168,9 +168,13 @@ pub trait OutboxStore: Send + Sync {
     /// when the message is in another status.
     async fn requeue(&self, id: MessageId) -> Result<(), PortError>;
 
-    /// Operator: removes a message.
+    /// Operator: removes a `Dead` message for good. Only `Dead` is deletable (see
+    /// [`Status::can_be_deleted`]): a pending, failed or sent message is refused,
+    /// and the status check is part of the delete itself, so a `requeue` racing
+    /// it either wins (nothing is deleted) or comes too late (nothing to requeue).
     ///
     /// # Errors
-    /// [`PortError::NotFound`] for an unknown id.
+    /// [`PortError::NotFound`] for an unknown id; [`PortError::NotDeletable`] when
+    /// the message is not `Dead` (it is left as it is).
     async fn delete(&self, id: MessageId) -> Result<(), PortError>;
 }

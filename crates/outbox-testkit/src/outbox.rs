@@ -278,16 +278,74 @@ pub async fn an_invalid_message_stores_nothing(store: Arc<dyn OutboxStore>) {
     assert_eq!(store.stats().await.expect("stats").pending, 0);
 }
 
-/// Delete removes a message; unknown ids are an error.
-pub async fn delete_removes_and_unknown_ids_are_not_found(store: Arc<dyn OutboxStore>) {
-    let m = message("contract", "k");
-    store.enqueue(vec![m.clone()]).await.expect("enqueue");
-    store.delete(m.id).await.expect("delete");
-    assert!(store.get(m.id).await.expect("get").is_none());
+/// Only a dead message may be deleted, and the guard is the delete itself: a
+/// pending, failed or sent message stays (an operator's `delete` racing a `requeue`
+/// must not remove a message that is about to be published). Unknown ids are an
+/// error.
+pub async fn only_dead_messages_are_deleted(store: Arc<dyn OutboxStore>) {
+    let msgs = messages(4);
+    store.enqueue(msgs.clone()).await.expect("enqueue");
+    let (pending, sent, failed, dead) = (msgs[0].id, msgs[1].id, msgs[2].id, msgs[3].id);
+    let l = lease("a");
+    store.claim_pending(&l, 3).await.expect("claim");
+    // msgs[0] is claimed but stays pending, so a leased row is covered too.
+    store.mark_sent(&l, &[sent]).await.expect("sent");
+    let fail = |id, decision| PublishFailure {
+        id,
+        error: "e".into(),
+        decision,
+    };
+    store
+        .mark_publish_failed(
+            &l,
+            &[fail(failed, Decision::RetryAfter(Duration::from_secs(60)))],
+        )
+        .await
+        .expect("failed");
+    store.claim_pending(&l, 1).await.expect("claim");
+    store
+        .mark_publish_failed(&l, &[fail(dead, Decision::Dead)])
+        .await
+        .expect("dead");
+    for (id, status) in [
+        (pending, Status::Pending),
+        (sent, Status::Sent),
+        (failed, Status::PublishFailed),
+    ] {
+        let err = store.delete(id).await.expect_err("not dead: refused");
+        assert!(
+            matches!(err, PortError::NotDeletable(ref e) if e.status == status),
+            "{status}: {err}"
+        );
+        assert_eq!(
+            store.get(id).await.expect("get").map(|r| r.status),
+            Some(status),
+            "a {status} message was deleted"
+        );
+    }
+    store.delete(dead).await.expect("delete dead");
+    assert!(store.get(dead).await.expect("get").is_none());
     assert!(matches!(
-        store.delete(m.id).await,
+        store.delete(dead).await,
         Err(PortError::NotFound { .. })
     ));
+    // Requeued, a dead message is pending again and no longer deletable.
+    let m = message("contract", "k");
+    store.enqueue(vec![m.clone()]).await.expect("enqueue");
+    store.claim_pending(&l, 1).await.expect("claim");
+    store
+        .mark_publish_failed(&l, &[fail(m.id, Decision::Dead)])
+        .await
+        .expect("dead");
+    store.requeue(m.id).await.expect("requeue");
+    assert!(matches!(
+        store.delete(m.id).await,
+        Err(PortError::NotDeletable(_))
+    ));
+    assert_eq!(
+        store.get(m.id).await.expect("get").map(|r| r.status),
+        Some(Status::Pending)
+    );
 }
 
 /// Four claimers racing over the same rows take each row exactly once.

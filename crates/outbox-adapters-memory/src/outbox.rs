@@ -254,7 +254,7 @@ impl OutboxStore for MemoryOutboxStore {
                 Status::Pending => s.pending += 1,
                 Status::PublishFailed => s.publish_failed += 1,
                 Status::Dead => s.dead += 1,
-                _ => s.sent += 1,
+                Status::Sent | Status::Consumed | Status::ConsumeFailed => {}
             }
             if matches!(row.tracked.status, Status::Pending | Status::PublishFailed) {
                 let at = row.message.created_at;

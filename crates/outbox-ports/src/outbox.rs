@@ -61,15 +61,16 @@ pub struct OutboxRecord {
     pub publish: SideState,
 }
 
-/// Counts for health, metrics and the dashboard.
+/// Counts for health, metrics and the dashboard: read at every scrape and readiness
+/// check, so only what costs O(unsent rows). Sent rows are not counted here (they
+/// are most of the table); the relay's `outbox_published_total` counts them as they
+/// are marked, and adapters may offer an exact count for operators.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct OutboxStats {
     /// Waiting for their first publish.
     pub pending: u64,
     /// Waiting for a publish retry.
     pub publish_failed: u64,
-    /// Confirmed by the broker and still kept.
-    pub sent: u64,
     /// Out of retries.
     pub dead: u64,
     /// Creation time of the oldest pending or failed message.
@@ -142,7 +143,8 @@ pub trait OutboxStore: Send + Sync {
     /// [`PortError::Transient`] when the store cannot be reached.
     async fn recover_expired_leases(&self) -> Result<u64, PortError>;
 
-    /// Counts by status.
+    /// Counts of the unsent statuses and the oldest unsent message; its cost
+    /// follows the unsent rows, never the sent ones (it runs at every scrape).
     ///
     /// # Errors
     /// [`PortError::Transient`] when the store cannot be reached.

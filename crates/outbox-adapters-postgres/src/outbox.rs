@@ -533,6 +533,17 @@ impl OutboxStore for PgOutboxStore {
             .rows_affected())
     }
 
+    async fn delete_sent_batch(&self, age: Duration, limit: u32) -> Result<u64, PortError> {
+        // The statement's own guard: `status = 'sent'` (and an age), nothing else.
+        Ok(sqlx::query(&self.sql.retention)
+            .bind(millis(age))
+            .bind(i64::from(limit.max(1)))
+            .execute(&self.pool)
+            .await
+            .map_err(|e| port("retention", e))?
+            .rows_affected())
+    }
+
     async fn stats(&self) -> Result<OutboxStats, PortError> {
         let (pending, publish_failed, dead, oldest): (i64, i64, i64, Option<time::OffsetDateTime>) =
             sqlx::query_as(&self.sql.stats)

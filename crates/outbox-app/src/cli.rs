@@ -330,6 +330,9 @@ async fn run_relay(cfg: RelayConfig) -> anyhow::Result<ExitCode> {
     let probe_key = format!("{}.readyz", cfg.sweep.lock_key);
     start_checks(&cfg, &wired, &probe_key).await?;
     let cancel = CancellationToken::new();
+    // The recorder first, so counters the tasks bump from their first round on
+    // (retention) reach /metrics.
+    let _ = http::prometheus();
     let mut builder = RelayBuilder::new(
         wired.store.clone(),
         wired.publisher.clone(),
@@ -345,6 +348,7 @@ async fn run_relay(cfg: RelayConfig) -> anyhow::Result<ExitCode> {
         ..DispatcherConfig::default()
     })
     .sweep(cfg.sweep.clone())
+    .retention(cfg.retention.clone())
     .instance(instance);
     if let Some(w) = wired.wakeup {
         builder = builder.wakeup(w);

@@ -143,6 +143,16 @@ pub trait OutboxStore: Send + Sync {
     /// [`PortError::Transient`] when the store cannot be reached.
     async fn recover_expired_leases(&self) -> Result<u64, PortError>;
 
+    /// Retention: deletes up to `limit` `Sent` messages sent more than `age` ago
+    /// (by the store's clock), oldest first; returns how many. Nothing in another
+    /// status is ever deleted here. One call is one short operation; callers repeat
+    /// it while it returns `limit`.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached (what was deleted
+    /// before stays deleted).
+    async fn delete_sent_batch(&self, age: Duration, limit: u32) -> Result<u64, PortError>;
+
     /// Counts of the unsent statuses and the oldest unsent message; its cost
     /// follows the unsent rows, never the sent ones (it runs at every scrape).
     ///

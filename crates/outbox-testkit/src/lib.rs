@@ -89,6 +89,7 @@ macro_rules! outbox_store_contract {
                 stats_count_by_status,
                 an_invalid_message_stores_nothing,
                 only_dead_messages_are_deleted,
+                retention_deletes_only_old_sent_messages,
                 concurrent_claimers_take_each_row_once,
             ]
         );

@@ -350,6 +350,57 @@ pub async fn only_dead_messages_are_deleted(store: Arc<dyn OutboxStore>) {
     );
 }
 
+/// Retention deletes only `Sent` messages older than the age, oldest first, at most
+/// `limit` per call; pending, failed, dead and recently sent messages stay.
+pub async fn retention_deletes_only_old_sent_messages(store: Arc<dyn OutboxStore>) {
+    let msgs = messages(6);
+    store.enqueue(msgs.clone()).await.expect("enqueue");
+    let l = lease("a");
+    store.claim_pending(&l, 5).await.expect("claim");
+    store
+        .mark_sent(&l, &[msgs[0].id, msgs[1].id])
+        .await
+        .expect("sent");
+    let fail = |id, decision| PublishFailure {
+        id,
+        error: "e".into(),
+        decision,
+    };
+    store
+        .mark_publish_failed(
+            &l,
+            &[
+                fail(msgs[2].id, Decision::RetryAfter(Duration::from_secs(60))),
+                fail(msgs[3].id, Decision::Dead),
+            ],
+        )
+        .await
+        .expect("failed");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    // Sent just now: younger than the age.
+    store.mark_sent(&l, &[msgs[4].id]).await.expect("sent");
+    let age = Duration::from_millis(500);
+    assert_eq!(store.delete_sent_batch(age, 1).await.expect("batch"), 1);
+    assert!(
+        store.get(msgs[0].id).await.expect("get").is_none(),
+        "the oldest goes first"
+    );
+    assert_eq!(store.delete_sent_batch(age, 10).await.expect("batch"), 1);
+    assert_eq!(store.delete_sent_batch(age, 10).await.expect("batch"), 0);
+    for (m, status) in [
+        (&msgs[2], Status::PublishFailed),
+        (&msgs[3], Status::Dead),
+        (&msgs[4], Status::Sent),
+        (&msgs[5], Status::Pending),
+    ] {
+        assert_eq!(
+            store.get(m.id).await.expect("get").map(|r| r.status),
+            Some(status),
+            "retention removed a {status} message"
+        );
+    }
+}
+
 /// Four claimers racing over the same rows take each row exactly once.
 pub async fn concurrent_claimers_take_each_row_once(store: Arc<dyn OutboxStore>) {
     let msgs = messages(400);

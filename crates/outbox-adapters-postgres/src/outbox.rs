@@ -272,8 +272,10 @@ impl Sql {
             ),
             status_of: format!("SELECT status FROM {t} WHERE id = $1"),
             delete: format!("DELETE FROM {t} WHERE id = $1 AND status = ANY($2)"),
+            // The outer `status = 'sent'` is re-checked on a row changed since the
+            // subquery picked it, so only rows still sent are ever deleted.
             retention: format!(
-                "DELETE FROM {t} WHERE seq IN (SELECT seq FROM {t} WHERE status = 'sent' \
+                "DELETE FROM {t} WHERE status = 'sent' AND seq IN (SELECT seq FROM {t} WHERE status = 'sent' \
                  AND sent_at < now() - $1 * interval '1 millisecond' ORDER BY sent_at LIMIT $2)"
             ),
         }

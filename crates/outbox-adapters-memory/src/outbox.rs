@@ -246,6 +246,36 @@ impl OutboxStore for MemoryOutboxStore {
         Ok(recovered)
     }
 
+    async fn delete_sent_batch(
+        &self,
+        age: std::time::Duration,
+        limit: u32,
+    ) -> Result<u64, PortError> {
+        let Some(before) = self
+            .clock
+            .now()
+            .checked_sub(time::Duration::try_from(age).unwrap_or(time::Duration::MAX))
+        else {
+            return Ok(0);
+        };
+        let mut t = lock(&self.table);
+        let mut old: Vec<(outbox_core::Timestamp, u64)> = t
+            .rows
+            .iter()
+            .filter(|(_, r)| r.tracked.status == Status::Sent)
+            .filter_map(|(seq, r)| r.tracked.state.completed_at.map(|at| (at, *seq)))
+            .filter(|(at, _)| *at < before)
+            .collect();
+        old.sort_unstable();
+        old.truncate(limit.max(1) as usize);
+        for (_, seq) in &old {
+            if let Some(row) = t.rows.remove(seq) {
+                t.by_id.remove(&row.message.id);
+            }
+        }
+        Ok(old.len() as u64)
+    }
+
     async fn stats(&self) -> Result<OutboxStats, PortError> {
         let t = lock(&self.table);
         let mut s = OutboxStats::default();
@@ -254,7 +284,7 @@ impl OutboxStore for MemoryOutboxStore {
                 Status::Pending => s.pending += 1,
                 Status::PublishFailed => s.publish_failed += 1,
                 Status::Dead => s.dead += 1,
-                _ => s.sent += 1,
+                Status::Sent | Status::Consumed | Status::ConsumeFailed => {}
             }
             if matches!(row.tracked.status, Status::Pending | Status::PublishFailed) {
                 let at = row.message.created_at;
@@ -297,6 +327,9 @@ impl OutboxStore for MemoryOutboxStore {
 
     async fn delete(&self, id: MessageId) -> Result<(), PortError> {
         self.with_row(id, |t, seq| {
+            if let Some(row) = t.rows.get(&seq) {
+                row.tracked.status.check_delete()?;
+            }
             t.rows.remove(&seq);
             t.by_id.remove(&id);
             Ok(())

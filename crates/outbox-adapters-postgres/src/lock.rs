@@ -22,8 +22,12 @@ struct Sql {
 /// [`DistributedLock`] on PostgreSQL. Acquisition takes the key's row if it is free
 /// or its lease ran out, with a fencing token from a sequence (so it grows on every
 /// acquisition, across restarts). While held, the lease is renewed every third of its
-/// TTL; if a renewal finds the row taken, or no renewal succeeds for a whole TTL, the
-/// guard reports the lock lost.
+/// TTL. The guard reports the lock lost when a renewal finds the row taken, and, so
+/// that it never claims a lease another instance may already hold, as soon as the
+/// last renewal that got through is older than the TTL minus a quarter of it,
+/// counted from when that renewal was sent (the database's `now() + ttl` comes
+/// later, so the lease lasts at least that long). `is_held` reads the clock itself:
+/// a renewal stuck on a lock or a dead connection cannot keep it true.
 #[derive(Debug, Clone)]
 pub struct PgLock {
     pool: PgPool,
@@ -91,13 +95,17 @@ impl DistributedLock for PgLock {
         );
         let deadline = tokio::time::Instant::now() + wait;
         loop {
+            let sent = tokio::time::Instant::now();
             if let Some(token) = self.try_take(key, &holder, ttl).await? {
                 return Ok(Some(Box::new(PgLockGuard::start(
                     self.clone(),
-                    key.to_owned(),
-                    holder,
-                    token,
-                    ttl,
+                    Lease {
+                        key: key.to_owned(),
+                        holder,
+                        token,
+                        ttl,
+                    },
+                    sent,
                 ))));
             }
             let now = tokio::time::Instant::now();
@@ -109,69 +117,111 @@ impl DistributedLock for PgLock {
     }
 }
 
-struct PgLockGuard {
-    lock: PgLock,
+/// Which lease row a guard holds.
+struct Lease {
     key: String,
     holder: String,
     token: i64,
+    ttl: Duration,
+}
+
+/// Until when this process may count on its lease, from its own clock: the send
+/// time of the last acquisition or renewal that got through, plus the TTL, minus a
+/// quarter of the TTL for clock-rate differences and for the step a caller takes
+/// between checking `is_held` and acting on it.
+struct Validity {
+    origin: tokio::time::Instant,
+    ttl: Duration,
+    /// Milliseconds after `origin`; only ever grows.
+    until_ms: AtomicU64,
+}
+
+impl Validity {
+    fn new(sent: tokio::time::Instant, ttl: Duration) -> Self {
+        let v = Self {
+            origin: sent,
+            ttl,
+            until_ms: AtomicU64::new(0),
+        };
+        v.extend_from(sent);
+        v
+    }
+
+    /// A renewal sent at `sent` got through.
+    fn extend_from(&self, sent: tokio::time::Instant) {
+        let usable = self.ttl.saturating_sub(self.ttl / 4);
+        let until = sent.saturating_duration_since(self.origin) + usable;
+        let ms = u64::try_from(until.as_millis()).unwrap_or(u64::MAX);
+        self.until_ms.fetch_max(ms, Ordering::SeqCst);
+    }
+
+    /// Time left before the claim must be given up (zero once it is).
+    fn remaining(&self) -> Duration {
+        let until = self.origin + Duration::from_millis(self.until_ms.load(Ordering::SeqCst));
+        until.saturating_duration_since(tokio::time::Instant::now())
+    }
+}
+
+struct PgLockGuard {
+    lock: PgLock,
+    lease: Arc<Lease>,
     held: Arc<AtomicBool>,
+    validity: Arc<Validity>,
     renewal: tokio::task::JoinHandle<()>,
 }
 
 impl PgLockGuard {
-    fn start(lock: PgLock, key: String, holder: String, token: i64, ttl: Duration) -> Self {
+    fn start(lock: PgLock, lease: Lease, sent: tokio::time::Instant) -> Self {
         let held = Arc::new(AtomicBool::new(true));
+        let validity = Arc::new(Validity::new(sent, lease.ttl));
+        let lease = Arc::new(lease);
         let renewal = tokio::spawn(renew(
             lock.clone(),
-            key.clone(),
-            holder.clone(),
-            token,
-            ttl,
+            Arc::clone(&lease),
             Arc::clone(&held),
+            Arc::clone(&validity),
         ));
         Self {
             lock,
-            key,
-            holder,
-            token,
+            lease,
             held,
+            validity,
             renewal,
         }
     }
 }
 
-/// Renews the lease every third of its TTL until it is lost or the guard goes.
-async fn renew(
-    lock: PgLock,
-    key: String,
-    holder: String,
-    token: i64,
-    ttl: Duration,
-    held: Arc<AtomicBool>,
-) {
-    let mut last_ok = tokio::time::Instant::now();
+/// Renews the lease every third of its TTL until it is lost or the guard goes. A
+/// renewal is given only the time left before the claim must be given up; one that
+/// has not got through by then loses the lock for good.
+async fn renew(lock: PgLock, lease: Arc<Lease>, held: Arc<AtomicBool>, validity: Arc<Validity>) {
+    let key = &lease.key;
+    let lost = |why: &str| {
+        held.store(false, Ordering::SeqCst);
+        tracing::warn!(%key, "lock lease lost: {why}");
+    };
     loop {
-        tokio::time::sleep(ttl / 3).await;
-        let result = sqlx::query(&lock.sql.renew)
-            .bind(&key)
-            .bind(&holder)
-            .bind(token)
-            .bind(millis(ttl))
-            .execute(&lock.pool)
-            .await;
-        match result {
-            Ok(r) if r.rows_affected() == 1 => last_ok = tokio::time::Instant::now(),
-            Ok(_) => {
-                tracing::warn!(%key, "lock lease lost: another holder took it");
-                held.store(false, Ordering::SeqCst);
-                return;
+        tokio::time::sleep(lease.ttl / 3).await;
+        let sent = tokio::time::Instant::now();
+        let left = validity.remaining();
+        if left.is_zero() {
+            return lost("no renewal got through before the lease could run out");
+        }
+        let renewal = sqlx::query(&lock.sql.renew)
+            .bind(key)
+            .bind(&lease.holder)
+            .bind(lease.token)
+            .bind(millis(lease.ttl))
+            .execute(&lock.pool);
+        match tokio::time::timeout(left, renewal).await {
+            Err(_) => return lost("no renewal got through before the lease could run out"),
+            // Through, but after the claim was given up: it stays given up.
+            Ok(Ok(_)) if validity.remaining().is_zero() => {
+                return lost("the renewal got through too late");
             }
-            Err(e) if last_ok.elapsed() >= ttl => {
-                tracing::warn!(%key, error = %e, "lock lease lost: no renewal succeeded within its TTL");
-                held.store(false, Ordering::SeqCst);
-                return;
-            }
-            Err(e) => tracing::warn!(%key, error = %e, "lock renewal failed; retrying"),
+            Ok(Ok(r)) if r.rows_affected() == 1 => validity.extend_from(sent),
+            Ok(Ok(_)) => return lost("another holder took it"),
+            Ok(Err(e)) => tracing::warn!(%key, error = %e, "lock renewal failed; retrying"),
         }
     }
 }
@@ -179,20 +229,20 @@ async fn renew(
 #[async_trait]
 impl LockGuard for PgLockGuard {
     fn fencing_token(&self) -> u64 {
-        u64::try_from(self.token).unwrap_or(0)
+        u64::try_from(self.lease.token).unwrap_or(0)
     }
 
     fn is_held(&self) -> bool {
-        self.held.load(Ordering::SeqCst)
+        self.held.load(Ordering::SeqCst) && !self.validity.remaining().is_zero()
     }
 
     async fn release(&self) -> Result<(), PortError> {
         self.renewal.abort();
         self.held.store(false, Ordering::SeqCst);
         sqlx::query(&self.lock.sql.release)
-            .bind(&self.key)
-            .bind(&self.holder)
-            .bind(self.token)
+            .bind(&self.lease.key)
+            .bind(&self.lease.holder)
+            .bind(self.lease.token)
             .execute(&self.lock.pool)
             .await
             .map_err(|e| port("release lock", e))?;

@@ -200,6 +200,7 @@ struct Sql {
     release: String,
     recover: String,
     stats: String,
+    count: String,
     get: String,
     list: String,
     requeue: String,
@@ -250,15 +251,18 @@ impl Sql {
                 "UPDATE {t} SET locked_by = NULL, locked_until = NULL \
                  WHERE locked_by IS NOT NULL AND locked_until < now()"
             ),
+            // Every part reads one partial index of an unsent status (outbox_pending,
+            // outbox_retry_due, outbox_dead): no count over sent rows, which are
+            // most of the table (tests/stats_scale.rs checks the plan).
             stats: format!(
                 "SELECT \
                    (SELECT count(*) FROM {t} WHERE status = 'pending') AS pending, \
                    (SELECT count(*) FROM {t} WHERE status = 'publish_failed') AS publish_failed, \
-                   (SELECT count(*) FROM {t} WHERE status = 'sent') AS sent, \
                    (SELECT count(*) FROM {t} WHERE status = 'dead') AS dead, \
                    LEAST((SELECT created_at FROM {t} WHERE status = 'pending' ORDER BY seq LIMIT 1), \
                          (SELECT min(created_at) FROM {t} WHERE status = 'publish_failed')) AS oldest"
             ),
+            count: format!("SELECT count(*) FROM {t} WHERE status = $1"),
             get: format!("SELECT {returning} FROM {t} WHERE id = $1"),
             list: format!("SELECT {returning} FROM {t} WHERE status = $1 ORDER BY seq LIMIT $2"),
             requeue: format!(
@@ -267,9 +271,11 @@ impl Sql {
                  WHERE id = $1 AND status = ANY($2)"
             ),
             status_of: format!("SELECT status FROM {t} WHERE id = $1"),
-            delete: format!("DELETE FROM {t} WHERE id = $1"),
+            delete: format!("DELETE FROM {t} WHERE id = $1 AND status = ANY($2)"),
+            // The outer `status = 'sent'` is re-checked on a row changed since the
+            // subquery picked it, so only rows still sent are ever deleted.
             retention: format!(
-                "DELETE FROM {t} WHERE seq IN (SELECT seq FROM {t} WHERE status = 'sent' \
+                "DELETE FROM {t} WHERE status = 'sent' AND seq IN (SELECT seq FROM {t} WHERE status = 'sent' \
                  AND sent_at < now() - $1 * interval '1 millisecond' ORDER BY sent_at LIMIT $2)"
             ),
         }
@@ -342,6 +348,39 @@ impl PgOutboxStore {
             .fetch_all(&self.pool)
             .await
             .map_err(|e| port("explain claim", e))?;
+        Ok(lines.join("\n"))
+    }
+
+    /// The exact number of messages in `status`. Its cost follows the rows in that
+    /// status: for `Sent`, the whole kept history. For operators and tests, never
+    /// for a scrape or a health check ([`OutboxStore::stats`] is made for those).
+    ///
+    /// # Errors
+    /// A database error.
+    pub async fn count(&self, status: Status) -> Result<u64, PortError> {
+        let n: i64 = sqlx::query_scalar(&self.sql.count)
+            .bind(status.as_str())
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| port("count", e))?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    /// What the stats query (run by every `/metrics` scrape and `/readyz` check)
+    /// does: `EXPLAIN ANALYZE` of it, with the rows each step read. It runs the
+    /// query once (read-only), for operators checking that it stays on the partial
+    /// indexes of the unsent rows however many sent rows the table keeps.
+    ///
+    /// # Errors
+    /// A database error.
+    pub async fn explain_stats(&self) -> Result<String, PortError> {
+        let lines: Vec<String> = sqlx::query_scalar(&format!(
+            "EXPLAIN (ANALYZE, TIMING OFF, COSTS OFF) {}",
+            self.sql.stats
+        ))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| port("explain stats", e))?;
         Ok(lines.join("\n"))
     }
 
@@ -496,22 +535,27 @@ impl OutboxStore for PgOutboxStore {
             .rows_affected())
     }
 
-    async fn stats(&self) -> Result<OutboxStats, PortError> {
-        let (pending, publish_failed, sent, dead, oldest): (
-            i64,
-            i64,
-            i64,
-            i64,
-            Option<time::OffsetDateTime>,
-        ) = sqlx::query_as(&self.sql.stats)
-            .fetch_one(&self.pool)
+    async fn delete_sent_batch(&self, age: Duration, limit: u32) -> Result<u64, PortError> {
+        // The statement's own guard: `status = 'sent'` (and an age), nothing else.
+        Ok(sqlx::query(&self.sql.retention)
+            .bind(millis(age))
+            .bind(i64::from(limit.max(1)))
+            .execute(&self.pool)
             .await
-            .map_err(|e| port("stats", e))?;
+            .map_err(|e| port("retention", e))?
+            .rows_affected())
+    }
+
+    async fn stats(&self) -> Result<OutboxStats, PortError> {
+        let (pending, publish_failed, dead, oldest): (i64, i64, i64, Option<time::OffsetDateTime>) =
+            sqlx::query_as(&self.sql.stats)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(|e| port("stats", e))?;
         let n = |v: i64| u64::try_from(v).unwrap_or(0);
         Ok(OutboxStats {
             pending: n(pending),
             publish_failed: n(publish_failed),
-            sent: n(sent),
             dead: n(dead),
             oldest_unsent_at: oldest,
         })
@@ -555,19 +599,49 @@ impl OutboxStore for PgOutboxStore {
     }
 
     async fn delete(&self, id: MessageId) -> Result<(), PortError> {
+        // The status guard is in the statement: reading the status first and then
+        // deleting by id would delete a message requeued in between.
         let n = sqlx::query(&self.sql.delete)
             .bind(id.as_uuid())
+            .bind(deletable_statuses())
             .execute(&self.pool)
             .await
             .map_err(|e| port("delete", e))?
             .rows_affected();
         if n == 1 {
-            Ok(())
-        } else {
-            Err(PortError::NotFound {
+            return Ok(());
+        }
+        // Nothing deleted: say why (the row may have changed since; the answer then
+        // describes its status now, and nothing was deleted either way).
+        match sqlx::query_scalar::<_, String>(&self.sql.status_of)
+            .bind(id.as_uuid())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| port("delete", e))?
+        {
+            None => Err(PortError::NotFound {
                 what: "message",
                 id: id.to_string(),
-            })
+            }),
+            Some(s) => {
+                let status = s
+                    .parse::<Status>()
+                    .map_err(|e| PortError::fatal("delete", e))?;
+                match status.check_delete() {
+                    Err(refused) => Err(refused.into()),
+                    // It became dead after the delete looked: not deleted, try again.
+                    Ok(()) => Err(PortError::transient(
+                        "delete",
+                        format!("message {id} changed status meanwhile; try again"),
+                    )),
+                }
+            }
         }
     }
+}
+
+/// The statuses an operator may delete, from the core's rule: the `status = ANY($2)`
+/// of the delete statement.
+fn deletable_statuses() -> Vec<String> {
+    Status::deletable().map(|s| s.as_str().to_owned()).collect()
 }

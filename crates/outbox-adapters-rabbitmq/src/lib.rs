@@ -26,7 +26,10 @@ use outbox_ports::PortError;
 
 pub use publisher::{RabbitPublisher, RabbitPublisherConfig};
 pub use subscriber::RabbitSubscriber;
-pub use topology::{BindingSpec, ExchangeKind, ExchangeSpec, QueueSpec, QueueType, Topology};
+pub use topology::{
+    BindingSpec, ExchangeKind, ExchangeSpec, Overflow, QueueSpec, QueueType, Topology,
+    TopologyError,
+};
 
 /// Opens a connection to `url` within `timeout`.
 ///

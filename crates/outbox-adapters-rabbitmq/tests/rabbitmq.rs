@@ -8,7 +8,7 @@ use std::time::Duration;
 use common::{Names, depth};
 use lapin::options::{BasicAckOptions, BasicGetOptions};
 use outbox_adapters_rabbitmq::{
-    QueueSpec, RabbitPublisher, RabbitPublisherConfig, RabbitSubscriber,
+    Overflow, QueueSpec, RabbitPublisher, RabbitPublisherConfig, RabbitSubscriber,
 };
 use outbox_core::{Message, MessageId, NewMessage, Timestamp};
 use outbox_ports::{PortError, PublishOutcome, Publisher, Subscriber};
@@ -97,7 +97,7 @@ async fn a_nack_fails_exactly_the_rejected_messages() {
         let names = Names::new("nack");
         let queue = QueueSpec {
             max_length: Some(5),
-            overflow: Some("reject-publish".into()),
+            overflow: Some(Overflow::RejectPublish),
             ..QueueSpec::durable(&names.queue)
         };
         names.topology(queue).declare(&conn).await.expect("declare");
@@ -115,6 +115,43 @@ async fn a_nack_fails_exactly_the_rejected_messages() {
             ["ok", "ok", "ok", "ok", "ok", "nack", "nack", "nack"]
         );
         assert_eq!(depth(&conn, &names.queue).await, 5);
+        names.delete(&conn).await;
+    });
+}
+
+#[tokio::test]
+async fn a_capped_queue_without_an_overflow_mode_is_refused() {
+    with_broker!(|conn| {
+        let names = Names::new("capped");
+        // RabbitMQ's default for a full queue is drop-head: it would silently drop
+        // the oldest messages, each already confirmed to the relay.
+        let queue = QueueSpec {
+            max_length: Some(5),
+            ..QueueSpec::durable(&names.queue)
+        };
+        let err = names
+            .topology(queue)
+            .declare(&conn)
+            .await
+            .expect_err("a max_length without an overflow mode");
+        let text = err.to_string();
+        assert!(
+            text.contains(&names.queue) && text.contains("overflow"),
+            "the error names the queue and the field: {text}"
+        );
+        assert!(!err.is_retryable(), "{text}");
+        let ch = conn.create_channel().await.expect("channel");
+        let declared = ch
+            .queue_declare(
+                names.queue.as_str().into(),
+                lapin::options::QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                lapin::types::FieldTable::default(),
+            )
+            .await;
+        assert!(declared.is_err(), "nothing was declared");
         names.delete(&conn).await;
     });
 }

@@ -330,6 +330,9 @@ async fn run_relay(cfg: RelayConfig) -> anyhow::Result<ExitCode> {
     let probe_key = format!("{}.readyz", cfg.sweep.lock_key);
     start_checks(&cfg, &wired, &probe_key).await?;
     let cancel = CancellationToken::new();
+    // The recorder first, so counters the tasks bump from their first round on
+    // (retention) reach /metrics.
+    let _ = http::prometheus();
     let mut builder = RelayBuilder::new(
         wired.store.clone(),
         wired.publisher.clone(),
@@ -345,6 +348,7 @@ async fn run_relay(cfg: RelayConfig) -> anyhow::Result<ExitCode> {
         ..DispatcherConfig::default()
     })
     .sweep(cfg.sweep.clone())
+    .retention(cfg.retention.clone())
     .instance(instance);
     if let Some(w) = wired.wakeup {
         builder = builder.wakeup(w);
@@ -472,16 +476,15 @@ async fn dead(store: &dyn OutboxStore, action: DeadAction) -> anyhow::Result<Exi
         }
         DeadAction::Delete { id } => {
             let id = parse(&id)?;
-            match store.get(id).await? {
-                None => return Err(anyhow::anyhow!("no message with id {id}")),
-                Some(r) if r.status != Status::Dead => {
-                    return Err(anyhow::anyhow!(
-                        "message {id} is {}, not dead; only dead messages are deleted",
-                        r.status
-                    ));
-                }
-                Some(_) => store.delete(id).await.map_err(not_found)?,
-            }
+            // The store refuses anything but a dead message in the delete itself, so
+            // a requeue racing this command cannot lose a message.
+            store.delete(id).await.map_err(|e| match e {
+                PortError::NotDeletable(refused) => anyhow::anyhow!(
+                    "message {id} is {}, not dead; only dead messages are deleted",
+                    refused.status
+                ),
+                other => not_found(other),
+            })?;
             eprintln!("deleted {id}");
         }
     }

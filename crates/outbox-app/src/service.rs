@@ -1,5 +1,6 @@
-//! The relay as one unit: dispatcher + publish-retry sweeper over chosen adapters,
-//! for `outbox run` and for services that embed the relay.
+//! The relay as one unit: dispatcher + publish-retry sweeper (+ retention of sent
+//! messages, when asked) over chosen adapters, for `outbox run` and for services
+//! that embed the relay.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,11 +11,12 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::config::RetentionConfig;
 use crate::relay::Wakeup;
 use crate::supervision::supervise;
 use crate::{
     Dispatcher, DispatcherConfig, LeaseFactory, PublishRetryTask, RelayCounters, RetrySweeper,
-    ServiceHealth,
+    SentRetentionTask, ServiceHealth,
 };
 
 /// Builds a relay from its adapters.
@@ -41,6 +43,7 @@ pub struct RelayBuilder {
     dispatch: DispatcherConfig,
     sweep: SweepConfig,
     instance: String,
+    retention: Option<RetentionConfig>,
 }
 
 /// A running relay.
@@ -58,12 +61,17 @@ pub struct RelayHandles {
     /// Failed once a task panicked or stopped before the token fired: readiness
     /// fails, and `outbox run` exits non-zero.
     pub health: Arc<ServiceHealth>,
+    /// The retention task, when retention is on.
+    pub retention: Option<JoinHandle<()>>,
 }
 
 impl RelayHandles {
-    /// Waits until both tasks have stopped (after the cancellation token fired).
+    /// Waits until every task has stopped (after the cancellation token fired).
     pub async fn join(self) {
-        for (name, task) in [("dispatcher", self.dispatcher), ("sweeper", self.sweeper)] {
+        let tasks = [("dispatcher", self.dispatcher), ("sweeper", self.sweeper)]
+            .into_iter()
+            .chain(self.retention.map(|t| ("retention", t)));
+        for (name, task) in tasks {
             if let Err(e) = task.await {
                 tracing::error!(task = name, error = %e, "relay task ended abnormally");
             }
@@ -89,6 +97,7 @@ impl RelayBuilder {
             dispatch: DispatcherConfig::default(),
             sweep: SweepConfig::default(),
             instance: LeaseFactory::instance_id("relay"),
+            retention: None,
         }
     }
 
@@ -127,6 +136,14 @@ impl RelayBuilder {
         self
     }
 
+    /// Deletes old sent messages periodically (validate the settings first); off
+    /// unless set here, and off when `retention.enabled` is false.
+    #[must_use]
+    pub fn retention(mut self, retention: RetentionConfig) -> Self {
+        self.retention = retention.enabled.then_some(retention);
+        self
+    }
+
     /// This instance's name.
     #[must_use]
     pub fn instance(mut self, instance: impl Into<String>) -> Self {
@@ -162,6 +179,9 @@ impl RelayBuilder {
                 }
             })
             .collect();
+        let retention = self
+            .retention
+            .map(|r| SentRetentionTask::new(Arc::clone(&self.store), r));
         let task = PublishRetryTask::new(
             self.store,
             self.publisher,
@@ -194,6 +214,15 @@ impl RelayBuilder {
                 )
             })
             .collect();
+        // Supervised too: a retention that stopped would let the table grow unseen.
+        let retention = retention.map(|task| {
+            supervise(
+                "retention",
+                task.run(cancel.clone()),
+                cancel.clone(),
+                Arc::clone(&health),
+            )
+        });
         RelayHandles {
             dispatcher: tokio::spawn(async move {
                 futures::future::join_all(pipelines).await;
@@ -208,6 +237,7 @@ impl RelayBuilder {
             reports,
             instance: self.instance,
             health,
+            retention,
         }
     }
 }

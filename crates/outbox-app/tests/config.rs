@@ -208,3 +208,67 @@ fn a_taken_http_address_stops_the_relay_with_an_error() {
         "{err}"
     );
 }
+
+#[test]
+fn retention_is_on_by_default_and_set_from_file_or_environment() {
+    use std::time::Duration;
+    let cfg = RelayConfig::load_with_env(&file(GOOD), env(&[])).expect("loads");
+    let r = &cfg.retention;
+    assert!(r.enabled, "retention runs unless turned off");
+    assert_eq!(r.sent_after, Duration::from_secs(7 * 24 * 3600));
+    assert_eq!(r.interval, Duration::from_secs(60));
+    assert_eq!(r.batch_size, 5000);
+
+    let from_file = RelayConfig::load_with_env(
+        &file(&format!(
+            "{GOOD}\n[retention]\nenabled = false\nsent_after = \"2h\"\ninterval = \"10s\"\nbatch_size = 100\n"
+        )),
+        env(&[]),
+    )
+    .expect("loads");
+    let r = &from_file.retention;
+    assert_eq!(
+        (r.enabled, r.sent_after, r.interval, r.batch_size),
+        (
+            false,
+            Duration::from_secs(7200),
+            Duration::from_secs(10),
+            100
+        )
+    );
+
+    let from_env = RelayConfig::load_with_env(
+        &file(GOOD),
+        env(&[
+            ("OUTBOX__RETENTION__SENT_AFTER", "1s"),
+            ("OUTBOX__RETENTION__INTERVAL", "250ms"),
+            ("OUTBOX__RETENTION__BATCH_SIZE", "7"),
+            ("OUTBOX__RETENTION__ENABLED", "false"),
+        ]),
+    )
+    .expect("any positive duration is accepted");
+    let r = &from_env.retention;
+    assert_eq!(
+        (r.enabled, r.sent_after, r.interval, r.batch_size),
+        (false, Duration::from_secs(1), Duration::from_millis(250), 7)
+    );
+}
+
+#[test]
+fn zero_retention_settings_are_refused_by_name() {
+    for (var, value, needle) in [
+        (
+            "OUTBOX__RETENTION__SENT_AFTER",
+            "0s",
+            "retention.sent_after",
+        ),
+        ("OUTBOX__RETENTION__INTERVAL", "0ms", "retention.interval"),
+        ("OUTBOX__RETENTION__BATCH_SIZE", "0", "retention.batch_size"),
+        ("OUTBOX__RETENTION__SENT_AFTER", "soon", "soon"),
+    ] {
+        let e = error_of(GOOD, &[(var, value)]);
+        assert!(e.contains(needle), "expected {needle:?} in: {e}");
+    }
+    let e = error_of(&format!("{GOOD}\n[retention]\nsent_afterr = \"1d\"\n"), &[]);
+    assert!(e.contains("sent_afterr"), "unknown fields are refused: {e}");
+}

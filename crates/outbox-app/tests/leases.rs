@@ -47,6 +47,9 @@ impl OutboxStore for RecordingStore {
     async fn recover_expired_leases(&self) -> Result<u64, PortError> {
         self.inner.recover_expired_leases().await
     }
+    async fn delete_sent_batch(&self, age: Duration, n: u32) -> Result<u64, PortError> {
+        self.inner.delete_sent_batch(age, n).await
+    }
     async fn stats(&self) -> Result<OutboxStats, PortError> {
         self.inner.stats().await
     }

@@ -414,7 +414,10 @@ state_key = "{state}"
 
     /// Messages the relays have marked sent so far.
     pub(crate) async fn sent(&self) -> u64 {
-        self.outbox.stats().await.map_or(0, |s| s.sent)
+        self.outbox
+            .count(outbox_core::Status::Sent)
+            .await
+            .unwrap_or(0)
     }
 
     /// Waits until `done` holds (checked every 100 ms), at most `timeout`.

@@ -20,7 +20,7 @@ pub mod sweep;
 pub use config::{ConfigError, RetryPolicyConfig, SweepConfig};
 pub use message::{Headers, Message, MessageError, MessageId, NewMessage};
 pub use retry::{Decision, RetryPolicy};
-pub use status::{SideState, Status, TransitionError};
+pub use status::{DeleteRefused, SideState, Status, TransitionError};
 pub use sweep::{
     BatchCounts, LastCompleted, SweepAction, SweepProgress, SweepReport, SweepSchedule, SweepStep,
 };

@@ -81,6 +81,33 @@ impl Status {
         )
     }
 
+    /// Whether an operator may delete a message in this status: only `Dead`, the one
+    /// status no service acts on any more. A `PublishFailed` or `ConsumeFailed`
+    /// message is still being retried (perhaps in flight at this moment), a
+    /// `Pending` one is about to be published, and `Sent`/`Consumed` rows are
+    /// removed by retention, whose age rule keeps them as long as they may matter.
+    #[must_use]
+    pub const fn can_be_deleted(self) -> bool {
+        matches!(self, Self::Dead)
+    }
+
+    /// Statuses an operator may delete (see [`Status::can_be_deleted`]).
+    pub fn deletable() -> impl Iterator<Item = Self> {
+        Self::ALL.into_iter().filter(|s| s.can_be_deleted())
+    }
+
+    /// Checks that an operator may delete a message in this status.
+    ///
+    /// # Errors
+    /// [`DeleteRefused`] for every status but `Dead`.
+    pub const fn check_delete(self) -> Result<(), DeleteRefused> {
+        if self.can_be_deleted() {
+            Ok(())
+        } else {
+            Err(DeleteRefused { status: self })
+        }
+    }
+
     /// Moves to `next` if the lifecycle allows it.
     ///
     /// # Errors
@@ -121,6 +148,14 @@ pub struct TransitionError {
     pub from: Status,
     /// The status asked for.
     pub to: Status,
+}
+
+/// A delete refused because of the message's status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("a {status} message cannot be deleted; only dead messages can")]
+pub struct DeleteRefused {
+    /// The status it had.
+    pub status: Status,
 }
 
 /// One side's (publish or consume) attempt bookkeeping, as in the seed's record.
@@ -308,6 +343,29 @@ mod tests {
         assert_eq!(rec.state.attempts, 0);
         assert_eq!(rec.state.next_attempt_at, Some(t0()));
         assert_eq!(rec.state.last_error.as_deref(), Some("x"), "history kept");
+    }
+
+    #[test]
+    fn only_dead_messages_can_be_deleted() {
+        for s in Status::ALL {
+            assert_eq!(s.can_be_deleted(), s == Status::Dead, "{s}");
+            assert_eq!(
+                s.check_delete(),
+                if s == Status::Dead {
+                    Ok(())
+                } else {
+                    Err(DeleteRefused { status: s })
+                }
+            );
+        }
+        assert_eq!(Status::deletable().collect::<Vec<_>>(), [Status::Dead]);
+        assert_eq!(
+            Status::Pending
+                .check_delete()
+                .expect_err("refused")
+                .to_string(),
+            "a pending message cannot be deleted; only dead messages can"
+        );
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The error every port returns.
 
-use outbox_core::{MessageError, TransitionError};
+use outbox_core::{DeleteRefused, MessageError, TransitionError};
 
 /// A boxed error source.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -45,6 +45,9 @@ pub enum PortError {
     /// The operation asked for an illegal status change.
     #[error(transparent)]
     IllegalTransition(#[from] TransitionError),
+    /// An operator asked to delete a message whose status does not allow it.
+    #[error(transparent)]
+    NotDeletable(#[from] DeleteRefused),
 }
 
 impl PortError {

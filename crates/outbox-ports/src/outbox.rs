@@ -61,15 +61,16 @@ pub struct OutboxRecord {
     pub publish: SideState,
 }
 
-/// Counts for health, metrics and the dashboard.
+/// Counts for health, metrics and the dashboard: read at every scrape and readiness
+/// check, so only what costs O(unsent rows). Sent rows are not counted here (they
+/// are most of the table); the relay's `outbox_published_total` counts them as they
+/// are marked, and adapters may offer an exact count for operators.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct OutboxStats {
     /// Waiting for their first publish.
     pub pending: u64,
     /// Waiting for a publish retry.
     pub publish_failed: u64,
-    /// Confirmed by the broker and still kept.
-    pub sent: u64,
     /// Out of retries.
     pub dead: u64,
     /// Creation time of the oldest pending or failed message.
@@ -142,7 +143,18 @@ pub trait OutboxStore: Send + Sync {
     /// [`PortError::Transient`] when the store cannot be reached.
     async fn recover_expired_leases(&self) -> Result<u64, PortError>;
 
-    /// Counts by status.
+    /// Retention: deletes up to `limit` `Sent` messages sent more than `age` ago
+    /// (by the store's clock), oldest first; returns how many. Nothing in another
+    /// status is ever deleted here. One call is one short operation; callers repeat
+    /// it while it returns `limit`.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached (what was deleted
+    /// before stays deleted).
+    async fn delete_sent_batch(&self, age: Duration, limit: u32) -> Result<u64, PortError>;
+
+    /// Counts of the unsent statuses and the oldest unsent message; its cost
+    /// follows the unsent rows, never the sent ones (it runs at every scrape).
     ///
     /// # Errors
     /// [`PortError::Transient`] when the store cannot be reached.
@@ -168,9 +180,13 @@ pub trait OutboxStore: Send + Sync {
     /// when the message is in another status.
     async fn requeue(&self, id: MessageId) -> Result<(), PortError>;
 
-    /// Operator: removes a message.
+    /// Operator: removes a `Dead` message for good. Only `Dead` is deletable (see
+    /// [`Status::can_be_deleted`]): a pending, failed or sent message is refused,
+    /// and the status check is part of the delete itself, so a `requeue` racing
+    /// it either wins (nothing is deleted) or comes too late (nothing to requeue).
     ///
     /// # Errors
-    /// [`PortError::NotFound`] for an unknown id.
+    /// [`PortError::NotFound`] for an unknown id; [`PortError::NotDeletable`] when
+    /// the message is not `Dead` (it is left as it is).
     async fn delete(&self, id: MessageId) -> Result<(), PortError>;
 }

@@ -88,7 +88,8 @@ macro_rules! outbox_store_contract {
                 release_returns_rows_unchanged,
                 stats_count_by_status,
                 an_invalid_message_stores_nothing,
-                delete_removes_and_unknown_ids_are_not_found,
+                only_dead_messages_are_deleted,
+                retention_deletes_only_old_sent_messages,
                 concurrent_claimers_take_each_row_once,
             ]
         );

@@ -230,7 +230,7 @@ pub async fn release_returns_rows_unchanged(store: Arc<dyn OutboxStore>) {
     assert!(again.iter().all(|c| c.attempts == 0));
 }
 
-/// Stats count each status and the oldest unsent message.
+/// Stats count each unsent status and the oldest unsent message.
 pub async fn stats_count_by_status(store: Arc<dyn OutboxStore>) {
     let msgs = messages(4);
     store.enqueue(msgs.clone()).await.expect("enqueue");
@@ -253,7 +253,9 @@ pub async fn stats_count_by_status(store: Arc<dyn OutboxStore>) {
         .await
         .expect("failed");
     let s = store.stats().await.expect("stats");
-    assert_eq!((s.pending, s.publish_failed, s.sent, s.dead), (1, 1, 1, 1));
+    assert_eq!((s.pending, s.publish_failed, s.dead), (1, 1, 1));
+    let sent = store.list(Status::Sent, 10).await.expect("list");
+    assert_eq!(sent.len(), 1);
     let oldest = s.oldest_unsent_at.expect("oldest");
     assert!(oldest <= msgs[3].created_at);
 }
@@ -278,16 +280,125 @@ pub async fn an_invalid_message_stores_nothing(store: Arc<dyn OutboxStore>) {
     assert_eq!(store.stats().await.expect("stats").pending, 0);
 }
 
-/// Delete removes a message; unknown ids are an error.
-pub async fn delete_removes_and_unknown_ids_are_not_found(store: Arc<dyn OutboxStore>) {
-    let m = message("contract", "k");
-    store.enqueue(vec![m.clone()]).await.expect("enqueue");
-    store.delete(m.id).await.expect("delete");
-    assert!(store.get(m.id).await.expect("get").is_none());
+/// Only a dead message may be deleted, and the guard is the delete itself: a
+/// pending, failed or sent message stays (an operator's `delete` racing a `requeue`
+/// must not remove a message that is about to be published). Unknown ids are an
+/// error.
+pub async fn only_dead_messages_are_deleted(store: Arc<dyn OutboxStore>) {
+    let msgs = messages(4);
+    store.enqueue(msgs.clone()).await.expect("enqueue");
+    let (pending, sent, failed, dead) = (msgs[0].id, msgs[1].id, msgs[2].id, msgs[3].id);
+    let l = lease("a");
+    store.claim_pending(&l, 3).await.expect("claim");
+    // msgs[0] is claimed but stays pending, so a leased row is covered too.
+    store.mark_sent(&l, &[sent]).await.expect("sent");
+    let fail = |id, decision| PublishFailure {
+        id,
+        error: "e".into(),
+        decision,
+    };
+    store
+        .mark_publish_failed(
+            &l,
+            &[fail(failed, Decision::RetryAfter(Duration::from_secs(60)))],
+        )
+        .await
+        .expect("failed");
+    store.claim_pending(&l, 1).await.expect("claim");
+    store
+        .mark_publish_failed(&l, &[fail(dead, Decision::Dead)])
+        .await
+        .expect("dead");
+    for (id, status) in [
+        (pending, Status::Pending),
+        (sent, Status::Sent),
+        (failed, Status::PublishFailed),
+    ] {
+        let err = store.delete(id).await.expect_err("not dead: refused");
+        assert!(
+            matches!(err, PortError::NotDeletable(ref e) if e.status == status),
+            "{status}: {err}"
+        );
+        assert_eq!(
+            store.get(id).await.expect("get").map(|r| r.status),
+            Some(status),
+            "a {status} message was deleted"
+        );
+    }
+    store.delete(dead).await.expect("delete dead");
+    assert!(store.get(dead).await.expect("get").is_none());
     assert!(matches!(
-        store.delete(m.id).await,
+        store.delete(dead).await,
         Err(PortError::NotFound { .. })
     ));
+    // Requeued, a dead message is pending again and no longer deletable.
+    let m = message("contract", "k");
+    store.enqueue(vec![m.clone()]).await.expect("enqueue");
+    store.claim_pending(&l, 1).await.expect("claim");
+    store
+        .mark_publish_failed(&l, &[fail(m.id, Decision::Dead)])
+        .await
+        .expect("dead");
+    store.requeue(m.id).await.expect("requeue");
+    assert!(matches!(
+        store.delete(m.id).await,
+        Err(PortError::NotDeletable(_))
+    ));
+    assert_eq!(
+        store.get(m.id).await.expect("get").map(|r| r.status),
+        Some(Status::Pending)
+    );
+}
+
+/// Retention deletes only `Sent` messages older than the age, oldest first, at most
+/// `limit` per call; pending, failed, dead and recently sent messages stay.
+pub async fn retention_deletes_only_old_sent_messages(store: Arc<dyn OutboxStore>) {
+    let msgs = messages(6);
+    store.enqueue(msgs.clone()).await.expect("enqueue");
+    let l = lease("a");
+    store.claim_pending(&l, 5).await.expect("claim");
+    store
+        .mark_sent(&l, &[msgs[0].id, msgs[1].id])
+        .await
+        .expect("sent");
+    let fail = |id, decision| PublishFailure {
+        id,
+        error: "e".into(),
+        decision,
+    };
+    store
+        .mark_publish_failed(
+            &l,
+            &[
+                fail(msgs[2].id, Decision::RetryAfter(Duration::from_secs(60))),
+                fail(msgs[3].id, Decision::Dead),
+            ],
+        )
+        .await
+        .expect("failed");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    // Sent just now: younger than the age.
+    store.mark_sent(&l, &[msgs[4].id]).await.expect("sent");
+    let age = Duration::from_millis(500);
+    assert_eq!(store.delete_sent_batch(age, 1).await.expect("batch"), 1);
+    assert!(
+        store.get(msgs[0].id).await.expect("get").is_none(),
+        "the oldest goes first"
+    );
+    assert_eq!(store.delete_sent_batch(age, 10).await.expect("batch"), 1);
+    assert_eq!(store.delete_sent_batch(age, 10).await.expect("batch"), 0);
+    for (m, status) in [
+        (&msgs[2], Status::PublishFailed),
+        (&msgs[3], Status::Dead),
+        (&msgs[4], Status::Sent),
+        (&msgs[5], Status::Pending),
+    ] {
+        assert_eq!(
+            store.get(m.id).await.expect("get").map(|r| r.status),
+            Some(status),
+            "retention removed a {status} message"
+        );
+    }
 }
 
 /// Four claimers racing over the same rows take each row exactly once.

@@ -237,7 +237,146 @@ pub fn restart_postgres() -> bool {
     guard.restore()
 }
 
-/// True if `url` names the local server at `addr` (only those may be stopped).
+/// True if `url` names the local server at `addr` (only those may be stopped): a
+/// loopback host (`127.0.0.1`, `localhost`, `::1`) and the same port (the scheme's
+/// default when the URL has none). Paths, users and passwords do not matter.
 pub fn is_local(url: &str, addr: &str) -> bool {
-    url.contains(addr) || url.contains(&addr.replace("127.0.0.1", "localhost"))
+    let (Some(server), Some(port)) = (Server::of(url), addr.rsplit_once(':')) else {
+        return false;
+    };
+    server.host == Host::Loopback && port.1.parse() == Ok(server.port)
+}
+
+/// True if both URLs name the same server: the same scheme (`postgres` and
+/// `postgresql` alike), host (loopback names alike, other names ignoring case) and
+/// port (the scheme's default when absent). `redis://127.0.0.1:6379` and
+/// `redis://localhost:6379/0` are the same server; a URL that cannot be read names
+/// none.
+pub fn same_server(a: &str, b: &str) -> bool {
+    matches!((Server::of(a), Server::of(b)), (Some(x), Some(y)) if x == y)
+}
+
+/// Where a URL points, as far as "is it the same server" goes.
+#[derive(Debug, PartialEq, Eq)]
+struct Server {
+    scheme: String,
+    host: Host,
+    port: u16,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Host {
+    Loopback,
+    Named(String),
+}
+
+impl Server {
+    fn of(url: &str) -> Option<Self> {
+        let (scheme, rest) = url.split_once("://")?;
+        let scheme = match scheme.to_ascii_lowercase().as_str() {
+            "postgresql" => "postgres".to_owned(),
+            other => other.to_owned(),
+        };
+        let authority = rest.split(['/', '?', '#']).next()?;
+        let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
+        let (host, port) = if let Some(v6) = host_port.strip_prefix('[') {
+            let (host, after) = v6.split_once(']')?;
+            (host, after.strip_prefix(':'))
+        } else {
+            match host_port.split_once(':') {
+                Some((h, p)) => (h, Some(p)),
+                None => (host_port, None),
+            }
+        };
+        let port = match port {
+            Some(p) => p.parse().ok()?,
+            None => default_port(&scheme)?,
+        };
+        let host = host.to_ascii_lowercase();
+        if host.is_empty() {
+            return None;
+        }
+        let loopback = host == "localhost"
+            || host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback());
+        Some(Self {
+            scheme,
+            host: if loopback {
+                Host::Loopback
+            } else {
+                Host::Named(host)
+            },
+            port,
+        })
+    }
+}
+
+fn default_port(scheme: &str) -> Option<u16> {
+    match scheme {
+        "postgres" => Some(5432),
+        "amqp" => Some(5672),
+        "amqps" => Some(5671),
+        "redis" | "rediss" => Some(6379),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_same_server_however_its_url_is_written() {
+        for (a, b) in [
+            ("redis://127.0.0.1:6379", "redis://127.0.0.1:6379/"),
+            ("redis://localhost:6379/0", "redis://127.0.0.1:6379/"),
+            ("redis://[::1]:6379", "redis://127.0.0.1:6379/"),
+            ("redis://:secret@127.0.0.1/", "redis://127.0.0.1:6379/"),
+            (
+                "amqp://guest:guest@localhost:5672",
+                "amqp://guest:guest@127.0.0.1:5672/%2f",
+            ),
+            (
+                "postgresql://postgres@127.0.0.1/test",
+                "postgres://postgres@127.0.0.1:5432/test",
+            ),
+            ("redis://Cache.Example:6379", "redis://cache.example:6379/1"),
+        ] {
+            assert!(same_server(a, b), "{a} and {b} are the same server");
+            assert!(same_server(b, a), "{b} and {a} are the same server");
+        }
+    }
+
+    #[test]
+    fn other_servers_are_other_servers() {
+        for (a, b) in [
+            ("redis://127.0.0.1:6380/", "redis://127.0.0.1:6379/"),
+            ("redis://10.0.0.5:6379/", "redis://127.0.0.1:6379/"),
+            ("rediss://127.0.0.1:6379/", "redis://127.0.0.1:6379/"),
+            ("amqp://127.0.0.1:5672/", "redis://127.0.0.1:5672/"),
+            ("redis+unix:///tmp/redis.sock", "redis://127.0.0.1:6379/"),
+            ("not a url", "not a url"),
+        ] {
+            assert!(!same_server(a, b), "{a} and {b} are different servers");
+        }
+    }
+
+    #[test]
+    fn only_loopback_urls_on_the_port_are_local() {
+        assert!(is_local("redis://127.0.0.1:6379", REDIS_ADDR));
+        assert!(is_local("redis://localhost/", REDIS_ADDR));
+        assert!(is_local("redis://[::1]:6379/", REDIS_ADDR));
+        assert!(is_local("amqp://guest:guest@127.0.0.1:5672/%2f", AMQP_ADDR));
+        assert!(is_local("postgres://postgres@localhost/test", PG_ADDR));
+        assert!(
+            !is_local("redis://127.0.0.1:63790/", REDIS_ADDR),
+            "another port"
+        );
+        assert!(!is_local("redis://db.internal:6379/", REDIS_ADDR));
+        assert!(
+            !is_local("postgres://u@db.internal/x?host=127.0.0.1:5432", PG_ADDR),
+            "an address in the query is not the host"
+        );
+    }
 }

@@ -111,6 +111,13 @@ pub async fn migrate(pool: &PgPool, schema: &PgSchema) -> Result<(), PgConfigErr
         .await
         .map_err(|e| fail(&e))?;
     let result = MIGRATOR.run(&mut *conn).await.map_err(|e| fail(&e));
+    if result.is_err() {
+        // sqlx's migrator takes a session-wide advisory lock (one per database) and
+        // releases it only on success: this session must end, or its lock would go
+        // back into the pool and block every later migration in the database.
+        let _ = sqlx::Connection::close(conn.detach()).await;
+        return result;
+    }
     // The connection goes back to the pool: give it its default search_path again.
     let _ = sqlx::query("RESET search_path").execute(&mut *conn).await;
     result

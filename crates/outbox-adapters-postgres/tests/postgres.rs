@@ -553,3 +553,34 @@ async fn a_killed_connection_is_a_retryable_error_and_the_store_carries_on() {
         );
     });
 }
+
+/// sqlx's migrator holds a session-wide advisory lock (one per database) while it
+/// runs and releases it only when it succeeds: a failed migration used to put its
+/// connection back into the pool still holding the lock, and every later migration
+/// in that database (any schema, any process) then waited for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_migration_leaves_no_lock_behind() {
+    with_db!(|pool, schema| {
+        // A schema where the first migration cannot run: its table already exists.
+        let broken = PgSchema::new(&format!("{}_broken", schema.as_str())).expect("name");
+        for sql in [
+            format!("CREATE SCHEMA {}", broken.quoted()),
+            format!("CREATE TABLE {}.outbox_messages (x int)", broken.quoted()),
+        ] {
+            sqlx::query(&sql).execute(&pool).await.expect("prepare");
+        }
+        let err = migrate(&pool, &broken).await.expect_err("cannot migrate");
+        assert!(err.to_string().contains(broken.as_str()), "{err}");
+        // The same pool (the connection may come back) and another schema.
+        let next = PgSchema::new(&format!("{}_next", schema.as_str())).expect("name");
+        let migrated = tokio::time::timeout(Duration::from_secs(20), migrate(&pool, &next)).await;
+        for s in [&broken, &next] {
+            let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {} CASCADE", s.quoted()))
+                .execute(&pool)
+                .await;
+        }
+        migrated
+            .expect("a later migration is not blocked by the failed one's lock")
+            .expect("migrate");
+    });
+}

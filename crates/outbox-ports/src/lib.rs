@@ -14,6 +14,7 @@ mod clock;
 mod error;
 mod inbox;
 mod lock;
+mod operator;
 mod outbox;
 mod state;
 
@@ -25,6 +26,10 @@ pub use clock::{Clock, SystemClock};
 pub use error::{BoxError, PortError};
 pub use inbox::{Arrival, ClaimedDelivery, DeadLetter, InboxRecord, InboxStats, InboxStore};
 pub use lock::{DistributedLock, LockGuard};
+pub use operator::{
+    AuditEntry, AuditLog, BulkOutcome, ConsumerSummary, InboxOperator, MessageFilter,
+    MessageSummary, MinuteCount, OutboxOperator, PREVIEW_BYTES, Page, PageCursor, StoredDeadLetter,
+};
 pub use outbox::{ClaimedMessage, Lease, OutboxRecord, OutboxStats, OutboxStore, PublishFailure};
 pub use state::{StateWrite, SweepStateStore};
 
@@ -34,6 +39,7 @@ pub use {
     clock::MockClock,
     inbox::MockInboxStore,
     lock::{MockDistributedLock, MockLockGuard},
+    operator::{MockAuditLog, MockInboxOperator, MockOutboxOperator},
     outbox::MockOutboxStore,
     state::MockSweepStateStore,
 };

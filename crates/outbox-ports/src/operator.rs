@@ -1,0 +1,325 @@
+//! The operator's side of the stores: browsing, searching and acting on messages,
+//! deliveries and dead letters, apart from the relay's and consumers' hot path
+//! (claim, mark, release). An admin service, a dashboard or a CLI needs only these
+//! small traits; a relay needs none of them.
+//!
+//! Lists are keyset-paginated, newest first: a page ends with a [`PageCursor`] from
+//! which the next page continues, so a page far down costs what the first does
+//! (no OFFSET). Every list and bulk action takes the same filter, so a bulk action
+//! applies to everything the filter matches, never just to a loaded page.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use outbox_core::{Headers, MessageId, Status, Timestamp};
+
+use crate::{InboxRecord, OutboxRecord, PortError};
+
+/// Bytes of a payload shown in a list item (never the whole payload).
+pub const PREVIEW_BYTES: usize = 256;
+
+/// Where a keyset page ends: the next page holds only older entries. Opaque to
+/// callers (the stores give it a meaning: a sequence number, an insertion index).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PageCursor(pub u64);
+
+/// One page of a list, newest first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page<T> {
+    /// The entries, newest first.
+    pub items: Vec<T>,
+    /// Where the next page starts; `None` when this was the last one.
+    pub next: Option<PageCursor>,
+}
+
+/// Which outbox messages (or inbox deliveries) an operator means. Every field
+/// narrows; an empty filter matches everything.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MessageFilter {
+    /// Only this status (outbox: `Pending`, `PublishFailed`, `Sent`, `Dead`; inbox:
+    /// `Sent` = in progress, `ConsumeFailed`, `Consumed`, `Dead`).
+    pub status: Option<Status>,
+    /// Only this exchange.
+    pub exchange: Option<String>,
+    /// Only this routing key.
+    pub routing_key: Option<String>,
+    /// Only this message type.
+    pub message_type: Option<String>,
+    /// Only messages created at or after this time.
+    pub created_after: Option<Timestamp>,
+    /// Only messages created before this time.
+    pub created_before: Option<Timestamp>,
+    /// A message id or a correlation id, exactly.
+    pub q: Option<String>,
+}
+
+/// A list entry: everything but the payload, of which only a preview.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageSummary {
+    /// The message id.
+    pub id: MessageId,
+    /// Its status on this side.
+    pub status: Status,
+    /// Exchange.
+    pub exchange: String,
+    /// Routing key.
+    pub routing_key: String,
+    /// Message type.
+    pub message_type: Option<String>,
+    /// Correlation id.
+    pub correlation_id: Option<String>,
+    /// When it was created.
+    pub created_at: Timestamp,
+    /// Attempts on this side.
+    pub attempts: u32,
+    /// The last failure.
+    pub last_error: Option<String>,
+    /// When the next attempt is due.
+    pub next_attempt_at: Option<Timestamp>,
+    /// When this side succeeded (sent at, consumed at).
+    pub completed_at: Option<Timestamp>,
+    /// The first [`PREVIEW_BYTES`] bytes of the payload.
+    pub payload_preview: Vec<u8>,
+    /// The payload's full size in bytes.
+    pub payload_size: u64,
+}
+
+/// What a bulk action found and did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BulkOutcome {
+    /// Entries the filter matched (at most the action's `max`).
+    pub matched: u64,
+    /// Entries changed (a matched entry may have moved on meanwhile, or not be in a
+    /// status the action applies to).
+    pub changed: u64,
+}
+
+/// How many were completed in one minute (for charts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MinuteCount {
+    /// The minute's start.
+    pub minute: Timestamp,
+    /// Messages published (outbox) or consumed (inbox) in it.
+    pub count: u64,
+}
+
+/// A consumer known to the inbox, with its counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerSummary {
+    /// The consumer's name.
+    pub name: String,
+    /// Its counts.
+    pub stats: crate::InboxStats,
+}
+
+/// A stored dead letter (a delivery that could not become a message).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredDeadLetter {
+    /// Its id in the store.
+    pub id: u64,
+    /// The consumer that received it.
+    pub consumer: String,
+    /// The delivery's message id, when it had one.
+    pub message_id: Option<String>,
+    /// The routing key it came with.
+    pub routing_key: String,
+    /// Its headers.
+    pub headers: Headers,
+    /// The raw body.
+    pub body: Vec<u8>,
+    /// Why it was refused.
+    pub reason: String,
+    /// When it arrived.
+    pub received_at: Timestamp,
+}
+
+/// The operator's view of the outbox.
+#[cfg_attr(feature = "mocks", mockall::automock)]
+#[async_trait]
+pub trait OutboxOperator: Send + Sync {
+    /// A page of the messages matching `filter`, newest first, continuing after
+    /// `after` (the previous page's cursor). `limit` is at most 1,000.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn list_messages(
+        &self,
+        filter: &MessageFilter,
+        after: Option<PageCursor>,
+        limit: u32,
+    ) -> Result<Page<MessageSummary>, PortError>;
+
+    /// One message with its publish side (as [`crate::OutboxStore::get`]).
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn get_message(&self, id: MessageId) -> Result<Option<OutboxRecord>, PortError>;
+
+    /// A `Dead` or `PublishFailed` message back to `Pending`, due now, with a fresh
+    /// retry budget (guarded by status in the store).
+    ///
+    /// # Errors
+    /// [`PortError::NotFound`]; [`PortError::IllegalTransition`] in another status.
+    async fn requeue_message(&self, id: MessageId) -> Result<(), PortError>;
+
+    /// Removes a message: a `Dead` one, or with `force` also a `Pending` or
+    /// `PublishFailed` one that no relay holds right now (guarded in the statement).
+    ///
+    /// # Errors
+    /// [`PortError::NotFound`]; [`PortError::NotDeletable`] in another status.
+    async fn delete_message(&self, id: MessageId, force: bool) -> Result<(), PortError>;
+
+    /// How many messages match `filter`, counting at most `max`.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn count_messages(&self, filter: &MessageFilter, max: u64) -> Result<u64, PortError>;
+
+    /// Requeues up to `max` messages matching `filter` (those in a requeueable
+    /// status), in bounded batches.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`]; what was changed before the error stays changed.
+    async fn requeue_matching(
+        &self,
+        filter: &MessageFilter,
+        max: u64,
+    ) -> Result<BulkOutcome, PortError>;
+
+    /// Deletes up to `max` messages matching `filter` (those deletable, see
+    /// [`OutboxOperator::delete_message`]), in bounded batches.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`]; what was deleted before the error stays deleted.
+    async fn delete_matching(
+        &self,
+        filter: &MessageFilter,
+        max: u64,
+        force: bool,
+    ) -> Result<BulkOutcome, PortError>;
+
+    /// Messages marked sent per minute over the last `window`, oldest minute first
+    /// (minutes with none are left out).
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn published_per_minute(&self, window: Duration) -> Result<Vec<MinuteCount>, PortError>;
+}
+
+/// The operator's view of the consumers' inboxes and dead letters.
+#[cfg_attr(feature = "mocks", mockall::automock)]
+#[async_trait]
+pub trait InboxOperator: Send + Sync {
+    /// Every consumer with rows or dead letters in the inbox, with its counts.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn consumers(&self) -> Result<Vec<ConsumerSummary>, PortError>;
+
+    /// A page of `consumer`'s deliveries matching `filter`, newest first.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn list_deliveries(
+        &self,
+        consumer: &str,
+        filter: &MessageFilter,
+        after: Option<PageCursor>,
+        limit: u32,
+    ) -> Result<Page<MessageSummary>, PortError>;
+
+    /// The consume side of message `id` for every consumer that received it.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn deliveries_of(&self, id: MessageId) -> Result<Vec<InboxRecord>, PortError>;
+
+    /// Reconsumes up to `max` of `consumer`'s deliveries matching `filter` (those in
+    /// a reconsumable status), in bounded batches.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`]; what was changed before the error stays changed.
+    async fn reconsume_matching(
+        &self,
+        consumer: &str,
+        filter: &MessageFilter,
+        max: u64,
+    ) -> Result<BulkOutcome, PortError>;
+
+    /// How many of `consumer`'s deliveries match `filter`, counting at most `max`.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn count_deliveries(
+        &self,
+        consumer: &str,
+        filter: &MessageFilter,
+        max: u64,
+    ) -> Result<u64, PortError>;
+
+    /// Deliveries marked consumed per minute over the last `window`, all consumers.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn consumed_per_minute(&self, window: Duration) -> Result<Vec<MinuteCount>, PortError>;
+
+    /// A page of dead letters (of `consumer`, or of all), newest first.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn list_dead_letters(
+        &self,
+        consumer: Option<String>,
+        after: Option<PageCursor>,
+        limit: u32,
+    ) -> Result<Page<StoredDeadLetter>, PortError>;
+
+    /// One dead letter.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn get_dead_letter(&self, id: u64) -> Result<Option<StoredDeadLetter>, PortError>;
+
+    /// Removes one dead letter.
+    ///
+    /// # Errors
+    /// [`PortError::NotFound`] for an unknown id.
+    async fn delete_dead_letter(&self, id: u64) -> Result<(), PortError>;
+}
+
+/// One write done by an operator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditEntry {
+    /// Who: the admin token's name, or `cli:<os user>`.
+    pub actor: String,
+    /// What: e.g. `requeue`, `delete`, `reconsume`, `delete_dead_letter`.
+    pub action: String,
+    /// The target: a message id, a dead letter id, or the filter of a bulk action
+    /// (as JSON).
+    pub target: String,
+    /// How many entries it changed.
+    pub count: u64,
+    /// When (set by the store).
+    pub at: Option<Timestamp>,
+}
+
+/// Where operators' writes are recorded.
+#[cfg_attr(feature = "mocks", mockall::automock)]
+#[async_trait]
+pub trait AuditLog: Send + Sync {
+    /// Records one write.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn record(&self, entry: AuditEntry) -> Result<(), PortError>;
+
+    /// A page of the recorded writes, newest first.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn list(
+        &self,
+        after: Option<PageCursor>,
+        limit: u32,
+    ) -> Result<Page<AuditEntry>, PortError>;
+}

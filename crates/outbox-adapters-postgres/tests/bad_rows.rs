@@ -250,3 +250,95 @@ async fn enqueue_names_the_field_amqp_cannot_carry() {
         assert!(err.to_string().contains("routing_key"), "{err}");
     });
 }
+
+/// Inserts one row through plain SQL with `created_at` and `headers` given as SQL
+/// expressions (trusted test text, not input).
+async fn insert_raw_expr(
+    pool: &PgPool,
+    schema: &PgSchema,
+    created_at: &str,
+    headers: &str,
+) -> uuid::Uuid {
+    sqlx::query_scalar(&format!(
+        "INSERT INTO {}.outbox_messages (exchange, routing_key, headers, payload, created_at) \
+         VALUES ('orders', 'order.created', {headers}, '\\x7b7d', {created_at}) RETURNING id",
+        schema.quoted()
+    ))
+    .fetch_one(pool)
+    .await
+    .unwrap_or_else(|e| panic!("insert created_at = {created_at}, headers = {headers}: {e}"))
+}
+
+#[tokio::test]
+async fn rows_whose_values_cannot_be_read_are_dead_and_reads_never_fail() {
+    with_db!(|pool, schema| {
+        drop_row_constraints(&pool, &schema).await;
+        let store = PgOutboxStore::new(pool.clone(), schema.clone());
+        enqueue_good(&pool, &schema, 10).await;
+        let deep = format!("'{}1{}'::jsonb", r#"{"a":"#.repeat(200), "}".repeat(200));
+        // (created_at, headers, the column the reason must name)
+        let cases = [
+            ("'infinity'::timestamptz", "'{}'::jsonb", "created_at"),
+            ("'-infinity'::timestamptz", "'{}'::jsonb", "created_at"),
+            // Milliseconds taken for seconds: the year 55,000 or so.
+            ("to_timestamp(1700000000000)", "'{}'::jsonb", "created_at"),
+            (
+                "'20000-01-01 00:00:00+00'::timestamptz",
+                "'{}'::jsonb",
+                "created_at",
+            ),
+            ("now()", deep.as_str(), "headers"),
+            ("now()", r#"'{"n": 1e400}'::jsonb"#, "headers"),
+        ];
+        let mut bad = Vec::new();
+        for (created_at, headers, column) in cases {
+            bad.push((
+                insert_raw_expr(&pool, &schema, created_at, headers).await,
+                column,
+            ));
+        }
+        enqueue_good(&pool, &schema, 10).await;
+
+        // Readiness and metrics read the oldest unsent row: never a panic or an error.
+        let stats = store.stats().await.expect("stats with unreadable rows");
+        assert_eq!(stats.pending, 26);
+        let oldest = stats.oldest_unsent_at.expect("an oldest readable row");
+        assert!(oldest.year() < 10000, "{oldest}");
+        let listed = store.list(Status::Pending, 100).await.expect("list");
+        assert_eq!(listed.len(), 26);
+        for (id, _) in &bad {
+            store
+                .get(outbox_core::MessageId::from_uuid(*id))
+                .await
+                .expect("get an unreadable row")
+                .expect("it is there");
+        }
+
+        let holder = lease("relay");
+        let claimed = store.claim_pending(&holder, 100).await.expect("claim");
+        assert_eq!(claimed.len(), 20, "every readable row is claimed");
+        let ids: Vec<_> = claimed.iter().map(|c| c.message.id).collect();
+        assert_eq!(store.mark_sent(&holder, &ids).await.expect("mark"), 20);
+
+        for (id, column) in &bad {
+            let r = store
+                .get(outbox_core::MessageId::from_uuid(*id))
+                .await
+                .expect("get")
+                .expect("row");
+            assert_eq!(r.status, Status::Dead, "{column}");
+            let reason = r.publish.last_error.unwrap_or_default();
+            assert!(reason.contains(column), "reason names {column}: {reason}");
+        }
+        assert_eq!(store.list(Status::Dead, 100).await.expect("list").len(), 6);
+        let stats = store.stats().await.expect("stats");
+        assert_eq!((stats.pending, stats.dead), (0, 6));
+        assert!(
+            store
+                .claim_pending(&lease("again"), 100)
+                .await
+                .expect("claim")
+                .is_empty()
+        );
+    });
+}

@@ -16,6 +16,16 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog AS $$
            OR octet_length(h.name) NOT BETWEEN 1 AND 255)
 $$;
 
+-- The headers' size as AMQP encodes them (name and value plus 6 bytes of framing
+-- each), as outbox_core::message::amqp_headers_len counts it: a content header
+-- larger than the broker's frame_max closes the relay's whole connection.
+CREATE FUNCTION outbox_headers_amqp_size(headers jsonb) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog AS $$
+    SELECT CASE WHEN jsonb_typeof(headers) = 'object' THEN (
+        SELECT coalesce(sum(octet_length(h.name) + octet_length(h.value) + 6), 0)
+        FROM jsonb_each_text(headers) AS h(name, value)) ELSE 0 END
+$$;
+
 DO $$
 DECLARE
     existing bigint := (SELECT coalesce(max(seq), 0) FROM outbox_messages);
@@ -36,5 +46,10 @@ BEGIN
         'CHECK (seq <= %s OR outbox_headers_fit_amqp(headers))', existing);
     COMMENT ON CONSTRAINT outbox_messages_headers_amqp ON outbox_messages IS
         'headers must be a JSON object of strings, each name 1 to 255 bytes';
+    EXECUTE format(
+        'ALTER TABLE outbox_messages ADD CONSTRAINT outbox_messages_headers_size_amqp '
+        'CHECK (seq <= %s OR outbox_headers_amqp_size(headers) <= 65536)', existing);
+    COMMENT ON CONSTRAINT outbox_messages_headers_size_amqp ON outbox_messages IS
+        'headers take at most 65536 bytes as AMQP encodes them (outbox_core::message::MAX_HEADERS_BYTES)';
 END
 $$;

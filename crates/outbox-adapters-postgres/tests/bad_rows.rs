@@ -342,3 +342,39 @@ async fn rows_whose_values_cannot_be_read_are_dead_and_reads_never_fail() {
         );
     });
 }
+
+#[tokio::test]
+async fn headers_larger_than_an_amqp_frame_allows_are_refused_by_enqueue_and_the_table() {
+    with_db!(|pool, schema| {
+        let outbox = PgOutbox::new(schema.clone());
+        let mut conn = pool.acquire().await.expect("conn");
+        let err = outbox
+            .enqueue(
+                &mut conn,
+                NewMessage::new("orders", "k", b"{}".to_vec())
+                    .with_header("big", "v".repeat(200 * 1024)),
+            )
+            .await
+            .expect_err("refused");
+        assert!(err.to_string().contains("headers"), "{err}");
+        drop(conn);
+
+        let big = format!(r#"'{{"big": "{}"}}'"#, "v".repeat(200 * 1024));
+        let err = refused(&pool, &schema, "headers", &big).await;
+        assert!(err.contains("outbox_messages_headers_size_amqp"), "{err}");
+        // Many small headers add up too: each carries 6 bytes of AMQP framing.
+        let many = "(SELECT jsonb_object_agg('h' || i, '') FROM generate_series(1, 12000) i)";
+        let err = refused(&pool, &schema, "headers", many).await;
+        assert!(err.contains("outbox_messages_headers_size_amqp"), "{err}");
+        // Just under the limit goes in.
+        sqlx::query(&format!(
+            "INSERT INTO {}.outbox_messages (exchange, routing_key, headers, payload) \
+             VALUES ('orders', 'k', jsonb_build_object('big', repeat('v', $1)), '\\x00')",
+            schema.quoted()
+        ))
+        .bind(i32::try_from(outbox_core::message::MAX_HEADERS_BYTES - 9).expect("fits"))
+        .execute(&pool)
+        .await
+        .expect("headers at the limit are taken");
+    });
+}

@@ -174,3 +174,35 @@ async fn messages_amqp_cannot_carry_are_rejected_without_a_panic_and_the_others_
         names.delete(&conn).await;
     });
 }
+
+#[tokio::test]
+async fn headers_too_large_for_a_frame_are_rejected_and_their_window_mates_are_confirmed() {
+    with_broker!(|conn| {
+        let names = Names::new("big-headers");
+        names
+            .topology(QueueSpec::durable(&names.queue))
+            .declare(&conn)
+            .await
+            .expect("declare");
+        let mut batch = messages(&names.exchange, 3, 10);
+        // 200 KiB of headers: more than RabbitMQ's default frame_max (128 KiB), which
+        // the content header must fit in one frame.
+        batch[1]
+            .headers
+            .insert("big".into(), "v".repeat(200 * 1024));
+        let p = RabbitPublisher::new(RabbitPublisherConfig::new(common::url()));
+        let outcomes = p.publish_within(&batch, Duration::from_secs(10)).await;
+        assert!(outcomes[0].is_confirmed(), "{}", outcomes[0]);
+        assert!(
+            matches!(&outcomes[1], PublishOutcome::Rejected(why) if why.contains("headers")),
+            "{}",
+            outcomes[1]
+        );
+        assert!(outcomes[2].is_confirmed(), "{}", outcomes[2]);
+        assert_eq!(settled_depth(&conn, &names.queue).await, 2);
+        // The connection survived: the next batch goes out on it.
+        let again = p.publish_within(&batch[..1], Duration::from_secs(10)).await;
+        assert!(again[0].is_confirmed(), "{}", again[0]);
+        names.delete(&conn).await;
+    });
+}

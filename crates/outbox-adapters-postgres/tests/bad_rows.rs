@@ -378,3 +378,143 @@ async fn headers_larger_than_an_amqp_frame_allows_are_refused_by_enqueue_and_the
         .expect("headers at the limit are taken");
     });
 }
+
+/// Puts `schema` back to where it was before the AMQP limits migration: its
+/// constraints, functions and record gone, so that the next `migrate` runs it on a
+/// table that already holds rows.
+async fn undo_limits_migration(pool: &PgPool, schema: &PgSchema) {
+    drop_row_constraints(pool, schema).await;
+    let s = schema.quoted();
+    for statement in [
+        format!("DROP FUNCTION {s}.outbox_headers_fit_amqp(jsonb)"),
+        format!("DROP FUNCTION IF EXISTS {s}.outbox_headers_amqp_size(jsonb)"),
+        format!("DELETE FROM {s}._sqlx_migrations WHERE version = 20261201000001"),
+    ] {
+        sqlx::query(&statement)
+            .execute(pool)
+            .await
+            .unwrap_or_else(|e| panic!("{statement}: {e}"));
+    }
+}
+
+#[tokio::test]
+async fn the_limits_migration_waits_briefly_for_its_lock_adds_constraints_without_a_scan_and_old_bad_rows_still_go_dead()
+ {
+    with_db!(|pool, schema| {
+        undo_limits_migration(&pool, &schema).await;
+        enqueue_good(&pool, &schema, 5).await;
+        let long_key = insert_raw(&pool, &schema, &"k".repeat(300), "{}")
+            .await
+            .expect("a long routing key before the constraints");
+        let bad_headers = insert_raw(&pool, &schema, "k", r#"{"n": 5}"#)
+            .await
+            .expect("bad headers before the constraints");
+        let infinite = insert_raw_expr(&pool, &schema, "'infinity'", "'{}'::jsonb").await;
+        let big = insert_raw_expr(
+            &pool,
+            &schema,
+            "now()",
+            &format!(r#"'{{"big": "{}"}}'::jsonb"#, "v".repeat(200 * 1024)),
+        )
+        .await;
+        enqueue_good(&pool, &schema, 5).await;
+
+        // A long transaction reading the table: the migration gives up after its
+        // lock_timeout instead of queueing every producer behind its lock for as
+        // long as that transaction lasts.
+        let mut reader = pool.begin().await.expect("begin");
+        sqlx::query(&format!(
+            "SELECT count(*) FROM {}.outbox_messages",
+            schema.quoted()
+        ))
+        .execute(&mut *reader)
+        .await
+        .expect("read");
+        let started = std::time::Instant::now();
+        let blocked = tokio::time::timeout(
+            Duration::from_secs(20),
+            outbox_adapters_postgres::migrate(&pool, &schema),
+        )
+        .await
+        .expect("the migration gives up on its lock within its lock_timeout");
+        let err = blocked.expect_err("no lock, no migration").to_string();
+        assert!(err.contains("lock timeout"), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(10));
+        reader.rollback().await.expect("rollback");
+
+        outbox_adapters_postgres::migrate(&pool, &schema)
+            .await
+            .expect("migrate once the table is free");
+        // Every limit is there, added NOT VALID: no scan of the table under the lock.
+        let constraints: Vec<(String, bool)> = sqlx::query_as(
+            "SELECT conname::text, convalidated FROM pg_constraint c \
+             JOIN pg_class t ON t.oid = c.conrelid JOIN pg_namespace n ON n.oid = t.relnamespace \
+             WHERE n.nspname = $1 AND t.relname = 'outbox_messages' \
+             AND conname LIKE 'outbox\\_messages\\_%\\_amqp' ORDER BY 1",
+        )
+        .bind(schema.as_str())
+        .fetch_all(&pool)
+        .await
+        .expect("constraints");
+        let names: Vec<&str> = constraints.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "outbox_messages_content_type_amqp",
+                "outbox_messages_correlation_id_amqp",
+                "outbox_messages_created_at_amqp",
+                "outbox_messages_exchange_amqp",
+                "outbox_messages_headers_amqp",
+                "outbox_messages_headers_size_amqp",
+                "outbox_messages_message_type_amqp",
+                "outbox_messages_routing_key_amqp",
+                "outbox_messages_source_amqp",
+            ]
+        );
+        assert!(
+            constraints.iter().all(|(_, valid)| !valid),
+            "{constraints:?}"
+        );
+        // New rows are held to them all the same.
+        let err = refused(&pool, &schema, "created_at", "'infinity'").await;
+        assert!(err.contains("outbox_messages_created_at_amqp"), "{err}");
+
+        // The old bad rows are claimed and marked dead: no CHECK refuses the UPDATE.
+        let store = PgOutboxStore::new(pool.clone(), schema.clone());
+        let holder = lease("relay");
+        let claimed = store.claim_pending(&holder, 100).await.expect("claim");
+        // The long routing key decodes; the relay (check_amqp) makes it dead.
+        assert_eq!(claimed.len(), 12);
+        assert!(claimed.iter().any(|c| c.message.id.as_uuid() == &long_key));
+        for (id, column) in [(bad_headers, "headers"), (infinite, "created_at")] {
+            let r = store
+                .get(outbox_core::MessageId::from_uuid(id))
+                .await
+                .expect("get")
+                .expect("row");
+            assert_eq!(r.status, Status::Dead, "{column}");
+            assert!(r.publish.last_error.unwrap_or_default().contains(column));
+        }
+        let failures: Vec<_> = claimed
+            .iter()
+            .filter(|c| [long_key, big].contains(c.message.id.as_uuid()))
+            .map(|c| outbox_ports::PublishFailure {
+                id: c.message.id,
+                error: c
+                    .message
+                    .check_amqp()
+                    .expect_err("cannot be carried")
+                    .to_string(),
+                decision: outbox_core::Decision::Dead,
+            })
+            .collect();
+        assert_eq!(failures.len(), 2);
+        assert_eq!(
+            store
+                .mark_publish_failed(&holder, &failures)
+                .await
+                .expect("marking an old bad row dead passes the constraints"),
+            2
+        );
+    });
+}

@@ -14,7 +14,7 @@ use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use crate::PgSchema;
 use crate::error::{port, refused_by_database};
 use crate::rows::{
-    ClaimedRow, MESSAGE_COLUMNS, MessageRow, STATE_COLUMNS, in_claim_order, millis, sources_of,
+    ClaimedRow, MESSAGE_COLUMNS, MessageRow, in_claim_order, millis, read_columns, sources_of,
 };
 
 #[derive(Debug)]
@@ -36,9 +36,7 @@ struct Sql {
 impl Sql {
     fn new(schema: &PgSchema) -> Self {
         let t = format!("{}.outbox_inbox", schema.quoted());
-        let returning = format!(
-            "message_id AS id, {MESSAGE_COLUMNS}, {STATE_COLUMNS}, consumed_at AS completed_at"
-        );
+        let returning = read_columns("message_id", "consumed_at");
         let insert = format!(
             "INSERT INTO {t} (consumer, message_id, {MESSAGE_COLUMNS}, status, next_attempt_at, locked_by, locked_until) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11"
@@ -81,7 +79,7 @@ impl Sql {
                    ORDER BY next_attempt_at, seq LIMIT $2 FOR UPDATE SKIP LOCKED) \
                  UPDATE {t} m SET locked_by = $3, locked_until = now() + $4 * interval '1 millisecond' \
                  FROM picked WHERE m.seq = picked.seq \
-                 RETURNING m.seq, m.message_id AS id, {MESSAGE_COLUMNS}, {STATE_COLUMNS}, m.consumed_at AS completed_at"
+                 RETURNING m.seq, {returning}"
             ),
             dead_letter: format!(
                 "INSERT INTO {}.outbox_dead_letters (consumer, message_id, routing_key, headers, body, reason) \

@@ -14,8 +14,8 @@ use sqlx::{PgConnection, PgPool};
 use crate::PgSchema;
 use crate::error::port;
 use crate::rows::{
-    ClaimedRow, MESSAGE_COLUMNS, MessageRow, STATE_COLUMNS, decode_in_claim_order,
-    delete_in_batches, millis, sources_of,
+    ClaimedRow, MESSAGE_COLUMNS, MessageRow, decode_in_claim_order, delete_in_batches, millis,
+    read_columns, readable_time, sources_of,
 };
 
 /// Enqueues messages inside the caller's transaction. Cheap to clone; holds no pool.
@@ -212,7 +212,8 @@ struct Sql {
 impl Sql {
     fn new(schema: &PgSchema) -> Self {
         let t = format!("{}.outbox_messages", schema.quoted());
-        let returning = format!("id, {MESSAGE_COLUMNS}, {STATE_COLUMNS}, sent_at AS completed_at");
+        let returning = read_columns("id", "sent_at");
+        let oldest = readable_time("created_at");
         let claim = |filter: &str, order: &str| {
             format!(
                 "WITH picked AS (SELECT seq FROM {t} WHERE {filter} \
@@ -220,7 +221,7 @@ impl Sql {
                    ORDER BY {order} LIMIT $1 FOR UPDATE SKIP LOCKED) \
                  UPDATE {t} m SET locked_by = $2, locked_until = now() + $3 * interval '1 millisecond' \
                  FROM picked WHERE m.seq = picked.seq \
-                 RETURNING m.seq, m.id, {MESSAGE_COLUMNS}, {STATE_COLUMNS}, m.sent_at AS completed_at"
+                 RETURNING m.seq, {returning}"
             )
         };
         Self {
@@ -253,14 +254,16 @@ impl Sql {
             ),
             // Every part reads one partial index of an unsent status (outbox_pending,
             // outbox_retry_due, outbox_dead): no count over sent rows, which are
-            // most of the table (tests/stats_scale.rs checks the plan).
+            // most of the table (tests/stats_scale.rs checks the plan). The oldest
+            // skips times no Timestamp can hold: one such row must not fail (or,
+            // in sqlx, panic) every readiness check and scrape.
             stats: format!(
                 "SELECT \
                    (SELECT count(*) FROM {t} WHERE status = 'pending') AS pending, \
                    (SELECT count(*) FROM {t} WHERE status = 'publish_failed') AS publish_failed, \
                    (SELECT count(*) FROM {t} WHERE status = 'dead') AS dead, \
-                   LEAST((SELECT created_at FROM {t} WHERE status = 'pending' ORDER BY seq LIMIT 1), \
-                         (SELECT min(created_at) FROM {t} WHERE status = 'publish_failed')) AS oldest"
+                   LEAST((SELECT {oldest} FROM {t} WHERE status = 'pending' ORDER BY seq LIMIT 1), \
+                         (SELECT min({oldest}) FROM {t} WHERE status = 'publish_failed')) AS oldest"
             ),
             count: format!("SELECT count(*) FROM {t} WHERE status = $1"),
             get: format!("SELECT {returning} FROM {t} WHERE id = $1"),

@@ -2,14 +2,40 @@
 
 use outbox_core::{Headers, Message, MessageId, SideState, Status, Timestamp};
 use outbox_ports::{InboxRecord, OutboxRecord, PortError};
-use sqlx::types::Json;
 
-/// The message columns, in the order both tables share.
+/// The message columns, in the order both tables share (for INSERTs).
 pub(crate) const MESSAGE_COLUMNS: &str = "exchange, routing_key, message_type, headers, payload, content_type, source, correlation_id, created_at";
 
-/// The state columns.
-pub(crate) const STATE_COLUMNS: &str =
-    "status, attempts, last_attempt_at, next_attempt_at, last_error";
+/// `column` where a [`Timestamp`] can hold it, else NULL. sqlx panics decoding a
+/// timestamptz outside the `time` crate's years (±9999), and `'infinity'` is one:
+/// rows written through plain SQL may hold such values (e.g. `to_timestamp` given
+/// milliseconds), and one of them must not crash every read of the table.
+pub(crate) fn readable_time(column: &str) -> String {
+    format!("CASE WHEN {} THEN {column} END", time_is_readable(column))
+}
+
+/// The condition under which [`readable_time`] keeps `column`; the same predicate
+/// as the table's `outbox_messages_created_at_amqp` constraint.
+pub(crate) fn time_is_readable(column: &str) -> String {
+    format!("(isfinite({column}) AND {column} < '10000-01-01 00:00:00+00')")
+}
+
+/// What a read of either table selects into a [`MessageRow`]: `id` and `completed`
+/// name the table's id and completion columns. Values that could fail or panic in
+/// sqlx's decoding are read so that they cannot: headers as text (parsed row by row:
+/// jsonb deeper than serde's limit or a number beyond f64 would fail the whole
+/// fetch as `Json<Value>`), times through [`readable_time`].
+pub(crate) fn read_columns(id: &str, completed: &str) -> String {
+    format!(
+        "{id} AS id, exchange, routing_key, message_type, headers::text AS headers, payload, \
+         content_type, source, correlation_id, {} AS created_at, status, attempts, \
+         {} AS last_attempt_at, {} AS next_attempt_at, last_error, {} AS completed_at",
+        readable_time("created_at"),
+        readable_time("last_attempt_at"),
+        readable_time("next_attempt_at"),
+        readable_time(completed),
+    )
+}
 
 #[derive(sqlx::FromRow)]
 pub(crate) struct MessageRow {
@@ -17,14 +43,15 @@ pub(crate) struct MessageRow {
     pub(crate) exchange: String,
     pub(crate) routing_key: String,
     pub(crate) message_type: Option<String>,
-    /// Read as any JSON: rows written through plain SQL before the table's
-    /// constraints existed may hold something other than an object of strings.
-    pub(crate) headers: Json<serde_json::Value>,
+    /// The jsonb as text, parsed row by row: rows written through plain SQL before
+    /// the table's constraints existed may hold anything.
+    pub(crate) headers: String,
     pub(crate) payload: Vec<u8>,
     pub(crate) content_type: String,
     pub(crate) source: Option<String>,
     pub(crate) correlation_id: Option<String>,
-    pub(crate) created_at: Timestamp,
+    /// `None`: a time no [`Timestamp`] can hold (see [`readable_time`]).
+    pub(crate) created_at: Option<Timestamp>,
     pub(crate) status: String,
     pub(crate) attempts: i32,
     pub(crate) last_attempt_at: Option<Timestamp>,
@@ -36,27 +63,38 @@ pub(crate) struct MessageRow {
 impl MessageRow {
     /// The headers, or why they are not an object of strings (naming the column).
     pub(crate) fn headers(&self) -> Result<Headers, String> {
-        serde_json::from_value::<Headers>(self.headers.0.clone())
+        serde_json::from_str::<Headers>(&self.headers)
             .map_err(|e| format!("headers must be a JSON object whose values are strings ({e})"))
+    }
+
+    /// The creation time, or why it cannot be read (naming the column).
+    fn created_at(&self) -> Result<Timestamp, String> {
+        self.created_at.ok_or_else(|| {
+            "created_at must be a finite time before the year 10000 (AMQP carries it as \
+             a timestamp)"
+                .to_owned()
+        })
     }
 
     /// The message, or why the row cannot be one (naming the column).
     pub(crate) fn decoded_message(&self) -> Result<Message, String> {
         let headers = self.headers()?;
-        Ok(Message {
-            headers,
-            ..self.message_with(Headers::new())
-        })
+        let created_at = self.created_at()?;
+        Ok(self.message_with(headers, created_at))
     }
 
     /// The message as far as it can be read: headers that are not an object of
-    /// strings read as none (operators still see the row, and its last error says
-    /// why). Claims use [`MessageRow::decoded_message`] instead.
+    /// strings read as none, and a creation time that cannot be read as the Unix
+    /// epoch (operators still see the row, and its last error says why). Claims use
+    /// [`MessageRow::decoded_message`] instead.
     pub(crate) fn message(&self) -> Message {
-        self.message_with(self.headers().unwrap_or_default())
+        self.message_with(
+            self.headers().unwrap_or_default(),
+            self.created_at().unwrap_or(Timestamp::UNIX_EPOCH),
+        )
     }
 
-    fn message_with(&self, headers: Headers) -> Message {
+    fn message_with(&self, headers: Headers, created_at: Timestamp) -> Message {
         Message {
             id: MessageId::from_uuid(self.id),
             exchange: self.exchange.clone(),
@@ -67,7 +105,7 @@ impl MessageRow {
             content_type: self.content_type.clone(),
             source: self.source.clone(),
             correlation_id: self.correlation_id.clone(),
-            created_at: self.created_at,
+            created_at,
         }
     }
 

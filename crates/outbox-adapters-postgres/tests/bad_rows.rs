@@ -250,3 +250,271 @@ async fn enqueue_names_the_field_amqp_cannot_carry() {
         assert!(err.to_string().contains("routing_key"), "{err}");
     });
 }
+
+/// Inserts one row through plain SQL with `created_at` and `headers` given as SQL
+/// expressions (trusted test text, not input).
+async fn insert_raw_expr(
+    pool: &PgPool,
+    schema: &PgSchema,
+    created_at: &str,
+    headers: &str,
+) -> uuid::Uuid {
+    sqlx::query_scalar(&format!(
+        "INSERT INTO {}.outbox_messages (exchange, routing_key, headers, payload, created_at) \
+         VALUES ('orders', 'order.created', {headers}, '\\x7b7d', {created_at}) RETURNING id",
+        schema.quoted()
+    ))
+    .fetch_one(pool)
+    .await
+    .unwrap_or_else(|e| panic!("insert created_at = {created_at}, headers = {headers}: {e}"))
+}
+
+#[tokio::test]
+async fn rows_whose_values_cannot_be_read_are_dead_and_reads_never_fail() {
+    with_db!(|pool, schema| {
+        drop_row_constraints(&pool, &schema).await;
+        let store = PgOutboxStore::new(pool.clone(), schema.clone());
+        enqueue_good(&pool, &schema, 10).await;
+        let deep = format!("'{}1{}'::jsonb", r#"{"a":"#.repeat(200), "}".repeat(200));
+        // (created_at, headers, the column the reason must name)
+        let cases = [
+            ("'infinity'::timestamptz", "'{}'::jsonb", "created_at"),
+            ("'-infinity'::timestamptz", "'{}'::jsonb", "created_at"),
+            // Milliseconds taken for seconds: the year 55,000 or so.
+            ("to_timestamp(1700000000000)", "'{}'::jsonb", "created_at"),
+            (
+                "'20000-01-01 00:00:00+00'::timestamptz",
+                "'{}'::jsonb",
+                "created_at",
+            ),
+            ("now()", deep.as_str(), "headers"),
+            ("now()", r#"'{"n": 1e400}'::jsonb"#, "headers"),
+        ];
+        let mut bad = Vec::new();
+        for (created_at, headers, column) in cases {
+            bad.push((
+                insert_raw_expr(&pool, &schema, created_at, headers).await,
+                column,
+            ));
+        }
+        enqueue_good(&pool, &schema, 10).await;
+
+        // Readiness and metrics read the oldest unsent row: never a panic or an error.
+        let stats = store.stats().await.expect("stats with unreadable rows");
+        assert_eq!(stats.pending, 26);
+        let oldest = stats.oldest_unsent_at.expect("an oldest readable row");
+        assert!(oldest.year() < 10000, "{oldest}");
+        let listed = store.list(Status::Pending, 100).await.expect("list");
+        assert_eq!(listed.len(), 26);
+        for (id, _) in &bad {
+            store
+                .get(outbox_core::MessageId::from_uuid(*id))
+                .await
+                .expect("get an unreadable row")
+                .expect("it is there");
+        }
+
+        let holder = lease("relay");
+        let claimed = store.claim_pending(&holder, 100).await.expect("claim");
+        assert_eq!(claimed.len(), 20, "every readable row is claimed");
+        let ids: Vec<_> = claimed.iter().map(|c| c.message.id).collect();
+        assert_eq!(store.mark_sent(&holder, &ids).await.expect("mark"), 20);
+
+        for (id, column) in &bad {
+            let r = store
+                .get(outbox_core::MessageId::from_uuid(*id))
+                .await
+                .expect("get")
+                .expect("row");
+            assert_eq!(r.status, Status::Dead, "{column}");
+            let reason = r.publish.last_error.unwrap_or_default();
+            assert!(reason.contains(column), "reason names {column}: {reason}");
+        }
+        assert_eq!(store.list(Status::Dead, 100).await.expect("list").len(), 6);
+        let stats = store.stats().await.expect("stats");
+        assert_eq!((stats.pending, stats.dead), (0, 6));
+        assert!(
+            store
+                .claim_pending(&lease("again"), 100)
+                .await
+                .expect("claim")
+                .is_empty()
+        );
+    });
+}
+
+#[tokio::test]
+async fn headers_larger_than_an_amqp_frame_allows_are_refused_by_enqueue_and_the_table() {
+    with_db!(|pool, schema| {
+        let outbox = PgOutbox::new(schema.clone());
+        let mut conn = pool.acquire().await.expect("conn");
+        let err = outbox
+            .enqueue(
+                &mut conn,
+                NewMessage::new("orders", "k", b"{}".to_vec())
+                    .with_header("big", "v".repeat(200 * 1024)),
+            )
+            .await
+            .expect_err("refused");
+        assert!(err.to_string().contains("headers"), "{err}");
+        drop(conn);
+
+        let big = format!(r#"'{{"big": "{}"}}'"#, "v".repeat(200 * 1024));
+        let err = refused(&pool, &schema, "headers", &big).await;
+        assert!(err.contains("outbox_messages_headers_size_amqp"), "{err}");
+        // Many small headers add up too: each carries 6 bytes of AMQP framing.
+        let many = "(SELECT jsonb_object_agg('h' || i, '') FROM generate_series(1, 12000) i)";
+        let err = refused(&pool, &schema, "headers", many).await;
+        assert!(err.contains("outbox_messages_headers_size_amqp"), "{err}");
+        // Just under the limit goes in.
+        sqlx::query(&format!(
+            "INSERT INTO {}.outbox_messages (exchange, routing_key, headers, payload) \
+             VALUES ('orders', 'k', jsonb_build_object('big', repeat('v', $1)), '\\x00')",
+            schema.quoted()
+        ))
+        .bind(i32::try_from(outbox_core::message::MAX_HEADERS_BYTES - 9).expect("fits"))
+        .execute(&pool)
+        .await
+        .expect("headers at the limit are taken");
+    });
+}
+
+/// Puts `schema` back to where it was before the AMQP limits migration: its
+/// constraints, functions and record gone, so that the next `migrate` runs it on a
+/// table that already holds rows.
+async fn undo_limits_migration(pool: &PgPool, schema: &PgSchema) {
+    drop_row_constraints(pool, schema).await;
+    let s = schema.quoted();
+    for statement in [
+        format!("DROP FUNCTION {s}.outbox_headers_fit_amqp(jsonb)"),
+        format!("DROP FUNCTION IF EXISTS {s}.outbox_headers_amqp_size(jsonb)"),
+        format!("DELETE FROM {s}._sqlx_migrations WHERE version = 20261201000001"),
+    ] {
+        sqlx::query(&statement)
+            .execute(pool)
+            .await
+            .unwrap_or_else(|e| panic!("{statement}: {e}"));
+    }
+}
+
+#[tokio::test]
+async fn the_limits_migration_waits_briefly_for_its_lock_adds_constraints_without_a_scan_and_old_bad_rows_still_go_dead()
+ {
+    with_db!(|pool, schema| {
+        undo_limits_migration(&pool, &schema).await;
+        enqueue_good(&pool, &schema, 5).await;
+        let long_key = insert_raw(&pool, &schema, &"k".repeat(300), "{}")
+            .await
+            .expect("a long routing key before the constraints");
+        let bad_headers = insert_raw(&pool, &schema, "k", r#"{"n": 5}"#)
+            .await
+            .expect("bad headers before the constraints");
+        let infinite = insert_raw_expr(&pool, &schema, "'infinity'", "'{}'::jsonb").await;
+        let big = insert_raw_expr(
+            &pool,
+            &schema,
+            "now()",
+            &format!(r#"'{{"big": "{}"}}'::jsonb"#, "v".repeat(200 * 1024)),
+        )
+        .await;
+        enqueue_good(&pool, &schema, 5).await;
+
+        // A long transaction reading the table: the migration gives up after its
+        // lock_timeout instead of queueing every producer behind its lock for as
+        // long as that transaction lasts.
+        let mut reader = pool.begin().await.expect("begin");
+        sqlx::query(&format!(
+            "SELECT count(*) FROM {}.outbox_messages",
+            schema.quoted()
+        ))
+        .execute(&mut *reader)
+        .await
+        .expect("read");
+        let started = std::time::Instant::now();
+        let blocked = tokio::time::timeout(
+            Duration::from_secs(20),
+            outbox_adapters_postgres::migrate(&pool, &schema),
+        )
+        .await
+        .expect("the migration gives up on its lock within its lock_timeout");
+        let err = blocked.expect_err("no lock, no migration").to_string();
+        assert!(err.contains("lock timeout"), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(10));
+        reader.rollback().await.expect("rollback");
+
+        outbox_adapters_postgres::migrate(&pool, &schema)
+            .await
+            .expect("migrate once the table is free");
+        // Every limit is there, added NOT VALID: no scan of the table under the lock.
+        let constraints: Vec<(String, bool)> = sqlx::query_as(
+            "SELECT conname::text, convalidated FROM pg_constraint c \
+             JOIN pg_class t ON t.oid = c.conrelid JOIN pg_namespace n ON n.oid = t.relnamespace \
+             WHERE n.nspname = $1 AND t.relname = 'outbox_messages' \
+             AND conname LIKE 'outbox\\_messages\\_%\\_amqp' ORDER BY 1",
+        )
+        .bind(schema.as_str())
+        .fetch_all(&pool)
+        .await
+        .expect("constraints");
+        let names: Vec<&str> = constraints.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "outbox_messages_content_type_amqp",
+                "outbox_messages_correlation_id_amqp",
+                "outbox_messages_created_at_amqp",
+                "outbox_messages_exchange_amqp",
+                "outbox_messages_headers_amqp",
+                "outbox_messages_headers_size_amqp",
+                "outbox_messages_message_type_amqp",
+                "outbox_messages_routing_key_amqp",
+                "outbox_messages_source_amqp",
+            ]
+        );
+        assert!(
+            constraints.iter().all(|(_, valid)| !valid),
+            "{constraints:?}"
+        );
+        // New rows are held to them all the same.
+        let err = refused(&pool, &schema, "created_at", "'infinity'").await;
+        assert!(err.contains("outbox_messages_created_at_amqp"), "{err}");
+
+        // The old bad rows are claimed and marked dead: no CHECK refuses the UPDATE.
+        let store = PgOutboxStore::new(pool.clone(), schema.clone());
+        let holder = lease("relay");
+        let claimed = store.claim_pending(&holder, 100).await.expect("claim");
+        // The long routing key decodes; the relay (check_amqp) makes it dead.
+        assert_eq!(claimed.len(), 12);
+        assert!(claimed.iter().any(|c| c.message.id.as_uuid() == &long_key));
+        for (id, column) in [(bad_headers, "headers"), (infinite, "created_at")] {
+            let r = store
+                .get(outbox_core::MessageId::from_uuid(id))
+                .await
+                .expect("get")
+                .expect("row");
+            assert_eq!(r.status, Status::Dead, "{column}");
+            assert!(r.publish.last_error.unwrap_or_default().contains(column));
+        }
+        let failures: Vec<_> = claimed
+            .iter()
+            .filter(|c| [long_key, big].contains(c.message.id.as_uuid()))
+            .map(|c| outbox_ports::PublishFailure {
+                id: c.message.id,
+                error: c
+                    .message
+                    .check_amqp()
+                    .expect_err("cannot be carried")
+                    .to_string(),
+                decision: outbox_core::Decision::Dead,
+            })
+            .collect();
+        assert_eq!(failures.len(), 2);
+        assert_eq!(
+            store
+                .mark_publish_failed(&holder, &failures)
+                .await
+                .expect("marking an old bad row dead passes the constraints"),
+            2
+        );
+    });
+}

@@ -99,9 +99,26 @@ impl fmt::Debug for RabbitPublisher {
     }
 }
 
+/// Why a session could not be opened.
+struct OpenFailure {
+    error: PortError,
+    /// The batch's budget ran out first: nothing is known about the broker.
+    by_budget: bool,
+}
+
 /// A message that was never handed to the broker, and why.
 fn not_sent(why: impl fmt::Display) -> PublishOutcome {
     PublishOutcome::NotSent(PortError::transient("publish", why.to_string()))
+}
+
+/// Whether `basic_publish` failed its own first check (the channel is not
+/// connected), which returns before any frame is queued: lapin names the
+/// operation in the state error of that check only.
+fn refused_before_sending(e: &lapin::Error) -> bool {
+    matches!(
+        e.kind(),
+        lapin::ErrorKind::InvalidChannelState(_, "basic.publish")
+    )
 }
 
 /// The transient error of a wait that the batch's budget cut short.
@@ -145,20 +162,37 @@ impl RabbitPublisher {
     }
 
     /// Connects, opens the channel and enables confirms, each bounded by `deadline`.
-    async fn open(&self, deadline: Instant) -> Result<Session, PortError> {
+    /// On failure, also whether the batch's budget cut the attempt short (rather
+    /// than the broker failing it or its own `connect_timeout` running out).
+    async fn open(&self, deadline: Instant) -> Result<Session, OpenFailure> {
         let left = deadline.saturating_duration_since(Instant::now());
-        let connection = connect(&self.config.url, self.config.connect_timeout.min(left)).await?;
+        let connection = connect(&self.config.url, self.config.connect_timeout.min(left))
+            .await
+            .map_err(|error| OpenFailure {
+                error,
+                // Ended by the budget, which was the shorter limit: no verdict on
+                // the broker. A refusal comes back before the deadline.
+                by_budget: left < self.config.connect_timeout && Instant::now() >= deadline,
+            })?;
+        let budget = |operation| OpenFailure {
+            error: out_of_time(operation),
+            by_budget: true,
+        };
+        let broker = |operation, e: lapin::Error| OpenFailure {
+            error: port(operation, "channel", "", &e),
+            by_budget: false,
+        };
         let channel = timeout_at(deadline, connection.create_channel())
             .await
-            .map_err(|_| out_of_time("open channel"))?
-            .map_err(|e| port("open channel", "channel", "", &e))?;
+            .map_err(|_| budget("open channel"))?
+            .map_err(|e| broker("open channel", e))?;
         timeout_at(
             deadline,
             channel.confirm_select(ConfirmSelectOptions::default()),
         )
         .await
-        .map_err(|_| out_of_time("enable confirms"))?
-        .map_err(|e| port("enable confirms", "channel", "", &e))?;
+        .map_err(|_| budget("enable confirms"))?
+        .map_err(|e| broker("enable confirms", e))?;
         Ok(Session {
             connection,
             channel,
@@ -167,7 +201,9 @@ impl RabbitPublisher {
     }
 
     /// A usable session, reconnecting (with backoff between failed attempts), by
-    /// `deadline`: a backoff ending later is not waited for.
+    /// `deadline`: a backoff ending later is not waited for. Only the broker's
+    /// failures set the backoff: a batch whose budget is spent, or runs out while
+    /// connecting, says nothing about the broker, and the next batch may try at once.
     async fn ensure<'s>(
         &self,
         state: &'s mut State,
@@ -191,18 +227,25 @@ impl RabbitPublisher {
             }
             tokio::time::sleep_until(at).await;
         }
+        if Instant::now() >= deadline {
+            return Err(out_of_time("connect to RabbitMQ"));
+        }
         match self.open(deadline).await {
             Ok(s) => {
                 state.retry_at = None;
                 state.backoff = Duration::ZERO;
                 Ok(state.session.insert(s))
             }
-            Err(e) => {
+            Err(OpenFailure {
+                error,
+                by_budget: true,
+            }) => Err(error),
+            Err(OpenFailure { error, .. }) => {
                 state.backoff = (state.backoff * 2)
                     .max(self.config.reconnect_backoff)
                     .min(Duration::from_secs(30));
                 state.retry_at = Some(Instant::now() + state.backoff);
-                Err(e)
+                Err(error)
             }
         }
     }
@@ -319,6 +362,12 @@ impl RabbitPublisher {
             .await;
             match sent {
                 Ok(Ok(confirm)) => pending.push(Ok(confirm)),
+                // lapin's check before it queues anything: the channel was already
+                // closed, so this message was never handed over.
+                Ok(Err(e)) if refused_before_sending(&e) => {
+                    broken = true;
+                    pending.push(Err(not_sent(port("publish", "exchange", &m.exchange, &e))));
+                }
                 // It may have been written before the error: an attempt.
                 Ok(Err(e)) => {
                     broken = true;

@@ -174,3 +174,77 @@ async fn messages_amqp_cannot_carry_are_rejected_without_a_panic_and_the_others_
         names.delete(&conn).await;
     });
 }
+
+#[tokio::test]
+async fn headers_too_large_for_a_frame_are_rejected_and_their_window_mates_are_confirmed() {
+    with_broker!(|conn| {
+        let names = Names::new("big-headers");
+        names
+            .topology(QueueSpec::durable(&names.queue))
+            .declare(&conn)
+            .await
+            .expect("declare");
+        let mut batch = messages(&names.exchange, 3, 10);
+        // 200 KiB of headers: more than RabbitMQ's default frame_max (128 KiB), which
+        // the content header must fit in one frame.
+        batch[1]
+            .headers
+            .insert("big".into(), "v".repeat(200 * 1024));
+        let p = RabbitPublisher::new(RabbitPublisherConfig::new(common::url()));
+        let outcomes = p.publish_within(&batch, Duration::from_secs(10)).await;
+        assert!(outcomes[0].is_confirmed(), "{}", outcomes[0]);
+        assert!(
+            matches!(&outcomes[1], PublishOutcome::Rejected(why) if why.contains("headers")),
+            "{}",
+            outcomes[1]
+        );
+        assert!(outcomes[2].is_confirmed(), "{}", outcomes[2]);
+        assert_eq!(settled_depth(&conn, &names.queue).await, 2);
+        // The connection survived: the next batch goes out on it.
+        let again = p.publish_within(&batch[..1], Duration::from_secs(10)).await;
+        assert!(again[0].is_confirmed(), "{}", again[0]);
+        names.delete(&conn).await;
+    });
+}
+
+#[tokio::test]
+async fn a_budget_too_short_to_connect_is_not_taken_for_a_broker_failure() {
+    with_broker!(|conn| {
+        let names = Names::new("short-budget");
+        names
+            .topology(QueueSpec::durable(&names.queue))
+            .declare(&conn)
+            .await
+            .expect("declare");
+        // Not connected yet: the first batch has no time at all to connect.
+        let p = RabbitPublisher::new(RabbitPublisherConfig {
+            reconnect_backoff: Duration::from_secs(5),
+            ..RabbitPublisherConfig::new(common::url())
+        });
+        let batch = messages(&names.exchange, 1, 10);
+        let none = p.publish_within(&batch, Duration::ZERO).await;
+        assert!(matches!(none[0], PublishOutcome::NotSent(_)), "{}", none[0]);
+        // The broker is fine: the next batch connects at once, no backoff to wait.
+        let next = p.publish_within(&batch, Duration::from_millis(300)).await;
+        assert!(next[0].is_confirmed(), "{}", next[0]);
+        // A budget that ends mid-connect (well under connect_timeout) is no broker
+        // failure either.
+        let q = RabbitPublisher::new(RabbitPublisherConfig {
+            reconnect_backoff: Duration::from_secs(5),
+            ..RabbitPublisherConfig::new(common::url())
+        });
+        // (2 ms is usually shorter than the AMQP handshake; if this machine is
+        // faster, the message is simply confirmed.)
+        let cut = q.publish_within(&batch, Duration::from_millis(2)).await;
+        assert!(
+            matches!(cut[0], PublishOutcome::NotSent(_)) || cut[0].is_confirmed(),
+            "{}",
+            cut[0]
+        );
+        let next = q.publish_within(&batch, Duration::from_millis(300)).await;
+        assert!(next[0].is_confirmed(), "{}", next[0]);
+        let expected = 2 + u32::from(cut[0].is_confirmed());
+        assert_eq!(settled_depth(&conn, &names.queue).await, expected);
+        names.delete(&conn).await;
+    });
+}

@@ -21,6 +21,24 @@ pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 1 << 20;
 /// AMQP short strings (exchange, routing key, type, ids) are at most 255 bytes.
 pub const MAX_SHORT_STRING: usize = 255;
 
+/// The most header bytes a message may carry, as AMQP encodes them: per header its
+/// name and value plus 6 bytes of framing (name length, type tag, value length).
+/// A broker closes the whole connection when a message's content header (headers
+/// and properties, one frame) exceeds the negotiated `frame_max` (RabbitMQ's
+/// default: 128 KiB), failing every message in flight on it; 64 KiB leaves room for
+/// the other properties (at most about 2 KiB) under that default. The outbox
+/// table's `outbox_messages_headers_size_amqp` constraint computes the same sum.
+pub const MAX_HEADERS_BYTES: usize = 64 * 1024;
+
+/// The size of `headers` as AMQP encodes them, counted as [`MAX_HEADERS_BYTES`] is.
+#[must_use]
+pub fn amqp_headers_len(headers: &Headers) -> usize {
+    headers
+        .iter()
+        .map(|(name, value)| name.len().saturating_add(value.len()).saturating_add(6))
+        .fold(0, usize::saturating_add)
+}
+
 /// A message's identity: a UUID, version 7 when made by this library (time ordered),
 /// any version when written by a foreign producer.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -90,6 +108,14 @@ pub enum MessageError {
         /// The payload's size.
         len: usize,
         /// The configured limit.
+        max: usize,
+    },
+    /// The headers take more bytes than one AMQP frame may safely carry.
+    #[error("headers are {len} bytes as AMQP encodes them; at most {max} are allowed")]
+    HeadersTooLarge {
+        /// Their encoded size ([`amqp_headers_len`]).
+        len: usize,
+        /// [`MAX_HEADERS_BYTES`].
         max: usize,
     },
     /// A header with an empty name.
@@ -273,7 +299,8 @@ impl Message {
 impl Message {
     /// Checks what AMQP itself cannot carry, whatever the configuration: exchange,
     /// routing key, type, content type, correlation id and source are AMQP short
-    /// strings (at most [`MAX_SHORT_STRING`] bytes), and so are header names. A
+    /// strings (at most [`MAX_SHORT_STRING`] bytes), and so are header names; the
+    /// headers together take at most [`MAX_HEADERS_BYTES`]. A
     /// message failing this can never be published: a relay marks it dead at once
     /// instead of spending attempts on it (or handing it to a client library that
     /// panics on it).
@@ -323,6 +350,13 @@ fn check_limits(
                 max: MAX_SHORT_STRING,
             });
         }
+    }
+    let headers_len = amqp_headers_len(headers);
+    if headers_len > MAX_HEADERS_BYTES {
+        return Err(MessageError::HeadersTooLarge {
+            len: headers_len,
+            max: MAX_HEADERS_BYTES,
+        });
     }
     if payload_len > max_payload_bytes {
         return Err(MessageError::PayloadTooLarge {
@@ -439,6 +473,43 @@ mod tests {
             let err = m(make).check_amqp().expect_err(field).to_string();
             assert!(err.starts_with(field), "{err}");
         }
+    }
+
+    #[test]
+    fn headers_are_limited_by_their_encoded_size_with_framing() {
+        let m = |headers: Headers| {
+            let mut n = NewMessage::new("e", "k", vec![]);
+            n.headers = headers;
+            n.into_message(MessageId::v7(at(0), [1; 10]), at(0))
+        };
+        let one = |len: usize| Headers::from([("big".to_owned(), "v".repeat(len))]);
+        // 3 (name) + value + 6 (framing) bytes.
+        assert_eq!(m(one(MAX_HEADERS_BYTES - 9)).check_amqp(), Ok(()));
+        let err = m(one(MAX_HEADERS_BYTES - 8))
+            .check_amqp()
+            .expect_err("over");
+        assert_eq!(
+            err,
+            MessageError::HeadersTooLarge {
+                len: MAX_HEADERS_BYTES + 1,
+                max: MAX_HEADERS_BYTES
+            }
+        );
+        assert!(err.to_string().starts_with("headers"), "{err}");
+        // Many empty headers: the framing alone goes over.
+        let many: Headers = (0..10_000)
+            .map(|i| (format!("h{i}"), String::new()))
+            .collect();
+        assert!(matches!(
+            m(many.clone()).check_amqp(),
+            Err(MessageError::HeadersTooLarge { .. })
+        ));
+        let mut n = NewMessage::new("e", "k", vec![]);
+        n.headers = many;
+        assert!(matches!(
+            n.validate(10),
+            Err(MessageError::HeadersTooLarge { .. })
+        ));
     }
 
     proptest::proptest! {

@@ -288,10 +288,9 @@ impl Publisher for MemoryBroker {
         for m in messages {
             // Never hand a message over after the budget: its lease may be gone.
             if start.elapsed() + delay > budget {
-                outcomes.push(PublishOutcome::NotSent(PortError::transient(
-                    "publish",
-                    "the batch's time ran out before this message was sent",
-                )));
+                outcomes.push(PublishOutcome::NotSent(PortError::OutOfTime {
+                    operation: "publish",
+                }));
                 continue;
             }
             if !delay.is_zero() {

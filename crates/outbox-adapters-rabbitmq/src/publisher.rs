@@ -107,8 +107,36 @@ struct OpenFailure {
 }
 
 /// A message that was never handed to the broker, and why.
-fn not_sent(why: impl fmt::Display) -> PublishOutcome {
-    PublishOutcome::NotSent(PortError::transient("publish", why.to_string()))
+fn not_sent(why: impl Into<NotSentWhy>) -> PublishOutcome {
+    PublishOutcome::NotSent(match why.into() {
+        NotSentWhy::Error(e) => e,
+        NotSentWhy::Text(t) => PortError::transient("publish", t),
+    })
+}
+
+/// Why a message was not handed over: an error (its kind kept, so the relay can
+/// tell a batch out of time from a broker out of reach), or a plain reason.
+enum NotSentWhy {
+    Error(PortError),
+    Text(String),
+}
+
+impl From<PortError> for NotSentWhy {
+    fn from(e: PortError) -> Self {
+        Self::Error(e)
+    }
+}
+
+impl From<&PortError> for NotSentWhy {
+    fn from(e: &PortError) -> Self {
+        Self::Error(e.again())
+    }
+}
+
+impl From<&str> for NotSentWhy {
+    fn from(t: &str) -> Self {
+        Self::Text(t.to_owned())
+    }
 }
 
 /// Whether `basic_publish` failed its own first check (the channel is not
@@ -121,12 +149,9 @@ fn refused_before_sending(e: &lapin::Error) -> bool {
     )
 }
 
-/// The transient error of a wait that the batch's budget cut short.
-fn out_of_time(operation: &'static str) -> PortError {
-    PortError::transient(
-        operation,
-        "the batch's time (what is left of its lease) ran out",
-    )
+/// The error of a wait that the batch's budget cut short.
+const fn out_of_time(operation: &'static str) -> PortError {
+    PortError::OutOfTime { operation }
 }
 
 /// `now + budget`, or (a budget too large to add) a year from now.
@@ -440,7 +465,7 @@ impl Publisher for RabbitPublisher {
             return outcomes.into_iter().flatten().collect();
         }
         // Every message not decided below was never handed over.
-        let finish = |outcomes: Vec<Option<PublishOutcome>>, why: &dyn fmt::Display| {
+        let finish = |outcomes: Vec<Option<PublishOutcome>>, why: &PortError| {
             outcomes
                 .into_iter()
                 .map(|o| o.unwrap_or_else(|| not_sent(why)))
@@ -456,7 +481,10 @@ impl Publisher for RabbitPublisher {
         if session.connection.status().blocked() {
             return finish(
                 outcomes,
-                &"the broker has blocked publishing (memory or disk alarm)",
+                &PortError::transient(
+                    "publish",
+                    "the broker has blocked publishing (memory or disk alarm)",
+                ),
             );
         }
         let names: HashSet<&str> = publishable

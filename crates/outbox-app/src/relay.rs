@@ -27,9 +27,21 @@ pub struct PublishCounts {
     pub dead: u64,
     /// Outcomes not recorded because another claimer holds the row now.
     pub fenced: u64,
-    /// Never sent (the broker unreachable or blocking): given back untouched, no
-    /// attempt spent.
+    /// Never sent (the broker unreachable or blocking, or the lease's publish budget
+    /// ran out): given back untouched, no attempt spent.
     pub unsent: u64,
+    /// Of `unsent`, those given back because the publish budget ran out while the
+    /// batch was being published, not because the broker could not be reached.
+    pub unsent_out_of_time: u64,
+}
+
+impl PublishCounts {
+    /// Whether messages came back unsent because the broker could not be reached
+    /// (rather than only because the batch ran out of its lease's time).
+    #[must_use]
+    pub const fn broker_unavailable(&self) -> bool {
+        self.unsent > self.unsent_out_of_time
+    }
 }
 
 /// Totals of a relay, for metrics and the demo. Shared by the dispatcher and the
@@ -120,8 +132,12 @@ pub async fn publish_batch(
         match outcomes.get(i) {
             Some(o) if o.is_confirmed() => sent.push(message.id),
             // Nothing reached the broker: no attempt is spent on a broker outage.
-            Some(PublishOutcome::NotSent(_)) => {
+            Some(PublishOutcome::NotSent(why)) => {
                 counts.unsent += 1;
+                // Given back for lack of time: a slow batch, not a broker outage.
+                if matches!(why, PortError::OutOfTime { .. }) {
+                    counts.unsent_out_of_time += 1;
+                }
                 unsent.push(message.id);
             }
             Some(PublishOutcome::Rejected(why)) => {
@@ -425,8 +441,18 @@ impl Dispatcher {
             }
             if let Some(p) = published {
                 let unsent = p.counts.unsent;
+                let broker_unavailable = p.counts.broker_unavailable();
                 let r = Arc::clone(&relay);
                 marking = Some(tokio::spawn(async move { record(&*r.store, p).await }));
+                if unsent > 0 && !broker_unavailable {
+                    // The batch outlasted its lease's budget: the rest is given back
+                    // and claimed again at once; the broker is not at fault.
+                    tracing::info!(
+                        unsent,
+                        "the lease's publish budget ran out; the rest of the batch is given back without spending an attempt"
+                    );
+                    continue;
+                }
                 if unsent == 0 {
                     if outage_pause.take().is_some() {
                         tracing::info!("the broker takes messages again");
@@ -527,14 +553,14 @@ impl SweepTask for PublishRetryTask {
 
     async fn run_batch(&self, limit: u32) -> Result<BatchCounts, PortError> {
         let c = self.relay.batch(Claim::DueRetries, limit).await?;
-        if c.unsent > 0 {
+        if c.broker_unavailable() {
             // Given back untouched: ending the sweep here keeps it from claiming the
             // same rows again until the next interval.
             return Err(PortError::transient(
                 "publish retry",
                 format!(
                     "the broker cannot be reached; {} messages given back without spending an attempt",
-                    c.unsent
+                    c.unsent - c.unsent_out_of_time
                 ),
             ));
         }

@@ -444,3 +444,49 @@ async fn a_message_amqp_cannot_carry_is_dead_at_once_and_the_others_are_sent() {
         "the reason names the field"
     );
 }
+
+/// A batch that outlasts its lease's budget is not a broker outage: the rest is
+/// given back and the dispatcher goes on at once, instead of pausing 1 s, 2 s, 4 s...
+/// as it does when the broker cannot be reached.
+#[tokio::test]
+async fn batches_outlasting_their_lease_do_not_pause_the_dispatcher_as_an_outage_would() {
+    let (store, broker) = setup();
+    // 10 ms a message, a 100 ms lease, batches of 10: every batch gives some back.
+    broker.set_publish_delay(Duration::from_millis(10));
+    store
+        .enqueue(outbox_testkit::messages(40))
+        .await
+        .expect("enqueue");
+    let d = Dispatcher::new(
+        store.clone(),
+        Arc::new(broker.clone()),
+        DispatcherConfig {
+            batch_size: 10,
+            lease_ttl: Duration::from_millis(100),
+            error_backoff: Duration::from_secs(1),
+            retry: fast_retry(5),
+            ..DispatcherConfig::default()
+        },
+        "relay-test",
+    );
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(d.run(cancel.clone()));
+    let started = std::time::Instant::now();
+    while store.count(Status::Sent) < 40 && started.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let took = started.elapsed();
+    cancel.cancel();
+    task.await.expect("dispatcher");
+    assert_eq!(store.count(Status::Sent), 40);
+    // 40 messages at 10 ms each is 0.4 s of publishing; one outage pause alone is 1 s.
+    assert!(
+        took < Duration::from_millis(1_000),
+        "the dispatcher paused as for an outage: {took:?}"
+    );
+    let pending = store.list(Status::Sent, 40).await.expect("list");
+    assert!(
+        pending.iter().all(|r| r.publish.attempts == 1),
+        "one attempt each"
+    );
+}

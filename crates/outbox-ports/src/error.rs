@@ -48,6 +48,13 @@ pub enum PortError {
     /// An operator asked to delete a message whose status does not allow it.
     #[error(transparent)]
     NotDeletable(#[from] DeleteRefused),
+    /// The time given for the work (what is left of a claim's lease) ran out before
+    /// it was done: nothing is known to be wrong with the other side.
+    #[error("{operation}: the batch's time (what is left of its lease) ran out")]
+    OutOfTime {
+        /// What was being done.
+        operation: &'static str,
+    },
 }
 
 impl PortError {
@@ -72,7 +79,20 @@ impl PortError {
     /// Whether trying the same operation again may succeed.
     #[must_use]
     pub const fn is_retryable(&self) -> bool {
-        matches!(self, Self::Transient { .. })
+        matches!(self, Self::Transient { .. } | Self::OutOfTime { .. })
+    }
+
+    /// The same failure again, for another message of the batch it ended (a
+    /// `PortError` holds its source and is not `Clone`): the kind is kept, the
+    /// source becomes text.
+    #[must_use]
+    pub fn again(&self) -> Self {
+        match self {
+            Self::OutOfTime { operation } => Self::OutOfTime { operation },
+            Self::Fatal { operation, .. } => Self::fatal(operation, self.to_string()),
+            Self::Transient { operation, .. } => Self::transient(operation, self.to_string()),
+            other => Self::transient("publish", other.to_string()),
+        }
     }
 }
 

@@ -245,9 +245,21 @@ fn guard() -> Result<(), String> {
             ));
         }
     }
+    // The admin API is mounted into any axum service and used by the CLI over any
+    // store: it reaches the stores through the ports only.
+    let admin = normal_deps("outbox-admin")?;
+    for bad in admin.iter().filter(|d| {
+        d.starts_with("outbox-adapters-")
+            || *d == "outbox-app"
+            || ["sqlx", "lapin", "redis", "deadpool-redis"].contains(&d.as_str())
+    }) {
+        problems.push(format!(
+            "outbox-admin depends on {bad}: it reaches the stores through the ports only"
+        ));
+    }
     if problems.is_empty() {
         eprintln!(
-            "xtask: guard passed (outbox-core: {} normal dependencies, none doing I/O; adapters independent)",
+            "xtask: guard passed (outbox-core: {} normal dependencies, none doing I/O; adapters independent; outbox-admin on ports only)",
             core.len()
         );
         Ok(())

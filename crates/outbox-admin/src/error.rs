@@ -1,0 +1,106 @@
+//! What can go wrong in an admin request, and the HTTP answer for each: a 4xx for
+//! anything the caller sent, 503 when a store cannot be reached, 500 only for a
+//! store's own fault (never for an input).
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use outbox_ports::PortError;
+
+use crate::model::{ErrorBody, ErrorDetail};
+
+/// Why an admin request was refused or failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AdminError {
+    /// The request is malformed: a bad id, cursor, status, time, limit or body.
+    #[error("{message}")]
+    BadRequest {
+        /// A stable machine-readable code (`bad_id`, `bad_cursor`, ...).
+        code: &'static str,
+        /// What is wrong, for people.
+        message: String,
+    },
+    /// No admin token is configured, so the API is closed.
+    #[error(
+        "the admin API is disabled: no admin token is configured (set [[admin.tokens]] with name, secret and role)"
+    )]
+    NotConfigured,
+    /// No token, or not a known one.
+    #[error("missing or unknown bearer token")]
+    Unauthorized,
+    /// The token may not do this.
+    #[error("token `{actor}` has the read role; this request needs a write token")]
+    Forbidden {
+        /// The token's name.
+        actor: String,
+    },
+    /// No such route.
+    #[error("no such endpoint")]
+    NoRoute,
+    /// The route exists, but not for this method.
+    #[error("method not allowed on this endpoint")]
+    MethodNotAllowed,
+    /// What the store said.
+    #[error(transparent)]
+    Port(#[from] PortError),
+    /// The change was made, but recording it in the audit log failed.
+    #[error("the change was applied but could not be recorded in the audit log: {0}")]
+    AuditFailed(PortError),
+}
+
+impl AdminError {
+    /// A 400 with `code`.
+    pub(crate) fn bad(code: &'static str, message: impl Into<String>) -> Self {
+        Self::BadRequest {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// The HTTP status and the code of this error.
+    #[must_use]
+    pub fn status_and_code(&self) -> (StatusCode, &'static str) {
+        match self {
+            Self::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, code),
+            Self::NotConfigured => (StatusCode::FORBIDDEN, "admin_disabled"),
+            Self::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            Self::Forbidden { .. } => (StatusCode::FORBIDDEN, "forbidden"),
+            Self::NoRoute => (StatusCode::NOT_FOUND, "no_such_endpoint"),
+            Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
+            Self::Port(e) => match e {
+                PortError::NotFound { .. } => (StatusCode::NOT_FOUND, "not_found"),
+                PortError::IllegalTransition(_) => (StatusCode::CONFLICT, "illegal_transition"),
+                PortError::NotDeletable(_) => (StatusCode::CONFLICT, "not_deletable"),
+                PortError::Transient { .. } => {
+                    (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable")
+                }
+                _ => (StatusCode::INTERNAL_SERVER_ERROR, "store_error"),
+            },
+            Self::AuditFailed(_) => (StatusCode::SERVICE_UNAVAILABLE, "audit_unavailable"),
+        }
+    }
+}
+
+impl IntoResponse for AdminError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        if status.is_server_error() {
+            tracing::warn!(code, error = %self, "admin request failed");
+        }
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: code.to_owned(),
+                message: self.to_string(),
+            },
+        };
+        let mut response = (status, Json(body)).into_response();
+        if matches!(self, Self::Unauthorized) {
+            response.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer"),
+            );
+        }
+        response
+    }
+}

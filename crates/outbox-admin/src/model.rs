@@ -1,0 +1,429 @@
+//! The JSON the API speaks: requests, answers and errors, each described in the
+//! OpenAPI document. Times are RFC 3339 strings; statuses are snake_case names.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+/// Every error: `{"error": {"code": "...", "message": "..."}}`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ErrorBody {
+    /// What went wrong.
+    pub error: ErrorDetail,
+}
+
+/// An error's code and message.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ErrorDetail {
+    /// A stable code (`bad_id`, `bad_cursor`, `bad_status`, `bad_time`, `bad_limit`,
+    /// `bad_query`, `bad_body`, `not_found`, `illegal_transition`, `not_deletable`,
+    /// `unauthorized`, `forbidden`, `admin_disabled`, `store_unavailable`, ...).
+    pub code: String,
+    /// For people.
+    pub message: String,
+}
+
+/// The filters of a list, as query parameters.
+#[derive(Debug, Default, Deserialize, Serialize, IntoParams, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct MessageQuery {
+    /// A status name (outbox: pending, sent, publish_failed, dead; inbox:
+    /// in_progress, consumed, consume_failed, dead).
+    pub status: Option<String>,
+    /// Exact exchange.
+    pub exchange: Option<String>,
+    /// Exact routing key.
+    pub routing_key: Option<String>,
+    /// Exact message type.
+    #[serde(rename = "type")]
+    #[param(rename = "type")]
+    pub message_type: Option<String>,
+    /// RFC 3339; created at or after.
+    pub created_after: Option<String>,
+    /// RFC 3339; created before.
+    pub created_before: Option<String>,
+    /// A message id or a correlation id, exactly.
+    pub q: Option<String>,
+    /// Page size, 1 to 1000 (default 50).
+    pub limit: Option<String>,
+    /// The previous page's `next_cursor`.
+    pub cursor: Option<String>,
+}
+
+/// The filter of a bulk action (the list filters, as JSON).
+#[derive(Debug, Default, Clone, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FilterBody {
+    /// A status name of the side acted on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    /// Exact exchange.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exchange: Option<String>,
+    /// Exact routing key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub routing_key: Option<String>,
+    /// Exact message type.
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub message_type: Option<String>,
+    /// RFC 3339; created at or after.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub created_after: Option<String>,
+    /// RFC 3339; created before.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub created_before: Option<String>,
+    /// A message id or a correlation id, exactly.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub q: Option<String>,
+}
+
+/// A bulk requeue or reconsume.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BulkRequest {
+    /// What to act on; an empty filter matches everything.
+    #[serde(default)]
+    pub filter: FilterBody,
+    /// Count only, change nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+    /// At most this many (default 10000; raise it explicitly for more).
+    pub max: Option<u64>,
+}
+
+/// A bulk delete.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BulkDeleteRequest {
+    /// What to delete; an empty filter matches everything.
+    #[serde(default)]
+    pub filter: FilterBody,
+    /// Count only, change nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+    /// At most this many (default 10000; raise it explicitly for more).
+    pub max: Option<u64>,
+    /// Also delete pending and failed messages no relay holds (default: dead only).
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// What a bulk action found and did.
+#[derive(Debug, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+pub struct BulkResponse {
+    /// Entries matched (at most `max`).
+    pub matched: u64,
+    /// Entries changed (0 on a dry run).
+    pub changed: u64,
+}
+
+/// `?force=true` on a single delete.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct DeleteQuery {
+    /// Also delete a pending or failed message that no relay holds.
+    pub force: Option<bool>,
+}
+
+/// A page position and size.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct PageQuery {
+    /// Page size, 1 to 1000 (default 50).
+    pub limit: Option<String>,
+    /// The previous page's `next_cursor`.
+    pub cursor: Option<String>,
+}
+
+/// Dead letters of one consumer, or of all.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct DeadLetterQuery {
+    /// Only this consumer's.
+    pub consumer: Option<String>,
+    /// Page size, 1 to 1000 (default 50).
+    pub limit: Option<String>,
+    /// The previous page's `next_cursor`.
+    pub cursor: Option<String>,
+}
+
+/// A list entry: no whole payload, a preview.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct MessageItem {
+    /// Message id (UUID).
+    pub id: String,
+    /// Status on this side.
+    pub status: String,
+    /// Exchange.
+    pub exchange: String,
+    /// Routing key.
+    pub routing_key: String,
+    /// Message type.
+    #[serde(rename = "type")]
+    pub message_type: Option<String>,
+    /// Correlation id.
+    pub correlation_id: Option<String>,
+    /// RFC 3339.
+    pub created_at: String,
+    /// Attempts on this side.
+    pub attempts: u32,
+    /// The last failure.
+    pub last_error: Option<String>,
+    /// RFC 3339.
+    pub next_attempt_at: Option<String>,
+    /// When this side succeeded (sent at, consumed at), RFC 3339.
+    pub completed_at: Option<String>,
+    /// The first 256 bytes, as text, or base64 when they are not UTF-8.
+    pub payload_preview: String,
+    /// Whether `payload_preview` is base64.
+    pub payload_preview_base64: bool,
+    /// Whether redaction changed or withheld the preview.
+    pub payload_redacted: bool,
+    /// The whole payload's size in bytes.
+    pub payload_size: u64,
+}
+
+/// A page of messages or deliveries.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct MessagePage {
+    /// Newest first.
+    pub items: Vec<MessageItem>,
+    /// Pass as `cursor` for the next page; null on the last.
+    pub next_cursor: Option<String>,
+}
+
+/// One consumer's side of a message.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ConsumeSide {
+    /// The consumer.
+    pub consumer: String,
+    /// in_progress, consumed, consume_failed or dead.
+    pub status: String,
+    /// Handler attempts.
+    pub attempts: u32,
+    /// RFC 3339.
+    pub last_attempt_at: Option<String>,
+    /// RFC 3339.
+    pub next_attempt_at: Option<String>,
+    /// The last failure.
+    pub last_error: Option<String>,
+    /// RFC 3339.
+    pub consumed_at: Option<String>,
+}
+
+/// A message with everything stored about it.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct MessageDetail {
+    /// Message id (UUID).
+    pub id: String,
+    /// Status on this side (outbox names for a message, inbox names for a delivery).
+    pub status: String,
+    /// Exchange.
+    pub exchange: String,
+    /// Routing key.
+    pub routing_key: String,
+    /// Message type.
+    #[serde(rename = "type")]
+    pub message_type: Option<String>,
+    /// Headers (redacted ones show `***`).
+    pub headers: BTreeMap<String, String>,
+    /// Content type.
+    pub content_type: String,
+    /// Source.
+    pub source: Option<String>,
+    /// Correlation id.
+    pub correlation_id: Option<String>,
+    /// RFC 3339.
+    pub created_at: String,
+    /// The payload: text when the content type is textual or JSON and it decodes,
+    /// else base64.
+    pub payload: String,
+    /// Whether `payload` is base64.
+    pub payload_base64: bool,
+    /// Whether redaction changed or withheld the payload.
+    pub payload_redacted: bool,
+    /// Size in bytes.
+    pub payload_size: u64,
+    /// Attempts on this side.
+    pub attempts: u32,
+    /// RFC 3339.
+    pub last_attempt_at: Option<String>,
+    /// RFC 3339.
+    pub next_attempt_at: Option<String>,
+    /// The last failure.
+    pub last_error: Option<String>,
+    /// When this side succeeded (sent at, consumed at), RFC 3339.
+    pub completed_at: Option<String>,
+    /// The consume side, one entry per consumer that received it (for a message;
+    /// for a delivery, just its own consumer).
+    pub deliveries: Vec<ConsumeSide>,
+}
+
+/// A consumer with its counts.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ConsumerItem {
+    /// Its name.
+    pub name: String,
+    /// Received, not yet handled.
+    pub in_progress: u64,
+    /// Handled.
+    pub consumed: u64,
+    /// Waiting for a retry.
+    pub consume_failed: u64,
+    /// Out of retries.
+    pub dead: u64,
+    /// Deliveries that could not be decoded.
+    pub dead_letters: u64,
+}
+
+/// Every consumer.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ConsumerList {
+    /// By name.
+    pub items: Vec<ConsumerItem>,
+}
+
+/// A delivery that could not become a message.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct DeadLetterView {
+    /// Its id.
+    pub id: u64,
+    /// The consumer that received it.
+    pub consumer: String,
+    /// Its message id, when it had one.
+    pub message_id: Option<String>,
+    /// Routing key.
+    pub routing_key: String,
+    /// Why it was refused.
+    pub reason: String,
+    /// RFC 3339.
+    pub received_at: String,
+    /// Headers (redacted ones show `***`).
+    pub headers: BTreeMap<String, String>,
+    /// The body in a list, its first 256 bytes; in detail, all of it. Text, or base64.
+    pub body: String,
+    /// Whether `body` is base64.
+    pub body_base64: bool,
+    /// Whether redaction changed or withheld the body.
+    pub body_redacted: bool,
+    /// The whole body's size in bytes.
+    pub body_size: u64,
+}
+
+/// A page of dead letters.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct DeadLetterPage {
+    /// Newest first.
+    pub items: Vec<DeadLetterView>,
+    /// Pass as `cursor` for the next page; null on the last.
+    pub next_cursor: Option<String>,
+}
+
+/// One write done through the API (or the CLI).
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct AuditItem {
+    /// The token's name, or `cli:<user>`.
+    pub actor: String,
+    /// requeue, delete, requeue_matching, delete_matching, reconsume,
+    /// reconsume_matching, delete_dead_letter.
+    pub action: String,
+    /// A message id, `<consumer>/<id>`, a dead letter id, or the filter as JSON.
+    pub target: String,
+    /// How many it changed.
+    pub count: u64,
+    /// RFC 3339.
+    pub at: Option<String>,
+}
+
+/// A page of the audit log.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct AuditPage {
+    /// Newest first.
+    pub items: Vec<AuditItem>,
+    /// Pass as `cursor` for the next page; null on the last.
+    pub next_cursor: Option<String>,
+}
+
+/// How many were completed in one minute.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct MinuteItem {
+    /// The minute's start, RFC 3339.
+    pub minute: String,
+    /// How many.
+    pub count: u64,
+}
+
+/// The outbox's counts.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct OutboxCounts {
+    /// Exact.
+    pub pending: u64,
+    /// Exact.
+    pub publish_failed: u64,
+    /// Exact.
+    pub dead: u64,
+    /// Not counted here (most of the table); always null. The relay's
+    /// `outbox_published_total` counter and `published_per_minute` tell throughput.
+    pub sent: Option<u64>,
+    /// Creation time of the oldest pending or failed message, RFC 3339.
+    pub oldest_unsent_at: Option<String>,
+    /// Its age in seconds.
+    pub oldest_unsent_age_seconds: Option<u64>,
+}
+
+/// The last report of one sweep.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct SweepItem {
+    /// The state key it is stored under.
+    pub key: String,
+    /// Whether the state store answered (false: the report is unknown).
+    pub available: bool,
+    /// RFC 3339.
+    pub started_at: Option<String>,
+    /// RFC 3339.
+    pub completed_at: Option<String>,
+    /// Publish retries that succeeded.
+    pub publish_retried: Option<u64>,
+    /// Publish retries that failed.
+    pub publish_failed: Option<u64>,
+    /// Consume retries that succeeded.
+    pub consume_retried: Option<u64>,
+    /// Consume retries that failed.
+    pub consume_failed: Option<u64>,
+}
+
+/// Which numbers are exact and which are not.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct StatsPrecision {
+    /// `exact`: pending, publish_failed and dead are counted.
+    pub outbox: String,
+    /// `not_counted`: see `outbox.sent`.
+    pub outbox_sent: String,
+    /// `store`: as the inbox store counts them.
+    pub consumers: String,
+    /// `exact`: counted from the tables per minute, every instance, across restarts.
+    pub per_minute: String,
+}
+
+/// The dashboard's numbers.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct StatsResponse {
+    /// The outbox.
+    pub outbox: OutboxCounts,
+    /// Each consumer's inbox.
+    pub consumers: Vec<ConsumerItem>,
+    /// Messages marked sent per minute over the last hour, oldest first (minutes
+    /// with none left out).
+    pub published_per_minute: Vec<MinuteItem>,
+    /// Deliveries consumed per minute over the last hour, all consumers.
+    pub consumed_per_minute: Vec<MinuteItem>,
+    /// The last report of each configured sweep.
+    pub sweeps: Vec<SweepItem>,
+    /// What each number is.
+    pub precision: StatsPrecision,
+}

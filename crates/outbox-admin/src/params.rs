@@ -1,0 +1,260 @@
+//! Turning what a caller sent (query strings, JSON filters, path segments) into
+//! the ports' values, refusing anything malformed with a 400 that names it.
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use outbox_core::{MessageId, Status, Timestamp};
+use outbox_ports::{MessageFilter, PageCursor};
+use time::format_description::well_known::Rfc3339;
+
+use crate::AdminError;
+use crate::model::{FilterBody, MessageQuery};
+
+/// Page size when none is asked for.
+pub const DEFAULT_LIMIT: u32 = 50;
+/// The largest page.
+pub const MAX_LIMIT: u32 = 1_000;
+/// A bulk action's cap unless the request raises it.
+pub const DEFAULT_BULK_MAX: u64 = 10_000;
+
+/// Which side a status belongs to: the two sides name their statuses apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// pending, sent, publish_failed, dead.
+    Outbox,
+    /// in_progress, consumed, consume_failed, dead.
+    Inbox,
+}
+
+impl Side {
+    /// The API name of `status` on this side (the inbox's `Sent` is in progress).
+    #[must_use]
+    pub fn status_name(self, status: Status) -> &'static str {
+        match (self, status) {
+            (Self::Inbox, Status::Sent) => "in_progress",
+            (_, s) => s.as_str(),
+        }
+    }
+
+    /// The status named `name` on this side.
+    ///
+    /// # Errors
+    /// `bad_status` for a name unknown here (naming the other side's statuses).
+    pub fn parse_status(self, name: &str) -> Result<Status, AdminError> {
+        let status = match (self, name) {
+            (Self::Outbox, "pending") => Status::Pending,
+            (Self::Outbox, "sent") => Status::Sent,
+            (Self::Outbox, "publish_failed") => Status::PublishFailed,
+            (Self::Inbox, "in_progress") => Status::Sent,
+            (Self::Inbox, "consumed") => Status::Consumed,
+            (Self::Inbox, "consume_failed") => Status::ConsumeFailed,
+            (_, "dead") => Status::Dead,
+            _ => {
+                let known = match self {
+                    Self::Outbox => "pending, sent, publish_failed, dead",
+                    Self::Inbox => "in_progress, consumed, consume_failed, dead",
+                };
+                return Err(AdminError::bad(
+                    "bad_status",
+                    format!("unknown status `{name}` here; expected one of {known}"),
+                ));
+            }
+        };
+        Ok(status)
+    }
+}
+
+/// An RFC 3339 time.
+///
+/// # Errors
+/// `bad_time`.
+pub fn parse_time(field: &str, value: &str) -> Result<Timestamp, AdminError> {
+    Timestamp::parse(value, &Rfc3339).map_err(|_| {
+        AdminError::bad(
+            "bad_time",
+            format!("{field} must be an RFC 3339 time like 2026-11-30T00:00:00Z, got `{value}`"),
+        )
+    })
+}
+
+/// A time as the API shows it.
+#[must_use]
+pub fn format_time(at: Timestamp) -> String {
+    // Formatting a UTC offset date-time as RFC 3339 fails only for years outside
+    // 0..=9999, which no stored timestamp has; show it plainly then.
+    at.format(&Rfc3339).unwrap_or_else(|_| at.to_string())
+}
+
+/// A message id from a path or query.
+///
+/// # Errors
+/// `bad_id`.
+pub fn parse_message_id(value: &str) -> Result<MessageId, AdminError> {
+    value
+        .parse()
+        .map_err(|_| AdminError::bad("bad_id", format!("`{value}` is not a message id (UUID)")))
+}
+
+/// A dead letter id.
+///
+/// # Errors
+/// `bad_id`.
+pub fn parse_dead_letter_id(value: &str) -> Result<u64, AdminError> {
+    value.parse().map_err(|_| {
+        AdminError::bad(
+            "bad_id",
+            format!("`{value}` is not a dead letter id (a number)"),
+        )
+    })
+}
+
+/// A page size, 1 to [`MAX_LIMIT`], [`DEFAULT_LIMIT`] when absent.
+///
+/// # Errors
+/// `bad_limit`.
+pub fn parse_limit(value: Option<&str>) -> Result<u32, AdminError> {
+    let Some(value) = value else {
+        return Ok(DEFAULT_LIMIT);
+    };
+    match value.parse::<u32>() {
+        Ok(n) if (1..=MAX_LIMIT).contains(&n) => Ok(n),
+        _ => Err(AdminError::bad(
+            "bad_limit",
+            format!("limit must be a whole number from 1 to {MAX_LIMIT}, got `{value}`"),
+        )),
+    }
+}
+
+/// The cursor as the API shows it: the store's position as 8 big-endian bytes in
+/// unpadded base64url, so it is URL-safe and says nothing callers should rely on.
+#[must_use]
+pub fn encode_cursor(cursor: PageCursor) -> String {
+    URL_SAFE_NO_PAD.encode(cursor.0.to_be_bytes())
+}
+
+/// A cursor from [`encode_cursor`].
+///
+/// # Errors
+/// `bad_cursor`.
+pub fn parse_cursor(value: Option<&str>) -> Result<Option<PageCursor>, AdminError> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let bad = || {
+        AdminError::bad(
+            "bad_cursor",
+            "cursor must be a next_cursor returned by an earlier page",
+        )
+    };
+    let bytes = URL_SAFE_NO_PAD.decode(value).map_err(|_| bad())?;
+    let bytes: [u8; 8] = bytes.try_into().map_err(|_| bad())?;
+    Ok(Some(PageCursor(u64::from_be_bytes(bytes))))
+}
+
+/// A bulk action's cap: [`DEFAULT_BULK_MAX`] unless given, at least 1.
+///
+/// # Errors
+/// `bad_max`.
+pub fn parse_max(value: Option<u64>) -> Result<u64, AdminError> {
+    match value {
+        None => Ok(DEFAULT_BULK_MAX),
+        Some(0) => Err(AdminError::bad("bad_max", "max must be at least 1")),
+        Some(n) => Ok(n),
+    }
+}
+
+/// A filter from a bulk action's JSON.
+///
+/// # Errors
+/// `bad_status`, `bad_time`.
+pub fn filter_from_body(side: Side, body: &FilterBody) -> Result<MessageFilter, AdminError> {
+    Ok(MessageFilter {
+        status: body
+            .status
+            .as_deref()
+            .map(|s| side.parse_status(s))
+            .transpose()?,
+        exchange: body.exchange.clone(),
+        routing_key: body.routing_key.clone(),
+        message_type: body.message_type.clone(),
+        created_after: body
+            .created_after
+            .as_deref()
+            .map(|t| parse_time("created_after", t))
+            .transpose()?,
+        created_before: body
+            .created_before
+            .as_deref()
+            .map(|t| parse_time("created_before", t))
+            .transpose()?,
+        q: body.q.clone(),
+    })
+}
+
+/// A filter, page position and size from a list's query string.
+///
+/// # Errors
+/// `bad_status`, `bad_time`, `bad_limit`, `bad_cursor`.
+pub fn list_from_query(
+    side: Side,
+    query: MessageQuery,
+) -> Result<(MessageFilter, Option<PageCursor>, u32), AdminError> {
+    let limit = parse_limit(query.limit.as_deref())?;
+    let cursor = parse_cursor(query.cursor.as_deref())?;
+    let body = FilterBody {
+        status: query.status,
+        exchange: query.exchange,
+        routing_key: query.routing_key,
+        message_type: query.message_type,
+        created_after: query.created_after,
+        created_before: query.created_before,
+        q: query.q,
+    };
+    Ok((filter_from_body(side, &body)?, cursor, limit))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_and_garbage_is_refused() {
+        for n in [0, 1, 42, u64::MAX] {
+            let text = encode_cursor(PageCursor(n));
+            assert!(
+                text.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            );
+            assert_eq!(
+                parse_cursor(Some(&text)).ok().flatten(),
+                Some(PageCursor(n))
+            );
+        }
+        for bad in ["", "!!", "AAAA", "AAAAAAAAAAAAAAAAAAAA"] {
+            assert!(parse_cursor(Some(bad)).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn each_side_knows_only_its_own_statuses() {
+        assert!(Side::Outbox.parse_status("in_progress").is_err());
+        assert!(Side::Outbox.parse_status("consumed").is_err());
+        assert!(Side::Inbox.parse_status("pending").is_err());
+        assert!(Side::Inbox.parse_status("sent").is_err());
+        assert_eq!(
+            Side::Inbox.parse_status("in_progress").ok(),
+            Some(Status::Sent)
+        );
+        assert_eq!(Side::Inbox.status_name(Status::Sent), "in_progress");
+        assert_eq!(Side::Outbox.status_name(Status::Sent), "sent");
+    }
+
+    #[test]
+    fn limits_outside_one_to_a_thousand_are_refused() {
+        assert_eq!(parse_limit(None).ok(), Some(50));
+        assert_eq!(parse_limit(Some("1000")).ok(), Some(1000));
+        for bad in ["0", "1001", "-1", "ten", ""] {
+            assert!(parse_limit(Some(bad)).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,314 @@
+//! The HTTP endpoints: each parses its input (a 400 for anything malformed), calls
+//! the service, and answers JSON. Each carries its OpenAPI description.
+
+use std::sync::Arc;
+
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Extension, Json, Router};
+
+use crate::auth::{Actor, AdminAuth, require_token};
+use crate::model::{
+    AuditPage, BulkDeleteRequest, BulkRequest, BulkResponse, ConsumerList, DeadLetterPage,
+    DeadLetterQuery, DeadLetterView, DeleteQuery, ErrorBody, MessageDetail, MessagePage,
+    MessageQuery, PageQuery, StatsResponse,
+};
+use crate::params::{
+    Side, filter_from_body, list_from_query, parse_cursor, parse_dead_letter_id, parse_limit,
+    parse_max, parse_message_id,
+};
+use crate::{AdminError, AdminService};
+
+type Service = State<Arc<AdminService>>;
+type Answer<T> = Result<Json<T>, AdminError>;
+
+fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, AdminError> {
+    q.map(|Query(q)| q)
+        .map_err(|e| AdminError::bad("bad_query", e.body_text()))
+}
+
+fn body<T>(b: Result<Json<T>, JsonRejection>) -> Result<T, AdminError> {
+    b.map(|Json(b)| b)
+        .map_err(|e| AdminError::bad("bad_body", e.body_text()))
+}
+
+fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, AdminError> {
+    p.map(|Path(p)| p)
+        .map_err(|e| AdminError::bad("bad_path", e.body_text()))
+}
+
+fn filter_json(filter: &crate::model::FilterBody) -> String {
+    serde_json::to_string(filter).unwrap_or_else(|_| "{}".to_owned())
+}
+
+/// Counts, throughput and sweep reports.
+#[utoipa::path(get, path = "/stats", tag = "stats",
+    responses((status = 200, body = StatsResponse), (status = "4XX", body = ErrorBody), (status = "5XX", body = ErrorBody)))]
+pub(crate) async fn stats(State(s): Service) -> Answer<StatsResponse> {
+    Ok(Json(s.stats().await?))
+}
+
+/// Outbox messages, newest first.
+#[utoipa::path(get, path = "/messages", tag = "messages", params(MessageQuery),
+    responses((status = 200, body = MessagePage), (status = "4XX", body = ErrorBody), (status = "5XX", body = ErrorBody)))]
+pub(crate) async fn list_messages(
+    State(s): Service,
+    q: Result<Query<MessageQuery>, QueryRejection>,
+) -> Answer<MessagePage> {
+    let (filter, cursor, limit) = list_from_query(Side::Outbox, query(q)?)?;
+    Ok(Json(s.list_messages(&filter, cursor, limit).await?))
+}
+
+/// One message: every column, the payload, and each consumer's side.
+#[utoipa::path(get, path = "/messages/{id}", tag = "messages", params(("id" = String, Path, description = "Message id (UUID)")),
+    responses((status = 200, body = MessageDetail), (status = "4XX", body = ErrorBody), (status = "5XX", body = ErrorBody)))]
+pub(crate) async fn get_message(
+    State(s): Service,
+    id: Result<Path<String>, PathRejection>,
+) -> Answer<MessageDetail> {
+    let id = parse_message_id(&path(id)?)?;
+    Ok(Json(s.get_message(id).await?))
+}
+
+/// A dead or failed message back to pending.
+#[utoipa::path(post, path = "/messages/{id}/requeue", tag = "messages", params(("id" = String, Path, description = "Message id (UUID)")),
+    responses((status = 204), (status = "4XX", body = ErrorBody), (status = "5XX", body = ErrorBody)))]
+pub(crate) async fn requeue_message(
+    State(s): Service,
+    Extension(actor): Extension<Actor>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<StatusCode, AdminError> {
+    let id = parse_message_id(&path(id)?)?;
+    s.requeue_message(&actor.name, id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Deletes a dead message (with `force=true` also a pending or failed one).
+#[utoipa::path(delete, path = "/messages/{id}", tag = "messages",
+    params(("id" = String, Path, description = "Message id (UUID)"), DeleteQuery),
+    responses((status = 204), (status = "4XX", body = ErrorBody), (status = "5XX", body = ErrorBody)))]
+pub(crate) async fn delete_message(
+    State(s): Service,
+    Extension(actor): Extension<Actor>,
+    id: Result<Path<String>, PathRejection>,
+    q: Result<Query<DeleteQuery>, QueryRejection>,
+) -> Result<StatusCode, AdminError> {
+    let id = parse_message_id(&path(id)?)?;
+    let force = query(q)?.force.unwrap_or(false);
+    s.delete_message(&actor.name, id, force).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Requeues everything matching a filter, up to `max`.
+#[utoipa::path(post, path = "/messages/requeue", tag = "messages", request_body = BulkRequest,
+    responses((status = 200, body = BulkResponse), (status = "4XX", body = ErrorBody), (status = "5XX", body = ErrorBody)))]
+pub(crate) async fn requeue_matching(
+    State(s): Service,
+    Extension(actor): Extension<Actor>,
+    b: Result<Json<BulkRequest>, JsonRejection>,
+) -> Answer<BulkResponse> {
+    let b = body(b)?;
+    let filter = filter_from_body(Side::Outbox, &b.filter)?;
+    let max = parse_max(b.max)?;
+    let target = filter_json(&b.filter);
+    Ok(Json(
+        s.requeue_matching(&actor.name, &filter, target, b.dry_run, max)
+            .await?,
+    ))
+}
+
+/// Deletes everything matching a filter, up to `max`.
+#[utoipa::path(post, path = "/messages/delete", tag = "messages", request_body = BulkDeleteRequest,
+    responses((status = 200, body = BulkResponse), (status = "4XX", body = ErrorBody), (status = "5XX", body = ErrorBody)))]
+pub(crate) async fn delete_matching(
+    State(s): Service,
+    Extension(actor): Extension<Actor>,
+    b: Result<Json<BulkDeleteRequest>, JsonRejection>,
+) -> Answer<BulkResponse> {
+    let b = body(b)?;
+    let filter = filter_from_body(Side::Outbox, &b.filter)?;
+    let max = parse_max(b.max)?;
+    let target = filter_json(&b.filter);
+    Ok(Json(
+        s.delete_matching(&actor.name, &filter, target, b.dry_run, max, b.force)
+            .await?,
+    ))
+}
+
+/// Every consumer with its counts.
+#[utoipa::path(get, path = "/consumers", tag = "consumers",
+    responses((status = 200, body = ConsumerList), (status = "4XX", body = ErrorBody), (status = "5XX", body = ErrorBody)))]
+pub(crate) async fn consumers(State(s): Service) -> Answer<ConsumerList> {
+    Ok(Json(ConsumerList {
+        items: s.consumers().await?,
+    }))
+}
+
+/// One consumer's deliveries, newest first.
+#[utoipa::path(get, path = "/consumers/{name}/deliveries", tag = "consumers",
+    params(("name" = String, Path, description = "Consumer name"), MessageQuery),
+    responses((status = 200, body = MessagePage), (status = "4XX", body = ErrorBody), (status = "5XX", body = ErrorBody)))]
+pub(crate) async fn list_deliveries(
+    State(s): Service,
+    name: Result<Path<String>, PathRejection>,
+    q: Result<Query<MessageQuery>, QueryRejection>,
+) -> Answer<MessagePage> {
+    let name = path(name)?;
+    let (filter, cursor, limit) = list_from_query(Side::Inbox, query(q)?)?;
+    Ok(Json(
+        s.list_deliveries(&name, &filter, cursor, limit).await?,
+    ))
+}
+
+/// One delivery of one consumer.
+#[utoipa::path(get, path = "/consumers/{name}/deliveries/{id}", tag = "consumers",
+    params(("name" = String, Path, description = "Consumer name"), ("id" = String, Path, description = "Message id (UUID)")),
+    responses((status = 200, body = MessageDetail), (status = "4XX", body = ErrorBody), (status = "5XX", body = ErrorBody)))]
+pub(crate) async fn get_delivery(
+    State(s): Service,
+    p: Result<Path<(String, String)>, PathRejection>,
+) -> Answer<MessageDetail> {
+    let (name, id) = path(p)?;
+    let id = parse_message_id(&id)?;
+    Ok(Json(s.get_delivery(&name, id).await?))
+}
+
+/// Runs one delivery's handler again.
+#[utoipa::path(post, path = "/consumers/{name}/deliveries/{id}/reconsume", tag = "consumers",
+    params(("name" = String, Path, description = "Consumer name"), ("id" = String, Path, description = "Message id (UUID)")),
+    responses((status = 204), (status = "4XX", body = ErrorBody), (status = "5XX", body = ErrorBody)))]
+pub(crate) async fn reconsume(
+    State(s): Service,
+    Extension(actor): Extension<Actor>,
+    p: Result<Path<(String, String)>, PathRejection>,
+) -> Result<StatusCode, AdminError> {
+    let (name, id) = path(p)?;
+    let id = parse_message_id(&id)?;
+    s.reconsume(&actor.name, &name, id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Reconsumes one consumer's deliveries matching a filter, up to `max`.
+#[utoipa::path(post, path = "/consumers/{name}/deliveries/reconsume", tag = "consumers",
+    params(("name" = String, Path, description = "Consumer name")), request_body = BulkRequest,
+    responses((status = 200, body = BulkResponse), (status = "4XX", body = ErrorBody), (status = "5XX", body = ErrorBody)))]
+pub(crate) async fn reconsume_matching(
+    State(s): Service,
+    Extension(actor): Extension<Actor>,
+    name: Result<Path<String>, PathRejection>,
+    b: Result<Json<BulkRequest>, JsonRejection>,
+) -> Answer<BulkResponse> {
+    let name = path(name)?;
+    let b = body(b)?;
+    let filter = filter_from_body(Side::Inbox, &b.filter)?;
+    let max = parse_max(b.max)?;
+    let target = filter_json(&b.filter);
+    Ok(Json(
+        s.reconsume_matching(&actor.name, &name, &filter, target, b.dry_run, max)
+            .await?,
+    ))
+}
+
+/// Deliveries that could not become messages, newest first.
+#[utoipa::path(get, path = "/dead-letters", tag = "dead letters", params(DeadLetterQuery),
+    responses((status = 200, body = DeadLetterPage), (status = "4XX", body = ErrorBody), (status = "5XX", body = ErrorBody)))]
+pub(crate) async fn list_dead_letters(
+    State(s): Service,
+    q: Result<Query<DeadLetterQuery>, QueryRejection>,
+) -> Answer<DeadLetterPage> {
+    let q = query(q)?;
+    let limit = parse_limit(q.limit.as_deref())?;
+    let cursor = parse_cursor(q.cursor.as_deref())?;
+    Ok(Json(s.list_dead_letters(q.consumer, cursor, limit).await?))
+}
+
+/// One dead letter with its raw body and headers.
+#[utoipa::path(get, path = "/dead-letters/{id}", tag = "dead letters", params(("id" = u64, Path, description = "Dead letter id")),
+    responses((status = 200, body = DeadLetterView), (status = "4XX", body = ErrorBody), (status = "5XX", body = ErrorBody)))]
+pub(crate) async fn get_dead_letter(
+    State(s): Service,
+    id: Result<Path<String>, PathRejection>,
+) -> Answer<DeadLetterView> {
+    let id = parse_dead_letter_id(&path(id)?)?;
+    Ok(Json(s.get_dead_letter(id).await?))
+}
+
+/// Removes one dead letter.
+#[utoipa::path(delete, path = "/dead-letters/{id}", tag = "dead letters", params(("id" = u64, Path, description = "Dead letter id")),
+    responses((status = 204), (status = "4XX", body = ErrorBody), (status = "5XX", body = ErrorBody)))]
+pub(crate) async fn delete_dead_letter(
+    State(s): Service,
+    Extension(actor): Extension<Actor>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<StatusCode, AdminError> {
+    let id = parse_dead_letter_id(&path(id)?)?;
+    s.delete_dead_letter(&actor.name, id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Every write done through the API, newest first.
+#[utoipa::path(get, path = "/audit", tag = "audit", params(PageQuery),
+    responses((status = 200, body = AuditPage), (status = "4XX", body = ErrorBody), (status = "5XX", body = ErrorBody)))]
+pub(crate) async fn audit(
+    State(s): Service,
+    q: Result<Query<PageQuery>, QueryRejection>,
+) -> Answer<AuditPage> {
+    let q = query(q)?;
+    let limit = parse_limit(q.limit.as_deref())?;
+    let cursor = parse_cursor(q.cursor.as_deref())?;
+    Ok(Json(s.audit_log(cursor, limit).await?))
+}
+
+/// This document.
+#[utoipa::path(get, path = "/openapi.json", tag = "meta",
+    responses((status = 200, description = "The OpenAPI 3.1 document", content_type = "application/json"), (status = "4XX", body = ErrorBody)))]
+pub(crate) async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
+    Json(crate::openapi::document())
+}
+
+async fn no_route() -> AdminError {
+    AdminError::NoRoute
+}
+
+async fn method_not_allowed() -> AdminError {
+    AdminError::MethodNotAllowed
+}
+
+/// The admin API, to be nested (e.g. under `/api/v1`) into any axum service.
+/// Every request, unknown routes included, needs a configured token.
+pub fn router(service: AdminService, auth: AdminAuth) -> Router {
+    Router::new()
+        .route("/stats", get(stats))
+        .route("/messages", get(list_messages))
+        .route("/messages/requeue", post(requeue_matching))
+        .route("/messages/delete", post(delete_matching))
+        .route("/messages/{id}", get(get_message).delete(delete_message))
+        .route("/messages/{id}/requeue", post(requeue_message))
+        .route("/consumers", get(consumers))
+        .route("/consumers/{name}/deliveries", get(list_deliveries))
+        .route(
+            "/consumers/{name}/deliveries/reconsume",
+            post(reconsume_matching),
+        )
+        .route("/consumers/{name}/deliveries/{id}", get(get_delivery))
+        .route(
+            "/consumers/{name}/deliveries/{id}/reconsume",
+            post(reconsume),
+        )
+        .route("/dead-letters", get(list_dead_letters))
+        .route(
+            "/dead-letters/{id}",
+            get(get_dead_letter).delete(delete_dead_letter),
+        )
+        .route("/audit", get(audit))
+        .route("/openapi.json", get(openapi_json))
+        .fallback(no_route)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::new(auth),
+            require_token,
+        ))
+        .with_state(Arc::new(service))
+}

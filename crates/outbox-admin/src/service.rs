@@ -1,0 +1,615 @@
+//! `AdminService`: the operator's actions over the ports, shared by the HTTP API
+//! and the CLI. Every write is recorded in the audit log; every payload and header
+//! view goes through the redaction lists.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use outbox_core::{Message, MessageId, SideState, Status};
+use outbox_ports::{
+    AuditEntry, AuditLog, BulkOutcome, Clock, InboxOperator, InboxRecord, InboxStore,
+    MessageFilter, MessageSummary, MinuteCount, OutboxOperator, OutboxStore, PREVIEW_BYTES, Page,
+    PageCursor, StoredDeadLetter, SweepStateStore, SystemClock,
+};
+
+use crate::AdminError;
+use crate::model::{
+    AuditItem, AuditPage, BulkResponse, ConsumeSide, ConsumerItem, DeadLetterPage, DeadLetterView,
+    MessageDetail, MessageItem, MessagePage, MinuteItem, OutboxCounts, StatsPrecision,
+    StatsResponse, SweepItem,
+};
+use crate::params::{Side, encode_cursor, format_time};
+use crate::redact::{Redaction, is_textual};
+
+/// How far back the per-minute counts of `stats` go.
+const CHART_WINDOW: Duration = Duration::from_secs(3600);
+
+/// The ports the admin service works through.
+#[derive(Clone)]
+pub struct AdminPorts {
+    /// Listing and acting on outbox messages.
+    pub outbox: Arc<dyn OutboxOperator>,
+    /// Listing and acting on deliveries and dead letters.
+    pub inbox: Arc<dyn InboxOperator>,
+    /// Where writes are recorded.
+    pub audit: Arc<dyn AuditLog>,
+    /// The outbox's cheap counts (`stats`).
+    pub outbox_store: Arc<dyn OutboxStore>,
+    /// One delivery's reconsume (status-guarded in the store).
+    pub inbox_store: Arc<dyn InboxStore>,
+}
+
+/// The operator's actions.
+#[derive(Clone)]
+pub struct AdminService {
+    ports: AdminPorts,
+    redaction: Redaction,
+    sweeps: Option<(Arc<dyn SweepStateStore>, Vec<String>)>,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for AdminService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminService")
+            .field("redaction", &self.redaction)
+            .field("sweep_keys", &self.sweeps.as_ref().map(|(_, keys)| keys))
+            .finish_non_exhaustive()
+    }
+}
+
+fn to_response(outcome: BulkOutcome) -> BulkResponse {
+    BulkResponse {
+        matched: outcome.matched,
+        changed: outcome.changed,
+    }
+}
+
+fn minutes(counts: Vec<MinuteCount>) -> Vec<MinuteItem> {
+    counts
+        .into_iter()
+        .map(|m| MinuteItem {
+            minute: format_time(m.minute),
+            count: m.count,
+        })
+        .collect()
+}
+
+fn consume_side(record: &InboxRecord) -> ConsumeSide {
+    ConsumeSide {
+        consumer: record.consumer.clone(),
+        status: Side::Inbox.status_name(record.status).to_owned(),
+        attempts: record.consume.attempts,
+        last_attempt_at: record.consume.last_attempt_at.map(format_time),
+        next_attempt_at: record.consume.next_attempt_at.map(format_time),
+        last_error: record.consume.last_error.clone(),
+        consumed_at: record.consume.completed_at.map(format_time),
+    }
+}
+
+impl AdminService {
+    /// Over these ports, with nothing redacted and no sweep reports.
+    #[must_use]
+    pub fn new(ports: AdminPorts) -> Self {
+        Self {
+            ports,
+            redaction: Redaction::default(),
+            sweeps: None,
+            clock: Arc::new(SystemClock),
+        }
+    }
+
+    /// Hides these headers and JSON keys in every payload and header view.
+    #[must_use]
+    pub fn with_redaction(mut self, redaction: Redaction) -> Self {
+        self.redaction = redaction;
+        self
+    }
+
+    /// Shows the last report stored under each of `keys` in `stats`.
+    #[must_use]
+    pub fn with_sweep_reports(
+        mut self,
+        state: Arc<dyn SweepStateStore>,
+        keys: Vec<String>,
+    ) -> Self {
+        self.sweeps = Some((state, keys));
+        self
+    }
+
+    /// Reads "now" (for the oldest unsent age) from `clock`.
+    #[must_use]
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    async fn audit(
+        &self,
+        actor: &str,
+        action: &str,
+        target: String,
+        count: u64,
+    ) -> Result<(), AdminError> {
+        let entry = AuditEntry {
+            actor: actor.to_owned(),
+            action: action.to_owned(),
+            target,
+            count,
+            at: None,
+        };
+        self.ports
+            .audit
+            .record(entry)
+            .await
+            .map_err(AdminError::AuditFailed)
+    }
+
+    fn item(&self, side: Side, summary: MessageSummary) -> MessageItem {
+        let truncated = summary.payload_size > summary.payload_preview.len() as u64;
+        let preview = self
+            .redaction
+            .bytes(&summary.payload_preview, truncated, true);
+        MessageItem {
+            id: summary.id.to_string(),
+            status: side.status_name(summary.status).to_owned(),
+            exchange: summary.exchange,
+            routing_key: summary.routing_key,
+            message_type: summary.message_type,
+            correlation_id: summary.correlation_id,
+            created_at: format_time(summary.created_at),
+            attempts: summary.attempts,
+            last_error: summary.last_error,
+            next_attempt_at: summary.next_attempt_at.map(format_time),
+            completed_at: summary.completed_at.map(format_time),
+            payload_preview: preview.text,
+            payload_preview_base64: preview.base64,
+            payload_redacted: preview.redacted,
+            payload_size: summary.payload_size,
+        }
+    }
+
+    fn page(&self, side: Side, page: Page<MessageSummary>) -> MessagePage {
+        MessagePage {
+            items: page.items.into_iter().map(|s| self.item(side, s)).collect(),
+            next_cursor: page.next.map(encode_cursor),
+        }
+    }
+
+    fn detail(
+        &self,
+        side: Side,
+        message: &Message,
+        status: Status,
+        state: &SideState,
+        deliveries: Vec<ConsumeSide>,
+    ) -> MessageDetail {
+        let payload =
+            self.redaction
+                .bytes(&message.payload, false, is_textual(&message.content_type));
+        MessageDetail {
+            id: message.id.to_string(),
+            status: side.status_name(status).to_owned(),
+            exchange: message.exchange.clone(),
+            routing_key: message.routing_key.clone(),
+            message_type: message.message_type.clone(),
+            headers: self.redaction.headers(&message.headers),
+            content_type: message.content_type.clone(),
+            source: message.source.clone(),
+            correlation_id: message.correlation_id.clone(),
+            created_at: format_time(message.created_at),
+            payload: payload.text,
+            payload_base64: payload.base64,
+            payload_redacted: payload.redacted,
+            payload_size: message.payload.len() as u64,
+            attempts: state.attempts,
+            last_attempt_at: state.last_attempt_at.map(format_time),
+            next_attempt_at: state.next_attempt_at.map(format_time),
+            last_error: state.last_error.clone(),
+            completed_at: state.completed_at.map(format_time),
+            deliveries,
+        }
+    }
+
+    fn dead_letter(&self, letter: StoredDeadLetter, whole: bool) -> DeadLetterView {
+        let body_size = letter.body.len() as u64;
+        let shown = if whole || letter.body.len() <= PREVIEW_BYTES {
+            self.redaction.bytes(&letter.body, false, true)
+        } else {
+            self.redaction
+                .bytes(&letter.body[..PREVIEW_BYTES], true, true)
+        };
+        DeadLetterView {
+            id: letter.id,
+            consumer: letter.consumer,
+            message_id: letter.message_id,
+            routing_key: letter.routing_key,
+            reason: letter.reason,
+            received_at: format_time(letter.received_at),
+            headers: self.redaction.headers(&letter.headers),
+            body: shown.text,
+            body_base64: shown.base64,
+            body_redacted: shown.redacted,
+            body_size,
+        }
+    }
+
+    /// Counts, per-minute throughput and the last sweep reports.
+    ///
+    /// # Errors
+    /// What the stores say.
+    pub async fn stats(&self) -> Result<StatsResponse, AdminError> {
+        let counts = self.ports.outbox_store.stats().await?;
+        let consumers = self.consumers().await?;
+        let published = self.ports.outbox.published_per_minute(CHART_WINDOW).await?;
+        let consumed = self.ports.inbox.consumed_per_minute(CHART_WINDOW).await?;
+        let now = self.clock.now();
+        let mut sweeps = Vec::new();
+        if let Some((state, keys)) = &self.sweeps {
+            for key in keys {
+                // A sweep state that cannot be read makes that report unknown, not
+                // the whole dashboard unavailable.
+                let report = state.get(key).await;
+                let available = report.is_ok();
+                let report = report.ok().flatten();
+                sweeps.push(SweepItem {
+                    key: key.clone(),
+                    available,
+                    started_at: report.as_ref().map(|r| format_time(r.started_at)),
+                    completed_at: report.as_ref().map(|r| format_time(r.completed_at)),
+                    publish_retried: report.as_ref().map(|r| r.publish_retried),
+                    publish_failed: report.as_ref().map(|r| r.publish_failed),
+                    consume_retried: report.as_ref().map(|r| r.consume_retried),
+                    consume_failed: report.as_ref().map(|r| r.consume_failed),
+                });
+            }
+        }
+        Ok(StatsResponse {
+            outbox: OutboxCounts {
+                pending: counts.pending,
+                publish_failed: counts.publish_failed,
+                dead: counts.dead,
+                sent: None,
+                oldest_unsent_at: counts.oldest_unsent_at.map(format_time),
+                oldest_unsent_age_seconds: counts
+                    .oldest_unsent_at
+                    .map(|at| outbox_core::saturating_elapsed(at, now).as_secs()),
+            },
+            consumers,
+            published_per_minute: minutes(published),
+            consumed_per_minute: minutes(consumed),
+            sweeps,
+            precision: StatsPrecision {
+                outbox: "exact".into(),
+                outbox_sent: "not_counted".into(),
+                consumers: "store".into(),
+                per_minute: "exact".into(),
+            },
+        })
+    }
+
+    /// A page of outbox messages.
+    ///
+    /// # Errors
+    /// What the store says.
+    pub async fn list_messages(
+        &self,
+        filter: &MessageFilter,
+        after: Option<PageCursor>,
+        limit: u32,
+    ) -> Result<MessagePage, AdminError> {
+        let page = self
+            .ports
+            .outbox
+            .list_messages(filter, after, limit)
+            .await?;
+        Ok(self.page(Side::Outbox, page))
+    }
+
+    /// One message with its publish side and every consumer's side.
+    ///
+    /// # Errors
+    /// `NotFound`, or what the stores say.
+    pub async fn get_message(&self, id: MessageId) -> Result<MessageDetail, AdminError> {
+        let record = self
+            .ports
+            .outbox
+            .get_message(id)
+            .await?
+            .ok_or_else(|| not_found("message", id))?;
+        let deliveries = self.ports.inbox.deliveries_of(id).await?;
+        let sides = deliveries.iter().map(consume_side).collect();
+        Ok(self.detail(
+            Side::Outbox,
+            &record.message,
+            record.status,
+            &record.publish,
+            sides,
+        ))
+    }
+
+    /// Requeues one message.
+    ///
+    /// # Errors
+    /// `NotFound`, `IllegalTransition`, or what the stores say.
+    pub async fn requeue_message(&self, actor: &str, id: MessageId) -> Result<(), AdminError> {
+        self.ports.outbox.requeue_message(id).await?;
+        self.audit(actor, "requeue", id.to_string(), 1).await
+    }
+
+    /// Deletes one message.
+    ///
+    /// # Errors
+    /// `NotFound`, `NotDeletable`, or what the stores say.
+    pub async fn delete_message(
+        &self,
+        actor: &str,
+        id: MessageId,
+        force: bool,
+    ) -> Result<(), AdminError> {
+        self.ports.outbox.delete_message(id, force).await?;
+        let action = if force { "delete_forced" } else { "delete" };
+        self.audit(actor, action, id.to_string(), 1).await
+    }
+
+    /// Requeues up to `max` messages matching `filter` (`dry_run`: counts only).
+    /// `target` is the filter as the caller wrote it, for the audit log.
+    ///
+    /// # Errors
+    /// What the stores say.
+    pub async fn requeue_matching(
+        &self,
+        actor: &str,
+        filter: &MessageFilter,
+        target: String,
+        dry_run: bool,
+        max: u64,
+    ) -> Result<BulkResponse, AdminError> {
+        if dry_run {
+            let matched = self.ports.outbox.count_messages(filter, max).await?;
+            return Ok(BulkResponse {
+                matched,
+                changed: 0,
+            });
+        }
+        let outcome = self.ports.outbox.requeue_matching(filter, max).await?;
+        self.audit(actor, "requeue_matching", target, outcome.changed)
+            .await?;
+        Ok(to_response(outcome))
+    }
+
+    /// Deletes up to `max` messages matching `filter` (`dry_run`: counts only).
+    ///
+    /// # Errors
+    /// What the stores say.
+    pub async fn delete_matching(
+        &self,
+        actor: &str,
+        filter: &MessageFilter,
+        target: String,
+        dry_run: bool,
+        max: u64,
+        force: bool,
+    ) -> Result<BulkResponse, AdminError> {
+        if dry_run {
+            let matched = self.ports.outbox.count_messages(filter, max).await?;
+            return Ok(BulkResponse {
+                matched,
+                changed: 0,
+            });
+        }
+        let outcome = self
+            .ports
+            .outbox
+            .delete_matching(filter, max, force)
+            .await?;
+        let action = if force {
+            "delete_matching_forced"
+        } else {
+            "delete_matching"
+        };
+        self.audit(actor, action, target, outcome.changed).await?;
+        Ok(to_response(outcome))
+    }
+
+    /// Every consumer with its counts.
+    ///
+    /// # Errors
+    /// What the store says.
+    pub async fn consumers(&self) -> Result<Vec<ConsumerItem>, AdminError> {
+        let mut consumers = self.ports.inbox.consumers().await?;
+        consumers.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(consumers
+            .into_iter()
+            .map(|c| ConsumerItem {
+                name: c.name,
+                in_progress: c.stats.in_progress,
+                consumed: c.stats.consumed,
+                consume_failed: c.stats.consume_failed,
+                dead: c.stats.dead,
+                dead_letters: c.stats.dead_letters,
+            })
+            .collect())
+    }
+
+    /// A page of one consumer's deliveries.
+    ///
+    /// # Errors
+    /// What the store says.
+    pub async fn list_deliveries(
+        &self,
+        consumer: &str,
+        filter: &MessageFilter,
+        after: Option<PageCursor>,
+        limit: u32,
+    ) -> Result<MessagePage, AdminError> {
+        let page = self
+            .ports
+            .inbox
+            .list_deliveries(consumer, filter, after, limit)
+            .await?;
+        Ok(self.page(Side::Inbox, page))
+    }
+
+    /// One delivery of one consumer, with the message as received.
+    ///
+    /// # Errors
+    /// `NotFound`, or what the store says.
+    pub async fn get_delivery(
+        &self,
+        consumer: &str,
+        id: MessageId,
+    ) -> Result<MessageDetail, AdminError> {
+        let record = self
+            .ports
+            .inbox
+            .deliveries_of(id)
+            .await?
+            .into_iter()
+            .find(|r| r.consumer == consumer)
+            .ok_or_else(|| not_found("delivery", format!("{consumer}/{id}")))?;
+        let side = vec![consume_side(&record)];
+        Ok(self.detail(
+            Side::Inbox,
+            &record.message,
+            record.status,
+            &record.consume,
+            side,
+        ))
+    }
+
+    /// Runs one delivery's handler again (through the consume sweep).
+    ///
+    /// # Errors
+    /// `NotFound`, `IllegalTransition`, or what the stores say.
+    pub async fn reconsume(
+        &self,
+        actor: &str,
+        consumer: &str,
+        id: MessageId,
+    ) -> Result<(), AdminError> {
+        self.ports.inbox_store.reconsume(consumer, id).await?;
+        self.audit(actor, "reconsume", format!("{consumer}/{id}"), 1)
+            .await
+    }
+
+    /// Reconsumes up to `max` of a consumer's deliveries matching `filter`.
+    ///
+    /// # Errors
+    /// What the stores say.
+    pub async fn reconsume_matching(
+        &self,
+        actor: &str,
+        consumer: &str,
+        filter: &MessageFilter,
+        target: String,
+        dry_run: bool,
+        max: u64,
+    ) -> Result<BulkResponse, AdminError> {
+        if dry_run {
+            let matched = self
+                .ports
+                .inbox
+                .count_deliveries(consumer, filter, max)
+                .await?;
+            return Ok(BulkResponse {
+                matched,
+                changed: 0,
+            });
+        }
+        let outcome = self
+            .ports
+            .inbox
+            .reconsume_matching(consumer, filter, max)
+            .await?;
+        self.audit(
+            actor,
+            "reconsume_matching",
+            format!("{consumer} {target}"),
+            outcome.changed,
+        )
+        .await?;
+        Ok(to_response(outcome))
+    }
+
+    /// A page of dead letters (bodies cut to a preview).
+    ///
+    /// # Errors
+    /// What the store says.
+    pub async fn list_dead_letters(
+        &self,
+        consumer: Option<String>,
+        after: Option<PageCursor>,
+        limit: u32,
+    ) -> Result<DeadLetterPage, AdminError> {
+        let page = self
+            .ports
+            .inbox
+            .list_dead_letters(consumer, after, limit)
+            .await?;
+        Ok(DeadLetterPage {
+            items: page
+                .items
+                .into_iter()
+                .map(|l| self.dead_letter(l, false))
+                .collect(),
+            next_cursor: page.next.map(encode_cursor),
+        })
+    }
+
+    /// One dead letter with its whole body.
+    ///
+    /// # Errors
+    /// `NotFound`, or what the store says.
+    pub async fn get_dead_letter(&self, id: u64) -> Result<DeadLetterView, AdminError> {
+        let letter = self
+            .ports
+            .inbox
+            .get_dead_letter(id)
+            .await?
+            .ok_or_else(|| not_found("dead letter", id))?;
+        Ok(self.dead_letter(letter, true))
+    }
+
+    /// Removes one dead letter.
+    ///
+    /// # Errors
+    /// `NotFound`, or what the stores say.
+    pub async fn delete_dead_letter(&self, actor: &str, id: u64) -> Result<(), AdminError> {
+        self.ports.inbox.delete_dead_letter(id).await?;
+        self.audit(actor, "delete_dead_letter", id.to_string(), 1)
+            .await
+    }
+
+    /// A page of the audit log.
+    ///
+    /// # Errors
+    /// What the store says.
+    pub async fn audit_log(
+        &self,
+        after: Option<PageCursor>,
+        limit: u32,
+    ) -> Result<AuditPage, AdminError> {
+        let page = self.ports.audit.list(after, limit).await?;
+        Ok(AuditPage {
+            items: page
+                .items
+                .into_iter()
+                .map(|e| AuditItem {
+                    actor: e.actor,
+                    action: e.action,
+                    target: e.target,
+                    count: e.count,
+                    at: e.at.map(format_time),
+                })
+                .collect(),
+            next_cursor: page.next.map(encode_cursor),
+        })
+    }
+}
+
+fn not_found(what: &'static str, id: impl ToString) -> AdminError {
+    AdminError::Port(outbox_ports::PortError::NotFound {
+        what,
+        id: id.to_string(),
+    })
+}

@@ -1,0 +1,615 @@
+//! The admin API through its router, over the memory adapters.
+#![allow(clippy::unwrap_used, missing_docs)]
+
+mod support;
+
+use std::collections::BTreeSet;
+
+use axum::http::StatusCode;
+use outbox_admin::Redaction;
+use support::{READ, WRITE, code, harness, harness_with, message, tokens};
+
+#[tokio::test]
+async fn without_tokens_every_request_is_refused_naming_the_setting() {
+    let h = harness_with(vec![], Redaction::default());
+    for (method, uri) in [
+        ("GET", "/stats"),
+        ("GET", "/openapi.json"),
+        ("POST", "/messages/requeue"),
+    ] {
+        let (status, body) = h.call(method, uri, Some(WRITE), Some("{}")).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{method} {uri}");
+        assert_eq!(code(&body), "admin_disabled");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("[[admin.tokens]]")
+        );
+    }
+}
+
+#[tokio::test]
+async fn auth_matrix() {
+    let h = harness();
+    let id = h.dead(message("orders", "a", b"{}")).await;
+    let requeue = format!("/messages/{id}/requeue");
+    assert_eq!(
+        h.call("GET", "/stats", None, None).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        h.call("GET", "/stats", Some("nope-nope-nope-nope"), None)
+            .await
+            .0,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        h.call("GET", "/nowhere", None, None).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        h.call("GET", "/stats", Some(READ), None).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        h.call("GET", "/stats", Some(WRITE), None).await.0,
+        StatusCode::OK
+    );
+    let (status, body) = h.call("POST", &requeue, Some(READ), None).await;
+    assert_eq!((status, code(&body)), (StatusCode::FORBIDDEN, "forbidden"));
+    assert!(
+        h.audit_entries().await.is_empty(),
+        "a refused write is not done"
+    );
+    assert_eq!(
+        h.call("POST", &requeue, Some(WRITE), None).await.0,
+        StatusCode::NO_CONTENT
+    );
+    // A bare secret without the scheme is not a bearer token.
+    let response = h.call("GET", "/stats", Some(""), None).await;
+    assert_eq!(response.0, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn lists_messages_with_filters_and_keyset_pages() {
+    let h = harness();
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        ids.push(
+            h.pending(message(
+                "orders",
+                &format!("k{}", i % 2),
+                format!("{{\"n\":{i}}}").as_bytes(),
+            ))
+            .await,
+        );
+    }
+    h.pending(message("billing", "k0", b"x")).await;
+    let (status, page) = h.get("/messages?exchange=orders&limit=2").await;
+    assert_eq!(status, StatusCode::OK);
+    let items = page["items"].as_array().unwrap();
+    assert_eq!(items.len(), 2);
+    assert_eq!(items[0]["id"], ids[4].to_string(), "newest first");
+    assert_eq!(items[0]["status"], "pending");
+    assert_eq!(items[0]["payload_preview"], "{\"n\":4}");
+    assert_eq!(items[0]["payload_size"], 7);
+    assert_eq!(items[0]["type"], "order.created");
+    let mut seen: Vec<String> = items
+        .iter()
+        .map(|i| i["id"].as_str().unwrap().to_owned())
+        .collect();
+    let mut cursor = page["next_cursor"].as_str().unwrap().to_owned();
+    loop {
+        let (status, page) = h
+            .get(&format!(
+                "/messages?exchange=orders&limit=2&cursor={cursor}"
+            ))
+            .await;
+        assert_eq!(status, StatusCode::OK);
+        seen.extend(
+            page["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| i["id"].as_str().unwrap().to_owned()),
+        );
+        match page["next_cursor"].as_str() {
+            Some(next) => cursor = next.to_owned(),
+            None => break,
+        }
+    }
+    let expected: Vec<String> = ids.iter().rev().map(ToString::to_string).collect();
+    assert_eq!(seen, expected);
+    let (_, page) = h.get("/messages?routing_key=k1&status=pending").await;
+    assert_eq!(page["items"].as_array().unwrap().len(), 2);
+    let (_, page) = h.get(&format!("/messages?q={}", ids[2])).await;
+    assert_eq!(page["items"].as_array().unwrap().len(), 1);
+    let (_, page) = h.get("/messages?status=dead").await;
+    assert!(page["items"].as_array().unwrap().is_empty());
+    assert!(page["next_cursor"].is_null());
+    let (_, page) = h.get("/messages?created_after=2999-01-01T00:00:00Z").await;
+    assert!(page["items"].as_array().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn bad_inputs_are_400_with_a_code() {
+    let h = harness();
+    for (uri, expected) in [
+        ("/messages?limit=0", "bad_limit"),
+        ("/messages?limit=1001", "bad_limit"),
+        ("/messages?limit=ten", "bad_limit"),
+        ("/messages?cursor=%21%21", "bad_cursor"),
+        ("/messages?cursor=AAAA", "bad_cursor"),
+        ("/messages?status=bogus", "bad_status"),
+        ("/messages?status=consumed", "bad_status"),
+        ("/messages?status=in_progress", "bad_status"),
+        ("/consumers/billing/deliveries?status=pending", "bad_status"),
+        (
+            "/consumers/billing/deliveries?status=publish_failed",
+            "bad_status",
+        ),
+        ("/messages?created_after=yesterday", "bad_time"),
+        ("/messages?created_before=2026-13-01T00:00:00Z", "bad_time"),
+        ("/messages?colour=red", "bad_query"),
+        ("/messages/not-a-uuid", "bad_id"),
+        ("/consumers/billing/deliveries/42", "bad_id"),
+        ("/dead-letters/abc", "bad_id"),
+        ("/dead-letters?limit=5000", "bad_limit"),
+        ("/audit?cursor=zz", "bad_cursor"),
+    ] {
+        let (status, body) = h.get(uri).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{uri}: {body}");
+        assert_eq!(code(&body), expected, "{uri}");
+    }
+    for (uri, body, expected) in [
+        ("/messages/requeue", "{not json", "bad_body"),
+        (
+            "/messages/requeue",
+            r#"{"filter":{},"colour":1}"#,
+            "bad_body",
+        ),
+        (
+            "/messages/requeue",
+            r#"{"filter":{"colour":1}}"#,
+            "bad_body",
+        ),
+        ("/messages/requeue", r#"{"max":0}"#, "bad_max"),
+        (
+            "/messages/requeue",
+            r#"{"filter":{"status":"consumed"}}"#,
+            "bad_status",
+        ),
+        (
+            "/messages/delete",
+            r#"{"filter":{"created_after":"soon"}}"#,
+            "bad_time",
+        ),
+        (
+            "/consumers/billing/deliveries/reconsume",
+            r#"{"filter":{"status":"pending"}}"#,
+            "bad_status",
+        ),
+        ("/messages/x/requeue", "", "bad_id"),
+    ] {
+        let (status, answer) = h.write("POST", uri, Some(body)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{uri} {body}: {answer}");
+        assert_eq!(code(&answer), expected, "{uri} {body}");
+    }
+    let (status, body) = h
+        .write(
+            "DELETE",
+            "/messages/00000000-0000-0000-0000-000000000000?force=maybe",
+            None,
+        )
+        .await;
+    assert_eq!(
+        (status, code(&body)),
+        (StatusCode::BAD_REQUEST, "bad_query")
+    );
+    let (status, body) = h.write("PUT", "/messages", None).await;
+    assert_eq!(
+        (status, code(&body)),
+        (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed")
+    );
+    let (status, body) = h.get("/nowhere").await;
+    assert_eq!(
+        (status, code(&body)),
+        (StatusCode::NOT_FOUND, "no_such_endpoint")
+    );
+}
+
+#[tokio::test]
+async fn a_message_shows_both_sides_and_unknown_ids_are_404() {
+    let h = harness();
+    let m = message("orders", "created", br#"{"order":1}"#);
+    let id = h.dead(m.clone()).await;
+    h.delivered("billing", &m, true).await;
+    h.delivered("shipping", &m, false).await;
+    let (status, detail) = h.get(&format!("/messages/{id}")).await;
+    assert_eq!(status, StatusCode::OK, "{detail}");
+    assert_eq!(detail["status"], "dead");
+    assert_eq!(detail["payload"], r#"{"order":1}"#);
+    assert_eq!(detail["payload_base64"], false);
+    assert_eq!(detail["attempts"], 1);
+    assert_eq!(detail["last_error"], "broker said no");
+    let sides: BTreeSet<(String, String)> = detail["deliveries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            (
+                d["consumer"].as_str().unwrap().into(),
+                d["status"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        sides,
+        BTreeSet::from([
+            ("billing".into(), "consumed".into()),
+            ("shipping".into(), "dead".into())
+        ])
+    );
+    let unknown = "00000000-0000-7000-8000-000000000000";
+    let (status, body) = h.get(&format!("/messages/{unknown}")).await;
+    assert_eq!((status, code(&body)), (StatusCode::NOT_FOUND, "not_found"));
+    let binary = h
+        .pending(message("orders", "bin", &[0xff, 0xfe, 0x00]).clone())
+        .await;
+    let (_, detail) = h.get(&format!("/messages/{binary}")).await;
+    assert_eq!(
+        (
+            detail["payload"].as_str(),
+            detail["payload_base64"].as_bool()
+        ),
+        (Some("//4A"), Some(true))
+    );
+}
+
+#[tokio::test]
+async fn single_writes_are_guarded_and_audited() {
+    let h = harness();
+    let dead = h.dead(message("orders", "a", b"{}")).await;
+    let pending = h.pending(message("orders", "b", b"{}")).await;
+    let unknown = "00000000-0000-7000-8000-000000000000";
+    let (status, body) = h
+        .write("POST", &format!("/messages/{pending}/requeue"), None)
+        .await;
+    assert_eq!(
+        (status, code(&body)),
+        (StatusCode::CONFLICT, "illegal_transition")
+    );
+    let (status, body) = h
+        .write("POST", &format!("/messages/{unknown}/requeue"), None)
+        .await;
+    assert_eq!((status, code(&body)), (StatusCode::NOT_FOUND, "not_found"));
+    let (status, body) = h
+        .write("DELETE", &format!("/messages/{pending}"), None)
+        .await;
+    assert_eq!(
+        (status, code(&body)),
+        (StatusCode::CONFLICT, "not_deletable")
+    );
+    assert_eq!(
+        h.write("DELETE", &format!("/messages/{pending}?force=true"), None)
+            .await
+            .0,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        h.write("POST", &format!("/messages/{dead}/requeue"), None)
+            .await
+            .0,
+        StatusCode::NO_CONTENT
+    );
+    let (_, detail) = h.get(&format!("/messages/{dead}")).await;
+    assert_eq!(detail["status"], "pending");
+    let entries = h.audit_entries().await;
+    let shown: Vec<(String, String, String, u64)> = entries
+        .iter()
+        .map(|e| {
+            (
+                e["actor"].as_str().unwrap().into(),
+                e["action"].as_str().unwrap().into(),
+                e["target"].as_str().unwrap().into(),
+                e["count"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        vec![
+            ("ops".into(), "requeue".into(), dead.to_string(), 1),
+            ("ops".into(), "delete_forced".into(), pending.to_string(), 1),
+        ],
+        "newest first, failed writes not recorded"
+    );
+    assert!(entries[0]["at"].as_str().unwrap().contains('T'));
+}
+
+#[tokio::test]
+async fn bulk_actions_apply_to_everything_matching_up_to_max() {
+    let h = harness();
+    for _ in 0..3 {
+        h.dead(message("orders", "a", b"{}")).await;
+    }
+    h.dead(message("billing", "a", b"{}")).await;
+    h.pending(message("orders", "a", b"{}")).await;
+    let (status, answer) = h
+        .write(
+            "POST",
+            "/messages/requeue",
+            Some(r#"{"filter":{"exchange":"orders","status":"dead"},"dry_run":true}"#),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(answer, serde_json::json!({"matched": 3, "changed": 0}));
+    assert!(
+        h.audit_entries().await.is_empty(),
+        "a dry run changes and records nothing"
+    );
+    let (_, answer) = h
+        .write(
+            "POST",
+            "/messages/requeue",
+            Some(r#"{"filter":{"exchange":"orders","status":"dead"},"max":2}"#),
+        )
+        .await;
+    assert_eq!(answer, serde_json::json!({"matched": 2, "changed": 2}));
+    let (_, page) = h.get("/messages?status=dead").await;
+    assert_eq!(page["items"].as_array().unwrap().len(), 2);
+    let (_, answer) = h
+        .write(
+            "POST",
+            "/messages/delete",
+            Some(r#"{"filter":{"status":"dead"}}"#),
+        )
+        .await;
+    assert_eq!(answer["changed"], 2);
+    let entries = h.audit_entries().await;
+    assert_eq!(entries[0]["action"], "delete_matching");
+    assert_eq!(entries[0]["target"], r#"{"status":"dead"}"#);
+    assert_eq!(entries[0]["count"], 2);
+    assert_eq!(entries[1]["action"], "requeue_matching");
+    assert_eq!(
+        entries[1]["target"],
+        r#"{"status":"dead","exchange":"orders"}"#
+    );
+}
+
+#[tokio::test]
+async fn consumers_deliveries_and_reconsume() {
+    let h = harness();
+    let a = message("orders", "created", b"{}");
+    let b = message("orders", "created", b"{}");
+    h.delivered("billing", &a, true).await;
+    h.delivered("billing", &b, false).await;
+    let (status, list) = h.get("/consumers").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(list["items"][0]["name"], "billing");
+    assert_eq!(list["items"][0]["consumed"], 1);
+    assert_eq!(list["items"][0]["dead"], 1);
+    let (_, page) = h.get("/consumers/billing/deliveries?status=dead").await;
+    let items = page["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1);
+    assert_eq!(items[0]["id"], b.id.to_string());
+    let (status, detail) = h
+        .get(&format!("/consumers/billing/deliveries/{}", a.id))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(detail["status"], "consumed");
+    let (status, body) = h
+        .get(&format!("/consumers/shipping/deliveries/{}", a.id))
+        .await;
+    assert_eq!((status, code(&body)), (StatusCode::NOT_FOUND, "not_found"));
+    let uri = format!("/consumers/billing/deliveries/{}/reconsume", a.id);
+    assert_eq!(h.write("POST", &uri, None).await.0, StatusCode::NO_CONTENT);
+    let (_, detail) = h
+        .get(&format!("/consumers/billing/deliveries/{}", a.id))
+        .await;
+    assert_eq!(detail["status"], "in_progress");
+    let (_, answer) = h
+        .write(
+            "POST",
+            "/consumers/billing/deliveries/reconsume",
+            Some(r#"{"filter":{"status":"dead"}}"#),
+        )
+        .await;
+    assert_eq!(answer, serde_json::json!({"matched": 1, "changed": 1}));
+    let (_, page) = h
+        .get("/consumers/billing/deliveries?status=in_progress")
+        .await;
+    assert_eq!(page["items"].as_array().unwrap().len(), 2);
+    let actions: Vec<String> = h
+        .audit_entries()
+        .await
+        .iter()
+        .map(|e| e["action"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(actions, ["reconsume_matching", "reconsume"]);
+}
+
+#[tokio::test]
+async fn dead_letters_are_listed_shown_and_deleted() {
+    let h = harness();
+    h.dead_letter("billing", b"not json at all").await;
+    h.dead_letter("shipping", &[0xff; 300]).await;
+    let (status, page) = h.get("/dead-letters").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(page["items"].as_array().unwrap().len(), 2);
+    let (_, page) = h.get("/dead-letters?consumer=billing").await;
+    let items = page["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1);
+    assert_eq!(items[0]["body"], "not json at all");
+    let id = items[0]["id"].as_u64().unwrap();
+    let (_, all) = h.get("/dead-letters?consumer=shipping").await;
+    assert_eq!(all["items"][0]["body_base64"], true);
+    assert_eq!(all["items"][0]["body_size"], 300);
+    let (status, letter) = h.get(&format!("/dead-letters/{id}")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(letter["reason"], "no message id");
+    assert_eq!(letter["headers"]["x-token"], "abc");
+    assert_eq!(
+        h.write("DELETE", &format!("/dead-letters/{id}"), None)
+            .await
+            .0,
+        StatusCode::NO_CONTENT
+    );
+    let (status, body) = h.get(&format!("/dead-letters/{id}")).await;
+    assert_eq!((status, code(&body)), (StatusCode::NOT_FOUND, "not_found"));
+    let (status, _) = h
+        .write("DELETE", &format!("/dead-letters/{id}"), None)
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let entries = h.audit_entries().await;
+    assert_eq!(
+        (entries[0]["action"].as_str(), entries[0]["target"].as_str()),
+        (Some("delete_dead_letter"), Some(id.to_string().as_str()))
+    );
+}
+
+#[tokio::test]
+async fn redacted_headers_and_json_fields_never_show() {
+    let h = harness_with(tokens(), Redaction::new(["X-Token"], ["password"]));
+    let mut m = message("orders", "a", br#"{"user":{"PASSWORD":"hunter2"},"n":1}"#);
+    m.headers.insert("x-token".into(), "s3cr3t".into());
+    let id = h.pending(m).await;
+    let mut long = format!(r#"{{"password":"hunter2","pad":"{}"}}"#, "x".repeat(400)).into_bytes();
+    long.truncate(long.len());
+    h.pending(message("orders", "long", &long)).await;
+    h.dead_letter("billing", br#"{"password":"hunter2"}"#).await;
+    for uri in [
+        format!("/messages/{id}"),
+        "/messages".to_owned(),
+        "/dead-letters".to_owned(),
+        "/dead-letters/1".to_owned(),
+    ] {
+        let (status, body) = h.get(&uri).await;
+        assert_eq!(status, StatusCode::OK, "{uri}");
+        let text = body.to_string();
+        assert!(
+            !text.contains("hunter2") && !text.contains("s3cr3t") && !text.contains("\"abc\""),
+            "{uri}: {text}"
+        );
+    }
+    let (_, detail) = h.get(&format!("/messages/{id}")).await;
+    assert_eq!(detail["headers"]["x-token"], "***");
+    assert_eq!(detail["payload_redacted"], true);
+    assert!(detail["payload"].as_str().unwrap().contains(r#""n":1"#));
+}
+
+#[tokio::test]
+async fn stats_count_both_sides_and_mark_what_is_not_counted() {
+    let h = harness();
+    let m = message("orders", "a", b"{}");
+    h.dead(m.clone()).await;
+    h.pending(message("orders", "a", b"{}")).await;
+    h.delivered("billing", &m, true).await;
+    let report = outbox_core::SweepReport {
+        started_at: time::OffsetDateTime::now_utc(),
+        completed_at: time::OffsetDateTime::now_utc(),
+        publish_retried: 3,
+        publish_failed: 1,
+        consume_retried: 0,
+        consume_failed: 0,
+    };
+    outbox_ports::SweepStateStore::set(
+        &*h.state,
+        "relay-sweep",
+        &report,
+        std::time::Duration::from_secs(60),
+        1,
+    )
+    .await
+    .unwrap();
+    let (status, stats) = h.get("/stats").await;
+    assert_eq!(status, StatusCode::OK, "{stats}");
+    assert_eq!(stats["outbox"]["pending"], 1);
+    assert_eq!(stats["outbox"]["dead"], 1);
+    assert!(stats["outbox"]["sent"].is_null());
+    assert!(stats["outbox"]["oldest_unsent_age_seconds"].is_u64());
+    assert_eq!(stats["consumers"][0]["consumed"], 1);
+    assert_eq!(stats["consumed_per_minute"][0]["count"], 1);
+    assert_eq!(stats["sweeps"][0]["key"], "relay-sweep");
+    assert_eq!(stats["sweeps"][0]["publish_retried"], 3);
+    assert_eq!(stats["precision"]["outbox_sent"], "not_counted");
+}
+
+/// The routes the issue asks for; the document and the router must agree with it.
+const ROUTES: [(&str, &str); 17] = [
+    ("get", "/stats"),
+    ("get", "/messages"),
+    ("get", "/messages/{id}"),
+    ("delete", "/messages/{id}"),
+    ("post", "/messages/{id}/requeue"),
+    ("post", "/messages/requeue"),
+    ("post", "/messages/delete"),
+    ("get", "/consumers"),
+    ("get", "/consumers/{name}/deliveries"),
+    ("get", "/consumers/{name}/deliveries/{id}"),
+    ("post", "/consumers/{name}/deliveries/{id}/reconsume"),
+    ("post", "/consumers/{name}/deliveries/reconsume"),
+    ("get", "/dead-letters"),
+    ("get", "/dead-letters/{id}"),
+    ("delete", "/dead-letters/{id}"),
+    ("get", "/audit"),
+    ("get", "/openapi.json"),
+];
+
+#[tokio::test]
+async fn the_openapi_document_lists_exactly_the_routes_served() {
+    let h = harness();
+    let (status, doc) = h.get("/openapi.json").await;
+    assert_eq!(status, StatusCode::OK);
+    let documented: BTreeSet<(String, String)> = doc["paths"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .flat_map(|(path, ops)| {
+            ops.as_object()
+                .unwrap()
+                .keys()
+                .map(move |m| (m.clone(), path.clone()))
+        })
+        .collect();
+    let expected: BTreeSet<(String, String)> = ROUTES
+        .iter()
+        .map(|(m, p)| ((*m).to_owned(), (*p).to_owned()))
+        .collect();
+    assert_eq!(documented, expected);
+    for schema in [
+        "MessagePage",
+        "MessageDetail",
+        "StatsResponse",
+        "BulkRequest",
+        "ErrorBody",
+    ] {
+        assert!(doc["components"]["schemas"][schema].is_object(), "{schema}");
+    }
+    // Every documented route is served, and no other method on its path.
+    for path in expected
+        .iter()
+        .map(|(_, p)| p.clone())
+        .collect::<BTreeSet<_>>()
+    {
+        let concrete = path
+            .replace("{id}", "00000000-0000-7000-8000-000000000000")
+            .replace("{name}", "billing")
+            .replace(
+                "/dead-letters/00000000-0000-7000-8000-000000000000",
+                "/dead-letters/1",
+            );
+        for method in ["get", "post", "delete", "put", "patch"] {
+            let (status, body) = h
+                .call(&method.to_uppercase(), &concrete, Some(WRITE), Some("{}"))
+                .await;
+            let served = !matches!(code(&body), "method_not_allowed" | "no_such_endpoint");
+            assert_eq!(
+                served,
+                expected.contains(&(method.to_owned(), path.clone())),
+                "{method} {concrete}: {status} {body}"
+            );
+        }
+    }
+}

@@ -1,7 +1,8 @@
 //! Project automation, run as `cargo xtask <command>` (alias in `.cargo/config.toml`).
 //!
-//! - `ci`: everything CI checks: formatting, clippy with warnings denied, the
-//!   dependency guard, and the whole test suite.
+//! - `ci`: everything CI checks: formatting, clippy with warnings denied (also on
+//!   `outbox-app` without default features, and a check with each of its features
+//!   alone), the dependency guard, and the whole test suite.
 //! - `guard`: the dependency guard alone (the architecture invariants that a
 //!   dependency graph can prove).
 //! - `it`: only the tests that need the real PostgreSQL, RabbitMQ and Redis (URLs
@@ -16,6 +17,47 @@
 //! Only the standard library is used, so that xtask builds fast and never breaks.
 
 use std::process::{Command, ExitCode};
+
+/// `outbox-app`'s optional features, each with the crates it alone may bring. With
+/// no features, none of these crates is a dependency; with one feature, only its
+/// own. (`admin` is reserved and brings nothing yet; `cli` turns on every feature.)
+const APP_FEATURE_STACKS: &[(&str, &[&str])] = &[
+    (
+        "postgres",
+        &[
+            "outbox-adapters-postgres",
+            "sqlx",
+            "sqlx-core",
+            "sqlx-postgres",
+        ],
+    ),
+    (
+        "rabbitmq",
+        &["outbox-adapters-rabbitmq", "lapin", "amq-protocol"],
+    ),
+    (
+        "redis",
+        &[
+            "outbox-adapters-redis",
+            "redis",
+            "deadpool",
+            "deadpool-redis",
+        ],
+    ),
+    ("http", &["axum", "hyper", "metrics-exporter-prometheus"]),
+    ("admin", &[]),
+    (
+        "cli",
+        &[
+            "outbox-adapters-memory",
+            "clap",
+            "config",
+            "toml",
+            "indicatif",
+            "tracing-subscriber",
+        ],
+    ),
+];
 
 /// Crates that do I/O or bring a runtime; the pure core must not reach any of them.
 const IO_CRATES: &[&str] = &[
@@ -89,6 +131,35 @@ fn ci() -> Result<(), String> {
             "warnings",
         ]),
     )?;
+    // The gating must keep compiling, lints included, with no features and with
+    // each feature alone, not only with the defaults every other step uses.
+    run(
+        "clippy (outbox-app without default features)",
+        cargo().args([
+            "clippy",
+            "-p",
+            "outbox-app",
+            "--no-default-features",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]),
+    )?;
+    for (feature, _) in APP_FEATURE_STACKS {
+        run(
+            &format!("check (outbox-app with feature {feature} alone)"),
+            cargo().args([
+                "check",
+                "-p",
+                "outbox-app",
+                "--no-default-features",
+                "--features",
+                feature,
+                "--all-targets",
+            ]),
+        )?;
+    }
     guard()?;
     run(
         "tests",
@@ -180,15 +251,22 @@ fn set_service_defaults(cmd: &mut Command) {
 
 /// Normal (non-dev, non-build) dependencies of `package`, by crate name.
 fn normal_deps(package: &str) -> Result<Vec<String>, String> {
+    normal_deps_with(package, &[])
+}
+
+/// As [`normal_deps`], with extra `cargo tree` arguments (feature selection).
+fn normal_deps_with(package: &str, extra: &[&str]) -> Result<Vec<String>, String> {
     let out = cargo()
         .args([
             "tree", "--quiet", "-p", package, "-e", "normal", "--prefix", "none",
         ])
+        .args(extra)
         .output()
         .map_err(|e| format!("cargo tree: {e}"))?;
     if !out.status.success() {
         return Err(format!(
-            "cargo tree -p {package} failed: {}",
+            "cargo tree -p {package} {} failed: {}",
+            extra.join(" "),
             String::from_utf8_lossy(&out.stderr)
         ));
     }
@@ -257,9 +335,10 @@ fn guard() -> Result<(), String> {
             "outbox-admin depends on {bad}: it reaches the stores through the ports only"
         ));
     }
+    problems.extend(app_feature_problems()?);
     if problems.is_empty() {
         eprintln!(
-            "xtask: guard passed (outbox-core: {} normal dependencies, none doing I/O; adapters independent; outbox-admin on ports only)",
+            "xtask: guard passed (outbox-core: {} normal dependencies, none doing I/O; adapters independent; outbox-admin on ports only; outbox-app's features bring only their own stacks)",
             core.len()
         );
         Ok(())
@@ -269,4 +348,44 @@ fn guard() -> Result<(), String> {
             problems.join("\n  ")
         ))
     }
+}
+
+/// `outbox-app` without default features brings no stack of any feature, and each
+/// feature alone (but `cli`, which is all of them) brings no other feature's stack:
+/// a service embedding the services pays only for the adapters it chose.
+fn app_feature_problems() -> Result<Vec<String>, String> {
+    let mut problems = Vec::new();
+    // A crate named here that the defaults do not bring (a typo, a rename upstream)
+    // would make its check pass vacuously.
+    let all = normal_deps("outbox-app")?;
+    for (feature, stack) in APP_FEATURE_STACKS {
+        for missing in stack.iter().filter(|c| !all.iter().any(|d| d == *c)) {
+            problems.push(format!(
+                "xtask's APP_FEATURE_STACKS lists {missing} for feature {feature}, but outbox-app with default features does not depend on it: fix the list"
+            ));
+        }
+    }
+    let selections = std::iter::once(None).chain(
+        APP_FEATURE_STACKS
+            .iter()
+            .filter(|(feature, _)| *feature != "cli")
+            .map(|(feature, _)| Some(*feature)),
+    );
+    for selected in selections {
+        let mut args = vec!["--no-default-features"];
+        args.extend(selected.iter().flat_map(|f| ["--features", f]));
+        let deps = normal_deps_with("outbox-app", &args)?;
+        let shown = selected.map_or("no features".to_owned(), |f| format!("feature {f} alone"));
+        for (owner, stack) in APP_FEATURE_STACKS {
+            if Some(*owner) == selected {
+                continue;
+            }
+            for bad in deps.iter().filter(|d| stack.contains(&d.as_str())) {
+                problems.push(format!(
+                    "outbox-app with {shown} depends on {bad}: only feature {owner} may bring it"
+                ));
+            }
+        }
+    }
+    Ok(problems)
 }

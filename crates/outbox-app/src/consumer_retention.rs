@@ -9,16 +9,15 @@
 //! under [`MIN_CONSUMED_AFTER`] are refused. Failed and dead rows, and dead letters,
 //! are never deleted: they stay until an operator acts.
 
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use outbox_adapters_postgres::PgInboxStore;
 use outbox_core::config::ConfigError;
-use tokio_util::sync::CancellationToken;
-
-use crate::consumer::ConsumerCounters;
-use crate::sleep_or_cancel;
+// The loop runs only over the PostgreSQL inbox (the inbox port has no deletion).
+#[cfg(feature = "postgres")]
+use {
+    crate::consumer::ConsumerCounters, crate::sleep_or_cancel, std::sync::Arc,
+    std::sync::atomic::Ordering, tokio_util::sync::CancellationToken,
+};
 
 /// The shortest `consumed_after` accepted: one hour.
 pub const MIN_CONSUMED_AFTER: Duration = Duration::from_secs(3600);
@@ -129,8 +128,9 @@ impl ConsumerRetention {
 /// fires. One loop per worker, so at most one delete loop at a time in a process;
 /// it stops between batches when cancelled. Errors are logged and the next interval
 /// tries again.
+#[cfg(feature = "postgres")]
 pub(crate) async fn run_retention(
-    inbox: PgInboxStore,
+    inbox: outbox_adapters_postgres::PgInboxStore,
     consumer: String,
     retention: ConsumerRetention,
     counters: Arc<ConsumerCounters>,

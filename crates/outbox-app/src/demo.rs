@@ -235,12 +235,10 @@ pub async fn run(opts: &DemoOptions) -> anyhow::Result<DemoSummary> {
                 if fx.poison.contains(&m.id) {
                     return Err(HandlerError::from("poison message: always fails"));
                 }
-                if crate::lock_ignoring_poison(&fx.fail_once).remove(&m.id) {
+                if lock_ignoring_poison(&fx.fail_once).remove(&m.id) {
                     return Err(HandlerError::from("injected handler failure"));
                 }
-                *crate::lock_ignoring_poison(&fx.applied)
-                    .entry(m.id)
-                    .or_default() += 1;
+                *lock_ignoring_poison(&fx.applied).entry(m.id).or_default() += 1;
                 Ok(())
             }
         }),
@@ -304,7 +302,7 @@ pub async fn run(opts: &DemoOptions) -> anyhow::Result<DemoSummary> {
 
     let stats = inbox.stats(CONSUMER).await?;
     let outbox_dead = outbox.count(Status::Dead);
-    let applied = crate::lock_ignoring_poison(&effects.applied);
+    let applied = lock_ignoring_poison(&effects.applied);
     let mut sweeps = 0;
     while reports_rx.try_recv().is_ok() {
         sweeps += 1;
@@ -334,4 +332,10 @@ pub async fn run(opts: &DemoOptions) -> anyhow::Result<DemoSummary> {
 async fn settled(outbox: &MemoryOutboxStore, inbox: &MemoryInboxStore) -> anyhow::Result<u64> {
     let s = inbox.stats(CONSUMER).await?;
     Ok(s.consumed + s.dead + outbox.count(Status::Dead))
+}
+
+/// Locks a std mutex even if a panicking thread poisoned it (the data guarded in
+/// the demo stays consistent across a panic).
+pub(crate) fn lock_ignoring_poison<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }

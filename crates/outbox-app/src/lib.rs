@@ -10,20 +10,43 @@
 //!
 //! Every service stops cleanly when its [`CancellationToken`] is cancelled: it
 //! finishes the batch or deliveries in hand and returns.
+//!
+//! # Features
+//!
+//! All on by default (the `outbox` binary needs them all). The services above need
+//! none: with `default-features = false` this crate brings no database, broker,
+//! cache, HTTP or command-line crate, and the adapters are chosen by the caller.
+//!
+//! - `postgres`: [`PgConsumerWorker`], [`PgHandler`], [`PgConsumeRetryTask`] (exactly
+//!   once in effect over the PostgreSQL inbox, with inbox retention) and
+//!   [`PgWakeupSource`] (commits wake an idle dispatcher).
+//! - `rabbitmq`, `redis`: the adapters, for the command line's configuration.
+//! - `http`: `/healthz`, `/readyz` and `/metrics` ([`http`]).
+//! - `admin`: reserved for the admin API.
+//! - `cli`: the `outbox` command ([`cli`], [`config`], [`wiring`], the demo); turns
+//!   on every feature above.
 
+#[cfg(feature = "cli")]
 pub mod cli;
+#[cfg(feature = "cli")]
 pub mod config;
 pub mod consumer;
 pub mod consumer_retention;
+#[cfg(feature = "cli")]
 pub mod demo;
+#[cfg(feature = "http")]
 pub mod http;
 pub mod lease;
+#[cfg(feature = "postgres")]
 pub mod pg_consumer;
+#[cfg(feature = "postgres")]
+pub mod pg_wakeup;
 pub mod relay;
 pub mod sent_retention;
 pub mod service;
 pub mod supervision;
 pub mod sweeper;
+#[cfg(feature = "cli")]
 pub mod wiring;
 
 pub use consumer::{
@@ -32,9 +55,12 @@ pub use consumer::{
 };
 pub use consumer_retention::ConsumerRetention;
 pub use lease::LeaseFactory;
+#[cfg(feature = "postgres")]
 pub use pg_consumer::{PgConsumeRetryTask, PgConsumerWorker, PgHandler, PgHandlerRegistry};
+#[cfg(feature = "postgres")]
+pub use pg_wakeup::PgWakeupSource;
 pub use relay::{Dispatcher, DispatcherConfig, PublishCounts, PublishRetryTask, RelayCounters};
-pub use sent_retention::SentRetentionTask;
+pub use sent_retention::{RetentionConfig, SentRetentionTask};
 pub use service::{RelayBuilder, RelayHandles};
 pub use supervision::ServiceHealth;
 pub use sweeper::{RetrySweeper, SweepTask};
@@ -48,12 +74,6 @@ pub type Random = fn() -> f64;
 #[must_use]
 pub fn default_random() -> f64 {
     fastrand::f64()
-}
-
-/// Locks a std mutex even if a panicking thread poisoned it (the data guarded in
-/// this crate stays consistent across a panic).
-pub(crate) fn lock_ignoring_poison<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Sleeps for `d`, or less if `cancel` fires first. Returns `false` when cancelled.

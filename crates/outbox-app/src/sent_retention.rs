@@ -4,15 +4,67 @@
 //! dead messages stay until they are sent or an operator acts.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use outbox_core::config::ConfigError;
 use outbox_ports::OutboxStore;
+use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::RetentionConfig;
 use crate::sleep_or_cancel;
 
 /// The Prometheus counter of rows deleted by retention.
 pub const RETENTION_DELETED_TOTAL: &str = "outbox_retention_deleted_total";
+
+/// Retention of sent messages (`[retention]`). Dead messages are never deleted by
+/// it: they wait for an operator.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionConfig {
+    /// Run retention at all.
+    pub enabled: bool,
+    /// Sent messages older than this (since they were sent) are deleted.
+    #[serde(with = "outbox_core::duration")]
+    pub sent_after: Duration,
+    /// Time between rounds.
+    #[serde(with = "outbox_core::duration")]
+    pub interval: Duration,
+    /// Rows per delete statement (short statements hold few locks).
+    pub batch_size: u32,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            sent_after: Duration::from_secs(7 * 24 * 3600),
+            interval: Duration::from_secs(60),
+            batch_size: 5000,
+        }
+    }
+}
+
+impl RetentionConfig {
+    /// Checks the settings; `section` names them in the error.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming a zero duration or batch size.
+    pub fn validate(&self, section: &str) -> Result<(), ConfigError> {
+        for (key, d) in [("sent_after", self.sent_after), ("interval", self.interval)] {
+            if d.is_zero() {
+                return Err(ConfigError::new(section, key, "must be greater than zero"));
+            }
+        }
+        if self.batch_size == 0 {
+            return Err(ConfigError::new(
+                section,
+                "batch_size",
+                "must be at least 1",
+            ));
+        }
+        Ok(())
+    }
+}
 
 /// Deletes old sent messages periodically until cancelled.
 pub struct SentRetentionTask {

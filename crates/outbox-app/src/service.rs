@@ -11,12 +11,11 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::RetentionConfig;
 use crate::relay::Wakeup;
 use crate::supervision::supervise;
 use crate::{
-    Dispatcher, DispatcherConfig, LeaseFactory, PublishRetryTask, RelayCounters, RetrySweeper,
-    SentRetentionTask, ServiceHealth,
+    Dispatcher, DispatcherConfig, LeaseFactory, PublishRetryTask, RelayCounters, RetentionConfig,
+    RetrySweeper, SentRetentionTask, ServiceHealth,
 };
 
 /// Builds a relay from its adapters.

@@ -4,14 +4,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use async_trait::async_trait;
 use outbox_adapters_memory::{MemoryBroker, MemoryLock, MemoryOutboxStore, MemorySweepState};
-use outbox_adapters_postgres::{PgLock, PgOutboxStore, PgPool, PgSchema, PgSweepState, PgWakeup};
+use outbox_adapters_postgres::{PgLock, PgOutboxStore, PgPool, PgSchema, PgSweepState};
 use outbox_adapters_rabbitmq::{RabbitPublisher, RabbitPublisherConfig};
 use outbox_adapters_redis::{RedisClient, RedisLock, RedisSweepState};
 use outbox_ports::{DistributedLock, OutboxStore, Publisher, SweepStateStore, SystemClock};
 
 use crate::config::{CoordinationKind, PublisherKind, RelayConfig, StoreKind};
+/// Kept here too, where it was first public.
+pub use crate::pg_wakeup::PgWakeupSource;
 use crate::relay::Wakeup;
 
 /// The adapters a configuration asks for.
@@ -121,52 +122,4 @@ pub async fn wire(cfg: &RelayConfig, instance: &str) -> anyhow::Result<Wired> {
         wakeup,
         postgres,
     })
-}
-
-/// [`Wakeup`] over [`PgWakeup`]: listens on the schema's channel, reconnecting when
-/// the listener fails (then it sleeps the timeout, which doubles as a rescan).
-pub struct PgWakeupSource {
-    pool: PgPool,
-    schema: PgSchema,
-    relay: String,
-    inner: Option<PgWakeup>,
-}
-
-impl PgWakeupSource {
-    /// A wake-up source for relay `relay`.
-    #[must_use]
-    pub fn new(pool: PgPool, schema: PgSchema, relay: &str) -> Self {
-        Self {
-            pool,
-            schema,
-            relay: relay.to_owned(),
-            inner: None,
-        }
-    }
-}
-
-#[async_trait]
-impl Wakeup for PgWakeupSource {
-    async fn wait(&mut self, timeout: Duration) {
-        if self.inner.is_none() {
-            match PgWakeup::connect(&self.pool, &self.schema, &self.relay).await {
-                Ok(w) => self.inner = Some(w),
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot listen for commits; polling");
-                    tokio::time::sleep(timeout).await;
-                    return;
-                }
-            }
-        }
-        if let Some(w) = self.inner.as_mut() {
-            match w.wait(timeout).await {
-                Ok(wake) => tracing::trace!(?wake, "dispatcher woken"),
-                Err(e) => {
-                    tracing::warn!(error = %e, "wake-up failed; reconnecting the listener");
-                    self.inner = None;
-                    tokio::time::sleep(timeout.min(Duration::from_secs(1))).await;
-                }
-            }
-        }
-    }
 }

@@ -1,4 +1,5 @@
 //! The `outbox` binary as a newcomer runs it.
+#![cfg(feature = "cli")]
 
 use std::process::Command;
 

@@ -1,5 +1,6 @@
 //! Relay configuration: file + `OUTBOX__` overrides, validation naming the setting,
 //! secrets redacted.
+#![cfg(feature = "cli")]
 
 use std::io::Write as _;
 use std::path::PathBuf;

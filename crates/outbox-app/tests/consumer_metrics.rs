@@ -1,4 +1,5 @@
 //! The consumer process's `/metrics` (as the example billing consumer serves it).
+#![cfg(feature = "http")]
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

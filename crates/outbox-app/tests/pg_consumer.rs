@@ -1,5 +1,6 @@
 //! Transactional handlers on the PostgreSQL inbox: effects exactly once despite
 //! redeliveries, failures (rolled back, retried by the sweep task) and panics.
+#![cfg(feature = "postgres")]
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

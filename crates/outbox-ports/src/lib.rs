@@ -27,8 +27,9 @@ pub use error::{BoxError, PortError};
 pub use inbox::{Arrival, ClaimedDelivery, DeadLetter, InboxRecord, InboxStats, InboxStore};
 pub use lock::{DistributedLock, LockGuard};
 pub use operator::{
-    AuditEntry, AuditLog, BulkOutcome, ConsumerSummary, InboxOperator, MessageFilter,
-    MessageSummary, MinuteCount, OutboxOperator, PREVIEW_BYTES, Page, PageCursor, StoredDeadLetter,
+    AuditEntry, AuditLog, BulkOutcome, ConsumerSummary, InboxOperator, MAX_PAGE_LIMIT,
+    MessageFilter, MessageSummary, MinuteCount, OutboxOperator, PREVIEW_BYTES, Page, PageCursor,
+    StoredDeadLetter, deletable_statuses, page_limit, reconsumable_statuses, requeueable_statuses,
 };
 pub use outbox::{ClaimedMessage, Lease, OutboxRecord, OutboxStats, OutboxStore, PublishFailure};
 pub use state::{StateWrite, SweepStateStore};

@@ -18,6 +18,57 @@ use crate::{InboxRecord, OutboxRecord, PortError};
 /// Bytes of a payload shown in a list item (never the whole payload).
 pub const PREVIEW_BYTES: usize = 256;
 
+/// The largest page a list returns; stores clamp `limit` to `1..=MAX_PAGE_LIMIT`.
+pub const MAX_PAGE_LIMIT: u32 = 1_000;
+
+/// `limit` as a store serves it: at least 1, at most [`MAX_PAGE_LIMIT`].
+#[must_use]
+pub const fn page_limit(limit: u32) -> u32 {
+    if limit == 0 {
+        1
+    } else if limit > MAX_PAGE_LIMIT {
+        MAX_PAGE_LIMIT
+    } else {
+        limit
+    }
+}
+
+/// Statuses a requeue (one or in bulk) changes: those the core lets go back to
+/// `Pending` (`Dead`, `PublishFailed`).
+#[must_use]
+pub fn requeueable_statuses() -> Vec<Status> {
+    Status::ALL
+        .into_iter()
+        .filter(|s| s.can_become(Status::Pending))
+        .collect()
+}
+
+/// Statuses an operator's delete removes: `Dead` (the core's rule), and with
+/// `force` also `Pending` and `PublishFailed` (then only rows no live lease holds;
+/// stores check that in the statement). `Sent` never: retention removes those.
+#[must_use]
+pub fn deletable_statuses(force: bool) -> Vec<Status> {
+    Status::ALL
+        .into_iter()
+        .filter(|s| {
+            s.can_be_deleted() || (force && matches!(s, Status::Pending | Status::PublishFailed))
+        })
+        .collect()
+}
+
+/// Statuses a bulk reconsume changes: failed and dead deliveries; consumed ones
+/// only when the filter asks for `Consumed` explicitly, so that an unfiltered
+/// reconsume never runs every handled delivery's handler again. (A single
+/// reconsume, [`crate::InboxStore::reconsume`], takes a consumed one too.)
+#[must_use]
+pub fn reconsumable_statuses(filter: &MessageFilter) -> Vec<Status> {
+    Status::ALL
+        .into_iter()
+        .filter(|s| s.can_become(Status::Sent))
+        .filter(|s| *s != Status::Consumed || filter.status == Some(Status::Consumed))
+        .collect()
+}
+
 /// Where a keyset page ends: the next page holds only older entries. Opaque to
 /// callers (the stores give it a meaning: a sequence number, an insertion index).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -138,7 +189,7 @@ pub struct StoredDeadLetter {
 #[async_trait]
 pub trait OutboxOperator: Send + Sync {
     /// A page of the messages matching `filter`, newest first, continuing after
-    /// `after` (the previous page's cursor). `limit` is at most 1,000.
+    /// `after` (the previous page's cursor). `limit` is clamped by [`page_limit`].
     ///
     /// # Errors
     /// [`PortError::Transient`] when the store cannot be reached.
@@ -166,7 +217,8 @@ pub trait OutboxOperator: Send + Sync {
     /// `PublishFailed` one that no relay holds right now (guarded in the statement).
     ///
     /// # Errors
-    /// [`PortError::NotFound`]; [`PortError::NotDeletable`] in another status.
+    /// [`PortError::NotFound`]; [`PortError::NotDeletable`] in another status;
+    /// [`PortError::Transient`] when, with `force`, a relay holds it right now.
     async fn delete_message(&self, id: MessageId, force: bool) -> Result<(), PortError>;
 
     /// How many messages match `filter`, counting at most `max`.
@@ -235,7 +287,7 @@ pub trait InboxOperator: Send + Sync {
     async fn deliveries_of(&self, id: MessageId) -> Result<Vec<InboxRecord>, PortError>;
 
     /// Reconsumes up to `max` of `consumer`'s deliveries matching `filter` (those in
-    /// a reconsumable status), in bounded batches.
+    /// a status of [`reconsumable_statuses`]), in bounded batches.
     ///
     /// # Errors
     /// [`PortError::Transient`]; what was changed before the error stays changed.

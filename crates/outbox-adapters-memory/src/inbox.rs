@@ -14,29 +14,39 @@ use outbox_ports::{
 use crate::{LeaseSlot, lock};
 
 #[derive(Debug, Clone)]
-struct Row {
-    message: Message,
-    tracked: Tracked,
-    lease: LeaseSlot,
+pub(crate) struct Row {
+    pub(crate) message: Message,
+    pub(crate) tracked: Tracked,
+    pub(crate) lease: LeaseSlot,
 }
 
-type Key = (String, MessageId);
+pub(crate) type Key = (String, MessageId);
+
+/// A dead letter with the consumer that received it and when.
+#[derive(Debug, Clone)]
+pub(crate) struct KeptLetter {
+    pub(crate) consumer: String,
+    pub(crate) letter: DeadLetter,
+    pub(crate) received_at: Timestamp,
+}
 
 #[derive(Debug, Default)]
-struct Table {
-    rows: HashMap<Key, Row>,
+pub(crate) struct Table {
+    pub(crate) rows: HashMap<Key, Row>,
     /// Arrival order, for claims and listings.
-    order: BTreeMap<u64, Key>,
+    pub(crate) order: BTreeMap<u64, Key>,
     next_seq: u64,
-    dead_letters: HashMap<String, Vec<DeadLetter>>,
+    /// Dead letters by id (arrival order, from 1).
+    pub(crate) dead_letters: BTreeMap<u64, KeptLetter>,
+    next_letter: u64,
 }
 
 /// [`InboxStore`] in memory: dedup by (consumer, message id), leases while a handler
 /// runs, failures kept for the consume sweep.
 #[derive(Clone)]
 pub struct MemoryInboxStore {
-    table: Arc<Mutex<Table>>,
-    clock: Arc<dyn Clock>,
+    pub(crate) table: Arc<Mutex<Table>>,
+    pub(crate) clock: Arc<dyn Clock>,
 }
 
 impl MemoryInboxStore {
@@ -54,9 +64,10 @@ impl MemoryInboxStore {
     pub fn dead_letters(&self, consumer: &str) -> Vec<DeadLetter> {
         lock(&self.table)
             .dead_letters
-            .get(consumer)
-            .cloned()
-            .unwrap_or_default()
+            .values()
+            .filter(|k| k.consumer == consumer)
+            .map(|k| k.letter.clone())
+            .collect()
     }
 
     fn mark(
@@ -177,18 +188,29 @@ impl InboxStore for MemoryInboxStore {
         consumer: &str,
         letter: DeadLetter,
     ) -> Result<(), PortError> {
-        lock(&self.table)
-            .dead_letters
-            .entry(consumer.to_owned())
-            .or_default()
-            .push(letter);
+        let received_at = self.clock.now();
+        let mut t = lock(&self.table);
+        t.next_letter += 1;
+        let id = t.next_letter;
+        t.dead_letters.insert(
+            id,
+            KeptLetter {
+                consumer: consumer.to_owned(),
+                letter,
+                received_at,
+            },
+        );
         Ok(())
     }
 
     async fn stats(&self, consumer: &str) -> Result<InboxStats, PortError> {
         let t = lock(&self.table);
         let mut s = InboxStats {
-            dead_letters: t.dead_letters.get(consumer).map_or(0, |v| v.len() as u64),
+            dead_letters: t
+                .dead_letters
+                .values()
+                .filter(|k| k.consumer == consumer)
+                .count() as u64,
             ..InboxStats::default()
         };
         for ((c, _), row) in &t.rows {
@@ -245,7 +267,7 @@ impl InboxStore for MemoryInboxStore {
     }
 }
 
-fn record(consumer: &str, r: &Row) -> InboxRecord {
+pub(crate) fn record(consumer: &str, r: &Row) -> InboxRecord {
     InboxRecord {
         consumer: consumer.to_owned(),
         message: r.message.clone(),

@@ -7,14 +7,19 @@
 //!
 //! Nothing here survives the process; do not use it in production.
 
+mod audit;
 mod broker;
 mod clock;
 mod fault;
 mod inbox;
+mod inbox_operator;
+mod listing;
 mod lock;
 mod outbox;
+mod outbox_operator;
 mod state;
 
+pub use audit::MemoryAuditLog;
 pub use broker::{ExchangeKind, MemoryBroker};
 pub use clock::TokioClock;
 pub use fault::FaultCounter;
@@ -31,7 +36,7 @@ fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Who holds a row and until when: the lease part of outbox and inbox rows.
 #[derive(Debug, Clone, Default)]
-struct LeaseSlot {
+pub(crate) struct LeaseSlot {
     holder: Option<String>,
     until: Option<outbox_core::Timestamp>,
 }

@@ -14,10 +14,10 @@ use outbox_ports::{
 use crate::{LeaseSlot, lock};
 
 #[derive(Debug, Clone)]
-struct Row {
-    message: Message,
-    tracked: Tracked,
-    lease: LeaseSlot,
+pub(crate) struct Row {
+    pub(crate) message: Message,
+    pub(crate) tracked: Tracked,
+    pub(crate) lease: LeaseSlot,
 }
 
 impl Row {
@@ -31,10 +31,10 @@ impl Row {
 }
 
 #[derive(Debug, Default)]
-struct Table {
+pub(crate) struct Table {
     /// Rows in enqueue order (the sequence plays the identity column's part).
-    rows: BTreeMap<u64, Row>,
-    by_id: HashMap<MessageId, u64>,
+    pub(crate) rows: BTreeMap<u64, Row>,
+    pub(crate) by_id: HashMap<MessageId, u64>,
     next_seq: u64,
 }
 
@@ -42,8 +42,8 @@ struct Table {
 /// PostgreSQL store.
 #[derive(Clone)]
 pub struct MemoryOutboxStore {
-    table: Arc<Mutex<Table>>,
-    clock: Arc<dyn Clock>,
+    pub(crate) table: Arc<Mutex<Table>>,
+    pub(crate) clock: Arc<dyn Clock>,
     max_payload_bytes: usize,
 }
 

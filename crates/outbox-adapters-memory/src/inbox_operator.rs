@@ -1,0 +1,190 @@
+//! The operator's view of the memory inbox and its dead letters.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use outbox_core::{MessageId, Status};
+use outbox_ports::{
+    BulkOutcome, ConsumerSummary, InboxOperator, InboxRecord, InboxStore, MessageFilter,
+    MessageSummary, MinuteCount, Page, PageCursor, PortError, StoredDeadLetter,
+    reconsumable_statuses,
+};
+
+use crate::inbox::{KeptLetter, MemoryInboxStore, record};
+use crate::listing::{BULK_BATCH, below, matches, page, per_minute, summary, window_start};
+use crate::lock;
+
+fn stored(id: u64, k: &KeptLetter) -> StoredDeadLetter {
+    StoredDeadLetter {
+        id,
+        consumer: k.consumer.clone(),
+        message_id: k.letter.message_id.clone(),
+        routing_key: k.letter.routing_key.clone(),
+        headers: k.letter.headers.clone(),
+        body: k.letter.body.clone(),
+        reason: k.letter.reason.clone(),
+        received_at: k.received_at,
+    }
+}
+
+#[async_trait]
+impl InboxOperator for MemoryInboxStore {
+    async fn consumers(&self) -> Result<Vec<ConsumerSummary>, PortError> {
+        let names: BTreeSet<String> = {
+            let t = lock(&self.table);
+            t.rows
+                .keys()
+                .map(|(c, _)| c.clone())
+                .chain(t.dead_letters.values().map(|k| k.consumer.clone()))
+                .collect()
+        };
+        let mut consumers = Vec::with_capacity(names.len());
+        for name in names {
+            let stats = self.stats(&name).await?;
+            consumers.push(ConsumerSummary { name, stats });
+        }
+        Ok(consumers)
+    }
+
+    async fn list_deliveries(
+        &self,
+        consumer: &str,
+        filter: &MessageFilter,
+        after: Option<PageCursor>,
+        limit: u32,
+    ) -> Result<Page<MessageSummary>, PortError> {
+        let t = lock(&self.table);
+        Ok(page(
+            t.order
+                .range(below(after))
+                .rev()
+                .filter(|(_, key)| key.0 == consumer)
+                .filter_map(|(seq, key)| t.rows.get(key).map(|r| (*seq, r)))
+                .filter(|(_, r)| matches(filter, &r.message, r.tracked.status))
+                .map(|(seq, r)| (seq, summary(&r.message, r.tracked.status, &r.tracked.state))),
+            limit,
+        ))
+    }
+
+    async fn deliveries_of(&self, id: MessageId) -> Result<Vec<InboxRecord>, PortError> {
+        let t = lock(&self.table);
+        let mut found: Vec<InboxRecord> = t
+            .rows
+            .iter()
+            .filter(|((_, m), _)| *m == id)
+            .map(|((c, _), r)| record(c, r))
+            .collect();
+        found.sort_by(|a, b| a.consumer.cmp(&b.consumer));
+        Ok(found)
+    }
+
+    async fn reconsume_matching(
+        &self,
+        consumer: &str,
+        filter: &MessageFilter,
+        max: u64,
+    ) -> Result<BulkOutcome, PortError> {
+        let reconsumable = reconsumable_statuses(filter);
+        let mut outcome = BulkOutcome::default();
+        let mut cursor: Option<PageCursor> = None;
+        // One lock acquisition per batch, newest first, as the outbox's bulk actions.
+        while outcome.matched < max {
+            let now = self.clock.now();
+            let mut guard = lock(&self.table);
+            let t = &mut *guard;
+            let room = usize::try_from(max - outcome.matched).unwrap_or(usize::MAX);
+            let picked: Vec<(u64, crate::inbox::Key)> = t
+                .order
+                .range(below(cursor))
+                .rev()
+                .filter(|(_, key)| key.0 == consumer)
+                .filter(|(_, key)| {
+                    t.rows
+                        .get(*key)
+                        .is_some_and(|r| matches(filter, &r.message, r.tracked.status))
+                })
+                .take(room.min(BULK_BATCH))
+                .map(|(seq, key)| (*seq, key.clone()))
+                .collect();
+            let Some((last, _)) = picked.last() else {
+                break;
+            };
+            cursor = Some(PageCursor(*last));
+            outcome.matched += picked.len() as u64;
+            for (_, key) in picked {
+                let Some(row) = t.rows.get_mut(&key) else {
+                    continue;
+                };
+                if reconsumable.contains(&row.tracked.status)
+                    && row.tracked.revive(Status::Sent, now).is_ok()
+                {
+                    row.lease.clear();
+                    outcome.changed += 1;
+                }
+            }
+        }
+        Ok(outcome)
+    }
+
+    async fn count_deliveries(
+        &self,
+        consumer: &str,
+        filter: &MessageFilter,
+        max: u64,
+    ) -> Result<u64, PortError> {
+        let t = lock(&self.table);
+        Ok(t.rows
+            .iter()
+            .filter(|((c, _), r)| c == consumer && matches(filter, &r.message, r.tracked.status))
+            .take(usize::try_from(max).unwrap_or(usize::MAX))
+            .count() as u64)
+    }
+
+    async fn consumed_per_minute(&self, window: Duration) -> Result<Vec<MinuteCount>, PortError> {
+        let since = window_start(self.clock.now(), window);
+        let t = lock(&self.table);
+        Ok(per_minute(
+            t.rows
+                .values()
+                .filter(|r| r.tracked.status == Status::Consumed)
+                .filter_map(|r| r.tracked.state.completed_at),
+            since,
+        ))
+    }
+
+    async fn list_dead_letters(
+        &self,
+        consumer: Option<String>,
+        after: Option<PageCursor>,
+        limit: u32,
+    ) -> Result<Page<StoredDeadLetter>, PortError> {
+        let t = lock(&self.table);
+        Ok(page(
+            t.dead_letters
+                .range(below(after))
+                .rev()
+                .filter(|(_, k)| consumer.as_ref().is_none_or(|c| *c == k.consumer))
+                .map(|(id, k)| (*id, stored(*id, k))),
+            limit,
+        ))
+    }
+
+    async fn get_dead_letter(&self, id: u64) -> Result<Option<StoredDeadLetter>, PortError> {
+        Ok(lock(&self.table)
+            .dead_letters
+            .get(&id)
+            .map(|k| stored(id, k)))
+    }
+
+    async fn delete_dead_letter(&self, id: u64) -> Result<(), PortError> {
+        lock(&self.table)
+            .dead_letters
+            .remove(&id)
+            .map(|_| ())
+            .ok_or_else(|| PortError::NotFound {
+                what: "dead letter",
+                id: id.to_string(),
+            })
+    }
+}

@@ -1,0 +1,114 @@
+//! What the operator views of the memory stores share: the filter's meaning, list
+//! items, keyset pages over insertion order, per-minute counts.
+
+use std::collections::BTreeMap;
+
+use outbox_core::{Message, SideState, Status, Timestamp};
+use outbox_ports::{
+    MessageFilter, MessageSummary, MinuteCount, PREVIEW_BYTES, Page, PageCursor, page_limit,
+};
+
+/// Rows changed per lock acquisition by a bulk action, so that other callers get
+/// the store between batches.
+pub(crate) const BULK_BATCH: usize = 1_000;
+
+/// Whether a message in `status` is one `filter` means (see [`MessageFilter`]).
+pub(crate) fn matches(filter: &MessageFilter, message: &Message, status: Status) -> bool {
+    filter.status.is_none_or(|s| s == status)
+        && filter
+            .exchange
+            .as_ref()
+            .is_none_or(|e| *e == message.exchange)
+        && filter
+            .routing_key
+            .as_ref()
+            .is_none_or(|k| *k == message.routing_key)
+        && filter
+            .message_type
+            .as_ref()
+            .is_none_or(|t| message.message_type.as_ref() == Some(t))
+        && filter
+            .created_after
+            .is_none_or(|at| message.created_at >= at)
+        && filter
+            .created_before
+            .is_none_or(|at| message.created_at < at)
+        && filter.q.as_ref().is_none_or(|q| {
+            message.id.to_string() == *q || message.correlation_id.as_ref() == Some(q)
+        })
+}
+
+/// A list item: the message without its payload, of which a preview.
+pub(crate) fn summary(message: &Message, status: Status, state: &SideState) -> MessageSummary {
+    MessageSummary {
+        id: message.id,
+        status,
+        exchange: message.exchange.clone(),
+        routing_key: message.routing_key.clone(),
+        message_type: message.message_type.clone(),
+        correlation_id: message.correlation_id.clone(),
+        created_at: message.created_at,
+        attempts: state.attempts,
+        last_error: state.last_error.clone(),
+        next_attempt_at: state.next_attempt_at,
+        completed_at: state.completed_at,
+        payload_preview: message.payload[..message.payload.len().min(PREVIEW_BYTES)].to_vec(),
+        payload_size: message.payload.len() as u64,
+    }
+}
+
+/// The keys below the cursor (all without one), for a newest-first walk.
+pub(crate) const fn below(after: Option<PageCursor>) -> std::ops::Range<u64> {
+    match after {
+        Some(c) => 0..c.0,
+        None => 0..u64::MAX,
+    }
+}
+
+/// One page from `entries` (newest first, already past the cursor and filtered):
+/// up to `limit` of them, and a cursor when at least one more follows.
+pub(crate) fn page<T>(entries: impl Iterator<Item = (u64, T)>, limit: u32) -> Page<T> {
+    let limit = page_limit(limit) as usize;
+    let mut items = Vec::with_capacity(limit);
+    let mut last = None;
+    for (key, item) in entries {
+        if items.len() == limit {
+            return Page {
+                items,
+                next: last.map(PageCursor),
+            };
+        }
+        last = Some(key);
+        items.push(item);
+    }
+    Page { items, next: None }
+}
+
+/// Completions per minute at or after `since`, oldest minute first.
+pub(crate) fn per_minute(
+    completions: impl Iterator<Item = Timestamp>,
+    since: Timestamp,
+) -> Vec<MinuteCount> {
+    let mut by_minute: BTreeMap<i64, u64> = BTreeMap::new();
+    for at in completions.filter(|at| *at >= since) {
+        *by_minute
+            .entry(at.unix_timestamp().div_euclid(60))
+            .or_default() += 1;
+    }
+    by_minute
+        .into_iter()
+        .filter_map(|(minute, count)| {
+            Timestamp::from_unix_timestamp(minute * 60)
+                .ok()
+                .map(|minute| MinuteCount { minute, count })
+        })
+        .collect()
+}
+
+/// `now - window`, or the earliest time when that underflows.
+pub(crate) fn window_start(now: Timestamp, window: std::time::Duration) -> Timestamp {
+    time::Duration::try_from(window)
+        .ok()
+        .and_then(|w| now.checked_sub(w))
+        .unwrap_or(Timestamp::UNIX_EPOCH)
+}

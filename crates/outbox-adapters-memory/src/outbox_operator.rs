@@ -1,0 +1,189 @@
+//! The operator's view of the memory outbox: pages by insertion order, bulk actions
+//! under the same status guards as the single ones.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use outbox_core::{MessageId, Status};
+use outbox_ports::{
+    BulkOutcome, MessageFilter, MessageSummary, MinuteCount, OutboxOperator, OutboxRecord,
+    OutboxStore, Page, PageCursor, PortError, deletable_statuses, requeueable_statuses,
+};
+
+use crate::listing::{BULK_BATCH, below, matches, page, per_minute, summary, window_start};
+use crate::lock;
+use crate::outbox::{MemoryOutboxStore, Row, Table};
+
+/// What a bulk action does to one matched row under the table's lock.
+enum Action {
+    Requeue,
+    Delete { force: bool },
+}
+
+impl MemoryOutboxStore {
+    /// Applies `action` to up to `max` rows matching `filter`, newest first, one
+    /// lock acquisition per batch of [`BULK_BATCH`].
+    fn bulk(&self, filter: &MessageFilter, max: u64, action: &Action) -> BulkOutcome {
+        let mut outcome = BulkOutcome::default();
+        let mut cursor: Option<PageCursor> = None;
+        while outcome.matched < max {
+            let now = self.clock.now();
+            let mut t = lock(&self.table);
+            let room = usize::try_from(max - outcome.matched).unwrap_or(usize::MAX);
+            let picked: Vec<u64> = t
+                .rows
+                .range(below(cursor))
+                .rev()
+                .filter(|(_, r)| matches(filter, &r.message, r.tracked.status))
+                .take(room.min(BULK_BATCH))
+                .map(|(seq, _)| *seq)
+                .collect();
+            let Some(&last) = picked.last() else {
+                break;
+            };
+            cursor = Some(PageCursor(last));
+            outcome.matched += picked.len() as u64;
+            for seq in picked {
+                if apply(&mut t, seq, action, now) {
+                    outcome.changed += 1;
+                }
+            }
+        }
+        outcome
+    }
+}
+
+/// Applies `action` to row `seq` if its status (and, for a forced delete, its
+/// lease) allows; whether it changed.
+fn apply(t: &mut Table, seq: u64, action: &Action, now: outbox_core::Timestamp) -> bool {
+    let Some(row) = t.rows.get_mut(&seq) else {
+        return false;
+    };
+    match action {
+        Action::Requeue => {
+            if !requeueable_statuses().contains(&row.tracked.status) {
+                return false;
+            }
+            let revived = row.tracked.revive(Status::Pending, now).is_ok();
+            if revived {
+                row.lease.clear();
+            }
+            revived
+        }
+        Action::Delete { force } => {
+            if !deletable(row, *force, now) {
+                return false;
+            }
+            let id = row.message.id;
+            t.rows.remove(&seq);
+            t.by_id.remove(&id);
+            true
+        }
+    }
+}
+
+/// Whether an operator's delete may remove `row`: a dead one, or with `force` a
+/// pending or failed one that no live lease holds (a relay may be publishing it).
+fn deletable(row: &Row, force: bool, now: outbox_core::Timestamp) -> bool {
+    let status = row.tracked.status;
+    deletable_statuses(force).contains(&status)
+        && (status.can_be_deleted() || !row.lease.is_live(now))
+}
+
+#[async_trait]
+impl OutboxOperator for MemoryOutboxStore {
+    async fn list_messages(
+        &self,
+        filter: &MessageFilter,
+        after: Option<PageCursor>,
+        limit: u32,
+    ) -> Result<Page<MessageSummary>, PortError> {
+        let t = lock(&self.table);
+        Ok(page(
+            t.rows
+                .range(below(after))
+                .rev()
+                .filter(|(_, r)| matches(filter, &r.message, r.tracked.status))
+                .map(|(seq, r)| {
+                    (
+                        *seq,
+                        summary(&r.message, r.tracked.status, &r.tracked.state),
+                    )
+                }),
+            limit,
+        ))
+    }
+
+    async fn get_message(&self, id: MessageId) -> Result<Option<OutboxRecord>, PortError> {
+        self.get(id).await
+    }
+
+    async fn requeue_message(&self, id: MessageId) -> Result<(), PortError> {
+        self.requeue(id).await
+    }
+
+    async fn delete_message(&self, id: MessageId, force: bool) -> Result<(), PortError> {
+        if !force {
+            return self.delete(id).await;
+        }
+        let now = self.clock.now();
+        let mut t = lock(&self.table);
+        let not_found = || PortError::NotFound {
+            what: "message",
+            id: id.to_string(),
+        };
+        let seq = *t.by_id.get(&id).ok_or_else(not_found)?;
+        let row = t.rows.get(&seq).ok_or_else(not_found)?;
+        if !deletable_statuses(true).contains(&row.tracked.status) {
+            // Sent (or a status foreign to the outbox): the core's refusal says why.
+            row.tracked.status.check_delete()?;
+        }
+        if !deletable(row, true, now) {
+            return Err(PortError::transient(
+                "delete",
+                format!("message {id} is held by a relay right now; try again"),
+            ));
+        }
+        t.rows.remove(&seq);
+        t.by_id.remove(&id);
+        Ok(())
+    }
+
+    async fn count_messages(&self, filter: &MessageFilter, max: u64) -> Result<u64, PortError> {
+        let t = lock(&self.table);
+        Ok(t.rows
+            .values()
+            .filter(|r| matches(filter, &r.message, r.tracked.status))
+            .take(usize::try_from(max).unwrap_or(usize::MAX))
+            .count() as u64)
+    }
+
+    async fn requeue_matching(
+        &self,
+        filter: &MessageFilter,
+        max: u64,
+    ) -> Result<BulkOutcome, PortError> {
+        Ok(self.bulk(filter, max, &Action::Requeue))
+    }
+
+    async fn delete_matching(
+        &self,
+        filter: &MessageFilter,
+        max: u64,
+        force: bool,
+    ) -> Result<BulkOutcome, PortError> {
+        Ok(self.bulk(filter, max, &Action::Delete { force }))
+    }
+
+    async fn published_per_minute(&self, window: Duration) -> Result<Vec<MinuteCount>, PortError> {
+        let since = window_start(self.clock.now(), window);
+        let t = lock(&self.table);
+        Ok(per_minute(
+            t.rows
+                .values()
+                .filter(|r| r.tracked.status == Status::Sent)
+                .filter_map(|r| r.tracked.state.completed_at),
+            since,
+        ))
+    }
+}

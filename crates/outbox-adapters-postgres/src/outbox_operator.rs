@@ -7,17 +7,60 @@ use async_trait::async_trait;
 use outbox_core::{MessageId, Status};
 use outbox_ports::{
     BulkOutcome, MessageFilter, MessageSummary, MinuteCount, OutboxOperator, OutboxRecord,
-    OutboxStore, Page, PageCursor, PortError, deletable_statuses, requeueable_statuses,
+    OutboxStore, Page, PageCursor, PortError, deletable_statuses, page_limit, requeueable_statuses,
 };
 
 use crate::PgOutboxStore;
 use crate::error::port;
 use crate::listing::{
-    Where, batch_statement, count_at_most, in_batches, names, per_minute, summary_columns,
-    summary_page,
+    SummaryRow, Where, batch_statement, count_at_most, in_batches, names, page_of, per_minute,
+    summary_columns,
 };
 
 impl PgOutboxStore {
+    /// What a page of [`OutboxOperator::list_messages`] does: `EXPLAIN (ANALYZE)`
+    /// of the same statement with the same bound values (read-only), for operators
+    /// and tests checking that lists stay on an index however large the table.
+    ///
+    /// # Errors
+    /// A database error.
+    pub async fn explain_list_messages(
+        &self,
+        filter: &MessageFilter,
+        after: Option<PageCursor>,
+        limit: u32,
+    ) -> Result<String, PortError> {
+        let (sql, args) = self.list_statement(filter, after, limit)?;
+        let lines: Vec<String> = sqlx::query_scalar_with(
+            &format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {sql}"),
+            args,
+        )
+        .persistent(false)
+        .fetch_all(self.pool())
+        .await
+        .map_err(|e| port("explain list", e))?;
+        Ok(lines.join("\n"))
+    }
+
+    fn list_statement(
+        &self,
+        filter: &MessageFilter,
+        after: Option<PageCursor>,
+        limit: u32,
+    ) -> Result<(String, sqlx::postgres::PgArguments), PortError> {
+        let mut w = Where::new()
+            .filter(filter, "id")?
+            .below(after.map(|c| c.0))?;
+        let lp = w.bind(i64::from(page_limit(limit)) + 1)?;
+        let sql = format!(
+            "SELECT {} FROM {}{} ORDER BY seq DESC LIMIT {lp}",
+            summary_columns("id", "sent_at"),
+            self.table(),
+            w.sql()
+        );
+        Ok((sql, w.into_args()))
+    }
+
     fn table(&self) -> String {
         format!("{}.outbox_messages", self.outbox().schema().quoted())
     }
@@ -47,15 +90,13 @@ impl OutboxOperator for PgOutboxStore {
         after: Option<PageCursor>,
         limit: u32,
     ) -> Result<Page<MessageSummary>, PortError> {
-        let select = format!(
-            "SELECT {} FROM {}",
-            summary_columns("id", "sent_at"),
-            self.table()
-        );
-        let w = Where::new()
-            .filter(filter, "id")?
-            .below(after.map(|c| c.0))?;
-        summary_page(self.pool(), &select, w, limit).await
+        let (sql, args) = self.list_statement(filter, after, limit)?;
+        let rows: Vec<SummaryRow> = sqlx::query_as_with(&sql, args)
+            .persistent(false)
+            .fetch_all(self.pool())
+            .await
+            .map_err(|e| port("list", e))?;
+        page_of(rows, page_limit(limit), |r| r.seq, SummaryRow::summary)
     }
 
     async fn get_message(&self, id: MessageId) -> Result<Option<OutboxRecord>, PortError> {

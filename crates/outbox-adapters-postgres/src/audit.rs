@@ -24,7 +24,10 @@ impl PgAuditLog {
     #[must_use]
     pub fn new(pool: PgPool, schema: &PgSchema) -> Self {
         let t = format!("{}.outbox_audit", schema.quoted());
-        let columns = "seq, actor, action, target, count, at";
+        let columns = format!(
+            "seq, actor, action, target, count, {} AS at",
+            crate::rows::readable_time("at")
+        );
         Self {
             pool,
             insert: format!(
@@ -45,7 +48,7 @@ struct Row {
     action: String,
     target: String,
     count: i64,
-    at: Timestamp,
+    at: Option<Timestamp>,
 }
 
 #[async_trait]
@@ -88,7 +91,7 @@ impl AuditLog for PgAuditLog {
                     action: r.action,
                     target: r.target,
                     count: u64::try_from(r.count).unwrap_or(0),
-                    at: Some(r.at),
+                    at: r.at,
                 })
             },
         )

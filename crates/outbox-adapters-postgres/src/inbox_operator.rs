@@ -9,7 +9,6 @@ use outbox_ports::{
     MessageSummary, MinuteCount, Page, PageCursor, PortError, StoredDeadLetter,
     reconsumable_statuses,
 };
-use sqlx::types::Json;
 
 use crate::PgInboxStore;
 use crate::error::port;
@@ -17,7 +16,7 @@ use crate::listing::{
     Where, batch_statement, count_at_most, in_batches, names, page_of, per_minute, summary_columns,
     summary_page,
 };
-use crate::rows::{MESSAGE_COLUMNS, MessageRow, STATE_COLUMNS};
+use crate::rows::{MessageRow, read_columns, readable_time};
 
 #[derive(sqlx::FromRow)]
 struct LetterRow {
@@ -25,10 +24,12 @@ struct LetterRow {
     consumer: String,
     message_id: Option<String>,
     routing_key: String,
-    headers: Json<serde_json::Value>,
+    /// The jsonb as text, parsed per row (see `rows::read_columns`).
+    headers: String,
     body: Vec<u8>,
     reason: String,
-    received_at: Timestamp,
+    /// `None`: a time no [`Timestamp`] can hold (see `rows::readable_time`).
+    received_at: Option<Timestamp>,
 }
 
 impl LetterRow {
@@ -40,16 +41,21 @@ impl LetterRow {
             routing_key: self.routing_key,
             // Written by this adapter from decoded headers; anything else reads as
             // none rather than failing the whole list.
-            headers: serde_json::from_value::<Headers>(self.headers.0).unwrap_or_default(),
+            headers: serde_json::from_str::<Headers>(&self.headers).unwrap_or_default(),
             body: self.body,
             reason: self.reason,
-            received_at: self.received_at,
+            received_at: self.received_at.unwrap_or(Timestamp::UNIX_EPOCH),
         }
     }
 }
 
-const LETTER_COLUMNS: &str =
-    "seq, consumer, message_id, routing_key, headers, body, reason, received_at";
+fn letter_columns() -> String {
+    format!(
+        "seq, consumer, message_id, routing_key, headers::text AS headers, body, reason, \
+         {} AS received_at",
+        readable_time("received_at")
+    )
+}
 
 impl PgInboxStore {
     fn inbox(&self) -> String {
@@ -126,8 +132,8 @@ impl InboxOperator for PgInboxStore {
             row: MessageRow,
         }
         let sql = format!(
-            "SELECT consumer, message_id AS id, {MESSAGE_COLUMNS}, {STATE_COLUMNS}, \
-             consumed_at AS completed_at FROM {} WHERE message_id = $1 ORDER BY consumer",
+            "SELECT consumer, {} FROM {} WHERE message_id = $1 ORDER BY consumer",
+            read_columns("message_id", "consumed_at"),
             self.inbox()
         );
         sqlx::query_as::<_, Row>(&sql)
@@ -202,7 +208,8 @@ impl InboxOperator for PgInboxStore {
         let mut w = w.below(after.map(|c| c.0))?;
         let lp = w.bind(i64::from(limit) + 1)?;
         let sql = format!(
-            "SELECT {LETTER_COLUMNS} FROM {}{} ORDER BY seq DESC LIMIT {lp}",
+            "SELECT {} FROM {}{} ORDER BY seq DESC LIMIT {lp}",
+            letter_columns(),
             self.letters(),
             w.sql()
         );
@@ -219,7 +226,8 @@ impl InboxOperator for PgInboxStore {
             return Ok(None);
         };
         let row: Option<LetterRow> = sqlx::query_as(&format!(
-            "SELECT {LETTER_COLUMNS} FROM {} WHERE seq = $1",
+            "SELECT {} FROM {} WHERE seq = $1",
+            letter_columns(),
             self.letters()
         ))
         .bind(seq)

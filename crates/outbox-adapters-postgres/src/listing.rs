@@ -11,17 +11,24 @@ use sqlx::postgres::PgArguments;
 use sqlx::{Arguments, PgPool, Postgres};
 
 use crate::error::port;
+use crate::rows::readable_time;
 
 /// Rows selected and changed per statement by a bulk action.
 pub(crate) const BULK_BATCH: u64 = 1_000;
 
 /// The list columns: everything but the payload, of which a preview and the size.
 pub(crate) fn summary_columns(id: &str, completed: &str) -> String {
+    // Times through `readable_time`: one row holding a time sqlx cannot decode
+    // must not fail (or panic) the whole page.
     format!(
-        "seq, {id} AS id, exchange, routing_key, message_type, correlation_id, created_at, \
-         status, attempts, last_error, next_attempt_at, {completed} AS completed_at, \
+        "seq, {id} AS id, exchange, routing_key, message_type, correlation_id, \
+         {} AS created_at, status, attempts, last_error, {} AS next_attempt_at, \
+         {} AS completed_at, \
          substring(payload FROM 1 FOR {PREVIEW_BYTES}) AS payload_preview, \
-         octet_length(payload)::bigint AS payload_size"
+         octet_length(payload)::bigint AS payload_size",
+        readable_time("created_at"),
+        readable_time("next_attempt_at"),
+        readable_time(completed),
     )
 }
 
@@ -127,7 +134,8 @@ pub(crate) struct SummaryRow {
     routing_key: String,
     message_type: Option<String>,
     correlation_id: Option<String>,
-    created_at: Timestamp,
+    /// `None`: unreadable (shown as the Unix epoch, as `get` does).
+    created_at: Option<Timestamp>,
     status: String,
     attempts: i32,
     last_error: Option<String>,
@@ -149,7 +157,7 @@ impl SummaryRow {
             routing_key: self.routing_key,
             message_type: self.message_type,
             correlation_id: self.correlation_id,
-            created_at: self.created_at,
+            created_at: self.created_at.unwrap_or(Timestamp::UNIX_EPOCH),
             attempts: u32::try_from(self.attempts).unwrap_or(0),
             last_error: self.last_error,
             next_attempt_at: self.next_attempt_at,

@@ -25,3 +25,29 @@ outbox_testkit::outbox_store_contract!(crate::outbox);
 outbox_testkit::inbox_store_contract!(crate::inbox);
 outbox_testkit::lock_contract!(crate::lock);
 outbox_testkit::sweep_state_contract!(crate::state);
+
+async fn outbox_operator() -> outbox_testkit::outbox_operator::OutboxUnderTest {
+    let store = Arc::new(MemoryOutboxStore::new(Arc::new(SystemClock)));
+    outbox_testkit::outbox_operator::OutboxUnderTest {
+        store: store.clone(),
+        operator: store,
+    }
+}
+
+async fn inbox_operator() -> outbox_testkit::inbox_operator::InboxUnderTest {
+    let store = Arc::new(MemoryInboxStore::new(Arc::new(SystemClock)));
+    outbox_testkit::inbox_operator::InboxUnderTest {
+        store: store.clone(),
+        operator: store,
+    }
+}
+
+async fn audit() -> Arc<dyn outbox_ports::AuditLog> {
+    Arc::new(outbox_adapters_memory::MemoryAuditLog::new(Arc::new(
+        SystemClock,
+    )))
+}
+
+outbox_testkit::outbox_operator_contract!(crate::outbox_operator);
+outbox_testkit::inbox_operator_contract!(crate::inbox_operator);
+outbox_testkit::audit_log_contract!(crate::audit);

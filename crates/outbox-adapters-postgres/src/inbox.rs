@@ -205,7 +205,9 @@ fn aborted_reason(e: &sqlx::Error, why: &str) -> String {
 /// [`InboxStore`] on PostgreSQL.
 #[derive(Debug, Clone)]
 pub struct PgInboxStore {
-    pool: PgPool,
+    pub(crate) pool: PgPool,
+    /// The schema, for the operator's queries (built per call from the filter).
+    pub(crate) schema: PgSchema,
     sql: std::sync::Arc<Sql>,
 }
 
@@ -233,6 +235,7 @@ impl PgInboxStore {
     pub fn new(pool: PgPool, schema: &PgSchema) -> Self {
         Self {
             pool,
+            schema: schema.clone(),
             sql: std::sync::Arc::new(Sql::new(schema)),
         }
     }

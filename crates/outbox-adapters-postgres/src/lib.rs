@@ -17,15 +17,20 @@
 //! Everything lives in one schema chosen by configuration ([`PgSchema`], validated as
 //! a plain identifier); [`migrate`] creates it and its tables.
 
+mod audit;
 mod error;
 mod inbox;
+mod inbox_operator;
+mod listing;
 mod lock;
 mod outbox;
+mod outbox_operator;
 mod rows;
 mod schema;
 mod state;
 mod wakeup;
 
+pub use audit::PgAuditLog;
 pub use error::PgConfigError;
 pub use inbox::{ConsumeOutcome, PgInboxStore, TxHandler};
 pub use lock::PgLock;

@@ -44,3 +44,39 @@ outbox_testkit::outbox_store_contract!(crate::outbox);
 outbox_testkit::inbox_store_contract!(crate::inbox);
 outbox_testkit::lock_contract!(crate::lock);
 outbox_testkit::sweep_state_contract!(crate::state);
+
+async fn outbox_operator() -> outbox_testkit::outbox_operator::OutboxUnderTest {
+    let pool = common::pool()
+        .await
+        .expect("contract tests need PostgreSQL: set OUTBOX_TEST_DATABASE_URL");
+    let schema = common::fresh(&pool).await;
+    let store = Arc::new(PgOutboxStore::new(pool, schema));
+    outbox_testkit::outbox_operator::OutboxUnderTest {
+        store: store.clone(),
+        operator: store,
+    }
+}
+
+async fn inbox_operator() -> outbox_testkit::inbox_operator::InboxUnderTest {
+    let pool = common::pool()
+        .await
+        .expect("contract tests need PostgreSQL: set OUTBOX_TEST_DATABASE_URL");
+    let schema = common::fresh(&pool).await;
+    let store = Arc::new(PgInboxStore::new(pool, &schema));
+    outbox_testkit::inbox_operator::InboxUnderTest {
+        store: store.clone(),
+        operator: store,
+    }
+}
+
+async fn audit() -> Arc<dyn outbox_ports::AuditLog> {
+    let pool = common::pool()
+        .await
+        .expect("contract tests need PostgreSQL: set OUTBOX_TEST_DATABASE_URL");
+    let schema = common::fresh(&pool).await;
+    Arc::new(outbox_adapters_postgres::PgAuditLog::new(pool, &schema))
+}
+
+outbox_testkit::outbox_operator_contract!(crate::outbox_operator);
+outbox_testkit::inbox_operator_contract!(crate::inbox_operator);
+outbox_testkit::audit_log_contract!(crate::audit);

@@ -19,9 +19,12 @@ use std::time::Duration;
 
 use outbox_core::{Message, MessageId, NewMessage, Timestamp};
 
+pub mod audit;
 pub mod inbox;
+pub mod inbox_operator;
 pub mod lock;
 pub mod outbox;
+pub mod outbox_operator;
 pub mod services;
 pub mod state;
 pub mod through;
@@ -147,6 +150,65 @@ macro_rules! sweep_state_contract {
                 absent_until_written,
                 older_tokens_are_fenced,
                 reports_expire,
+            ]
+        );
+    };
+}
+
+/// Runs the [`OutboxOperator`](outbox_ports::OutboxOperator) contract; `$make` is
+/// the path of an async fn returning a fresh
+/// [`OutboxUnderTest`](crate::outbox_operator::OutboxUnderTest).
+#[macro_export]
+macro_rules! outbox_operator_contract {
+    ($make:path) => {
+        $crate::__contract_cases!(
+            outbox_operator,
+            $make,
+            [
+                pages_are_keyset_newest_first,
+                limit_is_bounded_and_items_carry_a_preview,
+                each_filter_field_narrows,
+                q_finds_by_id_and_by_correlation_id,
+                bulk_requeue_honours_max_and_status,
+                bulk_delete_honours_force_and_leases,
+                single_actions_are_guarded,
+                published_per_minute_counts_sent_messages,
+            ]
+        );
+    };
+}
+
+/// Runs the [`InboxOperator`](outbox_ports::InboxOperator) contract; `$make` is the
+/// path of an async fn returning a fresh
+/// [`InboxUnderTest`](crate::inbox_operator::InboxUnderTest).
+#[macro_export]
+macro_rules! inbox_operator_contract {
+    ($make:path) => {
+        $crate::__contract_cases!(
+            inbox_operator,
+            $make,
+            [
+                deliveries_page_newest_first_per_consumer,
+                bulk_reconsume_honours_max_and_status,
+                deliveries_of_a_message_cover_every_consumer,
+                consumers_and_dead_letters,
+                consumed_per_minute_counts_consumed_deliveries,
+            ]
+        );
+    };
+}
+
+/// Runs the [`AuditLog`](outbox_ports::AuditLog) contract; `$make` is the path of
+/// an async fn returning a fresh `Arc<dyn AuditLog>`.
+#[macro_export]
+macro_rules! audit_log_contract {
+    ($make:path) => {
+        $crate::__contract_cases!(
+            audit,
+            $make,
+            [
+                records_are_listed_newest_first,
+                an_empty_log_has_an_empty_page,
             ]
         );
     };

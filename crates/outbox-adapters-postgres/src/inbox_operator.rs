@@ -1,0 +1,259 @@
+//! The operator's view of the inbox and its dead letters on PostgreSQL.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use outbox_core::{Headers, MessageId, Timestamp};
+use outbox_ports::{
+    BulkOutcome, ConsumerSummary, InboxOperator, InboxRecord, InboxStore, MessageFilter,
+    MessageSummary, MinuteCount, Page, PageCursor, PortError, StoredDeadLetter,
+    reconsumable_statuses,
+};
+
+use crate::PgInboxStore;
+use crate::error::port;
+use crate::listing::{
+    Where, batch_statement, count_at_most, in_batches, names, page_of, per_minute, summary_columns,
+    summary_page,
+};
+use crate::rows::{MessageRow, read_columns, readable_time};
+
+#[derive(sqlx::FromRow)]
+struct LetterRow {
+    seq: i64,
+    consumer: String,
+    message_id: Option<String>,
+    routing_key: String,
+    /// The jsonb as text, parsed per row (see `rows::read_columns`).
+    headers: String,
+    body: Vec<u8>,
+    reason: String,
+    /// `None`: a time no [`Timestamp`] can hold (see `rows::readable_time`).
+    received_at: Option<Timestamp>,
+}
+
+impl LetterRow {
+    fn letter(self) -> StoredDeadLetter {
+        StoredDeadLetter {
+            id: u64::try_from(self.seq).unwrap_or(0),
+            consumer: self.consumer,
+            message_id: self.message_id,
+            routing_key: self.routing_key,
+            // Written by this adapter from decoded headers; anything else reads as
+            // none rather than failing the whole list.
+            headers: serde_json::from_str::<Headers>(&self.headers).unwrap_or_default(),
+            body: self.body,
+            reason: self.reason,
+            received_at: self.received_at.unwrap_or(Timestamp::UNIX_EPOCH),
+        }
+    }
+}
+
+fn letter_columns() -> String {
+    format!(
+        "seq, consumer, message_id, routing_key, headers::text AS headers, body, reason, \
+         {} AS received_at",
+        readable_time("received_at")
+    )
+}
+
+impl PgInboxStore {
+    fn inbox(&self) -> String {
+        format!("{}.outbox_inbox", self.schema.quoted())
+    }
+
+    fn letters(&self) -> String {
+        format!("{}.outbox_dead_letters", self.schema.quoted())
+    }
+
+    /// The consumer's rows matching `filter`.
+    fn of_consumer(consumer: &str, filter: &MessageFilter) -> Result<Where, PortError> {
+        let mut w = Where::new();
+        let c = w.bind(consumer.to_owned())?;
+        w.and(format!("consumer = {c}"));
+        w.filter(filter, "message_id")
+    }
+}
+
+#[async_trait]
+impl InboxOperator for PgInboxStore {
+    async fn consumers(&self) -> Result<Vec<ConsumerSummary>, PortError> {
+        // Distinct names by skipping through the (consumer, seq) indexes: one index
+        // probe per consumer, not a scan of every delivery.
+        let skip = |name: &str, table: &str| {
+            format!(
+                "{name} AS ( \
+                   (SELECT consumer FROM {table} ORDER BY consumer LIMIT 1) \
+                   UNION ALL \
+                   SELECT (SELECT consumer FROM {table} WHERE consumer > {name}.consumer \
+                           ORDER BY consumer LIMIT 1) FROM {name} WHERE {name}.consumer IS NOT NULL)"
+            )
+        };
+        let sql = format!(
+            "WITH RECURSIVE {}, {} \
+             SELECT consumer FROM deliveries WHERE consumer IS NOT NULL \
+             UNION SELECT consumer FROM letters WHERE consumer IS NOT NULL ORDER BY 1",
+            skip("deliveries", &self.inbox()),
+            skip("letters", &self.letters())
+        );
+        let names: Vec<String> = sqlx::query_scalar(&sql)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| port("consumers", e))?;
+        let mut consumers = Vec::with_capacity(names.len());
+        for name in names {
+            let stats = self.stats(&name).await?;
+            consumers.push(ConsumerSummary { name, stats });
+        }
+        Ok(consumers)
+    }
+
+    async fn list_deliveries(
+        &self,
+        consumer: &str,
+        filter: &MessageFilter,
+        after: Option<PageCursor>,
+        limit: u32,
+    ) -> Result<Page<MessageSummary>, PortError> {
+        let select = format!(
+            "SELECT {} FROM {}",
+            summary_columns("message_id", "consumed_at"),
+            self.inbox()
+        );
+        let w = Self::of_consumer(consumer, filter)?.below(after.map(|c| c.0))?;
+        summary_page(&self.pool, &select, w, limit).await
+    }
+
+    async fn deliveries_of(&self, id: MessageId) -> Result<Vec<InboxRecord>, PortError> {
+        #[derive(sqlx::FromRow)]
+        struct Row {
+            consumer: String,
+            #[sqlx(flatten)]
+            row: MessageRow,
+        }
+        let sql = format!(
+            "SELECT consumer, {} FROM {} WHERE message_id = $1 ORDER BY consumer",
+            read_columns("message_id", "consumed_at"),
+            self.inbox()
+        );
+        sqlx::query_as::<_, Row>(&sql)
+            .bind(id.as_uuid())
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| port("deliveries of", e))?
+            .iter()
+            .map(|r| r.row.inbox_record(&r.consumer))
+            .collect()
+    }
+
+    async fn reconsume_matching(
+        &self,
+        consumer: &str,
+        filter: &MessageFilter,
+        max: u64,
+    ) -> Result<BulkOutcome, PortError> {
+        let t = self.inbox();
+        let reconsumable = names(&reconsumable_statuses(filter));
+        in_batches(&self.pool, "reconsume", max, |cursor, batch| {
+            let mut w = Self::of_consumer(consumer, filter)?.below(cursor)?;
+            let guard = w.bind(reconsumable.clone())?;
+            let limit = w.bind(i64::try_from(batch).unwrap_or(i64::MAX))?;
+            // As the single reconsume: in progress, due now, a fresh retry budget.
+            let action = format!(
+                "UPDATE {t} SET status = 'sent', attempts = 0, next_attempt_at = now(), \
+                 consumed_at = NULL, locked_by = NULL, locked_until = NULL \
+                 WHERE seq IN (SELECT seq FROM picked) AND status = ANY({guard}) RETURNING 1"
+            );
+            Ok((
+                batch_statement(&t, &w.sql(), &limit, &action),
+                w.into_args(),
+            ))
+        })
+        .await
+    }
+
+    async fn count_deliveries(
+        &self,
+        consumer: &str,
+        filter: &MessageFilter,
+        max: u64,
+    ) -> Result<u64, PortError> {
+        let w = Self::of_consumer(consumer, filter)?;
+        count_at_most(&self.pool, &self.inbox(), w, max).await
+    }
+
+    async fn consumed_per_minute(&self, window: Duration) -> Result<Vec<MinuteCount>, PortError> {
+        // Served by inbox_consumed_at (consumed_at) WHERE status = 'consumed'.
+        let sql = format!(
+            "SELECT date_trunc('minute', consumed_at) AS minute, count(*) FROM {} \
+             WHERE status = 'consumed' AND consumed_at >= now() - $1 * interval '1 millisecond' \
+             GROUP BY 1 ORDER BY 1",
+            self.inbox()
+        );
+        per_minute(&self.pool, &sql, window).await
+    }
+
+    async fn list_dead_letters(
+        &self,
+        consumer: Option<String>,
+        after: Option<PageCursor>,
+        limit: u32,
+    ) -> Result<Page<StoredDeadLetter>, PortError> {
+        let limit = outbox_ports::page_limit(limit);
+        let mut w = Where::new();
+        if let Some(c) = consumer {
+            let p = w.bind(c)?;
+            w.and(format!("consumer = {p}"));
+        }
+        let mut w = w.below(after.map(|c| c.0))?;
+        let lp = w.bind(i64::from(limit) + 1)?;
+        let sql = format!(
+            "SELECT {} FROM {}{} ORDER BY seq DESC LIMIT {lp}",
+            letter_columns(),
+            self.letters(),
+            w.sql()
+        );
+        let rows: Vec<LetterRow> = sqlx::query_as_with(&sql, w.into_args())
+            .persistent(false)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| port("list dead letters", e))?;
+        page_of(rows, limit, |r| r.seq, |r| Ok(r.letter()))
+    }
+
+    async fn get_dead_letter(&self, id: u64) -> Result<Option<StoredDeadLetter>, PortError> {
+        let Ok(seq) = i64::try_from(id) else {
+            return Ok(None);
+        };
+        let row: Option<LetterRow> = sqlx::query_as(&format!(
+            "SELECT {} FROM {} WHERE seq = $1",
+            letter_columns(),
+            self.letters()
+        ))
+        .bind(seq)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| port("get dead letter", e))?;
+        Ok(row.map(LetterRow::letter))
+    }
+
+    async fn delete_dead_letter(&self, id: u64) -> Result<(), PortError> {
+        let deleted = match i64::try_from(id) {
+            Ok(seq) => sqlx::query(&format!("DELETE FROM {} WHERE seq = $1", self.letters()))
+                .bind(seq)
+                .execute(&self.pool)
+                .await
+                .map_err(|e| port("delete dead letter", e))?
+                .rows_affected(),
+            Err(_) => 0,
+        };
+        if deleted == 1 {
+            Ok(())
+        } else {
+            Err(PortError::NotFound {
+                what: "dead letter",
+                id: id.to_string(),
+            })
+        }
+    }
+}

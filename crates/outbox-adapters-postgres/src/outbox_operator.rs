@@ -1,0 +1,221 @@
+//! The operator's view of the outbox on PostgreSQL: keyset pages by `seq`, bulk
+//! actions in batches of statements whose status guard is in the UPDATE/DELETE.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use outbox_core::{MessageId, Status};
+use outbox_ports::{
+    BulkOutcome, MessageFilter, MessageSummary, MinuteCount, OutboxOperator, OutboxRecord,
+    OutboxStore, Page, PageCursor, PortError, deletable_statuses, page_limit, requeueable_statuses,
+};
+
+use crate::PgOutboxStore;
+use crate::error::port;
+use crate::listing::{
+    SummaryRow, Where, batch_statement, count_at_most, in_batches, names, page_of, per_minute,
+    summary_columns,
+};
+
+impl PgOutboxStore {
+    /// What a page of [`OutboxOperator::list_messages`] does: `EXPLAIN (ANALYZE)`
+    /// of the same statement with the same bound values (read-only), for operators
+    /// and tests checking that lists stay on an index however large the table.
+    ///
+    /// # Errors
+    /// A database error.
+    pub async fn explain_list_messages(
+        &self,
+        filter: &MessageFilter,
+        after: Option<PageCursor>,
+        limit: u32,
+    ) -> Result<String, PortError> {
+        let (sql, args) = self.list_statement(filter, after, limit)?;
+        let lines: Vec<String> = sqlx::query_scalar_with(
+            &format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {sql}"),
+            args,
+        )
+        .persistent(false)
+        .fetch_all(self.pool())
+        .await
+        .map_err(|e| port("explain list", e))?;
+        Ok(lines.join("\n"))
+    }
+
+    fn list_statement(
+        &self,
+        filter: &MessageFilter,
+        after: Option<PageCursor>,
+        limit: u32,
+    ) -> Result<(String, sqlx::postgres::PgArguments), PortError> {
+        let mut w = Where::new()
+            .filter(filter, "id")?
+            .below(after.map(|c| c.0))?;
+        let lp = w.bind(i64::from(page_limit(limit)) + 1)?;
+        let sql = format!(
+            "SELECT {} FROM {}{} ORDER BY seq DESC LIMIT {lp}",
+            summary_columns("id", "sent_at"),
+            self.table(),
+            w.sql()
+        );
+        Ok((sql, w.into_args()))
+    }
+
+    fn table(&self) -> String {
+        format!("{}.outbox_messages", self.outbox().schema().quoted())
+    }
+
+    /// The delete guard: dead rows always; with `force` also pending and failed
+    /// rows that no live lease holds. Binds (always, forced) and returns the clause.
+    fn delete_guard(w: &mut Where, force: bool) -> Result<String, PortError> {
+        let always: Vec<Status> = Status::deletable().collect();
+        let forced: Vec<Status> = deletable_statuses(force)
+            .into_iter()
+            .filter(|s| !always.contains(s))
+            .collect();
+        let a = w.bind(names(&always))?;
+        let f = w.bind(names(&forced))?;
+        Ok(format!(
+            "(status = ANY({a}) OR (status = ANY({f}) \
+              AND (locked_until IS NULL OR locked_until < now())))"
+        ))
+    }
+}
+
+#[async_trait]
+impl OutboxOperator for PgOutboxStore {
+    async fn list_messages(
+        &self,
+        filter: &MessageFilter,
+        after: Option<PageCursor>,
+        limit: u32,
+    ) -> Result<Page<MessageSummary>, PortError> {
+        let (sql, args) = self.list_statement(filter, after, limit)?;
+        let rows: Vec<SummaryRow> = sqlx::query_as_with(&sql, args)
+            .persistent(false)
+            .fetch_all(self.pool())
+            .await
+            .map_err(|e| port("list", e))?;
+        page_of(rows, page_limit(limit), |r| r.seq, SummaryRow::summary)
+    }
+
+    async fn get_message(&self, id: MessageId) -> Result<Option<OutboxRecord>, PortError> {
+        self.get(id).await
+    }
+
+    async fn requeue_message(&self, id: MessageId) -> Result<(), PortError> {
+        self.requeue(id).await
+    }
+
+    async fn delete_message(&self, id: MessageId, force: bool) -> Result<(), PortError> {
+        if !force {
+            return self.delete(id).await;
+        }
+        let t = self.table();
+        let mut w = Where::new();
+        let idp = w.bind(*id.as_uuid())?;
+        let guard = Self::delete_guard(&mut w, true)?;
+        let deleted = sqlx::query_with(
+            &format!("DELETE FROM {t} WHERE id = {idp} AND {guard}"),
+            w.into_args(),
+        )
+        .persistent(false)
+        .execute(self.pool())
+        .await
+        .map_err(|e| port("delete", e))?
+        .rows_affected();
+        if deleted == 1 {
+            return Ok(());
+        }
+        // Nothing deleted: say why, from the row as it is now.
+        let found: Option<(String, bool)> = sqlx::query_as(&format!(
+            "SELECT status, coalesce(locked_until >= now(), false) FROM {t} WHERE id = $1"
+        ))
+        .bind(id.as_uuid())
+        .fetch_optional(self.pool())
+        .await
+        .map_err(|e| port("delete", e))?;
+        let Some((status, leased)) = found else {
+            return Err(PortError::NotFound {
+                what: "message",
+                id: id.to_string(),
+            });
+        };
+        let status = status
+            .parse::<Status>()
+            .map_err(|e| PortError::fatal("delete", e))?;
+        if !deletable_statuses(true).contains(&status) {
+            status.check_delete()?;
+        }
+        Err(PortError::transient(
+            "delete",
+            if leased {
+                format!("message {id} is held by a relay right now; try again")
+            } else {
+                format!("message {id} changed meanwhile; try again")
+            },
+        ))
+    }
+
+    async fn count_messages(&self, filter: &MessageFilter, max: u64) -> Result<u64, PortError> {
+        let w = Where::new().filter(filter, "id")?;
+        count_at_most(self.pool(), &self.table(), w, max).await
+    }
+
+    async fn requeue_matching(
+        &self,
+        filter: &MessageFilter,
+        max: u64,
+    ) -> Result<BulkOutcome, PortError> {
+        let t = self.table();
+        in_batches(self.pool(), "requeue", max, |cursor, batch| {
+            let mut w = Where::new().filter(filter, "id")?.below(cursor)?;
+            let guard = w.bind(names(&requeueable_statuses()))?;
+            let limit = w.bind(i64::try_from(batch).unwrap_or(i64::MAX))?;
+            // As the single requeue: pending, due now, a fresh retry budget.
+            let action = format!(
+                "UPDATE {t} SET status = 'pending', attempts = 0, next_attempt_at = NULL, \
+                 sent_at = NULL, locked_by = NULL, locked_until = NULL \
+                 WHERE seq IN (SELECT seq FROM picked) AND status = ANY({guard}) RETURNING 1"
+            );
+            Ok((
+                batch_statement(&t, &w.sql(), &limit, &action),
+                w.into_args(),
+            ))
+        })
+        .await
+    }
+
+    async fn delete_matching(
+        &self,
+        filter: &MessageFilter,
+        max: u64,
+        force: bool,
+    ) -> Result<BulkOutcome, PortError> {
+        let t = self.table();
+        in_batches(self.pool(), "delete", max, |cursor, batch| {
+            let mut w = Where::new().filter(filter, "id")?.below(cursor)?;
+            let guard = Self::delete_guard(&mut w, force)?;
+            let limit = w.bind(i64::try_from(batch).unwrap_or(i64::MAX))?;
+            let action = format!(
+                "DELETE FROM {t} WHERE seq IN (SELECT seq FROM picked) AND {guard} RETURNING 1"
+            );
+            Ok((
+                batch_statement(&t, &w.sql(), &limit, &action),
+                w.into_args(),
+            ))
+        })
+        .await
+    }
+
+    async fn published_per_minute(&self, window: Duration) -> Result<Vec<MinuteCount>, PortError> {
+        // Served by outbox_sent_at (sent_at) WHERE status = 'sent'.
+        let sql = format!(
+            "SELECT date_trunc('minute', sent_at) AS minute, count(*) FROM {} \
+             WHERE status = 'sent' AND sent_at >= now() - $1 * interval '1 millisecond' \
+             GROUP BY 1 ORDER BY 1",
+            self.table()
+        );
+        per_minute(self.pool(), &sql, window).await
+    }
+}

@@ -1,0 +1,400 @@
+//! The [`InboxOperator`] contract: deliveries by consumer, reconsume in bulk with
+//! its cap and status guards, dead letters, per-minute counts.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use outbox_core::{Decision, Headers, Message, MessageId, Status, Timestamp};
+use outbox_ports::{
+    DeadLetter, InboxOperator, InboxStore, Lease, MessageFilter, PageCursor, PortError,
+};
+
+use crate::{LONG_TTL, message, unique_key};
+
+/// One inbox seen through both ports: the consumer's (to put deliveries in a
+/// status) and the operator's (under test).
+#[derive(Clone)]
+pub struct InboxUnderTest {
+    /// The consumer's port.
+    pub store: Arc<dyn InboxStore>,
+    /// The operator's port of the same inbox.
+    pub operator: Arc<dyn InboxOperator>,
+}
+
+fn lease() -> Lease {
+    Lease::new(unique_key("op"), LONG_TTL)
+}
+
+/// Records `messages` for `consumer` and brings them to `status` (`Sent` = in
+/// progress, `Consumed`, `ConsumeFailed`, `Dead`) through the consumer's path.
+async fn put(i: &InboxUnderTest, consumer: &str, messages: &[Message], status: Status) {
+    for m in messages {
+        let l = lease();
+        i.store
+            .record_arrival(consumer, m, &l)
+            .await
+            .expect("arrive");
+        let marked = match status {
+            Status::Sent => true,
+            Status::Consumed => i
+                .store
+                .mark_consumed(consumer, m.id, &l)
+                .await
+                .expect("mark"),
+            Status::ConsumeFailed | Status::Dead => {
+                let decision = if status == Status::Dead {
+                    Decision::Dead
+                } else {
+                    Decision::RetryAfter(Duration::from_secs(3600))
+                };
+                i.store
+                    .mark_consume_failed(consumer, m.id, &l, "handler said no", decision)
+                    .await
+                    .expect("mark")
+            }
+            other => panic!("put: {other} is not an inbox status"),
+        };
+        assert!(marked);
+    }
+}
+
+fn msgs(n: usize) -> Vec<Message> {
+    (0..n).map(|_| message("inbox-op", "k")).collect()
+}
+
+fn ids(ms: &[Message]) -> Vec<MessageId> {
+    ms.iter().map(|m| m.id).collect()
+}
+
+async fn status_of(i: &InboxUnderTest, consumer: &str, id: MessageId) -> Option<Status> {
+    i.store
+        .get(consumer, id)
+        .await
+        .expect("get")
+        .map(|r| r.status)
+}
+
+async fn all_deliveries(
+    i: &InboxUnderTest,
+    consumer: &str,
+    filter: &MessageFilter,
+    limit: u32,
+) -> Vec<MessageId> {
+    let mut seen = Vec::new();
+    let mut after: Option<PageCursor> = None;
+    for _ in 0..1_000 {
+        let page = i
+            .operator
+            .list_deliveries(consumer, filter, after, limit)
+            .await
+            .expect("list");
+        assert!(page.items.len() <= limit as usize);
+        seen.extend(page.items.iter().map(|s| s.id));
+        match page.next {
+            Some(next) => after = Some(next),
+            None => return seen,
+        }
+    }
+    panic!("the pages never end");
+}
+
+/// A consumer's deliveries, newest first across pages, only its own; filters by
+/// status and `q` narrow them.
+pub async fn deliveries_page_newest_first_per_consumer(i: InboxUnderTest) {
+    let (a, b) = (unique_key("a"), unique_key("b"));
+    let consumed = msgs(4);
+    let mut dead = msgs(3);
+    let corr = unique_key("corr");
+    dead[1].correlation_id = Some(corr.clone());
+    put(&i, &a, &consumed, Status::Consumed).await;
+    put(&i, &a, &dead, Status::Dead).await;
+    put(&i, &b, &msgs(2), Status::Consumed).await;
+    let all = MessageFilter::default();
+    let expected: Vec<MessageId> = ids(&consumed).into_iter().chain(ids(&dead)).rev().collect();
+    assert_eq!(all_deliveries(&i, &a, &all, 3).await, expected);
+    assert_eq!(all_deliveries(&i, &a, &all, 1000).await, expected);
+    let only_dead = MessageFilter {
+        status: Some(Status::Dead),
+        ..MessageFilter::default()
+    };
+    assert_eq!(
+        all_deliveries(&i, &a, &only_dead, 2).await,
+        ids(&dead).into_iter().rev().collect::<Vec<_>>()
+    );
+    let by_corr = MessageFilter {
+        q: Some(corr),
+        ..MessageFilter::default()
+    };
+    assert_eq!(all_deliveries(&i, &a, &by_corr, 10).await, vec![dead[1].id]);
+    let by_id = MessageFilter {
+        q: Some(consumed[0].id.to_string()),
+        ..MessageFilter::default()
+    };
+    assert_eq!(
+        all_deliveries(&i, &a, &by_id, 10).await,
+        vec![consumed[0].id]
+    );
+    assert!(all_deliveries(&i, &b, &by_id, 10).await.is_empty());
+    assert_eq!(
+        i.operator
+            .count_deliveries(&a, &all, 100)
+            .await
+            .expect("count"),
+        7
+    );
+    assert_eq!(
+        i.operator
+            .count_deliveries(&a, &all, 5)
+            .await
+            .expect("count"),
+        5
+    );
+    let page = i
+        .operator
+        .list_deliveries(&a, &all, None, 0)
+        .await
+        .expect("limit 0");
+    assert_eq!(page.items.len(), 1, "limit is clamped to at least 1");
+    assert_eq!(page.items[0].status, Status::Dead);
+    assert_eq!(page.items[0].attempts, 1);
+    assert!(page.items[0].payload_size > 0);
+}
+
+/// Bulk reconsume: failed and dead deliveries back to in progress, at most `max`,
+/// newest first; consumed ones only when the filter asks for them; a delivery in
+/// progress never; a second run changes nothing more.
+pub async fn bulk_reconsume_honours_max_and_status(i: InboxUnderTest) {
+    let c = unique_key("reconsume");
+    let consumed = msgs(2);
+    let dead = msgs(3);
+    let failed = msgs(1);
+    let in_progress = msgs(1);
+    put(&i, &c, &consumed, Status::Consumed).await;
+    put(&i, &c, &dead, Status::Dead).await;
+    put(&i, &c, &failed, Status::ConsumeFailed).await;
+    put(&i, &c, &in_progress, Status::Sent).await;
+    let other = unique_key("other");
+    put(&i, &other, &dead, Status::Dead).await;
+    let all = MessageFilter::default();
+    // Newest first: in progress, failed, dead[2], dead[1] | dead[0], consumed.
+    let r = i
+        .operator
+        .reconsume_matching(&c, &all, 4)
+        .await
+        .expect("reconsume");
+    assert_eq!((r.matched, r.changed), (4, 3));
+    assert_eq!(status_of(&i, &c, failed[0].id).await, Some(Status::Sent));
+    assert_eq!(status_of(&i, &c, dead[1].id).await, Some(Status::Sent));
+    assert_eq!(
+        status_of(&i, &c, dead[0].id).await,
+        Some(Status::Dead),
+        "beyond max"
+    );
+    assert_eq!(
+        status_of(&i, &other, dead[1].id).await,
+        Some(Status::Dead),
+        "other consumer"
+    );
+    let rec = i
+        .store
+        .get(&c, dead[1].id)
+        .await
+        .expect("get")
+        .expect("row");
+    assert_eq!(rec.consume.attempts, 0, "a fresh retry budget");
+
+    let r = i
+        .operator
+        .reconsume_matching(&c, &all, 100)
+        .await
+        .expect("rest");
+    assert_eq!(
+        (r.matched, r.changed),
+        (7, 1),
+        "dead[0]; consumed ones stay"
+    );
+    assert_eq!(
+        status_of(&i, &c, consumed[0].id).await,
+        Some(Status::Consumed)
+    );
+    let r = i
+        .operator
+        .reconsume_matching(&c, &all, 100)
+        .await
+        .expect("again");
+    assert_eq!(r.changed, 0, "nothing changes twice");
+
+    let only_consumed = MessageFilter {
+        status: Some(Status::Consumed),
+        ..MessageFilter::default()
+    };
+    let r = i
+        .operator
+        .reconsume_matching(&c, &only_consumed, 100)
+        .await
+        .expect("consumed");
+    assert_eq!((r.matched, r.changed), (2, 2));
+    // Every reconsumed delivery is claimed by the consume sweep exactly once.
+    let claimed: Vec<MessageId> = i
+        .store
+        .claim_due(&c, &lease(), 1000)
+        .await
+        .expect("claim")
+        .into_iter()
+        .map(|d| d.message.id)
+        .collect();
+    let unique: HashSet<MessageId> = claimed.iter().copied().collect();
+    assert_eq!(claimed.len(), unique.len());
+    for m in consumed.iter().chain(&dead).chain(&failed) {
+        assert!(unique.contains(&m.id), "{} due after reconsume", m.id);
+    }
+}
+
+/// The consume side of one message for every consumer that received it.
+pub async fn deliveries_of_a_message_cover_every_consumer(i: InboxUnderTest) {
+    let (a, b) = (unique_key("a"), unique_key("b"));
+    let m = msgs(1);
+    put(&i, &a, &m, Status::Consumed).await;
+    put(&i, &b, &m, Status::Dead).await;
+    let mut found = i.operator.deliveries_of(m[0].id).await.expect("of");
+    found.sort_by(|x, y| x.consumer.cmp(&y.consumer));
+    let mut expected = vec![(a, Status::Consumed), (b, Status::Dead)];
+    expected.sort_by(|x, y| x.0.cmp(&y.0));
+    assert_eq!(
+        found
+            .iter()
+            .map(|r| (r.consumer.clone(), r.status))
+            .collect::<Vec<_>>(),
+        expected
+    );
+    assert_eq!(found[0].message, m[0]);
+    assert!(
+        i.operator
+            .deliveries_of(msgs(1)[0].id)
+            .await
+            .expect("none")
+            .is_empty()
+    );
+}
+
+fn letter(n: usize) -> DeadLetter {
+    let mut headers = Headers::new();
+    headers.insert("x-n".into(), n.to_string());
+    DeadLetter {
+        message_id: (n % 2 == 0).then(|| format!("raw-{n}")),
+        routing_key: "dl.key".into(),
+        headers,
+        body: vec![0xff, u8::try_from(n % 256).unwrap_or(0)],
+        reason: format!("undecodable {n}"),
+    }
+}
+
+/// Consumers are listed with their counts, also one with only dead letters; dead
+/// letters are listed newest first, read and deleted one by one.
+pub async fn consumers_and_dead_letters(i: InboxUnderTest) {
+    let (a, b) = (unique_key("a"), unique_key("b"));
+    put(&i, &a, &msgs(2), Status::Consumed).await;
+    for n in 0..5 {
+        i.store
+            .record_dead_letter(&a, letter(n))
+            .await
+            .expect("letter");
+    }
+    i.store
+        .record_dead_letter(&b, letter(9))
+        .await
+        .expect("letter");
+    let consumers = i.operator.consumers().await.expect("consumers");
+    let of = |name: &str| consumers.iter().find(|c| c.name == name).map(|c| c.stats);
+    let sa = of(&a).expect("a listed");
+    assert_eq!((sa.consumed, sa.dead_letters), (2, 5));
+    assert_eq!(of(&b).expect("b listed").dead_letters, 1);
+
+    let mut seen = Vec::new();
+    let mut after = None;
+    loop {
+        let page = i
+            .operator
+            .list_dead_letters(Some(a.clone()), after, 2)
+            .await
+            .expect("list");
+        seen.extend(page.items);
+        match page.next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(
+        seen.iter().map(|l| l.reason.clone()).collect::<Vec<_>>(),
+        (0..5)
+            .rev()
+            .map(|n| format!("undecodable {n}"))
+            .collect::<Vec<_>>(),
+        "newest first, each once"
+    );
+    assert!(seen.iter().all(|l| l.consumer == a));
+    assert_eq!(seen[0].body, letter(4).body);
+    assert_eq!(seen[0].headers, letter(4).headers);
+    assert_eq!(seen[0].message_id.as_deref(), Some("raw-4"));
+    assert_eq!(seen[1].message_id, None);
+    assert!(seen[0].received_at <= Timestamp::now_utc());
+    let everyone = i
+        .operator
+        .list_dead_letters(None, None, 100)
+        .await
+        .expect("all");
+    assert_eq!(everyone.items.len(), 6);
+    assert_eq!(everyone.items[0].consumer, b);
+
+    let target = seen[2].clone();
+    assert_eq!(
+        i.operator
+            .get_dead_letter(target.id)
+            .await
+            .expect("get")
+            .as_ref(),
+        Some(&target)
+    );
+    i.operator
+        .delete_dead_letter(target.id)
+        .await
+        .expect("delete");
+    assert!(
+        i.operator
+            .get_dead_letter(target.id)
+            .await
+            .expect("gone")
+            .is_none()
+    );
+    assert!(matches!(
+        i.operator.delete_dead_letter(target.id).await,
+        Err(PortError::NotFound { .. })
+    ));
+    assert_eq!(i.store.stats(&a).await.expect("stats").dead_letters, 4);
+    assert!(
+        i.operator
+            .get_dead_letter(u64::MAX)
+            .await
+            .expect("unknown")
+            .is_none()
+    );
+}
+
+/// Deliveries marked consumed are counted in their minute, over all consumers.
+pub async fn consumed_per_minute_counts_consumed_deliveries(i: InboxUnderTest) {
+    let total = |i: InboxUnderTest| async move {
+        i.operator
+            .consumed_per_minute(Duration::from_secs(3600))
+            .await
+            .expect("per minute")
+            .iter()
+            .map(|m| m.count)
+            .sum::<u64>()
+    };
+    let before = total(i.clone()).await;
+    put(&i, &unique_key("a"), &msgs(2), Status::Consumed).await;
+    put(&i, &unique_key("b"), &msgs(1), Status::Consumed).await;
+    put(&i, &unique_key("b"), &msgs(2), Status::Dead).await;
+    assert_eq!(total(i.clone()).await - before, 3);
+}

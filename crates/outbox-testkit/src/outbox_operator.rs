@@ -1,0 +1,531 @@
+//! The [`OutboxOperator`] contract: keyset pages, the filter, bulk actions with
+//! their cap and status guards, per-minute counts.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use outbox_core::{Decision, Message, MessageId, Status, Timestamp};
+use outbox_ports::{
+    Lease, MAX_PAGE_LIMIT, MessageFilter, OutboxOperator, OutboxStore, PREVIEW_BYTES, PageCursor,
+    PortError, PublishFailure,
+};
+
+use crate::{LONG_TTL, message, unique_key};
+
+/// One outbox seen through both ports: the relay's (to put rows in a status) and
+/// the operator's (under test).
+#[derive(Clone)]
+pub struct OutboxUnderTest {
+    /// The relay's port.
+    pub store: Arc<dyn OutboxStore>,
+    /// The operator's port of the same outbox.
+    pub operator: Arc<dyn OutboxOperator>,
+}
+
+fn lease() -> Lease {
+    Lease::new(unique_key("op"), LONG_TTL)
+}
+
+/// Messages to an exchange of this case's own (so filters by it see only them).
+fn batch(exchange: &str, n: usize) -> Vec<Message> {
+    (0..n).map(|_| message(exchange, "op.key")).collect()
+}
+
+fn by_exchange(exchange: &str) -> MessageFilter {
+    MessageFilter {
+        exchange: Some(exchange.to_owned()),
+        ..MessageFilter::default()
+    }
+}
+
+/// Enqueues `messages` and brings them to `status` (`Pending`, `Sent`,
+/// `PublishFailed`, `Dead`) through the relay's own path; other pending rows the
+/// claim takes are given back untouched.
+async fn put(o: &OutboxUnderTest, messages: Vec<Message>, status: Status) -> Vec<MessageId> {
+    let ids: Vec<MessageId> = messages.iter().map(|m| m.id).collect();
+    o.store.enqueue(messages).await.expect("enqueue");
+    if status == Status::Pending {
+        return ids;
+    }
+    let l = lease();
+    let claimed = o.store.claim_pending(&l, 100_000).await.expect("claim");
+    let others: Vec<MessageId> = claimed
+        .iter()
+        .map(|c| c.message.id)
+        .filter(|id| !ids.contains(id))
+        .collect();
+    o.store.release(&l, &others).await.expect("release");
+    let marked = match status {
+        Status::Sent => o.store.mark_sent(&l, &ids).await.expect("sent"),
+        Status::PublishFailed | Status::Dead => {
+            let decision = if status == Status::Dead {
+                Decision::Dead
+            } else {
+                Decision::RetryAfter(Duration::from_secs(3600))
+            };
+            let failures: Vec<PublishFailure> = ids
+                .iter()
+                .map(|id| PublishFailure {
+                    id: *id,
+                    error: "broker said no".into(),
+                    decision,
+                })
+                .collect();
+            o.store
+                .mark_publish_failed(&l, &failures)
+                .await
+                .expect("failed")
+        }
+        other => panic!("put: {other} is not an outbox status"),
+    };
+    assert_eq!(marked, ids.len() as u64, "every row brought to {status}");
+    ids
+}
+
+async fn status_of(o: &OutboxUnderTest, id: MessageId) -> Option<Status> {
+    o.store.get(id).await.expect("get").map(|r| r.status)
+}
+
+/// Every page of `filter` with `limit`, walking the cursors.
+async fn all_pages(
+    o: &OutboxUnderTest,
+    filter: &MessageFilter,
+    limit: u32,
+) -> (Vec<MessageId>, usize) {
+    let mut ids = Vec::new();
+    let mut pages = 0;
+    let mut after: Option<PageCursor> = None;
+    loop {
+        let page = o
+            .operator
+            .list_messages(filter, after, limit)
+            .await
+            .expect("list");
+        pages += 1;
+        assert!(page.items.len() <= limit as usize);
+        ids.extend(page.items.iter().map(|s| s.id));
+        match page.next {
+            Some(next) => {
+                assert_eq!(
+                    page.items.len(),
+                    limit as usize,
+                    "only a full page has a next"
+                );
+                after = Some(next);
+            }
+            None => return (ids, pages),
+        }
+        assert!(pages < 1_000, "the pages never end");
+    }
+}
+
+/// Pages walk everything once, newest first, no duplicate and no gap, and the last
+/// page says so; a row added meanwhile does not shift the later pages.
+pub async fn pages_are_keyset_newest_first(o: OutboxUnderTest) {
+    let ex = unique_key("pages");
+    let ids = put(&o, batch(&ex, 25), Status::Pending).await;
+    let newest_first: Vec<MessageId> = ids.iter().rev().copied().collect();
+    let (seen, pages) = all_pages(&o, &by_exchange(&ex), 10).await;
+    assert_eq!(seen, newest_first);
+    assert_eq!(pages, 3);
+    let (seen, pages) = all_pages(&o, &by_exchange(&ex), 5).await;
+    assert_eq!(seen.len(), 25);
+    assert_eq!(
+        pages, 5,
+        "a last page that is full still ends with next = None"
+    );
+    // Continuing from a cursor after a newer row arrived: nothing repeated or lost.
+    let first = o
+        .operator
+        .list_messages(&by_exchange(&ex), None, 10)
+        .await
+        .expect("first");
+    put(&o, batch(&ex, 3), Status::Pending).await;
+    let second = o
+        .operator
+        .list_messages(&by_exchange(&ex), first.next, 10)
+        .await
+        .expect("second");
+    assert_eq!(
+        second.items.iter().map(|s| s.id).collect::<Vec<_>>(),
+        newest_first[10..20]
+    );
+    let unique: HashSet<MessageId> = seen.into_iter().collect();
+    assert_eq!(unique.len(), 25);
+}
+
+/// `limit` is clamped to 1..=1,000; list items carry a preview, never the payload.
+pub async fn limit_is_bounded_and_items_carry_a_preview(o: OutboxUnderTest) {
+    let ex = unique_key("limit");
+    put(&o, batch(&ex, MAX_PAGE_LIMIT as usize + 1), Status::Pending).await;
+    let f = by_exchange(&ex);
+    let huge = o
+        .operator
+        .list_messages(&f, None, u32::MAX)
+        .await
+        .expect("huge");
+    assert_eq!(huge.items.len(), MAX_PAGE_LIMIT as usize);
+    assert!(huge.next.is_some());
+    let zero = o.operator.list_messages(&f, None, 0).await.expect("zero");
+    assert_eq!(zero.items.len(), 1);
+
+    let mut big = message(&ex, "big");
+    big.payload = vec![b'x'; 1000];
+    put(&o, vec![big.clone()], Status::Pending).await;
+    let page = o
+        .operator
+        .list_messages(
+            &MessageFilter {
+                q: Some(big.id.to_string()),
+                ..MessageFilter::default()
+            },
+            None,
+            10,
+        )
+        .await
+        .expect("list");
+    assert_eq!(page.items.len(), 1);
+    assert_eq!(page.items[0].payload_size, 1000);
+    assert_eq!(page.items[0].payload_preview, vec![b'x'; PREVIEW_BYTES]);
+    assert_eq!(page.items[0].message_type.as_deref(), Some("test.message"));
+}
+
+/// Each filter field narrows to exactly the rows it names.
+pub async fn each_filter_field_narrows(o: OutboxUnderTest) {
+    let ex = unique_key("filter");
+    let other_ex = unique_key("filter-other");
+    // Whole seconds: a store may keep microseconds only.
+    let base = Timestamp::from_unix_timestamp(Timestamp::now_utc().unix_timestamp() - 7200)
+        .expect("a valid time");
+    let mut plain = batch(&ex, 3);
+    for (i, m) in plain.iter_mut().enumerate() {
+        m.created_at = base + time::Duration::minutes(10 * i as i64);
+    }
+    let mut keyed = message(&ex, "other.key");
+    keyed.message_type = Some("other.type".into());
+    keyed.created_at = base + time::Duration::minutes(60);
+    let plain_ids = put(&o, plain, Status::Pending).await;
+    let keyed_id = put(&o, vec![keyed], Status::Pending).await[0];
+    let dead = put(&o, batch(&ex, 2), Status::Dead).await;
+    let sent = put(&o, batch(&ex, 1), Status::Sent).await;
+    put(&o, batch(&other_ex, 2), Status::Dead).await;
+
+    let ids = |f: MessageFilter| {
+        let o = o.clone();
+        async move {
+            let set: HashSet<MessageId> = all_pages(&o, &f, 100).await.0.into_iter().collect();
+            set
+        }
+    };
+    let within = |f: MessageFilter| MessageFilter {
+        exchange: Some(ex.clone()),
+        ..f
+    };
+    assert_eq!(ids(by_exchange(&ex)).await.len(), 7);
+    assert_eq!(
+        ids(within(MessageFilter {
+            status: Some(Status::Dead),
+            ..MessageFilter::default()
+        }))
+        .await,
+        dead.iter().copied().collect()
+    );
+    assert_eq!(
+        ids(within(MessageFilter {
+            status: Some(Status::Sent),
+            ..MessageFilter::default()
+        }))
+        .await,
+        sent.iter().copied().collect()
+    );
+    assert_eq!(
+        ids(within(MessageFilter {
+            routing_key: Some("other.key".into()),
+            ..MessageFilter::default()
+        }))
+        .await,
+        HashSet::from([keyed_id])
+    );
+    assert_eq!(
+        ids(within(MessageFilter {
+            message_type: Some("other.type".into()),
+            ..MessageFilter::default()
+        }))
+        .await,
+        HashSet::from([keyed_id])
+    );
+    // created_after is inclusive, created_before exclusive.
+    assert_eq!(
+        ids(within(MessageFilter {
+            created_after: Some(base + time::Duration::minutes(10)),
+            created_before: Some(base + time::Duration::minutes(60)),
+            ..MessageFilter::default()
+        }))
+        .await,
+        HashSet::from([plain_ids[1], plain_ids[2]])
+    );
+    // Everything in this case's exchanges has a status: a status-only filter sees
+    // the other exchange's dead rows too.
+    let all_dead = ids(MessageFilter {
+        status: Some(Status::Dead),
+        ..MessageFilter::default()
+    })
+    .await;
+    assert!(all_dead.len() >= 4);
+    assert!(dead.iter().all(|id| all_dead.contains(id)));
+    assert!(
+        ids(within(MessageFilter {
+            status: Some(Status::Consumed),
+            ..MessageFilter::default()
+        }))
+        .await
+        .is_empty(),
+        "an inbox status matches no outbox row"
+    );
+}
+
+/// `q` is a message id or a correlation id, exactly; anything else matches nothing
+/// and is no error.
+pub async fn q_finds_by_id_and_by_correlation_id(o: OutboxUnderTest) {
+    let ex = unique_key("q");
+    let corr = unique_key("corr");
+    let mut with_corr = batch(&ex, 2);
+    for m in &mut with_corr {
+        m.correlation_id = Some(corr.clone());
+    }
+    let corr_ids = put(&o, with_corr, Status::Pending).await;
+    let lone = put(&o, batch(&ex, 1), Status::Dead).await[0];
+    let q = |q: &str| MessageFilter {
+        q: Some(q.to_owned()),
+        ..MessageFilter::default()
+    };
+    let found = |f: MessageFilter| {
+        let o = o.clone();
+        async move { all_pages(&o, &f, 50).await.0 }
+    };
+    assert_eq!(found(q(&lone.to_string())).await, vec![lone]);
+    assert_eq!(
+        found(q(&corr)).await,
+        corr_ids.iter().rev().copied().collect::<Vec<_>>()
+    );
+    assert!(
+        found(q(&corr[..corr.len() - 1])).await.is_empty(),
+        "exact only"
+    );
+    assert!(found(q("not a uuid ' OR 1=1 --")).await.is_empty());
+    assert!(
+        found(MessageFilter {
+            status: Some(Status::Pending),
+            ..q(&lone.to_string())
+        })
+        .await
+        .is_empty(),
+        "q narrows with the other fields"
+    );
+    let got = o
+        .operator
+        .get_message(lone)
+        .await
+        .expect("get")
+        .expect("found");
+    assert_eq!(got.status, Status::Dead);
+}
+
+/// Bulk requeue: at most `max` matched, newest first; only dead and failed rows
+/// change, each once; a second run changes nothing more.
+pub async fn bulk_requeue_honours_max_and_status(o: OutboxUnderTest) {
+    let ex = unique_key("requeue");
+    let f = by_exchange(&ex);
+    let old_dead = put(&o, batch(&ex, 3), Status::Dead).await;
+    let failed = put(&o, batch(&ex, 1), Status::PublishFailed).await;
+    let sent = put(&o, batch(&ex, 1), Status::Sent).await;
+    let pending = put(&o, batch(&ex, 2), Status::Pending).await;
+    // Newest first: 2 pending, sent, failed, dead[2] | dead[1], dead[0].
+    assert_eq!(o.operator.count_messages(&f, 100).await.expect("count"), 7);
+    assert_eq!(o.operator.count_messages(&f, 4).await.expect("count"), 4);
+    let r = o.operator.requeue_matching(&f, 5).await.expect("requeue");
+    assert_eq!((r.matched, r.changed), (5, 2));
+    assert_eq!(status_of(&o, failed[0]).await, Some(Status::Pending));
+    assert_eq!(status_of(&o, old_dead[2]).await, Some(Status::Pending));
+    assert_eq!(
+        status_of(&o, old_dead[1]).await,
+        Some(Status::Dead),
+        "beyond max"
+    );
+    assert_eq!(status_of(&o, sent[0]).await, Some(Status::Sent));
+    let rec = o.store.get(old_dead[2]).await.expect("get").expect("row");
+    assert_eq!(rec.publish.attempts, 0, "a fresh retry budget");
+
+    let dead_only = MessageFilter {
+        status: Some(Status::Dead),
+        ..f.clone()
+    };
+    let r = o
+        .operator
+        .requeue_matching(&dead_only, 100)
+        .await
+        .expect("requeue");
+    assert_eq!((r.matched, r.changed), (2, 2));
+    let r = o
+        .operator
+        .requeue_matching(&dead_only, 100)
+        .await
+        .expect("again");
+    assert_eq!((r.matched, r.changed), (0, 0), "nothing changes twice");
+    // The requeued rows are claimable exactly once each.
+    let l = lease();
+    let claimed: HashSet<MessageId> = o
+        .store
+        .claim_pending(&l, 100_000)
+        .await
+        .expect("claim")
+        .into_iter()
+        .map(|c| c.message.id)
+        .collect();
+    for id in old_dead.iter().chain(&failed).chain(&pending) {
+        assert!(claimed.contains(id), "{id} claimable after requeue");
+    }
+    assert!(!claimed.contains(&sent[0]));
+    let r = o.operator.requeue_matching(&f, 0).await.expect("max 0");
+    assert_eq!((r.matched, r.changed), (0, 0));
+}
+
+/// Bulk delete: dead rows only, unless forced; forced, also pending and failed
+/// ones, but never one under a live lease and never a sent one.
+pub async fn bulk_delete_honours_force_and_leases(o: OutboxUnderTest) {
+    let ex = unique_key("delete");
+    let f = by_exchange(&ex);
+    let sent = put(&o, batch(&ex, 1), Status::Sent).await;
+    let dead = put(&o, batch(&ex, 2), Status::Dead).await;
+    let failed = put(&o, batch(&ex, 1), Status::PublishFailed).await;
+    let held = put(&o, batch(&ex, 1), Status::Pending).await;
+    let relay = lease();
+    let claimed = o.store.claim_pending(&relay, 100_000).await.expect("claim");
+    let others: Vec<MessageId> = claimed
+        .iter()
+        .map(|c| c.message.id)
+        .filter(|id| *id != held[0])
+        .collect();
+    o.store.release(&relay, &others).await.expect("release");
+    let pending = put(&o, batch(&ex, 2), Status::Pending).await;
+
+    let r = o
+        .operator
+        .delete_matching(&f, 100, false)
+        .await
+        .expect("delete");
+    assert_eq!((r.matched, r.changed), (7, 2), "only the dead ones");
+    for id in &dead {
+        assert_eq!(status_of(&o, *id).await, None);
+    }
+    assert_eq!(status_of(&o, pending[0]).await, Some(Status::Pending));
+
+    let r = o
+        .operator
+        .delete_matching(&f, 1, true)
+        .await
+        .expect("forced, max 1");
+    assert_eq!((r.matched, r.changed), (1, 1));
+    assert_eq!(status_of(&o, pending[1]).await, None, "newest first");
+    assert_eq!(status_of(&o, pending[0]).await, Some(Status::Pending));
+
+    let r = o
+        .operator
+        .delete_matching(&f, 100, true)
+        .await
+        .expect("forced");
+    assert_eq!((r.matched, r.changed), (4, 2));
+    assert_eq!(status_of(&o, pending[0]).await, None);
+    assert_eq!(status_of(&o, failed[0]).await, None);
+    assert_eq!(
+        status_of(&o, held[0]).await,
+        Some(Status::Pending),
+        "a row a relay holds is not deleted, even forced"
+    );
+    assert_eq!(
+        status_of(&o, sent[0]).await,
+        Some(Status::Sent),
+        "retention's job"
+    );
+    // The relay that held it can still mark it.
+    assert_eq!(o.store.mark_sent(&relay, &held).await.expect("mark"), 1);
+}
+
+/// The single actions: the same guards, with errors saying why.
+pub async fn single_actions_are_guarded(o: OutboxUnderTest) {
+    let ex = unique_key("single");
+    let pending = put(&o, batch(&ex, 1), Status::Pending).await[0];
+    let sent = put(&o, batch(&ex, 1), Status::Sent).await[0];
+    let dead = put(&o, batch(&ex, 1), Status::Dead).await[0];
+    assert!(matches!(
+        o.operator.delete_message(pending, false).await,
+        Err(PortError::NotDeletable(_))
+    ));
+    assert!(matches!(
+        o.operator.delete_message(sent, true).await,
+        Err(PortError::NotDeletable(_))
+    ));
+    assert!(matches!(
+        o.operator.requeue_message(pending).await,
+        Err(PortError::IllegalTransition(_))
+    ));
+    let unknown = message(&ex, "k").id;
+    assert!(matches!(
+        o.operator.delete_message(unknown, true).await,
+        Err(PortError::NotFound { .. })
+    ));
+    assert!(
+        o.operator
+            .get_message(unknown)
+            .await
+            .expect("get")
+            .is_none()
+    );
+    o.operator.requeue_message(dead).await.expect("requeue");
+    assert_eq!(status_of(&o, dead).await, Some(Status::Pending));
+    // Held by a relay: refused even forced, and left as it is.
+    let relay = lease();
+    let claimed = o.store.claim_pending(&relay, 100_000).await.expect("claim");
+    assert!(claimed.iter().any(|c| c.message.id == pending));
+    let refused = o.operator.delete_message(pending, true).await;
+    assert!(refused.is_err(), "deleted a row under a live lease");
+    assert_eq!(status_of(&o, pending).await, Some(Status::Pending));
+    let ids: Vec<MessageId> = claimed.iter().map(|c| c.message.id).collect();
+    o.store.release(&relay, &ids).await.expect("release");
+    o.operator
+        .delete_message(pending, true)
+        .await
+        .expect("forced once released");
+    assert_eq!(status_of(&o, pending).await, None);
+}
+
+/// Messages marked sent are counted in the minute they were sent.
+pub async fn published_per_minute_counts_sent_messages(o: OutboxUnderTest) {
+    let before: u64 = o
+        .operator
+        .published_per_minute(Duration::from_secs(3600))
+        .await
+        .expect("before")
+        .iter()
+        .map(|m| m.count)
+        .sum();
+    let ex = unique_key("per-minute");
+    put(&o, batch(&ex, 3), Status::Sent).await;
+    put(&o, batch(&ex, 2), Status::Dead).await;
+    let minutes = o
+        .operator
+        .published_per_minute(Duration::from_secs(3600))
+        .await
+        .expect("after");
+    let after: u64 = minutes.iter().map(|m| m.count).sum();
+    assert_eq!(after - before, 3);
+    let now = Timestamp::now_utc();
+    for w in minutes.windows(2) {
+        assert!(w[0].minute < w[1].minute, "oldest minute first");
+    }
+    for m in &minutes {
+        assert_eq!(m.minute.second(), 0);
+        assert!(m.minute <= now && m.minute > now - time::Duration::minutes(62));
+    }
+}

@@ -3,9 +3,10 @@
 //! `target/bench/summary.json`. Benchmarks are reports, not tests: nothing here
 //! asserts a time.
 //!
-//! `outbox-bench [--quick] [--relay-only | --consume-only] [--out PATH] [--relay-bin PATH]`
+//! `outbox-bench [--quick] [--relay-only | --consume-only | --claim-only] [--out PATH] [--relay-bin PATH]`
 //! (`--relay-only`: raw, relay, relay with two pipelines, raw again;
-//! `--consume-only`: raw consumer, then the inbox worker); URLs from
+//! `--consume-only`: raw consumer, then the inbox worker; `--claim-only`: claim times
+//! and the admin service's reads over a million rows sent through the relay's marks); URLs from
 //! `OUTBOX_TEST_DATABASE_URL` and `OUTBOX_TEST_AMQP_URL`, else the local servers.
 
 #![allow(clippy::print_stdout)] // the table is the program's output
@@ -340,10 +341,70 @@ impl Bench {
         sqlx::query(&format!("ALTER TABLE {t} RESET (autovacuum_enabled)"))
             .execute(&self.pool)
             .await?;
+        let admin = self.admin_times(&schema, rows).await?;
         Ok(ClaimScale {
             small,
             first,
             large,
+            admin,
+        })
+    }
+
+    /// The admin API's service over the table `claim_scale` left (`rows` sent
+    /// through the relay's marks in the last minutes, 1,000 pending): median of 7 of
+    /// the first page of messages (50, no filter), a page far down by cursor (the
+    /// oldest end), the first page of `status = sent`, and `stats` (counts, per-minute
+    /// charts over the last hour: here every sent row is in that hour).
+    async fn admin_times(&self, schema: &PgSchema, rows: i64) -> anyhow::Result<AdminTimes> {
+        use outbox_ports::{MessageFilter, PageCursor};
+        let outbox = Arc::new(PgOutboxStore::new(self.pool.clone(), schema.clone()));
+        let inbox = Arc::new(PgInboxStore::new(self.pool.clone(), schema));
+        let service = outbox_admin::AdminService::new(outbox_admin::AdminPorts {
+            outbox: outbox.clone(),
+            inbox: inbox.clone(),
+            audit: Arc::new(outbox_adapters_postgres::PgAuditLog::new(
+                self.pool.clone(),
+                schema,
+            )),
+            outbox_store: outbox,
+            inbox_store: inbox,
+        });
+        let all = MessageFilter::default();
+        let sent = MessageFilter {
+            status: Some(outbox_core::Status::Sent),
+            ..MessageFilter::default()
+        };
+        let deep = Some(PageCursor(u64::try_from(rows / 100).unwrap_or(1_000)));
+        let mut first = Vec::new();
+        let mut far = Vec::new();
+        let mut by_status = Vec::new();
+        let mut stats = Vec::new();
+        for _ in 0..7 {
+            let t = Instant::now();
+            let page = service.list_messages(&all, None, 50).await?;
+            first.push(t.elapsed().as_secs_f64() * 1000.0);
+            anyhow::ensure!(page.items.len() == 50, "a first page of 50");
+            let t = Instant::now();
+            let page = service.list_messages(&all, deep, 50).await?;
+            far.push(t.elapsed().as_secs_f64() * 1000.0);
+            anyhow::ensure!(page.items.len() == 50, "a deep page of 50");
+            let t = Instant::now();
+            let page = service.list_messages(&sent, None, 50).await?;
+            by_status.push(t.elapsed().as_secs_f64() * 1000.0);
+            anyhow::ensure!(page.items.len() == 50, "a page of sent messages");
+            let t = Instant::now();
+            service.stats().await?;
+            stats.push(t.elapsed().as_secs_f64() * 1000.0);
+        }
+        let median = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        Ok(AdminTimes {
+            list_first: median(first),
+            list_deep: median(far),
+            list_sent: median(by_status),
+            stats: median(stats),
         })
     }
 
@@ -596,6 +657,15 @@ struct ClaimScale {
     small: f64,
     first: f64,
     large: f64,
+    admin: AdminTimes,
+}
+
+/// Medians in ms of the admin service's reads over a million-row table.
+struct AdminTimes {
+    list_first: f64,
+    list_deep: f64,
+    list_sent: f64,
+    stats: f64,
 }
 
 fn time_now() -> outbox_core::Timestamp {
@@ -678,6 +748,13 @@ async fn main() -> anyhow::Result<()> {
         b.consume_side_by_side(sizes.consume).await?;
         return write_summary(&b, quick, &out);
     }
+    if args.iter().any(|a| a == "--claim-only") {
+        record_claim_scale(&mut b, sizes.claim_rows).await?;
+        let _ = sqlx::query("DROP SCHEMA IF EXISTS bench_claim CASCADE")
+            .execute(&b.pool)
+            .await;
+        return write_summary(&b, quick, &out);
+    }
     let raw = b.raw_confirm(usize::try_from(sizes.backlog)?).await?;
     b.record("raw_confirm", raw, "msg/s");
     let relay = b.relay(sizes.backlog, 1).await?;
@@ -699,11 +776,7 @@ async fn main() -> anyhow::Result<()> {
     b.record("latency_p50_ms", l.p50, "ms");
     b.record("latency_p99_ms", l.p99, "ms");
     b.record("latency_max_ms", l.max, "ms");
-    let c = b.claim_scale(sizes.claim_rows).await?;
-    b.record("claim_1k_ms", c.small, "ms");
-    b.record("claim_1m_first_ms", c.first, "ms");
-    b.record("claim_1m_ms", c.large, "ms");
-    b.record("claim_1m/claim_1k", c.large / c.small, "ratio");
+    record_claim_scale(&mut b, sizes.claim_rows).await?;
     b.consume_side_by_side(sizes.consume).await?;
     let rss = b.relay_rss(&relay_bin, sizes.memory_backlog).await?;
     b.record("relay_rss_peak_mib", rss, "MiB");
@@ -726,6 +799,21 @@ async fn main() -> anyhow::Result<()> {
             .await;
     }
     write_summary(&b, quick, &out)
+}
+
+/// Claim times with few and many sent rows, then the admin service's reads on
+/// the same million-row table.
+async fn record_claim_scale(b: &mut Bench, rows: i64) -> anyhow::Result<()> {
+    let c = b.claim_scale(rows).await?;
+    b.record("claim_1k_ms", c.small, "ms");
+    b.record("claim_1m_first_ms", c.first, "ms");
+    b.record("claim_1m_ms", c.large, "ms");
+    b.record("claim_1m/claim_1k", c.large / c.small, "ratio");
+    b.record("admin_list_first_ms", c.admin.list_first, "ms");
+    b.record("admin_list_deep_ms", c.admin.list_deep, "ms");
+    b.record("admin_list_sent_ms", c.admin.list_sent, "ms");
+    b.record("admin_stats_ms", c.admin.stats, "ms");
+    Ok(())
 }
 
 fn write_summary(b: &Bench, quick: bool, out: &str) -> anyhow::Result<()> {

@@ -6,14 +6,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use outbox_adapters_postgres::{PgConnection, PgInboxStore, PgLock, PgSchema, PgSweepState};
+use outbox_adapters_postgres::{
+    PgConnection, PgInboxStore, PgLock, PgSchema, PgSweepState, PgThroughputLog,
+};
 use outbox_adapters_rabbitmq::RabbitSubscriber;
 use outbox_app::{
     CancellationToken, ConsumerConfig, HandlerError, LeaseFactory, PgConsumerWorker, PgHandler,
-    PgHandlerRegistry, RetrySweeper,
+    PgHandlerRegistry, RetrySweeper, ThroughputRecorder,
 };
 use outbox_core::{Message, RetryPolicy, SweepConfig};
-use outbox_ports::SystemClock;
+use outbox_ports::{SystemClock, ThroughputKind};
 
 use crate::Shop;
 
@@ -176,12 +178,23 @@ pub async fn run(
     let sweeper = RetrySweeper::new(
         sweep,
         Arc::new(PgLock::new(pool.clone(), &shop.outbox_schema, &instance)),
-        Arc::new(PgSweepState::new(pool, &shop.outbox_schema)),
+        Arc::new(PgSweepState::new(pool.clone(), &shop.outbox_schema)),
         Arc::new(SystemClock),
         Arc::new(worker.retry_task()),
     );
     let counters = worker.counters();
     let sweeping = tokio::spawn(sweeper.run(cancel.clone()));
+    // What this consumer consumed, added to the per-minute totals the admin API's
+    // charts read.
+    let throughput = tokio::spawn(
+        ThroughputRecorder::of_total(
+            Arc::new(PgThroughputLog::new(pool.clone(), &shop.outbox_schema)),
+            ThroughputKind::Consumed,
+            Arc::clone(&counters),
+            |c| &c.consumed,
+        )
+        .run(cancel.clone()),
+    );
     let metrics = std::env::var("BILLING_METRICS_ADDR")
         .ok()
         .and_then(|a| a.parse().ok())
@@ -195,6 +208,7 @@ pub async fn run(
         });
     worker.run(cancel.clone()).await;
     let _ = sweeping.await;
+    let _ = throughput.await;
     if let Some(m) = metrics {
         let _ = m.await;
     }

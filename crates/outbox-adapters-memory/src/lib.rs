@@ -18,6 +18,7 @@ mod lock;
 mod outbox;
 mod outbox_operator;
 mod state;
+mod throughput;
 
 pub use audit::MemoryAuditLog;
 pub use broker::{ExchangeKind, MemoryBroker};
@@ -27,6 +28,7 @@ pub use inbox::MemoryInboxStore;
 pub use lock::MemoryLock;
 pub use outbox::MemoryOutboxStore;
 pub use state::MemorySweepState;
+pub use throughput::MemoryThroughputLog;
 
 /// Locks a std mutex, recovering the data if a panicking thread poisoned it: every
 /// critical section here leaves the state consistent before it can panic.

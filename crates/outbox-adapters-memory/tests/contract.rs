@@ -51,3 +51,11 @@ async fn audit() -> Arc<dyn outbox_ports::AuditLog> {
 outbox_testkit::outbox_operator_contract!(crate::outbox_operator);
 outbox_testkit::inbox_operator_contract!(crate::inbox_operator);
 outbox_testkit::audit_log_contract!(crate::audit);
+
+async fn throughput() -> Arc<dyn outbox_ports::ThroughputLog> {
+    Arc::new(outbox_adapters_memory::MemoryThroughputLog::new(Arc::new(
+        SystemClock,
+    )))
+}
+
+outbox_testkit::throughput_log_contract!(crate::throughput);

@@ -28,6 +28,7 @@ mod outbox_operator;
 mod rows;
 mod schema;
 mod state;
+mod throughput;
 mod wakeup;
 
 pub use audit::PgAuditLog;
@@ -38,6 +39,7 @@ pub use outbox::{PgOutbox, PgOutboxStore};
 pub use outbox_core::config::redact_url;
 pub use schema::{MAX_SCHEMA_LEN, PgSchema, migrate};
 pub use state::PgSweepState;
+pub use throughput::PgThroughputLog;
 pub use wakeup::{PgWakeup, Wake};
 
 /// Re-export of the sqlx items callers need to hold transactions for enqueue.

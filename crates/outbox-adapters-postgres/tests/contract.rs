@@ -80,3 +80,15 @@ async fn audit() -> Arc<dyn outbox_ports::AuditLog> {
 outbox_testkit::outbox_operator_contract!(crate::outbox_operator);
 outbox_testkit::inbox_operator_contract!(crate::inbox_operator);
 outbox_testkit::audit_log_contract!(crate::audit);
+
+async fn throughput() -> Arc<dyn outbox_ports::ThroughputLog> {
+    let pool = common::pool()
+        .await
+        .expect("contract tests need PostgreSQL: set OUTBOX_TEST_DATABASE_URL");
+    let schema = common::fresh(&pool).await;
+    Arc::new(outbox_adapters_postgres::PgThroughputLog::new(
+        pool, &schema,
+    ))
+}
+
+outbox_testkit::throughput_log_contract!(crate::throughput);

@@ -406,7 +406,10 @@ pub struct StatsPrecision {
     pub outbox_sent: String,
     /// `store`: as the inbox store counts them.
     pub consumers: String,
-    /// `exact`: counted from the tables per minute, every instance, across restarts.
+    /// `recorded`: the per-minute totals every relay and consumer add every few
+    /// seconds (every instance, across restarts; the last seconds of an instance
+    /// that crashed are missing); `exact`: counted from the tables' rows (costs as
+    /// many rows as went through in the hour).
     pub per_minute: String,
 }
 

@@ -613,3 +613,56 @@ async fn the_openapi_document_lists_exactly_the_routes_served() {
         }
     }
 }
+
+/// With a throughput log the charts come from the totals every instance adds, not
+/// from the rows of the last hour.
+#[tokio::test]
+async fn stats_read_the_charts_from_the_throughput_log_when_given_one() {
+    use std::sync::Arc;
+
+    use outbox_adapters_memory::{
+        MemoryAuditLog, MemoryInboxStore, MemoryOutboxStore, MemoryThroughputLog,
+    };
+    use outbox_admin::{AdminAuth, AdminPorts, AdminService};
+    use outbox_ports::{SystemClock, ThroughputKind, ThroughputLog};
+    use tower::ServiceExt as _;
+
+    let clock = Arc::new(SystemClock);
+    let outbox = Arc::new(MemoryOutboxStore::new(clock.clone()));
+    let inbox = Arc::new(MemoryInboxStore::new(clock.clone()));
+    let log = Arc::new(MemoryThroughputLog::new(clock.clone()));
+    log.add(ThroughputKind::Published, 1_200).await.unwrap();
+    log.add(ThroughputKind::Consumed, 700).await.unwrap();
+    let service = AdminService::new(AdminPorts {
+        outbox: outbox.clone(),
+        inbox: inbox.clone(),
+        audit: Arc::new(MemoryAuditLog::new(clock)),
+        outbox_store: outbox,
+        inbox_store: inbox,
+    })
+    .with_throughput(log);
+    let app = outbox_admin::router(service, AdminAuth::new(tokens()));
+    let request = axum::http::Request::builder()
+        .uri("/stats")
+        .header("authorization", format!("Bearer {READ}"))
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let response = app.oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    let stats: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    let total = |key: &str| {
+        stats[key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["count"].as_u64().unwrap())
+            .sum::<u64>()
+    };
+    // The tables are empty: only the log can have said so.
+    assert_eq!(total("published_per_minute"), 1_200);
+    assert_eq!(total("consumed_per_minute"), 700);
+    assert_eq!(stats["precision"]["per_minute"], "recorded");
+}

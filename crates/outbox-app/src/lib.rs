@@ -46,6 +46,7 @@ pub mod sent_retention;
 pub mod service;
 pub mod supervision;
 pub mod sweeper;
+pub mod throughput;
 #[cfg(feature = "cli")]
 pub mod wiring;
 
@@ -64,6 +65,7 @@ pub use sent_retention::{RetentionConfig, SentRetentionTask};
 pub use service::{RelayBuilder, RelayHandles};
 pub use supervision::ServiceHealth;
 pub use sweeper::{RetrySweeper, SweepTask};
+pub use throughput::ThroughputRecorder;
 pub use tokio_util::sync::CancellationToken;
 
 /// A source of uniform random numbers in `[0, 1)` for retry jitter. A plain function

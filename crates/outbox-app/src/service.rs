@@ -6,13 +6,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_core::{RetryPolicy, SweepConfig, SweepReport};
-use outbox_ports::{Clock, DistributedLock, OutboxStore, Publisher, SweepStateStore, SystemClock};
+use outbox_ports::{
+    Clock, DistributedLock, OutboxStore, Publisher, SweepStateStore, SystemClock, ThroughputKind,
+    ThroughputLog,
+};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::relay::Wakeup;
 use crate::supervision::supervise;
+use crate::throughput::ThroughputRecorder;
 use crate::{
     Dispatcher, DispatcherConfig, LeaseFactory, PublishRetryTask, RelayCounters, RetentionConfig,
     RetrySweeper, SentRetentionTask, ServiceHealth,
@@ -43,6 +47,7 @@ pub struct RelayBuilder {
     sweep: SweepConfig,
     instance: String,
     retention: Option<RetentionConfig>,
+    throughput: Option<Arc<dyn ThroughputLog>>,
 }
 
 /// A running relay.
@@ -62,6 +67,9 @@ pub struct RelayHandles {
     pub health: Arc<ServiceHealth>,
     /// The retention task, when retention is on.
     pub retention: Option<JoinHandle<()>>,
+    /// The task adding what this relay published to the shared per-minute totals,
+    /// when a log was given.
+    pub throughput: Option<JoinHandle<()>>,
 }
 
 impl RelayHandles {
@@ -69,7 +77,8 @@ impl RelayHandles {
     pub async fn join(self) {
         let tasks = [("dispatcher", self.dispatcher), ("sweeper", self.sweeper)]
             .into_iter()
-            .chain(self.retention.map(|t| ("retention", t)));
+            .chain(self.retention.map(|t| ("retention", t)))
+            .chain(self.throughput.map(|t| ("throughput", t)));
         for (name, task) in tasks {
             if let Err(e) = task.await {
                 tracing::error!(task = name, error = %e, "relay task ended abnormally");
@@ -97,6 +106,7 @@ impl RelayBuilder {
             sweep: SweepConfig::default(),
             instance: LeaseFactory::instance_id("relay"),
             retention: None,
+            throughput: None,
         }
     }
 
@@ -140,6 +150,14 @@ impl RelayBuilder {
     #[must_use]
     pub fn retention(mut self, retention: RetentionConfig) -> Self {
         self.retention = retention.enabled.then_some(retention);
+        self
+    }
+
+    /// Adds what this relay publishes to `log`'s per-minute totals (the admin API's
+    /// charts), every few seconds.
+    #[must_use]
+    pub fn throughput(mut self, log: Arc<dyn ThroughputLog>) -> Self {
+        self.throughput = Some(log);
         self
     }
 
@@ -222,6 +240,20 @@ impl RelayBuilder {
                 Arc::clone(&health),
             )
         });
+        let throughput = self.throughput.map(|log| {
+            let recorder = ThroughputRecorder::of_total(
+                log,
+                ThroughputKind::Published,
+                Arc::clone(&counters),
+                |c| &c.published,
+            );
+            supervise(
+                "throughput",
+                recorder.run(cancel.clone()),
+                cancel.clone(),
+                Arc::clone(&health),
+            )
+        });
         RelayHandles {
             dispatcher: tokio::spawn(async move {
                 futures::future::join_all(pipelines).await;
@@ -237,6 +269,7 @@ impl RelayBuilder {
             instance: self.instance,
             health,
             retention,
+            throughput,
         }
     }
 }

@@ -17,6 +17,7 @@ mod lock;
 mod operator;
 mod outbox;
 mod state;
+mod throughput;
 
 pub use broker::{
     Acker, DecodeError, Delivery, DeliveryStream, Envelope, NO_PUBLISH_DEADLINE, PublishOutcome,
@@ -33,6 +34,7 @@ pub use operator::{
 };
 pub use outbox::{ClaimedMessage, Lease, OutboxRecord, OutboxStats, OutboxStore, PublishFailure};
 pub use state::{StateWrite, SweepStateStore};
+pub use throughput::{ThroughputKind, ThroughputLog};
 
 #[cfg(feature = "mocks")]
 pub use {
@@ -43,4 +45,5 @@ pub use {
     operator::{MockAuditLog, MockInboxOperator, MockOutboxOperator},
     outbox::MockOutboxStore,
     state::MockSweepStateStore,
+    throughput::MockThroughputLog,
 };

@@ -28,6 +28,7 @@ pub mod outbox_operator;
 pub mod services;
 pub mod state;
 pub mod through;
+pub mod throughput;
 
 /// A short lease used by the cases; a test that waits for expiry sleeps longer.
 pub const SHORT_TTL: Duration = Duration::from_millis(300);
@@ -218,4 +219,17 @@ macro_rules! audit_log_contract {
 #[must_use]
 pub fn unique_key(prefix: &str) -> String {
     format!("{prefix}.{}", message("k", "k").id)
+}
+
+/// The [`outbox_ports::ThroughputLog`] contract: `throughput_log_contract!(make)`,
+/// where `make` is an async function returning a fresh `Arc<dyn ThroughputLog>`.
+#[macro_export]
+macro_rules! throughput_log_contract {
+    ($make:path) => {
+        $crate::__contract_cases!(
+            throughput,
+            $make,
+            [adds_sum_up_per_minute_and_kind, an_empty_log_has_no_minutes,]
+        );
+    };
 }

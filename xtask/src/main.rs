@@ -13,8 +13,13 @@
 //!   suite `outbox-chaos`, which stops and starts the local services, prints a table
 //!   and writes `target/chaos/summary.json` (see RELIABILITY.md). `ci` runs the quick
 //!   subset after the tests.
+//! - `api-fuzz`: Schemathesis (from PyPI; `.ci/run` installs it) against the admin
+//!   API of a live `outbox run`: no 5xx for any generated input, every response as
+//!   documented. `ci` runs it last.
 //!
 //! Only the standard library is used, so that xtask builds fast and never breaks.
+
+mod api_fuzz;
 
 use std::process::{Command, ExitCode};
 
@@ -84,9 +89,10 @@ fn main() -> ExitCode {
         Some("it") => it(),
         Some("bench") => bench(args.iter().any(|a| a == "--quick")),
         Some("chaos") => chaos(&args[1..]),
+        Some("api-fuzz") => api_fuzz::api_fuzz(),
         _ => {
             eprintln!(
-                "usage: cargo xtask <ci|guard|it|bench [--quick]|chaos [--quick] [--only NAME,...]>\n\n  ci     fmt check, clippy -D warnings, dependency guard, all tests, quick chaos\n  guard  dependency guard only\n  it     tests against the real PostgreSQL, RabbitMQ and Redis only\n  bench  the relay side by side with the raw limits (target/bench/summary.json)\n  chaos  the fault suite against the local services (target/chaos/summary.json)"
+                "usage: cargo xtask <ci|guard|it|bench [--quick]|chaos [--quick] [--only NAME,...]|api-fuzz>\n\n  ci     fmt check, clippy -D warnings, dependency guard, all tests, quick chaos, api-fuzz\n  guard  dependency guard only\n  it     tests against the real PostgreSQL, RabbitMQ and Redis only\n  bench  the relay side by side with the raw limits (target/bench/summary.json)\n  chaos  the fault suite against the local services (target/chaos/summary.json)\n  api-fuzz  Schemathesis against the admin API of a live `outbox run`"
             );
             return ExitCode::from(2);
         }
@@ -100,11 +106,11 @@ fn main() -> ExitCode {
     }
 }
 
-fn cargo() -> Command {
+pub(crate) fn cargo() -> Command {
     Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned()))
 }
 
-fn run(step: &str, cmd: &mut Command) -> Result<(), String> {
+pub(crate) fn run(step: &str, cmd: &mut Command) -> Result<(), String> {
     eprintln!("xtask: {step}: {cmd:?}");
     let status = cmd
         .status()
@@ -167,6 +173,7 @@ fn ci() -> Result<(), String> {
     )?;
     run("doc tests", cargo().args(["test", "--workspace", "--doc"]))?;
     chaos(&["--quick".to_owned()])?;
+    api_fuzz::api_fuzz()?;
     eprintln!("xtask: ci passed");
     Ok(())
 }
@@ -231,7 +238,7 @@ fn it() -> Result<(), String> {
 }
 
 /// The `OUTBOX_TEST_*` URLs, defaulting to the local servers.
-fn set_service_defaults(cmd: &mut Command) {
+pub(crate) fn set_service_defaults(cmd: &mut Command) {
     for (var, default) in [
         (
             "OUTBOX_TEST_DATABASE_URL",

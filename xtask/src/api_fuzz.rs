@@ -1,0 +1,165 @@
+//! `cargo xtask api-fuzz`: Schemathesis against the live admin API of a real
+//! `outbox run` (PostgreSQL store in a schema of its own, RabbitMQ publisher), with
+//! a write token: no generated input may get a 5xx, and every response must match
+//! the OpenAPI document the API serves. `ci` runs it after the fault suite.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::{run, set_service_defaults};
+
+/// The token the run uses (a throwaway: the relay lives for this run only).
+const TOKEN: &str = "api-fuzz-write-token-0123456789";
+
+/// Stops the relay and removes its schema when the run ends, also on failure.
+struct Relay {
+    child: Child,
+    schema: String,
+    database_url: String,
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        // SIGTERM first (a clean stop), then make sure.
+        let _ = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = Command::new("psql")
+            .args([
+                &self.database_url,
+                "-q",
+                "-c",
+                &format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema),
+            ])
+            .stdout(Stdio::null())
+            .status();
+    }
+}
+
+fn env_or(var: &str, default: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| default.to_owned())
+}
+
+fn free_port() -> Result<u16, String> {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| format!("api-fuzz: no free port: {e}"))
+}
+
+/// Runs Schemathesis against a relay started from the debug build of `outbox`.
+pub(crate) fn api_fuzz() -> Result<(), String> {
+    run(
+        "build",
+        crate::cargo().args(["build", "-p", "outbox-app", "--bin", "outbox"]),
+    )?;
+    let found = Command::new("schemathesis").arg("--version").output();
+    if !found.is_ok_and(|o| o.status.success()) {
+        return Err(
+            "api-fuzz needs Schemathesis: `python3 -m pip install schemathesis` (.ci/run installs it)"
+                .to_owned(),
+        );
+    }
+    let target = env_or("CARGO_TARGET_DIR", "target");
+    let dir = format!("{target}/api-fuzz");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("api-fuzz: {dir}: {e}"))?;
+    let database_url = env_or(
+        "OUTBOX_TEST_DATABASE_URL",
+        "postgres://postgres@127.0.0.1:5432/test",
+    );
+    let amqp_url = env_or(
+        "OUTBOX_TEST_AMQP_URL",
+        "amqp://guest:guest@127.0.0.1:5672/%2f",
+    );
+    let schema = format!("api_fuzz_{}", std::process::id());
+    let port = free_port()?;
+    let config = format!(
+        r#"[adapters]
+store = "postgres"
+publisher = "rabbitmq"
+lock = "postgres"
+sweep_state = "postgres"
+[postgres]
+url = "{database_url}"
+schema = "{schema}"
+migrate_on_start = true
+[rabbitmq]
+url = "{amqp_url}"
+[http]
+address = "127.0.0.1:{port}"
+[[admin.tokens]]
+name = "api-fuzz"
+secret = "{TOKEN}"
+role = "write"
+"#
+    );
+    let config_path = format!("{dir}/outbox.toml");
+    std::fs::write(&config_path, config).map_err(|e| format!("api-fuzz: {e}"))?;
+    let log =
+        std::fs::File::create(format!("{dir}/relay.log")).map_err(|e| format!("api-fuzz: {e}"))?;
+    let mut cmd = Command::new(format!("{target}/debug/outbox"));
+    cmd.args(["run", "--config", &config_path])
+        .stdout(Stdio::null())
+        .stderr(log);
+    set_service_defaults(&mut cmd);
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("api-fuzz: cannot start outbox run: {e}"))?;
+    let relay = Relay {
+        child,
+        schema,
+        database_url,
+    };
+    let base = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let up = Command::new("curl")
+            .args(["-sf", "-o", "/dev/null", &format!("{base}/healthz")])
+            .status()
+            .is_ok_and(|s| s.success());
+        if up {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "api-fuzz: outbox run did not answer on {base} within 60 s (see {dir}/relay.log)"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let result = run(
+        "schemathesis",
+        Command::new("schemathesis").args([
+            "run",
+            &format!("{base}/api/v1/openapi.json"),
+            "--url",
+            &format!("{base}/api/v1"),
+            "--header",
+            &format!("Authorization: Bearer {TOKEN}"),
+            "--checks",
+            "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance",
+            "--max-examples",
+            "40",
+            "--workers",
+            "1",
+            "--seed",
+            "1",
+            "--report",
+            "junit",
+            "--report-dir",
+            &dir,
+        ]),
+    );
+    drop(relay);
+    result
+}

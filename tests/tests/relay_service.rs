@@ -635,3 +635,163 @@ async fn retention_deletes_old_sent_rows_only_and_counts_them() {
     assert!(relay.terminate().await.success());
     w.cleanup().await;
 }
+
+const READ_SECRET: &str = "e2e-read-secret-0123456789";
+const WRITE_SECRET: &str = "e2e-write-secret-0123456789";
+
+/// `method path` on the relay's HTTP address with `secret` as bearer token: the
+/// status and the body as JSON (null when it is not JSON).
+async fn api(
+    port: u16,
+    method: &str,
+    path: &str,
+    secret: Option<&str>,
+) -> (u16, serde_json::Value) {
+    let mut c = Command::new("curl");
+    c.args(["-s", "-o", "-", "-w", "\n%{http_code}", "-X", method]);
+    if let Some(s) = secret {
+        c.args(["-H", &format!("Authorization: Bearer {s}")]);
+    }
+    let out = c
+        .arg(format!("http://127.0.0.1:{port}{path}"))
+        .output()
+        .await
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').expect("status line");
+    let code = code.trim().parse().unwrap_or(0);
+    (code, serde_json::from_str(body).unwrap_or_default())
+}
+
+/// Inserts one dead message as a relay leaves it, returning its id.
+async fn insert_dead(w: &World, routing_key: &str) -> String {
+    sqlx::query_scalar::<_, uuid::Uuid>(&format!(
+        "INSERT INTO {}.outbox_messages (exchange, routing_key, message_type, payload, status, attempts, last_error) \
+         VALUES ($1, $2, 'order.created', convert_to('{{\"n\":1}}', 'UTF8'), 'dead', 5, 'exchange not found') RETURNING id",
+        w.schema.quoted()
+    ))
+    .bind(&w.exchange)
+    .bind(routing_key)
+    .fetch_one(&w.pool)
+    .await
+    .expect("dead row")
+    .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outbox_run_serves_the_admin_api_closed_until_tokens_are_configured() {
+    let Some(w) = World::new("adminapi").await else {
+        return;
+    };
+    let dead = insert_dead(&w, "order.created").await;
+    // Without tokens: closed, even on loopback, naming the setting.
+    let port = free_port();
+    let cfg = w.config(
+        "closed",
+        &format!("[http]\naddress = \"127.0.0.1:{port}\"\n"),
+    );
+    let relay = w.relay(&cfg);
+    w.wait_until("HTTP up", 20, async || {
+        api(port, "GET", "/healthz", None).await.0 == 200
+    })
+    .await;
+    for secret in [None, Some(WRITE_SECRET)] {
+        let (status, body) = api(port, "GET", "/api/v1/messages?status=dead", secret).await;
+        assert_eq!(status, 403, "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("[[admin.tokens]]")),
+            "{body}"
+        );
+    }
+    assert!(relay.terminate().await.success());
+
+    // With a read and a write token (and an http.token for /metrics, which must
+    // not apply to /api/v1).
+    let port = free_port();
+    let cfg = w.config(
+        "open",
+        &format!(
+            "[http]\naddress = \"127.0.0.1:{port}\"\ntoken = \"metrics-token-0123456789\"\n\
+             [admin]\nredact_headers = [\"authorization\"]\n\
+             [[admin.tokens]]\nname = \"dashboard\"\nsecret = \"{READ_SECRET}\"\nrole = \"read\"\n\
+             [[admin.tokens]]\nname = \"ops-alice\"\nsecret = \"{WRITE_SECRET}\"\nrole = \"write\"\n"
+        ),
+    );
+    std::fs::write(
+        &cfg,
+        std::fs::read_to_string(&cfg).expect("read").replace(
+            "[sweep]\n",
+            "[sweep]\ninterval = \"1s\"\nlock_wait = \"200ms\"\n",
+        ),
+    )
+    .expect("write");
+    let relay = w.relay(&cfg);
+    w.wait_until("HTTP up", 20, async || {
+        api(port, "GET", "/healthz", None).await.0 == 200
+    })
+    .await;
+    assert_eq!(
+        api(port, "GET", "/metrics", Some(READ_SECRET)).await.0,
+        401,
+        "an admin token is not the metrics token"
+    );
+    let (status, page) = api(
+        port,
+        "GET",
+        "/api/v1/messages?status=dead",
+        Some(READ_SECRET),
+    )
+    .await;
+    assert_eq!(status, 200, "{page}");
+    let items = page["items"].as_array().expect("items");
+    assert_eq!(items.len(), 1, "{page}");
+    assert_eq!(items[0]["id"], dead.as_str());
+    assert_eq!(items[0]["status"], "dead");
+    assert_eq!(items[0]["last_error"], "exchange not found");
+    let unknown = api(
+        port,
+        "GET",
+        "/api/v1/messages?status=dead",
+        Some("wrong-secret-0123456789"),
+    )
+    .await;
+    assert_eq!(unknown.0, 401, "{}", unknown.1);
+
+    let requeue = format!("/api/v1/messages/{dead}/requeue");
+    let (status, body) = api(port, "POST", &requeue, Some(READ_SECRET)).await;
+    assert_eq!(status, 403, "a read token cannot write: {body}");
+    assert_eq!(w.count("dead").await, 1, "nothing changed");
+    let (status, body) = api(port, "POST", &requeue, Some(WRITE_SECRET)).await;
+    assert!((200..300).contains(&status), "{status} {body}");
+    w.wait_until("the requeued message sent", 20, async || {
+        w.count("sent").await == 1
+    })
+    .await;
+    let (status, body) = api(port, "POST", &requeue, Some(WRITE_SECRET)).await;
+    assert_eq!(status, 409, "a sent message is not requeued twice: {body}");
+
+    let (status, audit) = api(port, "GET", "/api/v1/audit", Some(READ_SECRET)).await;
+    assert_eq!(status, 200, "{audit}");
+    let entries = audit["items"].as_array().expect("items");
+    assert_eq!(entries.len(), 1, "one write, one record: {audit}");
+    assert_eq!(entries[0]["actor"], "ops-alice");
+    assert_eq!(entries[0]["action"], "requeue");
+    assert_eq!(entries[0]["target"], dead.as_str());
+    assert_eq!(entries[0]["count"], 1);
+
+    w.wait_until("a sweep report in /stats", 20, async || {
+        let (_, stats) = api(port, "GET", "/api/v1/stats", Some(READ_SECRET)).await;
+        stats["sweeps"][0]["key"] == format!("e2e.{}.state", w.id)
+            && stats["sweeps"][0]["completed_at"].is_string()
+    })
+    .await;
+    assert!(relay.terminate().await.success());
+    let log = std::fs::read_to_string(cfg.with_extension("log")).expect("log");
+    assert!(log.contains("ops-alice"), "the config is logged: {log}");
+    for secret in [READ_SECRET, WRITE_SECRET, "metrics-token-0123456789"] {
+        assert!(!log.contains(secret), "a secret in the relay's log");
+    }
+    w.cleanup().await;
+}

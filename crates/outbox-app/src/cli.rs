@@ -333,6 +333,18 @@ async fn run_relay(cfg: RelayConfig) -> anyhow::Result<ExitCode> {
     // The recorder first, so counters the tasks bump from their first round on
     // (retention) reach /metrics.
     let _ = http::prometheus();
+    // The admin API shows the relay's last sweep report from the shared state.
+    let admin = cfg.admin.router(cfg.admin.service(
+        wired.admin.clone(),
+        wired.state.clone(),
+        vec![cfg.sweep.state_key.clone()],
+    ));
+    if cfg.http.enabled && cfg.admin.tokens.is_empty() {
+        tracing::info!(
+            "admin API at {} is closed: configure [[admin.tokens]] to open it",
+            crate::admin_api::ADMIN_API_PATH
+        );
+    }
     let mut builder = RelayBuilder::new(
         wired.store.clone(),
         wired.publisher.clone(),
@@ -369,7 +381,7 @@ async fn run_relay(cfg: RelayConfig) -> anyhow::Result<ExitCode> {
         let address = cfg.http.address;
         let c = cancel.clone();
         Some(tokio::spawn(async move {
-            match http::serve(address, state, c.clone()).await {
+            match http::serve_with_admin(address, state, admin, c.clone()).await {
                 Ok(()) => true,
                 Err(e) => {
                     tracing::error!(%address, error = %e, "HTTP endpoints failed; stopping");

@@ -795,3 +795,279 @@ async fn outbox_run_serves_the_admin_api_closed_until_tokens_are_configured() {
     }
     w.cleanup().await;
 }
+
+/// Runs `outbox <args> --config <cfg>` as the operator `e2e-operator`: exit code,
+/// stdout, stderr.
+fn operator(cfg: &PathBuf, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = std::process::Command::new(BIN)
+        .args(args)
+        .arg("--config")
+        .arg(cfg)
+        .env("USER", "e2e-operator")
+        .output()
+        .expect("operator command");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn parse_json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_commands_filter_requeue_delete_and_are_audited() {
+    let Some(w) = World::new("opcli").await else {
+        return;
+    };
+    let cfg = w.config("cli", "[http]\nenabled = false\n");
+    let mut dead_a = Vec::new();
+    for _ in 0..3 {
+        dead_a.push(insert_dead(&w, "k.a").await);
+    }
+    for _ in 0..2 {
+        insert_dead(&w, "k.b").await;
+    }
+    let pending: Vec<String> = sqlx::query_scalar::<_, uuid::Uuid>(&format!(
+        "INSERT INTO {}.outbox_messages (exchange, routing_key, payload) \
+         SELECT $1, 'k.a', '\\x00'::bytea FROM generate_series(1, 2) RETURNING id",
+        w.schema.quoted()
+    ))
+    .bind(&w.exchange)
+    .fetch_all(&w.pool)
+    .await
+    .expect("pending rows")
+    .into_iter()
+    .map(|id| id.to_string())
+    .collect();
+
+    // Lists: filters, JSON, pages.
+    let (code, stdout, stderr) = operator(
+        &cfg,
+        &[
+            "messages",
+            "list",
+            "--status",
+            "dead",
+            "--routing-key",
+            "k.a",
+            "--json",
+        ],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    let page = parse_json(&stdout);
+    let mut listed: Vec<String> = page["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|m| {
+            assert_eq!(
+                (m["status"].as_str(), m["routing_key"].as_str()),
+                (Some("dead"), Some("k.a"))
+            );
+            m["id"].as_str().expect("id").to_owned()
+        })
+        .collect();
+    listed.sort();
+    let mut want = dead_a.clone();
+    want.sort();
+    assert_eq!(listed, want);
+    let (code, stdout, _) = operator(&cfg, &["messages", "list", "--status", "dead"]);
+    assert_eq!(code, Some(0));
+    assert_eq!(stdout.lines().count(), 5, "{stdout}");
+    assert!(
+        stdout
+            .lines()
+            .all(|l| l.contains("\tdead\t") && l.contains("exchange not found")),
+        "{stdout}"
+    );
+    let (_, first, _) = operator(&cfg, &["messages", "list", "--limit", "4", "--json"]);
+    let first = parse_json(&first);
+    let cursor = first["next_cursor"].as_str().expect("a next page");
+    let (_, rest, _) = operator(
+        &cfg,
+        &[
+            "messages", "list", "--limit", "4", "--cursor", cursor, "--json",
+        ],
+    );
+    let rest = parse_json(&rest);
+    assert_eq!(
+        rest["items"].as_array().map(Vec::len),
+        Some(3),
+        "7 messages in pages of 4"
+    );
+    assert!(rest["next_cursor"].is_null());
+    let (code, stdout, _) = operator(&cfg, &["messages", "list", "--q", &dead_a[0], "--json"]);
+    assert_eq!(code, Some(0));
+    assert_eq!(parse_json(&stdout)["items"][0]["id"], dead_a[0].as_str());
+    let (code, stdout, _) = operator(&cfg, &["messages", "show", &dead_a[0], "--json"]);
+    assert_eq!(code, Some(0));
+    let shown = parse_json(&stdout);
+    assert_eq!(
+        (shown["id"].as_str(), shown["payload"].as_str()),
+        (Some(dead_a[0].as_str()), Some("{\"n\":1}"))
+    );
+    for (bad, named) in [
+        (vec!["messages", "list", "--status", "consumed"], "consumed"),
+        (
+            vec!["messages", "list", "--created-after", "yesterday"],
+            "created_after",
+        ),
+        (vec!["messages", "list", "--limit", "1001"], "limit"),
+        (vec!["messages", "list", "--cursor", "!!"], "cursor"),
+        (vec!["messages", "show", "not-a-uuid"], "not-a-uuid"),
+        (vec!["messages", "requeue", "--filter", "--max", "0"], "max"),
+        (
+            vec!["messages", "requeue", &dead_a[0], "--status", "dead"],
+            "--filter",
+        ),
+    ] {
+        let (code, _, stderr) = operator(&cfg, &bad);
+        assert_ne!(code, Some(0), "{bad:?}");
+        assert!(stderr.contains(named), "{bad:?}: {stderr}");
+    }
+
+    // Requeue by filter: a dry run counts and changes nothing, then for real.
+    let requeue_a = [
+        "messages",
+        "requeue",
+        "--filter",
+        "--status",
+        "dead",
+        "--routing-key",
+        "k.a",
+    ];
+    let (code, stdout, stderr) = operator(&cfg, &[&requeue_a[..], &["--dry-run"]].concat());
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("3 message(s) match"), "{stdout}");
+    assert_eq!((w.count("dead").await, w.count("pending").await), (5, 2));
+    let (code, stdout, stderr) = operator(&cfg, &[&requeue_a[..], &["--json"]].concat());
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(
+        parse_json(&stdout),
+        serde_json::json!({"matched": 3, "changed": 3})
+    );
+    assert_eq!((w.count("dead").await, w.count("pending").await), (2, 5));
+
+    // Delete is guarded: pending stays without --force.
+    let (code, _, stderr) = operator(&cfg, &["messages", "delete", &pending[0]]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("pending"), "{stderr}");
+    let (code, stdout, stderr) = operator(
+        &cfg,
+        &["messages", "delete", "--filter", "--status", "pending"],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("0 of 5"), "{stdout}");
+    assert!(stderr.contains("--force"), "{stderr}");
+    assert_eq!(w.count("pending").await, 5);
+    let (code, _, stderr) = operator(&cfg, &["messages", "delete", &pending[0], "--force"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(w.count("pending").await, 4);
+    let (code, stdout, _) = operator(
+        &cfg,
+        &[
+            "messages", "delete", "--filter", "--status", "dead", "--json",
+        ],
+    );
+    assert_eq!(code, Some(0));
+    assert_eq!(
+        parse_json(&stdout),
+        serde_json::json!({"matched": 2, "changed": 2})
+    );
+    assert_eq!(w.count("dead").await, 0);
+
+    // Dead letters: a delivery without a message id, kept for consumer billing.
+    let letter: i64 = sqlx::query_scalar(&format!(
+        "INSERT INTO {}.outbox_dead_letters (consumer, routing_key, body, reason) \
+         VALUES ('billing', 'order.created', convert_to('{{\"order\":7}}', 'UTF8'), 'delivery without a message id') RETURNING seq",
+        w.schema.quoted()
+    ))
+    .fetch_one(&w.pool)
+    .await
+    .expect("dead letter");
+    let (code, stdout, stderr) = operator(&cfg, &["dead-letters", "list", "--consumer", "billing"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    assert!(
+        stdout.starts_with(&format!("{letter}\tbilling\t"))
+            && stdout.contains("without a message id"),
+        "{stdout}"
+    );
+    let (_, stdout, _) = operator(
+        &cfg,
+        &["dead-letters", "list", "--consumer", "shipping", "--json"],
+    );
+    assert_eq!(
+        parse_json(&stdout)["items"],
+        serde_json::json!([]),
+        "another consumer's are not shown"
+    );
+    let (code, stdout, _) = operator(
+        &cfg,
+        &["dead-letters", "show", &letter.to_string(), "--json"],
+    );
+    assert_eq!(code, Some(0));
+    assert_eq!(parse_json(&stdout)["body"], "{\"order\":7}");
+    let (code, stdout, stderr) = operator(&cfg, &["dead", "list", "--consumer", "billing"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let marked: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("dead-letter\t"))
+        .collect();
+    assert_eq!(marked.len(), 1, "{stdout}");
+    assert!(marked[0].contains("without a message id"), "{stdout}");
+    let (code, stdout, _) = operator(&cfg, &["consumers", "list", "--json"]);
+    assert_eq!(code, Some(0));
+    let billing = &parse_json(&stdout)["items"][0];
+    assert_eq!(
+        (billing["name"].as_str(), billing["dead_letters"].as_u64()),
+        (Some("billing"), Some(1))
+    );
+    let (code, stdout, _) = operator(&cfg, &["stats", "--json"]);
+    assert_eq!(code, Some(0));
+    let stats = parse_json(&stdout);
+    assert_eq!(
+        (
+            stats["outbox"]["pending"].as_u64(),
+            stats["outbox"]["dead"].as_u64()
+        ),
+        (Some(4), Some(0))
+    );
+    let (code, stdout, _) = operator(&cfg, &["stats"]);
+    assert_eq!(code, Some(0));
+    assert!(stdout.contains("pending=4"), "{stdout}");
+    let (code, _, stderr) = operator(&cfg, &["dead-letters", "delete", &letter.to_string()]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let (code, _, _) = operator(&cfg, &["dead-letters", "delete", &letter.to_string()]);
+    assert_eq!(code, Some(1), "already gone");
+
+    // Every write that ran, audited as the OS user; dry runs and refusals not.
+    let audit: Vec<(String, String, i64)> = sqlx::query_as(&format!(
+        "SELECT actor, action, count FROM {}.outbox_audit ORDER BY seq",
+        w.schema.quoted()
+    ))
+    .fetch_all(&w.pool)
+    .await
+    .expect("audit");
+    let actions: Vec<(&str, i64)> = audit.iter().map(|(_, a, c)| (a.as_str(), *c)).collect();
+    assert_eq!(
+        actions,
+        [
+            ("requeue_matching", 3),
+            ("delete_matching", 0),
+            ("delete_forced", 1),
+            ("delete_matching", 2),
+            ("delete_dead_letter", 1),
+        ]
+    );
+    assert!(
+        audit
+            .iter()
+            .all(|(actor, _, _)| actor == "cli:e2e-operator"),
+        "{audit:?}"
+    );
+    w.cleanup().await;
+}

@@ -30,6 +30,10 @@
 #[cfg(feature = "admin")]
 pub mod admin_api;
 #[cfg(feature = "cli")]
+pub mod admin_cli;
+#[cfg(feature = "cli")]
+mod admin_output;
+#[cfg(feature = "cli")]
 pub mod cli;
 #[cfg(feature = "cli")]
 pub mod config;

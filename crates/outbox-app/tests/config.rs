@@ -354,3 +354,12 @@ fn bad_admin_tokens_are_refused_by_name() {
         assert!(!e.contains("too-short"), "the secret is not shown: {e}");
     }
 }
+
+#[test]
+fn the_example_config_loads_with_the_admin_api_closed() {
+    let example =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../outbox.example.toml");
+    let cfg = RelayConfig::load_with_env(&example, env(&[])).expect("outbox.example.toml loads");
+    assert!(cfg.admin.tokens.is_empty());
+    assert_eq!(cfg.admin.redact_headers, ["authorization"]);
+}

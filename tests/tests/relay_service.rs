@@ -635,3 +635,439 @@ async fn retention_deletes_old_sent_rows_only_and_counts_them() {
     assert!(relay.terminate().await.success());
     w.cleanup().await;
 }
+
+const READ_SECRET: &str = "e2e-read-secret-0123456789";
+const WRITE_SECRET: &str = "e2e-write-secret-0123456789";
+
+/// `method path` on the relay's HTTP address with `secret` as bearer token: the
+/// status and the body as JSON (null when it is not JSON).
+async fn api(
+    port: u16,
+    method: &str,
+    path: &str,
+    secret: Option<&str>,
+) -> (u16, serde_json::Value) {
+    let mut c = Command::new("curl");
+    c.args(["-s", "-o", "-", "-w", "\n%{http_code}", "-X", method]);
+    if let Some(s) = secret {
+        c.args(["-H", &format!("Authorization: Bearer {s}")]);
+    }
+    let out = c
+        .arg(format!("http://127.0.0.1:{port}{path}"))
+        .output()
+        .await
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').expect("status line");
+    let code = code.trim().parse().unwrap_or(0);
+    (code, serde_json::from_str(body).unwrap_or_default())
+}
+
+/// Inserts one dead message as a relay leaves it, returning its id.
+async fn insert_dead(w: &World, routing_key: &str) -> String {
+    sqlx::query_scalar::<_, uuid::Uuid>(&format!(
+        "INSERT INTO {}.outbox_messages (exchange, routing_key, message_type, payload, status, attempts, last_error) \
+         VALUES ($1, $2, 'order.created', convert_to('{{\"n\":1}}', 'UTF8'), 'dead', 5, 'exchange not found') RETURNING id",
+        w.schema.quoted()
+    ))
+    .bind(&w.exchange)
+    .bind(routing_key)
+    .fetch_one(&w.pool)
+    .await
+    .expect("dead row")
+    .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outbox_run_serves_the_admin_api_closed_until_tokens_are_configured() {
+    let Some(w) = World::new("adminapi").await else {
+        return;
+    };
+    let dead = insert_dead(&w, "order.created").await;
+    // Without tokens: closed, even on loopback, naming the setting.
+    let port = free_port();
+    let cfg = w.config(
+        "closed",
+        &format!("[http]\naddress = \"127.0.0.1:{port}\"\n"),
+    );
+    let relay = w.relay(&cfg);
+    w.wait_until("HTTP up", 20, async || {
+        api(port, "GET", "/healthz", None).await.0 == 200
+    })
+    .await;
+    for secret in [None, Some(WRITE_SECRET)] {
+        let (status, body) = api(port, "GET", "/api/v1/messages?status=dead", secret).await;
+        assert_eq!(status, 403, "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("[[admin.tokens]]")),
+            "{body}"
+        );
+    }
+    assert!(relay.terminate().await.success());
+
+    // With a read and a write token (and an http.token for /metrics, which must
+    // not apply to /api/v1).
+    let port = free_port();
+    let cfg = w.config(
+        "open",
+        &format!(
+            "[http]\naddress = \"127.0.0.1:{port}\"\ntoken = \"metrics-token-0123456789\"\n\
+             [admin]\nredact_headers = [\"authorization\"]\n\
+             [[admin.tokens]]\nname = \"dashboard\"\nsecret = \"{READ_SECRET}\"\nrole = \"read\"\n\
+             [[admin.tokens]]\nname = \"ops-alice\"\nsecret = \"{WRITE_SECRET}\"\nrole = \"write\"\n"
+        ),
+    );
+    std::fs::write(
+        &cfg,
+        std::fs::read_to_string(&cfg).expect("read").replace(
+            "[sweep]\n",
+            "[sweep]\ninterval = \"1s\"\nlock_wait = \"200ms\"\n",
+        ),
+    )
+    .expect("write");
+    let relay = w.relay(&cfg);
+    w.wait_until("HTTP up", 20, async || {
+        api(port, "GET", "/healthz", None).await.0 == 200
+    })
+    .await;
+    assert_eq!(
+        api(port, "GET", "/metrics", Some(READ_SECRET)).await.0,
+        401,
+        "an admin token is not the metrics token"
+    );
+    let (status, page) = api(
+        port,
+        "GET",
+        "/api/v1/messages?status=dead",
+        Some(READ_SECRET),
+    )
+    .await;
+    assert_eq!(status, 200, "{page}");
+    let items = page["items"].as_array().expect("items");
+    assert_eq!(items.len(), 1, "{page}");
+    assert_eq!(items[0]["id"], dead.as_str());
+    assert_eq!(items[0]["status"], "dead");
+    assert_eq!(items[0]["last_error"], "exchange not found");
+    let unknown = api(
+        port,
+        "GET",
+        "/api/v1/messages?status=dead",
+        Some("wrong-secret-0123456789"),
+    )
+    .await;
+    assert_eq!(unknown.0, 401, "{}", unknown.1);
+
+    let requeue = format!("/api/v1/messages/{dead}/requeue");
+    let (status, body) = api(port, "POST", &requeue, Some(READ_SECRET)).await;
+    assert_eq!(status, 403, "a read token cannot write: {body}");
+    assert_eq!(w.count("dead").await, 1, "nothing changed");
+    let (status, body) = api(port, "POST", &requeue, Some(WRITE_SECRET)).await;
+    assert!((200..300).contains(&status), "{status} {body}");
+    w.wait_until("the requeued message sent", 20, async || {
+        w.count("sent").await == 1
+    })
+    .await;
+    let (status, body) = api(port, "POST", &requeue, Some(WRITE_SECRET)).await;
+    assert_eq!(status, 409, "a sent message is not requeued twice: {body}");
+
+    let (status, audit) = api(port, "GET", "/api/v1/audit", Some(READ_SECRET)).await;
+    assert_eq!(status, 200, "{audit}");
+    let entries = audit["items"].as_array().expect("items");
+    assert_eq!(entries.len(), 1, "one write, one record: {audit}");
+    assert_eq!(entries[0]["actor"], "ops-alice");
+    assert_eq!(entries[0]["action"], "requeue");
+    assert_eq!(entries[0]["target"], dead.as_str());
+    assert_eq!(entries[0]["count"], 1);
+
+    w.wait_until("a sweep report in /stats", 20, async || {
+        let (_, stats) = api(port, "GET", "/api/v1/stats", Some(READ_SECRET)).await;
+        stats["sweeps"][0]["key"] == format!("e2e.{}.state", w.id)
+            && stats["sweeps"][0]["completed_at"].is_string()
+    })
+    .await;
+    assert!(relay.terminate().await.success());
+    let log = std::fs::read_to_string(cfg.with_extension("log")).expect("log");
+    assert!(log.contains("ops-alice"), "the config is logged: {log}");
+    for secret in [READ_SECRET, WRITE_SECRET, "metrics-token-0123456789"] {
+        assert!(!log.contains(secret), "a secret in the relay's log");
+    }
+    w.cleanup().await;
+}
+
+/// Runs `outbox <args> --config <cfg>` as the operator `e2e-operator`: exit code,
+/// stdout, stderr.
+fn operator(cfg: &PathBuf, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = std::process::Command::new(BIN)
+        .args(args)
+        .arg("--config")
+        .arg(cfg)
+        .env("USER", "e2e-operator")
+        .output()
+        .expect("operator command");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn parse_json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_commands_filter_requeue_delete_and_are_audited() {
+    let Some(w) = World::new("opcli").await else {
+        return;
+    };
+    let cfg = w.config("cli", "[http]\nenabled = false\n");
+    let mut dead_a = Vec::new();
+    for _ in 0..3 {
+        dead_a.push(insert_dead(&w, "k.a").await);
+    }
+    for _ in 0..2 {
+        insert_dead(&w, "k.b").await;
+    }
+    let pending: Vec<String> = sqlx::query_scalar::<_, uuid::Uuid>(&format!(
+        "INSERT INTO {}.outbox_messages (exchange, routing_key, payload) \
+         SELECT $1, 'k.a', '\\x00'::bytea FROM generate_series(1, 2) RETURNING id",
+        w.schema.quoted()
+    ))
+    .bind(&w.exchange)
+    .fetch_all(&w.pool)
+    .await
+    .expect("pending rows")
+    .into_iter()
+    .map(|id| id.to_string())
+    .collect();
+
+    // Lists: filters, JSON, pages.
+    let (code, stdout, stderr) = operator(
+        &cfg,
+        &[
+            "messages",
+            "list",
+            "--status",
+            "dead",
+            "--routing-key",
+            "k.a",
+            "--json",
+        ],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    let page = parse_json(&stdout);
+    let mut listed: Vec<String> = page["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|m| {
+            assert_eq!(
+                (m["status"].as_str(), m["routing_key"].as_str()),
+                (Some("dead"), Some("k.a"))
+            );
+            m["id"].as_str().expect("id").to_owned()
+        })
+        .collect();
+    listed.sort();
+    let mut want = dead_a.clone();
+    want.sort();
+    assert_eq!(listed, want);
+    let (code, stdout, _) = operator(&cfg, &["messages", "list", "--status", "dead"]);
+    assert_eq!(code, Some(0));
+    assert_eq!(stdout.lines().count(), 5, "{stdout}");
+    assert!(
+        stdout
+            .lines()
+            .all(|l| l.contains("\tdead\t") && l.contains("exchange not found")),
+        "{stdout}"
+    );
+    let (_, first, _) = operator(&cfg, &["messages", "list", "--limit", "4", "--json"]);
+    let first = parse_json(&first);
+    let cursor = first["next_cursor"].as_str().expect("a next page");
+    let (_, rest, _) = operator(
+        &cfg,
+        &[
+            "messages", "list", "--limit", "4", "--cursor", cursor, "--json",
+        ],
+    );
+    let rest = parse_json(&rest);
+    assert_eq!(
+        rest["items"].as_array().map(Vec::len),
+        Some(3),
+        "7 messages in pages of 4"
+    );
+    assert!(rest["next_cursor"].is_null());
+    let (code, stdout, _) = operator(&cfg, &["messages", "list", "--q", &dead_a[0], "--json"]);
+    assert_eq!(code, Some(0));
+    assert_eq!(parse_json(&stdout)["items"][0]["id"], dead_a[0].as_str());
+    let (code, stdout, _) = operator(&cfg, &["messages", "show", &dead_a[0], "--json"]);
+    assert_eq!(code, Some(0));
+    let shown = parse_json(&stdout);
+    assert_eq!(
+        (shown["id"].as_str(), shown["payload"].as_str()),
+        (Some(dead_a[0].as_str()), Some("{\"n\":1}"))
+    );
+    for (bad, named) in [
+        (vec!["messages", "list", "--status", "consumed"], "consumed"),
+        (
+            vec!["messages", "list", "--created-after", "yesterday"],
+            "created_after",
+        ),
+        (vec!["messages", "list", "--limit", "1001"], "limit"),
+        (vec!["messages", "list", "--cursor", "!!"], "cursor"),
+        (vec!["messages", "show", "not-a-uuid"], "not-a-uuid"),
+        (vec!["messages", "requeue", "--filter", "--max", "0"], "max"),
+        (
+            vec!["messages", "requeue", &dead_a[0], "--status", "dead"],
+            "--filter",
+        ),
+    ] {
+        let (code, _, stderr) = operator(&cfg, &bad);
+        assert_ne!(code, Some(0), "{bad:?}");
+        assert!(stderr.contains(named), "{bad:?}: {stderr}");
+    }
+
+    // Requeue by filter: a dry run counts and changes nothing, then for real.
+    let requeue_a = [
+        "messages",
+        "requeue",
+        "--filter",
+        "--status",
+        "dead",
+        "--routing-key",
+        "k.a",
+    ];
+    let (code, stdout, stderr) = operator(&cfg, &[&requeue_a[..], &["--dry-run"]].concat());
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("3 message(s) match"), "{stdout}");
+    assert_eq!((w.count("dead").await, w.count("pending").await), (5, 2));
+    let (code, stdout, stderr) = operator(&cfg, &[&requeue_a[..], &["--json"]].concat());
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(
+        parse_json(&stdout),
+        serde_json::json!({"matched": 3, "changed": 3})
+    );
+    assert_eq!((w.count("dead").await, w.count("pending").await), (2, 5));
+
+    // Delete is guarded: pending stays without --force.
+    let (code, _, stderr) = operator(&cfg, &["messages", "delete", &pending[0]]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("pending"), "{stderr}");
+    let (code, stdout, stderr) = operator(
+        &cfg,
+        &["messages", "delete", "--filter", "--status", "pending"],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("0 of 5"), "{stdout}");
+    assert!(stderr.contains("--force"), "{stderr}");
+    assert_eq!(w.count("pending").await, 5);
+    let (code, _, stderr) = operator(&cfg, &["messages", "delete", &pending[0], "--force"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(w.count("pending").await, 4);
+    let (code, stdout, _) = operator(
+        &cfg,
+        &[
+            "messages", "delete", "--filter", "--status", "dead", "--json",
+        ],
+    );
+    assert_eq!(code, Some(0));
+    assert_eq!(
+        parse_json(&stdout),
+        serde_json::json!({"matched": 2, "changed": 2})
+    );
+    assert_eq!(w.count("dead").await, 0);
+
+    // Dead letters: a delivery without a message id, kept for consumer billing.
+    let letter: i64 = sqlx::query_scalar(&format!(
+        "INSERT INTO {}.outbox_dead_letters (consumer, routing_key, body, reason) \
+         VALUES ('billing', 'order.created', convert_to('{{\"order\":7}}', 'UTF8'), 'delivery without a message id') RETURNING seq",
+        w.schema.quoted()
+    ))
+    .fetch_one(&w.pool)
+    .await
+    .expect("dead letter");
+    let (code, stdout, stderr) = operator(&cfg, &["dead-letters", "list", "--consumer", "billing"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    assert!(
+        stdout.starts_with(&format!("{letter}\tbilling\t"))
+            && stdout.contains("without a message id"),
+        "{stdout}"
+    );
+    let (_, stdout, _) = operator(
+        &cfg,
+        &["dead-letters", "list", "--consumer", "shipping", "--json"],
+    );
+    assert_eq!(
+        parse_json(&stdout)["items"],
+        serde_json::json!([]),
+        "another consumer's are not shown"
+    );
+    let (code, stdout, _) = operator(
+        &cfg,
+        &["dead-letters", "show", &letter.to_string(), "--json"],
+    );
+    assert_eq!(code, Some(0));
+    assert_eq!(parse_json(&stdout)["body"], "{\"order\":7}");
+    let (code, stdout, stderr) = operator(&cfg, &["dead", "list", "--consumer", "billing"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let marked: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("dead-letter\t"))
+        .collect();
+    assert_eq!(marked.len(), 1, "{stdout}");
+    assert!(marked[0].contains("without a message id"), "{stdout}");
+    let (code, stdout, _) = operator(&cfg, &["consumers", "list", "--json"]);
+    assert_eq!(code, Some(0));
+    let billing = &parse_json(&stdout)["items"][0];
+    assert_eq!(
+        (billing["name"].as_str(), billing["dead_letters"].as_u64()),
+        (Some("billing"), Some(1))
+    );
+    let (code, stdout, _) = operator(&cfg, &["stats", "--json"]);
+    assert_eq!(code, Some(0));
+    let stats = parse_json(&stdout);
+    assert_eq!(
+        (
+            stats["outbox"]["pending"].as_u64(),
+            stats["outbox"]["dead"].as_u64()
+        ),
+        (Some(4), Some(0))
+    );
+    let (code, stdout, _) = operator(&cfg, &["stats"]);
+    assert_eq!(code, Some(0));
+    assert!(stdout.contains("pending=4"), "{stdout}");
+    let (code, _, stderr) = operator(&cfg, &["dead-letters", "delete", &letter.to_string()]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let (code, _, _) = operator(&cfg, &["dead-letters", "delete", &letter.to_string()]);
+    assert_eq!(code, Some(1), "already gone");
+
+    // Every write that ran, audited as the OS user; dry runs and refusals not.
+    let audit: Vec<(String, String, i64)> = sqlx::query_as(&format!(
+        "SELECT actor, action, count FROM {}.outbox_audit ORDER BY seq",
+        w.schema.quoted()
+    ))
+    .fetch_all(&w.pool)
+    .await
+    .expect("audit");
+    let actions: Vec<(&str, i64)> = audit.iter().map(|(_, a, c)| (a.as_str(), *c)).collect();
+    assert_eq!(
+        actions,
+        [
+            ("requeue_matching", 3),
+            ("delete_matching", 0),
+            ("delete_forced", 1),
+            ("delete_matching", 2),
+            ("delete_dead_letter", 1),
+        ]
+    );
+    assert!(
+        audit
+            .iter()
+            .all(|(actor, _, _)| actor == "cli:e2e-operator"),
+        "{audit:?}"
+    );
+    w.cleanup().await;
+}

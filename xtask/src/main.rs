@@ -25,7 +25,8 @@ use std::process::{Command, ExitCode};
 
 /// `outbox-app`'s optional features, each with the crates it alone may bring. With
 /// no features, none of these crates is a dependency; with one feature, only its
-/// own. (`admin` is reserved and brings nothing yet; `cli` turns on every feature.)
+/// own, and those of the features it turns on ([`APP_FEATURE_IMPLIES`]; `cli` turns
+/// on every feature).
 const APP_FEATURE_STACKS: &[(&str, &[&str])] = &[
     (
         "postgres",
@@ -50,7 +51,7 @@ const APP_FEATURE_STACKS: &[(&str, &[&str])] = &[
         ],
     ),
     ("http", &["axum", "hyper", "metrics-exporter-prometheus"]),
-    ("admin", &[]),
+    ("admin", &["outbox-admin", "utoipa"]),
     (
         "cli",
         &[
@@ -63,6 +64,10 @@ const APP_FEATURE_STACKS: &[(&str, &[&str])] = &[
         ],
     ),
 ];
+
+/// Features of `outbox-app` that turn on others (besides `cli`, which is all of
+/// them): alone, such a feature may bring the stacks of these too.
+const APP_FEATURE_IMPLIES: &[(&str, &[&str])] = &[("admin", &["http"])];
 
 /// Crates that do I/O or bring a runtime; the pure core must not reach any of them.
 const IO_CRATES: &[&str] = &[
@@ -383,8 +388,12 @@ fn app_feature_problems() -> Result<Vec<String>, String> {
         args.extend(selected.iter().flat_map(|f| ["--features", f]));
         let deps = normal_deps_with("outbox-app", &args)?;
         let shown = selected.map_or("no features".to_owned(), |f| format!("feature {f} alone"));
+        let implied: &[&str] = APP_FEATURE_IMPLIES
+            .iter()
+            .find(|(feature, _)| Some(*feature) == selected)
+            .map_or(&[], |(_, implied)| implied);
         for (owner, stack) in APP_FEATURE_STACKS {
-            if Some(*owner) == selected {
+            if Some(*owner) == selected || implied.contains(owner) {
                 continue;
             }
             for bad in deps.iter().filter(|d| stack.contains(&d.as_str())) {

@@ -1,4 +1,6 @@
-//! The `outbox` command line: `run`, `migrate`, `dead ...` and `demo`.
+//! The `outbox` command line: `run`, `migrate`, `dead ...`, the operator's
+//! commands (`messages`, `consumers`, `dead-letters`, `stats`: [`crate::admin_cli`])
+//! and `demo`.
 
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
@@ -12,6 +14,7 @@ use outbox_ports::{OutboxStore, PortError};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
+use crate::admin_cli::{self, ConsumersAction, DeadLettersAction, MessagesAction};
 use crate::config::{CoordinationKind, RelayConfig, StoreKind};
 use crate::demo::{self, DemoOptions};
 use crate::{DispatcherConfig, LeaseFactory, RelayBuilder, http, wiring};
@@ -42,6 +45,35 @@ enum Command {
         #[command(subcommand)]
         action: DeadAction,
     },
+    /// Browse, requeue and delete outbox messages (audited as `cli:<user>`).
+    Messages {
+        #[command(flatten)]
+        config: ConfigArg,
+        #[command(subcommand)]
+        action: MessagesAction,
+    },
+    /// Consumers with their counts.
+    Consumers {
+        #[command(flatten)]
+        config: ConfigArg,
+        #[command(subcommand)]
+        action: ConsumersAction,
+    },
+    /// Deliveries a consumer could not decode, kept raw.
+    DeadLetters {
+        #[command(flatten)]
+        config: ConfigArg,
+        #[command(subcommand)]
+        action: DeadLettersAction,
+    },
+    /// Counts by status, last hour's throughput and the last sweep report.
+    Stats {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// Print them as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Run the whole flow on in-memory adapters with injected faults, and print a
     /// one-line summary.
     Demo(DemoArgs),
@@ -56,13 +88,14 @@ struct ConfigArg {
 
 #[derive(Debug, Subcommand)]
 enum DeadAction {
-    /// List dead messages, oldest first (publish side, or a consumer's with
-    /// `--consumer`).
+    /// List dead messages, oldest first (publish side, or with `--consumer` that
+    /// consumer's dead deliveries and its dead letters, marked `dead-letter`).
     List {
         /// At most this many.
         #[arg(long, default_value_t = 50)]
         limit: u32,
-        /// List this consumer's dead deliveries (from the PostgreSQL inbox) instead.
+        /// List this consumer's dead deliveries and dead letters (from the
+        /// PostgreSQL inbox) instead.
         #[arg(long)]
         consumer: Option<String>,
     },
@@ -170,6 +203,30 @@ fn load(path: &std::path::Path) -> Result<RelayConfig, ExitCode> {
     })
 }
 
+/// A configuration whose store outlives the process: the operator's commands work
+/// on it directly.
+fn load_persistent(path: &std::path::Path) -> Result<RelayConfig, ExitCode> {
+    let cfg = load(path)?;
+    if cfg.adapters.store == StoreKind::Memory {
+        eprintln!(
+            "error: invalid configuration `adapters.store`: this command needs a persistent store (memory has none to inspect)"
+        );
+        return Err(ExitCode::from(CONFIG_ERROR));
+    }
+    Ok(cfg)
+}
+
+/// The admin service of an operator's command, or the exit code of a bad config.
+async fn operator(
+    config: &ConfigArg,
+) -> anyhow::Result<Result<outbox_admin::AdminService, ExitCode>> {
+    init_logging("warn");
+    match load_persistent(&config.config) {
+        Ok(cfg) => Ok(Ok(admin_cli::service(&cfg).await?)),
+        Err(code) => Ok(Err(code)),
+    }
+}
+
 async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Demo(a) => run_demo(a).await,
@@ -196,18 +253,28 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             eprintln!("migrated schema {schema}");
             Ok(ExitCode::SUCCESS)
         }
+        Command::Messages { config, action } => match operator(&config).await? {
+            Ok(service) => admin_cli::messages(&service, action).await,
+            Err(code) => Ok(code),
+        },
+        Command::Consumers { config, action } => match operator(&config).await? {
+            Ok(service) => admin_cli::consumers(&service, action).await,
+            Err(code) => Ok(code),
+        },
+        Command::DeadLetters { config, action } => match operator(&config).await? {
+            Ok(service) => admin_cli::dead_letters(&service, action).await,
+            Err(code) => Ok(code),
+        },
+        Command::Stats { config, json } => match operator(&config).await? {
+            Ok(service) => admin_cli::stats(&service, json).await,
+            Err(code) => Ok(code),
+        },
         Command::Dead { config, action } => {
             init_logging("warn");
-            let cfg = match load(&config.config) {
+            let cfg = match load_persistent(&config.config) {
                 Ok(cfg) => cfg,
                 Err(code) => return Ok(code),
             };
-            if cfg.adapters.store == StoreKind::Memory {
-                eprintln!(
-                    "error: invalid configuration `adapters.store`: dead letters need a persistent store (memory has none to inspect)"
-                );
-                return Ok(ExitCode::from(CONFIG_ERROR));
-            }
             match action {
                 DeadAction::List {
                     consumer: Some(consumer),
@@ -333,6 +400,18 @@ async fn run_relay(cfg: RelayConfig) -> anyhow::Result<ExitCode> {
     // The recorder first, so counters the tasks bump from their first round on
     // (retention) reach /metrics.
     let _ = http::prometheus();
+    // The admin API shows the relay's last sweep report from the shared state.
+    let admin = cfg.admin.router(cfg.admin.service(
+        wired.admin.clone(),
+        wired.state.clone(),
+        vec![cfg.sweep.state_key.clone()],
+    ));
+    if cfg.http.enabled && cfg.admin.tokens.is_empty() {
+        tracing::info!(
+            "admin API at {} is closed: configure [[admin.tokens]] to open it",
+            crate::admin_api::ADMIN_API_PATH
+        );
+    }
     let mut builder = RelayBuilder::new(
         wired.store.clone(),
         wired.publisher.clone(),
@@ -369,7 +448,7 @@ async fn run_relay(cfg: RelayConfig) -> anyhow::Result<ExitCode> {
         let address = cfg.http.address;
         let c = cancel.clone();
         Some(tokio::spawn(async move {
-            match http::serve(address, state, c.clone()).await {
+            match http::serve_with_admin(address, state, admin, c.clone()).await {
                 Ok(()) => true,
                 Err(e) => {
                     tracing::error!(%address, error = %e, "HTTP endpoints failed; stopping");
@@ -531,7 +610,12 @@ async fn consumer_dead(
                     r.consume.last_error.as_deref().unwrap_or("")
                 );
             }
-            eprintln!("{} dead deliveries of {consumer} shown", dead.len());
+            let service = admin_cli::service(cfg).await?;
+            let letters = admin_cli::consumer_dead_letters(&service, consumer, limit).await?;
+            eprintln!(
+                "{} dead deliveries and {letters} dead letter(s) (undecodable deliveries, marked dead-letter; see `outbox dead-letters show ID`) of {consumer} shown",
+                dead.len()
+            );
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -2,7 +2,7 @@
 //! environment variables (so `OUTBOX_TEST_*` and other single-underscore variables
 //! never reach it). Unknown fields, unknown adapters, bad URLs and out-of-range values
 //! stop start-up with a message naming the setting. `Debug` shows URLs without their
-//! passwords and the HTTP token as `***`.
+//! passwords, and the HTTP token and the admin tokens' secrets as `***`.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -207,6 +207,10 @@ impl fmt::Debug for HttpConfig {
 /// embedding the relay needs no configuration file.
 pub use crate::sent_retention::RetentionConfig;
 
+/// The admin API's tokens and redaction lists (`[admin]`); defined beside the code
+/// that serves it.
+pub use crate::admin_api::AdminConfig;
+
 /// The whole configuration.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -240,6 +244,9 @@ pub struct RelayConfig {
     /// Retention of sent messages.
     #[serde(default)]
     pub retention: RetentionConfig,
+    /// The admin API at `/api/v1` (closed without tokens).
+    #[serde(default)]
+    pub admin: AdminConfig,
 }
 
 impl RelayConfig {
@@ -270,6 +277,10 @@ impl RelayConfig {
                     .prefix_separator("__")
                     .separator("__")
                     .try_parsing(true)
+                    // `OUTBOX__ADMIN__REDACT_HEADERS=authorization,x-api-key`.
+                    .list_separator(",")
+                    .with_list_parse_key("admin.redact_headers")
+                    .with_list_parse_key("admin.redact_json_fields")
                     .source(Some(overrides)),
             )
             .build()
@@ -402,6 +413,7 @@ impl RelayConfig {
         self.retry.validate("retry")?;
         self.sweep.validate("sweep")?;
         self.retention.validate("retention")?;
+        self.admin.validate("admin")?;
         if self.http.enabled && !self.http.address.ip().is_loopback() && self.http.token.is_none() {
             return Err(ConfigError::new(
                 "http",

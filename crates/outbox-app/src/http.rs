@@ -1,6 +1,8 @@
 //! HTTP endpoints of a running relay: `/healthz` (the process is up), `/readyz`
 //! (store, broker and lock reachable) and `/metrics` (Prometheus text format).
 //! Loopback by default; off loopback a bearer token guards `/readyz` and `/metrics`.
+//! With the `admin` feature, [`serve_with_admin`] also serves the admin API at
+//! `/api/v1`, which has tokens of its own: `http.token` does not apply to it.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -253,12 +255,40 @@ pub async fn serve(
     state: HttpState,
     cancel: CancellationToken,
 ) -> std::io::Result<()> {
-    let _ = prometheus();
-    let app = axum::Router::new()
+    serve_router(address, endpoints(state), cancel).await
+}
+
+/// Serves the endpoints and, nested at [`crate::admin_api::ADMIN_API_PATH`], the
+/// admin API `admin` (its own tokens guard it; `state.token` guards only
+/// `/readyz` and `/metrics`), on `address` until `cancel` fires.
+///
+/// # Errors
+/// When the address cannot be bound.
+#[cfg(feature = "admin")]
+pub async fn serve_with_admin(
+    address: SocketAddr,
+    state: HttpState,
+    admin: axum::Router,
+    cancel: CancellationToken,
+) -> std::io::Result<()> {
+    let app = endpoints(state).nest(crate::admin_api::ADMIN_API_PATH, admin);
+    serve_router(address, app, cancel).await
+}
+
+fn endpoints(state: HttpState) -> axum::Router {
+    axum::Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
-        .with_state(state);
+        .with_state(state)
+}
+
+async fn serve_router(
+    address: SocketAddr,
+    app: axum::Router,
+    cancel: CancellationToken,
+) -> std::io::Result<()> {
+    let _ = prometheus();
     let listener = tokio::net::TcpListener::bind(address).await?;
     tracing::info!(%address, "HTTP endpoints listening");
     axum::serve(listener, app)

@@ -22,10 +22,17 @@
 //!   [`PgWakeupSource`] (commits wake an idle dispatcher).
 //! - `rabbitmq`, `redis`: the adapters, for the command line's configuration.
 //! - `http`: `/healthz`, `/readyz` and `/metrics` ([`http`]).
-//! - `admin`: reserved for the admin API.
+//! - `admin`: the admin API ([`outbox_admin`]) and its settings ([`admin_api`]),
+//!   served at `/api/v1` by [`http::serve_with_admin`]; turns on `http`.
 //! - `cli`: the `outbox` command ([`cli`], [`config`], [`wiring`], the demo); turns
 //!   on every feature above.
 
+#[cfg(feature = "admin")]
+pub mod admin_api;
+#[cfg(feature = "cli")]
+pub mod admin_cli;
+#[cfg(feature = "cli")]
+mod admin_output;
 #[cfg(feature = "cli")]
 pub mod cli;
 #[cfg(feature = "cli")]

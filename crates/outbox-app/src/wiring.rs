@@ -4,10 +4,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use outbox_adapters_memory::{MemoryBroker, MemoryLock, MemoryOutboxStore, MemorySweepState};
-use outbox_adapters_postgres::{PgLock, PgOutboxStore, PgPool, PgSchema, PgSweepState};
+use outbox_adapters_memory::{
+    MemoryAuditLog, MemoryBroker, MemoryInboxStore, MemoryLock, MemoryOutboxStore, MemorySweepState,
+};
+use outbox_adapters_postgres::{
+    PgAuditLog, PgInboxStore, PgLock, PgOutboxStore, PgPool, PgSchema, PgSweepState,
+};
 use outbox_adapters_rabbitmq::{RabbitPublisher, RabbitPublisherConfig};
 use outbox_adapters_redis::{RedisClient, RedisLock, RedisSweepState};
+use outbox_admin::AdminPorts;
 use outbox_ports::{DistributedLock, OutboxStore, Publisher, SweepStateStore, SystemClock};
 
 use crate::config::{CoordinationKind, PublisherKind, RelayConfig, StoreKind};
@@ -19,6 +24,10 @@ use crate::relay::Wakeup;
 pub struct Wired {
     /// Outbox store.
     pub store: Arc<dyn OutboxStore>,
+    /// The operator's side of the same stores, for the admin API and commands (the
+    /// relay's pool with PostgreSQL; with the memory store its own inbox and audit
+    /// log, both empty).
+    pub admin: AdminPorts,
     /// Publisher.
     pub publisher: Arc<dyn Publisher>,
     /// Cluster lock.
@@ -74,18 +83,30 @@ pub async fn wire(cfg: &RelayConfig, instance: &str) -> anyhow::Result<Wired> {
         Ok(RedisClient::new(&r.url, 8, Duration::from_secs(2))?)
     };
     let memory_clock = Arc::new(SystemClock);
-    let (store, wakeup): (Arc<dyn OutboxStore>, Option<Box<dyn Wakeup>>) = match cfg.adapters.store
-    {
-        StoreKind::Memory => (Arc::new(MemoryOutboxStore::new(memory_clock.clone())), None),
-        StoreKind::Postgres => {
-            let (pool, schema) = pg()?;
-            let wake = PgWakeupSource::new(pool.clone(), schema.clone(), instance);
-            (
-                Arc::new(PgOutboxStore::new(pool, schema)),
-                Some(Box::new(wake)),
-            )
-        }
-    };
+    let (store, admin, wakeup): (Arc<dyn OutboxStore>, AdminPorts, Option<Box<dyn Wakeup>>) =
+        match cfg.adapters.store {
+            StoreKind::Memory => {
+                let outbox = Arc::new(MemoryOutboxStore::new(memory_clock.clone()));
+                let inbox = Arc::new(MemoryInboxStore::new(memory_clock.clone()));
+                let admin = AdminPorts {
+                    outbox: outbox.clone(),
+                    inbox: inbox.clone(),
+                    audit: Arc::new(MemoryAuditLog::new(memory_clock.clone())),
+                    outbox_store: outbox.clone(),
+                    inbox_store: inbox,
+                };
+                (outbox, admin, None)
+            }
+            StoreKind::Postgres => {
+                let (pool, schema) = pg()?;
+                let wake = PgWakeupSource::new(pool.clone(), schema.clone(), instance);
+                (
+                    Arc::new(PgOutboxStore::new(pool.clone(), schema.clone())),
+                    postgres_admin_ports(pool, &schema),
+                    Some(Box::new(wake)),
+                )
+            }
+        };
     let publisher: Arc<dyn Publisher> = match cfg.adapters.publisher {
         PublisherKind::Memory => Arc::new(MemoryBroker::new()),
         PublisherKind::Rabbitmq => {
@@ -116,10 +137,25 @@ pub async fn wire(cfg: &RelayConfig, instance: &str) -> anyhow::Result<Wired> {
     };
     Ok(Wired {
         store,
+        admin,
         publisher,
         lock,
         state,
         wakeup,
         postgres,
     })
+}
+
+/// The operator's ports over the PostgreSQL stores of `schema`, sharing `pool`.
+#[must_use]
+pub fn postgres_admin_ports(pool: PgPool, schema: &PgSchema) -> AdminPorts {
+    let outbox = Arc::new(PgOutboxStore::new(pool.clone(), schema.clone()));
+    let inbox = Arc::new(PgInboxStore::new(pool.clone(), schema));
+    AdminPorts {
+        outbox: outbox.clone(),
+        inbox: inbox.clone(),
+        audit: Arc::new(PgAuditLog::new(pool, schema)),
+        outbox_store: outbox,
+        inbox_store: inbox,
+    }
 }

@@ -273,3 +273,93 @@ fn zero_retention_settings_are_refused_by_name() {
     let e = error_of(&format!("{GOOD}\n[retention]\nsent_afterr = \"1d\"\n"), &[]);
     assert!(e.contains("sent_afterr"), "unknown fields are refused: {e}");
 }
+
+const ADMIN: &str = r#"
+[admin]
+redact_headers = ["authorization"]
+redact_json_fields = ["card_number"]
+
+[[admin.tokens]]
+name = "dashboard"
+secret = "read-secret-0123456789"
+role = "read"
+
+[[admin.tokens]]
+name = "ops"
+secret = "write-secret-0123456789"
+role = "write"
+"#;
+
+#[test]
+fn admin_tokens_load_from_the_file_and_debug_hides_their_secrets() {
+    use outbox_app::admin_api::Role;
+    let cfg = RelayConfig::load_with_env(
+        &file(&format!("{GOOD}{ADMIN}")),
+        env(&[("OUTBOX__ADMIN__REDACT_HEADERS", "authorization,x-api-key")]),
+    )
+    .expect("loads");
+    let tokens: Vec<_> = cfg
+        .admin
+        .tokens
+        .iter()
+        .map(|t| (t.name.as_str(), t.role))
+        .collect();
+    assert_eq!(tokens, [("dashboard", Role::Read), ("ops", Role::Write)]);
+    assert_eq!(
+        cfg.admin.redact_headers,
+        ["authorization", "x-api-key"],
+        "a list from the environment replaces the file's"
+    );
+    assert_eq!(cfg.admin.redact_json_fields, ["card_number"]);
+    let shown = format!("{cfg:?}");
+    for secret in ["read-secret-0123456789", "write-secret-0123456789"] {
+        assert!(!shown.contains(secret), "{shown}");
+    }
+    assert!(shown.contains("dashboard") && shown.contains("***"));
+    let closed = RelayConfig::load_with_env(&file(GOOD), env(&[])).expect("loads");
+    assert!(
+        closed.admin.tokens.is_empty(),
+        "no tokens unless configured"
+    );
+}
+
+#[test]
+fn bad_admin_tokens_are_refused_by_name() {
+    let token = |name: &str, secret: &str, role: &str| {
+        format!("[[admin.tokens]]\nname = \"{name}\"\nsecret = \"{secret}\"\nrole = \"{role}\"\n")
+    };
+    let cases = [
+        (
+            token("", "0123456789abcdef", "read"),
+            "admin.tokens[0].name",
+        ),
+        (
+            token("a", "0123456789abcdef", "read") + &token("a", "0123456789abcdeX", "write"),
+            "admin.tokens[1].name",
+        ),
+        (token("a", "too-short", "read"), "admin.tokens[0].secret"),
+        (
+            token("a", "0123456789abcdef", "superuser"),
+            "admin.tokens[0]role",
+        ),
+        (
+            "[[admin.tokens]]\nname = \"a\"\nrole = \"read\"\n".to_owned(),
+            "secret",
+        ),
+        ("[admin]\nusers = []\n".to_owned(), "users"),
+    ];
+    for (text, named) in cases {
+        let e = error_of(&format!("{GOOD}{text}"), &[]);
+        assert!(e.contains(named), "{text}: {e}");
+        assert!(!e.contains("too-short"), "the secret is not shown: {e}");
+    }
+}
+
+#[test]
+fn the_example_config_loads_with_the_admin_api_closed() {
+    let example =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../outbox.example.toml");
+    let cfg = RelayConfig::load_with_env(&example, env(&[])).expect("outbox.example.toml loads");
+    assert!(cfg.admin.tokens.is_empty());
+    assert_eq!(cfg.admin.redact_headers, ["authorization"]);
+}

@@ -1,0 +1,173 @@
+//! The admin API's settings (`[admin]`) and how `outbox run` serves it: the
+//! [`outbox_admin`] router, nested at [`ADMIN_API_PATH`] on the relay's HTTP address.
+//! Defined here rather than in `config`, so that a service embedding the HTTP
+//! endpoints can take the same settings without the command line.
+
+use outbox_admin::{AdminAuth, AdminPorts, AdminService, AdminToken, Redaction};
+use outbox_core::config::ConfigError;
+use outbox_ports::SweepStateStore;
+use serde::Deserialize;
+use std::collections::HashSet;
+use std::sync::Arc;
+
+pub use outbox_admin::{Role, Secret};
+
+/// Where the admin API is mounted.
+pub const ADMIN_API_PATH: &str = "/api/v1";
+
+/// The shortest secret accepted: a guessable token would open every write.
+pub const MIN_SECRET_CHARS: usize = 16;
+
+/// `[admin]`: who may use the admin API and what its views hide. Without tokens the
+/// API answers 403 to everything. `Debug` shows secrets as `***`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminConfig {
+    /// `[[admin.tokens]]`: `name`, `secret`, `role = "read" | "write"`.
+    pub tokens: Vec<AdminToken>,
+    /// Header names whose values are shown as `***`.
+    pub redact_headers: Vec<String>,
+    /// JSON keys (at any depth) whose values are shown as `***`.
+    pub redact_json_fields: Vec<String>,
+}
+
+impl AdminConfig {
+    /// Checks the tokens: names non-empty and unique, secrets at least
+    /// [`MIN_SECRET_CHARS`] characters and unique (a shared secret would make the
+    /// audit log name the wrong token).
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming `section.tokens` and the token.
+    pub fn validate(&self, section: &str) -> Result<(), ConfigError> {
+        let mut names = HashSet::new();
+        let mut secrets = HashSet::new();
+        for (i, token) in self.tokens.iter().enumerate() {
+            let at = |what: &str| format!("tokens[{i}].{what}");
+            if token.name.trim().is_empty() {
+                return Err(ConfigError::new(section, &at("name"), "must not be empty"));
+            }
+            if !names.insert(token.name.as_str()) {
+                return Err(ConfigError::new(
+                    section,
+                    &at("name"),
+                    format!(
+                        "`{}` is used by two tokens; names must be unique",
+                        token.name
+                    ),
+                ));
+            }
+            let chars = token.secret.expose().chars().count();
+            if chars < MIN_SECRET_CHARS {
+                return Err(ConfigError::new(
+                    section,
+                    &at("secret"),
+                    format!(
+                        "of token `{}` must be at least {MIN_SECRET_CHARS} characters (got {chars})",
+                        token.name
+                    ),
+                ));
+            }
+            if !secrets.insert(token.secret.expose()) {
+                return Err(ConfigError::new(
+                    section,
+                    &at("secret"),
+                    format!(
+                        "of token `{}` is also another token's; secrets must be unique",
+                        token.name
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The admin service over `ports` with these redaction lists, showing the last
+    /// report stored under each of `sweep_keys` in `state`.
+    #[must_use]
+    pub fn service(
+        &self,
+        ports: AdminPorts,
+        state: Arc<dyn SweepStateStore>,
+        sweep_keys: Vec<String>,
+    ) -> AdminService {
+        AdminService::new(ports)
+            .with_redaction(Redaction::new(
+                self.redact_headers.iter().cloned(),
+                self.redact_json_fields.iter().cloned(),
+            ))
+            .with_sweep_reports(state, sweep_keys)
+    }
+
+    /// The configured tokens.
+    #[must_use]
+    pub fn auth(&self) -> AdminAuth {
+        AdminAuth::new(self.tokens.clone())
+    }
+
+    /// The admin API's router, to nest at [`ADMIN_API_PATH`].
+    pub fn router(&self, service: AdminService) -> axum::Router {
+        outbox_admin::router(service, self.auth())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn token(name: &str, secret: &str) -> AdminToken {
+        AdminToken {
+            name: name.into(),
+            secret: Secret::new(secret),
+            role: Role::Read,
+        }
+    }
+
+    fn check(tokens: Vec<AdminToken>) -> Result<(), String> {
+        AdminConfig {
+            tokens,
+            ..AdminConfig::default()
+        }
+        .validate("admin")
+        .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn tokens_are_checked_and_the_error_names_the_setting() {
+        assert_eq!(check(vec![]), Ok(()));
+        assert_eq!(
+            check(vec![
+                token("a", "0123456789abcdef"),
+                token("b", "0123456789abcdeg")
+            ]),
+            Ok(())
+        );
+        let e = check(vec![token(" ", "0123456789abcdef")]).expect_err("refused");
+        assert!(e.contains("admin") && e.contains("tokens[0].name"), "{e}");
+        let e = check(vec![
+            token("a", "0123456789abcdef"),
+            token("a", "0123456789abcdeg"),
+        ])
+        .expect_err("refused");
+        assert!(e.contains("tokens[1].name") && e.contains("unique"), "{e}");
+        let e = check(vec![token("a", "short-secret")]).expect_err("refused");
+        assert!(e.contains("tokens[0].secret") && e.contains("16"), "{e}");
+        assert!(!e.contains("short-secret"), "the secret is not shown: {e}");
+        let e = check(vec![
+            token("a", "0123456789abcdef"),
+            token("b", "0123456789abcdef"),
+        ])
+        .expect_err("refused");
+        assert!(e.contains("tokens[1].secret") && !e.contains("0123"), "{e}");
+    }
+
+    #[test]
+    fn debug_hides_the_secrets() {
+        let cfg = AdminConfig {
+            tokens: vec![token("ops", "correct-horse-battery")],
+            ..AdminConfig::default()
+        };
+        let shown = format!("{cfg:?}");
+        assert!(!shown.contains("correct-horse"), "{shown}");
+        assert!(shown.contains("ops") && shown.contains("***"), "{shown}");
+    }
+}

@@ -1,0 +1,401 @@
+//! The operator's commands, `outbox messages|consumers|dead-letters|stats`: the admin
+//! API's actions on the database directly, through the same [`AdminService`], so
+//! their writes are audited too (as `cli:<os user>`). Filter flags mirror the API's
+//! query parameters; tables for people ([`admin_output`](crate::admin_output)),
+//! `--json` for scripts.
+
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+use outbox_admin::AdminService;
+use outbox_admin::model::{BulkResponse, FilterBody};
+use outbox_admin::params::{
+    DEFAULT_LIMIT, Side, filter_from_body, parse_cursor, parse_dead_letter_id, parse_limit,
+    parse_max, parse_message_id,
+};
+use outbox_ports::MessageFilter;
+
+use crate::admin_output as out;
+use crate::config::RelayConfig;
+
+/// The list filters, as flags named like the API's query parameters.
+#[derive(Debug, Clone, Default, Args, PartialEq, Eq)]
+pub(crate) struct FilterArgs {
+    /// Only this status: pending, sent, publish_failed, dead.
+    #[arg(long)]
+    status: Option<String>,
+    /// Only this exchange.
+    #[arg(long)]
+    exchange: Option<String>,
+    /// Only this routing key.
+    #[arg(long)]
+    routing_key: Option<String>,
+    /// Only this message type.
+    #[arg(long = "type")]
+    message_type: Option<String>,
+    /// Only messages created at or after this RFC 3339 time.
+    #[arg(long)]
+    created_after: Option<String>,
+    /// Only messages created before this RFC 3339 time.
+    #[arg(long)]
+    created_before: Option<String>,
+    /// A message id or a correlation id, exactly.
+    #[arg(long)]
+    q: Option<String>,
+}
+
+impl FilterArgs {
+    fn body(&self) -> FilterBody {
+        FilterBody {
+            status: self.status.clone(),
+            exchange: self.exchange.clone(),
+            routing_key: self.routing_key.clone(),
+            message_type: self.message_type.clone(),
+            created_after: self.created_after.clone(),
+            created_before: self.created_before.clone(),
+            q: self.q.clone(),
+        }
+    }
+
+    /// The filter, and the filter as JSON for the audit log (as the API records it).
+    fn parse(&self) -> anyhow::Result<(MessageFilter, String)> {
+        let body = self.body();
+        let filter = filter_from_body(Side::Outbox, &body)?;
+        Ok((filter, serde_json::to_string(&body)?))
+    }
+}
+
+/// A page position and size.
+#[derive(Debug, Args)]
+pub(crate) struct PageArgs {
+    /// Page size, 1 to 1000.
+    #[arg(long, default_value_t = DEFAULT_LIMIT)]
+    limit: u32,
+    /// Where the previous page ended (its `next_cursor`).
+    #[arg(long)]
+    cursor: Option<String>,
+}
+
+impl PageArgs {
+    fn parse(&self) -> anyhow::Result<(Option<outbox_ports::PageCursor>, u32)> {
+        let limit = parse_limit(Some(&self.limit.to_string()))?;
+        Ok((parse_cursor(self.cursor.as_deref())?, limit))
+    }
+}
+
+/// One message by id, or every message matching the filter flags.
+#[derive(Debug, Args)]
+pub(crate) struct Target {
+    /// The message.
+    #[arg(required_unless_present = "filter", conflicts_with = "filter")]
+    id: Option<String>,
+    /// Act on every message matching the filter flags (server-side, in batches).
+    #[arg(long)]
+    filter: bool,
+    #[command(flatten)]
+    flags: FilterArgs,
+    /// With --filter: count what matches, change nothing.
+    #[arg(long, requires = "filter")]
+    dry_run: bool,
+    /// With --filter: at most this many (default 10000).
+    #[arg(long, requires = "filter")]
+    max: Option<u64>,
+    /// Print the outcome as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `outbox messages ...`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum MessagesAction {
+    /// List messages, newest first.
+    List {
+        #[command(flatten)]
+        filter: FilterArgs,
+        #[command(flatten)]
+        page: PageArgs,
+        /// Print the page as JSON (as `GET /api/v1/messages`).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one message with its publish side and every consumer's side.
+    Show {
+        /// The message.
+        id: String,
+        /// Print it as JSON (as `GET /api/v1/messages/{id}`).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Put dead or failed messages back to pending with a fresh retry budget.
+    Requeue(Target),
+    /// Delete dead messages (pending and failed ones too with --force).
+    Delete {
+        #[command(flatten)]
+        target: Target,
+        /// Also delete pending or failed messages that no relay holds.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+/// `outbox consumers ...`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum ConsumersAction {
+    /// Every consumer with its counts.
+    List {
+        /// Print them as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `outbox dead-letters ...`: deliveries a consumer could not decode (no message
+/// id, undecodable, oversized), kept with their raw body and headers.
+#[derive(Debug, Subcommand)]
+pub(crate) enum DeadLettersAction {
+    /// List dead letters, newest first.
+    List {
+        /// Only this consumer's.
+        #[arg(long)]
+        consumer: Option<String>,
+        #[command(flatten)]
+        page: PageArgs,
+        /// Print the page as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one dead letter with its whole body.
+    Show {
+        /// The dead letter's id (a number).
+        id: String,
+        /// Print it as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete one dead letter.
+    Delete {
+        /// The dead letter's id (a number).
+        id: String,
+    },
+}
+
+/// Who the audit log names for a command run here: `cli:<os user>` (`$USER`, else
+/// `$LOGNAME`, else the uid).
+#[must_use]
+pub fn cli_actor() -> String {
+    let user = ["USER", "LOGNAME"]
+        .into_iter()
+        .find_map(|v| std::env::var(v).ok().filter(|u| !u.trim().is_empty()))
+        .or_else(uid)
+        .unwrap_or_else(|| "unknown".to_owned());
+    format!("cli:{user}")
+}
+
+#[cfg(unix)]
+fn uid() -> Option<String> {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata("/proc/self")
+        .ok()
+        .map(|m| format!("uid={}", m.uid()))
+}
+
+#[cfg(not(unix))]
+fn uid() -> Option<String> {
+    None
+}
+
+/// The admin service over the configured PostgreSQL stores, showing the relay's
+/// sweep report in `stats`.
+///
+/// # Errors
+/// An unreachable store, failed migrations.
+pub(crate) async fn service(cfg: &RelayConfig) -> anyhow::Result<AdminService> {
+    let wired = crate::wiring::wire(cfg, "outbox-cli").await?;
+    crate::wiring::migrate_if_asked(cfg, wired.postgres.as_ref()).await?;
+    Ok(cfg
+        .admin
+        .service(wired.admin, wired.state, vec![cfg.sweep.state_key.clone()]))
+}
+
+fn bulk_done(verb: &str, dry_run: bool, outcome: &BulkResponse, json: bool) -> anyhow::Result<()> {
+    if json {
+        out::json(outcome)
+    } else if dry_run {
+        out::line(&format!(
+            "dry run: {} message(s) match; would {verb} those in a status it applies to",
+            outcome.matched
+        ));
+        Ok(())
+    } else {
+        out::line(&format!(
+            "{verb}: {} of {} matching message(s) changed",
+            outcome.changed, outcome.matched
+        ));
+        Ok(())
+    }
+}
+
+/// Runs `outbox messages ...`.
+///
+/// # Errors
+/// Bad input (naming it), what the store says.
+pub(crate) async fn messages(
+    service: &AdminService,
+    action: MessagesAction,
+) -> anyhow::Result<ExitCode> {
+    let actor = cli_actor();
+    match action {
+        MessagesAction::List { filter, page, json } => {
+            let (filter, _) = filter.parse()?;
+            let (cursor, limit) = page.parse()?;
+            let page = service.list_messages(&filter, cursor, limit).await?;
+            if json {
+                out::json(&page)?;
+            } else {
+                out::message_page(&page);
+            }
+        }
+        MessagesAction::Show { id, json } => {
+            let detail = service.get_message(parse_message_id(&id)?).await?;
+            if json {
+                out::json(&detail)?;
+            } else {
+                out::message_detail(&detail);
+            }
+        }
+        MessagesAction::Requeue(t) => {
+            if let Some(id) = one(&t)? {
+                service.requeue_message(&actor, id).await?;
+                out::line(&format!("requeued {id}"));
+            } else {
+                let (filter, target) = t.flags.parse()?;
+                let outcome = service
+                    .requeue_matching(&actor, &filter, target, t.dry_run, parse_max(t.max)?)
+                    .await?;
+                bulk_done("requeue", t.dry_run, &outcome, t.json)?;
+            }
+        }
+        MessagesAction::Delete { target: t, force } => {
+            if let Some(id) = one(&t)? {
+                service.delete_message(&actor, id, force).await?;
+                out::line(&format!("deleted {id}"));
+            } else {
+                let (filter, target) = t.flags.parse()?;
+                let outcome = service
+                    .delete_matching(&actor, &filter, target, t.dry_run, parse_max(t.max)?, force)
+                    .await?;
+                bulk_done("delete", t.dry_run, &outcome, t.json)?;
+                if !force && !t.dry_run && outcome.changed < outcome.matched {
+                    eprintln!(
+                        "note: only dead messages are deleted; pending and failed ones need --force"
+                    );
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The id of a single-message action; filter flags belong to `--filter`.
+fn one(t: &Target) -> anyhow::Result<Option<outbox_core::MessageId>> {
+    match &t.id {
+        Some(id) => {
+            if t.flags != FilterArgs::default() {
+                anyhow::bail!("filter flags act only with --filter (and then without an id)");
+            }
+            Ok(Some(parse_message_id(id)?))
+        }
+        None => Ok(None),
+    }
+}
+
+/// Runs `outbox consumers ...`.
+///
+/// # Errors
+/// What the store says.
+pub(crate) async fn consumers(
+    service: &AdminService,
+    action: ConsumersAction,
+) -> anyhow::Result<ExitCode> {
+    let ConsumersAction::List { json } = action;
+    let consumers = service.consumers().await?;
+    if json {
+        out::json(&outbox_admin::model::ConsumerList { items: consumers })?;
+    } else {
+        out::consumers(&consumers);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs `outbox dead-letters ...`.
+///
+/// # Errors
+/// Bad input, what the store says.
+pub(crate) async fn dead_letters(
+    service: &AdminService,
+    action: DeadLettersAction,
+) -> anyhow::Result<ExitCode> {
+    match action {
+        DeadLettersAction::List {
+            consumer,
+            page,
+            json,
+        } => {
+            let (cursor, limit) = page.parse()?;
+            let page = service.list_dead_letters(consumer, cursor, limit).await?;
+            if json {
+                out::json(&page)?;
+            } else {
+                out::dead_letter_page(&page);
+            }
+        }
+        DeadLettersAction::Show { id, json } => {
+            let letter = service.get_dead_letter(parse_dead_letter_id(&id)?).await?;
+            if json {
+                out::json(&letter)?;
+            } else {
+                out::dead_letter_detail(&letter);
+            }
+        }
+        DeadLettersAction::Delete { id } => {
+            let id = parse_dead_letter_id(&id)?;
+            service.delete_dead_letter(&cli_actor(), id).await?;
+            out::line(&format!("deleted dead letter {id}"));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs `outbox stats`.
+///
+/// # Errors
+/// What the stores say.
+pub(crate) async fn stats(service: &AdminService, json: bool) -> anyhow::Result<ExitCode> {
+    let stats = service.stats().await?;
+    if json {
+        out::json(&stats)?;
+    } else {
+        out::stats(&stats);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A consumer's dead letters, for `outbox dead list --consumer NAME`, marked so.
+///
+/// # Errors
+/// What the store says.
+pub(crate) async fn consumer_dead_letters(
+    service: &AdminService,
+    consumer: &str,
+    limit: u32,
+) -> anyhow::Result<usize> {
+    let page = service
+        .list_dead_letters(
+            Some(consumer.to_owned()),
+            None,
+            outbox_ports::page_limit(limit),
+        )
+        .await?;
+    out::marked_dead_letters(&page.items);
+    Ok(page.items.len())
+}

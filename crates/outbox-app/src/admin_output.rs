@@ -1,0 +1,184 @@
+//! How the operator's commands print: one tab-separated line per entry on stdout
+//! (the style of `outbox dead list`), notes and totals on stderr, or JSON as the
+//! admin API answers.
+#![allow(clippy::print_stdout)]
+
+use outbox_admin::model::{
+    ConsumerItem, DeadLetterPage, DeadLetterView, MessageDetail, MessagePage, StatsResponse,
+};
+
+/// `value` as pretty JSON on stdout.
+///
+/// # Errors
+/// When it cannot be serialized (never for the API's types).
+pub(crate) fn json(value: &impl serde::Serialize) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+/// One line on stdout.
+pub(crate) fn line(text: &str) {
+    println!("{text}");
+}
+
+fn or_dash(value: Option<&str>) -> &str {
+    value.unwrap_or("-")
+}
+
+fn next_page(next: Option<&String>) {
+    if let Some(cursor) = next {
+        eprintln!("more: --cursor {cursor}");
+    }
+}
+
+/// A page of messages, one line each.
+pub(crate) fn message_page(page: &MessagePage) {
+    for m in &page.items {
+        println!(
+            "{}\t{}\t{}\t{}\t{}\t{}\tattempts={}\t{}",
+            m.id,
+            m.status,
+            m.created_at,
+            m.exchange,
+            m.routing_key,
+            or_dash(m.message_type.as_deref()),
+            m.attempts,
+            m.last_error.as_deref().unwrap_or("")
+        );
+    }
+    eprintln!("{} message(s) shown", page.items.len());
+    next_page(page.next_cursor.as_ref());
+}
+
+/// One message, a field per line, then its payload and each consumer's side.
+pub(crate) fn message_detail(m: &MessageDetail) {
+    let fields = [
+        ("id", Some(m.id.as_str())),
+        ("status", Some(m.status.as_str())),
+        ("exchange", Some(m.exchange.as_str())),
+        ("routing_key", Some(m.routing_key.as_str())),
+        ("type", m.message_type.as_deref()),
+        ("content_type", Some(m.content_type.as_str())),
+        ("correlation_id", m.correlation_id.as_deref()),
+        ("source", m.source.as_deref()),
+        ("created_at", Some(m.created_at.as_str())),
+        ("last_attempt_at", m.last_attempt_at.as_deref()),
+        ("next_attempt_at", m.next_attempt_at.as_deref()),
+        ("completed_at", m.completed_at.as_deref()),
+        ("last_error", m.last_error.as_deref()),
+    ];
+    for (name, value) in fields {
+        println!("{name}\t{}", or_dash(value));
+    }
+    println!("attempts\t{}", m.attempts);
+    for (name, value) in &m.headers {
+        println!("header\t{name}: {value}");
+    }
+    let encoding = if m.payload_base64 { " (base64)" } else { "" };
+    println!(
+        "payload\t{} bytes{encoding}{}",
+        m.payload_size,
+        if m.payload_redacted { ", redacted" } else { "" }
+    );
+    println!("{}", m.payload);
+    for d in &m.deliveries {
+        println!(
+            "consumer\t{}\t{}\tattempts={}\t{}\t{}",
+            d.consumer,
+            d.status,
+            d.attempts,
+            or_dash(d.consumed_at.as_deref()),
+            d.last_error.as_deref().unwrap_or("")
+        );
+    }
+}
+
+/// Every consumer with its counts.
+pub(crate) fn consumers(items: &[ConsumerItem]) {
+    for c in items {
+        println!(
+            "{}\tin_progress={}\tconsumed={}\tconsume_failed={}\tdead={}\tdead_letters={}",
+            c.name, c.in_progress, c.consumed, c.consume_failed, c.dead, c.dead_letters
+        );
+    }
+    eprintln!("{} consumer(s)", items.len());
+}
+
+fn dead_letter_line(d: &DeadLetterView) -> String {
+    format!(
+        "{}\t{}\t{}\t{}\tmessage_id={}\t{}",
+        d.id,
+        d.consumer,
+        d.received_at,
+        d.routing_key,
+        or_dash(d.message_id.as_deref()),
+        d.reason
+    )
+}
+
+/// A page of dead letters, one line each.
+pub(crate) fn dead_letter_page(page: &DeadLetterPage) {
+    for d in &page.items {
+        println!("{}", dead_letter_line(d));
+    }
+    eprintln!("{} dead letter(s) shown", page.items.len());
+    next_page(page.next_cursor.as_ref());
+}
+
+/// Dead letters among a consumer's dead deliveries, each line marked.
+pub(crate) fn marked_dead_letters(items: &[DeadLetterView]) {
+    for d in items {
+        println!("dead-letter\t{}", dead_letter_line(d));
+    }
+}
+
+/// One dead letter with its whole body.
+pub(crate) fn dead_letter_detail(d: &DeadLetterView) {
+    println!("{}", dead_letter_line(d));
+    for (name, value) in &d.headers {
+        println!("header\t{name}: {value}");
+    }
+    let encoding = if d.body_base64 { " (base64)" } else { "" };
+    println!("body\t{} bytes{encoding}", d.body_size);
+    println!("{}", d.body);
+}
+
+/// The dashboard's numbers.
+pub(crate) fn stats(s: &StatsResponse) {
+    let o = &s.outbox;
+    println!(
+        "outbox\tpending={}\tpublish_failed={}\tdead={}\toldest_unsent_age_seconds={}",
+        o.pending,
+        o.publish_failed,
+        o.dead,
+        o.oldest_unsent_age_seconds
+            .map_or_else(|| "-".to_owned(), |a| a.to_string())
+    );
+    for c in &s.consumers {
+        println!(
+            "consumer {}\tin_progress={}\tconsumed={}\tconsume_failed={}\tdead={}\tdead_letters={}",
+            c.name, c.in_progress, c.consumed, c.consume_failed, c.dead, c.dead_letters
+        );
+    }
+    let total = |m: &[outbox_admin::model::MinuteItem]| m.iter().map(|m| m.count).sum::<u64>();
+    println!(
+        "last hour\tpublished={}\tconsumed={}",
+        total(&s.published_per_minute),
+        total(&s.consumed_per_minute)
+    );
+    for w in &s.sweeps {
+        if !w.available {
+            println!("sweep {}\tstate unavailable", w.key);
+            continue;
+        }
+        match &w.completed_at {
+            Some(at) => println!(
+                "sweep {}\tcompleted_at={at}\tpublish_retried={}\tpublish_failed={}",
+                w.key,
+                w.publish_retried.unwrap_or(0),
+                w.publish_failed.unwrap_or(0)
+            ),
+            None => println!("sweep {}\tno report yet", w.key),
+        }
+    }
+}

@@ -401,11 +401,15 @@ async fn run_relay(cfg: RelayConfig) -> anyhow::Result<ExitCode> {
     // (retention) reach /metrics.
     let _ = http::prometheus();
     // The admin API shows the relay's last sweep report from the shared state.
-    let admin = cfg.admin.router(cfg.admin.service(
-        wired.admin.clone(),
-        wired.state.clone(),
-        vec![cfg.sweep.state_key.clone()],
-    ));
+    let admin = cfg.admin.router(
+        cfg.admin
+            .service(
+                wired.admin.clone(),
+                wired.state.clone(),
+                vec![cfg.sweep.state_key.clone()],
+            )
+            .with_throughput(wired.throughput.clone()),
+    );
     if cfg.http.enabled && cfg.admin.tokens.is_empty() {
         tracing::info!(
             "admin API at {} is closed: configure [[admin.tokens]] to open it",
@@ -428,6 +432,7 @@ async fn run_relay(cfg: RelayConfig) -> anyhow::Result<ExitCode> {
     })
     .sweep(cfg.sweep.clone())
     .retention(cfg.retention.clone())
+    .throughput(wired.throughput.clone())
     .instance(instance);
     if let Some(w) = wired.wakeup {
         builder = builder.wakeup(w);

@@ -5,15 +5,19 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use outbox_adapters_memory::{
-    MemoryAuditLog, MemoryBroker, MemoryInboxStore, MemoryLock, MemoryOutboxStore, MemorySweepState,
+    MemoryAuditLog, MemoryBroker, MemoryInboxStore, MemoryLock, MemoryOutboxStore,
+    MemorySweepState, MemoryThroughputLog,
 };
 use outbox_adapters_postgres::{
     PgAuditLog, PgInboxStore, PgLock, PgOutboxStore, PgPool, PgSchema, PgSweepState,
+    PgThroughputLog,
 };
 use outbox_adapters_rabbitmq::{RabbitPublisher, RabbitPublisherConfig};
 use outbox_adapters_redis::{RedisClient, RedisLock, RedisSweepState};
 use outbox_admin::AdminPorts;
-use outbox_ports::{DistributedLock, OutboxStore, Publisher, SweepStateStore, SystemClock};
+use outbox_ports::{
+    DistributedLock, OutboxStore, Publisher, SweepStateStore, SystemClock, ThroughputLog,
+};
 
 use crate::config::{CoordinationKind, PublisherKind, RelayConfig, StoreKind};
 /// Kept here too, where it was first public.
@@ -34,6 +38,9 @@ pub struct Wired {
     pub lock: Arc<dyn DistributedLock>,
     /// Sweep state.
     pub state: Arc<dyn SweepStateStore>,
+    /// The per-minute totals the relay adds to and the admin API's charts read (in
+    /// the store's database; in memory with the memory store).
+    pub throughput: Arc<dyn ThroughputLog>,
     /// PostgreSQL wake-up, when the store is PostgreSQL.
     pub wakeup: Option<Box<dyn Wakeup>>,
     /// The PostgreSQL pool and schema, if any.
@@ -83,30 +90,36 @@ pub async fn wire(cfg: &RelayConfig, instance: &str) -> anyhow::Result<Wired> {
         Ok(RedisClient::new(&r.url, 8, Duration::from_secs(2))?)
     };
     let memory_clock = Arc::new(SystemClock);
-    let (store, admin, wakeup): (Arc<dyn OutboxStore>, AdminPorts, Option<Box<dyn Wakeup>>) =
-        match cfg.adapters.store {
-            StoreKind::Memory => {
-                let outbox = Arc::new(MemoryOutboxStore::new(memory_clock.clone()));
-                let inbox = Arc::new(MemoryInboxStore::new(memory_clock.clone()));
-                let admin = AdminPorts {
-                    outbox: outbox.clone(),
-                    inbox: inbox.clone(),
-                    audit: Arc::new(MemoryAuditLog::new(memory_clock.clone())),
-                    outbox_store: outbox.clone(),
-                    inbox_store: inbox,
-                };
-                (outbox, admin, None)
-            }
-            StoreKind::Postgres => {
-                let (pool, schema) = pg()?;
-                let wake = PgWakeupSource::new(pool.clone(), schema.clone(), instance);
-                (
-                    Arc::new(PgOutboxStore::new(pool.clone(), schema.clone())),
-                    postgres_admin_ports(pool, &schema),
-                    Some(Box::new(wake)),
-                )
-            }
-        };
+    let (store, admin, wakeup, throughput): (
+        Arc<dyn OutboxStore>,
+        AdminPorts,
+        Option<Box<dyn Wakeup>>,
+        Arc<dyn ThroughputLog>,
+    ) = match cfg.adapters.store {
+        StoreKind::Memory => {
+            let outbox = Arc::new(MemoryOutboxStore::new(memory_clock.clone()));
+            let inbox = Arc::new(MemoryInboxStore::new(memory_clock.clone()));
+            let admin = AdminPorts {
+                outbox: outbox.clone(),
+                inbox: inbox.clone(),
+                audit: Arc::new(MemoryAuditLog::new(memory_clock.clone())),
+                outbox_store: outbox.clone(),
+                inbox_store: inbox,
+            };
+            let log = Arc::new(MemoryThroughputLog::new(memory_clock.clone()));
+            (outbox, admin, None, log)
+        }
+        StoreKind::Postgres => {
+            let (pool, schema) = pg()?;
+            let wake = PgWakeupSource::new(pool.clone(), schema.clone(), instance);
+            (
+                Arc::new(PgOutboxStore::new(pool.clone(), schema.clone())),
+                postgres_admin_ports(pool.clone(), &schema),
+                Some(Box::new(wake)),
+                Arc::new(PgThroughputLog::new(pool, &schema)),
+            )
+        }
+    };
     let publisher: Arc<dyn Publisher> = match cfg.adapters.publisher {
         PublisherKind::Memory => Arc::new(MemoryBroker::new()),
         PublisherKind::Rabbitmq => {
@@ -138,6 +151,7 @@ pub async fn wire(cfg: &RelayConfig, instance: &str) -> anyhow::Result<Wired> {
     Ok(Wired {
         store,
         admin,
+        throughput,
         publisher,
         lock,
         state,

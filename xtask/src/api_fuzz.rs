@@ -34,16 +34,49 @@ impl Drop for Relay {
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = Command::new("psql")
-            .args([
-                &self.database_url,
-                "-q",
-                "-c",
-                &format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema),
-            ])
-            .stdout(Stdio::null())
-            .status();
+        let _ = psql(
+            &self.database_url,
+            &format!(
+                "SET client_min_messages = warning; DROP SCHEMA IF EXISTS {} CASCADE",
+                self.schema
+            ),
+        );
     }
+}
+
+/// Runs `sql` with psql against `database_url`.
+fn psql(database_url: &str, sql: &str) -> Result<(), String> {
+    let out = Command::new("psql")
+        .args([database_url, "-q", "-v", "ON_ERROR_STOP=1", "-c", sql])
+        .output()
+        .map_err(|e| format!("api-fuzz: cannot run psql: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "api-fuzz: psql failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// Something to find: messages in each status, deliveries of two consumers and a
+/// dead letter, so the generated requests meet real rows, not only 404s.
+fn seed_sql(schema: &str) -> String {
+    format!(
+        "SET search_path = {schema};
+         INSERT INTO outbox_messages (exchange, routing_key, message_type, payload, status, attempts, last_error, correlation_id)
+           SELECT 'api-fuzz-nowhere', 'k.' || n, 'fuzz.seeded', convert_to('{{\"n\": ' || n || '}}', 'UTF8'),
+                  (ARRAY['dead', 'publish_failed', 'dead'])[1 + n % 3], 3, 'seeded', 'corr-' || n
+           FROM generate_series(1, 30) AS n;
+         INSERT INTO outbox_inbox (consumer, message_id, exchange, routing_key, payload, created_at, status, attempts, consumed_at)
+           SELECT c, id, exchange, routing_key, payload, created_at,
+                  CASE WHEN c = 'billing' THEN 'dead' ELSE 'consumed' END, 1,
+                  CASE WHEN c = 'billing' THEN NULL ELSE now() END
+           FROM outbox_messages, (VALUES ('billing'), ('shipping')) AS v(c);
+         INSERT INTO outbox_dead_letters (consumer, message_id, routing_key, body, reason)
+           VALUES ('billing', NULL, 'k', '\\xfffe'::bytea, 'seeded: no message id');"
+    )
 }
 
 fn env_or(var: &str, default: &str) -> String {
@@ -121,6 +154,7 @@ role = "write"
         database_url,
     };
     let base = format!("http://127.0.0.1:{port}");
+    let schema = relay.schema.clone();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let up = Command::new("curl")
@@ -137,6 +171,8 @@ role = "write"
         }
         std::thread::sleep(Duration::from_millis(200));
     }
+    // The relay has migrated its schema by now (it answers only after).
+    psql(&relay.database_url, &seed_sql(&schema))?;
     let result = run(
         "schemathesis",
         Command::new("schemathesis").args([

@@ -16,6 +16,7 @@ use crate::error::{port, refused_by_database};
 use crate::rows::{
     ClaimedRow, MESSAGE_COLUMNS, MessageRow, in_claim_order, millis, read_columns, sources_of,
 };
+use crate::storable;
 
 #[derive(Debug)]
 struct Sql {
@@ -262,7 +263,8 @@ impl PgInboxStore {
         handler: TxHandler<'_>,
     ) -> Result<ConsumeOutcome, PortError> {
         let mut tx = self.pool.begin().await.map_err(|e| port("begin", e))?;
-        let inserted = bind_message(sqlx::query(&self.sql.arrive_consumed), consumer, message)
+        let stored = storable::message(message);
+        let inserted = bind_message(sqlx::query(&self.sql.arrive_consumed), consumer, &stored)
             .fetch_optional(&mut *tx)
             .await
             .map_err(|e| port("record arrival", e))?;
@@ -392,7 +394,8 @@ impl InboxStore for PgInboxStore {
         message: &Message,
         lease: &Lease,
     ) -> Result<Arrival, PortError> {
-        let taken = bind_message(sqlx::query(&self.sql.arrive), consumer, message)
+        let stored = storable::message(message);
+        let taken = bind_message(sqlx::query(&self.sql.arrive), consumer, &stored)
             .bind(&lease.holder)
             .bind(millis(lease.ttl))
             .fetch_optional(&self.pool)
@@ -446,7 +449,7 @@ impl InboxStore for PgInboxStore {
             .bind(consumer)
             .bind(id.as_uuid())
             .bind(&lease.holder)
-            .bind(error)
+            .bind(storable::error_text(error))
             .bind(delay)
             .bind(from)
             .execute(&self.pool)
@@ -482,11 +485,11 @@ impl InboxStore for PgInboxStore {
     ) -> Result<(), PortError> {
         sqlx::query(&self.sql.dead_letter)
             .bind(consumer)
-            .bind(&letter.message_id)
-            .bind(&letter.routing_key)
-            .bind(Json(&letter.headers))
+            .bind(storable::opt_text(letter.message_id.as_deref()))
+            .bind(storable::text(&letter.routing_key))
+            .bind(Json(storable::headers(&letter.headers)))
             .bind(&letter.body)
-            .bind(&letter.reason)
+            .bind(storable::error_text(&letter.reason))
             .execute(&self.pool)
             .await
             .map_err(|e| port("record dead letter", e))?;

@@ -107,9 +107,15 @@ impl Sql {
                  WHERE consumer = $1 AND message_id = $2 AND status = ANY($3)"
             ),
             // One consumer's rows only: each consumer's rows are what make its own
-            // redeliveries harmless, for as long as its own retention says.
+            // redeliveries harmless, for as long as its own retention says. The
+            // conditions are repeated outside the subquery: for a row changed by a
+            // transaction that commits while the DELETE waits for its lock (an
+            // operator's reconsume), PostgreSQL re-checks only the outer WHERE on the
+            // new version, and `seq IN (...)` alone would still match it.
             retention: format!(
-                "DELETE FROM {t} WHERE seq IN (SELECT seq FROM {t} WHERE status = 'consumed' \
+                "DELETE FROM {t} WHERE status = 'consumed' AND consumer = $3 \
+                 AND consumed_at < now() - $1 * interval '1 millisecond' \
+                 AND seq IN (SELECT seq FROM {t} WHERE status = 'consumed' \
                  AND consumer = $3 AND consumed_at < now() - $1 * interval '1 millisecond' \
                  ORDER BY consumed_at LIMIT $2)"
             ),

@@ -112,12 +112,19 @@ impl Sql {
             // transaction that commits while the DELETE waits for its lock (an
             // operator's reconsume), PostgreSQL re-checks only the outer WHERE on the
             // new version, and `seq IN (...)` alone would still match it.
+            // The subquery's range is written as a row comparison on
+            // (consumer, consumed_at): only inbox_retention can serve it, so it reads
+            // this consumer's old rows only. Written as `consumed_at < ...`, the
+            // planner could walk inbox_consumed_at (consumed_at) across every
+            // consumer's old rows, which it prefers whenever the heap follows
+            // consumed_at. No ORDER BY: the index scan is oldest first anyway, and
+            // the loop runs until no old row is left.
             retention: format!(
                 "DELETE FROM {t} WHERE status = 'consumed' AND consumer = $3 \
                  AND consumed_at < now() - $1 * interval '1 millisecond' \
-                 AND seq IN (SELECT seq FROM {t} WHERE status = 'consumed' \
-                 AND consumer = $3 AND consumed_at < now() - $1 * interval '1 millisecond' \
-                 ORDER BY consumed_at LIMIT $2)"
+                 AND seq IN (SELECT seq FROM {t} WHERE status = 'consumed' AND consumer = $3 \
+                 AND (consumer, consumed_at) < ($3, now() - $1 * interval '1 millisecond') \
+                 LIMIT $2)"
             ),
         }
     }
@@ -375,6 +382,28 @@ impl PgInboxStore {
             .await
             .map_err(|e| port("retention", e))?
             .rows_affected())
+    }
+
+    /// The plan PostgreSQL would use for one retention statement of `consumer`
+    /// (`EXPLAIN`, nothing is deleted): for operators checking that retention stays
+    /// on its index (`inbox_retention`) whatever other consumers keep.
+    ///
+    /// # Errors
+    /// A database error.
+    pub async fn explain_retention(
+        &self,
+        consumer: &str,
+        age: std::time::Duration,
+        batch: u32,
+    ) -> Result<String, PortError> {
+        let lines: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN {}", self.sql.retention))
+            .bind(millis(age))
+            .bind(i64::from(batch.max(1)))
+            .bind(consumer)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| port("explain retention", e))?;
+        Ok(lines.join("\n"))
     }
 
     async fn status_of(&self, consumer: &str, id: MessageId) -> Result<Option<Status>, PortError> {

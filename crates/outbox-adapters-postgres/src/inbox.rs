@@ -16,6 +16,7 @@ use crate::error::{port, refused_by_database};
 use crate::rows::{
     ClaimedRow, MESSAGE_COLUMNS, MessageRow, in_claim_order, millis, read_columns, sources_of,
 };
+use crate::storable;
 
 #[derive(Debug)]
 struct Sql {
@@ -106,11 +107,24 @@ impl Sql {
                  WHERE consumer = $1 AND message_id = $2 AND status = ANY($3)"
             ),
             // One consumer's rows only: each consumer's rows are what make its own
-            // redeliveries harmless, for as long as its own retention says.
+            // redeliveries harmless, for as long as its own retention says. The
+            // conditions are repeated outside the subquery: for a row changed by a
+            // transaction that commits while the DELETE waits for its lock (an
+            // operator's reconsume), PostgreSQL re-checks only the outer WHERE on the
+            // new version, and `seq IN (...)` alone would still match it.
+            // The subquery's range is written as a row comparison on
+            // (consumer, consumed_at): only inbox_retention can serve it, so it reads
+            // this consumer's old rows only. Written as `consumed_at < ...`, the
+            // planner could walk inbox_consumed_at (consumed_at) across every
+            // consumer's old rows, which it prefers whenever the heap follows
+            // consumed_at. No ORDER BY: the index scan is oldest first anyway, and
+            // the loop runs until no old row is left.
             retention: format!(
-                "DELETE FROM {t} WHERE seq IN (SELECT seq FROM {t} WHERE status = 'consumed' \
-                 AND consumer = $3 AND consumed_at < now() - $1 * interval '1 millisecond' \
-                 ORDER BY consumed_at LIMIT $2)"
+                "DELETE FROM {t} WHERE status = 'consumed' AND consumer = $3 \
+                 AND consumed_at < now() - $1 * interval '1 millisecond' \
+                 AND seq IN (SELECT seq FROM {t} WHERE status = 'consumed' AND consumer = $3 \
+                 AND (consumer, consumed_at) < ($3, now() - $1 * interval '1 millisecond') \
+                 LIMIT $2)"
             ),
         }
     }
@@ -262,7 +276,8 @@ impl PgInboxStore {
         handler: TxHandler<'_>,
     ) -> Result<ConsumeOutcome, PortError> {
         let mut tx = self.pool.begin().await.map_err(|e| port("begin", e))?;
-        let inserted = bind_message(sqlx::query(&self.sql.arrive_consumed), consumer, message)
+        let stored = storable::message(message);
+        let inserted = bind_message(sqlx::query(&self.sql.arrive_consumed), consumer, &stored)
             .fetch_optional(&mut *tx)
             .await
             .map_err(|e| port("record arrival", e))?;
@@ -369,6 +384,28 @@ impl PgInboxStore {
             .rows_affected())
     }
 
+    /// The plan PostgreSQL would use for one retention statement of `consumer`
+    /// (`EXPLAIN`, nothing is deleted): for operators checking that retention stays
+    /// on its index (`inbox_retention`) whatever other consumers keep.
+    ///
+    /// # Errors
+    /// A database error.
+    pub async fn explain_retention(
+        &self,
+        consumer: &str,
+        age: std::time::Duration,
+        batch: u32,
+    ) -> Result<String, PortError> {
+        let lines: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN {}", self.sql.retention))
+            .bind(millis(age))
+            .bind(i64::from(batch.max(1)))
+            .bind(consumer)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| port("explain retention", e))?;
+        Ok(lines.join("\n"))
+    }
+
     async fn status_of(&self, consumer: &str, id: MessageId) -> Result<Option<Status>, PortError> {
         sqlx::query_scalar::<_, String>(&self.sql.status_of)
             .bind(consumer)
@@ -392,7 +429,8 @@ impl InboxStore for PgInboxStore {
         message: &Message,
         lease: &Lease,
     ) -> Result<Arrival, PortError> {
-        let taken = bind_message(sqlx::query(&self.sql.arrive), consumer, message)
+        let stored = storable::message(message);
+        let taken = bind_message(sqlx::query(&self.sql.arrive), consumer, &stored)
             .bind(&lease.holder)
             .bind(millis(lease.ttl))
             .fetch_optional(&self.pool)
@@ -446,7 +484,7 @@ impl InboxStore for PgInboxStore {
             .bind(consumer)
             .bind(id.as_uuid())
             .bind(&lease.holder)
-            .bind(error)
+            .bind(storable::error_text(error))
             .bind(delay)
             .bind(from)
             .execute(&self.pool)
@@ -482,11 +520,11 @@ impl InboxStore for PgInboxStore {
     ) -> Result<(), PortError> {
         sqlx::query(&self.sql.dead_letter)
             .bind(consumer)
-            .bind(&letter.message_id)
-            .bind(&letter.routing_key)
-            .bind(Json(&letter.headers))
+            .bind(storable::opt_text(letter.message_id.as_deref()))
+            .bind(storable::text(&letter.routing_key))
+            .bind(Json(storable::headers(&letter.headers)))
             .bind(&letter.body)
-            .bind(&letter.reason)
+            .bind(storable::error_text(&letter.reason))
             .execute(&self.pool)
             .await
             .map_err(|e| port("record dead letter", e))?;

@@ -28,6 +28,7 @@ mod outbox_operator;
 mod rows;
 mod schema;
 mod state;
+mod storable;
 mod throughput;
 mod wakeup;
 

@@ -510,7 +510,12 @@ impl OutboxStore for PgOutboxStore {
             .collect();
         Ok(sqlx::query(&self.sql.mark_failed)
             .bind(failures.iter().map(|f| *f.id.as_uuid()).collect::<Vec<_>>())
-            .bind(failures.iter().map(|f| f.error.clone()).collect::<Vec<_>>())
+            .bind(
+                failures
+                    .iter()
+                    .map(|f| crate::storable::error_text(&f.error))
+                    .collect::<Vec<_>>(),
+            )
             .bind(delays)
             .bind(&lease.holder)
             .bind(from)

@@ -465,6 +465,136 @@ async fn inbox_retention_deletes_only_old_consumed_deliveries() {
     });
 }
 
+/// Waits until a statement of `schema` naming `what` waits for a row lock.
+async fn wait_until_blocked(
+    pool: &outbox_adapters_postgres::PgPool,
+    schema: &PgSchema,
+    what: &str,
+) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+             AND query LIKE $1 AND query LIKE $2",
+        )
+        .bind(format!("%{}%", schema.quoted()))
+        .bind(format!("{what}%"))
+        .fetch_one(pool)
+        .await
+        .expect("pg_stat_activity");
+        if waiting > 0 {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the statement never waited for the row lock"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inbox_retention_never_deletes_a_row_reconsumed_while_it_ran() {
+    with_db!(|pool, schema| {
+        let inbox = PgInboxStore::new(pool.clone(), &schema);
+        let l = lease("worker");
+        let m = outbox_testkit::message("contract", "order.created");
+        inbox
+            .record_arrival("billing", &m, &l)
+            .await
+            .expect("arrive");
+        assert!(
+            inbox
+                .mark_consumed("billing", m.id, &l)
+                .await
+                .expect("consumed")
+        );
+        sqlx::query(&format!(
+            "UPDATE {}.outbox_inbox SET consumed_at = now() - interval '2 hours'",
+            schema.quoted()
+        ))
+        .execute(&pool)
+        .await
+        .expect("age rows");
+        // An operator's reconsume, not yet committed when retention looks.
+        let mut reconsume = pool.begin().await.expect("begin");
+        sqlx::query(&format!(
+            "UPDATE {}.outbox_inbox SET status = 'sent', attempts = 0, next_attempt_at = now(), \
+             consumed_at = NULL WHERE consumer = 'billing' AND message_id = $1",
+            schema.quoted()
+        ))
+        .bind(m.id.as_uuid())
+        .execute(&mut *reconsume)
+        .await
+        .expect("reconsume");
+        let retention = {
+            let inbox = inbox.clone();
+            tokio::spawn(async move {
+                inbox
+                    .delete_consumed_batch("billing", Duration::from_secs(3600), 10)
+                    .await
+            })
+        };
+        wait_until_blocked(&pool, &schema, "DELETE").await;
+        reconsume.commit().await.expect("commit reconsume");
+        let deleted = retention.await.expect("task").expect("retention");
+        assert_eq!(deleted, 0, "the reconsumed row was deleted");
+        let r = inbox
+            .get("billing", m.id)
+            .await
+            .expect("get")
+            .expect("row kept");
+        assert_eq!(r.status, Status::Sent);
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sent_retention_never_deletes_a_row_requeued_while_it_ran() {
+    with_db!(|pool, schema| {
+        let store = PgOutboxStore::new(pool.clone(), schema.clone());
+        let m = outbox_testkit::message("contract", "order.created");
+        store.enqueue(vec![m.clone()]).await.expect("enqueue");
+        let l = lease("relay");
+        assert_eq!(store.claim_pending(&l, 10).await.expect("claim").len(), 1);
+        store.mark_sent(&l, &[m.id]).await.expect("sent");
+        sqlx::query(&format!(
+            "UPDATE {}.outbox_messages SET sent_at = now() - interval '2 hours'",
+            schema.quoted()
+        ))
+        .execute(&pool)
+        .await
+        .expect("age rows");
+        let mut requeue = pool.begin().await.expect("begin");
+        sqlx::query(&format!(
+            "UPDATE {}.outbox_messages SET status = 'pending', sent_at = NULL WHERE id = $1",
+            schema.quoted()
+        ))
+        .bind(m.id.as_uuid())
+        .execute(&mut *requeue)
+        .await
+        .expect("requeue");
+        let retention = {
+            let store = store.clone();
+            tokio::spawn(
+                async move { store.delete_sent_batch(Duration::from_secs(3600), 10).await },
+            )
+        };
+        wait_until_blocked(&pool, &schema, "DELETE").await;
+        requeue.commit().await.expect("commit requeue");
+        let deleted = retention.await.expect("task").expect("retention");
+        assert_eq!(deleted, 0, "the requeued row was deleted");
+        assert_eq!(
+            store
+                .get(m.id)
+                .await
+                .expect("get")
+                .expect("row kept")
+                .status,
+            Status::Pending
+        );
+    });
+}
+
 #[tokio::test]
 async fn bad_input_is_a_clear_error_and_writes_nothing() {
     with_db!(|pool, schema| {

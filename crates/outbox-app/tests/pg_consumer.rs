@@ -203,6 +203,7 @@ const SWALLOW: &[u8] = b"swallow";
 const DEFERRED: &[u8] = b"deferred";
 const FAIL_FIRST: &[u8] = b"fail-first";
 const RECOVERS: &[u8] = b"recovers";
+const NUL_ERROR: &[u8] = b"nul-error";
 
 /// A handler that writes one effect row, and:
 /// - `swallow`: first runs a statement that fails and ignores its error, as a handler
@@ -277,6 +278,8 @@ impl PgHandler for DbFaults {
                     .execute(&mut *conn)
                     .await?;
             }
+            // PostgreSQL text cannot hold a NUL byte.
+            NUL_ERROR => return Err("a\0b".into()),
             FAIL_FIRST if n == 1 => return Err("not yet".into()),
             FAIL_FIRST if self.deferred_on_retry.contains(&m.id) => {
                 self.deferred_violation(conn, m).await?;
@@ -642,6 +645,178 @@ async fn a_handler_that_rolls_back_to_its_own_savepoint_commits() {
         assert_eq!(r.consume.attempts, 1, "{r:?}");
     }
     assert_eq!(effect_count(&pool, &schema).await, 5);
+    sqlx::query(&format!("DROP SCHEMA {} CASCADE", schema.quoted()))
+        .execute(&pool)
+        .await
+        .expect("drop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_error_with_a_nul_byte_is_stored_and_retried_until_dead() {
+    let Some((pool, schema)) = database().await else {
+        return;
+    };
+    let msgs = messages_with(NUL_ERROR, 3);
+    let (after_worker, after_sweep) = through_worker_then_sweep(&pool, &schema, &msgs, 3).await;
+    for r in &after_worker {
+        assert_eq!(r.status, Status::ConsumeFailed, "{r:?}");
+        assert_eq!(r.consume.attempts, 1, "{r:?}");
+        assert_eq!(r.consume.last_error.as_deref(), Some("a\u{FFFD}b"), "{r:?}");
+    }
+    for r in &after_sweep {
+        assert_eq!(r.status, Status::Dead, "{r:?}");
+        assert_eq!(
+            r.consume.attempts, 3,
+            "the sweep's attempts were recorded: {r:?}"
+        );
+    }
+    assert_eq!(effect_count(&pool, &schema).await, 0);
+    sqlx::query(&format!("DROP SCHEMA {} CASCADE", schema.quoted()))
+        .execute(&pool)
+        .await
+        .expect("drop");
+}
+
+/// Two foreign deliveries with NUL bytes where PostgreSQL text and jsonb refuse them:
+/// one decodable (NUL in the routing key, a header name and a header value, the
+/// correlation id and the type), one without a message id (a dead letter with NULs in
+/// its routing key and headers).
+fn foreign_with_nul_bytes() -> (Message, outbox_ports::Envelope, outbox_ports::Envelope) {
+    let m = outbox_testkit::message("contract", "order.created");
+    let mut decodable = outbox_ports::Envelope::of(&m);
+    decodable.routing_key = "order.\0created".to_owned();
+    decodable.message_type = Some("t\0".to_owned());
+    decodable.correlation_id = Some("c\0".to_owned());
+    decodable.source = Some("s\0".to_owned());
+    decodable.content_type = Some("application/json\0".to_owned());
+    decodable
+        .headers
+        .insert("tenant\0".to_owned(), "a\0b".to_owned());
+    let mut letter = decodable.clone();
+    letter.message_id = Some("not-a-uuid\0".to_owned());
+    (m, decodable, letter)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_deliveries_with_nul_bytes_are_consumed_or_dead_lettered_not_redelivered_forever() {
+    let Some((pool, schema)) = database().await else {
+        return;
+    };
+    let inbox = PgInboxStore::new(pool.clone(), &schema);
+    let b = broker();
+    let worker = PgConsumerWorker::new(
+        inbox.clone(),
+        Arc::new(b.clone()),
+        PgHandlerRegistry::new().fallback(Arc::new(DbFaults::new(&schema))),
+        Arc::new(SystemClock),
+        config(3),
+    );
+    let cancel = CancellationToken::new();
+    let running = tokio::spawn(worker.run(cancel.clone()));
+    let (m, decodable, letter) = foreign_with_nul_bytes();
+    assert!(b.publish_envelope(decodable).is_confirmed());
+    assert!(b.publish_envelope(letter).is_confirmed());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = inbox.stats(NAME).await.expect("stats");
+        if s.consumed == 1 && s.dead_letters == 1 && b.queue_depth(QUEUE) == (0, 0) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not settled after 10 s (redelivered forever?): {s:?}, queue {:?}",
+            b.queue_depth(QUEUE)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    cancel.cancel();
+    running.await.expect("worker");
+    let r = inbox.get(NAME, m.id).await.expect("get").expect("row");
+    assert_eq!(r.status, Status::Consumed);
+    assert_eq!(r.message.routing_key, "order.\u{FFFD}created");
+    assert_eq!(
+        r.message.headers.get("tenant\u{FFFD}").map(String::as_str),
+        Some("a\u{FFFD}b")
+    );
+    assert_eq!(effect_count(&pool, &schema).await, 1);
+    sqlx::query(&format!("DROP SCHEMA {} CASCADE", schema.quoted()))
+        .execute(&pool)
+        .await
+        .expect("drop");
+}
+
+/// The backend-neutral worker and sweep over the PostgreSQL inbox (through
+/// `InboxStore`): the same NUL bytes, in a handler's error and in a foreign delivery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_neutral_worker_on_the_postgres_inbox_stores_nul_bytes_too() {
+    let Some((pool, schema)) = database().await else {
+        return;
+    };
+    let inbox = PgInboxStore::new(pool.clone(), &schema);
+    let b = broker();
+    let failing = messages_with(NUL_ERROR, 1).remove(0);
+    let handler = outbox_app::handler_fn(|m: Message| async move {
+        if m.payload == NUL_ERROR {
+            Err("a\0b".into())
+        } else {
+            Ok(())
+        }
+    });
+    let worker = outbox_app::ConsumerWorker::new(
+        Arc::new(inbox.clone()),
+        Arc::new(b.clone()),
+        outbox_app::HandlerRegistry::new().fallback(handler),
+        Arc::new(SystemClock),
+        config(3),
+    );
+    let retries = worker.retry_task();
+    let cancel = CancellationToken::new();
+    let running = tokio::spawn(worker.run(cancel.clone()));
+    let (foreign, decodable, letter) = foreign_with_nul_bytes();
+    assert!(b.publish(std::slice::from_ref(&failing)).await[0].is_confirmed());
+    assert!(b.publish_envelope(decodable).is_confirmed());
+    assert!(b.publish_envelope(letter).is_confirmed());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = inbox.stats(NAME).await.expect("stats");
+        if s.consumed == 1
+            && s.consume_failed == 1
+            && s.dead_letters == 1
+            && b.queue_depth(QUEUE) == (0, 0)
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not settled after 10 s: {s:?}, queue {:?}",
+            b.queue_depth(QUEUE)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    cancel.cancel();
+    running.await.expect("worker");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        retries.run_batch(50).await.expect("retry batch");
+        let r = inbox
+            .get(NAME, failing.id)
+            .await
+            .expect("get")
+            .expect("row");
+        if r.status == Status::Dead {
+            assert_eq!(r.consume.attempts, 3, "{r:?}");
+            assert_eq!(r.consume.last_error.as_deref(), Some("a\u{FFFD}b"));
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "not dead: {r:?}");
+    }
+    let r = inbox
+        .get(NAME, foreign.id)
+        .await
+        .expect("get")
+        .expect("row");
+    assert_eq!(r.status, Status::Consumed);
     sqlx::query(&format!("DROP SCHEMA {} CASCADE", schema.quoted()))
         .execute(&pool)
         .await

@@ -47,6 +47,15 @@ pub struct Wired {
     pub postgres: Option<(PgPool, PgSchema)>,
 }
 
+/// What the chosen store brings: the outbox, its operator's side, the wake-up and
+/// the per-minute totals.
+struct StoreSide {
+    store: Arc<dyn OutboxStore>,
+    admin: AdminPorts,
+    wakeup: Option<Box<dyn Wakeup>>,
+    throughput: Arc<dyn ThroughputLog>,
+}
+
 /// Opens the PostgreSQL pool of `cfg`, if an adapter needs it.
 ///
 /// # Errors
@@ -90,34 +99,37 @@ pub async fn wire(cfg: &RelayConfig, instance: &str) -> anyhow::Result<Wired> {
         Ok(RedisClient::new(&r.url, 8, Duration::from_secs(2))?)
     };
     let memory_clock = Arc::new(SystemClock);
-    let (store, admin, wakeup, throughput): (
-        Arc<dyn OutboxStore>,
-        AdminPorts,
-        Option<Box<dyn Wakeup>>,
-        Arc<dyn ThroughputLog>,
-    ) = match cfg.adapters.store {
+    let StoreSide {
+        store,
+        admin,
+        wakeup,
+        throughput,
+    } = match cfg.adapters.store {
         StoreKind::Memory => {
             let outbox = Arc::new(MemoryOutboxStore::new(memory_clock.clone()));
             let inbox = Arc::new(MemoryInboxStore::new(memory_clock.clone()));
-            let admin = AdminPorts {
-                outbox: outbox.clone(),
-                inbox: inbox.clone(),
-                audit: Arc::new(MemoryAuditLog::new(memory_clock.clone())),
-                outbox_store: outbox.clone(),
-                inbox_store: inbox,
-            };
-            let log = Arc::new(MemoryThroughputLog::new(memory_clock.clone()));
-            (outbox, admin, None, log)
+            StoreSide {
+                store: outbox.clone(),
+                admin: AdminPorts {
+                    outbox: outbox.clone(),
+                    inbox: inbox.clone(),
+                    audit: Arc::new(MemoryAuditLog::new(memory_clock.clone())),
+                    outbox_store: outbox,
+                    inbox_store: inbox,
+                },
+                wakeup: None,
+                throughput: Arc::new(MemoryThroughputLog::new(memory_clock.clone())),
+            }
         }
         StoreKind::Postgres => {
             let (pool, schema) = pg()?;
             let wake = PgWakeupSource::new(pool.clone(), schema.clone(), instance);
-            (
-                Arc::new(PgOutboxStore::new(pool.clone(), schema.clone())),
-                postgres_admin_ports(pool.clone(), &schema),
-                Some(Box::new(wake)),
-                Arc::new(PgThroughputLog::new(pool, &schema)),
-            )
+            StoreSide {
+                store: Arc::new(PgOutboxStore::new(pool.clone(), schema.clone())),
+                admin: postgres_admin_ports(pool.clone(), &schema),
+                wakeup: Some(Box::new(wake)),
+                throughput: Arc::new(PgThroughputLog::new(pool, &schema)),
+            }
         }
     };
     let publisher: Arc<dyn Publisher> = match cfg.adapters.publisher {

@@ -21,7 +21,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use outbox_core::{BatchCounts, Decision, Message, RetryPolicy};
 use outbox_ports::{
-    Arrival, Clock, DeadLetter, Delivery, InboxStore, Lease, PortError, Subscriber,
+    Arrival, ClaimedDelivery, Clock, DeadLetter, Delivery, InboxStore, Lease, PortError, Subscriber,
 };
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -255,10 +255,205 @@ pub struct ConsumerCounters {
     pub retention_deleted: AtomicU64,
 }
 
-/// What the worker, its delivery tasks and its retry task share.
-struct Shared {
+/// What became of one handling of a recorded delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Handled {
+    /// A redelivery of a message the inbox already holds: no handler ran.
+    Duplicate,
+    /// The handler succeeded and the row was marked consumed. `counted`: the mark
+    /// applied to this attempt's lease (false when another holder took the row over
+    /// meanwhile).
+    Consumed {
+        /// Whether this attempt's mark applied.
+        counted: bool,
+    },
+    /// The handler failed; the failure is stored with its next attempt, or dead.
+    Failed(Failure),
+}
+
+/// A failed handler attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// What the handler (or its timeout, panic, missing registration) reported.
+    pub error: String,
+    /// The retry policy gave up: the row is dead.
+    pub dead: bool,
+}
+
+/// A handling whose result the inbox could not record.
+#[derive(Debug)]
+pub enum Unrecorded {
+    /// Nothing was recorded (the inbox could not be reached, or the transaction
+    /// holding everything did not commit): the delivery goes back to the broker.
+    Nothing(PortError),
+    /// The delivery is held in the inbox and its handler ran (`failure`: it failed),
+    /// but the outcome could not be recorded: the row is left to its lease and the
+    /// consume sweep.
+    Outcome {
+        /// Why the outcome was not recorded.
+        error: PortError,
+        /// The handler's failure, when it failed.
+        failure: Option<Failure>,
+    },
+}
+
+/// What one attempt needs to know: who consumes, the handler timeout, the retry
+/// policy and its jitter.
+#[derive(Clone, Copy)]
+pub struct AttemptContext<'a> {
+    /// The consumer's settings.
+    pub config: &'a ConsumerConfig,
+    random: Random,
+}
+
+impl AttemptContext<'_> {
+    /// The retry decision for a failure of attempt number `attempt` (1 = first).
+    #[must_use]
+    pub fn decide(&self, attempt: u32) -> Decision {
+        self.config.retry.decide(attempt, (self.random)())
+    }
+}
+
+/// How a consumer records a delivery and runs its handler: the one thing the
+/// backend-neutral inbox ([`NeutralInbox`]) and the PostgreSQL transactional inbox
+/// (`PgTxInbox`, feature `postgres`) do differently. Everything around it (the
+/// consuming loop, decoding and dead letters, leases, counters, acknowledgement,
+/// the retry sweep's batching, retention) is [`InboxWorker`]'s.
+#[async_trait]
+pub trait InboxPath: Send + Sync + 'static {
+    /// The inbox: dead letters and the retry sweep's claims go there.
+    fn inbox(&self) -> &dyn InboxStore;
+
+    /// First handling of a delivered `message` under `lease`: record it, run its
+    /// handler unless it is a duplicate, record the outcome.
+    ///
+    /// # Errors
+    /// What could not be recorded, and whether the handler ran.
+    async fn handle(
+        &self,
+        cx: AttemptContext<'_>,
+        message: &Message,
+        lease: &Lease,
+    ) -> Result<Handled, Unrecorded>;
+
+    /// A retry of `due`, claimed under `lease`: run its handler, record the outcome.
+    ///
+    /// # Errors
+    /// What could not be recorded; the row is left to its lease.
+    async fn retry(
+        &self,
+        cx: AttemptContext<'_>,
+        due: &ClaimedDelivery,
+        lease: &Lease,
+    ) -> Result<Handled, Unrecorded>;
+
+    /// The inbox retention loop to run beside the consumer, if this inbox has one:
+    /// deletes `consumer`'s old consumed rows, adds them to `counters`, returns when
+    /// `cancel` fires. Called again when a run of it panicked.
+    fn retention(
+        &self,
+        _consumer: &str,
+        _retention: crate::ConsumerRetention,
+        _counters: &Arc<ConsumerCounters>,
+        _cancel: &CancellationToken,
+    ) -> Option<Pin<Box<dyn Future<Output = ()> + Send + 'static>>> {
+        None
+    }
+}
+
+/// The backend-neutral inbox path: any [`InboxStore`], [`Handler`]s without a
+/// transaction (at least once in effect).
+pub struct NeutralInbox {
     inbox: Arc<dyn InboxStore>,
     handlers: HandlerRegistry,
+}
+
+impl NeutralInbox {
+    /// Records in `inbox`, runs `handlers`.
+    #[must_use]
+    pub fn new(inbox: Arc<dyn InboxStore>, handlers: HandlerRegistry) -> Self {
+        Self { inbox, handlers }
+    }
+
+    /// Runs the handler on a delivery held by `lease` and records the outcome.
+    async fn handle_recorded(
+        &self,
+        cx: AttemptContext<'_>,
+        message: &Message,
+        lease: &Lease,
+        attempts_before: u32,
+    ) -> Result<Handled, Unrecorded> {
+        let name = &cx.config.name;
+        match self.handlers.run(message, cx.config.handler_timeout).await {
+            Ok(()) => match self.inbox.mark_consumed(name, message.id, lease).await {
+                Ok(counted) => Ok(Handled::Consumed { counted }),
+                Err(error) => Err(Unrecorded::Outcome {
+                    error,
+                    failure: None,
+                }),
+            },
+            Err(error) => {
+                let decision = cx.decide(attempts_before.saturating_add(1));
+                let dead = decision == Decision::Dead;
+                if dead {
+                    tracing::warn!(consumer = %name, message_id = %message.id, %error, "delivery is dead after its last attempt");
+                } else {
+                    tracing::debug!(consumer = %name, message_id = %message.id, %error, "handler failed; retry scheduled");
+                }
+                let marked = self
+                    .inbox
+                    .mark_consume_failed(name, message.id, lease, &error, decision)
+                    .await;
+                let failure = Failure { error, dead };
+                match marked {
+                    Ok(_) => Ok(Handled::Failed(failure)),
+                    Err(error) => Err(Unrecorded::Outcome {
+                        error,
+                        failure: Some(failure),
+                    }),
+                }
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl InboxPath for NeutralInbox {
+    fn inbox(&self) -> &dyn InboxStore {
+        &*self.inbox
+    }
+
+    async fn handle(
+        &self,
+        cx: AttemptContext<'_>,
+        message: &Message,
+        lease: &Lease,
+    ) -> Result<Handled, Unrecorded> {
+        let name = &cx.config.name;
+        match self.inbox.record_arrival(name, message, lease).await {
+            Err(e) => Err(Unrecorded::Nothing(e)),
+            Ok(Arrival::Duplicate(status)) => {
+                tracing::debug!(consumer = %name, message_id = %message.id, %status, "duplicate delivery skipped");
+                Ok(Handled::Duplicate)
+            }
+            Ok(Arrival::New) => self.handle_recorded(cx, message, lease, 0).await,
+        }
+    }
+
+    async fn retry(
+        &self,
+        cx: AttemptContext<'_>,
+        due: &ClaimedDelivery,
+        lease: &Lease,
+    ) -> Result<Handled, Unrecorded> {
+        self.handle_recorded(cx, &due.message, lease, due.attempts)
+            .await
+    }
+}
+
+/// What the worker, its delivery tasks and its retry task share.
+struct Shared<P> {
+    path: P,
     clock: Arc<dyn Clock>,
     config: ConsumerConfig,
     leases: LeaseFactory,
@@ -266,53 +461,41 @@ struct Shared {
     counters: Arc<ConsumerCounters>,
 }
 
-impl Shared {
-    /// Runs the handler on a delivery held by `lease` and records the outcome:
-    /// `Ok(true)` when it was handled.
-    async fn handle_recorded(
-        &self,
-        message: &Message,
-        lease: &Lease,
-        attempts_before: u32,
-    ) -> Result<bool, PortError> {
-        let name = &self.config.name;
-        match self
-            .handlers
-            .run(message, self.config.handler_timeout)
-            .await
-        {
-            Ok(()) => {
-                if self.inbox.mark_consumed(name, message.id, lease).await? {
-                    self.counters.consumed.fetch_add(1, Ordering::Relaxed);
-                }
-                Ok(true)
+impl<P: InboxPath> Shared<P> {
+    fn cx(&self) -> AttemptContext<'_> {
+        AttemptContext {
+            config: &self.config,
+            random: self.random,
+        }
+    }
+
+    fn count_failure(&self, failure: &Failure) {
+        let c = &self.counters;
+        c.consume_failures.fetch_add(1, Ordering::Relaxed);
+        if failure.dead {
+            c.dead.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn count(&self, handled: &Handled) {
+        let c = &self.counters;
+        match handled {
+            Handled::Duplicate => {
+                c.duplicates.fetch_add(1, Ordering::Relaxed);
             }
-            Err(error) => {
-                self.counters
-                    .consume_failures
-                    .fetch_add(1, Ordering::Relaxed);
-                let decision = self
-                    .config
-                    .retry
-                    .decide(attempts_before.saturating_add(1), (self.random)());
-                if decision == Decision::Dead {
-                    self.counters.dead.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(consumer = %name, message_id = %message.id, %error, "delivery is dead after its last attempt");
-                } else {
-                    tracing::debug!(consumer = %name, message_id = %message.id, %error, "handler failed; retry scheduled");
+            Handled::Consumed { counted } => {
+                if *counted {
+                    c.consumed.fetch_add(1, Ordering::Relaxed);
                 }
-                self.inbox
-                    .mark_consume_failed(name, message.id, lease, &error, decision)
-                    .await?;
-                Ok(false)
             }
+            Handled::Failed(failure) => self.count_failure(failure),
         }
     }
 
     async fn handle_delivery(&self, delivery: Delivery) {
         let name = &self.config.name;
         let Some(message) = decode_or_dead_letter(
-            &*self.inbox,
+            self.path.inbox(),
             &self.config,
             &self.counters,
             self.clock.now(),
@@ -322,36 +505,42 @@ impl Shared {
         else {
             return;
         };
+        // A holder of this attempt's own: its marks cannot touch the row of another
+        // worker handling the same message, nor theirs ours.
         let lease = self.leases.next();
-        match self.inbox.record_arrival(name, &message, &lease).await {
-            Err(e) => {
+        match self.path.handle(self.cx(), &message, &lease).await {
+            Ok(handled) => self.count(&handled),
+            Err(Unrecorded::Nothing(e)) => {
                 tracing::warn!(consumer = %name, message_id = %message.id, error = %e, "inbox unavailable; returning the delivery to the broker");
                 tokio::time::sleep(self.config.store_error_backoff).await;
                 settle(&delivery, false, self.config.settle_timeout).await;
                 return;
             }
-            Ok(Arrival::Duplicate(status)) => {
-                self.counters.duplicates.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(consumer = %name, message_id = %message.id, %status, "duplicate delivery skipped");
-                settle(&delivery, true, self.config.settle_timeout).await;
-                return;
+            Err(Unrecorded::Outcome { error, failure }) => {
+                if let Some(f) = &failure {
+                    self.count_failure(f);
+                }
+                // The row stays received under our lease; when it runs out, the
+                // consume sweep takes it over. Acknowledging is safe: the inbox holds
+                // the message.
+                tracing::warn!(consumer = %name, message_id = %message.id, %error, "could not record the outcome; the consume sweep will retry it");
             }
-            Ok(Arrival::New) => {}
-        }
-        if let Err(e) = self.handle_recorded(&message, &lease, 0).await {
-            // The row stays received under our lease; when it runs out, the consume
-            // sweep takes it over. Acknowledging is safe: the inbox holds the message.
-            tracing::warn!(consumer = %name, message_id = %message.id, error = %e, "could not record the outcome; the consume sweep will retry it");
         }
         settle(&delivery, true, self.config.settle_timeout).await;
     }
 }
 
-/// Consumes a queue: inbox dedup, handler, failure recording, acknowledgement.
-pub struct ConsumerWorker {
+/// Consumes a queue: inbox dedup, handler, failure recording, acknowledgement; with
+/// an inbox that has retention, its retention loop beside. `P` is how a delivery is
+/// recorded and handled: [`ConsumerWorker`] (backend-neutral) or `PgConsumerWorker`
+/// (PostgreSQL, transactional handlers).
+pub struct InboxWorker<P> {
     subscriber: Arc<dyn Subscriber>,
-    shared: Arc<Shared>,
+    shared: Arc<Shared<P>>,
 }
+
+/// The backend-neutral consumer worker: any [`InboxStore`], [`Handler`]s.
+pub type ConsumerWorker = InboxWorker<NeutralInbox>;
 
 impl ConsumerWorker {
     /// A worker for `config.queue`, recording in `inbox` as `config.name`.
@@ -362,6 +551,24 @@ impl ConsumerWorker {
         clock: Arc<dyn Clock>,
         config: ConsumerConfig,
     ) -> Self {
+        Self::with_path(
+            NeutralInbox::new(inbox, handlers),
+            subscriber,
+            clock,
+            config,
+        )
+    }
+}
+
+impl<P: InboxPath> InboxWorker<P> {
+    /// A worker for `config.queue`, recording and handling through `path` as
+    /// `config.name`.
+    pub fn with_path(
+        path: P,
+        subscriber: Arc<dyn Subscriber>,
+        clock: Arc<dyn Clock>,
+        config: ConsumerConfig,
+    ) -> Self {
         let leases = LeaseFactory::new(
             LeaseFactory::instance_id(&format!("consumer-{}", config.name)),
             config.lease_ttl(),
@@ -369,8 +576,7 @@ impl ConsumerWorker {
         Self {
             subscriber,
             shared: Arc::new(Shared {
-                inbox,
-                handlers,
+                path,
                 clock,
                 config,
                 leases,
@@ -389,22 +595,53 @@ impl ConsumerWorker {
     /// The consume retry task for this consumer's sweep, sharing handlers and
     /// counters.
     #[must_use]
-    pub fn retry_task(&self) -> ConsumeRetryTask {
-        ConsumeRetryTask {
+    pub fn retry_task(&self) -> InboxRetryTask<P> {
+        InboxRetryTask {
             shared: Arc::clone(&self.shared),
         }
     }
 
     /// Consumes until `cancel` fires or the subscription ends, then stops taking
     /// deliveries and waits for those in hand (each bounded by the handler timeout).
-    /// Deliveries not yet acknowledged go back to the broker.
+    /// Deliveries not yet acknowledged go back to the broker. The inbox's retention
+    /// (`config.retention`, if the inbox has one) runs alongside until then; a panic
+    /// in it is logged as an error and it starts again after an interval.
     pub async fn run(self, cancel: CancellationToken) {
         let shared = Arc::clone(&self.shared);
-        consume(&*self.subscriber, &self.shared.config, &cancel, move |d| {
+        let config = &self.shared.config;
+        let stop_retention = cancel.child_token();
+        let retention = {
+            let shared = Arc::clone(&self.shared);
+            let stop = stop_retention.clone();
+            let make = move || {
+                let s = &shared;
+                s.path
+                    .retention(&s.config.name, s.config.retention, &s.counters, &stop)
+            };
+            // Only spawned when the inbox has retention.
+            make().map(|first| {
+                tokio::spawn(crate::consumer_retention::supervise(
+                    config.name.clone(),
+                    config.retention.interval(),
+                    first,
+                    make,
+                    stop_retention.clone(),
+                ))
+            })
+        };
+        consume(&*self.subscriber, config, &cancel, move |d| {
             let shared = Arc::clone(&shared);
             async move { shared.handle_delivery(d).await }
         })
         .await;
+        // The subscription can end before the token fires; retention stops with the
+        // worker either way, after the delete statement in hand.
+        stop_retention.cancel();
+        if let Some(retention) = retention
+            && let Err(e) = retention.await
+        {
+            tracing::error!(consumer = %config.name, error = %e, "inbox retention task ended abnormally");
+        }
     }
 }
 
@@ -544,13 +781,17 @@ pub(crate) async fn settle(delivery: &Delivery, ack: bool, timeout: Duration) {
 }
 
 /// A consumer's retry sweep work: run the handler again for failed deliveries whose
-/// next attempt is due, and for received ones whose worker vanished.
-pub struct ConsumeRetryTask {
-    shared: Arc<Shared>,
+/// next attempt is due, and for received ones whose worker vanished. `P` as in
+/// [`InboxWorker`].
+pub struct InboxRetryTask<P> {
+    shared: Arc<Shared<P>>,
 }
 
+/// The backend-neutral consume retry task.
+pub type ConsumeRetryTask = InboxRetryTask<NeutralInbox>;
+
 #[async_trait]
-impl SweepTask for ConsumeRetryTask {
+impl<P: InboxPath> SweepTask for InboxRetryTask<P> {
     fn name(&self) -> &'static str {
         "consume-retry"
     }
@@ -564,17 +805,38 @@ impl SweepTask for ConsumeRetryTask {
         // the same handler at the same time.
         while counts.claimed < u64::from(limit) {
             let lease = s.leases.next();
-            let Some(c) = s.inbox.claim_due(&s.config.name, &lease, 1).await?.pop() else {
+            let Some(c) = s
+                .path
+                .inbox()
+                .claim_due(&s.config.name, &lease, 1)
+                .await?
+                .pop()
+            else {
                 break;
             };
             counts.claimed += 1;
-            match s.handle_recorded(&c.message, &lease, c.attempts).await {
-                Ok(true) => counts.consume_retried += 1,
-                Ok(false) => counts.consume_failed += 1,
-                Err(e) => {
+            match s.path.retry(s.cx(), &c, &lease).await {
+                Ok(handled) => {
+                    s.count(&handled);
+                    match handled {
+                        Handled::Consumed { .. } => counts.consume_retried += 1,
+                        Handled::Failed(_) => counts.consume_failed += 1,
+                        Handled::Duplicate => {}
+                    }
+                }
+                Err(unrecorded) => {
+                    let error = match unrecorded {
+                        Unrecorded::Nothing(error) => error,
+                        Unrecorded::Outcome { error, failure } => {
+                            if let Some(f) = &failure {
+                                s.count_failure(f);
+                            }
+                            error
+                        }
+                    };
                     // One row must not end the sweep: this one stays claimed until its
                     // lease runs out, then a later sweep takes it again.
-                    tracing::warn!(consumer = %s.config.name, message_id = %c.message.id, error = %e, "consume retry could not be recorded; left to its lease");
+                    tracing::warn!(consumer = %s.config.name, message_id = %c.message.id, %error, "consume retry could not be recorded; left to its lease");
                 }
             }
         }

@@ -9,15 +9,17 @@
 //! under [`MIN_CONSUMED_AFTER`] are refused. Failed and dead rows, and dead letters,
 //! are never deleted: they stay until an operator acts.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use outbox_core::config::ConfigError;
+use tokio_util::sync::CancellationToken;
 // The loop runs only over the PostgreSQL inbox (the inbox port has no deletion).
 #[cfg(feature = "postgres")]
-use {
-    crate::consumer::ConsumerCounters, crate::sleep_or_cancel, std::sync::Arc,
-    std::sync::atomic::Ordering, tokio_util::sync::CancellationToken,
-};
+use {crate::consumer::ConsumerCounters, std::sync::Arc, std::sync::atomic::Ordering};
+
+use crate::sleep_or_cancel;
 
 /// The shortest `consumed_after` accepted: one hour.
 pub const MIN_CONSUMED_AFTER: Duration = Duration::from_secs(3600);
@@ -168,6 +170,46 @@ pub(crate) async fn run_retention(
         }
         if !sleep_or_cancel(retention.interval(), &cancel).await {
             return;
+        }
+    }
+}
+
+/// One run of a retention loop.
+pub(crate) type RetentionLoop = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+/// Runs the retention loop `first` in a task of its own until it returns (when
+/// `cancel` fires). A run that panics is logged at error level and replaced, after
+/// `pause`, by a new one from `make`. Retention is housekeeping beside a consumer
+/// that works without it, and the worker's `run` has no error to return: so the
+/// consumer goes on, the panic is in the error log, and the loop starts again, at
+/// most once per `pause` (the retention interval: the same wait as after a failed
+/// delete), never in a hot loop.
+pub(crate) async fn supervise(
+    consumer: String,
+    pause: Duration,
+    first: RetentionLoop,
+    make: impl Fn() -> Option<RetentionLoop>,
+    cancel: CancellationToken,
+) {
+    let mut run = first;
+    loop {
+        match tokio::spawn(run).await {
+            Ok(()) => return,
+            Err(e) if e.is_panic() => {
+                let panic = crate::consumer::panic_text(e.into_panic().as_ref());
+                tracing::error!(%consumer, %panic, ?pause, "inbox retention panicked; starting it again after a pause");
+            }
+            Err(e) => {
+                tracing::error!(%consumer, error = %e, "inbox retention task ended abnormally");
+                return;
+            }
+        }
+        if !sleep_or_cancel(pause, &cancel).await {
+            return;
+        }
+        match make() {
+            Some(next) => run = next,
+            None => return,
         }
     }
 }

@@ -58,13 +58,16 @@ pub mod throughput;
 pub mod wiring;
 
 pub use consumer::{
-    ConsumeRetryTask, ConsumerConfig, ConsumerCounters, ConsumerWorker, Handler, HandlerError,
-    HandlerRegistry, Handlers, handler_fn,
+    AttemptContext, ConsumeRetryTask, ConsumerConfig, ConsumerCounters, ConsumerWorker, Failure,
+    Handled, Handler, HandlerError, HandlerRegistry, Handlers, InboxPath, InboxRetryTask,
+    InboxWorker, NeutralInbox, Unrecorded, handler_fn,
 };
 pub use consumer_retention::ConsumerRetention;
 pub use lease::LeaseFactory;
 #[cfg(feature = "postgres")]
-pub use pg_consumer::{PgConsumeRetryTask, PgConsumerWorker, PgHandler, PgHandlerRegistry};
+pub use pg_consumer::{
+    PgConsumeRetryTask, PgConsumerWorker, PgHandler, PgHandlerRegistry, PgTxInbox,
+};
 #[cfg(feature = "postgres")]
 pub use pg_wakeup::PgWakeupSource;
 pub use relay::{Dispatcher, DispatcherConfig, PublishCounts, PublishRetryTask, RelayCounters};

@@ -137,7 +137,13 @@ pub enum ConsumeOutcome {
     Consumed,
     /// The message was recorded before (by this or another worker): nothing ran.
     Duplicate,
-    /// The handler failed: its writes were rolled back and the failure stored.
+    /// The handler failed: its writes were rolled back and the failure stored. Also
+    /// a handler that ended the inbox transaction itself (a `COMMIT` or `ROLLBACK` of
+    /// its own) before the row was committed: the row is then dead at once, whatever
+    /// the policy says, since what the handler wrote outside the transaction would be
+    /// written again by a retry. (When the handler committed the row itself before
+    /// failing, the row is consumed and the outcome is `Consumed`, with an error in
+    /// the log.)
     Failed(String),
 }
 
@@ -155,20 +161,66 @@ pub type TxHandler<'h> = Box<
 /// answers the COMMIT of an aborted transaction with a ROLLBACK and no error.
 const HANDLER_SAVEPOINT: &str = "outbox_handler";
 
-/// Runs `handler` in `tx` and commits. `Ok(Err(reason))` is a failed attempt, rolled
-/// back: the handler's error, a transaction the handler left aborted, or a COMMIT the
-/// database refused (a deferred constraint, a serialization failure). `Err` is a
-/// database that could not be reached, where the outcome of a COMMIT is unknown.
+/// How one run of a handler in the inbox transaction ended.
+#[derive(Debug)]
+enum Attempt {
+    /// The handler returned `Ok` and the transaction committed.
+    Committed,
+    /// A failed attempt, rolled back: the handler's error, a transaction the handler
+    /// left aborted, or a COMMIT the database refused (a deferred constraint, a
+    /// serialization failure). Safe to retry.
+    Failed(String),
+    /// The handler ended the inbox transaction itself (a raw `COMMIT` or `ROLLBACK`,
+    /// or released or rolled back past its savepoint): what it wrote after that was
+    /// autocommitted, or its writes and the inbox row were committed before it
+    /// returned. Never to retry: a retry would repeat those writes.
+    Ended(String),
+}
+
+/// SQLSTATEs of `RELEASE` / `ROLLBACK TO SAVEPOINT` when the handler's savepoint is
+/// gone: no transaction in progress (the handler sent `COMMIT` or `ROLLBACK`), or no
+/// such savepoint (it released it, or ended the transaction and began another).
+fn ended_by_handler(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db)
+        if matches!(db.code().as_deref(), Some("25P01" | "3B001")))
+}
+
+/// The reason stored when the handler ended the inbox transaction itself.
+fn ended_reason(returned: &str, why: &str) -> String {
+    format!(
+        "the handler ended the inbox transaction itself (a COMMIT or ROLLBACK of its own, \
+         or its savepoint released or rolled back) and {returned}; what it wrote may have \
+         taken effect outside the transaction, so it is not retried: {why}"
+    )
+}
+
+/// Runs `handler` in `tx` and commits; see [`Attempt`]. `Err` is a database that
+/// could not be reached, where the outcome of a COMMIT is unknown.
 async fn run_and_commit(
     mut tx: Transaction<'_, Postgres>,
     handler: TxHandler<'_>,
-) -> Result<Result<(), String>, PortError> {
+) -> Result<Attempt, PortError> {
     sqlx::query(&format!("SAVEPOINT {HANDLER_SAVEPOINT}"))
         .execute(&mut *tx)
         .await
         .map_err(|e| port("savepoint", e))?;
     let failure = match handler(&mut tx).await {
-        Err(error) => error,
+        Err(error) => {
+            // Back to the savepoint first: only this tells a transaction the handler
+            // ended (it could have committed the inbox row with its writes) from one
+            // it merely left aborted.
+            let back = sqlx::query(&format!("ROLLBACK TO SAVEPOINT {HANDLER_SAVEPOINT}"))
+                .execute(&mut *tx)
+                .await;
+            match back {
+                Ok(_) => Attempt::Failed(error),
+                Err(e) if ended_by_handler(&e) => {
+                    let why = refused_by_database(&e).unwrap_or_else(|| e.to_string());
+                    Attempt::Ended(ended_reason(&format!("returned an error ({error})"), &why))
+                }
+                Err(e) => return Err(port("rollback to savepoint", e)),
+            }
+        }
         Ok(()) => {
             let released = sqlx::query(&format!("RELEASE SAVEPOINT {HANDLER_SAVEPOINT}"))
                 .execute(&mut *tx)
@@ -176,9 +228,9 @@ async fn run_and_commit(
             match released {
                 Ok(_) => {
                     return match tx.commit().await {
-                        Ok(()) => Ok(Ok(())),
+                        Ok(()) => Ok(Attempt::Committed),
                         Err(e) => match refused_by_database(&e) {
-                            Some(why) => Ok(Err(format!(
+                            Some(why) => Ok(Attempt::Failed(format!(
                                 "the database refused the commit of the handler's transaction: {why}"
                             ))),
                             None => Err(port("commit", e)),
@@ -186,18 +238,23 @@ async fn run_and_commit(
                     };
                 }
                 Err(e) => match refused_by_database(&e) {
-                    Some(why) => aborted_reason(&e, &why),
+                    Some(why) if ended_by_handler(&e) => {
+                        Attempt::Ended(ended_reason("returned Ok", &why))
+                    }
+                    Some(why) => Attempt::Failed(aborted_reason(&e, &why)),
                     None => return Err(port("release savepoint", e)),
                 },
             }
         }
     };
+    // Outside a transaction (the handler ended it), PostgreSQL answers this with a
+    // warning only.
     tx.rollback().await.map_err(|e| port("rollback", e))?;
-    Ok(Err(failure))
+    Ok(failure)
 }
 
 /// The failure text when the handler returned `Ok` but its savepoint could not be
-/// released.
+/// released, the transaction still being ours.
 fn aborted_reason(e: &sqlx::Error, why: &str) -> String {
     let code = match e {
         sqlx::Error::Database(db) => db.code().map(std::borrow::Cow::into_owned),
@@ -209,10 +266,7 @@ fn aborted_reason(e: &sqlx::Error, why: &str) -> String {
              (the handler returned Ok after a statement failed): {why}"
         )
     } else {
-        format!(
-            "the handler returned Ok but left its transaction unusable \
-             (ended it, or rolled back past its savepoint): {why}"
-        )
+        format!("the handler returned Ok but its savepoint could not be released: {why}")
     }
 }
 
@@ -261,7 +315,9 @@ impl PgInboxStore {
     /// (the handler's error, a statement it ignored that left the transaction
     /// aborted, a refusal at COMMIT) rolls its writes back and stores the failure
     /// (attempt 1) for the consume sweep, under `lease`: a holder unique to this
-    /// attempt, so no other worker's marks can land on the row.
+    /// attempt, so no other worker's marks can land on the row. A handler that ended
+    /// the transaction itself makes the row dead at once (see
+    /// [`ConsumeOutcome::Failed`]).
     ///
     /// # Errors
     /// The database could not be reached (or the COMMIT's answer never came); then
@@ -285,16 +341,45 @@ impl PgInboxStore {
             tx.rollback().await.map_err(|e| port("rollback", e))?;
             return Ok(ConsumeOutcome::Duplicate);
         }
-        let Err(error) = run_and_commit(tx, handler).await? else {
-            return Ok(ConsumeOutcome::Consumed);
+        let (error, decision) = match run_and_commit(tx, handler).await? {
+            Attempt::Committed => return Ok(ConsumeOutcome::Consumed),
+            Attempt::Failed(error) => (error, None),
+            Attempt::Ended(error) => (error, Some(Decision::Dead)),
         };
+        let ended = decision.is_some();
         match self.record_arrival(consumer, message, lease).await? {
             Arrival::New => {
-                self.mark_consume_failed(consumer, message.id, lease, &error, decide(1))
+                let decision = decision.unwrap_or_else(|| decide(1));
+                self.mark_consume_failed(consumer, message.id, lease, &error, decision)
                     .await?;
+                if ended {
+                    tracing::error!(consumer, message_id = %message.id, reason = %error, "handler ended the inbox transaction itself; the delivery is dead");
+                }
                 Ok(ConsumeOutcome::Failed(error))
             }
+            Arrival::Duplicate(status) if ended => {
+                Ok(self.ended_after_commit(consumer, message.id, status, &error))
+            }
             Arrival::Duplicate(_) => Ok(ConsumeOutcome::Duplicate),
+        }
+    }
+
+    /// A handler ended the inbox transaction and the row was found already recorded
+    /// (as `status`): the handler committed it, with its writes, before failing, or
+    /// (rarely) another worker recorded it meanwhile. A consumed row cannot become
+    /// dead, so the outcome is reported as it stands, with an error in the log.
+    fn ended_after_commit(
+        &self,
+        consumer: &str,
+        id: MessageId,
+        status: Status,
+        reason: &str,
+    ) -> ConsumeOutcome {
+        tracing::error!(consumer, message_id = %id, %status, %reason, "handler ended the inbox transaction itself; the delivery stays as recorded, its writes may have taken effect");
+        if status == Status::Consumed {
+            ConsumeOutcome::Consumed
+        } else {
+            ConsumeOutcome::Duplicate
         }
     }
 
@@ -303,7 +388,8 @@ impl PgInboxStore {
     /// marked consumed (only if `lease` still holds it) and `handler` runs with that
     /// transaction's connection; both commit or neither. A failed attempt (as in
     /// [`Self::consume_in_transaction`]) rolls back and records the failure (`decide`
-    /// gets the attempt number) under the lease.
+    /// gets the attempt number) under the lease; a handler that ended the
+    /// transaction itself makes the row dead at once.
     ///
     /// # Errors
     /// The database could not be reached; the row stays claimed until the lease runs
@@ -332,10 +418,29 @@ impl PgInboxStore {
             tx.rollback().await.map_err(|e| port("rollback", e))?;
             return Ok(ConsumeOutcome::Duplicate);
         }
-        let Err(error) = run_and_commit(tx, handler).await? else {
-            return Ok(ConsumeOutcome::Consumed);
+        let (error, decision) = match run_and_commit(tx, handler).await? {
+            Attempt::Committed => return Ok(ConsumeOutcome::Consumed),
+            Attempt::Failed(error) => {
+                let decision = decide(attempts_before.saturating_add(1));
+                (error, decision)
+            }
+            Attempt::Ended(error) => {
+                let marked = self
+                    .mark_consume_failed(consumer, message.id, lease, &error, Decision::Dead)
+                    .await?;
+                if marked {
+                    tracing::error!(consumer, message_id = %message.id, reason = %error, "handler ended the inbox transaction itself; the delivery is dead");
+                    return Ok(ConsumeOutcome::Failed(error));
+                }
+                // Not under our lease in a state that may die: the handler committed
+                // the row as consumed (or the lease was lost meanwhile).
+                let status = self
+                    .status_of(consumer, message.id)
+                    .await?
+                    .unwrap_or(Status::Sent);
+                return Ok(self.ended_after_commit(consumer, message.id, status, &error));
+            }
         };
-        let decision = decide(attempts_before.saturating_add(1));
         self.mark_consume_failed(consumer, message.id, lease, &error, decision)
             .await?;
         Ok(ConsumeOutcome::Failed(error))

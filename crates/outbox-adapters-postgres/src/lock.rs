@@ -22,7 +22,8 @@ struct Sql {
 /// [`DistributedLock`] on PostgreSQL. Acquisition takes the key's row if it is free
 /// or its lease ran out, with a fencing token from a sequence (so it grows on every
 /// acquisition, across restarts). While held, the lease is renewed every third of its
-/// TTL. The guard reports the lock lost when a renewal finds the row taken, and, so
+/// TTL, and a failed renewal is tried again after a twelfth of it (at most 1 s). The
+/// guard reports the lock lost when a renewal finds the row taken, and, so
 /// that it never claims a lease another instance may already hold, as soon as the
 /// last renewal that got through is older than the TTL minus a quarter of it,
 /// counted from when that renewal was sent (the database's `now() + ttl` comes
@@ -191,17 +192,28 @@ impl PgLockGuard {
     }
 }
 
-/// Renews the lease every third of its TTL until it is lost or the guard goes. A
-/// renewal is given only the time left before the claim must be given up; one that
-/// has not got through by then loses the lock for good.
+/// How long after a failed renewal the next is tried: a twelfth of the TTL, at most a
+/// second. Waiting the usual third would leave only a twelfth of the TTL for the
+/// next one before the claim must be given up, so two short blips would lose it.
+fn retry_after_failure(ttl: Duration) -> Duration {
+    (ttl / 12).min(Duration::from_secs(1))
+}
+
+/// Renews the lease every third of its TTL until it is lost or the guard goes; after
+/// a renewal that failed, again sooner ([`retry_after_failure`]). A renewal is given
+/// only the time left before the claim must be given up; one that has not got
+/// through by then loses the lock for good. Only a renewal that got through extends
+/// the claim, from its own send time.
 async fn renew(lock: PgLock, lease: Arc<Lease>, held: Arc<AtomicBool>, validity: Arc<Validity>) {
     let key = &lease.key;
     let lost = |why: &str| {
         held.store(false, Ordering::SeqCst);
         tracing::warn!(%key, "lock lease lost: {why}");
     };
+    let mut pause = lease.ttl / 3;
     loop {
-        tokio::time::sleep(lease.ttl / 3).await;
+        tokio::time::sleep(pause).await;
+        pause = lease.ttl / 3;
         let sent = tokio::time::Instant::now();
         let left = validity.remaining();
         if left.is_zero() {
@@ -221,7 +233,10 @@ async fn renew(lock: PgLock, lease: Arc<Lease>, held: Arc<AtomicBool>, validity:
             }
             Ok(Ok(r)) if r.rows_affected() == 1 => validity.extend_from(sent),
             Ok(Ok(_)) => return lost("another holder took it"),
-            Ok(Err(e)) => tracing::warn!(%key, error = %e, "lock renewal failed; retrying"),
+            Ok(Err(e)) => {
+                pause = retry_after_failure(lease.ttl);
+                tracing::warn!(%key, error = %e, retry_in = ?pause, "lock renewal failed; retrying");
+            }
         }
     }
 }

@@ -261,6 +261,220 @@ async fn a_handler_in_the_inbox_transaction_takes_effect_exactly_once() {
     });
 }
 
+/// A handler that runs `statements` on the inbox transaction's connection, in order,
+/// then returns `result`: to play a handler that ends that transaction itself.
+fn scripted(
+    statements: Vec<String>,
+    result: Result<(), String>,
+) -> outbox_adapters_postgres::TxHandler<'static> {
+    Box::new(move |conn: &mut sqlx::PgConnection| {
+        Box::pin(async move {
+            for sql in &statements {
+                sqlx::query(sql)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(|e| format!("{sql}: {e}"))?;
+            }
+            result
+        })
+    })
+}
+
+async fn effects_table(pool: &outbox_adapters_postgres::PgPool, schema: &PgSchema) -> String {
+    let effects = format!("{}.effects", schema.quoted());
+    sqlx::query(&format!("CREATE TABLE {effects} (n int)"))
+        .execute(pool)
+        .await
+        .expect("effects table");
+    effects
+}
+
+async fn effect_rows(pool: &outbox_adapters_postgres::PgPool, effects: &str) -> i64 {
+    sqlx::query_scalar::<_, i64>(&format!("SELECT count(*) FROM {effects}"))
+        .fetch_one(pool)
+        .await
+        .expect("count effects")
+}
+
+/// Claims every due delivery of `consumer` and retries each with `handler()`, as the
+/// consume sweep does; returns the outcomes.
+async fn retry_all_due(
+    inbox: &PgInboxStore,
+    consumer: &str,
+    handler: impl Fn() -> outbox_adapters_postgres::TxHandler<'static>,
+) -> Vec<ConsumeOutcome> {
+    let sweep = lease("sweep");
+    let mut outcomes = Vec::new();
+    for c in inbox.claim_due(consumer, &sweep, 10).await.expect("claim") {
+        outcomes.push(
+            inbox
+                .retry_in_transaction(
+                    consumer,
+                    &sweep,
+                    &c.message,
+                    c.attempts,
+                    |_| Decision::RetryAfter(Duration::ZERO),
+                    handler(),
+                )
+                .await
+                .expect("retry"),
+        );
+    }
+    outcomes
+}
+
+#[tokio::test]
+async fn a_handler_that_rolls_back_the_inbox_transaction_and_writes_goes_dead_at_once() {
+    with_db!(|pool, schema| {
+        let effects = effects_table(&pool, &schema).await;
+        let inbox = PgInboxStore::new(pool.clone(), &schema);
+        let m = outbox_testkit::message("orders", "order.created");
+        // ROLLBACK ends the inbox transaction; the INSERT then autocommits.
+        let handler = || {
+            scripted(
+                vec![
+                    "ROLLBACK".into(),
+                    format!("INSERT INTO {effects} VALUES (1)"),
+                ],
+                Ok(()),
+            )
+        };
+        // The policy would retry at once: only the ended transaction makes it dead.
+        let retry = |_| Decision::RetryAfter(Duration::ZERO);
+        let out = inbox
+            .consume_in_transaction("billing", &m, &lease("worker"), retry, handler())
+            .await
+            .expect("consume");
+        let ConsumeOutcome::Failed(reason) = out else {
+            panic!("expected a failure, got {out:?}");
+        };
+        assert!(
+            reason.contains("ended the inbox transaction itself"),
+            "reason: {reason}"
+        );
+        assert_eq!(
+            effect_rows(&pool, &effects).await,
+            1,
+            "the autocommitted write"
+        );
+        let rec = inbox.get("billing", m.id).await.expect("get").expect("row");
+        assert_eq!(rec.status, Status::Dead, "dead at once, not retried");
+        assert_eq!(rec.consume.last_error.as_deref(), Some(reason.as_str()));
+
+        // A consume sweep finds nothing to retry, so the write is not repeated.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let outcomes = retry_all_due(&inbox, "billing", handler).await;
+        assert!(outcomes.is_empty(), "retried a dead row: {outcomes:?}");
+        assert_eq!(
+            effect_rows(&pool, &effects).await,
+            1,
+            "the write happened once"
+        );
+    });
+}
+
+#[tokio::test]
+async fn a_retry_whose_handler_rolls_back_the_inbox_transaction_goes_dead_at_once() {
+    with_db!(|pool, schema| {
+        let effects = effects_table(&pool, &schema).await;
+        let inbox = PgInboxStore::new(pool.clone(), &schema);
+        let m = outbox_testkit::message("orders", "order.created");
+        let retry = |_| Decision::RetryAfter(Duration::ZERO);
+        // First attempt: an ordinary failure, stored for a retry.
+        let out = inbox
+            .consume_in_transaction(
+                "billing",
+                &m,
+                &lease("worker"),
+                retry,
+                scripted(vec![], Err("not yet".into())),
+            )
+            .await
+            .expect("consume");
+        assert_eq!(out, ConsumeOutcome::Failed("not yet".into()));
+        // The retry ends the transaction and writes outside it, twice if asked.
+        let handler = || {
+            scripted(
+                vec![
+                    "ROLLBACK".into(),
+                    format!("INSERT INTO {effects} VALUES (1)"),
+                ],
+                Ok(()),
+            )
+        };
+        let outcomes = retry_all_due(&inbox, "billing", handler).await;
+        assert_eq!(outcomes.len(), 1, "{outcomes:?}");
+        let ConsumeOutcome::Failed(reason) = &outcomes[0] else {
+            panic!("expected a failure, got {outcomes:?}");
+        };
+        assert!(
+            reason.contains("ended the inbox transaction itself"),
+            "reason: {reason}"
+        );
+        let rec = inbox.get("billing", m.id).await.expect("get").expect("row");
+        assert_eq!(rec.status, Status::Dead);
+        assert_eq!(rec.consume.attempts, 2);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(retry_all_due(&inbox, "billing", handler).await.is_empty());
+        assert_eq!(
+            effect_rows(&pool, &effects).await,
+            1,
+            "the write happened once"
+        );
+    });
+}
+
+#[tokio::test]
+async fn a_handler_that_commits_the_inbox_transaction_then_fails_is_reported_consumed() {
+    with_db!(|pool, schema| {
+        let effects = effects_table(&pool, &schema).await;
+        let inbox = PgInboxStore::new(pool.clone(), &schema);
+        let retry = |_| Decision::RetryAfter(Duration::ZERO);
+        // COMMIT makes the inbox row and the write permanent; the Err comes too late.
+        let handler = || {
+            scripted(
+                vec![format!("INSERT INTO {effects} VALUES (1)"), "COMMIT".into()],
+                Err("failed after committing".into()),
+            )
+        };
+
+        // On arrival.
+        let m = outbox_testkit::message("orders", "order.created");
+        let out = inbox
+            .consume_in_transaction("billing", &m, &lease("worker"), retry, handler())
+            .await
+            .expect("consume");
+        assert_eq!(out, ConsumeOutcome::Consumed, "the row is consumed: say so");
+        let rec = inbox.get("billing", m.id).await.expect("get").expect("row");
+        assert_eq!(rec.status, Status::Consumed);
+        assert_eq!(effect_rows(&pool, &effects).await, 1);
+
+        // On a retry.
+        let m2 = outbox_testkit::message("orders", "order.created");
+        inbox
+            .consume_in_transaction(
+                "billing",
+                &m2,
+                &lease("worker"),
+                retry,
+                scripted(vec![], Err("not yet".into())),
+            )
+            .await
+            .expect("consume");
+        let outcomes = retry_all_due(&inbox, "billing", handler).await;
+        assert_eq!(outcomes, [ConsumeOutcome::Consumed]);
+        let rec = inbox
+            .get("billing", m2.id)
+            .await
+            .expect("get")
+            .expect("row");
+        assert_eq!(rec.status, Status::Consumed);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(retry_all_due(&inbox, "billing", handler).await.is_empty());
+        assert_eq!(effect_rows(&pool, &effects).await, 2, "once per message");
+    });
+}
+
 #[tokio::test]
 async fn an_idle_relay_is_woken_by_a_commit_and_producers_notify_only_then() {
     with_db!(|pool, schema| {

@@ -177,14 +177,14 @@ impl RetrySweeper {
             self.config.batch_size,
             self.config.max_batches_per_sweep,
         );
-        self.task.before_sweep().await?;
-        let end = loop {
-            let counts = self.task.run_batch(self.config.batch_size).await?;
-            match progress.after_batch(counts, guard.is_held()) {
-                SweepStep::Record(end) => break Some(end),
-                SweepStep::NextBatch if cancel.is_cancelled() => break None,
-                SweepStep::NextBatch => {}
-            }
+        // The lease can be lost at any point, even right after it was taken (a slow
+        // acquisition, a renewal that did not get through): checked before the
+        // housekeeping and before every batch, the first included.
+        let end = if let SweepStep::Record(end) = progress.before_batch(guard.is_held()) {
+            Some(end)
+        } else {
+            self.task.before_sweep().await?;
+            self.batches(&mut progress, guard, cancel).await?
         };
         let report = progress.finish(self.clock.now());
         self.schedule.record(&report);
@@ -236,5 +236,26 @@ impl RetrySweeper {
         Ok(self
             .schedule
             .delay_until_due(LastCompleted::Absent, self.clock.now()))
+    }
+
+    /// Runs batches while the lock is held and the progress says so; `None` when
+    /// cancelled between two batches.
+    async fn batches(
+        &self,
+        progress: &mut SweepProgress,
+        guard: &dyn LockGuard,
+        cancel: &CancellationToken,
+    ) -> Result<Option<SweepEnd>, PortError> {
+        loop {
+            if let SweepStep::Record(end) = progress.before_batch(guard.is_held()) {
+                return Ok(Some(end));
+            }
+            let counts = self.task.run_batch(self.config.batch_size).await?;
+            match progress.after_batch(counts, guard.is_held()) {
+                SweepStep::Record(end) => return Ok(Some(end)),
+                SweepStep::NextBatch if cancel.is_cancelled() => return Ok(None),
+                SweepStep::NextBatch => {}
+            }
+        }
     }
 }

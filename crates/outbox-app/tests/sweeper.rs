@@ -83,7 +83,6 @@ fn full(n: u64) -> BatchCounts {
 fn granting_lock(
     acquired: Arc<Mutex<Vec<Instant>>>,
     released: Arc<AtomicU32>,
-    held: bool,
 ) -> MockDistributedLock {
     let mut lock = MockDistributedLock::new();
     lock.expect_acquire().returning(move |_, _, _| {
@@ -93,7 +92,7 @@ fn granting_lock(
         drop(at);
         let mut guard = MockLockGuard::new();
         guard.expect_fencing_token().return_const(1u64);
-        guard.expect_is_held().return_const(held);
+        guard.expect_is_held().return_const(true);
         let released = Arc::clone(&released);
         guard.expect_release().returning(move || {
             released.fetch_add(1, Ordering::SeqCst);
@@ -245,7 +244,7 @@ async fn another_instances_recent_sweep_means_wait() {
     });
     let _ = recent;
     let acquired = Arc::new(Mutex::new(Vec::new()));
-    let lock = granting_lock(Arc::clone(&acquired), Arc::default(), true);
+    let lock = granting_lock(Arc::clone(&acquired), Arc::default());
     let task = ScriptedTask::with(vec![]);
     let clock = Arc::new(TokioClock::starting_at(base()));
     let run = start(
@@ -275,7 +274,7 @@ async fn an_unreadable_state_falls_back_to_this_instances_last_sweep() {
         Err(PortError::transient("read state", "redis unreachable"))
     });
     let acquired = Arc::new(Mutex::new(Vec::new()));
-    let lock = granting_lock(Arc::clone(&acquired), Arc::default(), true);
+    let lock = granting_lock(Arc::clone(&acquired), Arc::default());
     let task = ScriptedTask::with(vec![]);
     let clock = Arc::new(TokioClock::starting_at(base()));
     let run = start(
@@ -307,7 +306,7 @@ async fn the_last_sweep_is_adopted_at_start() {
         || Err(PortError::transient("read state", "down")),
     );
     let acquired = Arc::new(Mutex::new(Vec::new()));
-    let lock = granting_lock(Arc::clone(&acquired), Arc::default(), true);
+    let lock = granting_lock(Arc::clone(&acquired), Arc::default());
     let task = ScriptedTask::with(vec![]);
     let clock = Arc::new(TokioClock::starting_at(base()));
     let run = start(
@@ -327,7 +326,7 @@ async fn the_last_sweep_is_adopted_at_start() {
 async fn a_failed_sweep_is_logged_and_waits_one_interval() {
     let (state, writes) = state_returning(vec![], || Ok(None));
     let released = Arc::new(AtomicU32::new(0));
-    let lock = granting_lock(Arc::default(), Arc::clone(&released), true);
+    let lock = granting_lock(Arc::default(), Arc::clone(&released));
     let task = ScriptedTask::with(vec![Err(PortError::transient("claim", "db down"))]);
     let clock = Arc::new(TokioClock::starting_at(base()));
     let run = start(
@@ -361,7 +360,7 @@ async fn a_sweep_that_retried_nothing_still_waits_the_interval() {
     let clock: Arc<dyn Clock> = Arc::new(TokioClock::starting_at(base()));
     let state = Arc::new(MemorySweepState::new(Arc::clone(&clock)));
     let acquired = Arc::new(Mutex::new(Vec::new()));
-    let lock = granting_lock(Arc::clone(&acquired), Arc::default(), true);
+    let lock = granting_lock(Arc::clone(&acquired), Arc::default());
     let task = ScriptedTask::with(vec![]);
     let run = start(config(), Arc::new(lock), state, clock, task.clone());
     tokio::time::sleep(Duration::from_secs(150)).await;
@@ -382,7 +381,7 @@ async fn under_the_lock_the_state_is_checked_again() {
     );
     let released = Arc::new(AtomicU32::new(0));
     let acquired = Arc::new(Mutex::new(Vec::new()));
-    let lock = granting_lock(Arc::clone(&acquired), Arc::clone(&released), true);
+    let lock = granting_lock(Arc::clone(&acquired), Arc::clone(&released));
     let task = ScriptedTask::with(vec![]);
     let clock = Arc::new(TokioClock::starting_at(base()));
     let run = start(
@@ -407,7 +406,7 @@ async fn under_the_lock_the_state_is_checked_again() {
 #[tokio::test(start_paused = true)]
 async fn a_sweep_drains_batches_until_a_short_one() {
     let (state, _) = state_returning(vec![], || Ok(None));
-    let lock = granting_lock(Arc::default(), Arc::default(), true);
+    let lock = granting_lock(Arc::default(), Arc::default());
     let task = ScriptedTask::with(vec![Ok(full(50)), Ok(full(50)), Ok(full(7))]);
     let clock = Arc::new(TokioClock::starting_at(base()));
     let run = start(
@@ -427,7 +426,7 @@ async fn a_sweep_drains_batches_until_a_short_one() {
 #[tokio::test(start_paused = true)]
 async fn a_sweep_stops_at_its_batch_bound() {
     let (state, _) = state_returning(vec![], || Ok(None));
-    let lock = granting_lock(Arc::default(), Arc::default(), true);
+    let lock = granting_lock(Arc::default(), Arc::default());
     let task = ScriptedTask::with((0..30).map(|_| Ok(full(50))).collect());
     let clock = Arc::new(TokioClock::starting_at(base()));
     let run = start(
@@ -446,19 +445,27 @@ async fn a_sweep_stops_at_its_batch_bound() {
 #[tokio::test(start_paused = true)]
 async fn a_sweep_stops_when_the_lease_is_lost_and_records_no_state() {
     let (state, writes) = state_returning(vec![], || Ok(None));
-    let lock = granting_lock(Arc::default(), Arc::default(), false);
-    let task = ScriptedTask::with(vec![Ok(full(50)), Ok(full(50))]);
+    let memory = MemoryLock::new();
+    // Full batches: without the loss, the sweep would go on to its bound.
+    let task = Arc::new(WatchedTask {
+        lose_in_batch: Some(memory.clone()),
+        ..WatchedTask::default()
+    });
     let clock = Arc::new(TokioClock::starting_at(base()));
     let run = start(
         config(),
-        Arc::new(lock),
+        Arc::new(memory),
         Arc::new(state),
         clock,
         task.clone(),
     );
     tokio::time::sleep(Duration::from_secs(1)).await;
     run.stop().await;
-    assert_eq!(task.batches().len(), 1, "no batch after the lease was lost");
+    assert_eq!(
+        task.batches.load(Ordering::SeqCst),
+        1,
+        "no batch after the lease was lost"
+    );
     assert_eq!(
         writes.load(Ordering::SeqCst),
         0,
@@ -470,7 +477,7 @@ async fn a_sweep_stops_when_the_lease_is_lost_and_records_no_state() {
 async fn cancellation_ends_a_wait_and_a_lock_wait_cleanly() {
     let (state, _) = state_returning(vec![], || Ok(None));
     let released = Arc::new(AtomicU32::new(0));
-    let lock = granting_lock(Arc::default(), Arc::clone(&released), true);
+    let lock = granting_lock(Arc::default(), Arc::clone(&released));
     let task = ScriptedTask::with(vec![]);
     let clock = Arc::new(TokioClock::starting_at(base()));
     let run = start(
@@ -530,4 +537,123 @@ async fn two_instances_share_one_sweep_per_interval() {
     // 590 s: sweeps at 0, 60, ..., 540: ten, not twenty, never two within one interval.
     assert_eq!(secs.len(), 10, "{secs:?}");
     assert!(all.windows(2).all(|w| w[1] - w[0] >= INTERVAL), "{secs:?}");
+}
+
+/// A [`MemoryLock`] whose holder loses the lock right after acquiring it, as a lease
+/// that runs out at once would.
+struct LosingLock {
+    inner: MemoryLock,
+    acquisitions: AtomicU32,
+}
+
+#[async_trait]
+impl DistributedLock for LosingLock {
+    async fn acquire(
+        &self,
+        key: &str,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<Option<Box<dyn LockGuard>>, PortError> {
+        let n = self.acquisitions.fetch_add(1, Ordering::SeqCst);
+        assert!(n < 50, "the sweeper is spinning on the lock");
+        let guard = self.inner.acquire(key, ttl, wait).await?;
+        if guard.is_some() {
+            self.inner.lose(key);
+        }
+        Ok(guard)
+    }
+}
+
+/// A sweep task that counts its `before_sweep` runs and batches (each full), and can
+/// make the lock be lost while `before_sweep` or a batch runs.
+#[derive(Default)]
+struct WatchedTask {
+    lose_in_before_sweep: Option<MemoryLock>,
+    lose_in_batch: Option<MemoryLock>,
+    before_sweeps: AtomicU32,
+    batches: AtomicU32,
+}
+
+#[async_trait]
+impl SweepTask for WatchedTask {
+    fn name(&self) -> &'static str {
+        "watched"
+    }
+
+    async fn before_sweep(&self) -> Result<(), PortError> {
+        self.before_sweeps.fetch_add(1, Ordering::SeqCst);
+        if let Some(lock) = &self.lose_in_before_sweep {
+            lock.lose(&config().lock_key);
+        }
+        Ok(())
+    }
+
+    async fn run_batch(&self, _limit: u32) -> Result<BatchCounts, PortError> {
+        self.batches.fetch_add(1, Ordering::SeqCst);
+        if let Some(lock) = &self.lose_in_batch {
+            lock.lose(&config().lock_key);
+        }
+        Ok(full(50))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lock_lost_right_after_acquiring_runs_no_batch_and_does_not_spin() {
+    let (state, writes) = state_returning(vec![], || Ok(None));
+    let lock = Arc::new(LosingLock {
+        inner: MemoryLock::new(),
+        acquisitions: AtomicU32::new(0),
+    });
+    let task = Arc::new(WatchedTask::default());
+    let clock = Arc::new(TokioClock::starting_at(base()));
+    let run = start(config(), lock.clone(), Arc::new(state), clock, task.clone());
+    tokio::time::sleep(INTERVAL / 2).await;
+    run.stop().await;
+    assert_eq!(lock.acquisitions.load(Ordering::SeqCst), 1, "one round");
+    assert_eq!(
+        task.before_sweeps.load(Ordering::SeqCst),
+        0,
+        "no housekeeping without the lock"
+    );
+    assert_eq!(
+        task.batches.load(Ordering::SeqCst),
+        0,
+        "no batch without the lock"
+    );
+    assert_eq!(
+        writes.load(Ordering::SeqCst),
+        0,
+        "no state without the lock"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lock_lost_during_before_sweep_runs_no_batch() {
+    let (state, writes) = state_returning(vec![], || Ok(None));
+    let memory = MemoryLock::new();
+    let task = Arc::new(WatchedTask {
+        lose_in_before_sweep: Some(memory.clone()),
+        ..WatchedTask::default()
+    });
+    let clock = Arc::new(TokioClock::starting_at(base()));
+    let run = start(
+        config(),
+        Arc::new(memory),
+        Arc::new(state),
+        clock,
+        task.clone(),
+    );
+    tokio::time::sleep(INTERVAL / 2).await;
+    run.stop().await;
+    assert_eq!(task.before_sweeps.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        task.batches.load(Ordering::SeqCst),
+        0,
+        "no batch after the lock was lost"
+    );
+    assert_eq!(
+        writes.load(Ordering::SeqCst),
+        0,
+        "no state without the lock"
+    );
 }

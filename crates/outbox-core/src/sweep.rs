@@ -237,6 +237,18 @@ impl SweepProgress {
         self.batches
     }
 
+    /// Whether to run the next batch (the first included): only while the lock's
+    /// lease is still ours (`lock_held`); otherwise the sweep ends as
+    /// [`SweepEnd::LockLost`].
+    #[must_use]
+    pub const fn before_batch(&self, lock_held: bool) -> SweepStep {
+        if lock_held {
+            SweepStep::NextBatch
+        } else {
+            SweepStep::Record(SweepEnd::LockLost)
+        }
+    }
+
     /// Adds a batch's counts and decides whether to take another. `lock_held` is
     /// whether the lock's lease is still ours.
     pub fn after_batch(&mut self, counts: BatchCounts, lock_held: bool) -> SweepStep {
@@ -282,6 +294,14 @@ mod tests {
 
     fn at(secs: i64) -> Timestamp {
         Timestamp::from_unix_timestamp(1_700_000_000 + secs).expect("valid")
+    }
+
+    #[test]
+    fn no_batch_runs_once_the_lock_is_lost_not_even_the_first() {
+        let p = SweepProgress::start(at(0), 50, 10);
+        assert_eq!(p.before_batch(true), SweepStep::NextBatch);
+        assert_eq!(p.before_batch(false), SweepStep::Record(SweepEnd::LockLost));
+        assert_eq!(p.batches(), 0);
     }
 
     #[test]

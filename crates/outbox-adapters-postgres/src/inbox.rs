@@ -137,14 +137,17 @@ pub enum ConsumeOutcome {
     Consumed,
     /// The message was recorded before (by this or another worker): nothing ran.
     Duplicate,
-    /// The handler failed: its writes were rolled back and the failure stored. Also
-    /// a handler that ended the inbox transaction itself (a `COMMIT` or `ROLLBACK` of
-    /// its own) before the row was committed: the row is then dead at once, whatever
-    /// the policy says, since what the handler wrote outside the transaction would be
+    /// The handler failed: its writes were rolled back and the failure stored for a
+    /// retry (or, with the retry budget spent, as dead: the decision was the
+    /// caller's `decide`).
+    Failed(String),
+    /// The handler ended the inbox transaction itself (a `COMMIT` or `ROLLBACK` of its
+    /// own) before the row was committed: the row is dead at once, whatever the
+    /// policy says, since what the handler wrote outside the transaction would be
     /// written again by a retry. (When the handler committed the row itself before
     /// failing, the row is consumed and the outcome is `Consumed`, with an error in
     /// the log.)
-    Failed(String),
+    Dead(String),
 }
 
 /// A handler that writes through the inbox's transaction.
@@ -354,6 +357,7 @@ impl PgInboxStore {
                     .await?;
                 if ended {
                     tracing::error!(consumer, message_id = %message.id, reason = %error, "handler ended the inbox transaction itself; the delivery is dead");
+                    return Ok(ConsumeOutcome::Dead(error));
                 }
                 Ok(ConsumeOutcome::Failed(error))
             }
@@ -430,7 +434,7 @@ impl PgInboxStore {
                     .await?;
                 if marked {
                     tracing::error!(consumer, message_id = %message.id, reason = %error, "handler ended the inbox transaction itself; the delivery is dead");
-                    return Ok(ConsumeOutcome::Failed(error));
+                    return Ok(ConsumeOutcome::Dead(error));
                 }
                 // Not under our lease in a state that may die: the handler committed
                 // the row as consumed (or the lease was lost meanwhile).

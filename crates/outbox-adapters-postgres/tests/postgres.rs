@@ -345,7 +345,7 @@ async fn a_handler_that_rolls_back_the_inbox_transaction_and_writes_goes_dead_at
             .consume_in_transaction("billing", &m, &lease("worker"), retry, handler())
             .await
             .expect("consume");
-        let ConsumeOutcome::Failed(reason) = out else {
+        let ConsumeOutcome::Dead(reason) = out else {
             panic!("expected a failure, got {out:?}");
         };
         assert!(
@@ -404,7 +404,7 @@ async fn a_retry_whose_handler_rolls_back_the_inbox_transaction_goes_dead_at_onc
         };
         let outcomes = retry_all_due(&inbox, "billing", handler).await;
         assert_eq!(outcomes.len(), 1, "{outcomes:?}");
-        let ConsumeOutcome::Failed(reason) = &outcomes[0] else {
+        let ConsumeOutcome::Dead(reason) = &outcomes[0] else {
             panic!("expected a failure, got {outcomes:?}");
         };
         assert!(

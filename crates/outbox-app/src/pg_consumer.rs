@@ -85,6 +85,9 @@ fn handled(outcome: ConsumeOutcome, went_dead: &AtomicBool) -> Handled {
             error,
             dead: went_dead.load(Ordering::Relaxed),
         }),
+        // Dead at once (the handler ended the transaction itself): counted as a
+        // failed attempt that went dead.
+        ConsumeOutcome::Dead(error) => Handled::Failed(Failure { error, dead: true }),
     }
 }
 

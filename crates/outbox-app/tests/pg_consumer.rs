@@ -204,6 +204,7 @@ const DEFERRED: &[u8] = b"deferred";
 const FAIL_FIRST: &[u8] = b"fail-first";
 const RECOVERS: &[u8] = b"recovers";
 const NUL_ERROR: &[u8] = b"nul-error";
+const ENDS_TX: &[u8] = b"ends-tx";
 
 /// A handler that writes one effect row, and:
 /// - `swallow`: first runs a statement that fails and ignores its error, as a handler
@@ -280,6 +281,18 @@ impl PgHandler for DbFaults {
             }
             // PostgreSQL text cannot hold a NUL byte.
             NUL_ERROR => return Err("a\0b".into()),
+            ENDS_TX => {
+                // The handler bug under test: it ends the inbox transaction and then
+                // writes, outside any transaction of the worker's.
+                sqlx::query("ROLLBACK").execute(&mut *conn).await?;
+                sqlx::query(&format!(
+                    "INSERT INTO {}.effects VALUES ($1)",
+                    self.schema.quoted()
+                ))
+                .bind(m.id.as_uuid())
+                .execute(&mut *conn)
+                .await?;
+            }
             FAIL_FIRST if n == 1 => return Err("not yet".into()),
             FAIL_FIRST if self.deferred_on_retry.contains(&m.id) => {
                 self.deferred_violation(conn, m).await?;
@@ -817,6 +830,64 @@ async fn the_neutral_worker_on_the_postgres_inbox_stores_nul_bytes_too() {
         .expect("get")
         .expect("row");
     assert_eq!(r.status, Status::Consumed);
+    sqlx::query(&format!("DROP SCHEMA {} CASCADE", schema.quoted()))
+        .execute(&pool)
+        .await
+        .expect("drop");
+}
+
+/// A handler that ends the inbox transaction itself is dead at once, counted as dead
+/// by the worker, and its writes (made outside the transaction) happen once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_that_ends_the_inbox_transaction_is_counted_dead_and_runs_once() {
+    let Some((pool, schema)) = database().await else {
+        return;
+    };
+    let msgs = messages_with(ENDS_TX, 3);
+    let inbox = PgInboxStore::new(pool.clone(), &schema);
+    let b = broker();
+    assert!(b.publish(&msgs).await.iter().all(|o| o.is_confirmed()));
+    let worker = PgConsumerWorker::new(
+        inbox.clone(),
+        Arc::new(b.clone()),
+        PgHandlerRegistry::new().fallback(Arc::new(DbFaults::new(&schema))),
+        Arc::new(SystemClock),
+        config(5),
+    );
+    let counters = worker.counters();
+    let retries = worker.retry_task();
+    let cancel = CancellationToken::new();
+    let running = tokio::spawn(worker.run(cancel.clone()));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut dead = 0;
+        for m in &msgs {
+            if let Some(r) = inbox.get(NAME, m.id).await.expect("get") {
+                if r.status == Status::Dead {
+                    dead += 1;
+                }
+            }
+        }
+        if dead == msgs.len() && b.queue_depth(QUEUE) == (0, 0) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{dead} of {} dead after 10 s",
+            msgs.len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    cancel.cancel();
+    running.await.expect("worker");
+    // Nothing is due again: the sweep runs none of them a second time.
+    retries.run_batch(50).await.expect("retry batch");
+    assert_eq!(
+        counters.dead.load(std::sync::atomic::Ordering::Relaxed),
+        3,
+        "counted as dead"
+    );
+    assert_eq!(effect_count(&pool, &schema).await, 3, "each ran once");
     sqlx::query(&format!("DROP SCHEMA {} CASCADE", schema.quoted()))
         .execute(&pool)
         .await

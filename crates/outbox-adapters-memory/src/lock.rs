@@ -86,6 +86,10 @@ impl DistributedLock for MemoryLock {
             }
         }
     }
+
+    async fn is_locked(&self, key: &str) -> Result<bool, PortError> {
+        Ok(Self::is_locked(self, key))
+    }
 }
 
 struct MemoryLockGuard {

@@ -17,6 +17,7 @@ struct Sql {
     acquire: String,
     renew: String,
     release: String,
+    is_locked: String,
 }
 
 /// [`DistributedLock`] on PostgreSQL. Acquisition takes the key's row if it is free
@@ -59,6 +60,9 @@ impl PgLock {
                      WHERE key = $1 AND holder = $2 AND token = $3"
                 ),
                 release: format!("DELETE FROM {t} WHERE key = $1 AND holder = $2 AND token = $3"),
+                is_locked: format!(
+                    "SELECT EXISTS (SELECT 1 FROM {t} WHERE key = $1 AND expires_at >= now())"
+                ),
             }),
             instance: instance.to_owned(),
             seq: Arc::default(),
@@ -115,6 +119,14 @@ impl DistributedLock for PgLock {
             }
             tokio::time::sleep((deadline - now).min(Duration::from_millis(50))).await;
         }
+    }
+
+    async fn is_locked(&self, key: &str) -> Result<bool, PortError> {
+        sqlx::query_scalar(&self.sql.is_locked)
+            .bind(key)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| port("read lock", e))
     }
 }
 

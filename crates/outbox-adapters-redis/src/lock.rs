@@ -111,6 +111,17 @@ impl DistributedLock for RedisLock {
             tokio::time::sleep((deadline - now).min(Duration::from_millis(50))).await;
         }
     }
+
+    async fn is_locked(&self, key: &str) -> Result<bool, PortError> {
+        let mut conn = self.client.conn("read lock").await?;
+        // The key lives exactly as long as the lease (SET ... PX ttl).
+        let exists: bool = deadpool_redis::redis::cmd("EXISTS")
+            .arg(key)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| port("read lock", &e))?;
+        Ok(exists)
+    }
 }
 
 struct RedisLockGuard {

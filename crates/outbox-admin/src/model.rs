@@ -397,6 +397,15 @@ pub struct SweepItem {
     pub consume_failed: Option<u64>,
 }
 
+/// Whether a sweep's cluster lock is held right now (a sweep is running).
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct LockItem {
+    /// The lock key.
+    pub key: String,
+    /// Held under a live lease; null when the lock service did not answer.
+    pub held: Option<bool>,
+}
+
 /// Which numbers are exact and which are not.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct StatsPrecision {
@@ -427,6 +436,8 @@ pub struct StatsResponse {
     pub consumed_per_minute: Vec<MinuteItem>,
     /// The last report of each configured sweep.
     pub sweeps: Vec<SweepItem>,
+    /// Whether each configured sweep's lock is held now.
+    pub locks: Vec<LockItem>,
     /// What each number is.
     pub precision: StatsPrecision,
 }

@@ -7,15 +7,16 @@ use std::time::Duration;
 
 use outbox_core::{Message, MessageId, SideState, Status};
 use outbox_ports::{
-    AuditEntry, AuditLog, BulkOutcome, Clock, InboxOperator, InboxRecord, InboxStore,
-    MessageFilter, MessageSummary, MinuteCount, OutboxOperator, OutboxStore, PREVIEW_BYTES, Page,
-    PageCursor, StoredDeadLetter, SweepStateStore, SystemClock, ThroughputKind, ThroughputLog,
+    AuditEntry, AuditLog, BulkOutcome, Clock, DistributedLock, InboxOperator, InboxRecord,
+    InboxStore, MessageFilter, MessageSummary, MinuteCount, OutboxOperator, OutboxStore,
+    PREVIEW_BYTES, Page, PageCursor, StoredDeadLetter, SweepStateStore, SystemClock,
+    ThroughputKind, ThroughputLog,
 };
 
 use crate::AdminError;
 use crate::model::{
     AuditItem, AuditPage, BulkResponse, ConsumeSide, ConsumerItem, DeadLetterPage, DeadLetterView,
-    MessageDetail, MessageItem, MessagePage, MinuteItem, OutboxCounts, StatsPrecision,
+    LockItem, MessageDetail, MessageItem, MessagePage, MinuteItem, OutboxCounts, StatsPrecision,
     StatsResponse, SweepItem,
 };
 use crate::params::{Side, encode_cursor, format_time};
@@ -46,6 +47,7 @@ pub struct AdminService {
     redaction: Redaction,
     sweeps: Option<(Arc<dyn SweepStateStore>, Vec<String>)>,
     throughput: Option<Arc<dyn ThroughputLog>>,
+    locks: Option<(Arc<dyn DistributedLock>, Vec<String>)>,
     clock: Arc<dyn Clock>,
 }
 
@@ -96,6 +98,7 @@ impl AdminService {
             redaction: Redaction::default(),
             sweeps: None,
             throughput: None,
+            locks: None,
             clock: Arc::new(SystemClock),
         }
     }
@@ -115,6 +118,13 @@ impl AdminService {
         keys: Vec<String>,
     ) -> Self {
         self.sweeps = Some((state, keys));
+        self
+    }
+
+    /// Shows in `stats` whether each of the sweep lock `keys` is held now.
+    #[must_use]
+    pub fn with_locks(mut self, lock: Arc<dyn DistributedLock>, keys: Vec<String>) -> Self {
+        self.locks = Some((lock, keys));
         self
     }
 
@@ -286,6 +296,17 @@ impl AdminService {
                 });
             }
         }
+        let mut locks = Vec::new();
+        if let Some((lock, keys)) = &self.locks {
+            for key in keys {
+                // A lock service that does not answer makes that flag unknown, not
+                // the whole dashboard unavailable.
+                locks.push(LockItem {
+                    key: key.clone(),
+                    held: lock.is_locked(key).await.ok(),
+                });
+            }
+        }
         Ok(StatsResponse {
             outbox: OutboxCounts {
                 pending: counts.pending,
@@ -301,6 +322,7 @@ impl AdminService {
             published_per_minute: minutes(published),
             consumed_per_minute: minutes(consumed),
             sweeps,
+            locks,
             precision: StatsPrecision {
                 outbox: "exact".into(),
                 outbox_sent: "not_counted".into(),

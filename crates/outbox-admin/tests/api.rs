@@ -666,3 +666,53 @@ async fn stats_read_the_charts_from_the_throughput_log_when_given_one() {
     assert_eq!(total("consumed_per_minute"), 700);
     assert_eq!(stats["precision"]["per_minute"], "recorded");
 }
+
+/// `stats` says whether each sweep's lock is held right now.
+#[tokio::test]
+async fn stats_say_whether_a_sweep_lock_is_held() {
+    use std::sync::Arc;
+
+    use outbox_adapters_memory::{MemoryAuditLog, MemoryInboxStore, MemoryLock, MemoryOutboxStore};
+    use outbox_admin::{AdminAuth, AdminPorts, AdminService};
+    use outbox_ports::{DistributedLock, SystemClock};
+    use tower::ServiceExt as _;
+
+    let clock = Arc::new(SystemClock);
+    let outbox = Arc::new(MemoryOutboxStore::new(clock.clone()));
+    let inbox = Arc::new(MemoryInboxStore::new(clock.clone()));
+    let lock = Arc::new(MemoryLock::new());
+    let guard = lock
+        .acquire(
+            "relay-lock",
+            std::time::Duration::from_secs(30),
+            std::time::Duration::ZERO,
+        )
+        .await
+        .unwrap()
+        .expect("free");
+    let service = AdminService::new(AdminPorts {
+        outbox: outbox.clone(),
+        inbox: inbox.clone(),
+        audit: Arc::new(MemoryAuditLog::new(clock)),
+        outbox_store: outbox,
+        inbox_store: inbox,
+    })
+    .with_locks(lock, vec!["relay-lock".into(), "consumer-lock".into()]);
+    let app = outbox_admin::router(service, AdminAuth::new(tokens()));
+    let request = axum::http::Request::builder()
+        .uri("/stats")
+        .header("authorization", format!("Bearer {READ}"))
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let response = app.oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    let stats: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(stats["locks"][0]["key"], "relay-lock");
+    assert_eq!(stats["locks"][0]["held"], true);
+    assert_eq!(stats["locks"][1]["key"], "consumer-lock");
+    assert_eq!(stats["locks"][1]["held"], false);
+    guard.release().await.unwrap();
+}

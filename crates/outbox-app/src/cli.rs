@@ -408,7 +408,8 @@ async fn run_relay(cfg: RelayConfig) -> anyhow::Result<ExitCode> {
                 wired.state.clone(),
                 vec![cfg.sweep.state_key.clone()],
             )
-            .with_throughput(wired.throughput.clone()),
+            .with_throughput(wired.throughput.clone())
+            .with_locks(wired.lock.clone(), vec![cfg.sweep.lock_key.clone()]),
     );
     if cfg.http.enabled && cfg.admin.tokens.is_empty() {
         tracing::info!(

@@ -562,6 +562,10 @@ impl DistributedLock for LosingLock {
         }
         Ok(guard)
     }
+
+    async fn is_locked(&self, key: &str) -> Result<bool, PortError> {
+        DistributedLock::is_locked(&self.inner, key).await
+    }
 }
 
 /// A sweep task that counts its `before_sweep` runs and batches (each full), and can

@@ -23,6 +23,13 @@ pub trait DistributedLock: Send + Sync {
         ttl: Duration,
         wait: Duration,
     ) -> Result<Option<Box<dyn LockGuard>>, PortError>;
+
+    /// Whether some instance holds `key` under a lease that has not run out (for
+    /// operators: "is a sweep running now?"). Takes nothing.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the lock service cannot be reached.
+    async fn is_locked(&self, key: &str) -> Result<bool, PortError>;
 }
 
 /// A held lock. Adapters renew the lease in the background while the guard lives;

@@ -134,6 +134,7 @@ macro_rules! lock_contract {
                 one_holder_at_a_time,
                 release_lets_the_next_holder_in,
                 fencing_tokens_grow,
+                whether_a_key_is_held_can_be_read,
             ]
         );
     };

@@ -74,3 +74,22 @@ pub async fn fencing_tokens_grow(lock: Arc<dyn DistributedLock>) {
         g.release().await.expect("release");
     }
 }
+
+/// An operator can see whether a key is held: not before, while a guard holds it,
+/// not after its release; other keys are not.
+pub async fn whether_a_key_is_held_can_be_read(lock: Arc<dyn DistributedLock>) {
+    let key = unique_key("lock");
+    assert!(!lock.is_locked(&key).await.expect("read"), "free at first");
+    let guard = lock
+        .acquire(&key, LONG_TTL, WAIT)
+        .await
+        .expect("acquire")
+        .expect("free");
+    assert!(lock.is_locked(&key).await.expect("read"), "held");
+    assert!(
+        !lock.is_locked(&unique_key("lock")).await.expect("read"),
+        "another key"
+    );
+    guard.release().await.expect("release");
+    assert!(!lock.is_locked(&key).await.expect("read"), "released");
+}

@@ -250,7 +250,17 @@ impl RetrySweeper {
             if let SweepStep::Record(end) = progress.before_batch(guard.is_held()) {
                 return Ok(Some(end));
             }
-            let counts = self.task.run_batch(self.config.batch_size).await?;
+            let counts = match self.task.run_batch(self.config.batch_size).await {
+                Ok(counts) => counts,
+                // The lost lock is what ended this sweep (another instance sweeps
+                // now); the batch's error is likely its consequence (a claim whose
+                // lease or time ran out while this instance stood still).
+                Err(e) if !guard.is_held() => {
+                    tracing::warn!(task = self.task.name(), error = %e, "a batch failed after the retry lock was lost");
+                    return Ok(Some(SweepEnd::LockLost));
+                }
+                Err(e) => return Err(e),
+            };
             match progress.after_batch(counts, guard.is_held()) {
                 SweepStep::Record(end) => return Ok(Some(end)),
                 SweepStep::NextBatch if cancel.is_cancelled() => return Ok(None),

@@ -574,6 +574,8 @@ impl DistributedLock for LosingLock {
 struct WatchedTask {
     lose_in_before_sweep: Option<MemoryLock>,
     lose_in_batch: Option<MemoryLock>,
+    /// The batch fails too (after losing the lock, if it does).
+    fail_in_batch: bool,
     before_sweeps: AtomicU32,
     batches: AtomicU32,
 }
@@ -597,8 +599,46 @@ impl SweepTask for WatchedTask {
         if let Some(lock) = &self.lose_in_batch {
             lock.lose(&config().lock_key);
         }
+        if self.fail_in_batch {
+            return Err(PortError::transient("batch", "its claim's lease ran out"));
+        }
         Ok(full(50))
     }
+}
+
+/// A batch that fails after the lock was lost (a relay paused past its lease finds
+/// its batch's time gone) ends the sweep as a lost lock, as if the batch had
+/// returned: no state written, reported, not taken for a failed sweep.
+#[tokio::test(start_paused = true)]
+async fn a_batch_failing_after_the_lock_was_lost_ends_the_sweep_as_lost() {
+    let (state, writes) = state_returning(vec![], || Ok(None));
+    let memory = MemoryLock::new();
+    let task = Arc::new(WatchedTask {
+        lose_in_batch: Some(memory.clone()),
+        fail_in_batch: true,
+        ..WatchedTask::default()
+    });
+    let clock = Arc::new(TokioClock::starting_at(base()));
+    let run = start(
+        config(),
+        Arc::new(memory),
+        Arc::new(state),
+        clock,
+        task.clone(),
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let reports = run.stop().await;
+    assert_eq!(task.batches.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        writes.load(Ordering::SeqCst),
+        0,
+        "no state without the lock"
+    );
+    assert_eq!(
+        reports.len(),
+        1,
+        "the sweep ended as a lost lock (reported), not as a failed sweep"
+    );
 }
 
 #[tokio::test(start_paused = true)]

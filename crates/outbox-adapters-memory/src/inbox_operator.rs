@@ -42,7 +42,11 @@ impl InboxOperator for MemoryInboxStore {
         let mut consumers = Vec::with_capacity(names.len());
         for name in names {
             let stats = self.stats(&name).await?;
-            consumers.push(ConsumerSummary { name, stats });
+            consumers.push(ConsumerSummary {
+                name,
+                stats,
+                consumed_counted: true,
+            });
         }
         Ok(consumers)
     }

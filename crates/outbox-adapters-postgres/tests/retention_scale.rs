@@ -68,3 +68,62 @@ async fn inbox_retention_reads_only_its_own_consumers_rows() {
         );
     });
 }
+
+/// The admin API's consumer counts read the unsent states and dead letters through
+/// their partial indexes, never the consumed rows (here 350,000).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumer_counts_never_read_the_consumed_rows() {
+    with_db!(|pool, schema| {
+        let inbox = PgInboxStore::new(pool.clone(), &schema);
+        let t = format!("{}.outbox_inbox", schema.quoted());
+        for (n, status) in [
+            (350_000_i64, "consumed"),
+            (7, "dead"),
+            (5, "consume_failed"),
+        ] {
+            sqlx::query(&format!(
+                "INSERT INTO {t} (consumer, message_id, exchange, routing_key, payload, \
+                 created_at, status, consumed_at, next_attempt_at) \
+                 SELECT 'billing', gen_random_uuid(), 'scale', 'k', '\\x00'::bytea, now(), $2, \
+                   CASE WHEN $2 = 'consumed' THEN now() END, \
+                   CASE WHEN $2 = 'consume_failed' THEN now() END \
+                 FROM generate_series(1, $1)"
+            ))
+            .bind(n)
+            .bind(status)
+            .execute(&pool)
+            .await
+            .expect("fill");
+        }
+        sqlx::query(&format!("ANALYZE {t}"))
+            .execute(&pool)
+            .await
+            .expect("analyze");
+        let plan = inbox
+            .explain_consumer_counts("billing")
+            .await
+            .expect("explain");
+        eprintln!("{plan}");
+        assert!(!plan.contains("Seq Scan"), "scans the inbox:\n{plan}");
+        // No step of the plan reads more rows than the unsent ones.
+        for line in plan.lines() {
+            if let Some(rows) = line
+                .split("actual rows=")
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
+                .and_then(|r| r.parse::<f64>().ok())
+            {
+                assert!(rows <= 12.0, "reads {rows} rows in one step:\n{plan}");
+            }
+        }
+        let consumers = outbox_ports::InboxOperator::consumers(&inbox)
+            .await
+            .expect("consumers");
+        let billing = consumers
+            .iter()
+            .find(|c| c.name == "billing")
+            .expect("listed");
+        assert_eq!((billing.stats.dead, billing.stats.consume_failed), (7, 5));
+        assert!(!billing.consumed_counted);
+    });
+}

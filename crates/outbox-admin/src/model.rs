@@ -271,8 +271,9 @@ pub struct ConsumerItem {
     pub name: String,
     /// Received, not yet handled.
     pub in_progress: u64,
-    /// Handled.
-    pub consumed: u64,
+    /// Handled; null when the store does not count them (PostgreSQL: that would
+    /// read every row the consumer ever handled; see `consumed_per_minute`).
+    pub consumed: Option<u64>,
     /// Waiting for a retry.
     pub consume_failed: u64,
     /// Out of retries.
@@ -413,7 +414,8 @@ pub struct StatsPrecision {
     pub outbox: String,
     /// `not_counted`: see `outbox.sent`.
     pub outbox_sent: String,
-    /// `store`: as the inbox store counts them.
+    /// In progress, failed, dead and dead letters are exact; `consumed` is null where
+    /// the store does not count it.
     pub consumers: String,
     /// `recorded`: the per-minute totals every relay and consumer add every few
     /// seconds (every instance, across restarts; the last seconds of an instance

@@ -326,7 +326,7 @@ impl AdminService {
             precision: StatsPrecision {
                 outbox: "exact".into(),
                 outbox_sent: "not_counted".into(),
-                consumers: "store".into(),
+                consumers: "exact; consumed null where not counted".into(),
                 per_minute: per_minute.into(),
             },
         })
@@ -468,7 +468,7 @@ impl AdminService {
             .map(|c| ConsumerItem {
                 name: c.name,
                 in_progress: c.stats.in_progress,
-                consumed: c.stats.consumed,
+                consumed: c.consumed_counted.then_some(c.stats.consumed),
                 consume_failed: c.stats.consume_failed,
                 dead: c.stats.dead,
                 dead_letters: c.stats.dead_letters,

@@ -98,7 +98,13 @@ pub(crate) fn consumers(items: &[ConsumerItem]) {
     for c in items {
         println!(
             "{}\tin_progress={}\tconsumed={}\tconsume_failed={}\tdead={}\tdead_letters={}",
-            c.name, c.in_progress, c.consumed, c.consume_failed, c.dead, c.dead_letters
+            c.name,
+            c.in_progress,
+            c.consumed
+                .map_or_else(|| "not counted".to_owned(), |n| n.to_string()),
+            c.consume_failed,
+            c.dead,
+            c.dead_letters
         );
     }
     eprintln!("{} consumer(s)", items.len());
@@ -157,7 +163,13 @@ pub(crate) fn stats(s: &StatsResponse) {
     for c in &s.consumers {
         println!(
             "consumer {}\tin_progress={}\tconsumed={}\tconsume_failed={}\tdead={}\tdead_letters={}",
-            c.name, c.in_progress, c.consumed, c.consume_failed, c.dead, c.dead_letters
+            c.name,
+            c.in_progress,
+            c.consumed
+                .map_or_else(|| "not counted".to_owned(), |n| n.to_string()),
+            c.consume_failed,
+            c.dead,
+            c.dead_letters
         );
     }
     let total = |m: &[outbox_admin::model::MinuteItem]| m.iter().map(|m| m.count).sum::<u64>();

@@ -159,8 +159,12 @@ pub struct MinuteCount {
 pub struct ConsumerSummary {
     /// The consumer's name.
     pub name: String,
-    /// Its counts.
+    /// Its counts: in progress, failed, dead and dead letters always exact; consumed
+    /// only when `consumed_counted` (a store may leave the consumed rows uncounted,
+    /// as counting them costs a read of every row a consumer ever handled).
     pub stats: crate::InboxStats,
+    /// Whether `stats.consumed` was counted (else it is 0 and means nothing).
+    pub consumed_counted: bool,
 }
 
 /// A stored dead letter (a delivery that could not become a message).

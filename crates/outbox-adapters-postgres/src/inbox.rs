@@ -138,15 +138,15 @@ pub enum ConsumeOutcome {
     /// The message was recorded before (by this or another worker): nothing ran.
     Duplicate,
     /// The handler failed: its writes were rolled back and the failure stored for a
-    /// retry (or, with the retry budget spent, as dead: the decision was the
-    /// caller's `decide`).
+    /// retry.
     Failed(String),
-    /// The handler ended the inbox transaction itself (a `COMMIT` or `ROLLBACK` of its
-    /// own) before the row was committed: the row is dead at once, whatever the
-    /// policy says, since what the handler wrote outside the transaction would be
-    /// written again by a retry. (When the handler committed the row itself before
-    /// failing, the row is consumed and the outcome is `Consumed`, with an error in
-    /// the log.)
+    /// The handler failed and the delivery is stored as dead: the caller's `decide`
+    /// said so (the retry budget is spent), or the handler ended the inbox
+    /// transaction itself (a `COMMIT` or `ROLLBACK` of its own) before the row was
+    /// committed, which makes it dead at once whatever the policy says, since what
+    /// it wrote outside the transaction would be written again by a retry. (When the
+    /// handler committed the row itself before failing, the row is consumed and the
+    /// outcome is `Consumed`, with an error in the log.)
     Dead(String),
 }
 
@@ -273,6 +273,15 @@ fn aborted_reason(e: &sqlx::Error, why: &str) -> String {
     }
 }
 
+/// What a stored failure with `decision` is.
+fn failure_outcome(error: String, decision: Decision) -> ConsumeOutcome {
+    if decision == Decision::Dead {
+        ConsumeOutcome::Dead(error)
+    } else {
+        ConsumeOutcome::Failed(error)
+    }
+}
+
 /// [`InboxStore`] on PostgreSQL.
 #[derive(Debug, Clone)]
 pub struct PgInboxStore {
@@ -357,9 +366,8 @@ impl PgInboxStore {
                     .await?;
                 if ended {
                     tracing::error!(consumer, message_id = %message.id, reason = %error, "handler ended the inbox transaction itself; the delivery is dead");
-                    return Ok(ConsumeOutcome::Dead(error));
                 }
-                Ok(ConsumeOutcome::Failed(error))
+                Ok(failure_outcome(error, decision))
             }
             Arrival::Duplicate(status) if ended => {
                 Ok(self.ended_after_commit(consumer, message.id, status, &error))
@@ -447,7 +455,7 @@ impl PgInboxStore {
         };
         self.mark_consume_failed(consumer, message.id, lease, &error, decision)
             .await?;
-        Ok(ConsumeOutcome::Failed(error))
+        Ok(failure_outcome(error, decision))
     }
 
     /// Retention: deletes `consumer`'s deliveries consumed more than `age` ago,

@@ -8,13 +8,12 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::FutureExt as _;
 use outbox_adapters_postgres::{ConsumeOutcome, PgConnection, PgInboxStore, TxHandler};
-use outbox_core::{Decision, Message};
+use outbox_core::Message;
 use outbox_ports::{ClaimedDelivery, Clock, InboxStore, Lease, Subscriber};
 use tokio_util::sync::CancellationToken;
 
@@ -76,17 +75,12 @@ impl PgTxInbox {
     }
 }
 
-/// The outcome of a transaction; `went_dead`: what its retry decision said.
-fn handled(outcome: ConsumeOutcome, went_dead: &AtomicBool) -> Handled {
+/// The outcome of a transaction, as the worker counts it.
+fn handled(outcome: ConsumeOutcome) -> Handled {
     match outcome {
         ConsumeOutcome::Consumed => Handled::Consumed { counted: true },
         ConsumeOutcome::Duplicate => Handled::Duplicate,
-        ConsumeOutcome::Failed(error) => Handled::Failed(Failure {
-            error,
-            dead: went_dead.load(Ordering::Relaxed),
-        }),
-        // Dead at once (the handler ended the transaction itself): counted as a
-        // failed attempt that went dead.
+        ConsumeOutcome::Failed(error) => Handled::Failed(Failure { error, dead: false }),
         ConsumeOutcome::Dead(error) => Handled::Failed(Failure { error, dead: true }),
     }
 }
@@ -104,12 +98,7 @@ impl InboxPath for PgTxInbox {
         lease: &Lease,
     ) -> Result<Handled, Unrecorded> {
         let name = &cx.config.name;
-        let went_dead = AtomicBool::new(false);
-        let decide = |attempt| {
-            let d = cx.decide(attempt);
-            went_dead.store(d == Decision::Dead, Ordering::Relaxed);
-            d
-        };
+        let decide = |attempt| cx.decide(attempt);
         let outcome = self
             .inbox
             .consume_in_transaction(
@@ -121,10 +110,16 @@ impl InboxPath for PgTxInbox {
             )
             .await
             .map_err(Unrecorded::Nothing)?;
-        if let ConsumeOutcome::Failed(error) = &outcome {
-            tracing::warn!(consumer = %name, message_id = %message.id, %error, "handler failed; stored for a retry");
+        match &outcome {
+            ConsumeOutcome::Failed(error) => {
+                tracing::warn!(consumer = %name, message_id = %message.id, %error, "handler failed; stored for a retry");
+            }
+            ConsumeOutcome::Dead(error) => {
+                tracing::warn!(consumer = %name, message_id = %message.id, %error, "handler failed; the delivery is dead");
+            }
+            ConsumeOutcome::Consumed | ConsumeOutcome::Duplicate => {}
         }
-        Ok(handled(outcome, &went_dead))
+        Ok(handled(outcome))
     }
 
     async fn retry(
@@ -134,12 +129,7 @@ impl InboxPath for PgTxInbox {
         lease: &Lease,
     ) -> Result<Handled, Unrecorded> {
         let name = &cx.config.name;
-        let went_dead = AtomicBool::new(false);
-        let decide = |attempt| {
-            let d = cx.decide(attempt);
-            went_dead.store(d == Decision::Dead, Ordering::Relaxed);
-            d
-        };
+        let decide = |attempt| cx.decide(attempt);
         let outcome = self
             .inbox
             .retry_in_transaction(
@@ -152,10 +142,10 @@ impl InboxPath for PgTxInbox {
             )
             .await
             .map_err(Unrecorded::Nothing)?;
-        if let ConsumeOutcome::Failed(error) = &outcome {
+        if let ConsumeOutcome::Failed(error) | ConsumeOutcome::Dead(error) = &outcome {
             tracing::debug!(consumer = %name, message_id = %due.message.id, %error, "consume retry failed");
         }
-        Ok(handled(outcome, &went_dead))
+        Ok(handled(outcome))
     }
 
     fn retention(

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use axum::http::StatusCode;
 use outbox_admin::Redaction;
-use support::{READ, WRITE, code, harness, harness_with, message, tokens};
+use support::{READ, WRITE, code, harness, harness_configured, harness_with, message, tokens};
 
 #[tokio::test]
 async fn without_tokens_every_request_is_refused_naming_the_setting() {
@@ -620,39 +620,15 @@ async fn the_openapi_document_lists_exactly_the_routes_served() {
 async fn stats_read_the_charts_from_the_throughput_log_when_given_one() {
     use std::sync::Arc;
 
-    use outbox_adapters_memory::{
-        MemoryAuditLog, MemoryInboxStore, MemoryOutboxStore, MemoryThroughputLog,
-    };
-    use outbox_admin::{AdminAuth, AdminPorts, AdminService};
+    use outbox_adapters_memory::MemoryThroughputLog;
     use outbox_ports::{SystemClock, ThroughputKind, ThroughputLog};
-    use tower::ServiceExt as _;
 
-    let clock = Arc::new(SystemClock);
-    let outbox = Arc::new(MemoryOutboxStore::new(clock.clone()));
-    let inbox = Arc::new(MemoryInboxStore::new(clock.clone()));
-    let log = Arc::new(MemoryThroughputLog::new(clock.clone()));
+    let log = Arc::new(MemoryThroughputLog::new(Arc::new(SystemClock)));
     log.add(ThroughputKind::Published, 1_200).await.unwrap();
     log.add(ThroughputKind::Consumed, 700).await.unwrap();
-    let service = AdminService::new(AdminPorts {
-        outbox: outbox.clone(),
-        inbox: inbox.clone(),
-        audit: Arc::new(MemoryAuditLog::new(clock)),
-        outbox_store: outbox,
-        inbox_store: inbox,
-    })
-    .with_throughput(log);
-    let app = outbox_admin::router(service, AdminAuth::new(tokens()));
-    let request = axum::http::Request::builder()
-        .uri("/stats")
-        .header("authorization", format!("Bearer {READ}"))
-        .body(axum::body::Body::empty())
-        .unwrap();
-    let response = app.oneshot(request).await.unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
-    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
-        .await
-        .unwrap();
-    let stats: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    let h = harness_configured(tokens(), |service| service.with_throughput(log));
+    let (status, stats) = h.get("/stats").await;
+    assert_eq!(status, StatusCode::OK);
     let total = |key: &str| {
         stats[key]
             .as_array()
@@ -671,45 +647,21 @@ async fn stats_read_the_charts_from_the_throughput_log_when_given_one() {
 #[tokio::test]
 async fn stats_say_whether_a_sweep_lock_is_held() {
     use std::sync::Arc;
+    use std::time::Duration;
 
-    use outbox_adapters_memory::{MemoryAuditLog, MemoryInboxStore, MemoryLock, MemoryOutboxStore};
-    use outbox_admin::{AdminAuth, AdminPorts, AdminService};
-    use outbox_ports::{DistributedLock, SystemClock};
-    use tower::ServiceExt as _;
+    use outbox_adapters_memory::MemoryLock;
+    use outbox_ports::DistributedLock;
 
-    let clock = Arc::new(SystemClock);
-    let outbox = Arc::new(MemoryOutboxStore::new(clock.clone()));
-    let inbox = Arc::new(MemoryInboxStore::new(clock.clone()));
     let lock = Arc::new(MemoryLock::new());
     let guard = lock
-        .acquire(
-            "relay-lock",
-            std::time::Duration::from_secs(30),
-            std::time::Duration::ZERO,
-        )
+        .acquire("relay-lock", Duration::from_secs(30), Duration::ZERO)
         .await
         .unwrap()
         .expect("free");
-    let service = AdminService::new(AdminPorts {
-        outbox: outbox.clone(),
-        inbox: inbox.clone(),
-        audit: Arc::new(MemoryAuditLog::new(clock)),
-        outbox_store: outbox,
-        inbox_store: inbox,
-    })
-    .with_locks(lock, vec!["relay-lock".into(), "consumer-lock".into()]);
-    let app = outbox_admin::router(service, AdminAuth::new(tokens()));
-    let request = axum::http::Request::builder()
-        .uri("/stats")
-        .header("authorization", format!("Bearer {READ}"))
-        .body(axum::body::Body::empty())
-        .unwrap();
-    let response = app.oneshot(request).await.unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
-    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
-        .await
-        .unwrap();
-    let stats: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    let keys = vec!["relay-lock".into(), "consumer-lock".into()];
+    let h = harness_configured(tokens(), |service| service.with_locks(lock, keys));
+    let (status, stats) = h.get("/stats").await;
+    assert_eq!(status, StatusCode::OK);
     assert_eq!(stats["locks"][0]["key"], "relay-lock");
     assert_eq!(stats["locks"][0]["held"], true);
     assert_eq!(stats["locks"][1]["key"], "consumer-lock");

@@ -45,6 +45,14 @@ pub fn tokens() -> Vec<AdminToken> {
 }
 
 pub fn harness_with(tokens: Vec<AdminToken>, redaction: Redaction) -> Harness {
+    harness_configured(tokens, |service| service.with_redaction(redaction))
+}
+
+/// A harness whose service `configure` sets up further (charts, locks, ...).
+pub fn harness_configured(
+    tokens: Vec<AdminToken>,
+    configure: impl FnOnce(AdminService) -> AdminService,
+) -> Harness {
     let clock = Arc::new(SystemClock);
     let outbox = Arc::new(MemoryOutboxStore::new(clock.clone()));
     let inbox = Arc::new(MemoryInboxStore::new(clock.clone()));
@@ -57,9 +65,8 @@ pub fn harness_with(tokens: Vec<AdminToken>, redaction: Redaction) -> Harness {
         outbox_store: outbox.clone(),
         inbox_store: inbox.clone(),
     })
-    .with_redaction(redaction)
     .with_sweep_reports(state.clone(), vec!["relay-sweep".into()]);
-    let app = outbox_admin::router(service, AdminAuth::new(tokens));
+    let app = outbox_admin::router(configure(service), AdminAuth::new(tokens));
     Harness {
         outbox,
         inbox,

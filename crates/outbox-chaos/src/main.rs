@@ -404,3 +404,54 @@ async fn main() -> ExitCode {
         ExitCode::FAILURE
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Report;
+
+    fn clean() -> Report {
+        Report {
+            name: "t",
+            committed: 10,
+            consumed: 10,
+            ..Report::default()
+        }
+    }
+
+    #[test]
+    fn a_scenario_passes_only_with_exactly_the_dead_it_provokes() {
+        assert!(clean().passed());
+        let unexpected = Report { dead: 1, ..clean() };
+        assert!(!unexpected.passed(), "a message dead for no reason");
+        let provoked = Report {
+            dead: 3,
+            expected_dead: 3,
+            ..clean()
+        };
+        assert!(provoked.passed());
+        let missing = Report {
+            dead: 2,
+            expected_dead: 3,
+            ..clean()
+        };
+        assert!(!missing.passed(), "a provoked dead that did not happen");
+    }
+
+    #[test]
+    fn a_bad_input_scenario_passes_only_when_every_input_was_refused_clearly() {
+        let r = Report {
+            name: "bad",
+            bad_inputs: 13,
+            refused_clearly: 12,
+            ..Report::default()
+        };
+        assert!(!r.passed());
+        assert!(
+            Report {
+                refused_clearly: 13,
+                ..r
+            }
+            .passed()
+        );
+    }
+}

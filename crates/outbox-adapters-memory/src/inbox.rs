@@ -7,8 +7,8 @@ use async_trait::async_trait;
 use outbox_core::status::Tracked;
 use outbox_core::{Decision, Message, MessageId, Status, Timestamp};
 use outbox_ports::{
-    Arrival, ClaimedDelivery, Clock, DeadLetter, InboxRecord, InboxStats, InboxStore, Lease,
-    PortError,
+    Arrival, ClaimedDelivery, Clock, DeadLetter, InboxConsumerPath, InboxRecord, InboxStats,
+    InboxStore, Lease, PortError,
 };
 
 use crate::{LeaseSlot, lock};
@@ -95,7 +95,7 @@ impl MemoryInboxStore {
 }
 
 #[async_trait]
-impl InboxStore for MemoryInboxStore {
+impl InboxConsumerPath for MemoryInboxStore {
     async fn record_arrival(
         &self,
         consumer: &str,
@@ -202,7 +202,10 @@ impl InboxStore for MemoryInboxStore {
         );
         Ok(())
     }
+}
 
+#[async_trait]
+impl InboxStore for MemoryInboxStore {
     async fn stats(&self, consumer: &str) -> Result<InboxStats, PortError> {
         let t = lock(&self.table);
         let mut s = InboxStats {

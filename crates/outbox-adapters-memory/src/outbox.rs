@@ -8,7 +8,8 @@ use outbox_core::message::DEFAULT_MAX_PAYLOAD_BYTES;
 use outbox_core::status::Tracked;
 use outbox_core::{Message, MessageId, Status};
 use outbox_ports::{
-    ClaimedMessage, Clock, Lease, OutboxRecord, OutboxStats, OutboxStore, PortError, PublishFailure,
+    ClaimedMessage, Clock, Lease, OutboxRecord, OutboxRelayPath, OutboxRetention, OutboxStats,
+    OutboxStore, PortError, PublishFailure,
 };
 
 use crate::{LeaseSlot, lock};
@@ -134,35 +135,7 @@ impl MemoryOutboxStore {
 }
 
 #[async_trait]
-impl OutboxStore for MemoryOutboxStore {
-    async fn enqueue(&self, messages: Vec<Message>) -> Result<(), PortError> {
-        let now = self.clock.now();
-        let mut t = lock(&self.table);
-        for m in &messages {
-            m.validate(self.max_payload_bytes)?;
-            if t.by_id.contains_key(&m.id) {
-                return Err(PortError::fatal(
-                    "enqueue",
-                    format!("message id {} is already in the outbox", m.id),
-                ));
-            }
-        }
-        for message in messages {
-            t.next_seq += 1;
-            let seq = t.next_seq;
-            t.by_id.insert(message.id, seq);
-            t.rows.insert(
-                seq,
-                Row {
-                    message,
-                    tracked: Tracked::new(Status::Pending, now),
-                    lease: LeaseSlot::default(),
-                },
-            );
-        }
-        Ok(())
-    }
-
+impl OutboxRelayPath for MemoryOutboxStore {
     async fn claim_pending(
         &self,
         lease: &Lease,
@@ -245,7 +218,10 @@ impl OutboxStore for MemoryOutboxStore {
         }
         Ok(recovered)
     }
+}
 
+#[async_trait]
+impl OutboxRetention for MemoryOutboxStore {
     async fn delete_sent_batch(
         &self,
         age: std::time::Duration,
@@ -274,6 +250,37 @@ impl OutboxStore for MemoryOutboxStore {
             }
         }
         Ok(old.len() as u64)
+    }
+}
+
+#[async_trait]
+impl OutboxStore for MemoryOutboxStore {
+    async fn enqueue(&self, messages: Vec<Message>) -> Result<(), PortError> {
+        let now = self.clock.now();
+        let mut t = lock(&self.table);
+        for m in &messages {
+            m.validate(self.max_payload_bytes)?;
+            if t.by_id.contains_key(&m.id) {
+                return Err(PortError::fatal(
+                    "enqueue",
+                    format!("message id {} is already in the outbox", m.id),
+                ));
+            }
+        }
+        for message in messages {
+            t.next_seq += 1;
+            let seq = t.next_seq;
+            t.by_id.insert(message.id, seq);
+            t.rows.insert(
+                seq,
+                Row {
+                    message,
+                    tracked: Tracked::new(Status::Pending, now),
+                    lease: LeaseSlot::default(),
+                },
+            );
+        }
+        Ok(())
     }
 
     async fn stats(&self) -> Result<OutboxStats, PortError> {

@@ -10,7 +10,8 @@
 use std::time::{Duration, Instant};
 
 use outbox_adapters_postgres::{PgOutboxStore, PgSchema, connect, migrate};
-use outbox_ports::{Lease, OutboxStore};
+use outbox_ports::Lease;
+use outbox_ports::prelude::*;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -6,7 +6,8 @@ use std::pin::Pin;
 use async_trait::async_trait;
 use outbox_core::{Decision, Message, MessageId, Status, TransitionError};
 use outbox_ports::{
-    Arrival, ClaimedDelivery, DeadLetter, InboxRecord, InboxStats, InboxStore, Lease, PortError,
+    Arrival, ClaimedDelivery, DeadLetter, InboxConsumerPath, InboxRecord, InboxStats, InboxStore,
+    Lease, PortError,
 };
 use sqlx::types::Json;
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
@@ -539,7 +540,7 @@ impl PgInboxStore {
 }
 
 #[async_trait]
-impl InboxStore for PgInboxStore {
+impl InboxConsumerPath for PgInboxStore {
     async fn record_arrival(
         &self,
         consumer: &str,
@@ -647,7 +648,10 @@ impl InboxStore for PgInboxStore {
             .map_err(|e| port("record dead letter", e))?;
         Ok(())
     }
+}
 
+#[async_trait]
+impl InboxStore for PgInboxStore {
     async fn stats(&self, consumer: &str) -> Result<InboxStats, PortError> {
         let (in_progress, consumed, consume_failed, dead, dead_letters): (i64, i64, i64, i64, i64) =
             sqlx::query_as(&self.sql.stats)

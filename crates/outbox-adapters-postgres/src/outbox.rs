@@ -6,7 +6,8 @@ use async_trait::async_trait;
 use outbox_core::message::DEFAULT_MAX_PAYLOAD_BYTES;
 use outbox_core::{Decision, Message, MessageId, NewMessage, Status, TransitionError};
 use outbox_ports::{
-    ClaimedMessage, Lease, OutboxRecord, OutboxStats, OutboxStore, PortError, PublishFailure,
+    ClaimedMessage, Lease, OutboxRecord, OutboxRelayPath, OutboxRetention, OutboxStats,
+    OutboxStore, PortError, PublishFailure,
 };
 use sqlx::types::Json;
 use sqlx::{PgConnection, PgPool};
@@ -452,12 +453,7 @@ impl PgOutboxStore {
 }
 
 #[async_trait]
-impl OutboxStore for PgOutboxStore {
-    async fn enqueue(&self, messages: Vec<Message>) -> Result<(), PortError> {
-        let mut conn = self.pool.acquire().await.map_err(|e| port("enqueue", e))?;
-        self.outbox.insert_messages(&mut conn, &messages).await
-    }
-
+impl OutboxRelayPath for PgOutboxStore {
     async fn claim_pending(
         &self,
         lease: &Lease,
@@ -542,7 +538,10 @@ impl OutboxStore for PgOutboxStore {
             .map_err(|e| port("recover leases", e))?
             .rows_affected())
     }
+}
 
+#[async_trait]
+impl OutboxRetention for PgOutboxStore {
     async fn delete_sent_batch(&self, age: Duration, limit: u32) -> Result<u64, PortError> {
         // The statement's own guard: `status = 'sent'` (and an age), nothing else.
         Ok(sqlx::query(&self.sql.retention)
@@ -552,6 +551,14 @@ impl OutboxStore for PgOutboxStore {
             .await
             .map_err(|e| port("retention", e))?
             .rows_affected())
+    }
+}
+
+#[async_trait]
+impl OutboxStore for PgOutboxStore {
+    async fn enqueue(&self, messages: Vec<Message>) -> Result<(), PortError> {
+        let mut conn = self.pool.acquire().await.map_err(|e| port("enqueue", e))?;
+        self.outbox.insert_messages(&mut conn, &messages).await
     }
 
     async fn stats(&self) -> Result<OutboxStats, PortError> {

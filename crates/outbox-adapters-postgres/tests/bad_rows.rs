@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use outbox_adapters_postgres::{PgOutbox, PgOutboxStore, PgPool, PgSchema};
 use outbox_core::{NewMessage, Status};
+use outbox_ports::prelude::*;
 use outbox_ports::{Lease, OutboxStore};
 
 fn lease(name: &str) -> Lease {

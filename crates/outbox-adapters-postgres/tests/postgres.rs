@@ -13,6 +13,7 @@ use outbox_adapters_postgres::{
     connect, migrate,
 };
 use outbox_core::{Decision, NewMessage, Status};
+use outbox_ports::prelude::*;
 use outbox_ports::{DistributedLock, InboxStore, Lease, OutboxStore, PortError};
 
 fn lease(name: &str) -> Lease {

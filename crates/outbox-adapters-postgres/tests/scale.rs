@@ -8,7 +8,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use outbox_adapters_postgres::PgOutboxStore;
-use outbox_ports::{Lease, OutboxStore};
+use outbox_ports::Lease;
+use outbox_ports::prelude::*;
 
 /// (first claim, median of seven claims) of `batch` rows.
 async fn claim_times(store: &PgOutboxStore, batch: u32) -> (Duration, Duration) {

@@ -21,7 +21,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use outbox_core::{BatchCounts, Decision, Message, RetryPolicy};
 use outbox_ports::{
-    Arrival, ClaimedDelivery, Clock, DeadLetter, Delivery, InboxStore, Lease, PortError, Subscriber,
+    Arrival, ClaimedDelivery, Clock, DeadLetter, Delivery, InboxConsumerPath, Lease, PortError,
+    Subscriber,
 };
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -322,7 +323,7 @@ impl AttemptContext<'_> {
 #[async_trait]
 pub trait InboxPath: Send + Sync + 'static {
     /// The inbox: dead letters and the retry sweep's claims go there.
-    fn inbox(&self) -> &dyn InboxStore;
+    fn inbox(&self) -> &dyn InboxConsumerPath;
 
     /// First handling of a delivered `message` under `lease`: record it, run its
     /// handler unless it is a duplicate, record the outcome.
@@ -361,17 +362,17 @@ pub trait InboxPath: Send + Sync + 'static {
     }
 }
 
-/// The backend-neutral inbox path: any [`InboxStore`], [`Handler`]s without a
+/// The backend-neutral inbox path: any [`InboxConsumerPath`], [`Handler`]s without a
 /// transaction (at least once in effect).
 pub struct NeutralInbox {
-    inbox: Arc<dyn InboxStore>,
+    inbox: Arc<dyn InboxConsumerPath>,
     handlers: HandlerRegistry,
 }
 
 impl NeutralInbox {
     /// Records in `inbox`, runs `handlers`.
     #[must_use]
-    pub fn new(inbox: Arc<dyn InboxStore>, handlers: HandlerRegistry) -> Self {
+    pub fn new(inbox: Arc<dyn InboxConsumerPath>, handlers: HandlerRegistry) -> Self {
         Self { inbox, handlers }
     }
 
@@ -419,7 +420,7 @@ impl NeutralInbox {
 
 #[async_trait]
 impl InboxPath for NeutralInbox {
-    fn inbox(&self) -> &dyn InboxStore {
+    fn inbox(&self) -> &dyn InboxConsumerPath {
         &*self.inbox
     }
 
@@ -539,13 +540,13 @@ pub struct InboxWorker<P> {
     shared: Arc<Shared<P>>,
 }
 
-/// The backend-neutral consumer worker: any [`InboxStore`], [`Handler`]s.
+/// The backend-neutral consumer worker: any [`InboxConsumerPath`], [`Handler`]s.
 pub type ConsumerWorker = InboxWorker<NeutralInbox>;
 
 impl ConsumerWorker {
     /// A worker for `config.queue`, recording in `inbox` as `config.name`.
     pub fn new(
-        inbox: Arc<dyn InboxStore>,
+        inbox: Arc<dyn InboxConsumerPath>,
         subscriber: Arc<dyn Subscriber>,
         handlers: HandlerRegistry,
         clock: Arc<dyn Clock>,
@@ -714,7 +715,7 @@ pub(crate) async fn consume<F, Fut>(
 /// acknowledged (or returned to the broker if it cannot be kept), and `None` comes
 /// back.
 pub(crate) async fn decode_or_dead_letter(
-    inbox: &dyn InboxStore,
+    inbox: &dyn InboxConsumerPath,
     config: &ConsumerConfig,
     counters: &ConsumerCounters,
     now: outbox_core::Timestamp,

@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use futures::FutureExt as _;
 use outbox_adapters_postgres::{ConsumeOutcome, PgConnection, PgInboxStore, TxHandler};
 use outbox_core::Message;
-use outbox_ports::{ClaimedDelivery, Clock, InboxStore, Lease, Subscriber};
+use outbox_ports::{ClaimedDelivery, Clock, InboxConsumerPath, Lease, Subscriber};
 use tokio_util::sync::CancellationToken;
 
 use crate::consumer::{
@@ -87,7 +87,7 @@ fn handled(outcome: ConsumeOutcome) -> Handled {
 
 #[async_trait]
 impl InboxPath for PgTxInbox {
-    fn inbox(&self) -> &dyn InboxStore {
+    fn inbox(&self) -> &dyn InboxConsumerPath {
         &self.inbox
     }
 

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use outbox_core::lease::publish_budget;
 use outbox_core::{BatchCounts, Decision, MessageId, RetryPolicy};
 use outbox_ports::{
-    ClaimedMessage, Lease, OutboxStore, PortError, PublishFailure, PublishOutcome, Publisher,
+    ClaimedMessage, Lease, OutboxRelayPath, PortError, PublishFailure, PublishOutcome, Publisher,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -192,7 +192,7 @@ fn permanent_failure(id: MessageId, why: &str, counts: &mut PublishCounts) -> Pu
 /// # Errors
 /// A [`PortError`] from marking. The rows then stay claimed until the lease runs out
 /// and are published again (a duplicate the inbox absorbs), never lost.
-pub async fn record(store: &dyn OutboxStore, p: Published) -> Result<PublishCounts, PortError> {
+pub async fn record(store: &dyn OutboxRelayPath, p: Published) -> Result<PublishCounts, PortError> {
     let mut counts = p.counts;
     if counts.claimed == 0 {
         return Ok(counts);
@@ -228,7 +228,7 @@ pub async fn record(store: &dyn OutboxStore, p: Published) -> Result<PublishCoun
 /// # Errors
 /// As [`record`].
 pub async fn publish_claimed(
-    store: &dyn OutboxStore,
+    store: &dyn OutboxRelayPath,
     publisher: &dyn Publisher,
     lease: &Lease,
     claimed: Vec<ClaimedMessage>,
@@ -293,7 +293,7 @@ enum Claim {
 
 /// What the dispatcher and the publish-retry task share: claim, publish, mark.
 struct Relay {
-    store: Arc<dyn OutboxStore>,
+    store: Arc<dyn OutboxRelayPath>,
     publisher: Arc<dyn Publisher>,
     leases: LeaseFactory,
     policy: RetryPolicy,
@@ -303,7 +303,7 @@ struct Relay {
 
 impl Relay {
     fn new(
-        store: Arc<dyn OutboxStore>,
+        store: Arc<dyn OutboxRelayPath>,
         publisher: Arc<dyn Publisher>,
         policy: RetryPolicy,
         instance: &str,
@@ -354,7 +354,7 @@ pub struct Dispatcher {
 impl Dispatcher {
     /// A dispatcher for `instance` (its lease holder prefix).
     pub fn new(
-        store: Arc<dyn OutboxStore>,
+        store: Arc<dyn OutboxRelayPath>,
         publisher: Arc<dyn Publisher>,
         config: DispatcherConfig,
         instance: &str,
@@ -518,7 +518,7 @@ pub struct PublishRetryTask {
 impl PublishRetryTask {
     /// A task claiming under leases of `lease_ttl` for `instance`.
     pub fn new(
-        store: Arc<dyn OutboxStore>,
+        store: Arc<dyn OutboxRelayPath>,
         publisher: Arc<dyn Publisher>,
         policy: RetryPolicy,
         instance: &str,

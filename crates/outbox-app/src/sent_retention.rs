@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_core::config::ConfigError;
-use outbox_ports::OutboxStore;
+use outbox_ports::OutboxRetention;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
@@ -68,13 +68,13 @@ impl RetentionConfig {
 
 /// Deletes old sent messages periodically until cancelled.
 pub struct SentRetentionTask {
-    store: Arc<dyn OutboxStore>,
+    store: Arc<dyn OutboxRetention>,
     config: RetentionConfig,
 }
 
 impl SentRetentionTask {
     /// A task over `store` with `config` (validated by [`RetentionConfig::validate`]).
-    pub fn new(store: Arc<dyn OutboxStore>, config: RetentionConfig) -> Self {
+    pub fn new(store: Arc<dyn OutboxRetention>, config: RetentionConfig) -> Self {
         Self { store, config }
     }
 

@@ -182,7 +182,7 @@ impl RelayBuilder {
                     format!("{}.p{i}", self.instance)
                 };
                 let d = Dispatcher::new(
-                    Arc::clone(&self.store),
+                    self.store.clone(),
                     Arc::clone(&self.publisher),
                     self.dispatch.clone(),
                     &name,
@@ -198,7 +198,7 @@ impl RelayBuilder {
             .collect();
         let retention = self
             .retention
-            .map(|r| SentRetentionTask::new(Arc::clone(&self.store), r));
+            .map(|r| SentRetentionTask::new(self.store.clone(), r));
         let task = PublishRetryTask::new(
             self.store,
             self.publisher,

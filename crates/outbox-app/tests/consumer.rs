@@ -13,7 +13,9 @@ use outbox_app::{
     handler_fn,
 };
 use outbox_core::{Message, MessageId, RetryPolicy, Status};
-use outbox_ports::{Envelope, InboxStore, MockInboxStore, PortError, Publisher, SystemClock};
+use outbox_ports::{
+    Envelope, InboxConsumerPath, InboxStore, MockInboxStore, PortError, Publisher, SystemClock,
+};
 
 const QUEUE: &str = "consumer.test";
 const NAME: &str = "test-consumer";

@@ -12,8 +12,8 @@ use outbox_adapters_memory::{
 use outbox_app::{CancellationToken, DispatcherConfig, LeaseFactory, RelayBuilder};
 use outbox_core::{Decision, Message, MessageId, RetryPolicy, Status, SweepConfig};
 use outbox_ports::{
-    ClaimedMessage, Lease, OutboxRecord, OutboxStats, OutboxStore, PortError, PublishFailure,
-    SystemClock,
+    ClaimedMessage, Lease, OutboxRecord, OutboxRelayPath, OutboxRetention, OutboxStats,
+    OutboxStore, PortError, PublishFailure, SystemClock,
 };
 
 /// An outbox store that remembers the holder of every claim it served.
@@ -23,45 +23,63 @@ struct RecordingStore {
 }
 
 #[async_trait]
-impl OutboxStore for RecordingStore {
-    async fn enqueue(&self, m: Vec<Message>) -> Result<(), PortError> {
-        self.inner.enqueue(m).await
-    }
+impl OutboxRelayPath for RecordingStore {
     async fn claim_pending(&self, l: &Lease, n: u32) -> Result<Vec<ClaimedMessage>, PortError> {
         self.holders.lock().expect("lock").push(l.holder.clone());
         self.inner.claim_pending(l, n).await
     }
+
     async fn claim_due_retries(&self, l: &Lease, n: u32) -> Result<Vec<ClaimedMessage>, PortError> {
         self.holders.lock().expect("lock").push(l.holder.clone());
         self.inner.claim_due_retries(l, n).await
     }
+
     async fn mark_sent(&self, l: &Lease, ids: &[MessageId]) -> Result<u64, PortError> {
         self.inner.mark_sent(l, ids).await
     }
+
     async fn mark_publish_failed(&self, l: &Lease, f: &[PublishFailure]) -> Result<u64, PortError> {
         self.inner.mark_publish_failed(l, f).await
     }
+
     async fn release(&self, l: &Lease, ids: &[MessageId]) -> Result<u64, PortError> {
         self.inner.release(l, ids).await
     }
+
     async fn recover_expired_leases(&self) -> Result<u64, PortError> {
         self.inner.recover_expired_leases().await
     }
+}
+
+#[async_trait]
+impl OutboxRetention for RecordingStore {
     async fn delete_sent_batch(&self, age: Duration, n: u32) -> Result<u64, PortError> {
         self.inner.delete_sent_batch(age, n).await
     }
+}
+
+#[async_trait]
+impl OutboxStore for RecordingStore {
+    async fn enqueue(&self, m: Vec<Message>) -> Result<(), PortError> {
+        self.inner.enqueue(m).await
+    }
+
     async fn stats(&self) -> Result<OutboxStats, PortError> {
         self.inner.stats().await
     }
+
     async fn get(&self, id: MessageId) -> Result<Option<OutboxRecord>, PortError> {
         self.inner.get(id).await
     }
+
     async fn list(&self, s: Status, n: u32) -> Result<Vec<OutboxRecord>, PortError> {
         self.inner.list(s, n).await
     }
+
     async fn requeue(&self, id: MessageId) -> Result<(), PortError> {
         self.inner.requeue(id).await
     }
+
     async fn delete(&self, id: MessageId) -> Result<(), PortError> {
         self.inner.delete(id).await
     }

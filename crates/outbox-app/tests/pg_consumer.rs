@@ -14,7 +14,7 @@ use outbox_app::{
     PgHandlerRegistry, SweepTask,
 };
 use outbox_core::{Message, RetryPolicy, Status};
-use outbox_ports::{InboxStore, Publisher, SystemClock};
+use outbox_ports::{InboxConsumerPath, InboxStore, Publisher, SystemClock};
 
 const QUEUE: &str = "pg-consumer.test";
 const NAME: &str = "billing";

@@ -8,7 +8,7 @@ use outbox_adapters_memory::{ExchangeKind, MemoryBroker, MemoryOutboxStore};
 use outbox_app::relay::publish_claimed;
 use outbox_app::{CancellationToken, Dispatcher, DispatcherConfig, PublishRetryTask, SweepTask};
 use outbox_core::{Message, RetryPolicy, Status};
-use outbox_ports::{Lease, MockPublisher, OutboxStore, SystemClock};
+use outbox_ports::{Lease, MockPublisher, OutboxRelayPath, OutboxStore, SystemClock};
 
 const QUEUE: &str = "relay.test";
 

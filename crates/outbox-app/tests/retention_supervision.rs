@@ -15,7 +15,7 @@ use outbox_app::{
     Handled, HandlerRegistry, InboxPath, InboxWorker, NeutralInbox, Unrecorded, handler_fn,
 };
 use outbox_core::Message;
-use outbox_ports::{ClaimedDelivery, InboxStore, Lease, Publisher, SystemClock};
+use outbox_ports::{ClaimedDelivery, InboxConsumerPath, InboxStore, Lease, Publisher, SystemClock};
 
 const QUEUE: &str = "retention.supervision";
 const NAME: &str = "retention-supervision";
@@ -29,7 +29,7 @@ struct PanickyRetention {
 
 #[async_trait]
 impl InboxPath for PanickyRetention {
-    fn inbox(&self) -> &dyn InboxStore {
+    fn inbox(&self) -> &dyn InboxConsumerPath {
         self.inner.inbox()
     }
 

@@ -35,7 +35,8 @@ use outbox_app::{
     PgConsumerWorker, PgHandler, PgHandlerRegistry,
 };
 use outbox_core::{Message, NewMessage};
-use outbox_ports::{InboxStore, Lease, OutboxStore, Publisher, SystemClock};
+use outbox_ports::prelude::*;
+use outbox_ports::{Lease, SystemClock};
 use outbox_testkit::through::send_all_pending;
 
 const EXCHANGE: &str = "outbox-bench.x";

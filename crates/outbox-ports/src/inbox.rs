@@ -69,10 +69,12 @@ pub struct InboxStats {
     pub dead_letters: u64,
 }
 
-/// Storage of a consumer's inbox.
+/// The consumer's path through its inbox: record an arrival under a lease, mark it
+/// consumed or failed, claim what is due again, keep what cannot be decoded. The
+/// consumer worker and its retry sweep need only this.
 #[cfg_attr(feature = "mocks", mockall::automock)]
 #[async_trait]
-pub trait InboxStore: Send + Sync {
+pub trait InboxConsumerPath: Send + Sync {
     /// Records the arrival of `message` for `consumer`. When it is new, the row is
     /// held by `lease` while the handler runs; if the worker vanishes, the lease runs
     /// out and the consume sweep claims it.
@@ -131,7 +133,12 @@ pub trait InboxStore: Send + Sync {
     /// [`PortError::Transient`] when the store cannot be reached.
     async fn record_dead_letter(&self, consumer: &str, letter: DeadLetter)
     -> Result<(), PortError>;
+}
 
+/// Storage of a consumer's inbox: the consumer's path (its supertrait) plus what
+/// health checks and operators read and change.
+#[async_trait]
+pub trait InboxStore: InboxConsumerPath {
     /// Counts of `consumer`'s inbox.
     ///
     /// # Errors

@@ -14,6 +14,8 @@ mod clock;
 mod error;
 mod inbox;
 mod lock;
+#[cfg(feature = "mocks")]
+mod mocks;
 mod operator;
 mod outbox;
 mod state;
@@ -25,14 +27,19 @@ pub use broker::{
 };
 pub use clock::{Clock, SystemClock};
 pub use error::{BoxError, PortError};
-pub use inbox::{Arrival, ClaimedDelivery, DeadLetter, InboxRecord, InboxStats, InboxStore};
+pub use inbox::{
+    Arrival, ClaimedDelivery, DeadLetter, InboxConsumerPath, InboxRecord, InboxStats, InboxStore,
+};
 pub use lock::{DistributedLock, LockGuard};
 pub use operator::{
     AuditEntry, AuditLog, BulkOutcome, ConsumerSummary, InboxOperator, MAX_PAGE_LIMIT,
     MessageFilter, MessageSummary, MinuteCount, OutboxOperator, PREVIEW_BYTES, Page, PageCursor,
     StoredDeadLetter, deletable_statuses, page_limit, reconsumable_statuses, requeueable_statuses,
 };
-pub use outbox::{ClaimedMessage, Lease, OutboxRecord, OutboxStats, OutboxStore, PublishFailure};
+pub use outbox::{
+    ClaimedMessage, Lease, OutboxRecord, OutboxRelayPath, OutboxRetention, OutboxStats,
+    OutboxStore, PublishFailure,
+};
 pub use state::{StateWrite, SweepStateStore};
 pub use throughput::{ThroughputKind, ThroughputLog};
 
@@ -40,10 +47,23 @@ pub use throughput::{ThroughputKind, ThroughputLog};
 pub use {
     broker::{MockAcker, MockPublisher, MockSubscriber},
     clock::MockClock,
-    inbox::MockInboxStore,
+    inbox::MockInboxConsumerPath,
     lock::{MockDistributedLock, MockLockGuard},
+    mocks::{MockInboxStore, MockOutboxStore},
     operator::{MockAuditLog, MockInboxOperator, MockOutboxOperator},
-    outbox::MockOutboxStore,
+    outbox::{MockOutboxRelayPath, MockOutboxRetention},
     state::MockSweepStateStore,
     throughput::MockThroughputLog,
 };
+
+/// Every port trait, imported anonymously: `use outbox_ports::prelude::*;` makes
+/// every port method callable on a concrete adapter (the stores' methods are spread
+/// over small capability traits, which a method call needs in scope).
+pub mod prelude {
+    pub use crate::{
+        Acker as _, AuditLog as _, Clock as _, DistributedLock as _, InboxConsumerPath as _,
+        InboxOperator as _, InboxStore as _, LockGuard as _, OutboxOperator as _,
+        OutboxRelayPath as _, OutboxRetention as _, OutboxStore as _, Publisher as _,
+        Subscriber as _, SweepStateStore as _, ThroughputLog as _,
+    };
+}

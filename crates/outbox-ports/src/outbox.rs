@@ -77,18 +77,12 @@ pub struct OutboxStats {
     pub oldest_unsent_at: Option<Timestamp>,
 }
 
-/// Storage of the outbox.
+/// The relay's path through the outbox: claim under a lease, publish, then mark
+/// sent or failed, or give back. The dispatcher, the retry sweep and the lease
+/// recovery need only this.
 #[cfg_attr(feature = "mocks", mockall::automock)]
 #[async_trait]
-pub trait OutboxStore: Send + Sync {
-    /// Stores messages as `Pending`, all or none. (Adapters with transactions also
-    /// offer an enqueue inside the caller's own transaction.)
-    ///
-    /// # Errors
-    /// [`PortError::InvalidMessage`] when a message breaks a limit (nothing is
-    /// stored); [`PortError::Transient`] when the store cannot be reached.
-    async fn enqueue(&self, messages: Vec<Message>) -> Result<(), PortError>;
-
+pub trait OutboxRelayPath: Send + Sync {
     /// Claims up to `limit` `Pending` messages that no live lease holds, oldest
     /// first, for `lease`.
     ///
@@ -142,7 +136,13 @@ pub trait OutboxStore: Send + Sync {
     /// # Errors
     /// [`PortError::Transient`] when the store cannot be reached.
     async fn recover_expired_leases(&self) -> Result<u64, PortError>;
+}
 
+/// Retention of sent messages: the one delete the relay itself does, kept apart
+/// from the relay's path and from the operator's views.
+#[cfg_attr(feature = "mocks", mockall::automock)]
+#[async_trait]
+pub trait OutboxRetention: Send + Sync {
     /// Retention: deletes up to `limit` `Sent` messages sent more than `age` ago
     /// (by the store's clock), oldest first; returns how many. Nothing in another
     /// status is ever deleted here. One call is one short operation; callers repeat
@@ -152,6 +152,21 @@ pub trait OutboxStore: Send + Sync {
     /// [`PortError::Transient`] when the store cannot be reached (what was deleted
     /// before stays deleted).
     async fn delete_sent_batch(&self, age: Duration, limit: u32) -> Result<u64, PortError>;
+}
+
+/// Storage of the outbox: the relay's path and retention (its supertraits), plus
+/// enqueueing and what health checks and operators read and change. A service that
+/// needs one capability takes the small trait; an `Arc<dyn OutboxStore>` coerces
+/// to each of them.
+#[async_trait]
+pub trait OutboxStore: OutboxRelayPath + OutboxRetention {
+    /// Stores messages as `Pending`, all or none. (Adapters with transactions also
+    /// offer an enqueue inside the caller's own transaction.)
+    ///
+    /// # Errors
+    /// [`PortError::InvalidMessage`] when a message breaks a limit (nothing is
+    /// stored); [`PortError::Transient`] when the store cannot be reached.
+    async fn enqueue(&self, messages: Vec<Message>) -> Result<(), PortError>;
 
     /// Counts of the unsent statuses and the oldest unsent message; its cost
     /// follows the unsent rows, never the sent ones (it runs at every scrape).

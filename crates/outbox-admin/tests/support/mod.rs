@@ -12,9 +12,8 @@ use outbox_adapters_memory::{
 };
 use outbox_admin::{AdminAuth, AdminPorts, AdminService, AdminToken, Redaction, Role, Secret};
 use outbox_core::{Decision, Message, MessageId, NewMessage};
-use outbox_ports::{
-    Arrival, DeadLetter, InboxStore, Lease, OutboxStore, PublishFailure, SystemClock,
-};
+use outbox_ports::prelude::*;
+use outbox_ports::{Arrival, DeadLetter, Lease, OutboxStore, PublishFailure, SystemClock};
 use serde_json::Value;
 use tower::ServiceExt;
 

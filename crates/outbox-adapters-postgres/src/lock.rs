@@ -1,10 +1,11 @@
 //! The cluster lock on PostgreSQL: one lease row per key, renewed while held.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use outbox_ports::renewal::{RenewalAnswer, RenewedLease};
 use outbox_ports::{DistributedLock, LockGuard, PortError};
 use sqlx::PgPool;
 
@@ -22,14 +23,15 @@ struct Sql {
 
 /// [`DistributedLock`] on PostgreSQL. Acquisition takes the key's row if it is free
 /// or its lease ran out, with a fencing token from a sequence (so it grows on every
-/// acquisition, across restarts). While held, the lease is renewed every third of its
-/// TTL, and a failed renewal is tried again after a twelfth of it (at most 1 s). The
-/// guard reports the lock lost when a renewal finds the row taken, and, so
-/// that it never claims a lease another instance may already hold, as soon as the
-/// last renewal that got through is older than the TTL minus a quarter of it,
-/// counted from when that renewal was sent (the database's `now() + ttl` comes
-/// later, so the lease lasts at least that long). `is_held` reads the clock itself:
-/// a renewal stuck on a lock or a dead connection cannot keep it true.
+/// acquisition, across restarts). While held, the lease is renewed by
+/// [`outbox_ports::renewal`] (the loop the Redis lock shares): every third of its
+/// TTL, sooner after a failure; the guard reports the lock lost when a renewal finds
+/// the row taken, and, so that it never claims a lease another instance may already
+/// hold, as soon as the last renewal that got through is older than the TTL minus a
+/// quarter of it, counted from when that renewal was sent (the database's
+/// `now() + ttl` comes later, so the lease lasts at least that long). `is_held`
+/// reads the clock itself: a renewal stuck on a lock or a dead connection cannot
+/// keep it true.
 #[derive(Debug, Clone)]
 pub struct PgLock {
     pool: PgPool,
@@ -138,117 +140,38 @@ struct Lease {
     ttl: Duration,
 }
 
-/// Until when this process may count on its lease, from its own clock: the send
-/// time of the last acquisition or renewal that got through, plus the TTL, minus a
-/// quarter of the TTL for clock-rate differences and for the step a caller takes
-/// between checking `is_held` and acting on it.
-struct Validity {
-    origin: tokio::time::Instant,
-    ttl: Duration,
-    /// Milliseconds after `origin`; only ever grows.
-    until_ms: AtomicU64,
-}
-
-impl Validity {
-    fn new(sent: tokio::time::Instant, ttl: Duration) -> Self {
-        let v = Self {
-            origin: sent,
-            ttl,
-            until_ms: AtomicU64::new(0),
-        };
-        v.extend_from(sent);
-        v
-    }
-
-    /// A renewal sent at `sent` got through.
-    fn extend_from(&self, sent: tokio::time::Instant) {
-        let usable = self.ttl.saturating_sub(self.ttl / 4);
-        let until = sent.saturating_duration_since(self.origin) + usable;
-        let ms = u64::try_from(until.as_millis()).unwrap_or(u64::MAX);
-        self.until_ms.fetch_max(ms, Ordering::SeqCst);
-    }
-
-    /// Time left before the claim must be given up (zero once it is).
-    fn remaining(&self) -> Duration {
-        let until = self.origin + Duration::from_millis(self.until_ms.load(Ordering::SeqCst));
-        until.saturating_duration_since(tokio::time::Instant::now())
-    }
-}
-
 struct PgLockGuard {
     lock: PgLock,
     lease: Arc<Lease>,
-    held: Arc<AtomicBool>,
-    validity: Arc<Validity>,
-    renewal: tokio::task::JoinHandle<()>,
+    renewal: RenewedLease,
 }
 
 impl PgLockGuard {
     fn start(lock: PgLock, lease: Lease, sent: tokio::time::Instant) -> Self {
-        let held = Arc::new(AtomicBool::new(true));
-        let validity = Arc::new(Validity::new(sent, lease.ttl));
         let lease = Arc::new(lease);
-        let renewal = tokio::spawn(renew(
-            lock.clone(),
-            Arc::clone(&lease),
-            Arc::clone(&held),
-            Arc::clone(&validity),
-        ));
+        let (l, row) = (lock.clone(), Arc::clone(&lease));
+        let renewal = RenewedLease::start(lease.key.clone(), lease.ttl, sent, move || {
+            let (l, row) = (l.clone(), Arc::clone(&row));
+            async move {
+                let r = sqlx::query(&l.sql.renew)
+                    .bind(&row.key)
+                    .bind(&row.holder)
+                    .bind(row.token)
+                    .bind(millis(row.ttl))
+                    .execute(&l.pool)
+                    .await
+                    .map_err(|e| port("renew lock", e))?;
+                Ok(if r.rows_affected() == 1 {
+                    RenewalAnswer::Renewed
+                } else {
+                    RenewalAnswer::Taken
+                })
+            }
+        });
         Self {
             lock,
             lease,
-            held,
-            validity,
             renewal,
-        }
-    }
-}
-
-/// How long after a failed renewal the next is tried: a twelfth of the TTL, at most a
-/// second. Waiting the usual third would leave only a twelfth of the TTL for the
-/// next one before the claim must be given up, so two short blips would lose it.
-fn retry_after_failure(ttl: Duration) -> Duration {
-    (ttl / 12).min(Duration::from_secs(1))
-}
-
-/// Renews the lease every third of its TTL until it is lost or the guard goes; after
-/// a renewal that failed, again sooner ([`retry_after_failure`]). A renewal is given
-/// only the time left before the claim must be given up; one that has not got
-/// through by then loses the lock for good. Only a renewal that got through extends
-/// the claim, from its own send time.
-async fn renew(lock: PgLock, lease: Arc<Lease>, held: Arc<AtomicBool>, validity: Arc<Validity>) {
-    let key = &lease.key;
-    let lost = |why: &str| {
-        held.store(false, Ordering::SeqCst);
-        tracing::warn!(%key, "lock lease lost: {why}");
-    };
-    let mut pause = lease.ttl / 3;
-    loop {
-        tokio::time::sleep(pause).await;
-        pause = lease.ttl / 3;
-        let sent = tokio::time::Instant::now();
-        let left = validity.remaining();
-        if left.is_zero() {
-            return lost("no renewal got through before the lease could run out");
-        }
-        let renewal = sqlx::query(&lock.sql.renew)
-            .bind(key)
-            .bind(&lease.holder)
-            .bind(lease.token)
-            .bind(millis(lease.ttl))
-            .execute(&lock.pool);
-        match tokio::time::timeout(left, renewal).await {
-            Err(_) => return lost("no renewal got through before the lease could run out"),
-            // Through, but after the claim was given up: it stays given up.
-            Ok(Ok(_)) if validity.remaining().is_zero() => {
-                return lost("the renewal got through too late");
-            }
-            Ok(Ok(r)) if r.rows_affected() == 1 => validity.extend_from(sent),
-            Ok(Ok(_)) => return lost("another holder took it"),
-            Ok(Err(e)) => {
-                pause = retry_after_failure(lease.ttl);
-                tracing::warn!(%key, error = %e, retry_in = ?pause, "lock renewal failed; retrying");
-            }
         }
     }
 }
@@ -260,12 +183,11 @@ impl LockGuard for PgLockGuard {
     }
 
     fn is_held(&self) -> bool {
-        self.held.load(Ordering::SeqCst) && !self.validity.remaining().is_zero()
+        self.renewal.is_held()
     }
 
     async fn release(&self) -> Result<(), PortError> {
-        self.renewal.abort();
-        self.held.store(false, Ordering::SeqCst);
+        self.renewal.stop();
         sqlx::query(&self.lock.sql.release)
             .bind(&self.lease.key)
             .bind(&self.lease.holder)
@@ -274,13 +196,5 @@ impl LockGuard for PgLockGuard {
             .await
             .map_err(|e| port("release lock", e))?;
         Ok(())
-    }
-}
-
-impl Drop for PgLockGuard {
-    // Without an async drop the row cannot be deleted here: stop renewing and let the
-    // lease run out.
-    fn drop(&mut self) {
-        self.renewal.abort();
     }
 }

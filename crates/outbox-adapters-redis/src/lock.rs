@@ -1,11 +1,12 @@
 //! The cluster lock on Redis.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_redis::redis::Script;
+use outbox_ports::renewal::{RenewalAnswer, RenewedLease};
 use outbox_ports::{DistributedLock, LockGuard, PortError};
 
 use crate::{RedisClient, port};
@@ -41,7 +42,11 @@ end
 return 0
 ";
 
-/// [`DistributedLock`] on Redis.
+/// [`DistributedLock`] on Redis: `SET NX PX` with a fencing token, renewed by
+/// [`outbox_ports::renewal`] (the loop the PostgreSQL lock shares): the guard gives
+/// the lease up when a renewal finds the key taken, or before the TTL can have run
+/// out on the server, counted from the send time of the last renewal that got
+/// through, also while a renewal hangs on a dead connection.
 #[derive(Debug, Clone)]
 pub struct RedisLock {
     client: RedisClient,
@@ -85,6 +90,7 @@ impl DistributedLock for RedisLock {
         let deadline = tokio::time::Instant::now() + wait;
         let script = Script::new(ACQUIRE);
         loop {
+            let sent = tokio::time::Instant::now();
             let mut conn = self.client.conn("acquire lock").await?;
             let token: Option<u64> = script
                 .key(key)
@@ -102,6 +108,7 @@ impl DistributedLock for RedisLock {
                     format!("{holder}/{token}"),
                     token,
                     ttl,
+                    sent,
                 ))));
             }
             let now = tokio::time::Instant::now();
@@ -129,69 +136,43 @@ struct RedisLockGuard {
     key: String,
     value: String,
     token: u64,
-    held: Arc<AtomicBool>,
-    renewal: tokio::task::JoinHandle<()>,
+    renewal: RenewedLease,
 }
 
 impl RedisLockGuard {
-    fn start(client: RedisClient, key: String, value: String, token: u64, ttl: Duration) -> Self {
-        let held = Arc::new(AtomicBool::new(true));
-        let renewal = tokio::spawn(renew(
-            client.clone(),
-            key.clone(),
-            value.clone(),
-            ttl,
-            Arc::clone(&held),
-        ));
+    fn start(
+        client: RedisClient,
+        key: String,
+        value: String,
+        token: u64,
+        ttl: Duration,
+        sent: tokio::time::Instant,
+    ) -> Self {
+        let (c, k, v) = (client.clone(), key.clone(), value.clone());
+        let renewal = RenewedLease::start(key.clone(), ttl, sent, move || {
+            let (c, k, v) = (c.clone(), k.clone(), v.clone());
+            async move {
+                let mut conn = c.conn("renew lock").await?;
+                let extended: i64 = Script::new(RENEW)
+                    .key(&k)
+                    .arg(&v)
+                    .arg(millis(ttl))
+                    .invoke_async(&mut conn)
+                    .await
+                    .map_err(|e| port("renew lock", &e))?;
+                Ok(if extended == 1 {
+                    RenewalAnswer::Renewed
+                } else {
+                    RenewalAnswer::Taken
+                })
+            }
+        });
         Self {
             client,
             key,
             value,
             token,
-            held,
             renewal,
-        }
-    }
-}
-
-/// Renews every third of the TTL; the lease is lost when the value is no longer ours
-/// or no renewal has succeeded for a whole TTL (then it may have expired and been
-/// taken).
-async fn renew(
-    client: RedisClient,
-    key: String,
-    value: String,
-    ttl: Duration,
-    held: Arc<AtomicBool>,
-) {
-    let script = Script::new(RENEW);
-    let mut last_ok = tokio::time::Instant::now();
-    loop {
-        tokio::time::sleep(ttl / 3).await;
-        let result: Result<i64, PortError> = async {
-            let mut conn = client.conn("renew lock").await?;
-            script
-                .key(&key)
-                .arg(&value)
-                .arg(millis(ttl))
-                .invoke_async(&mut conn)
-                .await
-                .map_err(|e| port("renew lock", &e))
-        }
-        .await;
-        match result {
-            Ok(1) => last_ok = tokio::time::Instant::now(),
-            Ok(_) => {
-                tracing::warn!(%key, "lock lease lost: the key expired or another holder took it");
-                held.store(false, Ordering::SeqCst);
-                return;
-            }
-            Err(e) if last_ok.elapsed() + ttl / 3 >= ttl => {
-                tracing::warn!(%key, error = %e, "lock lease lost: no renewal succeeded within its TTL");
-                held.store(false, Ordering::SeqCst);
-                return;
-            }
-            Err(e) => tracing::warn!(%key, error = %e, "lock renewal failed; retrying"),
         }
     }
 }
@@ -203,12 +184,11 @@ impl LockGuard for RedisLockGuard {
     }
 
     fn is_held(&self) -> bool {
-        self.held.load(Ordering::SeqCst)
+        self.renewal.is_held()
     }
 
     async fn release(&self) -> Result<(), PortError> {
-        self.renewal.abort();
-        self.held.store(false, Ordering::SeqCst);
+        self.renewal.stop();
         let mut conn = self.client.conn("release lock").await?;
         let _: i64 = Script::new(RELEASE)
             .key(&self.key)
@@ -217,12 +197,5 @@ impl LockGuard for RedisLockGuard {
             .await
             .map_err(|e| port("release lock", &e))?;
         Ok(())
-    }
-}
-
-impl Drop for RedisLockGuard {
-    // No async drop: stop renewing and let the lease run out.
-    fn drop(&mut self) {
-        self.renewal.abort();
     }
 }

@@ -18,6 +18,8 @@ mod lock;
 mod mocks;
 mod operator;
 mod outbox;
+#[cfg(feature = "renewal")]
+pub mod renewal;
 mod state;
 mod throughput;
 

@@ -307,6 +307,20 @@ pub struct BulkResponse {
     pub changed: u64,
 }
 
+/// Where a bulk action is, told after each of its batches (see
+/// [`crate::AdminService::requeue_matching_with_progress`]): not JSON, a value for
+/// progress bars.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BulkProgress {
+    /// Entries the filter matched when the action started (at most `max`): the
+    /// length of a progress bar.
+    pub matched: u64,
+    /// Entries changed so far, over every batch done.
+    pub changed: u64,
+    /// Batches done so far.
+    pub batches: u64,
+}
+
 /// `?force=true` on a single delete.
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]

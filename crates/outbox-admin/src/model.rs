@@ -14,6 +14,10 @@ pub const MESSAGE_ID_PATTERN: &str =
 /// last one carrying only 4 bits, so exactly the strings that decode).
 pub const CURSOR_PATTERN: &str = "^[A-Za-z0-9_-]{10}[AEIMQUYcgkosw048]$";
 
+/// The pattern of a text filter or a consumer name: anything without a NUL
+/// character (PostgreSQL text cannot hold one, so no stored value has it).
+pub const TEXT_PATTERN: &str = "^[^\\u0000]*$";
+
 /// An outbox message's status, as the API names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -70,12 +74,17 @@ pub struct MessageQuery {
     #[schema(value_type = Option<OutboxStatusName>)]
     pub status: Option<String>,
     /// Exact exchange.
+    #[param(pattern = "^[^\\u0000]*$")]
+    #[schema(pattern = "^[^\\u0000]*$")]
     pub exchange: Option<String>,
     /// Exact routing key.
+    #[param(pattern = "^[^\\u0000]*$")]
+    #[schema(pattern = "^[^\\u0000]*$")]
     pub routing_key: Option<String>,
     /// Exact message type.
     #[serde(rename = "type")]
-    #[param(rename = "type")]
+    #[param(rename = "type", pattern = "^[^\\u0000]*$")]
+    #[schema(pattern = "^[^\\u0000]*$")]
     pub message_type: Option<String>,
     /// RFC 3339; created at or after.
     #[param(format = DateTime)]
@@ -86,6 +95,8 @@ pub struct MessageQuery {
     #[schema(format = DateTime)]
     pub created_before: Option<String>,
     /// A message id or a correlation id, exactly.
+    #[param(pattern = "^[^\\u0000]*$")]
+    #[schema(pattern = "^[^\\u0000]*$")]
     pub q: Option<String>,
     /// Page size, 1 to 1000 (default 50).
     #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
@@ -108,12 +119,17 @@ pub struct DeliveryQuery {
     #[schema(value_type = Option<InboxStatusName>)]
     pub status: Option<String>,
     /// Exact exchange.
+    #[param(pattern = "^[^\\u0000]*$")]
+    #[schema(pattern = "^[^\\u0000]*$")]
     pub exchange: Option<String>,
     /// Exact routing key.
+    #[param(pattern = "^[^\\u0000]*$")]
+    #[schema(pattern = "^[^\\u0000]*$")]
     pub routing_key: Option<String>,
     /// Exact message type.
     #[serde(rename = "type")]
-    #[param(rename = "type")]
+    #[param(rename = "type", pattern = "^[^\\u0000]*$")]
+    #[schema(pattern = "^[^\\u0000]*$")]
     pub message_type: Option<String>,
     /// RFC 3339; created at or after.
     #[param(format = DateTime)]
@@ -124,6 +140,8 @@ pub struct DeliveryQuery {
     #[schema(format = DateTime)]
     pub created_before: Option<String>,
     /// A message id or a correlation id, exactly.
+    #[param(pattern = "^[^\\u0000]*$")]
+    #[schema(pattern = "^[^\\u0000]*$")]
     pub q: Option<String>,
     /// Page size, 1 to 1000 (default 50).
     #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
@@ -161,12 +179,15 @@ pub struct FilterBody {
     pub status: Option<String>,
     /// Exact exchange.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[^\\u0000]*$")]
     pub exchange: Option<String>,
     /// Exact routing key.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[^\\u0000]*$")]
     pub routing_key: Option<String>,
     /// Exact message type.
     #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[^\\u0000]*$")]
     pub message_type: Option<String>,
     /// RFC 3339; created at or after.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -178,6 +199,7 @@ pub struct FilterBody {
     pub created_before: Option<String>,
     /// A message id or a correlation id, exactly.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[^\\u0000]*$")]
     pub q: Option<String>,
 }
 
@@ -192,12 +214,15 @@ pub struct DeliveryFilterBody {
     pub status: Option<String>,
     /// Exact exchange.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[^\\u0000]*$")]
     pub exchange: Option<String>,
     /// Exact routing key.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[^\\u0000]*$")]
     pub routing_key: Option<String>,
     /// Exact message type.
     #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[^\\u0000]*$")]
     pub message_type: Option<String>,
     /// RFC 3339; created at or after.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -209,6 +234,7 @@ pub struct DeliveryFilterBody {
     pub created_before: Option<String>,
     /// A message id or a correlation id, exactly.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[^\\u0000]*$")]
     pub q: Option<String>,
 }
 
@@ -349,6 +375,7 @@ pub struct PageQuery {
 #[into_params(parameter_in = Query)]
 pub struct DeadLetterQuery {
     /// Only this consumer's.
+    #[param(pattern = "^[^\\u0000]*$")]
     pub consumer: Option<String>,
     /// Page size, 1 to 1000 (default 50).
     #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]

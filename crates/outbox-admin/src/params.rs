@@ -64,6 +64,26 @@ impl Side {
     }
 }
 
+/// A text filter or a name, refused when it holds a NUL character (see
+/// [`crate::model::TEXT_PATTERN`]: no stored value can, and PostgreSQL would
+/// fail the whole query instead of matching nothing).
+///
+/// # Errors
+/// `bad_text`.
+pub fn text(field: &str, value: String) -> Result<String, AdminError> {
+    if value.contains('\0') {
+        return Err(AdminError::bad(
+            "bad_text",
+            format!("{field} must not contain a NUL character"),
+        ));
+    }
+    Ok(value)
+}
+
+fn text_opt(field: &str, value: Option<&String>) -> Result<Option<String>, AdminError> {
+    value.map(|v| text(field, v.clone())).transpose()
+}
+
 /// An RFC 3339 time.
 ///
 /// # Errors
@@ -189,9 +209,9 @@ pub fn filter_from_body(side: Side, body: &FilterBody) -> Result<MessageFilter, 
             .as_deref()
             .map(|s| side.parse_status(s))
             .transpose()?,
-        exchange: body.exchange.clone(),
-        routing_key: body.routing_key.clone(),
-        message_type: body.message_type.clone(),
+        exchange: text_opt("exchange", body.exchange.as_ref())?,
+        routing_key: text_opt("routing_key", body.routing_key.as_ref())?,
+        message_type: text_opt("type", body.message_type.as_ref())?,
         created_after: body
             .created_after
             .as_deref()
@@ -202,7 +222,7 @@ pub fn filter_from_body(side: Side, body: &FilterBody) -> Result<MessageFilter, 
             .as_deref()
             .map(|t| parse_time("created_before", t))
             .transpose()?,
-        q: body.q.clone(),
+        q: text_opt("q", body.q.as_ref())?,
     })
 }
 

@@ -21,7 +21,7 @@ use crate::openapi::{
 };
 use crate::params::{
     Side, filter_from_body, list_from_query, parse_cursor, parse_dead_letter_id, parse_limit,
-    parse_max, parse_message_id,
+    parse_max, parse_message_id, text,
 };
 use crate::{AdminError, AdminService};
 
@@ -152,14 +152,14 @@ pub(crate) async fn consumers(State(s): Service) -> Answer<ConsumerList> {
 
 /// One consumer's deliveries, newest first.
 #[utoipa::path(get, path = "/consumers/{name}/deliveries", tag = "consumers",
-    params(("name" = String, Path, description = "Consumer name"), DeliveryQuery),
+    params(("name" = String, Path, description = "Consumer name", pattern = "^[^\\u0000]*$"), DeliveryQuery),
     responses((status = 200, body = DeliveryPage), QueryErrors))]
 pub(crate) async fn list_deliveries(
     State(s): Service,
     name: Result<Path<String>, PathRejection>,
     q: Result<Query<DeliveryQuery>, QueryRejection>,
 ) -> Answer<MessagePage> {
-    let name = path(name)?;
+    let name = text("name", path(name)?)?;
     let (filter, cursor, limit) = list_from_query(Side::Inbox, query(q)?.into())?;
     Ok(Json(
         s.list_deliveries(&name, &filter, cursor, limit).await?,
@@ -168,20 +168,21 @@ pub(crate) async fn list_deliveries(
 
 /// One delivery of one consumer.
 #[utoipa::path(get, path = "/consumers/{name}/deliveries/{id}", tag = "consumers",
-    params(("name" = String, Path, description = "Consumer name"), ("id" = String, Path, description = "Message id (UUID)", format = "uuid", pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")),
+    params(("name" = String, Path, description = "Consumer name", pattern = "^[^\\u0000]*$"), ("id" = String, Path, description = "Message id (UUID)", format = "uuid", pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")),
     responses((status = 200, body = DeliveryDetail), QueryErrors))]
 pub(crate) async fn get_delivery(
     State(s): Service,
     p: Result<Path<(String, String)>, PathRejection>,
 ) -> Answer<MessageDetail> {
     let (name, id) = path(p)?;
+    let name = text("name", name)?;
     let id = parse_message_id(&id)?;
     Ok(Json(s.get_delivery(&name, id).await?))
 }
 
 /// Runs one delivery's handler again.
 #[utoipa::path(post, path = "/consumers/{name}/deliveries/{id}/reconsume", tag = "consumers",
-    params(("name" = String, Path, description = "Consumer name"), ("id" = String, Path, description = "Message id (UUID)", format = "uuid", pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")),
+    params(("name" = String, Path, description = "Consumer name", pattern = "^[^\\u0000]*$"), ("id" = String, Path, description = "Message id (UUID)", format = "uuid", pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")),
     responses((status = 204), WriteErrors))]
 pub(crate) async fn reconsume(
     State(s): Service,
@@ -189,6 +190,7 @@ pub(crate) async fn reconsume(
     p: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<StatusCode, AdminError> {
     let (name, id) = path(p)?;
+    let name = text("name", name)?;
     let id = parse_message_id(&id)?;
     s.reconsume(&actor.name, &name, id).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -196,7 +198,7 @@ pub(crate) async fn reconsume(
 
 /// Reconsumes one consumer's deliveries matching a filter, up to `max`.
 #[utoipa::path(post, path = "/consumers/{name}/deliveries/reconsume", tag = "consumers",
-    params(("name" = String, Path, description = "Consumer name")), request_body = ReconsumeRequest,
+    params(("name" = String, Path, description = "Consumer name", pattern = "^[^\\u0000]*$")), request_body = ReconsumeRequest,
     responses((status = 200, body = BulkResponse), WriteErrors))]
 pub(crate) async fn reconsume_matching(
     State(s): Service,
@@ -204,7 +206,7 @@ pub(crate) async fn reconsume_matching(
     name: Result<Path<String>, PathRejection>,
     b: Result<Json<ReconsumeRequest>, JsonRejection>,
 ) -> Answer<BulkResponse> {
-    let name = path(name)?;
+    let name = text("name", path(name)?)?;
     let b = body(b)?;
     let filter_body = crate::model::FilterBody::from(b.filter);
     let filter = filter_from_body(Side::Inbox, &filter_body)?;
@@ -226,7 +228,8 @@ pub(crate) async fn list_dead_letters(
     let q = query(q)?;
     let limit = parse_limit(q.limit.as_deref())?;
     let cursor = parse_cursor(q.cursor.as_deref())?;
-    Ok(Json(s.list_dead_letters(q.consumer, cursor, limit).await?))
+    let consumer = q.consumer.map(|c| text("consumer", c)).transpose()?;
+    Ok(Json(s.list_dead_letters(consumer, cursor, limit).await?))
 }
 
 /// One dead letter with its raw body and headers.

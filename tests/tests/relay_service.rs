@@ -1069,5 +1069,38 @@ async fn the_operator_commands_filter_requeue_delete_and_are_audited() {
             .all(|(actor, _, _)| actor == "cli:e2e-operator"),
         "{audit:?}"
     );
+
+    // Reconsume by filter: billing's dead deliveries, inbox status names; not a
+    // terminal here, so no progress bar is drawn.
+    sqlx::query(&format!(
+        "INSERT INTO {0}.outbox_inbox (consumer, message_id, exchange, routing_key, payload, created_at, status, attempts) \
+         SELECT 'billing', id, exchange, routing_key, payload, created_at, 'dead', 3 FROM {0}.outbox_messages",
+        w.schema.quoted()
+    ))
+    .execute(&w.pool)
+    .await
+    .expect("dead deliveries");
+    let reconsume = ["consumers", "reconsume", "billing", "--filter", "--status"];
+    let (code, _, stderr) = operator(&cfg, &[&reconsume[..], &["pending"]].concat());
+    assert_ne!(code, Some(0));
+    assert!(stderr.contains("in_progress"), "{stderr}");
+    let (code, stdout, stderr) = operator(&cfg, &[&reconsume[..], &["dead", "--json"]].concat());
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(
+        parse_json(&stdout),
+        serde_json::json!({"matched": 4, "changed": 4})
+    );
+    assert!(
+        !stderr.contains('\u{2588}') && !stderr.contains("reconsumed ("),
+        "{stderr}"
+    );
+    let in_progress: i64 = sqlx::query_scalar(&format!(
+        "SELECT count(*) FROM {}.outbox_inbox WHERE status = 'sent'",
+        w.schema.quoted()
+    ))
+    .fetch_one(&w.pool)
+    .await
+    .expect("count");
+    assert_eq!(in_progress, 4);
     w.cleanup().await;
 }

@@ -30,4 +30,4 @@ pub use error::AdminError;
 pub use openapi::document as openapi_document;
 pub use redact::{REDACTED, Redaction, ShownBytes};
 pub use routes::router;
-pub use service::{AdminPorts, AdminService};
+pub use service::{AdminPorts, AdminService, DEFAULT_BULK_BATCH, OnBatch};

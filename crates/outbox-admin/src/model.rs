@@ -6,6 +6,46 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+/// The pattern of a message id: a hyphenated UUID, as the API shows it and accepts it.
+pub const MESSAGE_ID_PATTERN: &str =
+    "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
+
+/// The pattern of a page cursor: 8 bytes in unpadded base64url (11 characters, the
+/// last one carrying only 4 bits, so exactly the strings that decode).
+pub const CURSOR_PATTERN: &str = "^[A-Za-z0-9_-]{10}[AEIMQUYcgkosw048]$";
+
+/// The pattern of a text filter or a consumer name: anything without a NUL
+/// character (PostgreSQL text cannot hold one, so no stored value has it).
+pub const TEXT_PATTERN: &str = "^[^\\u0000]*$";
+
+/// An outbox message's status, as the API names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OutboxStatusName {
+    /// Waiting to be published.
+    Pending,
+    /// Published.
+    Sent,
+    /// The last publish failed; a retry is due later.
+    PublishFailed,
+    /// Out of retries.
+    Dead,
+}
+
+/// A consumer's delivery status, as the API names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum InboxStatusName {
+    /// Received, not yet handled.
+    InProgress,
+    /// Handled.
+    Consumed,
+    /// The handler failed; a retry is due later.
+    ConsumeFailed,
+    /// Out of retries.
+    Dead,
+}
+
 /// Every error: `{"error": {"code": "...", "message": "..."}}`.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ErrorBody {
@@ -24,62 +64,216 @@ pub struct ErrorDetail {
     pub message: String,
 }
 
-/// The filters of a list, as query parameters.
+/// The filters of a list of outbox messages, as query parameters.
 #[derive(Debug, Default, Deserialize, Serialize, IntoParams, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct MessageQuery {
-    /// A status name (outbox: pending, sent, publish_failed, dead; inbox:
-    /// in_progress, consumed, consume_failed, dead).
+    /// A status name (pending, sent, publish_failed, dead).
+    #[param(value_type = Option<OutboxStatusName>)]
+    #[schema(value_type = Option<OutboxStatusName>)]
     pub status: Option<String>,
     /// Exact exchange.
+    #[param(pattern = "^[^\\u0000]*$")]
+    #[schema(pattern = "^[^\\u0000]*$")]
     pub exchange: Option<String>,
     /// Exact routing key.
+    #[param(pattern = "^[^\\u0000]*$")]
+    #[schema(pattern = "^[^\\u0000]*$")]
     pub routing_key: Option<String>,
     /// Exact message type.
     #[serde(rename = "type")]
-    #[param(rename = "type")]
+    #[param(rename = "type", pattern = "^[^\\u0000]*$")]
+    #[schema(pattern = "^[^\\u0000]*$")]
     pub message_type: Option<String>,
     /// RFC 3339; created at or after.
+    #[param(format = DateTime)]
+    #[schema(format = DateTime)]
     pub created_after: Option<String>,
     /// RFC 3339; created before.
+    #[param(format = DateTime)]
+    #[schema(format = DateTime)]
     pub created_before: Option<String>,
     /// A message id or a correlation id, exactly.
+    #[param(pattern = "^[^\\u0000]*$")]
+    #[schema(pattern = "^[^\\u0000]*$")]
     pub q: Option<String>,
     /// Page size, 1 to 1000 (default 50).
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
+    #[schema(value_type = Option<u32>, minimum = 1, maximum = 1000)]
     pub limit: Option<String>,
     /// The previous page's `next_cursor`.
+    #[param(pattern = "^[A-Za-z0-9_-]{10}[AEIMQUYcgkosw048]$")]
+    #[schema(pattern = "^[A-Za-z0-9_-]{10}[AEIMQUYcgkosw048]$")]
     pub cursor: Option<String>,
 }
 
-/// The filter of a bulk action (the list filters, as JSON).
+/// The filters of a list of a consumer's deliveries, as query parameters (as
+/// [`MessageQuery`], with the inbox's statuses).
+#[derive(Debug, Default, Deserialize, Serialize, IntoParams, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct DeliveryQuery {
+    /// A status name (in_progress, consumed, consume_failed, dead).
+    #[param(value_type = Option<InboxStatusName>)]
+    #[schema(value_type = Option<InboxStatusName>)]
+    pub status: Option<String>,
+    /// Exact exchange.
+    #[param(pattern = "^[^\\u0000]*$")]
+    #[schema(pattern = "^[^\\u0000]*$")]
+    pub exchange: Option<String>,
+    /// Exact routing key.
+    #[param(pattern = "^[^\\u0000]*$")]
+    #[schema(pattern = "^[^\\u0000]*$")]
+    pub routing_key: Option<String>,
+    /// Exact message type.
+    #[serde(rename = "type")]
+    #[param(rename = "type", pattern = "^[^\\u0000]*$")]
+    #[schema(pattern = "^[^\\u0000]*$")]
+    pub message_type: Option<String>,
+    /// RFC 3339; created at or after.
+    #[param(format = DateTime)]
+    #[schema(format = DateTime)]
+    pub created_after: Option<String>,
+    /// RFC 3339; created before.
+    #[param(format = DateTime)]
+    #[schema(format = DateTime)]
+    pub created_before: Option<String>,
+    /// A message id or a correlation id, exactly.
+    #[param(pattern = "^[^\\u0000]*$")]
+    #[schema(pattern = "^[^\\u0000]*$")]
+    pub q: Option<String>,
+    /// Page size, 1 to 1000 (default 50).
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
+    #[schema(value_type = Option<u32>, minimum = 1, maximum = 1000)]
+    pub limit: Option<String>,
+    /// The previous page's `next_cursor`.
+    #[param(pattern = "^[A-Za-z0-9_-]{10}[AEIMQUYcgkosw048]$")]
+    #[schema(pattern = "^[A-Za-z0-9_-]{10}[AEIMQUYcgkosw048]$")]
+    pub cursor: Option<String>,
+}
+
+impl From<DeliveryQuery> for MessageQuery {
+    fn from(q: DeliveryQuery) -> Self {
+        Self {
+            status: q.status,
+            exchange: q.exchange,
+            routing_key: q.routing_key,
+            message_type: q.message_type,
+            created_after: q.created_after,
+            created_before: q.created_before,
+            q: q.q,
+            limit: q.limit,
+            cursor: q.cursor,
+        }
+    }
+}
+
+/// The filter of a bulk action on outbox messages (the list filters, as JSON).
 #[derive(Debug, Default, Clone, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FilterBody {
     /// A status name of the side acted on.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<OutboxStatusName>)]
     pub status: Option<String>,
     /// Exact exchange.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[^\\u0000]*$")]
     pub exchange: Option<String>,
     /// Exact routing key.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[^\\u0000]*$")]
     pub routing_key: Option<String>,
     /// Exact message type.
     #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[^\\u0000]*$")]
     pub message_type: Option<String>,
     /// RFC 3339; created at or after.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime)]
     pub created_after: Option<String>,
     /// RFC 3339; created before.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime)]
     pub created_before: Option<String>,
     /// A message id or a correlation id, exactly.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[^\\u0000]*$")]
     pub q: Option<String>,
 }
 
-/// A bulk requeue or reconsume.
+/// The filter of a bulk reconsume of a consumer's deliveries (as [`FilterBody`],
+/// with the inbox's statuses).
+#[derive(Debug, Default, Clone, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeliveryFilterBody {
+    /// A status name of the side acted on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<InboxStatusName>)]
+    pub status: Option<String>,
+    /// Exact exchange.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[^\\u0000]*$")]
+    pub exchange: Option<String>,
+    /// Exact routing key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[^\\u0000]*$")]
+    pub routing_key: Option<String>,
+    /// Exact message type.
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[^\\u0000]*$")]
+    pub message_type: Option<String>,
+    /// RFC 3339; created at or after.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime)]
+    pub created_after: Option<String>,
+    /// RFC 3339; created before.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime)]
+    pub created_before: Option<String>,
+    /// A message id or a correlation id, exactly.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[^\\u0000]*$")]
+    pub q: Option<String>,
+}
+
+impl From<DeliveryFilterBody> for FilterBody {
+    fn from(f: DeliveryFilterBody) -> Self {
+        Self {
+            status: f.status,
+            exchange: f.exchange,
+            routing_key: f.routing_key,
+            message_type: f.message_type,
+            created_after: f.created_after,
+            created_before: f.created_before,
+            q: f.q,
+        }
+    }
+}
+
+/// A JSON whole number as JSON Schema counts them: `331` and also `331.0` (an
+/// `integer` in the document; serde alone takes only the first).
+fn whole_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    /// Floats are exact up to here.
+    const EXACT: f64 = 9_007_199_254_740_992.0;
+    let Some(n) = Option::<serde_json::Number>::deserialize(d)? else {
+        return Ok(None);
+    };
+    if let Some(n) = n.as_u64() {
+        return Ok(Some(n));
+    }
+    match n.as_f64() {
+        // In range and whole, so the cast is exact.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        Some(f) if f.fract() == 0.0 && (0.0..=EXACT).contains(&f) => Ok(Some(f as u64)),
+        _ => Err(serde::de::Error::custom(format!(
+            "invalid value: `{n}`, expected a whole number from 1"
+        ))),
+    }
+}
+
+/// A bulk requeue of outbox messages.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BulkRequest {
@@ -90,6 +284,24 @@ pub struct BulkRequest {
     #[serde(default)]
     pub dry_run: bool,
     /// At most this many (default 10000; raise it explicitly for more).
+    #[serde(default, deserialize_with = "whole_number")]
+    #[schema(minimum = 1)]
+    pub max: Option<u64>,
+}
+
+/// A bulk reconsume of a consumer's deliveries.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReconsumeRequest {
+    /// What to act on; an empty filter matches everything.
+    #[serde(default)]
+    pub filter: DeliveryFilterBody,
+    /// Count only, change nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+    /// At most this many (default 10000; raise it explicitly for more).
+    #[serde(default, deserialize_with = "whole_number")]
+    #[schema(minimum = 1)]
     pub max: Option<u64>,
 }
 
@@ -104,6 +316,8 @@ pub struct BulkDeleteRequest {
     #[serde(default)]
     pub dry_run: bool,
     /// At most this many (default 10000; raise it explicitly for more).
+    #[serde(default, deserialize_with = "whole_number")]
+    #[schema(minimum = 1)]
     pub max: Option<u64>,
     /// Also delete pending and failed messages no relay holds (default: dead only).
     #[serde(default)]
@@ -117,6 +331,20 @@ pub struct BulkResponse {
     pub matched: u64,
     /// Entries changed (0 on a dry run).
     pub changed: u64,
+}
+
+/// Where a bulk action is, told after each of its batches (see
+/// [`crate::AdminService::requeue_matching_with_progress`]): not JSON, a value for
+/// progress bars.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BulkProgress {
+    /// Entries the filter matched when the action started (at most `max`): the
+    /// length of a progress bar.
+    pub matched: u64,
+    /// Entries changed so far, over every batch done.
+    pub changed: u64,
+    /// Batches done so far.
+    pub batches: u64,
 }
 
 /// `?force=true` on a single delete.
@@ -134,8 +362,10 @@ pub struct DeleteQuery {
 #[into_params(parameter_in = Query)]
 pub struct PageQuery {
     /// Page size, 1 to 1000 (default 50).
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
     pub limit: Option<String>,
     /// The previous page's `next_cursor`.
+    #[param(pattern = "^[A-Za-z0-9_-]{10}[AEIMQUYcgkosw048]$")]
     pub cursor: Option<String>,
 }
 
@@ -145,10 +375,13 @@ pub struct PageQuery {
 #[into_params(parameter_in = Query)]
 pub struct DeadLetterQuery {
     /// Only this consumer's.
+    #[param(pattern = "^[^\\u0000]*$")]
     pub consumer: Option<String>,
     /// Page size, 1 to 1000 (default 50).
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
     pub limit: Option<String>,
     /// The previous page's `next_cursor`.
+    #[param(pattern = "^[A-Za-z0-9_-]{10}[AEIMQUYcgkosw048]$")]
     pub cursor: Option<String>,
 }
 
@@ -156,8 +389,13 @@ pub struct DeadLetterQuery {
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct MessageItem {
     /// Message id (UUID).
+    #[schema(
+        format = "uuid",
+        pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+    )]
     pub id: String,
     /// Status on this side.
+    #[schema(value_type = OutboxStatusName)]
     pub status: String,
     /// Exchange.
     pub exchange: String,
@@ -169,14 +407,17 @@ pub struct MessageItem {
     /// Correlation id.
     pub correlation_id: Option<String>,
     /// RFC 3339.
+    #[schema(format = DateTime)]
     pub created_at: String,
     /// Attempts on this side.
     pub attempts: u32,
     /// The last failure.
     pub last_error: Option<String>,
     /// RFC 3339.
+    #[schema(format = DateTime)]
     pub next_attempt_at: Option<String>,
     /// When this side succeeded (sent at, consumed at), RFC 3339.
+    #[schema(format = DateTime)]
     pub completed_at: Option<String>,
     /// The first 256 bytes, as text, or base64 when they are not UTF-8.
     pub payload_preview: String,
@@ -194,6 +435,7 @@ pub struct MessagePage {
     /// Newest first.
     pub items: Vec<MessageItem>,
     /// Pass as `cursor` for the next page; null on the last.
+    #[schema(pattern = "^[A-Za-z0-9_-]{10}[AEIMQUYcgkosw048]$")]
     pub next_cursor: Option<String>,
 }
 
@@ -203,16 +445,20 @@ pub struct ConsumeSide {
     /// The consumer.
     pub consumer: String,
     /// in_progress, consumed, consume_failed or dead.
+    #[schema(value_type = InboxStatusName)]
     pub status: String,
     /// Handler attempts.
     pub attempts: u32,
     /// RFC 3339.
+    #[schema(format = DateTime)]
     pub last_attempt_at: Option<String>,
     /// RFC 3339.
+    #[schema(format = DateTime)]
     pub next_attempt_at: Option<String>,
     /// The last failure.
     pub last_error: Option<String>,
     /// RFC 3339.
+    #[schema(format = DateTime)]
     pub consumed_at: Option<String>,
 }
 
@@ -220,8 +466,13 @@ pub struct ConsumeSide {
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct MessageDetail {
     /// Message id (UUID).
+    #[schema(
+        format = "uuid",
+        pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+    )]
     pub id: String,
     /// Status on this side (outbox names for a message, inbox names for a delivery).
+    #[schema(value_type = OutboxStatusName)]
     pub status: String,
     /// Exchange.
     pub exchange: String,
@@ -239,6 +490,7 @@ pub struct MessageDetail {
     /// Correlation id.
     pub correlation_id: Option<String>,
     /// RFC 3339.
+    #[schema(format = DateTime)]
     pub created_at: String,
     /// The payload: text when the content type is textual or JSON and it decodes,
     /// else base64.
@@ -252,12 +504,15 @@ pub struct MessageDetail {
     /// Attempts on this side.
     pub attempts: u32,
     /// RFC 3339.
+    #[schema(format = DateTime)]
     pub last_attempt_at: Option<String>,
     /// RFC 3339.
+    #[schema(format = DateTime)]
     pub next_attempt_at: Option<String>,
     /// The last failure.
     pub last_error: Option<String>,
     /// When this side succeeded (sent at, consumed at), RFC 3339.
+    #[schema(format = DateTime)]
     pub completed_at: Option<String>,
     /// The consume side, one entry per consumer that received it (for a message;
     /// for a delivery, just its own consumer).
@@ -303,6 +558,7 @@ pub struct DeadLetterView {
     /// Why it was refused.
     pub reason: String,
     /// RFC 3339.
+    #[schema(format = DateTime)]
     pub received_at: String,
     /// Headers (redacted ones show `***`).
     pub headers: BTreeMap<String, String>,
@@ -322,6 +578,7 @@ pub struct DeadLetterPage {
     /// Newest first.
     pub items: Vec<DeadLetterView>,
     /// Pass as `cursor` for the next page; null on the last.
+    #[schema(pattern = "^[A-Za-z0-9_-]{10}[AEIMQUYcgkosw048]$")]
     pub next_cursor: Option<String>,
 }
 
@@ -338,6 +595,7 @@ pub struct AuditItem {
     /// How many it changed.
     pub count: u64,
     /// RFC 3339.
+    #[schema(format = DateTime)]
     pub at: Option<String>,
 }
 
@@ -347,6 +605,7 @@ pub struct AuditPage {
     /// Newest first.
     pub items: Vec<AuditItem>,
     /// Pass as `cursor` for the next page; null on the last.
+    #[schema(pattern = "^[A-Za-z0-9_-]{10}[AEIMQUYcgkosw048]$")]
     pub next_cursor: Option<String>,
 }
 
@@ -354,6 +613,7 @@ pub struct AuditPage {
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct MinuteItem {
     /// The minute's start, RFC 3339.
+    #[schema(format = DateTime)]
     pub minute: String,
     /// How many.
     pub count: u64,
@@ -372,6 +632,7 @@ pub struct OutboxCounts {
     /// `outbox_published_total` counter and `published_per_minute` tell throughput.
     pub sent: Option<u64>,
     /// Creation time of the oldest pending or failed message, RFC 3339.
+    #[schema(format = DateTime)]
     pub oldest_unsent_at: Option<String>,
     /// Its age in seconds.
     pub oldest_unsent_age_seconds: Option<u64>,
@@ -385,8 +646,10 @@ pub struct SweepItem {
     /// Whether the state store answered (false: the report is unknown).
     pub available: bool,
     /// RFC 3339.
+    #[schema(format = DateTime)]
     pub started_at: Option<String>,
     /// RFC 3339.
+    #[schema(format = DateTime)]
     pub completed_at: Option<String>,
     /// Publish retries that succeeded.
     pub publish_retried: Option<u64>,

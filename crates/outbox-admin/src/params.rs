@@ -64,6 +64,26 @@ impl Side {
     }
 }
 
+/// A text filter or a name, refused when it holds a NUL character (see
+/// [`crate::model::TEXT_PATTERN`]: no stored value can, and PostgreSQL would
+/// fail the whole query instead of matching nothing).
+///
+/// # Errors
+/// `bad_text`.
+pub fn text(field: &str, value: String) -> Result<String, AdminError> {
+    if value.contains('\0') {
+        return Err(AdminError::bad(
+            "bad_text",
+            format!("{field} must not contain a NUL character"),
+        ));
+    }
+    Ok(value)
+}
+
+fn text_opt(field: &str, value: Option<&String>) -> Result<Option<String>, AdminError> {
+    value.map(|v| text(field, v.clone())).transpose()
+}
+
 /// An RFC 3339 time.
 ///
 /// # Errors
@@ -90,9 +110,18 @@ pub fn format_time(at: Timestamp) -> String {
 /// # Errors
 /// `bad_id`.
 pub fn parse_message_id(value: &str) -> Result<MessageId, AdminError> {
-    value
-        .parse()
-        .map_err(|_| AdminError::bad("bad_id", format!("`{value}` is not a message id (UUID)")))
+    // Only the hyphenated form the API shows and documents (`MESSAGE_ID_PATTERN`):
+    // `MessageId`'s own parser also takes braces, a urn: prefix, no hyphens and
+    // surrounding blanks, which the document does not allow.
+    let hyphenated = value.len() == 36
+        && value.bytes().enumerate().all(|(i, b)| match i {
+            8 | 13 | 18 | 23 => b == b'-',
+            _ => b.is_ascii_hexdigit(),
+        });
+    hyphenated
+        .then(|| value.parse().ok())
+        .flatten()
+        .ok_or_else(|| AdminError::bad("bad_id", format!("`{value}` is not a message id (UUID)")))
 }
 
 /// A dead letter id.
@@ -159,6 +188,12 @@ pub fn parse_max(value: Option<u64>) -> Result<u64, AdminError> {
     match value {
         None => Ok(DEFAULT_BULK_MAX),
         Some(0) => Err(AdminError::bad("bad_max", "max must be at least 1")),
+        // The document says int64 (the stores count in it); a larger number is not
+        // a cap but a mistake.
+        Some(n) if i64::try_from(n).is_err() => Err(AdminError::bad(
+            "bad_max",
+            format!("max must be at most {}", i64::MAX),
+        )),
         Some(n) => Ok(n),
     }
 }
@@ -174,9 +209,9 @@ pub fn filter_from_body(side: Side, body: &FilterBody) -> Result<MessageFilter, 
             .as_deref()
             .map(|s| side.parse_status(s))
             .transpose()?,
-        exchange: body.exchange.clone(),
-        routing_key: body.routing_key.clone(),
-        message_type: body.message_type.clone(),
+        exchange: text_opt("exchange", body.exchange.as_ref())?,
+        routing_key: text_opt("routing_key", body.routing_key.as_ref())?,
+        message_type: text_opt("type", body.message_type.as_ref())?,
         created_after: body
             .created_after
             .as_deref()
@@ -187,7 +222,7 @@ pub fn filter_from_body(side: Side, body: &FilterBody) -> Result<MessageFilter, 
             .as_deref()
             .map(|t| parse_time("created_before", t))
             .transpose()?,
-        q: body.q.clone(),
+        q: text_opt("q", body.q.as_ref())?,
     })
 }
 
@@ -247,6 +282,24 @@ mod tests {
         );
         assert_eq!(Side::Inbox.status_name(Status::Sent), "in_progress");
         assert_eq!(Side::Outbox.status_name(Status::Sent), "sent");
+    }
+
+    #[test]
+    fn message_ids_are_hyphenated_uuids_only() {
+        let id = "0190f3a5-6b1c-7d2e-8f00-0123456789ab";
+        assert!(parse_message_id(id).is_ok());
+        assert!(parse_message_id(&id.to_uppercase()).is_ok());
+        for bad in [
+            "0190f3a56b1c7d2e8f000123456789ab",
+            "{0190f3a5-6b1c-7d2e-8f00-0123456789ab}",
+            "urn:uuid:0190f3a5-6b1c-7d2e-8f00-0123456789ab",
+            " 0190f3a5-6b1c-7d2e-8f00-0123456789ab",
+            "0190f3a5-6b1c-7d2e-8f00-0123456789ag",
+        ] {
+            assert!(parse_message_id(bad).is_err(), "{bad}");
+        }
+        let pattern = crate::model::MESSAGE_ID_PATTERN;
+        assert!(pattern.starts_with('^') && pattern.ends_with('$'));
     }
 
     #[test]

@@ -12,12 +12,16 @@ use axum::{Extension, Json, Router};
 use crate::auth::{Actor, AdminAuth, require_token};
 use crate::model::{
     AuditPage, BulkDeleteRequest, BulkRequest, BulkResponse, ConsumerList, DeadLetterPage,
-    DeadLetterQuery, DeadLetterView, DeleteQuery, ErrorBody, MessageDetail, MessagePage,
-    MessageQuery, PageQuery, StatsResponse,
+    DeadLetterQuery, DeadLetterView, DeleteQuery, DeliveryQuery, MessageDetail, MessagePage,
+    MessageQuery, PageQuery, ReconsumeRequest, StatsResponse,
+};
+#[allow(unused_imports)] // Named by the OpenAPI annotations only.
+use crate::openapi::{
+    DeliveryDetail, DeliveryPage, DocumentErrors, QueryErrors, ReadErrors, WriteErrors,
 };
 use crate::params::{
     Side, filter_from_body, list_from_query, parse_cursor, parse_dead_letter_id, parse_limit,
-    parse_max, parse_message_id,
+    parse_max, parse_message_id, text,
 };
 use crate::{AdminError, AdminService};
 
@@ -45,14 +49,14 @@ fn filter_json(filter: &crate::model::FilterBody) -> String {
 
 /// Counts, throughput and sweep reports.
 #[utoipa::path(get, path = "/stats", tag = "stats",
-    responses((status = 200, body = StatsResponse), (status = "4XX", body = ErrorBody), (status = "5XX", body = ErrorBody)))]
+    responses((status = 200, body = StatsResponse), ReadErrors))]
 pub(crate) async fn stats(State(s): Service) -> Answer<StatsResponse> {
     Ok(Json(s.stats().await?))
 }
 
 /// Outbox messages, newest first.
 #[utoipa::path(get, path = "/messages", tag = "messages", params(MessageQuery),
-    responses((status = 200, body = MessagePage), (status = "4XX", body = ErrorBody), (status = "5XX", body = ErrorBody)))]
+    responses((status = 200, body = MessagePage), QueryErrors))]
 pub(crate) async fn list_messages(
     State(s): Service,
     q: Result<Query<MessageQuery>, QueryRejection>,
@@ -62,8 +66,8 @@ pub(crate) async fn list_messages(
 }
 
 /// One message: every column, the payload, and each consumer's side.
-#[utoipa::path(get, path = "/messages/{id}", tag = "messages", params(("id" = String, Path, description = "Message id (UUID)")),
-    responses((status = 200, body = MessageDetail), (status = "4XX", body = ErrorBody), (status = "5XX", body = ErrorBody)))]
+#[utoipa::path(get, path = "/messages/{id}", tag = "messages", params(("id" = String, Path, description = "Message id (UUID)", format = "uuid", pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")),
+    responses((status = 200, body = MessageDetail), QueryErrors))]
 pub(crate) async fn get_message(
     State(s): Service,
     id: Result<Path<String>, PathRejection>,
@@ -73,8 +77,8 @@ pub(crate) async fn get_message(
 }
 
 /// A dead or failed message back to pending.
-#[utoipa::path(post, path = "/messages/{id}/requeue", tag = "messages", params(("id" = String, Path, description = "Message id (UUID)")),
-    responses((status = 204), (status = "4XX", body = ErrorBody), (status = "5XX", body = ErrorBody)))]
+#[utoipa::path(post, path = "/messages/{id}/requeue", tag = "messages", params(("id" = String, Path, description = "Message id (UUID)", format = "uuid", pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")),
+    responses((status = 204), WriteErrors))]
 pub(crate) async fn requeue_message(
     State(s): Service,
     Extension(actor): Extension<Actor>,
@@ -87,8 +91,8 @@ pub(crate) async fn requeue_message(
 
 /// Deletes a dead message (with `force=true` also a pending or failed one).
 #[utoipa::path(delete, path = "/messages/{id}", tag = "messages",
-    params(("id" = String, Path, description = "Message id (UUID)"), DeleteQuery),
-    responses((status = 204), (status = "4XX", body = ErrorBody), (status = "5XX", body = ErrorBody)))]
+    params(("id" = String, Path, description = "Message id (UUID)", format = "uuid", pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"), DeleteQuery),
+    responses((status = 204), WriteErrors))]
 pub(crate) async fn delete_message(
     State(s): Service,
     Extension(actor): Extension<Actor>,
@@ -103,7 +107,7 @@ pub(crate) async fn delete_message(
 
 /// Requeues everything matching a filter, up to `max`.
 #[utoipa::path(post, path = "/messages/requeue", tag = "messages", request_body = BulkRequest,
-    responses((status = 200, body = BulkResponse), (status = "4XX", body = ErrorBody), (status = "5XX", body = ErrorBody)))]
+    responses((status = 200, body = BulkResponse), WriteErrors))]
 pub(crate) async fn requeue_matching(
     State(s): Service,
     Extension(actor): Extension<Actor>,
@@ -121,7 +125,7 @@ pub(crate) async fn requeue_matching(
 
 /// Deletes everything matching a filter, up to `max`.
 #[utoipa::path(post, path = "/messages/delete", tag = "messages", request_body = BulkDeleteRequest,
-    responses((status = 200, body = BulkResponse), (status = "4XX", body = ErrorBody), (status = "5XX", body = ErrorBody)))]
+    responses((status = 200, body = BulkResponse), WriteErrors))]
 pub(crate) async fn delete_matching(
     State(s): Service,
     Extension(actor): Extension<Actor>,
@@ -139,7 +143,7 @@ pub(crate) async fn delete_matching(
 
 /// Every consumer with its counts.
 #[utoipa::path(get, path = "/consumers", tag = "consumers",
-    responses((status = 200, body = ConsumerList), (status = "4XX", body = ErrorBody), (status = "5XX", body = ErrorBody)))]
+    responses((status = 200, body = ConsumerList), ReadErrors))]
 pub(crate) async fn consumers(State(s): Service) -> Answer<ConsumerList> {
     Ok(Json(ConsumerList {
         items: s.consumers().await?,
@@ -148,15 +152,15 @@ pub(crate) async fn consumers(State(s): Service) -> Answer<ConsumerList> {
 
 /// One consumer's deliveries, newest first.
 #[utoipa::path(get, path = "/consumers/{name}/deliveries", tag = "consumers",
-    params(("name" = String, Path, description = "Consumer name"), MessageQuery),
-    responses((status = 200, body = MessagePage), (status = "4XX", body = ErrorBody), (status = "5XX", body = ErrorBody)))]
+    params(("name" = String, Path, description = "Consumer name", pattern = "^[^\\u0000]*$"), DeliveryQuery),
+    responses((status = 200, body = DeliveryPage), QueryErrors))]
 pub(crate) async fn list_deliveries(
     State(s): Service,
     name: Result<Path<String>, PathRejection>,
-    q: Result<Query<MessageQuery>, QueryRejection>,
+    q: Result<Query<DeliveryQuery>, QueryRejection>,
 ) -> Answer<MessagePage> {
-    let name = path(name)?;
-    let (filter, cursor, limit) = list_from_query(Side::Inbox, query(q)?)?;
+    let name = text("name", path(name)?)?;
+    let (filter, cursor, limit) = list_from_query(Side::Inbox, query(q)?.into())?;
     Ok(Json(
         s.list_deliveries(&name, &filter, cursor, limit).await?,
     ))
@@ -164,27 +168,29 @@ pub(crate) async fn list_deliveries(
 
 /// One delivery of one consumer.
 #[utoipa::path(get, path = "/consumers/{name}/deliveries/{id}", tag = "consumers",
-    params(("name" = String, Path, description = "Consumer name"), ("id" = String, Path, description = "Message id (UUID)")),
-    responses((status = 200, body = MessageDetail), (status = "4XX", body = ErrorBody), (status = "5XX", body = ErrorBody)))]
+    params(("name" = String, Path, description = "Consumer name", pattern = "^[^\\u0000]*$"), ("id" = String, Path, description = "Message id (UUID)", format = "uuid", pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")),
+    responses((status = 200, body = DeliveryDetail), QueryErrors))]
 pub(crate) async fn get_delivery(
     State(s): Service,
     p: Result<Path<(String, String)>, PathRejection>,
 ) -> Answer<MessageDetail> {
     let (name, id) = path(p)?;
+    let name = text("name", name)?;
     let id = parse_message_id(&id)?;
     Ok(Json(s.get_delivery(&name, id).await?))
 }
 
 /// Runs one delivery's handler again.
 #[utoipa::path(post, path = "/consumers/{name}/deliveries/{id}/reconsume", tag = "consumers",
-    params(("name" = String, Path, description = "Consumer name"), ("id" = String, Path, description = "Message id (UUID)")),
-    responses((status = 204), (status = "4XX", body = ErrorBody), (status = "5XX", body = ErrorBody)))]
+    params(("name" = String, Path, description = "Consumer name", pattern = "^[^\\u0000]*$"), ("id" = String, Path, description = "Message id (UUID)", format = "uuid", pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")),
+    responses((status = 204), WriteErrors))]
 pub(crate) async fn reconsume(
     State(s): Service,
     Extension(actor): Extension<Actor>,
     p: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<StatusCode, AdminError> {
     let (name, id) = path(p)?;
+    let name = text("name", name)?;
     let id = parse_message_id(&id)?;
     s.reconsume(&actor.name, &name, id).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -192,19 +198,20 @@ pub(crate) async fn reconsume(
 
 /// Reconsumes one consumer's deliveries matching a filter, up to `max`.
 #[utoipa::path(post, path = "/consumers/{name}/deliveries/reconsume", tag = "consumers",
-    params(("name" = String, Path, description = "Consumer name")), request_body = BulkRequest,
-    responses((status = 200, body = BulkResponse), (status = "4XX", body = ErrorBody), (status = "5XX", body = ErrorBody)))]
+    params(("name" = String, Path, description = "Consumer name", pattern = "^[^\\u0000]*$")), request_body = ReconsumeRequest,
+    responses((status = 200, body = BulkResponse), WriteErrors))]
 pub(crate) async fn reconsume_matching(
     State(s): Service,
     Extension(actor): Extension<Actor>,
     name: Result<Path<String>, PathRejection>,
-    b: Result<Json<BulkRequest>, JsonRejection>,
+    b: Result<Json<ReconsumeRequest>, JsonRejection>,
 ) -> Answer<BulkResponse> {
-    let name = path(name)?;
+    let name = text("name", path(name)?)?;
     let b = body(b)?;
-    let filter = filter_from_body(Side::Inbox, &b.filter)?;
+    let filter_body = crate::model::FilterBody::from(b.filter);
+    let filter = filter_from_body(Side::Inbox, &filter_body)?;
     let max = parse_max(b.max)?;
-    let target = filter_json(&b.filter);
+    let target = filter_json(&filter_body);
     Ok(Json(
         s.reconsume_matching(&actor.name, &name, &filter, target, b.dry_run, max)
             .await?,
@@ -213,7 +220,7 @@ pub(crate) async fn reconsume_matching(
 
 /// Deliveries that could not become messages, newest first.
 #[utoipa::path(get, path = "/dead-letters", tag = "dead letters", params(DeadLetterQuery),
-    responses((status = 200, body = DeadLetterPage), (status = "4XX", body = ErrorBody), (status = "5XX", body = ErrorBody)))]
+    responses((status = 200, body = DeadLetterPage), QueryErrors))]
 pub(crate) async fn list_dead_letters(
     State(s): Service,
     q: Result<Query<DeadLetterQuery>, QueryRejection>,
@@ -221,12 +228,13 @@ pub(crate) async fn list_dead_letters(
     let q = query(q)?;
     let limit = parse_limit(q.limit.as_deref())?;
     let cursor = parse_cursor(q.cursor.as_deref())?;
-    Ok(Json(s.list_dead_letters(q.consumer, cursor, limit).await?))
+    let consumer = q.consumer.map(|c| text("consumer", c)).transpose()?;
+    Ok(Json(s.list_dead_letters(consumer, cursor, limit).await?))
 }
 
 /// One dead letter with its raw body and headers.
 #[utoipa::path(get, path = "/dead-letters/{id}", tag = "dead letters", params(("id" = u64, Path, description = "Dead letter id")),
-    responses((status = 200, body = DeadLetterView), (status = "4XX", body = ErrorBody), (status = "5XX", body = ErrorBody)))]
+    responses((status = 200, body = DeadLetterView), QueryErrors))]
 pub(crate) async fn get_dead_letter(
     State(s): Service,
     id: Result<Path<String>, PathRejection>,
@@ -237,7 +245,7 @@ pub(crate) async fn get_dead_letter(
 
 /// Removes one dead letter.
 #[utoipa::path(delete, path = "/dead-letters/{id}", tag = "dead letters", params(("id" = u64, Path, description = "Dead letter id")),
-    responses((status = 204), (status = "4XX", body = ErrorBody), (status = "5XX", body = ErrorBody)))]
+    responses((status = 204), WriteErrors))]
 pub(crate) async fn delete_dead_letter(
     State(s): Service,
     Extension(actor): Extension<Actor>,
@@ -250,7 +258,7 @@ pub(crate) async fn delete_dead_letter(
 
 /// Every write done through the API, newest first.
 #[utoipa::path(get, path = "/audit", tag = "audit", params(PageQuery),
-    responses((status = 200, body = AuditPage), (status = "4XX", body = ErrorBody), (status = "5XX", body = ErrorBody)))]
+    responses((status = 200, body = AuditPage), QueryErrors))]
 pub(crate) async fn audit(
     State(s): Service,
     q: Result<Query<PageQuery>, QueryRejection>,
@@ -263,7 +271,7 @@ pub(crate) async fn audit(
 
 /// This document.
 #[utoipa::path(get, path = "/openapi.json", tag = "meta",
-    responses((status = 200, description = "The OpenAPI 3.1 document", content_type = "application/json"), (status = "4XX", body = ErrorBody)))]
+    responses((status = 200, description = "The OpenAPI 3.1 document", content_type = "application/json"), DocumentErrors))]
 pub(crate) async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
     Json(crate::openapi::document())
 }

@@ -9,18 +9,25 @@ use outbox_core::{Message, MessageId, SideState, Status};
 use outbox_ports::{
     AuditEntry, AuditLog, BulkOutcome, Clock, DistributedLock, InboxOperator, InboxRecord,
     InboxStore, MessageFilter, MessageSummary, MinuteCount, OutboxOperator, OutboxStore,
-    PREVIEW_BYTES, Page, PageCursor, StoredDeadLetter, SweepStateStore, SystemClock,
-    ThroughputKind, ThroughputLog,
+    PREVIEW_BYTES, Page, PageCursor, PortError, StoredDeadLetter, SweepStateStore, SystemClock,
+    ThroughputKind, ThroughputLog, deletable_statuses, reconsumable_statuses, requeueable_statuses,
 };
 
 use crate::AdminError;
 use crate::model::{
-    AuditItem, AuditPage, BulkResponse, ConsumeSide, ConsumerItem, DeadLetterPage, DeadLetterView,
-    LockItem, MessageDetail, MessageItem, MessagePage, MinuteItem, OutboxCounts, StatsPrecision,
-    StatsResponse, SweepItem,
+    AuditItem, AuditPage, BulkProgress, BulkResponse, ConsumeSide, ConsumerItem, DeadLetterPage,
+    DeadLetterView, LockItem, MessageDetail, MessageItem, MessagePage, MinuteItem, OutboxCounts,
+    StatsPrecision, StatsResponse, SweepItem,
 };
 use crate::params::{Side, encode_cursor, format_time};
 use crate::redact::{Redaction, is_textual};
+
+/// Entries a bulk action changes per batch unless [`AdminService::with_bulk_batch`]
+/// says otherwise (each batch is one statement of the store).
+pub const DEFAULT_BULK_BATCH: u64 = 1_000;
+
+/// A bulk action's progress callback.
+pub type OnBatch<'a> = &'a mut (dyn FnMut(BulkProgress) + Send);
 
 /// How far back the per-minute counts of `stats` go.
 const CHART_WINDOW: Duration = Duration::from_secs(3600);
@@ -49,6 +56,7 @@ pub struct AdminService {
     throughput: Option<Arc<dyn ThroughputLog>>,
     locks: Option<(Arc<dyn DistributedLock>, Vec<String>)>,
     clock: Arc<dyn Clock>,
+    bulk_batch: u64,
 }
 
 impl std::fmt::Debug for AdminService {
@@ -100,6 +108,7 @@ impl AdminService {
             throughput: None,
             locks: None,
             clock: Arc::new(SystemClock),
+            bulk_batch: DEFAULT_BULK_BATCH,
         }
     }
 
@@ -134,6 +143,14 @@ impl AdminService {
     #[must_use]
     pub fn with_throughput(mut self, log: Arc<dyn ThroughputLog>) -> Self {
         self.throughput = Some(log);
+        self
+    }
+
+    /// Bulk actions change at most `batch` entries per batch (at least 1;
+    /// [`DEFAULT_BULK_BATCH`] unless set), telling their progress after each.
+    #[must_use]
+    pub fn with_bulk_batch(mut self, batch: u64) -> Self {
+        self.bulk_batch = batch.max(1);
         self
     }
 
@@ -409,17 +426,45 @@ impl AdminService {
         dry_run: bool,
         max: u64,
     ) -> Result<BulkResponse, AdminError> {
+        self.requeue_matching_with_progress(actor, filter, target, dry_run, max, &mut |_| {})
+            .await
+    }
+
+    /// [`Self::requeue_matching`], calling `on_batch` after each batch with the
+    /// count matched and the count changed so far (not on a dry run).
+    ///
+    /// # Errors
+    /// What the stores say; what was changed before an error stays changed and
+    /// is recorded in the audit log.
+    pub async fn requeue_matching_with_progress(
+        &self,
+        actor: &str,
+        filter: &MessageFilter,
+        target: String,
+        dry_run: bool,
+        max: u64,
+        on_batch: OnBatch<'_>,
+    ) -> Result<BulkResponse, AdminError> {
+        let matched = self.ports.outbox.count_messages(filter, max).await?;
         if dry_run {
-            let matched = self.ports.outbox.count_messages(filter, max).await?;
             return Ok(BulkResponse {
                 matched,
                 changed: 0,
             });
         }
-        let outcome = self.ports.outbox.requeue_matching(filter, max).await?;
-        self.audit(actor, "requeue_matching", target, outcome.changed)
-            .await?;
-        Ok(to_response(outcome))
+        let outbox = &self.ports.outbox;
+        let applied = self
+            .in_batches(
+                filter,
+                &requeueable_statuses(),
+                matched,
+                max,
+                on_batch,
+                |f, n| async move { outbox.requeue_matching(&f, n).await },
+            )
+            .await;
+        self.finish_bulk(actor, "requeue_matching", target, matched, applied)
+            .await
     }
 
     /// Deletes up to `max` messages matching `filter` (`dry_run`: counts only).
@@ -435,25 +480,123 @@ impl AdminService {
         max: u64,
         force: bool,
     ) -> Result<BulkResponse, AdminError> {
+        self.delete_matching_with_progress(actor, filter, target, dry_run, max, force, &mut |_| {})
+            .await
+    }
+
+    /// [`Self::delete_matching`], calling `on_batch` after each batch (see
+    /// [`Self::requeue_matching_with_progress`]).
+    ///
+    /// # Errors
+    /// What the stores say; what was deleted before an error stays deleted and is
+    /// recorded in the audit log.
+    #[allow(clippy::too_many_arguments)] // The existing action's, plus the callback.
+    pub async fn delete_matching_with_progress(
+        &self,
+        actor: &str,
+        filter: &MessageFilter,
+        target: String,
+        dry_run: bool,
+        max: u64,
+        force: bool,
+        on_batch: OnBatch<'_>,
+    ) -> Result<BulkResponse, AdminError> {
+        let matched = self.ports.outbox.count_messages(filter, max).await?;
         if dry_run {
-            let matched = self.ports.outbox.count_messages(filter, max).await?;
             return Ok(BulkResponse {
                 matched,
                 changed: 0,
             });
         }
-        let outcome = self
-            .ports
-            .outbox
-            .delete_matching(filter, max, force)
-            .await?;
+        let outbox = &self.ports.outbox;
+        let applied = self
+            .in_batches(
+                filter,
+                &deletable_statuses(force),
+                matched,
+                max,
+                on_batch,
+                |f, n| async move { outbox.delete_matching(&f, n, force).await },
+            )
+            .await;
         let action = if force {
             "delete_matching_forced"
         } else {
             "delete_matching"
         };
-        self.audit(actor, action, target, outcome.changed).await?;
-        Ok(to_response(outcome))
+        self.finish_bulk(actor, action, target, matched, applied)
+            .await
+    }
+
+    /// Applies a bulk action in batches of at most `self.bulk_batch`, up to `max`
+    /// changes in all. Each batch narrows `filter` to one status the action
+    /// changes, so what a batch changed leaves the filter and the next batch picks
+    /// the next entries, without a cursor; a batch that changes nothing (what it
+    /// picked is held or moved on meanwhile) ends that status. Returns the count
+    /// changed, and the error that stopped it if one did.
+    async fn in_batches<F, Fut>(
+        &self,
+        filter: &MessageFilter,
+        statuses: &[Status],
+        matched: u64,
+        max: u64,
+        on_batch: OnBatch<'_>,
+        mut apply: F,
+    ) -> (u64, Option<PortError>)
+    where
+        F: FnMut(MessageFilter, u64) -> Fut,
+        Fut: std::future::Future<Output = Result<BulkOutcome, PortError>>,
+    {
+        let mut progress = BulkProgress {
+            matched,
+            changed: 0,
+            batches: 0,
+        };
+        for &status in statuses {
+            if filter.status.is_some_and(|s| s != status) {
+                continue;
+            }
+            let narrowed = MessageFilter {
+                status: Some(status),
+                ..filter.clone()
+            };
+            while progress.changed < max {
+                let batch = self.bulk_batch.min(max - progress.changed);
+                let outcome = match apply(narrowed.clone(), batch).await {
+                    Ok(outcome) => outcome,
+                    Err(e) => return (progress.changed, Some(e)),
+                };
+                if outcome.matched == 0 {
+                    break; // Nothing (left) in this status: no batch to tell of.
+                }
+                progress.changed += outcome.changed;
+                progress.batches += 1;
+                on_batch(progress);
+                if outcome.matched < batch || outcome.changed == 0 {
+                    break;
+                }
+            }
+        }
+        (progress.changed, None)
+    }
+
+    /// Records what a bulk action changed (also when it stopped on an error) and
+    /// answers its counts or the error.
+    async fn finish_bulk(
+        &self,
+        actor: &str,
+        action: &str,
+        target: String,
+        matched: u64,
+        (changed, error): (u64, Option<PortError>),
+    ) -> Result<BulkResponse, AdminError> {
+        if error.is_none() || changed > 0 {
+            self.audit(actor, action, target, changed).await?;
+        }
+        match error {
+            Some(e) => Err(e.into()),
+            None => Ok(to_response(BulkOutcome { matched, changed })),
+        }
     }
 
     /// Every consumer with its counts.
@@ -550,30 +693,65 @@ impl AdminService {
         dry_run: bool,
         max: u64,
     ) -> Result<BulkResponse, AdminError> {
+        self.reconsume_matching_with_progress(
+            actor,
+            consumer,
+            filter,
+            target,
+            dry_run,
+            max,
+            &mut |_| {},
+        )
+        .await
+    }
+
+    /// [`Self::reconsume_matching`], calling `on_batch` after each batch (see
+    /// [`Self::requeue_matching_with_progress`]).
+    ///
+    /// # Errors
+    /// What the stores say; what was changed before an error stays changed and
+    /// is recorded in the audit log.
+    #[allow(clippy::too_many_arguments)] // The existing action's, plus the callback.
+    pub async fn reconsume_matching_with_progress(
+        &self,
+        actor: &str,
+        consumer: &str,
+        filter: &MessageFilter,
+        target: String,
+        dry_run: bool,
+        max: u64,
+        on_batch: OnBatch<'_>,
+    ) -> Result<BulkResponse, AdminError> {
+        let matched = self
+            .ports
+            .inbox
+            .count_deliveries(consumer, filter, max)
+            .await?;
         if dry_run {
-            let matched = self
-                .ports
-                .inbox
-                .count_deliveries(consumer, filter, max)
-                .await?;
             return Ok(BulkResponse {
                 matched,
                 changed: 0,
             });
         }
-        let outcome = self
-            .ports
-            .inbox
-            .reconsume_matching(consumer, filter, max)
-            .await?;
-        self.audit(
+        let inbox = &self.ports.inbox;
+        let applied = self
+            .in_batches(
+                filter,
+                &reconsumable_statuses(filter),
+                matched,
+                max,
+                on_batch,
+                |f, n| async move { inbox.reconsume_matching(consumer, &f, n).await },
+            )
+            .await;
+        self.finish_bulk(
             actor,
             "reconsume_matching",
             format!("{consumer} {target}"),
-            outcome.changed,
+            matched,
+            applied,
         )
-        .await?;
-        Ok(to_response(outcome))
+        .await
     }
 
     /// A page of dead letters (bodies cut to a preview).

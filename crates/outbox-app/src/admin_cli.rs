@@ -57,10 +57,16 @@ impl FilterArgs {
         }
     }
 
-    /// The filter, and the filter as JSON for the audit log (as the API records it).
+    /// The filter of outbox messages, and the filter as JSON for the audit log (as
+    /// the API records it).
     fn parse(&self) -> anyhow::Result<(MessageFilter, String)> {
+        self.parse_on(Side::Outbox)
+    }
+
+    /// The filter on `side` (its status names), and the filter as JSON.
+    fn parse_on(&self, side: Side) -> anyhow::Result<(MessageFilter, String)> {
         let body = self.body();
-        let filter = filter_from_body(Side::Outbox, &body)?;
+        let filter = filter_from_body(side, &body)?;
         Ok((filter, serde_json::to_string(&body)?))
     }
 }
@@ -140,12 +146,23 @@ pub(crate) enum MessagesAction {
 
 /// `outbox consumers ...`.
 #[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)] // Parsed once per run; boxing buys nothing.
 pub(crate) enum ConsumersAction {
     /// Every consumer with its counts.
     List {
         /// Print them as JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Run a consumer's handler again for one delivery, or with --filter for its
+    /// failed and dead deliveries matching the filter flags (consumed ones only
+    /// with `--status consumed`); --status takes in_progress, consumed,
+    /// consume_failed, dead.
+    Reconsume {
+        /// The consumer.
+        consumer: String,
+        #[command(flatten)]
+        target: Target,
     },
 }
 
@@ -269,10 +286,19 @@ pub(crate) async fn messages(
                 out::line(&format!("requeued {id}"));
             } else {
                 let (filter, target) = t.flags.parse()?;
+                let bar = out::BulkBar::new(out::shows_progress(t.json, t.dry_run), "requeued");
                 let outcome = service
-                    .requeue_matching(&actor, &filter, target, t.dry_run, parse_max(t.max)?)
-                    .await?;
-                bulk_done("requeue", t.dry_run, &outcome, t.json)?;
+                    .requeue_matching_with_progress(
+                        &actor,
+                        &filter,
+                        target,
+                        t.dry_run,
+                        parse_max(t.max)?,
+                        &mut |p| bar.update(p),
+                    )
+                    .await;
+                bar.finish();
+                bulk_done("requeue", t.dry_run, &outcome?, t.json)?;
             }
         }
         MessagesAction::Delete { target: t, force } => {
@@ -281,9 +307,20 @@ pub(crate) async fn messages(
                 out::line(&format!("deleted {id}"));
             } else {
                 let (filter, target) = t.flags.parse()?;
+                let bar = out::BulkBar::new(out::shows_progress(t.json, t.dry_run), "deleted");
                 let outcome = service
-                    .delete_matching(&actor, &filter, target, t.dry_run, parse_max(t.max)?, force)
-                    .await?;
+                    .delete_matching_with_progress(
+                        &actor,
+                        &filter,
+                        target,
+                        t.dry_run,
+                        parse_max(t.max)?,
+                        force,
+                        &mut |p| bar.update(p),
+                    )
+                    .await;
+                bar.finish();
+                let outcome = outcome?;
                 bulk_done("delete", t.dry_run, &outcome, t.json)?;
                 if !force && !t.dry_run && outcome.changed < outcome.matched {
                     eprintln!(
@@ -317,12 +354,43 @@ pub(crate) async fn consumers(
     service: &AdminService,
     action: ConsumersAction,
 ) -> anyhow::Result<ExitCode> {
-    let ConsumersAction::List { json } = action;
-    let consumers = service.consumers().await?;
-    if json {
-        out::json(&outbox_admin::model::ConsumerList { items: consumers })?;
-    } else {
-        out::consumers(&consumers);
+    match action {
+        ConsumersAction::List { json } => {
+            let consumers = service.consumers().await?;
+            if json {
+                out::json(&outbox_admin::model::ConsumerList { items: consumers })?;
+            } else {
+                out::consumers(&consumers);
+            }
+        }
+        ConsumersAction::Reconsume {
+            consumer,
+            target: t,
+        } => {
+            let actor = cli_actor();
+            if let Some(id) = one(&t)? {
+                service.reconsume(&actor, &consumer, id).await?;
+                out::line(&format!(
+                    "reconsume {id} for {consumer}: queued for its consume sweep"
+                ));
+            } else {
+                let (filter, target) = t.flags.parse_on(Side::Inbox)?;
+                let bar = out::BulkBar::new(out::shows_progress(t.json, t.dry_run), "reconsumed");
+                let outcome = service
+                    .reconsume_matching_with_progress(
+                        &actor,
+                        &consumer,
+                        &filter,
+                        target,
+                        t.dry_run,
+                        parse_max(t.max)?,
+                        &mut |p| bar.update(p),
+                    )
+                    .await;
+                bar.finish();
+                bulk_done("reconsume", t.dry_run, &outcome?, t.json)?;
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -3,9 +3,56 @@
 //! admin API answers.
 #![allow(clippy::print_stdout)]
 
+use std::io::IsTerminal;
+
 use outbox_admin::model::{
-    ConsumerItem, DeadLetterPage, DeadLetterView, MessageDetail, MessagePage, StatsResponse,
+    BulkProgress, ConsumerItem, DeadLetterPage, DeadLetterView, MessageDetail, MessagePage,
+    StatsResponse,
 };
+
+/// Whether a bulk action shows its progress: on a terminal (stderr), not with
+/// `--json` (scripts read stdout only, but nothing extra is drawn for them either)
+/// and not on a dry run (one count, no batches).
+pub(crate) fn shows_progress(json: bool, dry_run: bool) -> bool {
+    progress_wanted(json, dry_run, std::io::stderr().is_terminal())
+}
+
+fn progress_wanted(json: bool, dry_run: bool, stderr_is_terminal: bool) -> bool {
+    !json && !dry_run && stderr_is_terminal
+}
+
+/// A bulk action's progress bar on stderr (changed so far of matched), updated
+/// once per batch and cleared at the end; draws nothing when hidden.
+pub(crate) struct BulkBar(indicatif::ProgressBar);
+
+impl BulkBar {
+    /// A bar when `show`, else a hidden one; `verb` says what the count is.
+    pub(crate) fn new(show: bool, verb: &str) -> Self {
+        if !show {
+            return Self(indicatif::ProgressBar::hidden());
+        }
+        let bar = indicatif::ProgressBar::new(0);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(&format!(
+                "{{bar:40}} {{pos}}/{{len}} {verb} ({{elapsed}})"
+            ))
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        Self(bar)
+    }
+
+    /// After a batch.
+    pub(crate) fn update(&self, progress: BulkProgress) {
+        // Entries that joined the filter meanwhile may be changed too.
+        self.0.set_length(progress.matched.max(progress.changed));
+        self.0.set_position(progress.changed);
+    }
+
+    /// Clears the bar (the summary line follows).
+    pub(crate) fn finish(&self) {
+        self.0.finish_and_clear();
+    }
+}
 
 /// `value` as pretty JSON on stdout.
 ///
@@ -192,5 +239,31 @@ pub(crate) fn stats(s: &StatsResponse) {
             ),
             None => println!("sweep {}\tno report yet", w.key),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_only_on_a_terminal_without_json_or_dry_run() {
+        assert!(progress_wanted(false, false, true));
+        assert!(!progress_wanted(true, false, true), "--json");
+        assert!(!progress_wanted(false, true, true), "--dry-run");
+        assert!(!progress_wanted(false, false, false), "not a terminal");
+    }
+
+    #[test]
+    fn a_hidden_bar_takes_updates_quietly() {
+        let bar = BulkBar::new(false, "requeued");
+        bar.update(BulkProgress {
+            matched: 10,
+            changed: 3,
+            batches: 1,
+        });
+        assert!(bar.0.is_hidden());
+        assert_eq!(bar.0.position(), 3);
+        bar.finish();
     }
 }

@@ -4,12 +4,15 @@
 //! asserts a time.
 //!
 //! `outbox-bench [--quick] [--relay-only | --consume-only | --claim-only] [--out PATH] [--relay-bin PATH]`
+//! (`--help` prints the usage; an unknown argument is refused with it, exit 2)
 //! (`--relay-only`: raw, relay, relay with two pipelines, raw again;
 //! `--consume-only`: raw consumer, then the inbox worker; `--claim-only`: claim times
 //! and the admin service's reads over a million rows sent through the relay's marks); URLs from
 //! `OUTBOX_TEST_DATABASE_URL` and `OUTBOX_TEST_AMQP_URL`, else the local servers.
 
 #![allow(clippy::print_stdout)] // the table is the program's output
+
+mod cpu;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -66,6 +69,15 @@ impl Bench {
         self.results.push((name.to_owned(), value, unit));
     }
 
+    /// `<phase>_cpu_us` (the whole machine's busy CPU per message) and the parties'
+    /// shares: `_self` (this process), `_postgres`, `_rabbitmq`.
+    fn record_cpu(&mut self, phase: &str, cpu: cpu::CpuPerMessage) {
+        self.record(&format!("{phase}_cpu_us"), cpu.machine, "us/msg");
+        self.record(&format!("{phase}_cpu_us_self"), cpu.this_process, "us/msg");
+        self.record(&format!("{phase}_cpu_us_postgres"), cpu.postgres, "us/msg");
+        self.record(&format!("{phase}_cpu_us_rabbitmq"), cpu.rabbitmq, "us/msg");
+    }
+
     async fn fresh_schema(&self, name: &str) -> anyhow::Result<PgSchema> {
         let schema = PgSchema::new(name)?;
         sqlx::query(&format!(
@@ -115,16 +127,21 @@ impl Bench {
         .await?)
     }
 
-    async fn raw_confirm(&mut self, n: usize) -> anyhow::Result<f64> {
+    /// Publishes `n` messages with confirms through a sliding window of 1,024
+    /// unconfirmed publishes (a new publish for each confirm), the most the broker
+    /// does on its own; returns the rate and the CPU per message.
+    async fn raw_confirm(&mut self, n: usize) -> anyhow::Result<(f64, cpu::CpuPerMessage)> {
+        const WINDOW: usize = 1024;
         let ch = self.amqp.create_channel().await?;
         ch.confirm_select(ConfirmSelectOptions::default()).await?;
         let body = vec![b'x'; 1024];
+        let cpu_before = cpu::sample();
         let started = Instant::now();
-        let mut done = 0;
-        while done < n {
-            let mut confirms = Vec::with_capacity(1024);
-            for _ in 0..1024.min(n - done) {
-                confirms.push(
+        let mut in_flight = std::collections::VecDeque::with_capacity(WINDOW);
+        let (mut sent, mut confirmed) = (0, 0);
+        while confirmed < n {
+            while sent < n && in_flight.len() < WINDOW {
+                in_flight.push_back(
                     ch.basic_publish(
                         EXCHANGE.into(),
                         "k".into(),
@@ -137,18 +154,19 @@ impl Bench {
                     )
                     .await?,
                 );
+                sent += 1;
             }
-            for c in confirms {
-                anyhow::ensure!(
-                    matches!(c.await?, Confirmation::Ack(None)),
-                    "raw publish not confirmed"
-                );
-                done += 1;
-            }
+            let oldest = in_flight.pop_front().context("a publish in flight")?;
+            anyhow::ensure!(
+                matches!(oldest.await?, Confirmation::Ack(None)),
+                "raw publish not confirmed"
+            );
+            confirmed += 1;
         }
         let rate = n as f64 / started.elapsed().as_secs_f64();
+        let cpu = cpu::per_message(cpu_before, cpu::sample(), n as u64);
         self.purge().await?;
-        Ok(rate)
+        Ok((rate, cpu))
     }
 
     fn publisher(&self) -> Arc<RabbitPublisher> {
@@ -159,7 +177,11 @@ impl Bench {
 
     /// The in-process relay draining `n` pending rows with `pipelines` dispatch loops
     /// (as `dispatch.pipelines` runs them), batch 1,000.
-    async fn relay(&mut self, n: i64, pipelines: usize) -> anyhow::Result<f64> {
+    async fn relay(
+        &mut self,
+        n: i64,
+        pipelines: usize,
+    ) -> anyhow::Result<(f64, cpu::CpuPerMessage)> {
         let schema = self.fresh_schema("bench_relay").await?;
         self.backlog(&schema, n).await?;
         let store = Arc::new(PgOutboxStore::new(self.pool.clone(), schema.clone()));
@@ -172,6 +194,7 @@ impl Bench {
         // table instead would scan it every few milliseconds and take CPU from the
         // relay and PostgreSQL while they are measured.
         let counters = Arc::new(outbox_app::RelayCounters::default());
+        let cpu_before = cpu::sample();
         let started = Instant::now();
         let tasks: Vec<_> = (0..pipelines)
             .map(|i| {
@@ -195,6 +218,7 @@ impl Bench {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         let rate = n as f64 / started.elapsed().as_secs_f64();
+        let cpu = cpu::per_message(cpu_before, cpu::sample(), n.unsigned_abs());
         cancel.cancel();
         for t in tasks {
             t.await?;
@@ -204,7 +228,7 @@ impl Bench {
             "the relay's count and the table disagree"
         );
         self.purge().await?;
-        Ok(rate)
+        Ok((rate, cpu))
     }
 
     async fn naive(&mut self, n: i64) -> anyhow::Result<f64> {
@@ -452,7 +476,7 @@ impl Bench {
         Ok(msgs)
     }
 
-    async fn consume_raw(&mut self, n: usize) -> anyhow::Result<f64> {
+    async fn consume_raw(&mut self, n: usize) -> anyhow::Result<(f64, cpu::CpuPerMessage)> {
         self.publish_raw(n).await?;
         let ch = self.amqp.create_channel().await?;
         ch.basic_qos(200, BasicQosOptions::default()).await?;
@@ -464,6 +488,7 @@ impl Bench {
                 FieldTable::default(),
             )
             .await?;
+        let cpu_before = cpu::sample();
         let started = Instant::now();
         let mut got = 0;
         while got < n {
@@ -472,21 +497,24 @@ impl Bench {
             got += 1;
         }
         let rate = n as f64 / started.elapsed().as_secs_f64();
+        let cpu = cpu::per_message(cpu_before, cpu::sample(), n as u64);
         ch.close(200, "done".into()).await?;
-        Ok(rate)
+        Ok((rate, cpu))
     }
 
     /// The raw consumer, then the inbox worker, and their ratio.
     async fn consume_side_by_side(&mut self, n: usize) -> anyhow::Result<()> {
-        let raw = self.consume_raw(n).await?;
+        let (raw, raw_cpu) = self.consume_raw(n).await?;
         self.record("consume_raw", raw, "msg/s");
-        let inbox = self.consume_inbox(n).await?;
+        self.record_cpu("consume_raw", raw_cpu);
+        let (inbox, inbox_cpu) = self.consume_inbox(n).await?;
         self.record("consume_inbox", inbox, "msg/s");
+        self.record_cpu("consume_inbox", inbox_cpu);
         self.record("consume_inbox/consume_raw", inbox / raw, "ratio");
         Ok(())
     }
 
-    async fn consume_inbox(&mut self, n: usize) -> anyhow::Result<f64> {
+    async fn consume_inbox(&mut self, n: usize) -> anyhow::Result<(f64, cpu::CpuPerMessage)> {
         let schema = self.fresh_schema("bench_consume").await?;
         self.publish_raw(n).await?;
         let inbox = PgInboxStore::new(self.pool.clone(), &schema);
@@ -505,19 +533,21 @@ impl Bench {
         // Progress from the worker's own counter: polling the inbox's totals would
         // scan the growing table every few milliseconds while it is measured.
         let counters = worker.counters();
+        let cpu_before = cpu::sample();
         let started = Instant::now();
         let task = tokio::spawn(worker.run(cancel.clone()));
         while (counters.consumed.load(std::sync::atomic::Ordering::Relaxed) as usize) < n {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         let rate = n as f64 / started.elapsed().as_secs_f64();
+        let cpu = cpu::per_message(cpu_before, cpu::sample(), n as u64);
         cancel.cancel();
         task.await?;
         anyhow::ensure!(
             inbox.stats("bench").await?.consumed as usize == n,
             "the worker's count and the inbox disagree"
         );
-        Ok(rate)
+        Ok((rate, cpu))
     }
 
     /// Peak RSS of the real relay binary draining a backlog.
@@ -697,18 +727,94 @@ fn time_now() -> outbox_core::Timestamp {
     outbox_core::Timestamp::now_utc()
 }
 
+const USAGE: &str = "usage: outbox-bench [--quick] [--relay-only | --consume-only | --claim-only] [--out PATH] [--relay-bin PATH]
+
+  --quick         smaller sizes (CI smoke); the default is the full bench
+  --relay-only    raw confirms, the relay (1 and 2 pipelines), raw confirms again
+  --consume-only  a raw consumer, then the transactional inbox worker
+  --claim-only    claim times and the admin service's reads over 1,000,000 rows
+  --out PATH      where summary.json goes (default target/bench/summary.json)
+  --relay-bin PATH  the outbox binary for the RSS phase (default target/release/outbox)
+  -h, --help      this text
+
+URLs from OUTBOX_TEST_DATABASE_URL and OUTBOX_TEST_AMQP_URL, else the local servers.";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Only {
+    Relay,
+    Consume,
+    Claim,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+struct Args {
+    quick: bool,
+    only: Option<Only>,
+    out: String,
+    relay_bin: String,
+}
+
+impl Args {
+    /// The command line; `Ok(None)` for `--help`. Unknown arguments, a flag without
+    /// its value and two phase selections are refused.
+    fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Self>, String> {
+        let mut parsed = Self {
+            quick: false,
+            only: None,
+            out: "target/bench/summary.json".to_owned(),
+            relay_bin: "target/release/outbox".to_owned(),
+        };
+        let mut args = args.into_iter();
+        while let Some(a) = args.next() {
+            let only = match a.as_str() {
+                "-h" | "--help" => return Ok(None),
+                "--quick" => {
+                    parsed.quick = true;
+                    continue;
+                }
+                "--out" | "--relay-bin" => {
+                    let value = args.next().ok_or_else(|| format!("{a} needs a value"))?;
+                    if a == "--out" {
+                        parsed.out = value;
+                    } else {
+                        parsed.relay_bin = value;
+                    }
+                    continue;
+                }
+                "--relay-only" => Only::Relay,
+                "--consume-only" => Only::Consume,
+                "--claim-only" => Only::Claim,
+                other => return Err(format!("unknown argument {other:?}")),
+            };
+            if parsed.only.replace(only).is_some() {
+                return Err(
+                    "choose at most one of --relay-only, --consume-only, --claim-only".to_owned(),
+                );
+            }
+        }
+        Ok(Some(parsed))
+    }
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let quick = args.iter().any(|a| a == "--quick");
-    let arg = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
+    let args = match Args::parse(std::env::args().skip(1)) {
+        Ok(Some(args)) => args,
+        Ok(None) => {
+            println!("{USAGE}");
+            return Ok(());
+        }
+        Err(e) => {
+            eprintln!("outbox-bench: {e}\n\n{USAGE}");
+            std::process::exit(2);
+        }
     };
-    let out = arg("--out").unwrap_or_else(|| "target/bench/summary.json".to_owned());
-    let relay_bin = arg("--relay-bin").unwrap_or_else(|| "target/release/outbox".to_owned());
+    let Args {
+        quick,
+        only,
+        out,
+        relay_bin,
+    } = args;
     let sizes = if quick {
         Sizes {
             backlog: 20_000,
@@ -769,27 +875,29 @@ async fn main() -> anyhow::Result<()> {
         if quick { "quick" } else { "full" }
     );
 
-    if args.iter().any(|a| a == "--consume-only") {
+    if only == Some(Only::Consume) {
         b.consume_side_by_side(sizes.consume).await?;
         return write_summary(&b, quick, &out);
     }
-    if args.iter().any(|a| a == "--claim-only") {
+    if only == Some(Only::Claim) {
         record_claim_scale(&mut b, sizes.claim_rows).await?;
         let _ = sqlx::query("DROP SCHEMA IF EXISTS bench_claim CASCADE")
             .execute(&b.pool)
             .await;
         return write_summary(&b, quick, &out);
     }
-    let raw = b.raw_confirm(usize::try_from(sizes.backlog)?).await?;
+    let (raw, raw_cpu) = b.raw_confirm(usize::try_from(sizes.backlog)?).await?;
     b.record("raw_confirm", raw, "msg/s");
-    let relay = b.relay(sizes.backlog, 1).await?;
+    b.record_cpu("raw_confirm", raw_cpu);
+    let (relay, relay_cpu) = b.relay(sizes.backlog, 1).await?;
     b.record("relay", relay, "msg/s");
+    b.record_cpu("relay", relay_cpu);
     b.record("relay/raw_confirm", relay / raw, "ratio");
-    let relay_2p = b.relay(sizes.backlog, 2).await?;
+    let (relay_2p, _) = b.relay(sizes.backlog, 2).await?;
     b.record("relay_2p", relay_2p, "msg/s");
     b.record("relay_2p/raw_confirm", relay_2p / raw, "ratio");
-    if args.iter().any(|a| a == "--relay-only") {
-        let raw_after = b.raw_confirm(usize::try_from(sizes.backlog)?).await?;
+    if only == Some(Only::Relay) {
+        let (raw_after, _) = b.raw_confirm(usize::try_from(sizes.backlog)?).await?;
         b.record("raw_confirm_after", raw_after, "msg/s");
         return write_summary(&b, quick, &out);
     }
@@ -855,4 +963,35 @@ fn write_summary(b: &Bench, quick: bool, out: &str) -> anyhow::Result<()> {
     std::fs::write(out, serde_json::to_string_pretty(&summary)?)?;
     println!("written {out}");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(a: &[&str]) -> Result<Option<Args>, String> {
+        Args::parse(a.iter().map(|s| (*s).to_owned()))
+    }
+
+    #[test]
+    fn help_and_unknown_arguments_never_start_a_run() {
+        assert_eq!(parse(&["--help"]), Ok(None));
+        assert_eq!(parse(&["--quick", "-h"]), Ok(None));
+        assert!(parse(&["--bogus"]).is_err());
+        assert!(parse(&["quick"]).is_err());
+        assert!(parse(&["--out"]).is_err());
+        assert!(parse(&["--relay-only", "--claim-only"]).is_err());
+    }
+
+    #[test]
+    fn flags_are_read() {
+        let a = parse(&["--quick", "--claim-only", "--out", "x.json"])
+            .expect("valid")
+            .expect("a run");
+        assert!(a.quick);
+        assert_eq!(a.only, Some(Only::Claim));
+        assert_eq!(a.out, "x.json");
+        assert_eq!(a.relay_bin, "target/release/outbox");
+        assert_eq!(parse(&[]).expect("valid").expect("a run").only, None);
+    }
 }

@@ -379,6 +379,33 @@ async fn start_checks(
     }
 }
 
+/// Declares `[[topology.*]]` on RabbitMQ (idempotent); a declaration the broker
+/// refuses, such as a queue that exists with other arguments, stops start-up with
+/// the broker's reply naming it.
+async fn declare_topology(cfg: &RelayConfig) -> anyhow::Result<()> {
+    if cfg.topology.is_empty() {
+        return Ok(());
+    }
+    let topology = cfg.topology.to_topology()?;
+    let r = cfg
+        .rabbitmq
+        .as_ref()
+        .context("topology needs the [rabbitmq] section")?;
+    let connection = outbox_adapters_rabbitmq::connect(&r.url, Duration::from_secs(10))
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot start: topology: {e}"))?;
+    let declared = topology.declare(&connection).await;
+    let _ = connection.close(200, "topology declared".into()).await;
+    declared.map_err(|e| anyhow::anyhow!("cannot start: topology: {e}"))?;
+    tracing::info!(
+        exchanges = topology.exchanges.len(),
+        queues = topology.queues.len(),
+        bindings = topology.bindings.len(),
+        "topology declared"
+    );
+    Ok(())
+}
+
 /// `name: error` of every failed check.
 fn failures<const N: usize>(checks: [(&str, Result<(), String>); N]) -> Vec<String> {
     checks
@@ -396,6 +423,7 @@ async fn run_relay(cfg: RelayConfig) -> anyhow::Result<ExitCode> {
     let wired = wiring::wire(&cfg, &instance).await?;
     let probe_key = format!("{}.readyz", cfg.sweep.lock_key);
     start_checks(&cfg, &wired, &probe_key).await?;
+    declare_topology(&cfg).await?;
     let cancel = CancellationToken::new();
     // The recorder first, so counters the tasks bump from their first round on
     // (retention) reach /metrics.

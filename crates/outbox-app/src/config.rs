@@ -210,6 +210,8 @@ pub use crate::sent_retention::RetentionConfig;
 /// The admin API's tokens and redaction lists (`[admin]`); defined beside the code
 /// that serves it.
 pub use crate::admin_api::AdminConfig;
+/// `[[topology.*]]`: what the relay declares on RabbitMQ at start.
+pub use crate::topology_config::TopologyConfig;
 
 /// The whole configuration.
 #[derive(Debug, Clone, Deserialize)]
@@ -247,6 +249,9 @@ pub struct RelayConfig {
     /// The admin API at `/api/v1` (closed without tokens).
     #[serde(default)]
     pub admin: AdminConfig,
+    /// RabbitMQ exchanges, queues and bindings declared at start.
+    #[serde(default)]
+    pub topology: TopologyConfig,
 }
 
 impl RelayConfig {
@@ -414,6 +419,14 @@ impl RelayConfig {
         self.sweep.validate("sweep")?;
         self.retention.validate("retention")?;
         self.admin.validate("admin")?;
+        if !self.topology.is_empty() && a.publisher != PublisherKind::Rabbitmq {
+            return Err(ConfigError::new(
+                "",
+                "topology",
+                "is declared on RabbitMQ: it needs adapters.publisher = \"rabbitmq\"",
+            ));
+        }
+        self.topology.to_topology()?;
         if self.http.enabled && !self.http.address.ip().is_loopback() && self.http.token.is_none() {
             return Err(ConfigError::new(
                 "http",

@@ -55,6 +55,8 @@ pub mod supervision;
 pub mod sweeper;
 pub mod throughput;
 #[cfg(feature = "cli")]
+pub mod topology_config;
+#[cfg(feature = "cli")]
 pub mod wiring;
 
 pub use consumer::{

@@ -51,7 +51,7 @@ const APP_FEATURE_STACKS: &[(&str, &[&str])] = &[
         ],
     ),
     ("http", &["axum", "hyper", "metrics-exporter-prometheus"]),
-    ("admin", &["outbox-admin", "utoipa"]),
+    ("admin", &["outbox-admin", "utoipa", "askama"]),
     (
         "cli",
         &[

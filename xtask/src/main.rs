@@ -16,10 +16,14 @@
 //! - `api-fuzz`: Schemathesis (from PyPI; `.ci/run` installs it) against the admin
 //!   API of a live `outbox run`: no 5xx for any generated input, every response as
 //!   documented. `ci` runs it last.
+//! - `ui-test [--docs DIR]`: the dashboard's browser tests, headless Debian
+//!   `chromium` through `chromedriver` (`.ci/run` installs both); a screenshot of a
+//!   failure under `target/ui-screenshots/`. `ci` runs it after the tests.
 //!
 //! Only the standard library is used, so that xtask builds fast and never breaks.
 
 mod api_fuzz;
+mod ui_test;
 
 use std::process::{Command, ExitCode};
 
@@ -51,7 +55,7 @@ const APP_FEATURE_STACKS: &[(&str, &[&str])] = &[
         ],
     ),
     ("http", &["axum", "hyper", "metrics-exporter-prometheus"]),
-    ("admin", &["outbox-admin", "utoipa"]),
+    ("admin", &["outbox-admin", "utoipa", "askama"]),
     (
         "cli",
         &[
@@ -95,9 +99,10 @@ fn main() -> ExitCode {
         Some("bench") => bench(args.iter().any(|a| a == "--quick")),
         Some("chaos") => chaos(&args[1..]),
         Some("api-fuzz") => api_fuzz::api_fuzz(),
+        Some("ui-test") => ui_test::ui_test(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask <ci|guard|it|bench [--quick]|chaos [--quick] [--only NAME,...]|api-fuzz>\n\n  ci     fmt check, clippy -D warnings, dependency guard, all tests, quick chaos, api-fuzz\n  guard  dependency guard only\n  it     tests against the real PostgreSQL, RabbitMQ and Redis only\n  bench  the relay side by side with the raw limits (target/bench/summary.json)\n  chaos  the fault suite against the local services (target/chaos/summary.json)\n  api-fuzz  Schemathesis against the admin API of a live `outbox run`"
+                "usage: cargo xtask <ci|guard|it|bench [--quick]|chaos [--quick] [--only NAME,...]|api-fuzz|ui-test [--docs DIR]>\n\n  ci     fmt check, clippy -D warnings, dependency guard, all tests, quick chaos, api-fuzz\n  guard  dependency guard only\n  it     tests against the real PostgreSQL, RabbitMQ and Redis only\n  bench  the relay side by side with the raw limits (target/bench/summary.json)\n  chaos  the fault suite against the local services (target/chaos/summary.json)\n  api-fuzz  Schemathesis against the admin API of a live `outbox run`\n  ui-test  the dashboard's browser tests in headless chromium (target/ui-screenshots on failure)"
             );
             return ExitCode::from(2);
         }
@@ -177,6 +182,7 @@ fn ci() -> Result<(), String> {
         cargo().args(["test", "--workspace", "--all-targets"]),
     )?;
     run("doc tests", cargo().args(["test", "--workspace", "--doc"]))?;
+    ui_test::ui_test(&[])?;
     chaos(&["--quick".to_owned()])?;
     api_fuzz::api_fuzz()?;
     eprintln!("xtask: ci passed");

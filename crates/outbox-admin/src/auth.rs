@@ -82,6 +82,12 @@ impl AdminAuth {
         Self { tokens }
     }
 
+    /// Whether no token is configured (then everything is refused).
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
     /// The token whose secret is `presented`, checking every token in constant time
     /// per token (no early exit on a match, so timing does not tell which matched).
     fn find(&self, presented: &[u8]) -> Option<&AdminToken> {

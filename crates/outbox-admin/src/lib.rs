@@ -24,6 +24,8 @@ pub mod params;
 mod redact;
 mod routes;
 mod service;
+#[cfg(feature = "ui")]
+mod ui;
 
 pub use auth::{Actor, AdminAuth, AdminToken, Role, Secret};
 pub use error::AdminError;
@@ -31,3 +33,5 @@ pub use openapi::document as openapi_document;
 pub use redact::{REDACTED, Redaction, ShownBytes};
 pub use routes::router;
 pub use service::{AdminPorts, AdminService, DEFAULT_BULK_BATCH, OnBatch};
+#[cfg(feature = "ui")]
+pub use ui::{OneTimeLogin, UiOptions, random_secret, ui_router};

@@ -15,6 +15,9 @@ pub use outbox_admin::{Role, Secret};
 /// Where the admin API is mounted.
 pub const ADMIN_API_PATH: &str = "/api/v1";
 
+/// Where the dashboard is mounted (its login page: `/ui/login`).
+pub const UI_PATH: &str = "/ui";
+
 /// The shortest secret accepted: a guessable token would open every write.
 pub const MIN_SECRET_CHARS: usize = 16;
 
@@ -29,6 +32,33 @@ pub struct AdminConfig {
     pub redact_headers: Vec<String>,
     /// JSON keys (at any depth) whose values are shown as `***`.
     pub redact_json_fields: Vec<String>,
+    /// `[admin.ui]`: the dashboard at [`UI_PATH`] (same tokens as the API).
+    pub ui: UiConfig,
+}
+
+/// `[admin.ui]`: how the dashboard's sessions work.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UiConfig {
+    /// Serve the dashboard at all.
+    pub enabled: bool,
+    /// Mark the session cookie `Secure`: set it when browsers reach the dashboard
+    /// over HTTPS (a proxy terminating TLS in front of `http.address`).
+    pub secure_cookies: bool,
+    /// How long a login lasts (`"8h"`).
+    #[serde(with = "outbox_core::duration")]
+    pub session_ttl: std::time::Duration,
+}
+
+impl Default for UiConfig {
+    fn default() -> Self {
+        let defaults = outbox_admin::UiOptions::default();
+        Self {
+            enabled: true,
+            secure_cookies: defaults.secure_cookies,
+            session_ttl: defaults.session_ttl,
+        }
+    }
 }
 
 impl AdminConfig {
@@ -107,6 +137,23 @@ impl AdminConfig {
     /// The admin API's router, to nest at [`ADMIN_API_PATH`].
     pub fn router(&self, service: AdminService) -> axum::Router {
         outbox_admin::router(service, self.auth())
+    }
+
+    /// The dashboard's router over the same service and tokens, to nest at
+    /// [`UI_PATH`]; `None` when `[admin.ui] enabled = false`.
+    pub fn ui_router(&self, service: AdminService) -> Option<axum::Router> {
+        self.ui.enabled.then(|| {
+            outbox_admin::ui_router(
+                service,
+                self.auth(),
+                outbox_admin::UiOptions {
+                    base: UI_PATH.to_owned(),
+                    secure_cookies: self.ui.secure_cookies,
+                    session_ttl: self.ui.session_ttl,
+                    ..outbox_admin::UiOptions::default()
+                },
+            )
+        })
     }
 }
 

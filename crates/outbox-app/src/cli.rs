@@ -156,6 +156,13 @@ struct DemoArgs {
     /// Hide the progress bar.
     #[arg(long)]
     quiet: bool,
+    /// After the flow, keep the in-memory stores and serve the dashboard on
+    /// loopback until Ctrl-C; prints one line with a one-time login URL.
+    #[arg(long)]
+    serve: bool,
+    /// Where `--serve` listens (loopback only; port 0 picks a free one).
+    #[arg(long, default_value = "127.0.0.1:8080", requires = "serve")]
+    serve_address: std::net::SocketAddr,
 }
 
 fn init_logging(default: &str) {
@@ -308,7 +315,7 @@ async fn run_demo(a: DemoArgs) -> anyhow::Result<ExitCode> {
         timeout: a.timeout,
         progress: !a.quiet,
     };
-    let s = demo::run(&opts).await.context("demo failed")?;
+    let (s, world) = demo::run_keeping(&opts).await.context("demo failed")?;
     eprintln!(
         "demo: {} publish failures and {} handler failures retried; {} redeliveries absorbed by the inbox; {} duplicate effects; {} sweeps",
         s.publish_failures,
@@ -318,6 +325,21 @@ async fn run_demo(a: DemoArgs) -> anyhow::Result<ExitCode> {
         s.sweeps
     );
     println!("{s}");
+    if a.serve {
+        let cancel = CancellationToken::new();
+        let stop = cancel.clone();
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            stop.cancel();
+        });
+        crate::demo_serve::serve(
+            &world,
+            a.serve_address,
+            |url| println!("dashboard: open {url} (one-time login; Ctrl-C stops)"),
+            cancel,
+        )
+        .await?;
+    }
     Ok(if s.lost == 0 && s.duplicate_effects == 0 {
         ExitCode::SUCCESS
     } else {
@@ -429,16 +451,18 @@ async fn run_relay(cfg: RelayConfig) -> anyhow::Result<ExitCode> {
     // (retention) reach /metrics.
     let _ = http::prometheus();
     // The admin API shows the relay's last sweep report from the shared state.
-    let admin = cfg.admin.router(
-        cfg.admin
-            .service(
-                wired.admin.clone(),
-                wired.state.clone(),
-                vec![cfg.sweep.state_key.clone()],
-            )
-            .with_throughput(wired.throughput.clone())
-            .with_locks(wired.lock.clone(), vec![cfg.sweep.lock_key.clone()]),
-    );
+    let admin_service = cfg
+        .admin
+        .service(
+            wired.admin.clone(),
+            wired.state.clone(),
+            vec![cfg.sweep.state_key.clone()],
+        )
+        .with_throughput(wired.throughput.clone())
+        .with_locks(wired.lock.clone(), vec![cfg.sweep.lock_key.clone()]);
+    // The dashboard at /ui calls the same service under the same tokens.
+    let ui = cfg.admin.ui_router(admin_service.clone());
+    let admin = cfg.admin.router(admin_service);
     if cfg.http.enabled && cfg.admin.tokens.is_empty() {
         tracing::info!(
             "admin API at {} is closed: configure [[admin.tokens]] to open it",
@@ -482,7 +506,7 @@ async fn run_relay(cfg: RelayConfig) -> anyhow::Result<ExitCode> {
         let address = cfg.http.address;
         let c = cancel.clone();
         Some(tokio::spawn(async move {
-            match http::serve_with_admin(address, state, admin, c.clone()).await {
+            match http::serve_with_admin_and_ui(address, state, admin, ui, c.clone()).await {
                 Ok(()) => true,
                 Err(e) => {
                     tracing::error!(%address, error = %e, "HTTP endpoints failed; stopping");

@@ -112,11 +112,38 @@ struct Effects {
     applied: Mutex<HashMap<MessageId, u32>>,
 }
 
+/// The demo's in-memory stores, kept after the flow (`outbox demo --serve`).
+#[derive(Clone)]
+pub struct DemoWorld {
+    /// The outbox.
+    pub outbox: Arc<MemoryOutboxStore>,
+    /// The consumer's inbox.
+    pub inbox: Arc<MemoryInboxStore>,
+    /// The sweeps' lock.
+    pub lock: Arc<MemoryLock>,
+    /// The sweeps' last reports.
+    pub state: Arc<MemorySweepState>,
+    /// The clock every store reads.
+    pub clock: Arc<dyn Clock>,
+    /// The sweep state keys (relay's, consumer's).
+    pub sweep_keys: Vec<String>,
+    /// The sweep lock keys (relay's, consumer's).
+    pub lock_keys: Vec<String>,
+}
+
 /// Runs the demo.
 ///
 /// # Errors
 /// When the options are out of range, or enqueueing fails.
 pub async fn run(opts: &DemoOptions) -> anyhow::Result<DemoSummary> {
+    run_keeping(opts).await.map(|(summary, _)| summary)
+}
+
+/// Runs the demo and hands back its stores as the flow left them.
+///
+/// # Errors
+/// When the options are out of range, or enqueueing fails.
+pub async fn run_keeping(opts: &DemoOptions) -> anyhow::Result<(DemoSummary, DemoWorld)> {
     anyhow::ensure!(opts.messages > 0, "--messages must be at least 1");
     anyhow::ensure!(
         opts.poison <= opts.messages,
@@ -192,6 +219,11 @@ pub async fn run(opts: &DemoOptions) -> anyhow::Result<DemoSummary> {
     let consume_sweep = sweep(SweepConfig::for_consumer(CONSUMER));
     relay_sweep.validate("relay.sweep")?;
     consume_sweep.validate("consumer.sweep")?;
+    let sweep_keys = vec![
+        relay_sweep.state_key.clone(),
+        consume_sweep.state_key.clone(),
+    ];
+    let lock_keys = vec![relay_sweep.lock_key.clone(), consume_sweep.lock_key.clone()];
 
     let cancel = CancellationToken::new();
     let relay_counters = Arc::new(RelayCounters::default());
@@ -325,7 +357,16 @@ pub async fn run(opts: &DemoOptions) -> anyhow::Result<DemoSummary> {
         sweeps,
     };
     tracing::debug!(injected_handler_failures, "demo finished");
-    Ok(summary)
+    let world = DemoWorld {
+        outbox,
+        inbox,
+        lock,
+        state,
+        clock,
+        sweep_keys,
+        lock_keys,
+    };
+    Ok((summary, world))
 }
 
 /// Messages that reached an end: consumed, or dead on either side.

@@ -275,6 +275,26 @@ pub async fn serve_with_admin(
     serve_router(address, app, cancel).await
 }
 
+/// As [`serve_with_admin`], and the dashboard `ui` (when given) nested at
+/// [`crate::admin_api::UI_PATH`].
+///
+/// # Errors
+/// When the address cannot be bound.
+#[cfg(feature = "admin")]
+pub async fn serve_with_admin_and_ui(
+    address: SocketAddr,
+    state: HttpState,
+    admin: axum::Router,
+    ui: Option<axum::Router>,
+    cancel: CancellationToken,
+) -> std::io::Result<()> {
+    let mut app = endpoints(state).nest(crate::admin_api::ADMIN_API_PATH, admin);
+    if let Some(ui) = ui {
+        app = app.nest(crate::admin_api::UI_PATH, ui);
+    }
+    serve_router(address, app, cancel).await
+}
+
 fn endpoints(state: HttpState) -> axum::Router {
     axum::Router::new()
         .route("/healthz", get(healthz))

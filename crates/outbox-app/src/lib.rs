@@ -41,6 +41,8 @@ pub mod consumer;
 pub mod consumer_retention;
 #[cfg(feature = "cli")]
 pub mod demo;
+#[cfg(feature = "cli")]
+pub mod demo_serve;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod lease;

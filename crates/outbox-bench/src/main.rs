@@ -446,12 +446,15 @@ impl Bench {
             v.sort_by(f64::total_cmp);
             v[v.len() / 2]
         };
+        let (ui_overview, ui_messages) = ui_times(service).await?;
         Ok(AdminTimes {
             list_first: median(first),
             list_deep: median(far),
             list_sent: median(by_status),
             stats: median(stats),
             stats_exact: median(stats_exact),
+            ui_overview,
+            ui_messages,
         })
     }
 
@@ -721,6 +724,84 @@ struct AdminTimes {
     stats: f64,
     /// `stats` counting the per-minute charts from the table's rows instead.
     stats_exact: f64,
+    /// The dashboard's overview page, over HTTP on loopback.
+    ui_overview: f64,
+    /// The dashboard's messages page filtered by `status=sent`, over HTTP.
+    ui_messages: f64,
+}
+
+/// One HTTP/1.1 GET on a fresh loopback connection: (status, head, body).
+fn http_get(
+    address: std::net::SocketAddr,
+    path: &str,
+    cookie: Option<&str>,
+) -> anyhow::Result<(u16, String, String)> {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(address)?;
+    let cookie = cookie.map_or(String::new(), |c| format!("Cookie: {c}\r\n"));
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\n{cookie}Connection: close\r\n\r\n"
+    )?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    Ok((status, head.to_owned(), body.to_owned()))
+}
+
+/// The dashboard over `service`, served on loopback as `outbox run` serves it:
+/// median of 7 of the overview and of the messages page filtered to `sent`, each
+/// a whole HTTP request (session check, service calls, rendering).
+async fn ui_times(service: outbox_admin::AdminService) -> anyhow::Result<(f64, f64)> {
+    let secret = outbox_admin::random_secret(16)?;
+    let options = outbox_admin::UiOptions {
+        one_time_login: Some(outbox_admin::OneTimeLogin {
+            secret: outbox_admin::Secret::new(secret.clone()),
+            name: "bench".into(),
+            role: outbox_admin::Role::Read,
+        }),
+        ..outbox_admin::UiOptions::default()
+    };
+    let app = axum::Router::new().nest(
+        "/ui",
+        outbox_admin::ui_router(service, outbox_admin::AdminAuth::default(), options),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let address = listener.local_addr()?;
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let times = tokio::task::spawn_blocking(move || -> anyhow::Result<(f64, f64)> {
+        let (status, head, _) = http_get(address, &format!("/ui/login?token={secret}"), None)?;
+        anyhow::ensure!(status == 303, "dashboard login: {head}");
+        let cookie = head
+            .lines()
+            .find_map(|l| l.strip_prefix("set-cookie: outbox_session="))
+            .and_then(|v| v.split(';').next())
+            .context("no session cookie")?;
+        let cookie = format!("outbox_session={cookie}");
+        let time = |path: &str, expect: &str| -> anyhow::Result<f64> {
+            let mut ms = Vec::new();
+            for _ in 0..7 {
+                let t = Instant::now();
+                let (status, _, body) = http_get(address, path, Some(&cookie))?;
+                ms.push(t.elapsed().as_secs_f64() * 1000.0);
+                anyhow::ensure!(status == 200 && body.contains(expect), "{path}: {status}");
+            }
+            ms.sort_by(f64::total_cmp);
+            Ok(ms[ms.len() / 2])
+        };
+        Ok((
+            time("/ui", "id=\"count-pending\"")?,
+            time("/ui/messages?status=sent", "data-status=\"sent\"")?,
+        ))
+    })
+    .await??;
+    server.abort();
+    Ok(times)
 }
 
 fn time_now() -> outbox_core::Timestamp {
@@ -947,6 +1028,8 @@ async fn record_claim_scale(b: &mut Bench, rows: i64) -> anyhow::Result<()> {
     b.record("admin_list_sent_ms", c.admin.list_sent, "ms");
     b.record("admin_stats_ms", c.admin.stats, "ms");
     b.record("admin_stats_exact_charts_ms", c.admin.stats_exact, "ms");
+    b.record("ui_overview_ms", c.admin.ui_overview, "ms");
+    b.record("ui_messages_ms", c.admin.ui_messages, "ms");
     Ok(())
 }
 

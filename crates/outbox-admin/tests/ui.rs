@@ -1,0 +1,681 @@
+//! The dashboard through its router (tower `oneshot`, no network): login, sessions,
+//! CSRF, read-only refusal, every page, filters, actions and bulk actions.
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
+use outbox_adapters_memory::{
+    MemoryAuditLog, MemoryInboxStore, MemoryOutboxStore, MemorySweepState,
+};
+use outbox_admin::{
+    AdminAuth, AdminPorts, AdminService, AdminToken, OneTimeLogin, Role, Secret, UiOptions,
+    ui_router,
+};
+use outbox_ports::{AuditLog, OutboxOperator, SystemClock};
+use support::{Harness, READ, WRITE, message, tokens};
+use tower::ServiceExt;
+
+fn ui_harness(tokens: Vec<AdminToken>, options: UiOptions) -> Harness {
+    let clock = Arc::new(SystemClock);
+    let outbox = Arc::new(MemoryOutboxStore::new(clock.clone()));
+    let inbox = Arc::new(MemoryInboxStore::new(clock.clone()));
+    let audit = Arc::new(MemoryAuditLog::new(clock.clone()));
+    let state = Arc::new(MemorySweepState::new(clock));
+    let service = AdminService::new(AdminPorts {
+        outbox: outbox.clone(),
+        inbox: inbox.clone(),
+        audit: audit.clone(),
+        outbox_store: outbox.clone(),
+        inbox_store: inbox.clone(),
+    })
+    .with_sweep_reports(state.clone(), vec!["relay-sweep".into()]);
+    let app = Router::new().nest("/ui", ui_router(service, AdminAuth::new(tokens), options));
+    Harness {
+        outbox,
+        inbox,
+        audit,
+        state,
+        app,
+    }
+}
+
+fn harness() -> Harness {
+    ui_harness(tokens(), UiOptions::default())
+}
+
+struct Answer {
+    status: StatusCode,
+    headers: axum::http::HeaderMap,
+    body: String,
+}
+
+impl Answer {
+    fn location(&self) -> &str {
+        self.headers
+            .get(header::LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+    }
+}
+
+/// A browser: keeps cookies, sends forms.
+struct Browser {
+    app: Router,
+    cookies: HashMap<String, String>,
+}
+
+impl Browser {
+    fn new(h: &Harness) -> Self {
+        Self {
+            app: h.app.clone(),
+            cookies: HashMap::new(),
+        }
+    }
+
+    async fn send(&mut self, method: &str, path: &str, form: Option<String>) -> Answer {
+        let mut request = Request::builder().method(method).uri(path);
+        if !self.cookies.is_empty() {
+            let cookie: Vec<String> = self
+                .cookies
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            request = request.header(header::COOKIE, cookie.join("; "));
+        }
+        let body = match form {
+            Some(form) => {
+                request = request.header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
+                Body::from(form)
+            }
+            None => Body::empty(),
+        };
+        let response = self
+            .app
+            .clone()
+            .oneshot(request.body(body).expect("request"))
+            .await
+            .expect("infallible");
+        let status = response.status();
+        let headers = response.headers().clone();
+        for set in headers.get_all(header::SET_COOKIE) {
+            let set = set.to_str().expect("ascii");
+            let pair = set.split(';').next().unwrap_or("");
+            if let Some((k, v)) = pair.split_once('=') {
+                if v.is_empty() {
+                    self.cookies.remove(k);
+                } else {
+                    self.cookies.insert(k.to_owned(), v.to_owned());
+                }
+            }
+        }
+        let bytes = axum::body::to_bytes(response.into_body(), 16 << 20)
+            .await
+            .expect("body");
+        Answer {
+            status,
+            headers,
+            body: String::from_utf8(bytes.to_vec()).expect("utf-8"),
+        }
+    }
+
+    async fn get(&mut self, path: &str) -> Answer {
+        self.send("GET", path, None).await
+    }
+
+    async fn post(&mut self, path: &str, form: &str) -> Answer {
+        self.send("POST", path, Some(form.to_owned())).await
+    }
+
+    /// Logs in with `token` through the form (fetching its nonce first).
+    async fn login(&mut self, token: &str) -> Answer {
+        let form = self.get("/ui/login").await;
+        let nonce = value_of(&form.body, "login_csrf").expect("the form has a nonce");
+        self.post(
+            "/ui/login",
+            &format!("token={}&login_csrf={nonce}", encode(token)),
+        )
+        .await
+    }
+
+    /// This session's CSRF token, from a page's logout form.
+    async fn csrf(&mut self) -> String {
+        let page = self.get("/ui").await;
+        value_of(&page.body, "csrf").expect("a page of a session has a csrf field")
+    }
+}
+
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// The `value` of the first `<input name="{name}" value="...">`.
+fn value_of(html: &str, name: &str) -> Option<String> {
+    let at = html.find(&format!("name=\"{name}\" value=\""))?;
+    let rest = &html[at + name.len() + 15..];
+    Some(rest[..rest.find('"')?].to_owned())
+}
+
+/// HTML entities as askama writes them, back to text.
+fn unescape(html: &str) -> String {
+    html.replace("&#38;", "&")
+        .replace("&#60;", "<")
+        .replace("&#62;", ">")
+        .replace("&#34;", "\"")
+        .replace("&#39;", "'")
+        .replace("&amp;", "&")
+}
+
+fn rows(html: &str) -> usize {
+    let Some(start) = html.find("<tbody>") else {
+        return 0;
+    };
+    let end = html[start..]
+        .find("</tbody>")
+        .map_or(html.len(), |e| start + e);
+    html[start..end].matches("<tr").count()
+}
+
+#[tokio::test]
+async fn without_tokens_nobody_can_log_in_and_the_page_names_the_setting() {
+    let h = ui_harness(vec![], UiOptions::default());
+    let mut b = Browser::new(&h);
+    let page = b.get("/ui/login").await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(page.body.contains("[[admin.tokens]]"), "{}", page.body);
+    assert!(!page.body.contains("name=\"token\""), "no form when closed");
+    let nonce = b.cookies.get("outbox_login").cloned().unwrap_or_default();
+    let answer = b
+        .post("/ui/login", &format!("token={WRITE}&login_csrf={nonce}"))
+        .await;
+    assert_eq!(answer.status, StatusCode::FORBIDDEN);
+    assert!(!b.cookies.contains_key("outbox_session"));
+    let page = b.get("/ui").await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER);
+}
+
+#[tokio::test]
+async fn login_logout_and_the_cookie_and_security_headers() {
+    let h = harness();
+    let mut b = Browser::new(&h);
+    let page = b.get("/ui/messages").await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER);
+    assert_eq!(page.location(), "/ui/login");
+
+    let form = b.get("/ui/login").await;
+    assert!(
+        form.body
+            .contains(r#"type="password" id="token" name="token""#)
+    );
+    let csp = form
+        .headers
+        .get(header::CONTENT_SECURITY_POLICY)
+        .expect("csp");
+    assert!(
+        csp.to_str()
+            .expect("ascii")
+            .starts_with("default-src 'self'")
+    );
+
+    let wrong = b.login("not-a-token-at-all").await;
+    assert_eq!(wrong.status, StatusCode::UNAUTHORIZED);
+    assert!(wrong.body.contains("unknown token") && wrong.body.contains("name=\"token\""));
+    assert!(!wrong.body.contains("not-a-token-at-all"), "never echoed");
+
+    let ok = b.login(WRITE).await;
+    assert_eq!(ok.status, StatusCode::SEE_OTHER, "{}", ok.body);
+    assert_eq!(ok.location(), "/ui");
+    let cookie = ok
+        .headers
+        .get_all(header::SET_COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|c| c.starts_with("outbox_session="))
+        .expect("session cookie")
+        .to_owned();
+    for part in ["HttpOnly", "SameSite=Strict", "Path=/ui", "Max-Age=28800"] {
+        assert!(cookie.contains(part), "{cookie}");
+    }
+    assert!(!cookie.contains("Secure"), "not over TLS here: {cookie}");
+    assert!(!cookie.contains(WRITE), "the token is not the cookie");
+
+    let overview = b.get("/ui").await;
+    assert_eq!(overview.status, StatusCode::OK);
+    assert!(
+        overview
+            .body
+            .contains("Signed in as <strong id=\"actor\">ops</strong>")
+    );
+    assert!(
+        overview.body.contains(r#"<a href="/ui/messages""#),
+        "nav link"
+    );
+
+    // Logging out needs the CSRF token too.
+    let refused = b.post("/ui/logout", "").await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+    let old = b.cookies.clone();
+    let csrf = b.csrf().await;
+    let out = b.post("/ui/logout", &format!("csrf={csrf}")).await;
+    assert_eq!(out.status, StatusCode::SEE_OTHER);
+    assert_eq!(out.location(), "/ui/login?notice=logged_out");
+    assert_eq!(b.get("/ui").await.status, StatusCode::SEE_OTHER);
+    // The old cookie is dead on the server, not only forgotten by the browser.
+    b.cookies = old;
+    assert_eq!(b.get("/ui").await.status, StatusCode::SEE_OTHER);
+    let post = b.post("/ui/logout", &format!("csrf={csrf}")).await;
+    assert_eq!(post.status, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn a_login_post_without_the_forms_nonce_is_refused() {
+    let h = harness();
+    let mut b = Browser::new(&h);
+    let answer = b
+        .post("/ui/login", &format!("token={WRITE}&login_csrf=forged"))
+        .await;
+    assert_eq!(answer.status, StatusCode::FORBIDDEN);
+    assert!(!b.cookies.contains_key("outbox_session"));
+}
+
+#[tokio::test]
+async fn secure_cookies_when_configured_and_sessions_expire() {
+    let h = ui_harness(
+        tokens(),
+        UiOptions {
+            secure_cookies: true,
+            session_ttl: Duration::ZERO,
+            ..UiOptions::default()
+        },
+    );
+    let mut b = Browser::new(&h);
+    let ok = b.login(READ).await;
+    let cookie = ok
+        .headers
+        .get_all(header::SET_COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|c| c.starts_with("outbox_session="))
+        .expect("session cookie")
+        .to_owned();
+    assert!(cookie.contains("; Secure"), "{cookie}");
+    // A session of zero length is over at once.
+    assert_eq!(b.get("/ui").await.status, StatusCode::SEE_OTHER);
+}
+
+#[tokio::test]
+async fn a_one_time_login_works_once() {
+    let h = ui_harness(
+        vec![],
+        UiOptions {
+            one_time_login: Some(OneTimeLogin {
+                secret: Secret::new("one-time-secret-0123456789"),
+                name: "demo".into(),
+                role: Role::Write,
+            }),
+            ..UiOptions::default()
+        },
+    );
+    let mut b = Browser::new(&h);
+    let wrong = b.get("/ui/login?token=guess").await;
+    assert_eq!(wrong.status, StatusCode::UNAUTHORIZED);
+    let ok = b.get("/ui/login?token=one-time-secret-0123456789").await;
+    assert_eq!(ok.status, StatusCode::SEE_OTHER);
+    assert!(b.get("/ui").await.body.contains("id=\"actor\">demo<"));
+    let mut other = Browser::new(&h);
+    let again = other
+        .get("/ui/login?token=one-time-secret-0123456789")
+        .await;
+    assert_eq!(again.status, StatusCode::UNAUTHORIZED, "used up");
+    assert!(again.body.contains("[[admin.tokens]]"), "closed once used");
+}
+
+#[tokio::test]
+async fn writes_need_the_csrf_token_and_a_write_session_and_are_audited() {
+    let h = harness();
+    let dead = h.dead(message("orders", "a", b"{}")).await;
+    let path = format!("/ui/messages/{dead}/requeue");
+
+    let mut ops = Browser::new(&h);
+    ops.login(WRITE).await;
+    let no_csrf = ops.post(&path, "").await;
+    assert_eq!(no_csrf.status, StatusCode::FORBIDDEN);
+    assert!(no_csrf.body.contains("CSRF"), "{}", no_csrf.body);
+    let wrong = ops.post(&path, "csrf=0000").await;
+    assert_eq!(wrong.status, StatusCode::FORBIDDEN);
+
+    let mut viewer = Browser::new(&h);
+    viewer.login(READ).await;
+    let detail = viewer.get(&format!("/ui/messages/{dead}")).await;
+    assert_eq!(detail.status, StatusCode::OK);
+    for verb in ["Requeue</button>", "Delete</button>", "all matching"] {
+        assert!(!detail.body.contains(verb), "read-only sees no {verb}");
+    }
+    assert!(
+        !viewer
+            .get("/ui/messages")
+            .await
+            .body
+            .contains("all matching")
+    );
+    // Even with its own valid CSRF token, a read session may not write.
+    let viewer_csrf = viewer.csrf().await;
+    let forged = viewer.post(&path, &format!("csrf={viewer_csrf}")).await;
+    assert_eq!(forged.status, StatusCode::FORBIDDEN);
+    assert!(forged.body.contains("read role"), "{}", forged.body);
+    let unchanged = h
+        .outbox
+        .get_message(dead)
+        .await
+        .expect("get")
+        .expect("there");
+    assert_eq!(unchanged.status, outbox_core::Status::Dead);
+
+    // Another session's token is not this one's.
+    let other = ops.post(&path, &format!("csrf={viewer_csrf}")).await;
+    assert_eq!(other.status, StatusCode::FORBIDDEN);
+
+    let detail = ops.get(&format!("/ui/messages/{dead}")).await;
+    assert!(detail.body.contains(">Requeue</button>"));
+    let confirm = ops
+        .get(&format!("/ui/messages/{dead}?confirm=requeue"))
+        .await;
+    assert!(confirm.body.contains("<dialog open"), "{}", confirm.body);
+    assert!(confirm.body.contains(">Confirm</button>"));
+    assert!(confirm.body.contains(&format!("action=\"{path}\"")));
+    let csrf = value_of(&confirm.body, "csrf").expect("csrf");
+    let done = ops.post(&path, &format!("csrf={csrf}")).await;
+    assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
+    assert_eq!(
+        done.location(),
+        format!("/ui/messages/{dead}?notice=requeued")
+    );
+    let now = h
+        .outbox
+        .get_message(dead)
+        .await
+        .expect("get")
+        .expect("there");
+    assert_eq!(now.status, outbox_core::Status::Pending);
+    let page = h.audit.list(None, 10).await.expect("audit");
+    let entry = &page.items[0];
+    assert_eq!(
+        (entry.actor.as_str(), entry.action.as_str()),
+        ("ops", "requeue")
+    );
+    // The header works too (what htmx sends).
+    let again = h.dead(message("orders", "b", b"{}")).await;
+    let request = Request::post(format!("/ui/messages/{again}/requeue"))
+        .header(
+            header::COOKIE,
+            format!("outbox_session={}", ops.cookies["outbox_session"]),
+        )
+        .header("x-csrf-token", &csrf)
+        .body(Body::empty())
+        .expect("request");
+    let answer = h.app.clone().oneshot(request).await.expect("infallible");
+    assert_eq!(answer.status(), StatusCode::SEE_OTHER);
+}
+
+#[tokio::test]
+async fn the_messages_page_filters_by_the_query_and_pages_by_keyset() {
+    let h = harness();
+    for n in 0..3 {
+        h.dead(message("orders", &format!("k{n}"), b"{}")).await;
+    }
+    h.pending(message("billing", "x", b"pending one")).await;
+    let mut b = Browser::new(&h);
+    b.login(READ).await;
+
+    let all = b.get("/ui/messages").await;
+    assert_eq!(all.status, StatusCode::OK);
+    assert_eq!(rows(&all.body), 4);
+    assert!(all.body.contains(r#"<select id="f-status" name="status">"#));
+    for status in ["pending", "sent", "publish_failed", "dead"] {
+        assert!(
+            all.body.contains(&format!("<option value=\"{status}\"")),
+            "{status}"
+        );
+    }
+    let dead = b.get("/ui/messages?status=dead").await;
+    assert_eq!(rows(&dead.body), 3);
+    assert!(dead.body.contains(r#"<option value="dead" selected>"#));
+    assert!(!dead.body.contains("pending one"));
+    let by_exchange = b.get("/ui/messages?exchange=billing&status=").await;
+    assert_eq!(rows(&by_exchange.body), 1);
+    assert!(by_exchange.body.contains("pending one"));
+
+    let first = b.get("/ui/messages?status=dead&limit=2").await;
+    assert_eq!(rows(&first.body), 2);
+    let at = first.body.find("rel=\"next\"").expect("a next page");
+    let href_start = first.body[..at].rfind("href=\"").expect("href") + 6;
+    let href = &first.body[href_start..at - 2];
+    let href = unescape(href);
+    assert!(
+        href.contains("status=dead") && href.contains("cursor="),
+        "{href}"
+    );
+    let second = b.get(&href).await;
+    assert_eq!(rows(&second.body), 1);
+    assert!(!second.body.contains("rel=\"next\""));
+
+    let bad = b.get("/ui/messages?status=queued").await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    assert!(bad.body.contains("unknown status `queued`"), "{}", bad.body);
+    let bad = b.get("/ui/messages?created_after=yesterday").await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    let bad = b.get("/ui/messages?cursor=!!").await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    let bad = b.get("/ui/messages/not-a-uuid").await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    let missing = b
+        .get("/ui/messages/00000000-0000-7000-8000-000000000000")
+        .await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn bulk_requeue_confirms_with_the_dry_run_count_then_acts_on_the_filter() {
+    let h = harness();
+    for n in 0..3 {
+        h.dead(message("orders", &format!("k{n}"), b"{}")).await;
+    }
+    h.dead(message("billing", "x", b"{}")).await;
+    let mut b = Browser::new(&h);
+    b.login(WRITE).await;
+    let confirm = b
+        .get("/ui/messages?status=dead&exchange=orders&confirm=requeue")
+        .await;
+    assert!(
+        confirm
+            .body
+            .contains("Dry run: 3 messages match this filter"),
+        "{}",
+        confirm.body
+    );
+    assert!(confirm.body.contains(r#"action="/ui/messages/requeue""#));
+    let csrf = value_of(&confirm.body, "csrf").expect("csrf");
+    let done = b
+        .post(
+            "/ui/messages/requeue",
+            &format!("status=dead&exchange=orders&csrf={csrf}"),
+        )
+        .await;
+    assert_eq!(done.status, StatusCode::SEE_OTHER);
+    assert!(
+        done.location().contains("notice=requeued-3"),
+        "{}",
+        done.location()
+    );
+    let after = b.get(done.location()).await;
+    assert!(after.body.contains("Requeued 3."));
+    assert_eq!(rows(&after.body), 0, "none of them is dead now");
+    assert_eq!(
+        h.outbox.count(outbox_core::Status::Dead),
+        1,
+        "billing's is untouched"
+    );
+    let entry = &h.audit.list(None, 10).await.expect("audit").items[0];
+    assert_eq!(entry.action, "requeue_matching");
+    assert_eq!(entry.target, r#"{"status":"dead","exchange":"orders"}"#);
+    assert_eq!(entry.count, 3);
+    // No CSRF token, no bulk action.
+    let refused = b.post("/ui/messages/delete", "status=dead").await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+    assert_eq!(h.outbox.count(outbox_core::Status::Dead), 1);
+}
+
+#[tokio::test]
+async fn every_page_renders_and_what_users_sent_is_escaped() {
+    let h = harness();
+    let m = message(
+        "orders",
+        "<b>key</b>",
+        br#"{"note":"<script>alert(1)</script>","n":1}"#,
+    );
+    let id = h.dead(m.clone()).await;
+    h.delivered("billing", &m, false).await;
+    h.dead_letter("billing", b"\xff\xfe not utf-8").await;
+    let mut b = Browser::new(&h);
+    b.login(WRITE).await;
+
+    let overview = b.get("/ui").await;
+    assert_eq!(overview.status, StatusCode::OK);
+    assert!(overview.body.contains(r#"id="count-dead">"#));
+    assert!(overview.body.contains("hx-trigger=\"every 5s\""));
+    assert!(overview.body.contains("<svg class=\"chart\""));
+    assert!(overview.body.contains("data-consumer=\"billing\""));
+    let paused = b.get("/ui?paused=1").await;
+    assert!(!paused.body.contains("hx-trigger"), "paused: no polling");
+    assert!(paused.body.contains("Resume live refresh"));
+    let live = b.get("/ui/overview/live").await;
+    assert!(
+        live.body.starts_with("<section id=\"live\""),
+        "{}",
+        live.body
+    );
+
+    let detail = b.get(&format!("/ui/messages/{id}")).await;
+    assert_eq!(detail.status, StatusCode::OK);
+    assert!(!detail.body.contains("<script>alert"), "escaped");
+    let text = unescape(&detail.body);
+    assert!(text.contains("<script>alert(1)</script>"), "shown as text");
+    assert!(text.contains("<b>key</b>"));
+    assert!(!detail.body.contains("<b>key"), "escaped");
+    assert!(detail.body.contains("(json, "), "pretty JSON");
+    assert!(text.contains("\n  \"n\": 1"), "{}", detail.body);
+    assert!(detail.body.contains("/ui/consumers/billing/deliveries/"));
+    let list = b.get("/ui/messages").await;
+    assert!(!list.body.contains("<script>alert"));
+
+    let delivery = b
+        .get(&format!("/ui/consumers/billing/deliveries/{id}"))
+        .await;
+    assert_eq!(delivery.status, StatusCode::OK);
+    assert!(delivery.body.contains(">Reconsume</button>"));
+    let csrf = value_of(&delivery.body, "csrf").expect("csrf");
+    let done = b
+        .post(
+            &format!("/ui/consumers/billing/deliveries/{id}/reconsume"),
+            &format!("csrf={csrf}"),
+        )
+        .await;
+    assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
+
+    for (path, expect) in [
+        ("/ui/consumers", "billing"),
+        ("/ui/consumers/billing", "Deliveries of billing"),
+        ("/ui/consumers/billing?status=pending", "unknown status"),
+        ("/ui/dead-letters", "billing"),
+        ("/ui/dead-letters/1", "(hex, "),
+        ("/ui/audit", "reconsume"),
+        ("/ui/assets/style.css", "prefers-color-scheme"),
+        ("/ui/assets/htmx.min.js", "htmx"),
+        ("/ui/no-such-page", "no such page"),
+    ] {
+        let page = b.get(path).await;
+        assert!(page.body.contains(expect), "{path}: {}", page.body);
+        assert!(
+            page.headers.contains_key(header::CONTENT_SECURITY_POLICY),
+            "{path}"
+        );
+    }
+    assert_eq!(
+        b.get("/ui/consumers/billing?status=pending").await.status,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        b.get("/ui/dead-letters/x").await.status,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        b.get("/ui/dead-letters/99").await.status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        b.get("/ui/no-such-page").await.status,
+        StatusCode::NOT_FOUND
+    );
+
+    let dark = b.get("/ui/theme?set=dark").await;
+    assert_eq!(dark.status, StatusCode::SEE_OTHER);
+    assert!(b.get("/ui").await.body.contains("data-theme=\"dark\""));
+}
+
+#[tokio::test]
+async fn deleting_a_dead_letter_and_a_message_go_through_the_service() {
+    let h = harness();
+    let id = h.dead(message("orders", "a", b"x")).await;
+    h.dead_letter("billing", b"junk").await;
+    let mut b = Browser::new(&h);
+    b.login(WRITE).await;
+    let confirm = b.get("/ui/dead-letters/1?confirm=delete").await;
+    assert!(confirm.body.contains(">Confirm</button>"));
+    let csrf = value_of(&confirm.body, "csrf").expect("csrf");
+    let done = b
+        .post("/ui/dead-letters/1/delete", &format!("csrf={csrf}"))
+        .await;
+    assert_eq!(done.status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        b.get("/ui/dead-letters/1").await.status,
+        StatusCode::NOT_FOUND
+    );
+    let done = b
+        .post(
+            &format!("/ui/messages/{id}/delete"),
+            &format!("csrf={csrf}"),
+        )
+        .await;
+    assert_eq!(done.status, StatusCode::SEE_OTHER);
+    assert!(h.outbox.get_message(id).await.expect("get").is_none());
+    let again = b
+        .post(
+            &format!("/ui/messages/{id}/delete"),
+            &format!("csrf={csrf}"),
+        )
+        .await;
+    assert_eq!(again.status, StatusCode::NOT_FOUND);
+    let actions: Vec<String> = h
+        .audit
+        .list(None, 10)
+        .await
+        .expect("audit")
+        .items
+        .into_iter()
+        .map(|e| format!("{} {}", e.actor, e.action))
+        .collect();
+    assert_eq!(actions, ["ops delete", "ops delete_dead_letter"]);
+}

@@ -1,0 +1,634 @@
+//! The dashboard's browser tests (`cargo xtask ui-test`): serves the dashboard and
+//! the JSON API over the in-memory adapters with seeded messages, starts Debian's
+//! `chromedriver` and drives headless `chromium` through the issue's scenarios,
+//! one after the other. On the first failure it saves a screenshot under
+//! `<target>/ui-screenshots/` and exits non-zero.
+//!
+//! Environment: `CHROMIUM` (default `/usr/bin/chromium`), `CHROMEDRIVER` (default
+//! `/usr/bin/chromedriver`), `UI_SCREENSHOTS` (default `target/ui-screenshots`).
+//! `--docs DIR` also saves screenshots of the overview and a message's page there.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, anyhow, bail, ensure};
+use fantoccini::{Client, ClientBuilder, Locator};
+use outbox_adapters_memory::{
+    MemoryAuditLog, MemoryInboxStore, MemoryLock, MemoryOutboxStore, MemorySweepState,
+};
+use outbox_admin::{AdminAuth, AdminPorts, AdminService, AdminToken, Role, Secret, UiOptions};
+use outbox_core::{Decision, Message, MessageId, NewMessage};
+use outbox_ports::prelude::*;
+use outbox_ports::{Lease, PublishFailure, SystemClock};
+use serde_json::{Value, json};
+
+const READ: &str = "browser-read-token-0123456789";
+const WRITE: &str = "browser-write-token-0123456789";
+/// Dead messages seeded per exchange, and pending ones.
+const DEAD_ORDERS: usize = 5;
+const DEAD_BILLING: usize = 2;
+const PENDING: usize = 3;
+
+fn message(exchange: &str, n: usize) -> Message {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let c = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut random = [0u8; 10];
+    random[..8].copy_from_slice(&c.to_be_bytes());
+    let now = time::OffsetDateTime::now_utc();
+    let payload =
+        format!(r#"{{"order_id":{n},"customer":"c-{n}","lines":[{{"sku":"A-{n}","qty":2}}]}}"#);
+    NewMessage::new(exchange, "order.created", payload.into_bytes())
+        .with_type("order.created")
+        .with_source("browser-test")
+        .into_message(MessageId::v7(now, random), now)
+}
+
+/// The stores with dead, pending and consumed-side rows, and the app over them.
+async fn seeded_app() -> anyhow::Result<axum::Router> {
+    let clock = Arc::new(SystemClock);
+    let outbox = Arc::new(MemoryOutboxStore::new(clock.clone()));
+    let inbox = Arc::new(MemoryInboxStore::new(clock.clone()));
+    let audit = Arc::new(MemoryAuditLog::new(clock.clone()));
+    let state = Arc::new(MemorySweepState::new(clock.clone()));
+    let lock = Arc::new(MemoryLock::new());
+    let mut dead = Vec::new();
+    for n in 0..DEAD_ORDERS {
+        dead.push(message("orders", n));
+    }
+    for n in 0..DEAD_BILLING {
+        dead.push(message("billing", 100 + n));
+    }
+    outbox.enqueue(dead.clone()).await?;
+    let lease = Lease::new("browser-seed", Duration::from_secs(30));
+    let claimed = outbox.claim_pending(&lease, 1000).await?;
+    let failures: Vec<PublishFailure> = claimed
+        .iter()
+        .map(|c| PublishFailure {
+            id: c.message.id,
+            error: "broker said no (seeded)".into(),
+            decision: Decision::Dead,
+        })
+        .collect();
+    outbox.mark_publish_failed(&lease, &failures).await?;
+    let pending: Vec<Message> = (0..PENDING).map(|n| message("orders", 200 + n)).collect();
+    outbox.enqueue(pending).await?;
+    // One consumer with a dead delivery and a consumed one.
+    for (m, ok) in [(&dead[0], false), (&dead[1], true)] {
+        let lease = Lease::new(format!("c-{}", m.id), Duration::from_secs(30));
+        inbox.record_arrival("shipping", m, &lease).await?;
+        if ok {
+            inbox.mark_consumed("shipping", m.id, &lease).await?;
+        } else {
+            inbox
+                .mark_consume_failed(
+                    "shipping",
+                    m.id,
+                    &lease,
+                    "handler failed (seeded)",
+                    Decision::Dead,
+                )
+                .await?;
+        }
+    }
+    let service = AdminService::new(AdminPorts {
+        outbox: outbox.clone(),
+        inbox: inbox.clone(),
+        audit,
+        outbox_store: outbox,
+        inbox_store: inbox,
+    })
+    .with_sweep_reports(state, vec!["outbox.publish-retry.last-state".into()])
+    .with_locks(lock, vec!["outbox.publish-retry.run-lock".into()]);
+    let auth = AdminAuth::new(vec![
+        AdminToken {
+            name: "viewer".into(),
+            secret: Secret::new(READ),
+            role: Role::Read,
+        },
+        AdminToken {
+            name: "ops".into(),
+            secret: Secret::new(WRITE),
+            role: Role::Write,
+        },
+    ]);
+    Ok(axum::Router::new()
+        .nest(
+            "/ui",
+            outbox_admin::ui_router(service.clone(), auth.clone(), UiOptions::default()),
+        )
+        .nest("/api/v1", outbox_admin::router(service, auth)))
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// chromedriver on a free loopback port (killed when dropped).
+async fn start_chromedriver(path: &str) -> anyhow::Result<(tokio::process::Child, String)> {
+    let port = free_port()?;
+    let child = tokio::process::Command::new(path)
+        .arg(format!("--port={port}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("cannot start {path}"))?;
+    let address = format!("127.0.0.1:{port}");
+    for _ in 0..100 {
+        if tokio::net::TcpStream::connect(&address).await.is_ok() {
+            return Ok((child, format!("http://{address}")));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    bail!("chromedriver did not listen on {address} within 10 s")
+}
+
+async fn browser(driver: &str, chromium: &str) -> anyhow::Result<Client> {
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        json!({
+            "binary": chromium,
+            "args": [
+                "--headless=new", "--no-sandbox", "--disable-gpu",
+                "--disable-background-networking", "--disable-component-update",
+                "--no-first-run", "--window-size=1280,1000", "--disable-dev-shm-usage"
+            ]
+        }),
+    );
+    let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    ClientBuilder::new(connector)
+        .capabilities(caps)
+        .connect(driver)
+        .await
+        .context("cannot open a chromium session through chromedriver")
+}
+
+/// The scenarios, against the dashboard at `base` (`http://127.0.0.1:port`).
+struct Scenarios<'a> {
+    c: &'a Client,
+    base: String,
+}
+
+const WAIT: Duration = Duration::from_secs(10);
+
+impl Scenarios<'_> {
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    async fn goto(&self, path: &str) -> anyhow::Result<()> {
+        self.c.goto(&self.url(path)).await?;
+        Ok(())
+    }
+
+    async fn path(&self) -> anyhow::Result<String> {
+        let url = self.c.current_url().await?;
+        Ok(match url.query() {
+            Some(q) => format!("{}?{q}", url.path()),
+            None => url.path().to_owned(),
+        })
+    }
+
+    async fn wait_for(&self, css: &str) -> anyhow::Result<fantoccini::elements::Element> {
+        let found = self
+            .c
+            .wait()
+            .at_most(WAIT)
+            .for_element(Locator::Css(css))
+            .await;
+        match found {
+            Ok(element) => Ok(element),
+            Err(e) => {
+                let at = self.path().await.unwrap_or_default();
+                Err(anyhow!(e).context(format!("no `{css}` on {at}")))
+            }
+        }
+    }
+
+    async fn text(&self, css: &str) -> anyhow::Result<String> {
+        Ok(self.wait_for(css).await?.text().await?.trim().to_owned())
+    }
+
+    async fn button(&self, name: &str) -> anyhow::Result<fantoccini::elements::Element> {
+        let xpath = format!("//button[normalize-space()='{name}']");
+        self.c
+            .wait()
+            .at_most(WAIT)
+            .for_element(Locator::XPath(&xpath))
+            .await
+            .with_context(|| format!("no button named `{name}`"))
+    }
+
+    /// The rows of the results table: (data-id, data-status).
+    async fn rows(&self) -> anyhow::Result<Vec<(String, String)>> {
+        self.wait_for("table#results tbody").await?;
+        let mut rows = Vec::new();
+        for row in self
+            .c
+            .find_all(Locator::Css("table#results tbody tr"))
+            .await?
+        {
+            rows.push((
+                row.attr("data-id").await?.unwrap_or_default(),
+                row.attr("data-status").await?.unwrap_or_default(),
+            ));
+        }
+        Ok(rows)
+    }
+
+    async fn login(&self, token: &str) -> anyhow::Result<()> {
+        self.goto("/ui/login").await?;
+        let field = self
+            .wait_for("form input[type=password][name=token]")
+            .await?;
+        // Submitted with Enter, as a person would.
+        field.send_keys(&format!("{token}\u{E007}")).await?;
+        Ok(())
+    }
+
+    async fn logout(&self) -> anyhow::Result<()> {
+        self.button("Log out").await?.click().await?;
+        self.wait_for("input[name=token]").await?;
+        Ok(())
+    }
+
+    /// `fetch` from the page (same origin, the session's cookie): the status.
+    async fn post_from_page(&self, path: &str, form: Value) -> anyhow::Result<u64> {
+        let script = "const done = arguments[arguments.length - 1];
+            fetch(arguments[0], {method: 'POST', body: new URLSearchParams(arguments[1]),
+                  credentials: 'same-origin', redirect: 'manual'})
+              .then(r => done(r.status)).catch(e => done('error: ' + e));";
+        let status = self
+            .c
+            .execute_async(script, vec![json!(self.url(path)), form])
+            .await?;
+        status
+            .as_u64()
+            .ok_or_else(|| anyhow!("the POST did not complete: {status}"))
+    }
+
+    /// This page's CSRF token, as htmx sends it (the body's hx-headers).
+    async fn csrf(&self) -> anyhow::Result<String> {
+        let headers = self
+            .wait_for("body")
+            .await?
+            .attr("hx-headers")
+            .await?
+            .ok_or_else(|| anyhow!("no hx-headers on body"))?;
+        let headers: Value = serde_json::from_str(&headers)?;
+        headers["X-CSRF-Token"]
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| anyhow!("no X-CSRF-Token in {headers}"))
+    }
+
+    async fn api_stats(&self) -> anyhow::Result<Value> {
+        let script = "const done = arguments[arguments.length - 1];
+            fetch('/api/v1/stats', {headers: {Authorization: 'Bearer ' + arguments[0]}})
+              .then(r => r.json()).then(done).catch(e => done({error: String(e)}));";
+        Ok(self.c.execute_async(script, vec![json!(READ)]).await?)
+    }
+
+    // ------------------------------------------------------------- scenarios
+
+    async fn wrong_token_shows_the_form_again(&self) -> anyhow::Result<()> {
+        self.login("not-a-token-at-all").await?;
+        let error = self.text("#login-error").await?;
+        ensure!(error.contains("unknown token"), "error shown: {error}");
+        self.wait_for("form input[name=token]").await?;
+        Ok(())
+    }
+
+    async fn log_in(&self) -> anyhow::Result<()> {
+        self.login(WRITE).await?;
+        let actor = self.text("#actor").await?;
+        ensure!(actor == "ops", "signed in as {actor}");
+        let path = self.path().await?;
+        ensure!(path == "/ui", "after login at {path}");
+        Ok(())
+    }
+
+    async fn overview_counts_match_the_api(&self) -> anyhow::Result<()> {
+        self.c
+            .find(Locator::LinkText("Overview"))
+            .await?
+            .click()
+            .await?;
+        let stats = self.api_stats().await?;
+        for (id, key) in [
+            ("count-pending", "pending"),
+            ("count-publish_failed", "publish_failed"),
+            ("count-dead", "dead"),
+        ] {
+            let shown = self.text(&format!("#{id}")).await?;
+            let api = &stats["outbox"][key];
+            ensure!(
+                api.as_u64().map(|n| n.to_string()) == Some(shown.clone()),
+                "{key}: page says {shown}, /api/v1/stats says {api}"
+            );
+        }
+        let consumers = stats["consumers"]
+            .as_array()
+            .ok_or_else(|| anyhow!("no consumers in {stats}"))?;
+        ensure!(!consumers.is_empty(), "seeded consumer missing: {stats}");
+        for consumer in consumers {
+            let name = consumer["name"].as_str().unwrap_or_default();
+            for key in ["in_progress", "consume_failed", "dead", "dead_letters"] {
+                let shown = self
+                    .text(&format!(
+                        "tr[data-consumer='{name}'] td[data-count='{key}']"
+                    ))
+                    .await?;
+                ensure!(
+                    consumer[key].as_u64().map(|n| n.to_string()) == Some(shown.clone()),
+                    "{name}.{key}: page says {shown}, API says {}",
+                    consumer[key]
+                );
+            }
+        }
+        Ok(())
+    }
+
+    async fn filter_to_dead(&self) -> anyhow::Result<usize> {
+        self.c
+            .find(Locator::LinkText("Messages"))
+            .await?
+            .click()
+            .await?;
+        let select = self.wait_for("form select[name=status]").await?;
+        select.select_by_value("dead").await?;
+        self.button("Filter").await?.click().await?;
+        self.c
+            .wait()
+            .at_most(WAIT)
+            .for_url(&self.url("/ui/messages?status=dead&exchange=&routing_key=&type=&created_after=&created_before=&q=").parse()?)
+            .await
+            .context("the filter is in the URL")?;
+        let rows = self.rows().await?;
+        ensure!(
+            rows.len() == DEAD_ORDERS + DEAD_BILLING,
+            "{} rows, expected {}",
+            rows.len(),
+            DEAD_ORDERS + DEAD_BILLING
+        );
+        ensure!(rows.iter().all(|(_, s)| s == "dead"), "{rows:?}");
+        Ok(rows.len())
+    }
+
+    async fn requeue_one_from_its_page(&self, dead_before: usize) -> anyhow::Result<()> {
+        let first = self.wait_for("table#results tbody tr").await?;
+        let id = first.attr("data-id").await?.unwrap_or_default();
+        first.find(Locator::Css("a")).await?.click().await?;
+        let shown = self.text("#message-id").await?;
+        ensure!(shown == id, "opened {shown}, expected {id}");
+        self.button("Requeue").await?.click().await?;
+        let question = self.text("dialog#confirm h2").await?;
+        ensure!(question.contains("Requeue"), "dialog: {question}");
+        self.button("Confirm").await?.click().await?;
+        self.wait_for("#notice").await?;
+        let status = self.text("#status").await?;
+        ensure!(status == "pending", "status after requeue: {status}");
+        self.goto("/ui/messages?status=dead").await?;
+        let rows = self.rows().await?;
+        ensure!(
+            rows.len() == dead_before - 1,
+            "{} dead rows left",
+            rows.len()
+        );
+        ensure!(rows.iter().all(|(r, _)| *r != id), "{id} still listed dead");
+        Ok(())
+    }
+
+    async fn bulk_requeue_after_the_dry_run(&self) -> anyhow::Result<()> {
+        self.goto("/ui/messages?status=dead&exchange=orders")
+            .await?;
+        let matching = self.rows().await?.len();
+        ensure!(matching > 0, "nothing dead in orders left to requeue");
+        self.button("Requeue all matching…").await?.click().await?;
+        let text = self.text("#confirm-text").await?;
+        ensure!(
+            text.contains(&format!("Dry run: {matching} messages match this filter")),
+            "dialog says: {text}"
+        );
+        self.button("Confirm").await?.click().await?;
+        let notice = self.text("#notice").await?;
+        ensure!(
+            notice == format!("Requeued {matching}."),
+            "notice: {notice}"
+        );
+        let rows = self.rows().await?;
+        ensure!(rows.is_empty(), "still dead: {rows:?}");
+        let path = self.path().await?;
+        ensure!(
+            path.contains("status=dead") && path.contains("exchange=orders"),
+            "the filter is kept: {path}"
+        );
+        Ok(())
+    }
+
+    async fn read_only_has_no_write_buttons_and_a_forged_post_is_refused(
+        &self,
+    ) -> anyhow::Result<()> {
+        self.logout().await?;
+        self.login(READ).await?;
+        let role = self.text("#role").await?;
+        ensure!(role == "read", "role {role}");
+        self.goto("/ui/messages?status=dead").await?;
+        let rows = self.rows().await?;
+        let (id, _) = rows
+            .first()
+            .cloned()
+            .ok_or_else(|| anyhow!("no dead message left for the read-only check"))?;
+        let write_buttons = "//button[normalize-space()='Requeue' or normalize-space()='Delete' or normalize-space()='Reconsume' or contains(., 'all matching')]";
+        let found = self.c.find_all(Locator::XPath(write_buttons)).await?;
+        ensure!(
+            found.is_empty(),
+            "{} write buttons on the list",
+            found.len()
+        );
+        self.goto(&format!("/ui/messages/{id}")).await?;
+        self.wait_for("#message-id").await?;
+        let found = self.c.find_all(Locator::XPath(write_buttons)).await?;
+        ensure!(
+            found.is_empty(),
+            "{} write buttons on the detail",
+            found.len()
+        );
+        let csrf = self.csrf().await?;
+        let status = self
+            .post_from_page(
+                &format!("/ui/messages/{id}/requeue"),
+                json!({ "csrf": csrf }),
+            )
+            .await?;
+        ensure!(status == 403, "forged POST of a read session: {status}");
+        self.c.refresh().await?;
+        let status = self.text("#status").await?;
+        ensure!(status == "dead", "the message changed: {status}");
+        Ok(())
+    }
+
+    async fn a_post_without_the_csrf_token_is_refused(&self) -> anyhow::Result<()> {
+        self.logout().await?;
+        self.login(WRITE).await?;
+        self.text("#actor").await?;
+        self.goto("/ui/messages?status=dead").await?;
+        let (id, _) = self
+            .rows()
+            .await?
+            .first()
+            .cloned()
+            .ok_or_else(|| anyhow!("no dead message left for the CSRF check"))?;
+        let status = self
+            .post_from_page(&format!("/ui/messages/{id}/requeue"), json!({}))
+            .await?;
+        ensure!(status == 403, "POST without CSRF token: {status}");
+        self.goto(&format!("/ui/messages/{id}")).await?;
+        let status = self.text("#status").await?;
+        ensure!(status == "dead", "the message changed: {status}");
+        Ok(())
+    }
+
+    async fn logout_ends_the_session(&self) -> anyhow::Result<()> {
+        self.logout().await?;
+        ensure!(
+            self.path().await?.starts_with("/ui/login"),
+            "not on the login page"
+        );
+        self.goto("/ui/messages").await?;
+        self.wait_for("input[name=token]").await?;
+        let path = self.path().await?;
+        ensure!(
+            path == "/ui/login",
+            "after logout, /ui/messages went to {path}"
+        );
+        Ok(())
+    }
+
+    async fn docs_screenshots(&self, dir: &std::path::Path) -> anyhow::Result<()> {
+        self.login(WRITE).await?;
+        self.text("#actor").await?;
+        std::fs::create_dir_all(dir)?;
+        self.goto("/ui").await?;
+        self.wait_for("#live").await?;
+        std::fs::write(
+            dir.join("dashboard-overview.png"),
+            self.c.screenshot().await?,
+        )?;
+        self.goto("/ui/messages?status=dead").await?;
+        let first = self.wait_for("table#results tbody tr a").await?;
+        first.click().await?;
+        self.wait_for("#payload").await?;
+        std::fs::write(
+            dir.join("dashboard-message.png"),
+            self.c.screenshot().await?,
+        )?;
+        Ok(())
+    }
+}
+
+async fn run(docs: Option<PathBuf>) -> anyhow::Result<()> {
+    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    let chromedriver =
+        std::env::var("CHROMEDRIVER").unwrap_or_else(|_| "/usr/bin/chromedriver".into());
+    let shots = PathBuf::from(
+        std::env::var("UI_SCREENSHOTS").unwrap_or_else(|_| "target/ui-screenshots".into()),
+    );
+    for (what, path) in [("chromium", &chromium), ("chromedriver", &chromedriver)] {
+        ensure!(
+            std::path::Path::new(path).exists(),
+            "{what} not found at {path}: install Debian's chromium and chromium-driver (`apt-get install -y chromium chromium-driver`; .ci/run does)"
+        );
+    }
+    let app = seeded_app().await?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let base = format!("http://{}", listener.local_addr()?);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let (_driver, driver_url) = start_chromedriver(&chromedriver).await?;
+    let client = browser(&driver_url, &chromium).await?;
+    let s = Scenarios { c: &client, base };
+    let result = async {
+        if let Some(dir) = &docs {
+            s.docs_screenshots(dir).await.context("docs screenshots")?;
+            return Ok(());
+        }
+        let mut passed = Vec::new();
+        macro_rules! scenario {
+            ($name:literal, $call:expr) => {{
+                let out = $call.await.context($name)?;
+                eprintln!("ui-test: ok    {}", $name);
+                passed.push($name);
+                out
+            }};
+        }
+        scenario!(
+            "wrong token shows the form again",
+            s.wrong_token_shows_the_form_again()
+        );
+        scenario!("log in", s.log_in());
+        scenario!(
+            "overview counts match /api/v1/stats",
+            s.overview_counts_match_the_api()
+        );
+        let dead = scenario!("filter to dead messages", s.filter_to_dead());
+        scenario!(
+            "requeue one from its page; it leaves the dead list",
+            s.requeue_one_from_its_page(dead)
+        );
+        scenario!(
+            "bulk requeue by filter after the dry-run count",
+            s.bulk_requeue_after_the_dry_run()
+        );
+        scenario!(
+            "read-only: no write buttons, forged POST refused",
+            s.read_only_has_no_write_buttons_and_a_forged_post_is_refused()
+        );
+        scenario!(
+            "POST without the CSRF token refused",
+            s.a_post_without_the_csrf_token_is_refused()
+        );
+        scenario!("logout ends the session", s.logout_ends_the_session());
+        eprintln!("ui-test: {} scenarios passed", passed.len());
+        anyhow::Ok(())
+    }
+    .await;
+    if let Err(e) = &result {
+        let _ = std::fs::create_dir_all(&shots);
+        let file = shots.join("failure.png");
+        match client.screenshot().await {
+            Ok(png) if std::fs::write(&file, &png).is_ok() => {
+                eprintln!(
+                    "ui-test: FAILED: {e:#}\nui-test: screenshot: {}",
+                    file.display()
+                );
+            }
+            _ => eprintln!("ui-test: FAILED: {e:#} (no screenshot)"),
+        }
+    }
+    let _ = client.close().await;
+    result
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let docs = match args.as_slice() {
+        [] => None,
+        [flag, dir] if flag == "--docs" => Some(PathBuf::from(dir)),
+        _ => {
+            eprintln!("usage: outbox-ui-browser [--docs DIR]");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    match run(docs).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ui-test: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1104,3 +1104,108 @@ async fn the_operator_commands_filter_requeue_delete_and_are_audited() {
     assert_eq!(in_progress, 4);
     w.cleanup().await;
 }
+
+/// Passive declare: how many messages `queue` holds, or `None` when it does not
+/// exist (a failed passive declare closes its channel, so each gets its own).
+async fn queue_depth(w: &World, queue: &str) -> Option<u32> {
+    let ch = w.amqp.create_channel().await.expect("channel");
+    let declared = ch
+        .queue_declare(
+            queue.into(),
+            lapin::options::QueueDeclareOptions {
+                passive: true,
+                ..lapin::options::QueueDeclareOptions::default()
+            },
+            FieldTable::default(),
+        )
+        .await;
+    declared.ok().map(|q| q.message_count())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outbox_run_declares_its_topology_from_config_and_refuses_a_conflicting_one() {
+    let Some(w) = World::new("topology").await else {
+        return;
+    };
+    let (exchange, queue) = (format!("{}.cfg", w.exchange), format!("{}.cfg", w.queue));
+    assert_eq!(queue_depth(&w, &queue).await, None, "not there before");
+    let port = free_port();
+    let cfg = w.config(
+        "topo",
+        &format!(
+            "[http]\naddress = \"127.0.0.1:{port}\"\n\
+             [[topology.exchanges]]\nname = \"{exchange}\"\nkind = \"topic\"\n\
+             [[topology.queues]]\nname = \"{queue}\"\nmax_length = 1000\noverflow = \"reject-publish\"\n\
+             [[topology.bindings]]\nqueue = \"{queue}\"\nexchange = \"{exchange}\"\nrouting_key = \"order.*\"\n"
+        ),
+    );
+    let relay = w.relay(&cfg);
+    w.wait_until("HTTP up", 30, async || {
+        api(port, "GET", "/healthz", None).await.0 == 200
+    })
+    .await;
+    let outbox = PgOutbox::new(w.schema.clone());
+    let mut conn = w.pool.acquire().await.expect("conn");
+    let batch = (0..5)
+        .map(|i| NewMessage::new(&exchange, "order.created", format!("{i}").into_bytes()))
+        .collect();
+    outbox
+        .enqueue_batch(&mut conn, batch)
+        .await
+        .expect("enqueue");
+    w.wait_until("sent through the declared binding", 30, async || {
+        queue_depth(&w, &queue).await == Some(5)
+    })
+    .await;
+    assert!(relay.terminate().await.success());
+
+    // The same queue declared as a quorum queue: the broker refuses (it exists as a
+    // classic one), and start-up stops naming it instead of running half-declared.
+    let conflict = w.config(
+        "conflict",
+        &format!(
+            "[http]\nenabled = false\n[[topology.queues]]\nname = \"{queue}\"\ntype = \"quorum\"\n"
+        ),
+    );
+    let out = tokio::time::timeout(
+        Duration::from_secs(60),
+        Command::new(BIN)
+            .args(["run", "--config"])
+            .arg(&conflict)
+            .env("RUST_LOG", "warn")
+            .output(),
+    )
+    .await
+    .expect("outbox run stops by itself")
+    .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "a conflicting topology must stop start-up: {stderr}"
+    );
+    assert!(
+        stderr.contains("topology") && stderr.contains(&queue),
+        "the error names the topology and the queue: {stderr}"
+    );
+    assert_eq!(
+        queue_depth(&w, &queue).await,
+        Some(5),
+        "the existing queue is untouched"
+    );
+
+    if let Ok(ch) = w.amqp.create_channel().await {
+        let _ = ch
+            .queue_delete(
+                queue.as_str().into(),
+                lapin::options::QueueDeleteOptions::default(),
+            )
+            .await;
+        let _ = ch
+            .exchange_delete(
+                exchange.as_str().into(),
+                lapin::options::ExchangeDeleteOptions::default(),
+            )
+            .await;
+    }
+    w.cleanup().await;
+}

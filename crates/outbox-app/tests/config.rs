@@ -363,3 +363,29 @@ fn the_example_config_loads_with_the_admin_api_closed() {
     assert!(cfg.admin.tokens.is_empty());
     assert_eq!(cfg.admin.redact_headers, ["authorization"]);
 }
+
+#[test]
+fn the_example_topology_loads_when_uncommented_and_needs_the_rabbitmq_publisher() {
+    let example =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../outbox.example.toml");
+    let text = std::fs::read_to_string(example).expect("example");
+    let start = text
+        .find("# [[topology.exchanges]]")
+        .expect("a topology example");
+    let block: String = text[start..]
+        .lines()
+        .map(|l| l.strip_prefix("# ").unwrap_or(l))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let cfg = RelayConfig::load_with_env(&file(&format!("{GOOD}\n{block}\n")), env(&[]))
+        .expect("the example topology loads");
+    let t = cfg.topology.to_topology().expect("valid");
+    assert_eq!(
+        (t.exchanges.len(), t.queues.len(), t.bindings.len()),
+        (1, 1, 1)
+    );
+    let memory = GOOD.replace("publisher = \"rabbitmq\"", "publisher = \"memory\"");
+    let err = RelayConfig::load_with_env(&file(&format!("{memory}\n{block}\n")), env(&[]))
+        .expect_err("topology without RabbitMQ");
+    assert!(err.to_string().contains("topology"), "{err}");
+}

@@ -28,10 +28,8 @@ impl Flow {
         let id = outbox_testkit::unique_key(test).replace(['.', '-'], "_");
         let tail = &id[id.len() - 16..];
         let shop = Shop {
-            database_url: std::env::var("OUTBOX_TEST_DATABASE_URL")
-                .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned()),
-            amqp_url: std::env::var("OUTBOX_TEST_AMQP_URL")
-                .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned()),
+            database_url: outbox_testkit::services::TestUrls::from_env().pg,
+            amqp_url: outbox_testkit::services::TestUrls::from_env().amqp,
             schema: PgSchema::new(&format!("shop_{tail}")).expect("schema"),
             outbox_schema: PgSchema::new(&format!("obx_{tail}")).expect("schema"),
             queue: format!("e2e.{id}.billing"),

@@ -176,6 +176,22 @@ fn ci() -> Result<(), String> {
             ]),
         )?;
     }
+    // No Docker engine here: the containers path is compiled and linted, and its
+    // choice logic unit-tested with the rest (outbox_testkit::containers).
+    run(
+        "clippy (outbox-testkit with feature containers)",
+        cargo().args([
+            "clippy",
+            "-p",
+            "outbox-testkit",
+            "--features",
+            "containers",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]),
+    )?;
     guard()?;
     run(
         "tests",

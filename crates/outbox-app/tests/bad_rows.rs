@@ -20,10 +20,8 @@ fn in_ci() -> bool {
 }
 
 async fn services() -> Option<(PgPool, PgSchema, lapin::Connection, String)> {
-    let db = std::env::var("OUTBOX_TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
-    let amqp = std::env::var("OUTBOX_TEST_AMQP_URL")
-        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned());
+    let urls = outbox_testkit::services::TestUrls::from_env();
+    let (db, amqp) = (urls.pg, urls.amqp);
     let pool = connect(&db, 4, Duration::from_secs(5)).await;
     let conn = outbox_adapters_rabbitmq::connect(&amqp, Duration::from_secs(5)).await;
     let (pool, conn) = match (pool, conn) {

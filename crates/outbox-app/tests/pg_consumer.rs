@@ -20,8 +20,7 @@ const QUEUE: &str = "pg-consumer.test";
 const NAME: &str = "billing";
 
 async fn database() -> Option<(outbox_adapters_postgres::PgPool, PgSchema)> {
-    let url = std::env::var("OUTBOX_TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    let url = outbox_testkit::services::TestUrls::from_env().pg;
     let pool = match connect(&url, 8, Duration::from_secs(5)).await {
         Ok(p) => p,
         Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {

@@ -27,9 +27,22 @@ pub struct TestUrls {
 }
 
 impl TestUrls {
-    /// Reads the environment.
+    /// Reads the environment; with the `containers` feature, when no
+    /// `OUTBOX_TEST_*` URL is set and a Docker engine answers, the URLs of
+    /// PostgreSQL, RabbitMQ and Redis containers instead (see
+    /// [`crate::containers`]).
+    ///
+    /// # Panics
+    /// With the `containers` feature, when Docker answers but the containers
+    /// cannot be started (the message says why).
     #[must_use]
     pub fn from_env() -> Self {
+        use crate::containers::{Source, URL_VARIABLES, choose, docker_answers};
+        let any_set = URL_VARIABLES.iter().any(|k| std::env::var_os(k).is_some());
+        if choose(any_set, cfg!(feature = "containers"), docker_answers) == Source::Containers {
+            #[cfg(feature = "containers")]
+            return crate::containers::urls().unwrap_or_else(|e| panic!("Docker answers, but {e}"));
+        }
         let var = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_owned());
         Self {
             pg: var(

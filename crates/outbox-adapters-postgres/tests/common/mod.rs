@@ -13,7 +13,7 @@ use tokio::sync::OnceCell;
 pub const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
 pub fn url() -> String {
-    std::env::var("OUTBOX_TEST_DATABASE_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned())
+    outbox_testkit::services::TestUrls::from_env().pg
 }
 
 fn in_ci() -> bool {

@@ -15,7 +15,7 @@ use outbox_core::config::redact_url;
 pub const DEFAULT_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 
 pub fn url() -> String {
-    std::env::var("OUTBOX_TEST_AMQP_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned())
+    outbox_testkit::services::TestUrls::from_env().amqp
 }
 
 fn in_ci() -> bool {

@@ -10,7 +10,7 @@ use outbox_core::config::redact_url;
 pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379/";
 
 pub fn url() -> String {
-    std::env::var("OUTBOX_TEST_REDIS_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned())
+    outbox_testkit::services::TestUrls::from_env().redis
 }
 
 fn in_ci() -> bool {

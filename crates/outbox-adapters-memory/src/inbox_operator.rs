@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use outbox_core::{MessageId, Status};
 use outbox_ports::{
     BulkOutcome, ConsumerSummary, InboxOperator, InboxRecord, InboxStore, MessageFilter,
-    MessageSummary, MinuteCount, Page, PageCursor, PortError, StoredDeadLetter,
+    MessageSummary, MinuteCount, PREVIEW_BYTES, Page, PageCursor, PortError, StoredDeadLetter,
     reconsumable_statuses,
 };
 
@@ -15,14 +15,23 @@ use crate::inbox::{KeptLetter, MemoryInboxStore, record};
 use crate::listing::{BULK_BATCH, below, matches, page, per_minute, summary, window_start};
 use crate::lock;
 
-fn stored(id: u64, k: &KeptLetter) -> StoredDeadLetter {
+/// `k` as stored; `preview` keeps only the first [`PREVIEW_BYTES`] of its body
+/// (list pages).
+fn stored(id: u64, k: &KeptLetter, preview: bool) -> StoredDeadLetter {
+    let body = &k.letter.body;
+    let shown = if preview {
+        &body[..body.len().min(PREVIEW_BYTES)]
+    } else {
+        body
+    };
     StoredDeadLetter {
         id,
         consumer: k.consumer.clone(),
         message_id: k.letter.message_id.clone(),
         routing_key: k.letter.routing_key.clone(),
         headers: k.letter.headers.clone(),
-        body: k.letter.body.clone(),
+        body: shown.to_vec(),
+        body_size: body.len() as u64,
         reason: k.letter.reason.clone(),
         received_at: k.received_at,
     }
@@ -169,7 +178,7 @@ impl InboxOperator for MemoryInboxStore {
                 .range(below(after))
                 .rev()
                 .filter(|(_, k)| consumer.as_ref().is_none_or(|c| *c == k.consumer))
-                .map(|(id, k)| (*id, stored(*id, k))),
+                .map(|(id, k)| (*id, stored(*id, k, true))),
             limit,
         ))
     }
@@ -178,7 +187,7 @@ impl InboxOperator for MemoryInboxStore {
         Ok(lock(&self.table)
             .dead_letters
             .get(&id)
-            .map(|k| stored(id, k)))
+            .map(|k| stored(id, k, false)))
     }
 
     async fn delete_dead_letter(&self, id: u64) -> Result<(), PortError> {

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use outbox_core::{Headers, MessageId, Timestamp};
 use outbox_ports::{
     BulkOutcome, ConsumerSummary, InboxOperator, InboxRecord, InboxStats, MessageFilter,
-    MessageSummary, MinuteCount, Page, PageCursor, PortError, StoredDeadLetter,
+    MessageSummary, MinuteCount, PREVIEW_BYTES, Page, PageCursor, PortError, StoredDeadLetter,
     reconsumable_statuses,
 };
 
@@ -27,6 +27,7 @@ struct LetterRow {
     /// The jsonb as text, parsed per row (see `rows::read_columns`).
     headers: String,
     body: Vec<u8>,
+    body_size: i64,
     reason: String,
     /// `None`: a time no [`Timestamp`] can hold (see `rows::readable_time`).
     received_at: Option<Timestamp>,
@@ -43,16 +44,24 @@ impl LetterRow {
             // none rather than failing the whole list.
             headers: serde_json::from_str::<Headers>(&self.headers).unwrap_or_default(),
             body: self.body,
+            body_size: u64::try_from(self.body_size).unwrap_or(0),
             reason: self.reason,
             received_at: self.received_at.unwrap_or(Timestamp::UNIX_EPOCH),
         }
     }
 }
 
-fn letter_columns() -> String {
+/// A dead letter's columns; `preview` reads only the first [`PREVIEW_BYTES`] of
+/// the body (list pages: a body is whatever the broker delivered, however large).
+fn letter_columns(preview: bool) -> String {
+    let body = if preview {
+        format!("substring(body from 1 for {PREVIEW_BYTES}) AS body")
+    } else {
+        "body".to_owned()
+    };
     format!(
-        "seq, consumer, message_id, routing_key, headers::text AS headers, body, reason, \
-         {} AS received_at",
+        "seq, consumer, message_id, routing_key, headers::text AS headers, {body}, \
+         octet_length(body)::bigint AS body_size, reason, {} AS received_at",
         readable_time("received_at")
     )
 }
@@ -262,7 +271,7 @@ impl InboxOperator for PgInboxStore {
         let lp = w.bind(i64::from(limit) + 1)?;
         let sql = format!(
             "SELECT {} FROM {}{} ORDER BY seq DESC LIMIT {lp}",
-            letter_columns(),
+            letter_columns(true),
             self.letters(),
             w.sql()
         );
@@ -280,7 +289,7 @@ impl InboxOperator for PgInboxStore {
         };
         let row: Option<LetterRow> = sqlx::query_as(&format!(
             "SELECT {} FROM {} WHERE seq = $1",
-            letter_columns(),
+            letter_columns(false),
             self.letters()
         ))
         .bind(seq)

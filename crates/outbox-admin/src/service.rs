@@ -249,13 +249,17 @@ impl AdminService {
     }
 
     fn dead_letter(&self, letter: StoredDeadLetter, whole: bool) -> DeadLetterView {
-        let body_size = letter.body.len() as u64;
-        let shown = if whole || letter.body.len() <= PREVIEW_BYTES {
-            self.redaction.bytes(&letter.body, false, true)
+        let body_size = letter.body_size;
+        // A list page's letters hold only the start of their body already.
+        let shown_len = if whole {
+            letter.body.len()
         } else {
-            self.redaction
-                .bytes(&letter.body[..PREVIEW_BYTES], true, true)
+            letter.body.len().min(PREVIEW_BYTES)
         };
+        let truncated = (shown_len as u64) < body_size;
+        let shown = self
+            .redaction
+            .bytes(&letter.body[..shown_len], truncated, true);
         DeadLetterView {
             id: letter.id,
             consumer: letter.consumer,

@@ -630,6 +630,34 @@ async fn every_page_renders_and_what_users_sent_is_escaped() {
         StatusCode::NOT_FOUND
     );
 
+    // A NUL in a consumer name is refused before any store sees it (PostgreSQL
+    // text cannot hold one: it would be a store error, a 5xx).
+    for path in [
+        "/ui/consumers/a%00b",
+        &format!("/ui/consumers/a%00b/deliveries/{id}"),
+        "/ui/dead-letters?consumer=a%00b",
+    ] {
+        let page = b.get(path).await;
+        assert_eq!(
+            page.status,
+            StatusCode::BAD_REQUEST,
+            "{path}: {}",
+            page.body
+        );
+    }
+    // Pages of a consumer named "assets" are pages: not cacheable.
+    let assets_consumer = b
+        .get(&format!("/ui/consumers/assets/deliveries/{id}"))
+        .await;
+    assert_eq!(
+        assets_consumer
+            .headers
+            .get(header::CACHE_CONTROL)
+            .and_then(|v| v.to_str().ok()),
+        Some("no-store"),
+        "a consumer's page is never cached, whatever its name"
+    );
+
     let dark = b.get("/ui/theme?set=dark").await;
     assert_eq!(dark.status, StatusCode::SEE_OTHER);
     assert!(b.get("/ui").await.body.contains("data-theme=\"dark\""));

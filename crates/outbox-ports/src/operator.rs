@@ -180,8 +180,11 @@ pub struct StoredDeadLetter {
     pub routing_key: String,
     /// Its headers.
     pub headers: Headers,
-    /// The raw body.
+    /// The raw body; in a list page only its first [`PREVIEW_BYTES`] (a dead
+    /// letter keeps whatever the broker delivered, however large).
     pub body: Vec<u8>,
+    /// The whole body's size in bytes.
+    pub body_size: u64,
     /// Why it was refused.
     pub reason: String,
     /// When it arrived.

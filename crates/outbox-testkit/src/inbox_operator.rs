@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use outbox_core::{Decision, Headers, Message, MessageId, Status, Timestamp};
 use outbox_ports::{
-    DeadLetter, InboxOperator, InboxStore, Lease, MessageFilter, PageCursor, PortError,
+    DeadLetter, InboxOperator, InboxStore, Lease, MessageFilter, PREVIEW_BYTES, PageCursor,
+    PortError,
 };
 
 use crate::{LONG_TTL, message, unique_key};
@@ -301,10 +302,10 @@ pub async fn consumers_and_dead_letters(i: InboxUnderTest) {
             .await
             .expect("letter");
     }
-    i.store
-        .record_dead_letter(&b, letter(9))
-        .await
-        .expect("letter");
+    // A body larger than a preview: lists carry its start and its size only.
+    let mut big = letter(9);
+    big.body = vec![b'x'; PREVIEW_BYTES + 100];
+    i.store.record_dead_letter(&b, big).await.expect("letter");
     put(&i, &a, &msgs(3), Status::Dead).await;
     let consumers = i.operator.consumers().await.expect("consumers");
     let of = |name: &str| consumers.iter().find(|c| c.name == name);
@@ -352,6 +353,26 @@ pub async fn consumers_and_dead_letters(i: InboxUnderTest) {
         .expect("all");
     assert_eq!(everyone.items.len(), 6);
     assert_eq!(everyone.items[0].consumer, b);
+    let listed_big = &everyone.items[0];
+    assert_eq!(listed_big.body_size, (PREVIEW_BYTES + 100) as u64);
+    assert_eq!(
+        listed_big.body.len(),
+        PREVIEW_BYTES,
+        "a list carries a preview"
+    );
+    let whole = i
+        .operator
+        .get_dead_letter(listed_big.id)
+        .await
+        .expect("get")
+        .expect("there");
+    assert_eq!(
+        whole.body.len(),
+        PREVIEW_BYTES + 100,
+        "get returns it whole"
+    );
+    assert_eq!(whole.body_size, (PREVIEW_BYTES + 100) as u64);
+    assert_eq!(seen[0].body_size, letter(4).body.len() as u64);
 
     let target = seen[2].clone();
     assert_eq!(

@@ -216,7 +216,9 @@ async fn not_found() -> Response {
 /// no sniffing, no referrer (a login URL may carry a one-time token), and no
 /// caching of pages.
 async fn security_headers(request: Request, next: Next) -> Response {
-    let is_asset = request.uri().path().contains("/assets/");
+    // The path as this router sees it (a nest's prefix is stripped): a consumer
+    // named "assets" must not make its pages cacheable.
+    let is_asset = request.uri().path().starts_with("/assets/");
     let mut response = next.run(request).await;
     let headers = response.headers_mut();
     headers.insert(

@@ -520,7 +520,7 @@ pub(crate) async fn deliveries(
     name: Result<Path<String>, PathRejection>,
     q: Result<Query<ListQuery>, QueryRejection>,
 ) -> Page {
-    let name = path(name)?;
+    let name = crate::params::text("consumer", path(name)?)?;
     let at = ui.at(&format!("/consumers/{}", encode(&name)));
     let kind = ListKind {
         side: Side::Inbox,
@@ -651,7 +651,7 @@ fn detail_page(
     });
     let all = q.all.as_deref() == Some("1");
     let payload = view::payload(&d.payload, d.payload_base64, all);
-    let show_all = payload.cut.then(|| format!("{here}?all=1"));
+    let show_all = (payload.cut && !all).then(|| format!("{here}?all=1"));
     let deliveries = match side {
         Side::Outbox => d
             .deliveries
@@ -728,6 +728,7 @@ pub(crate) async fn delivery(
     q: Result<Query<DetailQuery>, QueryRejection>,
 ) -> Page {
     let (name, id) = path(p)?;
+    let name = crate::params::text("consumer", name)?;
     let id = parse_message_id(&id)?;
     let q = detail_query(q)?;
     let d = ui.service.get_delivery(&name, id).await?;
@@ -788,6 +789,7 @@ pub(crate) async fn reconsume(
 ) -> Page {
     check_write(&session, &headers, action_form(form).csrf.as_deref())?;
     let (name, id) = path(p)?;
+    let name = crate::params::text("consumer", name)?;
     let id = parse_message_id(&id)?;
     ui.service.reconsume(&session.actor.name, &name, id).await?;
     Ok(redirect(&ui.at(&format!(
@@ -875,7 +877,7 @@ pub(crate) async fn bulk_reconsume(
 ) -> Page {
     let csrf = form.as_ref().ok().and_then(|Form(f)| f.csrf.clone());
     check_write(&session, &headers, csrf.as_deref())?;
-    let name = path(name)?;
+    let name = crate::params::text("consumer", path(name)?)?;
     let q = bulk_form(form)?;
     let filter = q.filter(Side::Inbox)?;
     let done = ui
@@ -978,7 +980,11 @@ pub(crate) async fn dead_letters(
     let q = q
         .map(|Query(q)| q)
         .map_err(|e| AdminError::bad("bad_query", e.body_text()))?;
-    let consumer = q.consumer.filter(|c| !c.trim().is_empty());
+    let consumer = q
+        .consumer
+        .filter(|c| !c.trim().is_empty())
+        .map(|c| crate::params::text("consumer", c))
+        .transpose()?;
     let cursor = parse_cursor(q.cursor.as_deref().filter(|c| !c.is_empty()))?;
     let page = ui
         .service
@@ -1037,11 +1043,8 @@ pub(crate) async fn dead_letter(
     let q = detail_query(q)?;
     let letter = ui.service.get_dead_letter(id).await?;
     let here = ui.at(&format!("/dead-letters/{id}"));
-    let body = view::payload(
-        &letter.body,
-        letter.body_base64,
-        q.all.as_deref() == Some("1"),
-    );
+    let all = q.all.as_deref() == Some("1");
+    let body = view::payload(&letter.body, letter.body_base64, all);
     let confirm =
         (session.can_write() && q.confirm.as_deref() == Some("delete")).then(|| Confirm {
             title: format!("Delete dead letter {id}?"),
@@ -1055,7 +1058,7 @@ pub(crate) async fn dead_letter(
         StatusCode::OK,
         &LetterPage {
             chrome: chrome(&ui, &session, "dead-letters"),
-            show_all: body.cut.then(|| format!("{here}?all=1")),
+            show_all: (body.cut && !all).then(|| format!("{here}?all=1")),
             here,
             letter,
             body,

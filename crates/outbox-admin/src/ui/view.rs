@@ -77,50 +77,139 @@ pub(crate) fn status_options(side: Side, selected: Option<&str>) -> Vec<StatusOp
         .collect()
 }
 
+/// The most a page shows of a payload with "show all": beyond it the page says
+/// so and the JSON API's detail gives the whole payload. A bound, because a
+/// multi-megabyte body (dead letters keep what the broker delivered) rendered
+/// whole would take the process serving the page down with it.
+pub(crate) const SHOW_ALL_BYTES: usize = 1024 * 1024;
+
 /// A payload as shown on a detail page.
 #[derive(Debug, Clone)]
 pub(crate) struct PayloadView {
     /// `json`, `text` or `hex`.
     pub(crate) kind: &'static str,
     pub(crate) text: String,
-    /// Cut to [`SHOWN_BYTES`]; "show all" shows the rest.
+    /// Cut to [`SHOWN_BYTES`] (or, with "show all", to [`SHOW_ALL_BYTES`]).
     pub(crate) cut: bool,
 }
 
-/// `shown` (text, or base64 when `base64`) as JSON pretty-printed, text, or hex.
+/// `shown` (text, or base64 when `base64`) as JSON indented, text, or hex; cut to
+/// [`SHOWN_BYTES`], or [`SHOW_ALL_BYTES`] when `all`.
+///
+/// JSON is indented from its own text, token by token, not parsed into values
+/// and printed again: what is shown is what was stored (key order, duplicate keys,
+/// numbers beyond f64 all kept), and the work stops at the cut, so deep nesting
+/// cannot make the indented text explode in memory.
 pub(crate) fn payload(shown: &str, base64: bool, all: bool) -> PayloadView {
+    let limit = if all { SHOW_ALL_BYTES } else { SHOWN_BYTES };
     if base64 {
+        // A hex dump line takes 16 bytes to 78 characters: about five per byte.
+        let max = limit / 5;
         let bytes = STANDARD.decode(shown).unwrap_or_default();
-        let cut = !all && bytes.len() > SHOWN_BYTES / 2;
-        let bytes = if cut {
-            &bytes[..SHOWN_BYTES / 2]
-        } else {
-            &bytes
-        };
+        let cut = bytes.len() > max;
         return PayloadView {
             kind: "hex",
-            text: hex_dump(bytes),
+            text: hex_dump(&bytes[..bytes.len().min(max)]),
             cut,
         };
     }
-    let (kind, text) = match serde_json::from_str::<serde_json::Value>(shown) {
-        Ok(value) if shown.trim_start().starts_with(['{', '[']) => (
-            "json",
-            serde_json::to_string_pretty(&value).unwrap_or_else(|_| shown.to_owned()),
-        ),
-        _ => ("text", shown.to_owned()),
-    };
-    let cut = !all && text.len() > SHOWN_BYTES;
-    let text = if cut {
-        let mut end = SHOWN_BYTES;
-        while !text.is_char_boundary(end) {
-            end -= 1;
+    let trimmed = shown.trim_start();
+    let is_json = trimmed.starts_with(['{', '['])
+        && serde_json::from_str::<serde::de::IgnoredAny>(shown).is_ok();
+    if is_json {
+        let (text, cut) = indent_json(trimmed, limit);
+        return PayloadView {
+            kind: "json",
+            text,
+            cut,
+        };
+    }
+    let cut = shown.len() > limit;
+    PayloadView {
+        kind: "text",
+        text: shown[..floor_char_boundary(shown, limit)].to_owned(),
+        cut,
+    }
+}
+
+/// The largest char boundary of `s` at or below `at`.
+fn floor_char_boundary(s: &str, at: usize) -> usize {
+    let mut end = at.min(s.len());
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    end
+}
+
+/// Valid JSON text indented by two spaces a level, at most `limit` bytes of it;
+/// true when cut.
+fn indent_json(json: &str, limit: usize) -> (String, bool) {
+    let mut out = String::with_capacity(json.len().min(limit) + 64);
+    let mut depth = 0_usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    let newline = |out: &mut String, depth: usize| {
+        out.push('\n');
+        for _ in 0..depth {
+            out.push_str("  ");
         }
-        text[..end].to_owned()
-    } else {
-        text
     };
-    PayloadView { kind, text, cut }
+    let mut chars = json.chars().peekable();
+    while let Some(c) = chars.next() {
+        if out.len() >= limit {
+            let end = floor_char_boundary(&out, limit);
+            out.truncate(end);
+            return (out, true);
+        }
+        if in_string {
+            out.push(c);
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => {
+                in_string = true;
+                out.push(c);
+            }
+            '{' | '[' => {
+                out.push(c);
+                // An empty object or array stays on one line.
+                while chars.peek().is_some_and(|n| n.is_ascii_whitespace()) {
+                    chars.next();
+                }
+                if chars.peek().is_some_and(|n| matches!(n, '}' | ']')) {
+                    if let Some(close) = chars.next() {
+                        out.push(close);
+                    }
+                } else {
+                    depth += 1;
+                    newline(&mut out, depth);
+                }
+            }
+            '}' | ']' => {
+                depth = depth.saturating_sub(1);
+                newline(&mut out, depth);
+                out.push(c);
+            }
+            ',' => {
+                out.push(c);
+                newline(&mut out, depth);
+            }
+            ':' => out.push_str(": "),
+            c if c.is_ascii_whitespace() => {}
+            c => out.push(c),
+        }
+    }
+    let cut = out.len() > limit;
+    if cut {
+        out.truncate(floor_char_boundary(&out, limit));
+    }
+    (out, cut)
 }
 
 /// 16 bytes a line: offset, hex, and the printable ASCII.
@@ -233,6 +322,49 @@ mod tests {
         assert!(cut.cut && cut.text.len() == SHOWN_BYTES);
         let whole = payload(&big, false, true);
         assert!(!whole.cut && whole.text.len() == big.len());
+        let huge = "x".repeat(SHOW_ALL_BYTES + 1);
+        let capped = payload(&huge, false, true);
+        assert!(capped.cut && capped.text.len() == SHOW_ALL_BYTES);
+    }
+
+    #[test]
+    fn json_is_indented_from_its_own_text() {
+        let stored = r#"{"z": 1, "a": [], "id": 123456789012345678901234, "a": "x,\"}{", "e": {}}"#;
+        let shown = payload(stored, false, false);
+        assert_eq!(shown.kind, "json");
+        assert_eq!(
+            shown.text,
+            "{\n  \"z\": 1,\n  \"a\": [],\n  \"id\": 123456789012345678901234,\n  \"a\": \"x,\\\"}{\",\n  \"e\": {}\n}",
+            "key order, duplicate keys, big numbers and strings with brackets kept"
+        );
+    }
+
+    #[test]
+    fn deep_json_stays_within_the_cut() {
+        // 127 levels of nesting around many short elements: printed whole with
+        // two spaces a level it would be about 100 times its size.
+        let inner = vec!["0"; 200_000].join(",");
+        let deep = format!("{}{inner}{}", "[".repeat(127), "]".repeat(127));
+        let shown = payload(&deep, false, false);
+        assert_eq!(shown.kind, "json");
+        assert!(
+            shown.cut && shown.text.len() <= SHOWN_BYTES,
+            "{}",
+            shown.text.len()
+        );
+        let all = payload(&deep, false, true);
+        assert!(all.cut && all.text.len() <= SHOW_ALL_BYTES);
+    }
+
+    #[test]
+    fn hex_dumps_are_bounded_too() {
+        let body = STANDARD.encode(vec![7_u8; SHOW_ALL_BYTES]);
+        let all = payload(&body, true, true);
+        assert!(
+            all.cut && all.text.len() <= SHOW_ALL_BYTES + 80,
+            "{}",
+            all.text.len()
+        );
     }
 
     #[test]

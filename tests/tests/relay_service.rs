@@ -492,6 +492,24 @@ async fn messages_end_dead_and_the_dead_commands_handle_them() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("is pending, not dead"));
     assert_eq!(w.count("pending").await, 4);
+    // Every write of `outbox dead` is in the audit log, as the OS user's.
+    let audit: Vec<(String, String, i64)> = sqlx::query_as(&format!(
+        "SELECT actor, action, count FROM {}.outbox_audit ORDER BY seq",
+        w.schema.quoted()
+    ))
+    .fetch_all(&w.pool)
+    .await
+    .expect("audit");
+    let actions: Vec<(&str, i64)> = audit.iter().map(|(_, a, n)| (a.as_str(), *n)).collect();
+    assert_eq!(
+        actions,
+        [("delete", 1), ("requeue_matching", 4)],
+        "the refused deletes change nothing and are not recorded: {audit:?}"
+    );
+    assert!(
+        audit.iter().all(|(actor, _, _)| actor.starts_with("cli:")),
+        "{audit:?}"
+    );
     w.cleanup().await;
 }
 

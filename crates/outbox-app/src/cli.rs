@@ -293,7 +293,12 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 action => {
                     let wired = wiring::wire(&cfg, "outbox-cli").await?;
                     wiring::migrate_if_asked(&cfg, wired.postgres.as_ref()).await?;
-                    dead(&*wired.store, action).await
+                    let service = cfg.admin.service(
+                        wired.admin.clone(),
+                        wired.state.clone(),
+                        vec![cfg.sweep.state_key.clone()],
+                    );
+                    dead(&*wired.store, &service, action).await
                 }
             }
         }
@@ -553,17 +558,31 @@ async fn run_relay(cfg: RelayConfig) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// `outbox dead ...` on the outbox: lists read the store; every write goes
+/// through the admin service, so it is audited as `cli:<os user>` like the
+/// `outbox messages` commands.
 #[allow(clippy::print_stdout)]
-async fn dead(store: &dyn OutboxStore, action: DeadAction) -> anyhow::Result<ExitCode> {
+async fn dead(
+    store: &dyn OutboxStore,
+    service: &outbox_admin::AdminService,
+    action: DeadAction,
+) -> anyhow::Result<ExitCode> {
     let parse = |id: &str| -> anyhow::Result<MessageId> {
         id.parse::<MessageId>().map_err(|e| anyhow::anyhow!("{e}"))
     };
-    let not_found = |e: PortError| -> anyhow::Error {
+    let refused = |id: MessageId, e: outbox_admin::AdminError| -> anyhow::Error {
         match e {
-            PortError::NotFound { id, .. } => anyhow::anyhow!("no message with id {id}"),
+            outbox_admin::AdminError::Port(PortError::NotFound { .. }) => {
+                anyhow::anyhow!("no message with id {id}")
+            }
+            outbox_admin::AdminError::Port(PortError::NotDeletable(refused)) => anyhow::anyhow!(
+                "message {id} is {}, not dead; only dead messages are deleted",
+                refused.status
+            ),
             other => other.into(),
         }
     };
+    let actor = admin_cli::cli_actor();
     match action {
         DeadAction::List { limit, .. } => {
             let dead = store.list(Status::Dead, limit).await?;
@@ -581,30 +600,37 @@ async fn dead(store: &dyn OutboxStore, action: DeadAction) -> anyhow::Result<Exi
             eprintln!("{} dead message(s) shown", dead.len());
         }
         DeadAction::Requeue { id: Some(id), .. } => {
-            store.requeue(parse(&id)?).await.map_err(not_found)?;
+            let id = parse(&id)?;
+            service
+                .requeue_message(&actor, id)
+                .await
+                .map_err(|e| refused(id, e))?;
             eprintln!("requeued {id}");
         }
         DeadAction::Requeue { id: None, .. } => {
+            // Every dead message, in bounded batches server-side (one audit entry).
+            let filter = outbox_ports::MessageFilter {
+                status: Some(Status::Dead),
+                ..outbox_ports::MessageFilter::default()
+            };
             let total = store.stats().await?.dead;
             let bar = if std::io::stderr().is_terminal() {
                 indicatif::ProgressBar::new(total)
             } else {
                 indicatif::ProgressBar::hidden()
             };
-            let mut done = 0u64;
-            loop {
-                let batch = store.list(Status::Dead, 500).await?;
-                if batch.is_empty() {
-                    break;
-                }
-                for r in batch {
-                    store.requeue(r.message.id).await?;
-                    done += 1;
-                    bar.inc(1);
-                }
-            }
+            let outcome = service
+                .requeue_matching_with_progress(
+                    &actor,
+                    &filter,
+                    "status=dead (outbox dead requeue --all)".to_owned(),
+                    false,
+                    i64::MAX.unsigned_abs(),
+                    &mut |p| bar.set_position(p.changed),
+                )
+                .await;
             bar.finish_and_clear();
-            eprintln!("requeued {done} dead message(s)");
+            eprintln!("requeued {} dead message(s)", outcome?.changed);
         }
         DeadAction::Reconsume { consumer, .. } => {
             return Err(anyhow::anyhow!(
@@ -615,13 +641,10 @@ async fn dead(store: &dyn OutboxStore, action: DeadAction) -> anyhow::Result<Exi
             let id = parse(&id)?;
             // The store refuses anything but a dead message in the delete itself, so
             // a requeue racing this command cannot lose a message.
-            store.delete(id).await.map_err(|e| match e {
-                PortError::NotDeletable(refused) => anyhow::anyhow!(
-                    "message {id} is {}, not dead; only dead messages are deleted",
-                    refused.status
-                ),
-                other => not_found(other),
-            })?;
+            service
+                .delete_message(&actor, id, false)
+                .await
+                .map_err(|e| refused(id, e))?;
             eprintln!("deleted {id}");
         }
     }
@@ -648,12 +671,17 @@ async fn consumer_dead(
     match reconsume {
         Some(id) => {
             let id: MessageId = id.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
-            inbox.reconsume(consumer, id).await.map_err(|e| match e {
-                PortError::NotFound { .. } => {
-                    anyhow::anyhow!("consumer {consumer} has no delivery with id {id}")
-                }
-                other => other.into(),
-            })?;
+            // Through the admin service: audited as cli:<os user>.
+            let service = admin_cli::service(cfg).await?;
+            service
+                .reconsume(&admin_cli::cli_actor(), consumer, id)
+                .await
+                .map_err(|e| match e {
+                    outbox_admin::AdminError::Port(PortError::NotFound { .. }) => {
+                        anyhow::anyhow!("consumer {consumer} has no delivery with id {id}")
+                    }
+                    other => other.into(),
+                })?;
             eprintln!("reconsume {id} for {consumer}: queued for its consume sweep");
         }
         None => {

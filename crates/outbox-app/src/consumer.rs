@@ -798,13 +798,23 @@ impl<P: InboxPath> SweepTask for InboxRetryTask<P> {
     }
 
     async fn run_batch(&self, limit: u32) -> Result<BatchCounts, PortError> {
+        self.run_batch_while_held(limit, &|| true).await
+    }
+
+    async fn run_batch_while_held(
+        &self,
+        limit: u32,
+        held: &(dyn Fn() -> bool + Send + Sync),
+    ) -> Result<BatchCounts, PortError> {
         let s = &self.shared;
         let mut counts = BatchCounts::default();
         // One claim per row, each under a lease of its own taken just before its
         // handler runs: a lease on a whole batch would run out for the rows at its end
         // while the first ones are handled, and a redelivery or another sweep would run
-        // the same handler at the same time.
-        while counts.claimed < u64::from(limit) {
+        // the same handler at the same time. Each handler may take up to its timeout,
+        // so the sweep's lock is checked before every claim: once it is lost, another
+        // instance sweeps, and this one stops claiming.
+        while counts.claimed < u64::from(limit) && held() {
             let lease = s.leases.next();
             let Some(c) = s
                 .path

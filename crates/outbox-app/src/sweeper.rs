@@ -42,6 +42,23 @@ pub trait SweepTask: Send + Sync {
     /// A [`PortError`] ends the round as a failure (logged; the next round waits one
     /// interval).
     async fn run_batch(&self, limit: u32) -> Result<BatchCounts, PortError>;
+
+    /// [`SweepTask::run_batch`], told whether the sweep's lock is still held. A
+    /// task whose batch takes long (one handler after another) checks it before
+    /// each step and ends the batch early once it is lost, so it never goes on
+    /// working while another instance sweeps. The default checks nothing more than
+    /// the sweeper does between batches.
+    ///
+    /// # Errors
+    /// As [`SweepTask::run_batch`].
+    async fn run_batch_while_held(
+        &self,
+        limit: u32,
+        held: &(dyn Fn() -> bool + Send + Sync),
+    ) -> Result<BatchCounts, PortError> {
+        let _ = held;
+        self.run_batch(limit).await
+    }
 }
 
 /// The retry background service.
@@ -250,7 +267,12 @@ impl RetrySweeper {
             if let SweepStep::Record(end) = progress.before_batch(guard.is_held()) {
                 return Ok(Some(end));
             }
-            let counts = match self.task.run_batch(self.config.batch_size).await {
+            let held = || guard.is_held();
+            let counts = match self
+                .task
+                .run_batch_while_held(self.config.batch_size, &held)
+                .await
+            {
                 Ok(counts) => counts,
                 // The lost lock is what ended this sweep (another instance sweeps
                 // now); the batch's error is likely its consequence (a claim whose

@@ -191,6 +191,41 @@ async fn a_failed_handler_is_stored_and_retried_until_consumed() {
 }
 
 #[tokio::test]
+async fn a_consume_retry_batch_stops_claiming_once_the_sweep_lock_is_lost() {
+    let b = broker();
+    let inbox = Arc::new(MemoryInboxStore::new(Arc::new(SystemClock)));
+    let effects = Effects::default();
+    // Every first attempt fails, every retry succeeds.
+    let worker = ConsumerWorker::new(
+        inbox.clone(),
+        Arc::new(b.clone()),
+        counting(effects.clone(), |_, n| (n < 2).then_some("first attempt")),
+        Arc::new(SystemClock),
+        config(5),
+    );
+    let task = worker.retry_task();
+    let msgs = outbox_testkit::messages(5);
+    b.publish(&msgs).await;
+    let r = run(worker);
+    wait_for("failures", async || {
+        inbox.stats(NAME).await.expect("stats").consume_failed == 5
+    })
+    .await;
+    r.stop().await;
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    // The lock holds for the first claim only (each handler may take up to its
+    // timeout; another instance may sweep once the lease is gone).
+    let checks = AtomicU32::new(0);
+    let held = || checks.fetch_add(1, Ordering::SeqCst) == 0;
+    let counts = task.run_batch_while_held(10, &held).await.expect("batch");
+    assert_eq!(counts.claimed, 1, "no claim after the lock was lost");
+    assert_eq!(inbox.stats(NAME).await.expect("stats").consume_failed, 4);
+    // With the lock, the rest is retried.
+    let counts = task.run_batch(10).await.expect("batch");
+    assert_eq!(counts.claimed, 4);
+}
+
+#[tokio::test]
 async fn a_poison_message_ends_dead_while_the_rest_flows() {
     let b = broker();
     let inbox = Arc::new(MemoryInboxStore::new(Arc::new(SystemClock)));

@@ -157,11 +157,14 @@ async fn keep_renewed<F, Fut>(
         held.store(false, Ordering::SeqCst);
         tracing::warn!(%key, "lock lease lost: {why}");
     };
-    let mut pause = renew_every(ttl);
+    // Renewals are timed from the send time of the last one (or of the
+    // acquisition), not from its answer: a slow answer must not push the next
+    // renewal towards the end of the validity.
+    let mut next = validity.origin + renew_every(ttl);
     loop {
-        tokio::time::sleep(pause).await;
-        pause = renew_every(ttl);
+        tokio::time::sleep_until(next).await;
         let sent = Instant::now();
+        next = sent + renew_every(ttl);
         let left = validity.remaining();
         if left.is_zero() {
             return lost("no renewal got through before the lease could run out");
@@ -175,7 +178,8 @@ async fn keep_renewed<F, Fut>(
             Ok(Ok(RenewalAnswer::Renewed)) => validity.extend_from(sent),
             Ok(Ok(RenewalAnswer::Taken)) => return lost("another holder took it"),
             Ok(Err(e)) => {
-                pause = retry_after_failure(ttl);
+                let pause = retry_after_failure(ttl);
+                next = Instant::now() + pause;
                 tracing::warn!(%key, error = %e, retry_in = ?pause, "lock renewal failed; retrying");
             }
         }
@@ -281,6 +285,19 @@ mod tests {
             !lease.is_held(),
             "valid until send time + usable TTL, not answer time"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn slow_answers_do_not_push_the_next_renewal_late() {
+        // Every renewal answers after 300 ms. Timed from the answers, renewals go
+        // out every 700 ms and each leaves the next less margin; timed from the
+        // sends, every 400 ms.
+        let slow = (Duration::from_millis(300), Ok(RenewalAnswer::Renewed));
+        let (f, calls) = scripted(vec![slow; 20]);
+        let lease = RenewedLease::start("k".into(), TTL, Instant::now(), f);
+        tokio::time::sleep(Duration::from_millis(4050)).await;
+        assert!(lease.is_held());
+        assert_eq!(*calls.lock().expect("calls"), 10, "one renewal every 400 ms");
     }
 
     #[tokio::test(start_paused = true)]

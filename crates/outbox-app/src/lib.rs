@@ -48,6 +48,8 @@ pub mod demo;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod lease;
+#[cfg(feature = "cli")]
+pub mod logging;
 #[cfg(feature = "otel")]
 pub mod otel;
 #[cfg(feature = "postgres")]

@@ -249,3 +249,76 @@ pub(crate) fn handled(span: &tracing::Span, result: &Result<Handled, Unrecorded>
         span.set_status(Status::error(text));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+
+    use opentelemetry::trace::{Tracer as _, TracerProvider as _};
+
+    use super::*;
+
+    /// A collector of one request: its request line and body size.
+    fn collector() -> (String, std::thread::JoinHandle<(String, usize)>) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let handle = std::thread::spawn(move || {
+            let (stream, _) = listener.accept().expect("accept");
+            let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+            let mut request_line = String::new();
+            reader.read_line(&mut request_line).expect("request line");
+            let mut length = 0;
+            loop {
+                let mut line = String::new();
+                reader.read_line(&mut line).expect("header");
+                if line.trim().is_empty() {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().expect("length");
+                }
+            }
+            let mut body = vec![0; length];
+            reader.read_exact(&mut body).expect("body");
+            let mut stream = stream;
+            stream
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n")
+                .expect("answer");
+            (request_line.trim().to_owned(), body.len())
+        });
+        (url, handle)
+    }
+
+    #[test]
+    fn no_endpoint_no_exporter() {
+        if std::env::var_os("OTEL_EXPORTER_OTLP_ENDPOINT").is_some() {
+            return;
+        }
+        let settings = OtlpSettings {
+            endpoint: None,
+            service_name: "t".into(),
+            sampling_ratio: 1.0,
+        };
+        assert!(tracer_provider(&settings).expect("builds").is_none());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn spans_reach_the_collector_over_http_protobuf_at_shutdown() {
+        let (url, collector) = collector();
+        let provider = tracer_provider(&OtlpSettings {
+            endpoint: Some(format!("{url}/")),
+            service_name: "otel-unit".into(),
+            sampling_ratio: 1.0,
+        })
+        .expect("builds")
+        .expect("an exporter");
+        provider.tracer("t").in_span("work", |_| {});
+        tokio::task::spawn_blocking(move || provider.shutdown())
+            .await
+            .expect("join")
+            .expect("flushed");
+        let (request_line, body) = collector.join().expect("collector");
+        assert_eq!(request_line, "POST /v1/traces HTTP/1.1");
+        assert!(body > 0, "a protobuf body");
+    }
+}

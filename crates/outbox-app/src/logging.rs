@@ -51,8 +51,14 @@ impl Telemetry {
 /// for.
 fn filter(default: &str, configured: Option<&str>) -> EnvFilter {
     let base = configured.unwrap_or(default);
-    EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new(format!("{base},lapin::returned_messages=error")))
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(format!("{base},lapin::returned_messages=error")));
+    // The per-message `send`/`process` spans are for OpenTelemetry, not the log:
+    // off here, they cost nothing when no exporter is configured.
+    ["outbox::relay=off", "outbox::consumer=off"]
+        .into_iter()
+        .filter_map(|d| d.parse().ok())
+        .fold(filter, EnvFilter::add_directive)
 }
 
 /// Installs the process's subscriber: the log in `log`'s format on stderr and,

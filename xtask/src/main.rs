@@ -30,7 +30,7 @@ use std::process::{Command, ExitCode};
 /// `outbox-app`'s optional features, each with the crates it alone may bring. With
 /// no features, none of these crates is a dependency; with one feature, only its
 /// own, and those of the features it turns on ([`APP_FEATURE_IMPLIES`]; `cli` turns
-/// on every feature).
+/// on every feature but `otel`). A crate two features share is in both stacks.
 const APP_FEATURE_STACKS: &[(&str, &[&str])] = &[
     (
         "postgres",
@@ -56,6 +56,22 @@ const APP_FEATURE_STACKS: &[(&str, &[&str])] = &[
     ),
     ("http", &["axum", "hyper", "metrics-exporter-prometheus"]),
     ("admin", &["outbox-admin", "utoipa", "askama"]),
+    // The OTLP exporter sends with hyper's client (the HTTP stack `http` brings
+    // too) and tracing-opentelemetry is a tracing-subscriber layer (as `cli`'s
+    // logging is): a crate may be in several stacks.
+    (
+        "otel",
+        &[
+            "opentelemetry",
+            "opentelemetry_sdk",
+            "opentelemetry-otlp",
+            "opentelemetry-http",
+            "opentelemetry-proto",
+            "tracing-opentelemetry",
+            "hyper",
+            "tracing-subscriber",
+        ],
+    ),
     (
         "cli",
         &[
@@ -414,11 +430,20 @@ fn app_feature_problems() -> Result<Vec<String>, String> {
             .iter()
             .find(|(feature, _)| Some(*feature) == selected)
             .map_or(&[], |(_, implied)| implied);
+        // What the selection may bring: its own stack and those it turns on.
+        let allowed: Vec<&str> = APP_FEATURE_STACKS
+            .iter()
+            .filter(|(owner, _)| Some(*owner) == selected || implied.contains(owner))
+            .flat_map(|(_, stack)| stack.iter().copied())
+            .collect();
         for (owner, stack) in APP_FEATURE_STACKS {
             if Some(*owner) == selected || implied.contains(owner) {
                 continue;
             }
-            for bad in deps.iter().filter(|d| stack.contains(&d.as_str())) {
+            for bad in deps
+                .iter()
+                .filter(|d| stack.contains(&d.as_str()) && !allowed.contains(&d.as_str()))
+            {
                 problems.push(format!(
                     "outbox-app with {shown} depends on {bad}: only feature {owner} may bring it"
                 ));

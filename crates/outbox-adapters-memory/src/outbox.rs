@@ -255,7 +255,10 @@ impl OutboxRetention for MemoryOutboxStore {
 
 #[async_trait]
 impl OutboxStore for MemoryOutboxStore {
-    async fn enqueue(&self, messages: Vec<Message>) -> Result<(), PortError> {
+    async fn enqueue(&self, mut messages: Vec<Message>) -> Result<(), PortError> {
+        for m in &mut messages {
+            outbox_ports::trace_context::inject_current(&mut m.headers);
+        }
         let now = self.clock.now();
         let mut t = lock(&self.table);
         for m in &messages {

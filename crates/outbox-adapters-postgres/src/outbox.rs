@@ -83,7 +83,10 @@ impl PgOutbox {
     }
 
     /// Enqueues one message on `conn` (usually `&mut *tx` of the caller's
-    /// transaction), with a new UUIDv7 id, and returns the id.
+    /// transaction), with a new UUIDv7 id, and returns the id. With outbox-ports'
+    /// `otel` feature the current trace context (`traceparent`, `tracestate`) is added
+    /// to its headers unless they carry a `traceparent` already
+    /// ([`outbox_ports::trace_context::inject_current`]).
     ///
     /// # Errors
     /// [`PortError::InvalidMessage`] when it breaks a limit (nothing is written);
@@ -107,7 +110,10 @@ impl PgOutbox {
     ) -> Result<Vec<MessageId>, PortError> {
         let now = time::OffsetDateTime::now_utc();
         let mut made = Vec::with_capacity(messages.len());
-        for m in messages {
+        for mut m in messages {
+            // The producer's trace context, stored in this same transaction (with
+            // outbox-ports' `otel` feature; nothing otherwise).
+            outbox_ports::trace_context::inject_current(&mut m.headers);
             m.validate(self.max_payload_bytes)?;
             made.push(m.into_message(MessageId::from_uuid(uuid::Uuid::now_v7()), now));
         }
@@ -556,7 +562,10 @@ impl OutboxRetention for PgOutboxStore {
 
 #[async_trait]
 impl OutboxStore for PgOutboxStore {
-    async fn enqueue(&self, messages: Vec<Message>) -> Result<(), PortError> {
+    async fn enqueue(&self, mut messages: Vec<Message>) -> Result<(), PortError> {
+        for m in &mut messages {
+            outbox_ports::trace_context::inject_current(&mut m.headers);
+        }
         let mut conn = self.pool.acquire().await.map_err(|e| port("enqueue", e))?;
         self.outbox.insert_messages(&mut conn, &messages).await
     }

@@ -238,11 +238,26 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Demo(a) => run_demo(a).await,
         Command::Run(c) => {
-            init_logging("info");
-            match load(&c.config) {
-                Ok(cfg) => run_relay(cfg).await,
-                Err(code) => Ok(code),
+            // The configuration first: it says how to log ([log]) and where spans
+            // go ([telemetry]). Its errors are printed, not logged.
+            let cfg = match load(&c.config) {
+                Ok(cfg) => cfg,
+                Err(code) => return Ok(code),
+            };
+            let telemetry = match crate::logging::init("info", &cfg.log, &cfg.telemetry) {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("error: invalid configuration `telemetry.otlp_endpoint`: {e}");
+                    return Ok(ExitCode::from(CONFIG_ERROR));
+                }
+            };
+            if telemetry.exporting() {
+                tracing::info!("exporting spans over OTLP");
             }
+            let code = run_relay(cfg).await;
+            // Spans still buffered go out before the process ends (SIGTERM too).
+            telemetry.shutdown().await;
+            code
         }
         Command::Migrate(c) => {
             init_logging("info");

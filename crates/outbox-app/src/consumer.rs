@@ -27,6 +27,7 @@ use outbox_ports::{
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use crate::{LeaseFactory, Random, SweepTask, sleep_or_cancel};
 
@@ -159,7 +160,8 @@ impl Handlers<dyn Handler> {
             return Err(no_handler(message));
         };
         let owned = message.clone();
-        let mut task = tokio::spawn(async move { handler.handle(&owned).await });
+        // In the caller's span (with `otel`: the delivery's `process` span).
+        let mut task = tokio::spawn(async move { handler.handle(&owned).await }.in_current_span());
         match tokio::time::timeout(timeout, &mut task).await {
             Ok(Ok(Ok(()))) => Ok(()),
             Ok(Ok(Err(e))) => Err(e.to_string()),
@@ -509,7 +511,15 @@ impl<P: InboxPath> Shared<P> {
         // A holder of this attempt's own: its marks cannot touch the row of another
         // worker handling the same message, nor theirs ours.
         let lease = self.leases.next();
-        match self.path.handle(self.cx(), &message, &lease).await {
+        let handling = self.path.handle(self.cx(), &message, &lease);
+        #[cfg(feature = "otel")]
+        let span = crate::otel::process_span(&self.config, &message, 1, false);
+        #[cfg(feature = "otel")]
+        let handling = handling.instrument(span.clone());
+        let result = handling.await;
+        #[cfg(feature = "otel")]
+        crate::otel::handled(&span, &result);
+        match result {
             Ok(handled) => self.count(&handled),
             Err(Unrecorded::Nothing(e)) => {
                 tracing::warn!(consumer = %name, message_id = %message.id, error = %e, "inbox unavailable; returning the delivery to the broker");
@@ -826,7 +836,21 @@ impl<P: InboxPath> SweepTask for InboxRetryTask<P> {
                 break;
             };
             counts.claimed += 1;
-            match s.path.retry(s.cx(), &c, &lease).await {
+            let retrying = s.path.retry(s.cx(), &c, &lease);
+            // A retry (also a reconsume) starts a new trace linked to the stored one.
+            #[cfg(feature = "otel")]
+            let span = crate::otel::process_span(
+                &s.config,
+                &c.message,
+                c.attempts.saturating_add(1),
+                true,
+            );
+            #[cfg(feature = "otel")]
+            let retrying = retrying.instrument(span.clone());
+            let result = retrying.await;
+            #[cfg(feature = "otel")]
+            crate::otel::handled(&span, &result);
+            match result {
                 Ok(handled) => {
                     s.count(&handled);
                     match handled {

@@ -24,6 +24,10 @@
 //! - `http`: `/healthz`, `/readyz` and `/metrics` ([`http`]).
 //! - `admin`: the admin API ([`outbox_admin`]) and its settings ([`admin_api`]),
 //!   served at `/api/v1` by [`http::serve_with_admin`]; turns on `http`.
+//! - `otel`: OpenTelemetry ([`otel`]): the producer's trace context stored at
+//!   enqueue, `send` spans in the relay and `process` spans in consumers continuing
+//!   it, the OTLP exporter of `outbox run`. Without it no opentelemetry crate is
+//!   built and nothing changes.
 //! - `cli`: the `outbox` command ([`cli`], [`config`], [`wiring`], the demo); turns
 //!   on every feature above.
 
@@ -46,6 +50,10 @@ pub mod demo_serve;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod lease;
+#[cfg(feature = "cli")]
+pub mod logging;
+#[cfg(feature = "otel")]
+pub mod otel;
 #[cfg(feature = "postgres")]
 pub mod pg_consumer;
 #[cfg(feature = "postgres")]

@@ -117,15 +117,22 @@ pub async fn publish_batch(
             .map_or_else(String::new, |e| e.to_string());
         failures.push(permanent_failure(c.message.id, &why, &mut counts));
     }
-    let (messages, attempts): (Vec<_>, Vec<_>) = publishable
+    #[cfg_attr(not(feature = "otel"), allow(unused_mut))]
+    let (mut messages, attempts): (Vec<_>, Vec<_>) = publishable
         .into_iter()
         .map(|c| (c.message, c.attempts))
         .unzip();
+    // Each message published under a `send` span continuing its stored trace, the
+    // span's context in the headers that go to the broker.
+    #[cfg(feature = "otel")]
+    let spans = crate::otel::send_spans(&mut messages, &attempts);
     let outcomes = if messages.is_empty() {
         Vec::new()
     } else {
         publisher.publish_within(&messages, budget).await
     };
+    #[cfg(feature = "otel")]
+    crate::otel::publish_outcomes(&spans, &outcomes);
     let mut sent: Vec<MessageId> = Vec::with_capacity(messages.len());
     let mut unsent = Vec::new();
     for (i, message) in messages.iter().enumerate() {

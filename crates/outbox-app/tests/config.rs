@@ -389,3 +389,79 @@ fn the_example_topology_loads_when_uncommented_and_needs_the_rabbitmq_publisher(
         .expect_err("topology without RabbitMQ");
     assert!(err.to_string().contains("topology"), "{err}");
 }
+
+#[test]
+fn log_and_telemetry_default_to_text_and_no_exporter_and_load_from_file_or_environment() {
+    use outbox_app::config::LogFormat;
+    let cfg = RelayConfig::load_with_env(&file(GOOD), env(&[])).expect("loads");
+    assert_eq!(cfg.log.format, LogFormat::Text);
+    assert_eq!(cfg.log.filter, None);
+    assert_eq!(cfg.telemetry.otlp_endpoint, None);
+    assert_eq!(cfg.telemetry.service_name, "outbox");
+    assert!((cfg.telemetry.sampling_ratio - 1.0).abs() < f64::EPSILON);
+    let cfg = RelayConfig::load_with_env(
+        &file(&format!(
+            "{GOOD}\n[log]\nformat = \"json\"\nfilter = \"warn,outbox_app=debug\"\n\n[telemetry]\nservice_name = \"relay-eu\"\nsampling_ratio = 0.25\n"
+        )),
+        env(&[("OUTBOX__TELEMETRY__SAMPLING_RATIO", "0.5")]),
+    )
+    .expect("loads");
+    assert_eq!(cfg.log.format, LogFormat::Json);
+    assert_eq!(cfg.log.filter.as_deref(), Some("warn,outbox_app=debug"));
+    assert_eq!(cfg.telemetry.service_name, "relay-eu");
+    assert!((cfg.telemetry.sampling_ratio - 0.5).abs() < f64::EPSILON);
+    if cfg!(feature = "otel") {
+        let cfg = RelayConfig::load_with_env(
+            &file(&format!(
+                "{GOOD}\n[telemetry]\notlp_endpoint = \"http://127.0.0.1:4318\"\n"
+            )),
+            env(&[]),
+        )
+        .expect("loads");
+        assert_eq!(
+            cfg.telemetry.otlp_endpoint.as_deref(),
+            Some("http://127.0.0.1:4318")
+        );
+    }
+}
+
+#[test]
+fn bad_log_and_telemetry_settings_are_refused_by_name() {
+    let cases = [
+        ("[log]\nformat = \"yaml\"\n", "yaml"),
+        ("[log]\nfromat = \"json\"\n", "fromat"),
+        ("[log]\nfilter = \"info,=[\"\n", "log.filter"),
+        (
+            "[telemetry]\nsampling_ratio = 1.5\n",
+            "telemetry.sampling_ratio",
+        ),
+        (
+            "[telemetry]\nsampling_ratio = -0.1\n",
+            "telemetry.sampling_ratio",
+        ),
+        (
+            "[telemetry]\nservice_name = \" \"\n",
+            "telemetry.service_name",
+        ),
+        (
+            "[telemetry]\notlp_endpiont = \"http://x\"\n",
+            "otlp_endpiont",
+        ),
+        (
+            "[telemetry]\notlp_endpoint = \"https://collector:4318\"\n",
+            "telemetry.otlp_endpoint",
+        ),
+        (
+            "[telemetry]\notlp_endpoint = \"grpc://collector:4317\"\n",
+            "telemetry.otlp_endpoint",
+        ),
+        (
+            "[telemetry]\notlp_endpoint = \"http://\"\n",
+            "telemetry.otlp_endpoint",
+        ),
+    ];
+    for (section, needle) in cases {
+        let e = error_of(&format!("{GOOD}\n{section}"), &[]);
+        assert!(e.contains(needle), "expected {needle:?} in: {e}");
+    }
+}

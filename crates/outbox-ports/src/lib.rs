@@ -22,6 +22,7 @@ mod outbox;
 pub mod renewal;
 mod state;
 mod throughput;
+pub mod trace_context;
 
 pub use broker::{
     Acker, DecodeError, Delivery, DeliveryStream, Envelope, NO_PUBLISH_DEADLINE, PublishOutcome,

@@ -297,7 +297,11 @@ mod tests {
         let lease = RenewedLease::start("k".into(), TTL, Instant::now(), f);
         tokio::time::sleep(Duration::from_millis(4050)).await;
         assert!(lease.is_held());
-        assert_eq!(*calls.lock().expect("calls"), 10, "one renewal every 400 ms");
+        assert_eq!(
+            *calls.lock().expect("calls"),
+            10,
+            "one renewal every 400 ms"
+        );
     }
 
     #[tokio::test(start_paused = true)]

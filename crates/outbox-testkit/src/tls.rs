@@ -90,11 +90,8 @@ impl TestPki {
     /// `openssl` missing or failing.
     pub fn generate(tag: &str) -> Result<Self, String> {
         use std::os::unix::fs::PermissionsExt as _;
-        let dir = std::env::temp_dir().join(format!(
-            "{MARKER}-{tag}-{}-{}",
-            std::process::id(),
-            uuid::Uuid::now_v7().simple()
-        ));
+        let id = uuid::Uuid::now_v7().simple().to_string();
+        let dir = std::env::temp_dir().join(format!("{MARKER}-{tag}-{}-{id}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         // The broker runs as its own user: it must read the server's files.
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))
@@ -102,7 +99,12 @@ impl TestPki {
         let p = |name: &str| dir.join(name);
         let s = |path: &Path| path.to_string_lossy().into_owned();
         let ca_ext = "basicConstraints=critical,CA:TRUE";
-        for (name, cn) in [("ca", "outbox test CA"), ("other-ca", "outbox other CA")] {
+        // Names unique per run: a server still presenting an earlier run's
+        // certificate then fails as an unknown issuer, never as something stranger.
+        for (name, cn) in [
+            ("ca", format!("outbox test CA {id}")),
+            ("other-ca", format!("outbox other CA {id}")),
+        ] {
             output(
                 "openssl",
                 &[
@@ -474,8 +476,11 @@ impl RedisTlsSetup {
             &ca,
             "tls-auth-clients",
             "no",
+            // In the same command: Redis applies tls-* files only while a TLS port
+            // is open, and would otherwise keep the context of an earlier run.
+            "tls-port",
+            &REDIS_TLS_PORT.to_string(),
         ])?;
-        setup.cli(&["CONFIG", "SET", "tls-port", &REDIS_TLS_PORT.to_string()])?;
         Ok(setup)
     }
 

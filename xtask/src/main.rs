@@ -386,9 +386,10 @@ fn guard() -> Result<(), String> {
         ));
     }
     problems.extend(app_feature_problems()?);
+    problems.extend(tls_problems()?);
     if problems.is_empty() {
         eprintln!(
-            "xtask: guard passed (outbox-core: {} normal dependencies, none doing I/O; adapters independent; outbox-admin on ports only; outbox-app's features bring only their own stacks)",
+            "xtask: guard passed (outbox-core: {} normal dependencies, none doing I/O; adapters independent; outbox-admin on ports only; outbox-app's features bring only their own stacks; TLS on rustls with ring only, no OpenSSL)",
             core.len()
         );
         Ok(())
@@ -398,6 +399,66 @@ fn guard() -> Result<(), String> {
             problems.join("\n  ")
         ))
     }
+}
+
+/// Crates of a second TLS stack or crypto provider: TLS is rustls with ring for all
+/// three services, so none of these may be anywhere in the workspace's graph (also
+/// dev and build dependencies): OpenSSL would need the system library and headers
+/// to build, and a second rustls provider makes `ClientConfig::builder()` panic at
+/// run time when no process default was installed.
+const FORBIDDEN_TLS_CRATES: &[&str] = &[
+    "openssl-sys",
+    "openssl",
+    "native-tls",
+    "aws-lc-rs",
+    "aws-lc-sys",
+];
+
+/// What `cargo tree -i openssl-sys` (and the other [`FORBIDDEN_TLS_CRATES`]) finds
+/// in the whole workspace, every kind of dependency and every target platform.
+fn tls_problems() -> Result<Vec<String>, String> {
+    let mut problems = Vec::new();
+    for krate in FORBIDDEN_TLS_CRATES {
+        let out = cargo()
+            .args([
+                "tree",
+                "--quiet",
+                "--workspace",
+                "--target",
+                "all",
+                "-e",
+                "normal,build,dev",
+                "--prefix",
+                "depth",
+                "-i",
+                krate,
+            ])
+            .output()
+            .map_err(|e| format!("cargo tree: {e}"))?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        // Absent: cargo tree says the spec matches no package (exit status 101).
+        if !out.status.success() && stderr.contains("did not match any packages") {
+            continue;
+        }
+        if !out.status.success() {
+            return Err(format!("cargo tree -i {krate} failed: {stderr}"));
+        }
+        let users: Vec<&str> = stdout
+            .lines()
+            .filter_map(|l| {
+                let name = l.trim_start_matches(|c: char| c.is_ascii_digit());
+                (l[..l.len() - name.len()] == *"1").then_some(name)
+            })
+            .collect();
+        if !stdout.trim().is_empty() {
+            problems.push(format!(
+                "the workspace depends on {krate} (through {}): TLS must be rustls with ring only, no OpenSSL or second provider",
+                users.join(", ")
+            ));
+        }
+    }
+    Ok(problems)
 }
 
 /// `outbox-app` without default features brings no stack of any feature, and each

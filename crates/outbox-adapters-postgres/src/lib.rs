@@ -51,7 +51,10 @@ use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-/// Opens a pool to `url`.
+/// Opens a pool to `url`. TLS comes from the URL, on rustls with ring:
+/// `sslmode=require` (encrypted, certificate unchecked), `verify-ca` or
+/// `verify-full` (checked against `sslrootcert=<PEM file>`, else the system's
+/// roots); the default, `prefer`, uses TLS unchecked when the server offers it.
 ///
 /// # Errors
 /// [`PgConfigError::InvalidUrl`] when the URL does not parse (the message never

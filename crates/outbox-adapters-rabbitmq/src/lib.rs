@@ -13,10 +13,15 @@
 //!   bindings, declared idempotently at start.
 //!
 //! URLs are shown with their password replaced by `***`.
+//!
+//! TLS: an `amqps://` URL connects over rustls (ring provider), verifying the
+//! broker's certificate and host name against the system's root certificates and,
+//! when given, a CA file; a client certificate can be presented ([`RabbitTls`]).
 
 mod convert;
 mod publisher;
 mod subscriber;
+mod tls;
 mod topology;
 
 use std::time::Duration;
@@ -26,6 +31,7 @@ use outbox_ports::PortError;
 
 pub use publisher::{RabbitPublisher, RabbitPublisherConfig};
 pub use subscriber::RabbitSubscriber;
+pub use tls::{RabbitTls, TlsFileError};
 pub use topology::{
     BindingSpec, ExchangeKind, ExchangeSpec, Overflow, QueueSpec, QueueType, Topology,
     TopologyError,
@@ -37,8 +43,27 @@ pub use topology::{
 /// [`PortError::Transient`] when the broker cannot be reached or refuses the login;
 /// the message shows the URL without its password.
 pub async fn connect(url: &str, timeout: Duration) -> Result<lapin::Connection, PortError> {
+    connect_with_tls(url, &RabbitTls::default(), timeout).await
+}
+
+/// As [`connect`], with the CA and client certificate of `tls` for an `amqps://`
+/// URL. A certificate the broker presents that does not verify (unknown issuer,
+/// another host name) fails the connection, the message naming RabbitMQ and the
+/// reason.
+///
+/// # Errors
+/// As [`connect`].
+pub async fn connect_with_tls(
+    url: &str,
+    tls: &RabbitTls,
+    timeout: Duration,
+) -> Result<lapin::Connection, PortError> {
     let properties = lapin::ConnectionProperties::default();
-    match tokio::time::timeout(timeout, lapin::Connection::connect(url, properties)).await {
+    let runtime = lapin::runtime::default_runtime()
+        .map_err(|e| PortError::fatal("connect to RabbitMQ", format!("no async runtime: {e}")))?;
+    let connecting =
+        lapin::Connection::connect_with_config(url, properties, tls.lapin_config(), runtime);
+    match tokio::time::timeout(timeout, connecting).await {
         Ok(Ok(conn)) => Ok(conn),
         Ok(Err(e)) => Err(PortError::transient(
             "connect to RabbitMQ",

@@ -16,7 +16,7 @@ use tokio::sync::{Mutex, MutexGuard};
 use tokio::time::{Instant, timeout_at};
 
 use crate::convert::properties;
-use crate::{connect, port};
+use crate::{RabbitTls, connect_with_tls, port};
 
 /// Settings of the [`RabbitPublisher`].
 #[derive(Clone)]
@@ -34,6 +34,8 @@ pub struct RabbitPublisherConfig {
     /// Connections (each with one confirm-mode channel) used for batches published
     /// at the same time; one batch holds one connection until its confirms are in.
     pub connections: usize,
+    /// CA and client certificate for an `amqps://` URL (default: the system's roots).
+    pub tls: RabbitTls,
 }
 
 impl fmt::Debug for RabbitPublisherConfig {
@@ -43,6 +45,7 @@ impl fmt::Debug for RabbitPublisherConfig {
             .field("confirm_timeout", &self.confirm_timeout)
             .field("max_in_flight", &self.max_in_flight)
             .field("connections", &self.connections)
+            .field("tls", &self.tls)
             .finish_non_exhaustive()
     }
 }
@@ -57,6 +60,7 @@ impl RabbitPublisherConfig {
             max_in_flight: 1024,
             reconnect_backoff: Duration::from_millis(500),
             connections: 1,
+            tls: RabbitTls::default(),
         }
     }
 }
@@ -191,14 +195,18 @@ impl RabbitPublisher {
     /// than the broker failing it or its own `connect_timeout` running out).
     async fn open(&self, deadline: Instant) -> Result<Session, OpenFailure> {
         let left = deadline.saturating_duration_since(Instant::now());
-        let connection = connect(&self.config.url, self.config.connect_timeout.min(left))
-            .await
-            .map_err(|error| OpenFailure {
-                error,
-                // Ended by the budget, which was the shorter limit: no verdict on
-                // the broker. A refusal comes back before the deadline.
-                by_budget: left < self.config.connect_timeout && Instant::now() >= deadline,
-            })?;
+        let connection = connect_with_tls(
+            &self.config.url,
+            &self.config.tls,
+            self.config.connect_timeout.min(left),
+        )
+        .await
+        .map_err(|error| OpenFailure {
+            error,
+            // Ended by the budget, which was the shorter limit: no verdict on
+            // the broker. A refusal comes back before the deadline.
+            by_budget: left < self.config.connect_timeout && Instant::now() >= deadline,
+        })?;
         let budget = |operation| OpenFailure {
             error: out_of_time(operation),
             by_budget: true,

@@ -12,7 +12,7 @@ use outbox_core::config::redact_url;
 use outbox_ports::{Acker, Delivery, DeliveryStream, PortError, Subscriber};
 
 use crate::convert::envelope;
-use crate::{connect, port};
+use crate::{RabbitTls, connect_with_tls, port};
 
 static CONSUMER_SEQ: AtomicU64 = AtomicU64::new(0);
 
@@ -22,6 +22,7 @@ pub struct RabbitSubscriber {
     url: String,
     connect_timeout: Duration,
     reconnect_backoff: Duration,
+    tls: RabbitTls,
 }
 
 impl fmt::Debug for RabbitSubscriber {
@@ -45,11 +46,20 @@ impl RabbitSubscriber {
             url: url.into(),
             connect_timeout: Duration::from_secs(10),
             reconnect_backoff: Duration::from_millis(500),
+            tls: RabbitTls::default(),
         }
     }
 
+    /// The same subscriber with the CA and client certificate of `tls`, for an
+    /// `amqps://` URL.
+    #[must_use]
+    pub fn with_tls(mut self, tls: RabbitTls) -> Self {
+        self.tls = tls;
+        self
+    }
+
     async fn open(&self, queue: &str, prefetch: u16) -> Result<Open, PortError> {
-        let connection = connect(&self.url, self.connect_timeout).await?;
+        let connection = connect_with_tls(&self.url, &self.tls, self.connect_timeout).await?;
         let channel = connection
             .create_channel()
             .await

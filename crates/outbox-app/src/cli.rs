@@ -433,9 +433,13 @@ async fn declare_topology(cfg: &RelayConfig) -> anyhow::Result<()> {
         .rabbitmq
         .as_ref()
         .context("topology needs the [rabbitmq] section")?;
-    let connection = outbox_adapters_rabbitmq::connect(&r.url, Duration::from_secs(10))
-        .await
+    let tls = r
+        .tls()
         .map_err(|e| anyhow::anyhow!("cannot start: topology: {e}"))?;
+    let connection =
+        outbox_adapters_rabbitmq::connect_with_tls(&r.url, &tls, Duration::from_secs(10))
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot start: topology: {e}"))?;
     let declared = topology.declare(&connection).await;
     let _ = connection.close(200, "topology declared".into()).await;
     declared.map_err(|e| anyhow::anyhow!("cannot start: topology: {e}"))?;

@@ -6,7 +6,7 @@
 
 use std::fmt;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -100,7 +100,7 @@ impl fmt::Debug for PostgresConfig {
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RabbitConfig {
-    /// `amqp://user:password@host:port/vhost`.
+    /// `amqp://user:password@host:port/vhost`, or `amqps://` for TLS.
     pub url: String,
     /// A confirm that does not come within this is a failure.
     #[serde(default = "default_confirm_timeout", with = "outbox_core::duration")]
@@ -108,6 +108,76 @@ pub struct RabbitConfig {
     /// Messages in flight at most.
     #[serde(default = "default_in_flight")]
     pub max_in_flight: usize,
+    /// PEM CA certificate(s) trusted for an `amqps://` URL, besides the system's roots.
+    #[serde(default)]
+    pub tls_ca_file: Option<PathBuf>,
+    /// PEM client certificate (chain) presented to the broker; with
+    /// `tls_client_key_file`.
+    #[serde(default)]
+    pub tls_client_cert_file: Option<PathBuf>,
+    /// PEM private key of `tls_client_cert_file`.
+    #[serde(default)]
+    pub tls_client_key_file: Option<PathBuf>,
+}
+
+impl RabbitConfig {
+    /// The TLS files read and checked: they parse as PEM, the client certificate
+    /// and key come together, and the URL is `amqps://` when any is set.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the setting.
+    pub fn tls(&self) -> Result<outbox_adapters_rabbitmq::RabbitTls, ConfigError> {
+        let client = match (&self.tls_client_cert_file, &self.tls_client_key_file) {
+            (Some(cert), Some(key)) => Some((cert.as_path(), key.as_path())),
+            (None, None) => None,
+            (Some(_), None) => {
+                return Err(ConfigError::new(
+                    "rabbitmq",
+                    "tls_client_key_file",
+                    "is required with rabbitmq.tls_client_cert_file",
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(ConfigError::new(
+                    "rabbitmq",
+                    "tls_client_cert_file",
+                    "is required with rabbitmq.tls_client_key_file",
+                ));
+            }
+        };
+        let tls =
+            outbox_adapters_rabbitmq::RabbitTls::from_files(self.tls_ca_file.as_deref(), client)
+                .map_err(|e| {
+                    let field = match e.what {
+                        "CA certificate" => "tls_ca_file",
+                        "client certificate" => "tls_client_cert_file",
+                        _ => "tls_client_key_file",
+                    };
+                    ConfigError::new("rabbitmq", field, e)
+                })?;
+        if tls.is_set()
+            && !self
+                .url
+                .trim_start()
+                .to_ascii_lowercase()
+                .starts_with("amqps://")
+        {
+            let field = if self.tls_ca_file.is_some() {
+                "tls_ca_file"
+            } else {
+                "tls_client_cert_file"
+            };
+            return Err(ConfigError::new(
+                "rabbitmq",
+                field,
+                format!(
+                    "is set but rabbitmq.url ({}) is not amqps://: the connection would not use TLS",
+                    redact_url(&self.url)
+                ),
+            ));
+        }
+        Ok(tls)
+    }
 }
 
 const fn default_confirm_timeout() -> Duration {
@@ -124,6 +194,9 @@ impl fmt::Debug for RabbitConfig {
             .field("url", &redact_url(&self.url))
             .field("confirm_timeout", &self.confirm_timeout)
             .field("max_in_flight", &self.max_in_flight)
+            .field("tls_ca_file", &self.tls_ca_file)
+            .field("tls_client_cert_file", &self.tls_client_cert_file)
+            .field("tls_client_key_file", &self.tls_client_key_file)
             .finish()
     }
 }
@@ -132,14 +205,46 @@ impl fmt::Debug for RabbitConfig {
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RedisConfig {
-    /// `redis://[:password@]host:port[/db]`.
+    /// `redis://[:password@]host:port[/db]`, or `rediss://` for TLS.
     pub url: String,
+    /// PEM CA certificate(s) a `rediss://` URL trusts instead of the system's roots.
+    #[serde(default)]
+    pub tls_ca_file: Option<PathBuf>,
+}
+
+impl RedisConfig {
+    /// The client for `url` and `tls_ca_file` (checked: PEM, and the URL is
+    /// `rediss://` when it is set); no connection is made.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the setting.
+    pub fn client(
+        &self,
+        max_connections: usize,
+        timeout: Duration,
+    ) -> Result<outbox_adapters_redis::RedisClient, ConfigError> {
+        let tls = match &self.tls_ca_file {
+            Some(ca) => outbox_adapters_redis::RedisTls::from_ca_file(ca)
+                .map_err(|e| ConfigError::new("redis", "tls_ca_file", e))?,
+            None => outbox_adapters_redis::RedisTls::default(),
+        };
+        outbox_adapters_redis::RedisClient::with_tls(&self.url, &tls, max_connections, timeout)
+            .map_err(|e| {
+                let field = if self.tls_ca_file.is_some() && !self.url.starts_with("rediss://") {
+                    "tls_ca_file"
+                } else {
+                    "url"
+                };
+                ConfigError::new("redis", field, e)
+            })
+    }
 }
 
 impl fmt::Debug for RedisConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisConfig")
             .field("url", &redact_url(&self.url))
+            .field("tls_ca_file", &self.tls_ca_file)
             .finish()
     }
 }
@@ -486,13 +591,13 @@ impl RelayConfig {
                     "must be greater than zero",
                 ));
             }
+            r.tls()?;
         }
         if needs_redis {
             let r = self.redis.as_ref().ok_or_else(|| {
                 ConfigError::new("redis", "url", "is required by the chosen adapters")
             })?;
-            outbox_adapters_redis::RedisClient::new(&r.url, 1, Duration::from_secs(1))
-                .map_err(|e| ConfigError::new("redis", "url", e))?;
+            r.client(1, Duration::from_secs(1))?;
         }
         let d = &self.dispatch;
         if d.batch_size == 0 || d.batch_size > 10_000 {

@@ -96,7 +96,7 @@ pub async fn wire(cfg: &RelayConfig, instance: &str) -> anyhow::Result<Wired> {
     let pg = || postgres.clone().context("postgres section missing");
     let redis = || -> anyhow::Result<RedisClient> {
         let r = cfg.redis.as_ref().context("redis section missing")?;
-        Ok(RedisClient::new(&r.url, 8, Duration::from_secs(2))?)
+        Ok(r.client(8, Duration::from_secs(2))?)
     };
     let memory_clock = Arc::new(SystemClock);
     let StoreSide {
@@ -140,6 +140,7 @@ pub async fn wire(cfg: &RelayConfig, instance: &str) -> anyhow::Result<Wired> {
                 confirm_timeout: r.confirm_timeout,
                 max_in_flight: r.max_in_flight,
                 connections: cfg.dispatch.pipelines,
+                tls: r.tls()?,
                 ..RabbitPublisherConfig::new(&r.url)
             }))
         }

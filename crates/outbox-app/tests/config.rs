@@ -465,3 +465,110 @@ fn bad_log_and_telemetry_settings_are_refused_by_name() {
         assert!(e.contains(needle), "expected {needle:?} in: {e}");
     }
 }
+
+#[test]
+fn tls_config_files_are_checked_at_load_naming_the_setting() {
+    let pki = match outbox_testkit::tls::TestPki::generate("config") {
+        Ok(pki) => pki,
+        Err(e) if outbox_testkit::tls::in_ci() => panic!("{e}"),
+        Err(e) => {
+            eprintln!("SKIPPED (not in CI): {e}");
+            return;
+        }
+    };
+    let p = |path: &std::path::Path| format!("'{}'", path.display());
+    let amqps = "url = \"amqps://guest:mq-secret@127.0.0.1:5671/%2f\"";
+    let rabbit = |url: &str, extra: &str| {
+        GOOD.replace(
+            "url = \"amqp://guest:mq-secret@127.0.0.1:5672/%2f\"",
+            &format!("{url}\n{extra}"),
+        )
+    };
+    let redis = |url: &str, extra: &str| {
+        GOOD.replace(
+            "url = \"redis://:redis-secret@127.0.0.1:6379/\"",
+            &format!("{url}\n{extra}"),
+        )
+    };
+    let cases = [
+        (
+            rabbit(amqps, "tls_ca_file = '/nonexistent/ca.pem'"),
+            "rabbitmq.tls_ca_file",
+            "/nonexistent/ca.pem",
+        ),
+        (
+            rabbit(amqps, &format!("tls_ca_file = {}", p(&pki.client_key))),
+            "rabbitmq.tls_ca_file",
+            "no PEM certificate",
+        ),
+        (
+            rabbit(
+                "url = \"amqp://guest:mq-secret@127.0.0.1:5672/%2f\"",
+                &format!("tls_ca_file = {}", p(&pki.ca)),
+            ),
+            "rabbitmq.tls_ca_file",
+            "not amqps://",
+        ),
+        (
+            rabbit(
+                amqps,
+                &format!("tls_client_cert_file = {}", p(&pki.client_cert)),
+            ),
+            "rabbitmq.tls_client_key_file",
+            "is required",
+        ),
+        (
+            rabbit(
+                amqps,
+                &format!(
+                    "tls_client_cert_file = {}\ntls_client_key_file = {}",
+                    p(&pki.client_cert),
+                    p(&pki.client_cert)
+                ),
+            ),
+            "rabbitmq.tls_client_key_file",
+            "no PEM private key",
+        ),
+        (
+            redis(
+                "url = \"rediss://:redis-secret@127.0.0.1:6390/\"",
+                &format!("tls_ca_file = {}", p(&pki.server_key)),
+            ),
+            "redis.tls_ca_file",
+            "no PEM certificate",
+        ),
+        (
+            redis(
+                "url = \"redis://:redis-secret@127.0.0.1:6379/\"",
+                &format!("tls_ca_file = {}", p(&pki.ca)),
+            ),
+            "redis.tls_ca_file",
+            "not rediss://",
+        ),
+    ];
+    for (text, field, reason) in cases {
+        let e = error_of(&text, &[]);
+        assert!(e.contains(field) && e.contains(reason), "{field}: {e}");
+    }
+    let good = redis(
+        "url = \"rediss://:redis-secret@127.0.0.1:6390/\"",
+        &format!("tls_ca_file = {}", p(&pki.ca)),
+    );
+    let good = good.replace(
+        "url = \"amqp://guest:mq-secret@127.0.0.1:5672/%2f\"",
+        &format!(
+            "{amqps}\ntls_ca_file = {}\ntls_client_cert_file = {}\ntls_client_key_file = {}",
+            p(&pki.ca),
+            p(&pki.client_cert),
+            p(&pki.client_key)
+        ),
+    );
+    let cfg = RelayConfig::load_with_env(&file(&good), env(&[])).expect("TLS settings load");
+    let rabbit = cfg.rabbitmq.as_ref().expect("rabbitmq");
+    assert!(rabbit.tls().expect("files").is_set());
+    let shown = format!("{cfg:?}");
+    let key = std::fs::read_to_string(&pki.client_key).expect("key");
+    let key_body = key.lines().nth(1).expect("a key line");
+    assert!(!shown.contains(key_body), "the key is shown: {shown}");
+    assert!(shown.contains("tls_ca_file"), "{shown}");
+}

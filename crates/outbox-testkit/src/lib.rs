@@ -30,6 +30,7 @@ pub mod services;
 pub mod state;
 pub mod through;
 pub mod throughput;
+pub mod tls;
 
 /// A short lease used by the cases; a test that waits for expiry sleeps longer.
 pub const SHORT_TTL: Duration = Duration::from_millis(300);

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use outbox_core::message::DEFAULT_MAX_PAYLOAD_BYTES;
 use outbox_core::status::Tracked;
-use outbox_core::{Message, MessageId, Status};
+use outbox_core::{Message, MessageId, Status, Timestamp};
 use outbox_ports::{
     ClaimedMessage, Clock, Lease, OutboxRecord, OutboxRelayPath, OutboxRetention, OutboxStats,
     OutboxStore, PortError, PublishFailure,
@@ -108,7 +108,10 @@ impl MemoryOutboxStore {
             if claimed.len() >= limit as usize {
                 break;
             }
-            let due = row.tracked.state.next_attempt_at.is_none_or(|at| at <= now);
+            let due = row.tracked.state.next_attempt_at.is_none_or(|at| at <= now)
+                // A delayed message waits for its due time (pending only: a failed
+                // one waits for its retry).
+                && (status != Status::Pending || row.message.not_before.is_none_or(|at| at <= now));
             if row.tracked.status == status && due && !row.lease.is_live(now) {
                 row.lease.take(lease, now);
                 claimed.push(ClaimedMessage {
@@ -150,6 +153,16 @@ impl OutboxRelayPath for MemoryOutboxStore {
         limit: u32,
     ) -> Result<Vec<ClaimedMessage>, PortError> {
         Ok(self.claim(lease, limit, Status::PublishFailed))
+    }
+
+    async fn next_due_at(&self) -> Result<Option<Timestamp>, PortError> {
+        let now = self.clock.now();
+        let t = lock(&self.table);
+        Ok(t.rows
+            .values()
+            .filter(|r| r.tracked.status == Status::Pending && !r.lease.is_live(now))
+            .filter_map(|r| r.message.not_before)
+            .min())
     }
 
     async fn mark_sent(&self, lease: &Lease, ids: &[MessageId]) -> Result<u64, PortError> {
@@ -287,17 +300,26 @@ impl OutboxStore for MemoryOutboxStore {
     }
 
     async fn stats(&self) -> Result<OutboxStats, PortError> {
+        let now = self.clock.now();
         let t = lock(&self.table);
         let mut s = OutboxStats::default();
         for row in t.rows.values() {
             match row.tracked.status {
-                Status::Pending => s.pending += 1,
+                Status::Pending => {
+                    s.pending += 1;
+                    s.scheduled += u64::from(row.message.not_before.is_some());
+                }
                 Status::PublishFailed => s.publish_failed += 1,
                 Status::Dead => s.dead += 1,
                 Status::Sent | Status::Consumed | Status::ConsumeFailed => {}
             }
-            if matches!(row.tracked.status, Status::Pending | Status::PublishFailed) {
-                let at = row.message.created_at;
+            // A delayed message waits from its due time, and only once overdue.
+            let waiting_since = match (row.tracked.status, row.message.not_before) {
+                (Status::Pending, Some(due)) => (due <= now).then_some(due),
+                (Status::Pending | Status::PublishFailed, _) => Some(row.message.created_at),
+                _ => None,
+            };
+            if let Some(at) = waiting_since {
                 s.oldest_unsent_at = Some(s.oldest_unsent_at.map_or(at, |o| o.min(at)));
             }
         }

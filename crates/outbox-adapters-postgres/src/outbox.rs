@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use outbox_core::message::DEFAULT_MAX_PAYLOAD_BYTES;
-use outbox_core::{Decision, Message, MessageId, NewMessage, Status, TransitionError};
+use outbox_core::{Decision, Message, MessageId, NewMessage, Status, Timestamp, TransitionError};
 use outbox_ports::{
     ClaimedMessage, Lease, OutboxRecord, OutboxRelayPath, OutboxRetention, OutboxStats,
     OutboxStore, PortError, PublishFailure,
@@ -16,7 +16,7 @@ use crate::PgSchema;
 use crate::error::port;
 use crate::rows::{
     ClaimedRow, MESSAGE_COLUMNS, MessageRow, decode_in_claim_order, delete_in_batches, millis,
-    read_columns, readable_time, sources_of,
+    outbox_extra_columns, read_columns, readable_time, sources_of,
 };
 
 /// Enqueues messages inside the caller's transaction. Cheap to clone; holds no pool.
@@ -49,16 +49,16 @@ impl PgOutbox {
     #[must_use]
     pub fn new(schema: PgSchema) -> Self {
         let insert = format!(
-            "INSERT INTO {}.outbox_messages (id, {MESSAGE_COLUMNS}) \
+            "INSERT INTO {}.outbox_messages (id, {MESSAGE_COLUMNS}, not_before) \
              SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::jsonb[], \
-             $6::bytea[], $7::text[], $8::text[], $9::text[], $10::timestamptz[])",
+             $6::bytea[], $7::text[], $8::text[], $9::text[], $10::timestamptz[], $11::timestamptz[])",
             schema.quoted()
         );
         // One message, the common case in a business transaction: a plain VALUES
         // insert, cheaper to plan and run than unnest over one-element arrays.
         let insert_one = format!(
-            "INSERT INTO {}.outbox_messages (id, {MESSAGE_COLUMNS}) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+            "INSERT INTO {}.outbox_messages (id, {MESSAGE_COLUMNS}, not_before) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
             schema.quoted()
         );
         Self {
@@ -148,6 +148,7 @@ impl PgOutbox {
                 .bind(&m.source)
                 .bind(&m.correlation_id)
                 .bind(m.created_at)
+                .bind(m.not_before)
                 .execute(conn)
                 .await
                 .map_err(|e| port("enqueue", e))?;
@@ -190,6 +191,7 @@ impl PgOutbox {
             .bind(col(|m| m.source.clone()))
             .bind(col(|m| m.correlation_id.clone()))
             .bind(messages.iter().map(|m| m.created_at).collect::<Vec<_>>())
+            .bind(messages.iter().map(|m| m.not_before).collect::<Vec<_>>())
             .execute(conn)
             .await
             .map_err(|e| port("enqueue", e))?;
@@ -202,6 +204,7 @@ impl PgOutbox {
 struct Sql {
     claim_pending: String,
     claim_retries: String,
+    next_due: String,
     mark_sent: String,
     mark_failed: String,
     release: String,
@@ -219,23 +222,44 @@ struct Sql {
 impl Sql {
     fn new(schema: &PgSchema) -> Self {
         let t = format!("{}.outbox_messages", schema.quoted());
-        let returning = read_columns("id", "sent_at");
+        let returning = format!(
+            "{}{}",
+            read_columns("id", "sent_at"),
+            outbox_extra_columns()
+        );
         let oldest = readable_time("created_at");
-        let claim = |filter: &str, order: &str| {
-            format!(
-                "WITH picked AS (SELECT seq FROM {t} WHERE {filter} \
-                   AND (locked_until IS NULL OR locked_until < now()) \
-                   ORDER BY {order} LIMIT $1 FOR UPDATE SKIP LOCKED) \
-                 UPDATE {t} m SET locked_by = $2, locked_until = now() + $3 * interval '1 millisecond' \
-                 FROM picked WHERE m.seq = picked.seq \
-                 RETURNING m.seq, {returning}"
-            )
-        };
+        let overdue = readable_time("not_before");
+        let lease_free = "(locked_until IS NULL OR locked_until < now())";
+        let claim_retries = format!(
+            "WITH picked AS (SELECT seq FROM {t} WHERE status = 'publish_failed' \
+               AND next_attempt_at <= now() AND {lease_free} \
+               ORDER BY next_attempt_at, seq LIMIT $1 FOR UPDATE SKIP LOCKED) \
+             UPDATE {t} m SET locked_by = $2, locked_until = now() + $3 * interval '1 millisecond' \
+             FROM picked WHERE m.seq = picked.seq \
+             RETURNING m.seq, {returning}"
+        );
+        // Pending rows without a due time by seq (outbox_pending_now), and delayed
+        // ones whose time has come by due time (outbox_scheduled, read only up to
+        // now(): the delayed rows still waiting are never visited), oldest seq first.
+        let claim_pending = format!(
+            "WITH now_rows AS (SELECT seq FROM {t} WHERE status = 'pending' AND not_before IS NULL \
+               AND {lease_free} ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED), \
+             due_rows AS (SELECT seq FROM {t} WHERE status = 'pending' AND not_before IS NOT NULL \
+               AND not_before <= now() AND {lease_free} \
+               ORDER BY not_before, seq LIMIT $1 FOR UPDATE SKIP LOCKED), \
+             picked AS (SELECT seq FROM now_rows UNION ALL SELECT seq FROM due_rows \
+               ORDER BY seq LIMIT $1) \
+             UPDATE {t} m SET locked_by = $2, locked_until = now() + $3 * interval '1 millisecond' \
+             FROM picked WHERE m.seq = picked.seq \
+             RETURNING m.seq, {returning}"
+        );
         Self {
-            claim_pending: claim("status = 'pending'", "seq"),
-            claim_retries: claim(
-                "status = 'publish_failed' AND next_attempt_at <= now()",
-                "next_attempt_at, seq",
+            claim_pending,
+            claim_retries,
+            next_due: format!(
+                "SELECT {} FROM {t} WHERE status = 'pending' AND not_before IS NOT NULL \
+                 AND {lease_free} ORDER BY not_before LIMIT 1",
+                readable_time("not_before")
             ),
             mark_sent: format!(
                 "UPDATE {t} SET status = 'sent', sent_at = now(), attempts = attempts + 1, \
@@ -264,12 +288,18 @@ impl Sql {
             // most of the table (tests/stats_scale.rs checks the plan). The oldest
             // skips times no Timestamp can hold: one such row must not fail (or,
             // in sqlx, panic) every readiness check and scrape.
+            // Pending is counted as its two partial indexes hold it. A delayed row
+            // waits from its due time, not its creation: only overdue ones count
+            // towards the oldest unsent.
             stats: format!(
                 "SELECT \
-                   (SELECT count(*) FROM {t} WHERE status = 'pending') AS pending, \
+                   (SELECT count(*) FROM {t} WHERE status = 'pending' AND not_before IS NULL) AS pending_now, \
+                   (SELECT count(*) FROM {t} WHERE status = 'pending' AND not_before IS NOT NULL) AS scheduled, \
                    (SELECT count(*) FROM {t} WHERE status = 'publish_failed') AS publish_failed, \
                    (SELECT count(*) FROM {t} WHERE status = 'dead') AS dead, \
-                   LEAST((SELECT {oldest} FROM {t} WHERE status = 'pending' ORDER BY seq LIMIT 1), \
+                   LEAST((SELECT {oldest} FROM {t} WHERE status = 'pending' AND not_before IS NULL ORDER BY seq LIMIT 1), \
+                         (SELECT {overdue} FROM {t} WHERE status = 'pending' AND not_before IS NOT NULL \
+                            AND not_before <= now() ORDER BY not_before LIMIT 1), \
                          (SELECT min({oldest}) FROM {t} WHERE status = 'publish_failed')) AS oldest"
             ),
             count: format!("SELECT count(*) FROM {t} WHERE status = $1"),
@@ -358,6 +388,33 @@ impl PgOutboxStore {
             .fetch_all(&self.pool)
             .await
             .map_err(|e| port("explain claim", e))?;
+        Ok(lines.join("\n"))
+    }
+
+    /// The plan and row counts of a real claim of `limit` pending rows
+    /// (`EXPLAIN ANALYZE`), run in a transaction that is rolled back, so nothing
+    /// stays claimed: for operators and tests checking that claims read only the
+    /// rows they take.
+    ///
+    /// # Errors
+    /// A database error.
+    pub async fn explain_analyze_claim_pending(&self, limit: u32) -> Result<String, PortError> {
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(|e| port("explain claim", e))?;
+        let lines: Vec<String> = sqlx::query_scalar(&format!(
+            "EXPLAIN (ANALYZE, TIMING OFF, COSTS OFF) {}",
+            self.sql.claim_pending
+        ))
+        .bind(i64::from(limit))
+        .bind("explain")
+        .bind(0_i64)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(|e| port("explain claim", e))?;
+        tx.rollback().await.map_err(|e| port("explain claim", e))?;
         Ok(lines.join("\n"))
     }
 
@@ -537,6 +594,14 @@ impl OutboxRelayPath for PgOutboxStore {
             .rows_affected())
     }
 
+    async fn next_due_at(&self) -> Result<Option<Timestamp>, PortError> {
+        let due: Option<Option<Timestamp>> = sqlx::query_scalar(&self.sql.next_due)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| port("next due", e))?;
+        Ok(due.flatten())
+    }
+
     async fn recover_expired_leases(&self) -> Result<u64, PortError> {
         Ok(sqlx::query(&self.sql.recover)
             .execute(&self.pool)
@@ -571,14 +636,20 @@ impl OutboxStore for PgOutboxStore {
     }
 
     async fn stats(&self) -> Result<OutboxStats, PortError> {
-        let (pending, publish_failed, dead, oldest): (i64, i64, i64, Option<time::OffsetDateTime>) =
-            sqlx::query_as(&self.sql.stats)
-                .fetch_one(&self.pool)
-                .await
-                .map_err(|e| port("stats", e))?;
+        let (pending_now, scheduled, publish_failed, dead, oldest): (
+            i64,
+            i64,
+            i64,
+            i64,
+            Option<time::OffsetDateTime>,
+        ) = sqlx::query_as(&self.sql.stats)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| port("stats", e))?;
         let n = |v: i64| u64::try_from(v).unwrap_or(0);
         Ok(OutboxStats {
-            pending: n(pending),
+            pending: n(pending_now) + n(scheduled),
+            scheduled: n(scheduled),
             publish_failed: n(publish_failed),
             dead: n(dead),
             oldest_unsent_at: oldest,

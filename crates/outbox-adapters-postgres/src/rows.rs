@@ -58,6 +58,15 @@ pub(crate) struct MessageRow {
     pub(crate) next_attempt_at: Option<Timestamp>,
     pub(crate) last_error: Option<String>,
     pub(crate) completed_at: Option<Timestamp>,
+    /// The outbox's due time (absent in inbox reads; see [`outbox_extra_columns`]).
+    #[sqlx(default)]
+    pub(crate) not_before: Option<Timestamp>,
+}
+
+/// What outbox reads select beside [`read_columns`]: the due time of a delayed
+/// message (a time no [`Timestamp`] can hold reads as none).
+pub(crate) fn outbox_extra_columns() -> String {
+    format!(", {} AS not_before", readable_time("not_before"))
 }
 
 impl MessageRow {
@@ -106,6 +115,7 @@ impl MessageRow {
             source: self.source.clone(),
             correlation_id: self.correlation_id.clone(),
             created_at,
+            not_before: self.not_before,
         }
     }
 

@@ -147,6 +147,19 @@ pub struct NewMessage {
     pub source: Option<String>,
     /// Correlation id (AMQP `correlation_id`).
     pub correlation_id: Option<String>,
+    /// When it may be published at the earliest; `None`: at once.
+    #[serde(default)]
+    pub due: Option<Due>,
+}
+
+/// When a delayed message becomes due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Due {
+    /// At this time.
+    At(#[serde(with = "time::serde::rfc3339")] Timestamp),
+    /// This long after the message is created (enqueued).
+    After(std::time::Duration),
 }
 
 impl NewMessage {
@@ -166,7 +179,23 @@ impl NewMessage {
             content_type: None,
             source: None,
             correlation_id: None,
+            due: None,
         }
+    }
+
+    /// Publishes it no earlier than `at` (a delayed message: `pending` until then,
+    /// then published as any other).
+    #[must_use]
+    pub fn deliver_at(mut self, at: Timestamp) -> Self {
+        self.due = Some(Due::At(at));
+        self
+    }
+
+    /// Publishes it no earlier than `delay` after it is enqueued.
+    #[must_use]
+    pub fn deliver_after(mut self, delay: std::time::Duration) -> Self {
+        self.due = Some(Due::After(delay));
+        self
     }
 
     /// Sets the message type.
@@ -231,6 +260,19 @@ impl NewMessage {
         let created_at = created_at
             .replace_nanosecond(created_at.nanosecond() / 1_000 * 1_000)
             .unwrap_or(created_at);
+        let micros = |t: Timestamp| {
+            t.replace_nanosecond(t.nanosecond() / 1_000 * 1_000)
+                .unwrap_or(t)
+        };
+        let not_before = self.due.map(|due| {
+            micros(match due {
+                Due::At(at) => at,
+                Due::After(delay) => {
+                    let delay = time::Duration::try_from(delay).unwrap_or(time::Duration::MAX);
+                    created_at.checked_add(delay).unwrap_or(LATEST_DUE)
+                }
+            })
+        });
         Message {
             id,
             exchange: self.exchange,
@@ -244,9 +286,22 @@ impl NewMessage {
             source: self.source,
             correlation_id: self.correlation_id,
             created_at,
+            not_before: not_before.map(|t| t.min(LATEST_DUE)),
         }
     }
 }
+
+/// The latest due time a store can hold (PostgreSQL and the relay read times up
+/// to the year 9999).
+pub const LATEST_DUE: Timestamp = {
+    let Ok(day) = time::Date::from_calendar_date(9999, time::Month::December, 31) else {
+        panic!("a valid date")
+    };
+    let Ok(at) = day.with_hms(23, 59, 59) else {
+        panic!("a valid time")
+    };
+    at.assume_utc()
+};
 
 /// A message with its identity, as stored, published and consumed.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -271,6 +326,10 @@ pub struct Message {
     pub correlation_id: Option<String>,
     /// When the producer enqueued it.
     pub created_at: Timestamp,
+    /// A delayed message's due time: not published before it. `None`: at once.
+    /// Scheduling only: it is not sent to the broker.
+    #[serde(default)]
+    pub not_before: Option<Timestamp>,
 }
 
 impl Message {
@@ -379,6 +438,7 @@ impl fmt::Debug for Message {
             .field("payload_len", &self.payload.len())
             .field("content_type", &self.content_type)
             .field("created_at", &self.created_at)
+            .field("not_before", &self.not_before)
             .finish_non_exhaustive()
     }
 }

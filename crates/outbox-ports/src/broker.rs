@@ -180,6 +180,8 @@ impl Envelope {
             source: self.source.clone(),
             correlation_id: self.correlation_id.clone(),
             created_at: self.timestamp.unwrap_or(received_at),
+            // Delivered: whatever delay it had is over.
+            not_before: None,
         })
     }
 }

@@ -67,13 +67,16 @@ pub struct OutboxRecord {
 /// are marked, and adapters may offer an exact count for operators.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct OutboxStats {
-    /// Waiting for their first publish.
+    /// Waiting for their first publish (delayed ones included).
     pub pending: u64,
+    /// Of `pending`, those with a due time (delayed messages), due or not yet.
+    pub scheduled: u64,
     /// Waiting for a publish retry.
     pub publish_failed: u64,
     /// Out of retries.
     pub dead: u64,
-    /// Creation time of the oldest pending or failed message.
+    /// Since when the longest-waiting unsent message waits: the creation time of
+    /// a pending or failed one, the due time of an overdue delayed one.
     pub oldest_unsent_at: Option<Timestamp>,
 }
 
@@ -136,6 +139,17 @@ pub trait OutboxRelayPath: Send + Sync {
     /// # Errors
     /// [`PortError::Transient`] when the store cannot be reached.
     async fn recover_expired_leases(&self) -> Result<u64, PortError>;
+
+    /// The earliest due time of a delayed pending message that no live lease holds
+    /// (due already or not), so a relay with nothing to claim can sleep until then
+    /// instead of polling. The
+    /// default: the store keeps no delayed messages.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn next_due_at(&self) -> Result<Option<Timestamp>, PortError> {
+        Ok(None)
+    }
 }
 
 /// Retention of sent messages: the one delete the relay itself does, kept apart

@@ -86,6 +86,7 @@ macro_rules! outbox_store_contract {
             $make,
             [
                 claims_pending_in_enqueue_order,
+                a_delayed_message_is_claimed_only_once_due,
                 a_leased_row_is_not_claimed_twice,
                 marks_are_fenced_by_the_lease_holder,
                 a_failed_publish_waits_for_its_backoff,

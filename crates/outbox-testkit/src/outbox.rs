@@ -32,6 +32,64 @@ pub async fn claims_pending_in_enqueue_order(store: Arc<dyn OutboxStore>) {
     assert!(store.claim_pending(&l, 10).await.expect("claim").is_empty());
 }
 
+/// A delayed message stays pending (counted as scheduled, not as waiting) and is
+/// not claimed before its due time; then it is claimed like any other. One whose
+/// due time has passed already is claimed at once.
+pub async fn a_delayed_message_is_claimed_only_once_due(store: Arc<dyn OutboxStore>) {
+    let before = store.stats().await.expect("stats");
+    let now = time::OffsetDateTime::now_utc();
+    let due = now + time::Duration::milliseconds(1500);
+    let mut later = message("contract", "later");
+    later.not_before = Some(due.replace_nanosecond(0).unwrap_or(due));
+    let mut past = message("contract", "past");
+    let long_ago = now - time::Duration::seconds(60);
+    past.not_before = Some(long_ago.replace_nanosecond(0).unwrap_or(long_ago));
+    let at_once = message("contract", "now");
+    store
+        .enqueue(vec![later.clone(), past.clone(), at_once.clone()])
+        .await
+        .expect("enqueue");
+    let stats = store.stats().await.expect("stats");
+    assert_eq!(stats.pending - before.pending, 3);
+    assert_eq!(
+        stats.scheduled - before.scheduled,
+        2,
+        "delayed ones are scheduled"
+    );
+    assert_eq!(
+        store.next_due_at().await.expect("next due"),
+        past.not_before,
+        "the earliest due time, overdue or not"
+    );
+    let l = lease("delayed");
+    let first = store.claim_pending(&l, 10).await.expect("claim");
+    let mut got = ids(&first);
+    got.sort();
+    let mut want = vec![past.id, at_once.id];
+    want.sort();
+    assert_eq!(
+        got, want,
+        "the overdue and the immediate one, not the delayed one"
+    );
+    let claimed_past = first
+        .iter()
+        .find(|c| c.message.id == past.id)
+        .expect("past");
+    assert_eq!(
+        claimed_past.message.not_before, past.not_before,
+        "stored intact"
+    );
+    assert_eq!(
+        store.next_due_at().await.expect("next due"),
+        later.not_before
+    );
+    tokio::time::sleep(Duration::from_millis(1700)).await;
+    let second = store.claim_pending(&l, 10).await.expect("claim");
+    assert_eq!(ids(&second), vec![later.id], "due now");
+    assert_eq!(second[0].message, later);
+    assert!(store.claim_pending(&l, 10).await.expect("claim").is_empty());
+}
+
 /// A row under a live lease is invisible to other claimers.
 pub async fn a_leased_row_is_not_claimed_twice(store: Arc<dyn OutboxStore>) {
     store.enqueue(messages(3)).await.expect("enqueue");

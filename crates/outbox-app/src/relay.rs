@@ -255,6 +255,33 @@ pub trait Wakeup: Send {
     async fn wait(&mut self, timeout: Duration);
 }
 
+/// How long an idle dispatcher waits before claiming again: `idle_poll`, or less
+/// when a delayed message falls due sooner (a timer for the next due time, so a
+/// delayed message goes out within milliseconds of it, not only at the next poll).
+/// A due time already past waits [`MIN_DUE_WAIT`]: the row is about to be claimed
+/// by someone, and a zero wait would spin.
+pub async fn idle_wait(store: &dyn OutboxRelayPath, idle_poll: Duration) -> Duration {
+    let due = match store.next_due_at().await {
+        Ok(Some(due)) => due,
+        Ok(None) => return idle_poll,
+        Err(e) => {
+            tracing::debug!(error = %e, "next due time unknown; polling");
+            return idle_poll;
+        }
+    };
+    let until =
+        Duration::try_from(due - outbox_core::Timestamp::now_utc()).unwrap_or(Duration::ZERO);
+    // Claims compare with the store's clock: a little after the due time, so the
+    // first claim finds the row due.
+    idle_poll.min((until + DUE_MARGIN).max(MIN_DUE_WAIT))
+}
+
+/// The shortest idle wait for a delayed message that is due already.
+pub const MIN_DUE_WAIT: Duration = Duration::from_millis(20);
+
+/// Added to a due time before claiming it (clock steps between relay and store).
+const DUE_MARGIN: Duration = Duration::from_millis(5);
+
 /// The longest pause between tries of a dispatcher that finds the broker unreachable.
 pub const MAX_OUTAGE_PAUSE: Duration = Duration::from_secs(30);
 
@@ -480,12 +507,13 @@ impl Dispatcher {
                 continue;
             }
             if idle {
+                let wait = idle_wait(&*relay.store, self.config.idle_poll).await;
                 let keep_going = match self.wakeup.as_mut() {
                     Some(w) => tokio::select! {
                         () = cancel.cancelled() => false,
-                        () = w.wait(self.config.idle_poll) => true,
+                        () = w.wait(wait) => true,
                     },
-                    None => sleep_or_cancel(self.config.idle_poll, &cancel).await,
+                    None => sleep_or_cancel(wait, &cancel).await,
                 };
                 if !keep_going {
                     break;

@@ -490,3 +490,53 @@ async fn batches_outlasting_their_lease_do_not_pause_the_dispatcher_as_an_outage
         "one attempt each"
     );
 }
+
+/// An idle relay wakes for a delayed message's due time, not only at its poll: with
+/// a 30 s poll, a message due in 1.5 s is published within a second of it, and not
+/// before. (Enqueueing wakes a PostgreSQL relay through NOTIFY; here the message is
+/// there before the relay starts, so only the timer can wake it in time.)
+#[tokio::test]
+async fn a_delayed_message_is_published_at_its_due_time_by_an_idle_relay() {
+    let (store, broker) = setup();
+    let mut m = outbox_testkit::message("contract", "later");
+    let due = outbox_core::Timestamp::now_utc() + time::Duration::milliseconds(1500);
+    m.not_before = Some(due);
+    store.enqueue(vec![m.clone()]).await.expect("enqueue");
+    let cancel = CancellationToken::new();
+    let relay = tokio::spawn(
+        Dispatcher::new(
+            store.clone(),
+            Arc::new(broker.clone()),
+            DispatcherConfig {
+                idle_poll: Duration::from_secs(30),
+                ..DispatcherConfig::default()
+            },
+            "relay-delayed",
+        )
+        .run(cancel.clone()),
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let published = loop {
+        let record = store.get(m.id).await.expect("get").expect("stored");
+        if record.status == Status::Sent {
+            break record.publish.completed_at.expect("sent at");
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not published within 10 s: the relay waited for its 30 s poll"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    cancel.cancel();
+    relay.await.expect("relay");
+    assert!(
+        published >= due,
+        "published at {published}, before its due time {due}"
+    );
+    assert!(
+        published - due < time::Duration::seconds(1),
+        "published {} after its due time",
+        published - due
+    );
+    assert_eq!(broker.queue_depth(QUEUE).0, 1);
+}

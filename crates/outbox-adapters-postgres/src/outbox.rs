@@ -288,12 +288,12 @@ impl Sql {
             // most of the table (tests/stats_scale.rs checks the plan). The oldest
             // skips times no Timestamp can hold: one such row must not fail (or,
             // in sqlx, panic) every readiness check and scrape.
-            // Pending is counted as its two partial indexes hold it. A delayed row
+            // Each count reads one partial index. A delayed row
             // waits from its due time, not its creation: only overdue ones count
             // towards the oldest unsent.
             stats: format!(
                 "SELECT \
-                   (SELECT count(*) FROM {t} WHERE status = 'pending' AND not_before IS NULL) AS pending_now, \
+                   (SELECT count(*) FROM {t} WHERE status = 'pending') AS pending, \
                    (SELECT count(*) FROM {t} WHERE status = 'pending' AND not_before IS NOT NULL) AS scheduled, \
                    (SELECT count(*) FROM {t} WHERE status = 'publish_failed') AS publish_failed, \
                    (SELECT count(*) FROM {t} WHERE status = 'dead') AS dead, \
@@ -636,7 +636,7 @@ impl OutboxStore for PgOutboxStore {
     }
 
     async fn stats(&self) -> Result<OutboxStats, PortError> {
-        let (pending_now, scheduled, publish_failed, dead, oldest): (
+        let (pending, scheduled, publish_failed, dead, oldest): (
             i64,
             i64,
             i64,
@@ -648,7 +648,7 @@ impl OutboxStore for PgOutboxStore {
             .map_err(|e| port("stats", e))?;
         let n = |v: i64| u64::try_from(v).unwrap_or(0);
         Ok(OutboxStats {
-            pending: n(pending_now) + n(scheduled),
+            pending: n(pending),
             scheduled: n(scheduled),
             publish_failed: n(publish_failed),
             dead: n(dead),

@@ -51,6 +51,7 @@ pub(crate) fn summary(message: &Message, status: Status, state: &SideState) -> M
         attempts: state.attempts,
         last_error: state.last_error.clone(),
         next_attempt_at: state.next_attempt_at,
+        due_at: message.not_before,
         completed_at: state.completed_at,
         payload_preview: message.payload[..message.payload.len().min(PREVIEW_BYTES)].to_vec(),
         payload_size: message.payload.len() as u64,

@@ -122,6 +122,24 @@ impl OutboxOperator for MemoryOutboxStore {
         self.requeue(id).await
     }
 
+    async fn publish_now(&self, id: MessageId) -> Result<(), PortError> {
+        let mut t = lock(&self.table);
+        let not_found = || PortError::NotFound {
+            what: "message",
+            id: id.to_string(),
+        };
+        let seq = *t.by_id.get(&id).ok_or_else(not_found)?;
+        let row = t.rows.get_mut(&seq).ok_or_else(not_found)?;
+        if row.tracked.status != Status::Pending {
+            return Err(PortError::IllegalTransition(outbox_core::TransitionError {
+                from: row.tracked.status,
+                to: Status::Pending,
+            }));
+        }
+        row.message.not_before = None;
+        Ok(())
+    }
+
     async fn delete_message(&self, id: MessageId, force: bool) -> Result<(), PortError> {
         if !force {
             return self.delete(id).await;

@@ -143,6 +143,9 @@ pub(crate) struct SummaryRow {
     completed_at: Option<Timestamp>,
     payload_preview: Vec<u8>,
     payload_size: i64,
+    /// Outbox pages only (see `outbox_operator`); absent from inbox pages.
+    #[sqlx(default)]
+    due_at: Option<Timestamp>,
 }
 
 impl SummaryRow {
@@ -161,6 +164,7 @@ impl SummaryRow {
             attempts: u32::try_from(self.attempts).unwrap_or(0),
             last_error: self.last_error,
             next_attempt_at: self.next_attempt_at,
+            due_at: self.due_at,
             completed_at: self.completed_at,
             payload_preview: self.payload_preview,
             payload_size: u64::try_from(self.payload_size).unwrap_or(0),

@@ -16,6 +16,7 @@ use crate::listing::{
     SummaryRow, Where, batch_statement, count_at_most, in_batches, names, page_of, per_minute,
     summary_columns,
 };
+use crate::rows::readable_time;
 
 impl PgOutboxStore {
     /// What a page of [`OutboxOperator::list_messages`] does: `EXPLAIN (ANALYZE)`
@@ -53,8 +54,9 @@ impl PgOutboxStore {
             .below(after.map(|c| c.0))?;
         let lp = w.bind(i64::from(page_limit(limit)) + 1)?;
         let sql = format!(
-            "SELECT {} FROM {}{} ORDER BY seq DESC LIMIT {lp}",
+            "SELECT {}, {} AS due_at FROM {}{} ORDER BY seq DESC LIMIT {lp}",
             summary_columns("id", "sent_at"),
+            readable_time("not_before"),
             self.table(),
             w.sql()
         );
@@ -105,6 +107,41 @@ impl OutboxOperator for PgOutboxStore {
 
     async fn requeue_message(&self, id: MessageId) -> Result<(), PortError> {
         self.requeue(id).await
+    }
+
+    async fn publish_now(&self, id: MessageId) -> Result<(), PortError> {
+        let t = self.table();
+        // The guard is in the statement: a message sent or failed meanwhile is left
+        // alone, and the reason read from the row as it is now.
+        let changed = sqlx::query(&format!(
+            "UPDATE {t} SET not_before = NULL WHERE id = $1 AND status = 'pending'"
+        ))
+        .bind(id.as_uuid())
+        .execute(self.pool())
+        .await
+        .map_err(|e| port("publish now", e))?
+        .rows_affected();
+        if changed == 1 {
+            return Ok(());
+        }
+        let status: Option<String> =
+            sqlx::query_scalar(&format!("SELECT status FROM {t} WHERE id = $1"))
+                .bind(id.as_uuid())
+                .fetch_optional(self.pool())
+                .await
+                .map_err(|e| port("publish now", e))?;
+        match status {
+            None => Err(PortError::NotFound {
+                what: "message",
+                id: id.to_string(),
+            }),
+            Some(s) => Err(PortError::IllegalTransition(outbox_core::TransitionError {
+                from: s
+                    .parse()
+                    .map_err(|e: String| PortError::fatal("read row", e))?,
+                to: Status::Pending,
+            })),
+        }
     }
 
     async fn delete_message(&self, id: MessageId, force: bool) -> Result<(), PortError> {

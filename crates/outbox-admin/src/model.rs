@@ -416,6 +416,10 @@ pub struct MessageItem {
     /// RFC 3339.
     #[schema(format = DateTime)]
     pub next_attempt_at: Option<String>,
+    /// A delayed message's due time, RFC 3339: it stays pending (scheduled) until
+    /// then. Null when published at once (and for deliveries).
+    #[schema(format = DateTime)]
+    pub due_at: Option<String>,
     /// When this side succeeded (sent at, consumed at), RFC 3339.
     #[schema(format = DateTime)]
     pub completed_at: Option<String>,
@@ -509,6 +513,10 @@ pub struct MessageDetail {
     /// RFC 3339.
     #[schema(format = DateTime)]
     pub next_attempt_at: Option<String>,
+    /// A delayed message's due time, RFC 3339: it stays pending (scheduled) until
+    /// then. Null when published at once (and for deliveries).
+    #[schema(format = DateTime)]
+    pub due_at: Option<String>,
     /// The last failure.
     pub last_error: Option<String>,
     /// When this side succeeded (sent at, consumed at), RFC 3339.
@@ -622,8 +630,10 @@ pub struct MinuteItem {
 /// The outbox's counts.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct OutboxCounts {
-    /// Exact.
+    /// Exact; delayed messages included.
     pub pending: u64,
+    /// Exact: of `pending`, the delayed ones (with a due time).
+    pub scheduled: u64,
     /// Exact.
     pub publish_failed: u64,
     /// Exact.
@@ -631,7 +641,8 @@ pub struct OutboxCounts {
     /// Not counted here (most of the table); always null. The relay's
     /// `outbox_published_total` counter and `published_per_minute` tell throughput.
     pub sent: Option<u64>,
-    /// Creation time of the oldest pending or failed message, RFC 3339.
+    /// Since when the longest-waiting unsent message waits (creation time, or
+    /// the due time of an overdue delayed one), RFC 3339.
     #[schema(format = DateTime)]
     pub oldest_unsent_at: Option<String>,
     /// Its age in seconds.

@@ -130,6 +130,9 @@ pub(crate) struct DeliveryItem {
     /// RFC 3339.
     #[schema(format = DateTime)]
     next_attempt_at: Option<String>,
+    /// Always null for a delivery (a due time is the outbox's).
+    #[schema(format = DateTime)]
+    due_at: Option<String>,
     /// When it was consumed, RFC 3339.
     #[schema(format = DateTime)]
     completed_at: Option<String>,
@@ -200,6 +203,9 @@ pub(crate) struct DeliveryDetail {
     /// RFC 3339.
     #[schema(format = DateTime)]
     next_attempt_at: Option<String>,
+    /// Always null for a delivery (a due time is the outbox's).
+    #[schema(format = DateTime)]
+    due_at: Option<String>,
     /// The last failure.
     last_error: Option<String>,
     /// When it was consumed, RFC 3339.
@@ -220,6 +226,7 @@ pub(crate) struct DeliveryDetail {
         routes::list_messages,
         routes::get_message,
         routes::requeue_message,
+        routes::publish_now,
         routes::delete_message,
         routes::requeue_matching,
         routes::delete_matching,

@@ -89,6 +89,19 @@ pub(crate) async fn requeue_message(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// A delayed (scheduled) pending message due now: published at the next claim.
+#[utoipa::path(post, path = "/messages/{id}/publish-now", tag = "messages", params(("id" = String, Path, description = "Message id (UUID)", format = "uuid", pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")),
+    responses((status = 204), WriteErrors))]
+pub(crate) async fn publish_now(
+    State(s): Service,
+    Extension(actor): Extension<Actor>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<StatusCode, AdminError> {
+    let id = parse_message_id(&path(id)?)?;
+    s.publish_now(&actor.name, id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
 /// Deletes a dead message (with `force=true` also a pending or failed one).
 #[utoipa::path(delete, path = "/messages/{id}", tag = "messages",
     params(("id" = String, Path, description = "Message id (UUID)", format = "uuid", pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"), DeleteQuery),
@@ -294,6 +307,7 @@ pub fn router(service: AdminService, auth: AdminAuth) -> Router {
         .route("/messages/delete", post(delete_matching))
         .route("/messages/{id}", get(get_message).delete(delete_message))
         .route("/messages/{id}/requeue", post(requeue_message))
+        .route("/messages/{id}/publish-now", post(publish_now))
         .route("/consumers", get(consumers))
         .route("/consumers/{name}/deliveries", get(list_deliveries))
         .route(

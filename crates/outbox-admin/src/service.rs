@@ -198,6 +198,7 @@ impl AdminService {
             attempts: summary.attempts,
             last_error: summary.last_error,
             next_attempt_at: summary.next_attempt_at.map(format_time),
+            due_at: summary.due_at.map(format_time),
             completed_at: summary.completed_at.map(format_time),
             payload_preview: preview.text,
             payload_preview_base64: preview.base64,
@@ -242,6 +243,10 @@ impl AdminService {
             attempts: state.attempts,
             last_attempt_at: state.last_attempt_at.map(format_time),
             next_attempt_at: state.next_attempt_at.map(format_time),
+            due_at: match side {
+                Side::Outbox => message.not_before.map(format_time),
+                Side::Inbox => None,
+            },
             last_error: state.last_error.clone(),
             completed_at: state.completed_at.map(format_time),
             deliveries,
@@ -331,6 +336,7 @@ impl AdminService {
         Ok(StatsResponse {
             outbox: OutboxCounts {
                 pending: counts.pending,
+                scheduled: counts.scheduled,
                 publish_failed: counts.publish_failed,
                 dead: counts.dead,
                 sent: None,
@@ -400,6 +406,16 @@ impl AdminService {
     pub async fn requeue_message(&self, actor: &str, id: MessageId) -> Result<(), AdminError> {
         self.ports.outbox.requeue_message(id).await?;
         self.audit(actor, "requeue", id.to_string(), 1).await
+    }
+
+    /// A delayed message due now (audited as `publish_now`).
+    ///
+    /// # Errors
+    /// `NotFound`, `IllegalTransition` when it is not pending, or what the stores
+    /// say.
+    pub async fn publish_now(&self, actor: &str, id: MessageId) -> Result<(), AdminError> {
+        self.ports.outbox.publish_now(id).await?;
+        self.audit(actor, "publish_now", id.to_string(), 1).await
     }
 
     /// Deletes one message.

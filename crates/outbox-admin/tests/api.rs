@@ -537,12 +537,13 @@ async fn stats_count_both_sides_and_mark_what_is_not_counted() {
 }
 
 /// The routes the issue asks for; the document and the router must agree with it.
-const ROUTES: [(&str, &str); 17] = [
+const ROUTES: [(&str, &str); 18] = [
     ("get", "/stats"),
     ("get", "/messages"),
     ("get", "/messages/{id}"),
     ("delete", "/messages/{id}"),
     ("post", "/messages/{id}/requeue"),
+    ("post", "/messages/{id}/publish-now"),
     ("post", "/messages/requeue"),
     ("post", "/messages/delete"),
     ("get", "/consumers"),
@@ -894,4 +895,55 @@ async fn a_nul_in_a_text_filter_or_a_name_is_a_400() {
         .unwrap()["schema"]["pattern"]
         .clone();
     assert_eq!(exchange, outbox_admin::model::TEXT_PATTERN);
+}
+
+#[tokio::test]
+async fn a_delayed_message_shows_as_scheduled_and_publish_now_makes_it_due() {
+    let h = harness();
+    let mut m = message("orders", "later", b"{}");
+    let due = outbox_core::Timestamp::now_utc() + time::Duration::hours(2);
+    let due = due.replace_nanosecond(0).unwrap_or(due);
+    m.not_before = Some(due);
+    let id = h.pending(m).await;
+    let (_, stats) = h.get("/stats").await;
+    assert_eq!(stats["outbox"]["scheduled"], 1, "{stats}");
+    assert_eq!(stats["outbox"]["pending"], 1, "{stats}");
+    assert!(
+        stats["outbox"]["oldest_unsent_at"].is_null(),
+        "a message not yet due waits for nothing: {stats}"
+    );
+    let (_, page) = h.get("/messages?status=pending").await;
+    let shown = page["items"][0]["due_at"]
+        .as_str()
+        .expect("due_at")
+        .to_owned();
+    assert_eq!(
+        time::OffsetDateTime::parse(&shown, &time::format_description::well_known::Rfc3339)
+            .expect("RFC 3339"),
+        due
+    );
+    let path = format!("/messages/{id}/publish-now");
+    let (status, body) = h.call("POST", &path, Some(READ), None).await;
+    assert_eq!((status, code(&body)), (StatusCode::FORBIDDEN, "forbidden"));
+    assert_eq!(h.write("POST", &path, None).await.0, StatusCode::NO_CONTENT);
+    let (_, detail) = h.get(&format!("/messages/{id}")).await;
+    assert!(detail["due_at"].is_null(), "{detail}");
+    assert_eq!(detail["status"], "pending");
+    let audit = h.audit_entries().await;
+    assert_eq!(audit[0]["action"], "publish_now", "{audit:?}");
+    assert_eq!(audit[0]["target"], id.to_string());
+    let unknown = "/messages/01890000-0000-7000-8000-000000000000/publish-now";
+    assert_eq!(
+        h.write("POST", unknown, None).await.0,
+        StatusCode::NOT_FOUND
+    );
+    let sent = h.dead(message("orders", "x", b"{}")).await;
+    let (status, _) = h
+        .write("POST", &format!("/messages/{sent}/publish-now"), None)
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::CONFLICT,
+        "a dead message is not pending"
+    );
 }

@@ -127,6 +127,8 @@ pub struct MessageSummary {
     pub last_error: Option<String>,
     /// When the next attempt is due.
     pub next_attempt_at: Option<Timestamp>,
+    /// A delayed message's due time (outbox side; `None` for deliveries).
+    pub due_at: Option<Timestamp>,
     /// When this side succeeded (sent at, consumed at).
     pub completed_at: Option<Timestamp>,
     /// The first [`PREVIEW_BYTES`] bytes of the payload.
@@ -219,6 +221,14 @@ pub trait OutboxOperator: Send + Sync {
     /// # Errors
     /// [`PortError::NotFound`]; [`PortError::IllegalTransition`] in another status.
     async fn requeue_message(&self, id: MessageId) -> Result<(), PortError>;
+
+    /// A delayed `Pending` message due now: its due time is cleared, so the next
+    /// claim takes it (a pending message without one is left as it is).
+    ///
+    /// # Errors
+    /// [`PortError::NotFound`]; [`PortError::IllegalTransition`] when it is not
+    /// pending (sent, failed or dead already).
+    async fn publish_now(&self, id: MessageId) -> Result<(), PortError>;
 
     /// Removes a message: a `Dead` one, or with `force` also a `Pending` or
     /// `PublishFailed` one that no relay holds right now (guarded in the statement).

@@ -177,6 +177,7 @@ macro_rules! outbox_operator_contract {
                 bulk_requeue_honours_max_and_status,
                 bulk_delete_honours_force_and_leases,
                 single_actions_are_guarded,
+                publish_now_makes_a_delayed_message_due,
                 published_per_minute_counts_sent_messages,
             ]
         );

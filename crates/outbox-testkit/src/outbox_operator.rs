@@ -529,3 +529,66 @@ pub async fn published_per_minute_counts_sent_messages(o: OutboxUnderTest) {
         assert!(m.minute <= now && m.minute > now - time::Duration::minutes(62));
     }
 }
+
+/// "Publish now": a delayed message shows its due time in pages, and once made due
+/// the next claim takes it; a message that is no longer pending is refused, an
+/// unknown one not found.
+pub async fn publish_now_makes_a_delayed_message_due(o: OutboxUnderTest) {
+    let exchange = unique_key("later");
+    let mut delayed = message(&exchange, "op.key");
+    let due = Timestamp::now_utc() + time::Duration::hours(1);
+    delayed.not_before = Some(due.replace_nanosecond(0).unwrap_or(due));
+    let id = delayed.id;
+    o.store
+        .enqueue(vec![delayed.clone()])
+        .await
+        .expect("enqueue");
+    let page = o
+        .operator
+        .list_messages(&by_exchange(&exchange), None, 10)
+        .await
+        .expect("list");
+    assert_eq!(page.items.len(), 1);
+    assert_eq!(page.items[0].status, Status::Pending);
+    assert_eq!(
+        page.items[0].due_at, delayed.not_before,
+        "the page shows the due time"
+    );
+    let l = lease();
+    let claimed = o.store.claim_pending(&l, 100_000).await.expect("claim");
+    assert!(claimed.iter().all(|c| c.message.id != id), "not due yet");
+    let others: Vec<MessageId> = claimed.iter().map(|c| c.message.id).collect();
+    o.store.release(&l, &others).await.expect("release");
+
+    o.operator.publish_now(id).await.expect("publish now");
+    let record = o
+        .operator
+        .get_message(id)
+        .await
+        .expect("get")
+        .expect("there");
+    assert_eq!(
+        (record.status, record.message.not_before),
+        (Status::Pending, None)
+    );
+    let claimed = o.store.claim_pending(&l, 100_000).await.expect("claim");
+    assert!(claimed.iter().any(|c| c.message.id == id), "due at once");
+    o.store.mark_sent(&l, &[id]).await.expect("sent");
+    let others: Vec<MessageId> = claimed
+        .iter()
+        .map(|c| c.message.id)
+        .filter(|m| *m != id)
+        .collect();
+    o.store.release(&l, &others).await.expect("release");
+
+    assert!(matches!(
+        o.operator.publish_now(id).await,
+        Err(PortError::IllegalTransition(t)) if t.from == Status::Sent
+    ));
+    assert!(matches!(
+        o.operator
+            .publish_now(MessageId::from_uuid(uuid::Uuid::now_v7()))
+            .await,
+        Err(PortError::NotFound { .. })
+    ));
+}

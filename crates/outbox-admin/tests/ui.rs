@@ -707,3 +707,57 @@ async fn deleting_a_dead_letter_and_a_message_go_through_the_service() {
         .collect();
     assert_eq!(actions, ["ops delete", "ops delete_dead_letter"]);
 }
+
+#[tokio::test]
+async fn a_delayed_message_is_scheduled_and_can_be_published_now() {
+    let h = harness();
+    let mut m = message("orders", "later", b"{}");
+    let due = outbox_core::Timestamp::now_utc() + time::Duration::hours(3);
+    m.not_before = Some(due);
+    let id = h.pending(m).await;
+    let mut b = Browser::new(&h);
+    b.login(WRITE).await;
+    let list = b.get("/ui/messages?status=pending").await;
+    assert!(
+        list.body
+            .contains(&format!(r#"data-id="{id}" data-status="scheduled""#)),
+        "{}",
+        list.body
+    );
+    let detail = b.get(&format!("/ui/messages/{id}")).await;
+    assert!(detail.body.contains(r#"id="due-at""#), "{}", detail.body);
+    assert!(
+        detail.body.contains(">Publish now</button>"),
+        "{}",
+        detail.body
+    );
+    let confirm = b
+        .get(&format!("/ui/messages/{id}?confirm=publish%20now"))
+        .await;
+    assert!(
+        confirm
+            .body
+            .contains(&format!(r#"action="/ui/messages/{id}/publish-now""#)),
+        "{}",
+        confirm.body
+    );
+    let csrf = value_of(&confirm.body, "csrf").expect("csrf");
+    let done = b
+        .post(
+            &format!("/ui/messages/{id}/publish-now"),
+            &format!("csrf={csrf}"),
+        )
+        .await;
+    assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
+    let record = h.outbox.get_message(id).await.expect("get").expect("there");
+    assert_eq!(record.message.not_before, None, "due now");
+    let after = b.get(&format!("/ui/messages/{id}")).await;
+    assert!(!after.body.contains(">Publish now</button>"));
+    let mut viewer = Browser::new(&h);
+    viewer.login(READ).await;
+    let mut other = message("orders", "later2", b"{}");
+    other.not_before = Some(due);
+    let other = h.pending(other).await;
+    let seen = viewer.get(&format!("/ui/messages/{other}")).await;
+    assert!(!seen.body.contains(">Publish now</button>"), "read-only");
+}

@@ -134,6 +134,11 @@ pub(crate) enum MessagesAction {
     },
     /// Put dead or failed messages back to pending with a fresh retry budget.
     Requeue(Target),
+    /// Make a delayed (scheduled) message due now: published at the next claim.
+    PublishNow {
+        /// The message.
+        id: String,
+    },
     /// Delete dead messages (pending and failed ones too with --force).
     Delete {
         #[command(flatten)]
@@ -279,6 +284,13 @@ pub(crate) async fn messages(
             } else {
                 out::message_detail(&detail);
             }
+        }
+        MessagesAction::PublishNow { id } => {
+            let id = parse_message_id(&id)?;
+            service.publish_now(&actor, id).await?;
+            out::line(&format!(
+                "due now: {id} is published at the relay's next claim"
+            ));
         }
         MessagesAction::Requeue(t) => {
             if let Some(id) = one(&t)? {

@@ -110,6 +110,7 @@ pub(crate) fn message_detail(m: &MessageDetail) {
         ("source", m.source.as_deref()),
         ("created_at", Some(m.created_at.as_str())),
         ("last_attempt_at", m.last_attempt_at.as_deref()),
+        ("due_at", m.due_at.as_deref()),
         ("next_attempt_at", m.next_attempt_at.as_deref()),
         ("completed_at", m.completed_at.as_deref()),
         ("last_error", m.last_error.as_deref()),

@@ -180,6 +180,7 @@ pub fn ui_router(service: AdminService, auth: AdminAuth, options: UiOptions) -> 
         .route("/messages/delete", post(pages::bulk_delete))
         .route("/messages/{id}", get(pages::message))
         .route("/messages/{id}/requeue", post(pages::requeue))
+        .route("/messages/{id}/publish-now", post(pages::publish_now))
         .route("/messages/{id}/delete", post(pages::delete))
         .route("/consumers", get(pages::consumers))
         .route("/consumers/{name}", get(pages::deliveries))

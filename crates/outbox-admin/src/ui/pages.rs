@@ -92,6 +92,7 @@ fn chrome(ui: &Ui, session: &Session, nav: &'static str) -> Chrome {
 fn notice_text(notice: Option<&str>) -> Option<String> {
     let text = match notice? {
         "requeued" => "Requeued: the message is pending again.",
+        "published-now" => "Due now: the relay publishes it at its next claim.",
         "deleted" => "Deleted.",
         "reconsumed" => {
             "Reconsumed: the delivery goes through the handler again at the next sweep."
@@ -351,7 +352,7 @@ fn rows(kind: &ListKind, page: MessagePage) -> Vec<Row> {
         .into_iter()
         .map(|m| Row {
             href: format!("{}/{}", kind.item_href, m.id),
-            badge: view::badge(&m.status),
+            badge: view::message_badge(&m.status, m.due_at.as_deref()),
             exchange: m.exchange,
             routing_key: m.routing_key,
             message_type: m.message_type.unwrap_or_default(),
@@ -606,6 +607,12 @@ fn detail_page(
         let can = |set: Vec<Status>| status.is_some_and(|s| set.contains(&s));
         match side {
             Side::Outbox => {
+                if status == Some(Status::Pending) && d.due_at.is_some() {
+                    actions.push(ActionButton {
+                        verb: "Publish now",
+                        danger: false,
+                    });
+                }
                 if can(requeueable_statuses()) {
                     actions.push(ActionButton {
                         verb: "Requeue",
@@ -637,13 +644,19 @@ fn detail_page(
         };
         let text = match action.verb {
             "Requeue" => "It goes back to pending and is published again.",
+            "Publish now" => {
+                "It is published at the relay's next claim, without waiting for its due time."
+            }
             "Delete" => "It is removed from the outbox for good.",
             _ => "Its handler runs again at the consumer's next retry sweep.",
         };
         Some(Confirm {
             title: format!("{} {what}?", action.verb),
             text: text.to_owned(),
-            action: format!("{post}/{}", action.verb.to_ascii_lowercase()),
+            action: format!(
+                "{post}/{}",
+                action.verb.to_ascii_lowercase().replace(' ', "-")
+            ),
             hidden: vec![("csrf", session.csrf.clone())],
             cancel: here.clone(),
             danger: action.danger,
@@ -688,7 +701,7 @@ fn detail_page(
         here,
         back: back.0,
         back_label: back.1,
-        badge: view::badge(&d.status),
+        badge: view::message_badge(&d.status, d.due_at.as_deref()),
         headers: d
             .headers
             .iter()
@@ -761,6 +774,22 @@ pub(crate) async fn requeue(
     let id = parse_message_id(&path(id)?)?;
     ui.service.requeue_message(&session.actor.name, id).await?;
     Ok(redirect(&ui.at(&format!("/messages/{id}?notice=requeued"))))
+}
+
+/// `POST <base>/messages/{id}/publish-now`.
+pub(crate) async fn publish_now(
+    State(ui): UiState,
+    Extension(session): Extension<Session>,
+    headers: HeaderMap,
+    id: Result<Path<String>, PathRejection>,
+    form: Result<Form<ActionForm>, FormRejection>,
+) -> Page {
+    check_write(&session, &headers, action_form(form).csrf.as_deref())?;
+    let id = parse_message_id(&path(id)?)?;
+    ui.service.publish_now(&session.actor.name, id).await?;
+    Ok(redirect(
+        &ui.at(&format!("/messages/{id}?notice=published-now")),
+    ))
 }
 
 /// `POST <base>/messages/{id}/delete`.

@@ -36,6 +36,19 @@ pub(crate) fn meaning(status: &str) -> &'static str {
     }
 }
 
+/// The badge of an outbox message: a pending one with a due time is "scheduled"
+/// (still `pending` in the API, whose status filter finds it so).
+pub(crate) fn message_badge(status: &str, due_at: Option<&str>) -> Badge {
+    match due_at {
+        Some(_) if status == "pending" => Badge {
+            name: "scheduled".to_owned(),
+            class: "info",
+            meaning: "pending, delayed: published at its due time (or when an operator says publish now)",
+        },
+        _ => badge(status),
+    }
+}
+
 pub(crate) fn badge(status: &str) -> Badge {
     let class = match status {
         "dead" => "bad",

@@ -117,6 +117,8 @@ impl MemoryOutboxStore {
                 claimed.push(ClaimedMessage {
                     message: row.message.clone(),
                     attempts: row.tracked.state.attempts,
+                    // Pending with a last error: failed before, requeued by an operator.
+                    requeued: status == Status::Pending && row.tracked.state.last_error.is_some(),
                 });
             }
         }
@@ -270,7 +272,7 @@ impl OutboxRetention for MemoryOutboxStore {
 impl OutboxStore for MemoryOutboxStore {
     async fn enqueue(&self, mut messages: Vec<Message>) -> Result<(), PortError> {
         for m in &mut messages {
-            outbox_ports::trace_context::inject_current(&mut m.headers);
+            outbox_ports::trace_context::record_create(m);
         }
         let now = self.clock.now();
         let mut t = lock(&self.table);

@@ -86,7 +86,7 @@ impl PgOutbox {
     /// transaction), with a new UUIDv7 id, and returns the id. With outbox-ports'
     /// `otel` feature the current trace context (`traceparent`, `tracestate`) is added
     /// to its headers unless they carry a `traceparent` already
-    /// ([`outbox_ports::trace_context::inject_current`]).
+    /// ([`outbox_ports::trace_context::record_create`]).
     ///
     /// # Errors
     /// [`PortError::InvalidMessage`] when it breaks a limit (nothing is written);
@@ -110,12 +110,13 @@ impl PgOutbox {
     ) -> Result<Vec<MessageId>, PortError> {
         let now = time::OffsetDateTime::now_utc();
         let mut made = Vec::with_capacity(messages.len());
-        for mut m in messages {
-            // The producer's trace context, stored in this same transaction (with
-            // outbox-ports' `otel` feature; nothing otherwise).
-            outbox_ports::trace_context::inject_current(&mut m.headers);
+        for m in messages {
             m.validate(self.max_payload_bytes)?;
-            made.push(m.into_message(MessageId::from_uuid(uuid::Uuid::now_v7()), now));
+            let mut m = m.into_message(MessageId::from_uuid(uuid::Uuid::now_v7()), now);
+            // The producer's trace context (through a `create` span), stored in this
+            // same transaction (with outbox-ports' `otel` feature; nothing otherwise).
+            outbox_ports::trace_context::record_create(&mut m);
+            made.push(m);
         }
         self.insert_messages(conn, &made).await?;
         Ok(made.iter().map(|m| m.id).collect())
@@ -470,7 +471,11 @@ impl PgOutboxStore {
         }
         Ok(good
             .into_iter()
-            .map(|(message, attempts)| ClaimedMessage { message, attempts })
+            .map(|(message, attempts, requeued)| ClaimedMessage {
+                message,
+                attempts,
+                requeued,
+            })
             .collect())
     }
 
@@ -629,7 +634,7 @@ impl OutboxRetention for PgOutboxStore {
 impl OutboxStore for PgOutboxStore {
     async fn enqueue(&self, mut messages: Vec<Message>) -> Result<(), PortError> {
         for m in &mut messages {
-            outbox_ports::trace_context::inject_current(&mut m.headers);
+            outbox_ports::trace_context::record_create(m);
         }
         let mut conn = self.pool.acquire().await.map_err(|e| port("enqueue", e))?;
         self.outbox.insert_messages(&mut conn, &messages).await

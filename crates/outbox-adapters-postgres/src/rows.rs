@@ -173,9 +173,9 @@ pub(crate) fn in_claim_order(mut rows: Vec<ClaimedRow>) -> impl Iterator<Item = 
         .map(|r| (r.row.message(), r.row.attempts()))
 }
 
-/// Decoded claimed rows (message, attempts before this claim) and the undecodable
-/// ones (id, why).
-pub(crate) type DecodedClaim = (Vec<(Message, u32)>, Vec<(MessageId, String)>);
+/// Decoded claimed rows (message, attempts before this claim, requeued) and the
+/// undecodable ones (id, why).
+pub(crate) type DecodedClaim = (Vec<(Message, u32, bool)>, Vec<(MessageId, String)>);
 
 /// Claimed rows in claim order, decoded one by one: the messages with the attempts
 /// made before this claim, and the rows that cannot be decoded with why (naming the
@@ -186,7 +186,12 @@ pub(crate) fn decode_in_claim_order(mut rows: Vec<ClaimedRow>) -> DecodedClaim {
     let mut bad = Vec::new();
     for r in rows {
         match r.row.decoded_message() {
-            Ok(m) => good.push((m, r.row.attempts())),
+            // Pending with a last error: it failed before and an operator requeued it.
+            Ok(m) => good.push((
+                m,
+                r.row.attempts(),
+                r.row.status == "pending" && r.row.last_error.is_some(),
+            )),
             Err(why) => bad.push((MessageId::from_uuid(r.row.id), why)),
         }
     }

@@ -113,6 +113,9 @@ where
     S: Subscriber + for<'a> LookupSpan<'a> + Send + Sync,
 {
     use opentelemetry::trace::TracerProvider as _;
+    // Also the global provider: spans started through the OpenTelemetry API
+    // itself (the `create` span of an enqueue) go to the same exporter.
+    opentelemetry::global::set_tracer_provider(provider.clone());
     tracing_opentelemetry::layer()
         .with_tracer(provider.tracer("outbox"))
         .with_filter(tracing_subscriber::filter::LevelFilter::INFO)

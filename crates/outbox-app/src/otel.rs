@@ -133,19 +133,25 @@ impl<E: SpanExporter + 'static> SpanExporter for OnRuntime<E> {
     }
 }
 
-/// A `send <exchange>` span per message, each continuing the trace stored in its
-/// headers, and the headers given the span's own context (what the broker carries
+/// A `send <exchange>` span per message (kind client), each continuing the trace
+/// stored in its headers (a requeued one: a new trace linked to it), and the
+/// headers given the span's own context (what the broker carries
 /// on). A span that has no OpenTelemetry context (no layer) leaves them untouched.
-pub(crate) fn send_spans(messages: &mut [Message], attempts: &[u32]) -> Vec<tracing::Span> {
+pub(crate) fn send_spans(
+    messages: &mut [Message],
+    attempts: &[u32],
+    requeued: &[bool],
+) -> Vec<tracing::Span> {
     messages
         .iter_mut()
         .zip(attempts)
-        .map(|(m, attempts)| {
+        .zip(requeued)
+        .map(|((m, attempts), requeued)| {
             let span = tracing::info_span!(
                 target: "outbox::relay",
                 "send",
                 otel.name = %format_args!("send {}", m.exchange),
-                otel.kind = "producer",
+                otel.kind = "client",
                 messaging.system = "rabbitmq",
                 messaging.destination.name = %m.exchange,
                 messaging.rabbitmq.destination.routing_key = %m.routing_key,
@@ -154,7 +160,16 @@ pub(crate) fn send_spans(messages: &mut [Message], attempts: &[u32]) -> Vec<trac
                 outbox.attempt = attempts.saturating_add(1),
             );
             span.set_attribute("messaging.operation.type", "send");
-            let _ = span.set_parent(trace_context::extract(&m.headers));
+            let stored = trace_context::extract(&m.headers);
+            if *requeued {
+                // An operator's requeue is a new piece of work: its own trace,
+                // linked to the one the message was created in.
+                span.set_attribute("outbox.requeued", true);
+                let _ = span.set_parent(opentelemetry::Context::new());
+                span.add_link(stored.span().span_context().clone());
+            } else {
+                let _ = span.set_parent(stored);
+            }
             let cx = span.context();
             if cx.span().span_context().is_valid() {
                 trace_context::inject(&cx, &mut m.headers);
@@ -287,6 +302,57 @@ mod tests {
             (request_line.trim().to_owned(), body.len())
         });
         (url, handle)
+    }
+
+    #[test]
+    fn a_requeued_message_is_sent_in_a_new_trace_linked_to_its_own() {
+        use opentelemetry_sdk::trace::InMemorySpanExporter;
+        use tracing_subscriber::layer::SubscriberExt as _;
+        install_propagator();
+        let exporter = InMemorySpanExporter::default();
+        let provider = SdkTracerProvider::builder()
+            .with_simple_exporter(exporter.clone())
+            .build();
+        let subscriber = tracing_subscriber::registry()
+            .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test")));
+        let stored = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let mut messages: Vec<Message> = (0..2)
+            .map(|n| {
+                let mut m = outbox_core::NewMessage::new("x", "k", vec![n])
+                    .with_header("traceparent", stored)
+                    .into_message(
+                        outbox_core::MessageId::from_uuid(uuid::Uuid::now_v7()),
+                        outbox_core::Timestamp::now_utc(),
+                    );
+                m.not_before = None;
+                m
+            })
+            .collect();
+        tracing::subscriber::with_default(subscriber, || {
+            let spans = send_spans(&mut messages, &[0, 0], &[false, true]);
+            drop(spans);
+        });
+        let _ = provider.force_flush();
+        let finished = exporter.get_finished_spans().expect("spans");
+        assert_eq!(finished.len(), 2);
+        let continued = &finished[0];
+        let requeued = &finished[1];
+        assert_eq!(
+            continued.span_context.trace_id().to_string(),
+            "4bf92f3577b34da6a3ce929d0e0e4736",
+            "a first publish continues the stored trace"
+        );
+        assert_ne!(
+            requeued.span_context.trace_id(),
+            continued.span_context.trace_id(),
+            "a requeue starts a new trace"
+        );
+        assert_eq!(
+            requeued.links.links[0].span_context.trace_id().to_string(),
+            "4bf92f3577b34da6a3ce929d0e0e4736",
+            "linked to the stored one"
+        );
+        assert_eq!(continued.span_kind, opentelemetry::trace::SpanKind::Client);
     }
 
     #[test]

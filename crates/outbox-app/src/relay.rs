@@ -117,15 +117,18 @@ pub async fn publish_batch(
             .map_or_else(String::new, |e| e.to_string());
         failures.push(permanent_failure(c.message.id, &why, &mut counts));
     }
+    #[cfg_attr(not(feature = "otel"), allow(unused_variables))]
+    let requeued: Vec<bool> = publishable.iter().map(|c| c.requeued).collect();
     #[cfg_attr(not(feature = "otel"), allow(unused_mut))]
     let (mut messages, attempts): (Vec<_>, Vec<_>) = publishable
         .into_iter()
         .map(|c| (c.message, c.attempts))
         .unzip();
-    // Each message published under a `send` span continuing its stored trace, the
-    // span's context in the headers that go to the broker.
+    // Each message published under a `send` span continuing its stored trace (a
+    // requeued one: a new trace linked to it), the span's context in the headers
+    // that go to the broker.
     #[cfg(feature = "otel")]
-    let spans = crate::otel::send_spans(&mut messages, &attempts);
+    let spans = crate::otel::send_spans(&mut messages, &attempts, &requeued);
     let outcomes = if messages.is_empty() {
         Vec::new()
     } else {

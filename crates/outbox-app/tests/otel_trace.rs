@@ -84,6 +84,8 @@ async fn one_trace_from_enqueue_through_rabbitmq_to_the_handler() {
         .with_simple_exporter(exporter.clone())
         .build();
     outbox_app::otel::install_propagator();
+    // The enqueue's `create` span goes to the global provider (as `outbox run` sets it).
+    opentelemetry::global::set_tracer_provider(provider.clone());
     tracing::subscriber::set_global_default(
         tracing_subscriber::registry()
             .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("otel-test"))),
@@ -223,6 +225,7 @@ async fn one_trace_from_enqueue_through_rabbitmq_to_the_handler() {
             .clone()
     };
     let checkout = find("checkout");
+    let create = find(&format!("create {exchange}"));
     let send = find(&format!("send {exchange}"));
     let process = find(&process_name);
     assert_ne!(relay_trace, producer_trace);
@@ -231,8 +234,23 @@ async fn one_trace_from_enqueue_through_rabbitmq_to_the_handler() {
         producer_trace,
         "the relay continued the stored trace"
     );
-    assert_eq!(send.parent_span_id, checkout.span_context.span_id());
-    assert_eq!(send.span_kind, SpanKind::Producer);
+    assert_eq!(
+        create.parent_span_id,
+        checkout.span_context.span_id(),
+        "the enqueue's create span is the producer's child"
+    );
+    assert_eq!(create.span_kind, SpanKind::Producer);
+    assert_eq!(create.span_context.trace_id(), producer_trace);
+    assert_eq!(
+        attr(&create, "messaging.operation.type").as_deref(),
+        Some("create")
+    );
+    assert_eq!(
+        send.parent_span_id,
+        create.span_context.span_id(),
+        "the relay's send continues from the stored create span"
+    );
+    assert_eq!(send.span_kind, SpanKind::Client);
     assert_eq!(
         process.span_context.trace_id(),
         producer_trace,

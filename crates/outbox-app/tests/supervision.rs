@@ -75,6 +75,7 @@ async fn a_panic_while_marking_a_batch_makes_the_relay_report_failure() {
             vec![ClaimedMessage {
                 message: outbox_testkit::message("contract", "contract.key"),
                 attempts: 0,
+                requeued: false,
             }]
         };
         handed_out = true;

@@ -37,6 +37,9 @@ pub struct ClaimedMessage {
     pub message: Message,
     /// Publish attempts made before this one.
     pub attempts: u32,
+    /// An operator requeued it (it failed or died before and is pending again with
+    /// a fresh budget): its publish starts a new trace linked to the stored one.
+    pub requeued: bool,
 }
 
 /// A failed publish to record.

@@ -39,6 +39,54 @@ pub fn inject_current(headers: &mut Headers) {
     }
 }
 
+/// At enqueue: when a span is active and the message carries no `traceparent`, a
+/// `create <exchange>` span (kind producer, the messaging conventions' create
+/// operation) is started under it and ended, and its context written into the
+/// headers, so the relay's `send` continues from the create. The span goes to the
+/// global tracer provider (`opentelemetry::global::set_tracer_provider`; `outbox
+/// run` sets it): without one it records nothing and the active span's context is
+/// written instead. Without the `otel` feature: nothing.
+#[cfg_attr(not(feature = "otel"), allow(unused_variables))]
+pub fn record_create(message: &mut outbox_core::Message) {
+    #[cfg(feature = "otel")]
+    {
+        use opentelemetry::KeyValue;
+        use opentelemetry::trace::{Span as _, SpanKind, TraceContextExt as _, Tracer as _};
+        if message.headers.contains_key(TRACEPARENT) {
+            return;
+        }
+        let parent = opentelemetry::Context::current();
+        if !parent.span().span_context().is_valid() {
+            return;
+        }
+        let tracer = opentelemetry::global::tracer("outbox");
+        let size = i64::try_from(message.payload.len()).unwrap_or(i64::MAX);
+        let mut span = tracer
+            .span_builder(format!("create {}", message.exchange))
+            .with_kind(SpanKind::Producer)
+            .with_attributes([
+                KeyValue::new("messaging.system", "rabbitmq"),
+                KeyValue::new("messaging.operation.type", "create"),
+                KeyValue::new("messaging.destination.name", message.exchange.clone()),
+                KeyValue::new(
+                    "messaging.rabbitmq.destination.routing_key",
+                    message.routing_key.clone(),
+                ),
+                KeyValue::new("messaging.message.id", message.id.to_string()),
+                KeyValue::new("messaging.message.body.size", size),
+            ])
+            .start_with_context(&tracer, &parent);
+        let created = span.span_context().clone();
+        span.end();
+        let cx = if created.is_valid() {
+            parent.with_remote_span_context(created)
+        } else {
+            parent
+        };
+        inject(&cx, &mut message.headers);
+    }
+}
+
 /// Writes the trace context of `cx` into `headers` with the global propagator,
 /// replacing any there.
 #[cfg(feature = "otel")]

@@ -216,10 +216,14 @@ pub async fn dead_messages_can_be_requeued(store: Arc<dyn OutboxStore>) {
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].message.id, m.id);
     assert_eq!(dead[0].publish.last_error.as_deref(), Some("poison"));
+    let fresh = message("contract", "fresh");
+    store.enqueue(vec![fresh.clone()]).await.expect("enqueue");
     store.requeue(m.id).await.expect("requeue");
     let again = store.claim_pending(&lease("b"), 10).await.expect("claim");
-    assert_eq!(ids(&again), [m.id]);
+    assert_eq!(ids(&again), [m.id, fresh.id]);
     assert_eq!(again[0].attempts, 0);
+    assert!(again[0].requeued, "a claim says it was requeued");
+    assert!(!again[1].requeued, "a first publish is not a requeue");
     let err = store
         .requeue(m.id)
         .await

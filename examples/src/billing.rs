@@ -224,13 +224,7 @@ pub async fn run(
 /// # Errors
 /// Bad settings, setup errors.
 pub async fn main_from_env() -> anyhow::Result<()> {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,lapin=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
+    let telemetry = crate::telemetry("billing-consumer")?;
     let shop = Shop::from_env()?;
     let var = |k: &str| std::env::var(k).ok();
     let faults = Faults {
@@ -266,5 +260,7 @@ pub async fn main_from_env() -> anyhow::Result<()> {
         tracing::info!("shutting down");
         stop.cancel();
     });
-    run(&shop, faults, interval, cancel).await
+    let result = run(&shop, faults, interval, cancel).await;
+    telemetry.shutdown().await;
+    result
 }

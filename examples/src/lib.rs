@@ -131,3 +131,21 @@ impl Shop {
         }
     }
 }
+
+/// The log on stderr and, when `OTEL_EXPORTER_OTLP_ENDPOINT` is set, spans exported
+/// over OTLP as `service` (unless `OTEL_SERVICE_NAME` says otherwise), as `outbox
+/// run` does. Shut the returned handle down before exiting, so the last spans go out.
+///
+/// # Errors
+/// The exporter could not be built.
+pub fn telemetry(service: &str) -> anyhow::Result<outbox_app::logging::Telemetry> {
+    outbox_app::logging::init(
+        "info,lapin=warn",
+        &outbox_app::config::LogConfig::default(),
+        &outbox_app::config::TelemetryConfig {
+            service_name: service.to_owned(),
+            ..outbox_app::config::TelemetryConfig::default()
+        },
+    )
+    .map_err(anyhow::Error::msg)
+}

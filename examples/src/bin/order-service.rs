@@ -32,9 +32,19 @@ enum Command {
     },
 }
 
+use tracing::Instrument as _;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    let telemetry = outbox_examples::telemetry("order-service")?;
+    let result = run(cli).await;
+    // Short commands too: the spans of `create` go out before the process ends.
+    telemetry.shutdown().await;
+    result
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     let shop = Shop::from_env()?;
     let pool = shop.pool().await?;
     match cli.command {
@@ -53,8 +63,12 @@ async fn main() -> anyhow::Result<()> {
             let (mut committed, mut rolled_back) = (0, 0);
             for id in first_id..first_id + count {
                 let roll_back = roll_back_every > 0 && id % roll_back_every == 0;
-                let message_id =
-                    orders::create(&shop, &pool, id, 100 + id % 10_000, roll_back).await?;
+                // Each order in a span of its own: the enqueue's `create` span and
+                // the message's trace hang under it.
+                let span = tracing::info_span!("place order", order.id = id);
+                let message_id = orders::create(&shop, &pool, id, 100 + id % 10_000, roll_back)
+                    .instrument(span)
+                    .await?;
                 if roll_back {
                     rolled_back += 1;
                 } else {

@@ -1227,3 +1227,57 @@ async fn outbox_run_declares_its_topology_from_config_and_refuses_a_conflicting_
     }
     w.cleanup().await;
 }
+
+/// A delayed message written through the SQL contract (`not_before`) to a relay
+/// that sleeps on NOTIFY with a 30 s poll: the insert wakes it, it finds nothing
+/// due, and its timer (not the poll) publishes the message within a second of its
+/// due time, never before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outbox_run_publishes_a_delayed_message_at_its_due_time() {
+    let Some(w) = World::new("delayed").await else {
+        return;
+    };
+    let cfg = w.config("d", "[http]\nenabled = false\n");
+    std::fs::write(
+        &cfg,
+        std::fs::read_to_string(&cfg)
+            .expect("read")
+            .replace("idle_poll = \"500ms\"", "idle_poll = \"30s\""),
+    )
+    .expect("write");
+    let relay = w.relay(&cfg);
+    let t = format!("{}.outbox_messages", w.schema.quoted());
+    let idle = format!("{}.outbox_relay_idle", w.schema.quoted());
+    w.wait_until("the relay idles on NOTIFY", 30, async || {
+        sqlx::query_scalar::<_, i64>(&format!("SELECT count(*) FROM {idle}"))
+            .fetch_one(&w.pool)
+            .await
+            .unwrap_or(0)
+            > 0
+    })
+    .await;
+    sqlx::query(&format!(
+        "INSERT INTO {t} (exchange, routing_key, payload, not_before) \
+         VALUES ($1, 'order.delayed', convert_to('{{}}', 'UTF8'), now() + interval '2 seconds')"
+    ))
+    .bind(&w.exchange)
+    .execute(&w.pool)
+    .await
+    .expect("insert");
+    w.wait_until("the delayed message is sent", 10, async || {
+        w.count("sent").await == 1
+    })
+    .await;
+    let (late_ms,): (f64,) = sqlx::query_as(&format!(
+        "SELECT (extract(epoch FROM sent_at - not_before) * 1000)::float8 FROM {t}"
+    ))
+    .fetch_one(&w.pool)
+    .await
+    .expect("times");
+    assert!(relay.terminate().await.success());
+    assert!(
+        (0.0..1000.0).contains(&late_ms),
+        "sent {late_ms} ms after its due time (before it, or not within a second)"
+    );
+    w.cleanup().await;
+}

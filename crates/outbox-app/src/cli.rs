@@ -487,6 +487,17 @@ async fn run_relay(cfg: RelayConfig) -> anyhow::Result<ExitCode> {
     // The dashboard at /ui calls the same service under the same tokens.
     let ui = cfg.admin.ui_router(admin_service.clone());
     let admin = cfg.admin.router(admin_service);
+    if cfg.http.enabled
+        && !cfg.admin.tokens.is_empty()
+        && cfg.admin.ui.enabled
+        && !cfg.admin.ui.secure_cookies
+        && !cfg.http.address.ip().is_loopback()
+    {
+        tracing::warn!(
+            address = %cfg.http.address,
+            "the dashboard's session cookie is sent without Secure on a non-loopback address: serve /ui over HTTPS (a proxy) and set admin.ui.secure_cookies = true"
+        );
+    }
     if cfg.http.enabled && cfg.admin.tokens.is_empty() {
         tracing::info!(
             "admin API at {} is closed: configure [[admin.tokens]] to open it",

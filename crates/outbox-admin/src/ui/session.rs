@@ -61,6 +61,9 @@ impl Session {
     }
 }
 
+/// Sessions one token may have open at once; a further login ends its oldest.
+pub(crate) const MAX_SESSIONS_PER_TOKEN: usize = 32;
+
 /// The open sessions, in memory.
 pub(crate) struct SessionStore {
     sessions: Mutex<HashMap<String, Session>>,
@@ -88,6 +91,21 @@ impl SessionStore {
         };
         let mut sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
         sessions.retain(|_, s| s.expires > now);
+        // Each token's own sessions first: one token logging in over and over only
+        // ever evicts its own oldest sessions, never another operator's.
+        loop {
+            let mut own: Vec<(&String, Instant)> = sessions
+                .iter()
+                .filter(|(_, s)| s.actor.name == session.actor.name)
+                .map(|(id, s)| (id, s.expires))
+                .collect();
+            if own.len() < MAX_SESSIONS_PER_TOKEN {
+                break;
+            }
+            own.sort_by_key(|(_, expires)| *expires);
+            let oldest = own[0].0.clone();
+            sessions.remove(&oldest);
+        }
         while sessions.len() >= self.max {
             let Some(oldest) = sessions
                 .iter()
@@ -462,6 +480,31 @@ mod tests {
             expired.get(&s.id).is_none(),
             "a session past its ttl is gone"
         );
+    }
+
+    #[test]
+    fn one_token_logging_in_again_and_again_never_evicts_another() {
+        let store = SessionStore::new(Duration::from_secs(60), 100);
+        let actor = |name: &str| Actor {
+            name: name.into(),
+            role: Role::Read,
+        };
+        let alice = store.create(actor("alice")).expect("session");
+        for _ in 0..200 {
+            store.create(actor("script")).expect("session");
+        }
+        assert!(
+            store.get(&alice.id).is_some(),
+            "another token's session is kept"
+        );
+        let scripts = store
+            .sessions
+            .lock()
+            .expect("lock")
+            .values()
+            .filter(|s| s.actor.name == "script")
+            .count();
+        assert_eq!(scripts, MAX_SESSIONS_PER_TOKEN);
     }
 
     #[test]

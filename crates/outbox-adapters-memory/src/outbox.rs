@@ -1,6 +1,6 @@
 //! The outbox in memory.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -8,8 +8,8 @@ use outbox_core::message::DEFAULT_MAX_PAYLOAD_BYTES;
 use outbox_core::status::Tracked;
 use outbox_core::{Message, MessageId, Status, Timestamp};
 use outbox_ports::{
-    ClaimedMessage, Clock, Lease, OutboxRecord, OutboxRelayPath, OutboxRetention, OutboxStats,
-    OutboxStore, PortError, PublishFailure,
+    ClaimedMessage, Clock, DeadHead, Lease, OutboxRecord, OutboxRelayPath, OutboxRetention,
+    OutboxStats, OutboxStore, PortError, PublishFailure,
 };
 
 use crate::{LeaseSlot, lock};
@@ -46,6 +46,7 @@ pub struct MemoryOutboxStore {
     pub(crate) table: Arc<Mutex<Table>>,
     pub(crate) clock: Arc<dyn Clock>,
     max_payload_bytes: usize,
+    dead_head: DeadHead,
 }
 
 impl MemoryOutboxStore {
@@ -56,7 +57,16 @@ impl MemoryOutboxStore {
             table: Arc::default(),
             clock,
             max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
+            dead_head: DeadHead::default(),
         }
+    }
+
+    /// What a dead message does to the later messages of its ordering key (default
+    /// [`DeadHead::Block`]).
+    #[must_use]
+    pub fn with_dead_head(mut self, dead_head: DeadHead) -> Self {
+        self.dead_head = dead_head;
+        self
     }
 
     /// Sets the payload limit (default 1 MiB).
@@ -104,15 +114,24 @@ impl MemoryOutboxStore {
         let now = self.clock.now();
         let mut t = lock(&self.table);
         let mut claimed = Vec::new();
+        // Keys with an earlier row still unsent (in seq order, as the walk goes):
+        // a keyed row is claimable only as its key's head.
+        let blocking = self.dead_head.blocking();
+        let mut held_back: HashSet<String> = HashSet::new();
         for row in t.rows.values_mut() {
             if claimed.len() >= limit as usize {
                 break;
+            }
+            let key = row.message.ordering_key.clone();
+            let head = key.as_ref().is_none_or(|k| !held_back.contains(k));
+            if let Some(k) = key.filter(|_| blocking.contains(&row.tracked.status)) {
+                held_back.insert(k);
             }
             let due = row.tracked.state.next_attempt_at.is_none_or(|at| at <= now)
                 // A delayed message waits for its due time (pending only: a failed
                 // one waits for its retry).
                 && (status != Status::Pending || row.message.not_before.is_none_or(|at| at <= now));
-            if row.tracked.status == status && due && !row.lease.is_live(now) {
+            if row.tracked.status == status && due && head && !row.lease.is_live(now) {
                 row.lease.take(lease, now);
                 claimed.push(ClaimedMessage {
                     message: row.message.clone(),
@@ -162,8 +181,9 @@ impl OutboxRelayPath for MemoryOutboxStore {
         let t = lock(&self.table);
         Ok(t.rows
             .values()
-            .filter(|r| r.tracked.status == Status::Pending && !r.lease.is_live(now))
+            .filter(|r| r.tracked.status == Status::Pending)
             .filter_map(|r| r.message.not_before)
+            .filter(|due| *due > now)
             .min())
     }
 

@@ -59,3 +59,16 @@ async fn throughput() -> Arc<dyn outbox_ports::ThroughputLog> {
 }
 
 outbox_testkit::throughput_log_contract!(crate::throughput);
+
+#[tokio::test]
+async fn a_dead_head_blocks_its_key_by_default() {
+    outbox_testkit::outbox::a_dead_head_blocks_its_key_unless_skipped(outbox().await, false).await;
+}
+
+#[tokio::test]
+async fn a_dead_head_is_skipped_when_configured() {
+    let store: Arc<dyn OutboxStore> = Arc::new(
+        MemoryOutboxStore::new(Arc::new(SystemClock)).with_dead_head(outbox_ports::DeadHead::Skip),
+    );
+    outbox_testkit::outbox::a_dead_head_blocks_its_key_unless_skipped(store, true).await;
+}

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use outbox_core::message::DEFAULT_MAX_PAYLOAD_BYTES;
 use outbox_core::{Decision, Message, MessageId, NewMessage, Status, Timestamp, TransitionError};
 use outbox_ports::{
-    ClaimedMessage, Lease, OutboxRecord, OutboxRelayPath, OutboxRetention, OutboxStats,
+    ClaimedMessage, DeadHead, Lease, OutboxRecord, OutboxRelayPath, OutboxRetention, OutboxStats,
     OutboxStore, PortError, PublishFailure,
 };
 use sqlx::types::Json;
@@ -49,16 +49,17 @@ impl PgOutbox {
     #[must_use]
     pub fn new(schema: PgSchema) -> Self {
         let insert = format!(
-            "INSERT INTO {}.outbox_messages (id, {MESSAGE_COLUMNS}, not_before) \
+            "INSERT INTO {}.outbox_messages (id, {MESSAGE_COLUMNS}, not_before, ordering_key) \
              SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::jsonb[], \
-             $6::bytea[], $7::text[], $8::text[], $9::text[], $10::timestamptz[], $11::timestamptz[])",
+             $6::bytea[], $7::text[], $8::text[], $9::text[], $10::timestamptz[], $11::timestamptz[], \
+             $12::text[])",
             schema.quoted()
         );
         // One message, the common case in a business transaction: a plain VALUES
         // insert, cheaper to plan and run than unnest over one-element arrays.
         let insert_one = format!(
-            "INSERT INTO {}.outbox_messages (id, {MESSAGE_COLUMNS}, not_before) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+            "INSERT INTO {}.outbox_messages (id, {MESSAGE_COLUMNS}, not_before, ordering_key) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
             schema.quoted()
         );
         Self {
@@ -150,6 +151,7 @@ impl PgOutbox {
                 .bind(&m.correlation_id)
                 .bind(m.created_at)
                 .bind(m.not_before)
+                .bind(&m.ordering_key)
                 .execute(conn)
                 .await
                 .map_err(|e| port("enqueue", e))?;
@@ -193,6 +195,7 @@ impl PgOutbox {
             .bind(col(|m| m.correlation_id.clone()))
             .bind(messages.iter().map(|m| m.created_at).collect::<Vec<_>>())
             .bind(messages.iter().map(|m| m.not_before).collect::<Vec<_>>())
+            .bind(col(|m| m.ordering_key.clone()))
             .execute(conn)
             .await
             .map_err(|e| port("enqueue", e))?;
@@ -221,7 +224,7 @@ struct Sql {
 }
 
 impl Sql {
-    fn new(schema: &PgSchema) -> Self {
+    fn new(schema: &PgSchema, dead_head: DeadHead) -> Self {
         let t = format!("{}.outbox_messages", schema.quoted());
         let returning = format!(
             "{}{}",
@@ -230,11 +233,25 @@ impl Sql {
         );
         let oldest = readable_time("created_at");
         let overdue = readable_time("not_before");
-        let lease_free = "(locked_until IS NULL OR locked_until < now())";
+        let lease_free = "(c.locked_until IS NULL OR c.locked_until < now())";
+        // A keyed row is claimable only as its key's head: no earlier row of its
+        // key still unsent (in flight, delayed, failing, or dead unless skipped);
+        // one probe of outbox_ordered.
+        let blocking = dead_head
+            .blocking()
+            .iter()
+            .map(|s| format!("'{}'", s.as_str()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let head = format!(
+            "(c.ordering_key IS NULL OR NOT EXISTS (SELECT 1 FROM {t} e \
+               WHERE e.ordering_key = c.ordering_key AND e.seq < c.seq \
+               AND e.status IN ({blocking})))"
+        );
         let claim_retries = format!(
-            "WITH picked AS (SELECT seq FROM {t} WHERE status = 'publish_failed' \
-               AND next_attempt_at <= now() AND {lease_free} \
-               ORDER BY next_attempt_at, seq LIMIT $1 FOR UPDATE SKIP LOCKED) \
+            "WITH picked AS (SELECT c.seq FROM {t} c WHERE c.status = 'publish_failed' \
+               AND c.next_attempt_at <= now() AND {lease_free} AND {head} \
+               ORDER BY c.next_attempt_at, c.seq LIMIT $1 FOR UPDATE SKIP LOCKED) \
              UPDATE {t} m SET locked_by = $2, locked_until = now() + $3 * interval '1 millisecond' \
              FROM picked WHERE m.seq = picked.seq \
              RETURNING m.seq, {returning}"
@@ -243,11 +260,12 @@ impl Sql {
         // ones whose time has come by due time (outbox_scheduled, read only up to
         // now(): the delayed rows still waiting are never visited), oldest seq first.
         let claim_pending = format!(
-            "WITH now_rows AS (SELECT seq FROM {t} WHERE status = 'pending' AND not_before IS NULL \
-               AND {lease_free} ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED), \
-             due_rows AS (SELECT seq FROM {t} WHERE status = 'pending' AND not_before IS NOT NULL \
-               AND not_before <= now() AND {lease_free} \
-               ORDER BY not_before, seq LIMIT $1 FOR UPDATE SKIP LOCKED), \
+            "WITH now_rows AS (SELECT c.seq FROM {t} c WHERE c.status = 'pending' \
+               AND c.not_before IS NULL AND {lease_free} AND {head} \
+               ORDER BY c.seq LIMIT $1 FOR UPDATE SKIP LOCKED), \
+             due_rows AS (SELECT c.seq FROM {t} c WHERE c.status = 'pending' \
+               AND c.not_before IS NOT NULL AND c.not_before <= now() AND {lease_free} AND {head} \
+               ORDER BY c.not_before, c.seq LIMIT $1 FOR UPDATE SKIP LOCKED), \
              picked AS (SELECT seq FROM now_rows UNION ALL SELECT seq FROM due_rows \
                ORDER BY seq LIMIT $1) \
              UPDATE {t} m SET locked_by = $2, locked_until = now() + $3 * interval '1 millisecond' \
@@ -257,9 +275,12 @@ impl Sql {
         Self {
             claim_pending,
             claim_retries,
+            // Only times still to come: a due row is the claim's business (and one
+            // held back by its key or another relay's lock must not make an idle
+            // relay spin).
             next_due: format!(
                 "SELECT {} FROM {t} WHERE status = 'pending' AND not_before IS NOT NULL \
-                 AND {lease_free} ORDER BY not_before LIMIT 1",
+                 AND not_before > now() ORDER BY not_before LIMIT 1",
                 readable_time("not_before")
             ),
             mark_sent: format!(
@@ -337,7 +358,7 @@ impl PgOutboxStore {
     pub fn new(pool: PgPool, schema: PgSchema) -> Self {
         Self {
             pool,
-            sql: std::sync::Arc::new(Sql::new(&schema)),
+            sql: std::sync::Arc::new(Sql::new(&schema, DeadHead::default())),
             outbox: PgOutbox::new(schema),
         }
     }
@@ -346,6 +367,14 @@ impl PgOutboxStore {
     #[must_use]
     pub fn with_max_payload_bytes(mut self, max: usize) -> Self {
         self.outbox = self.outbox.with_max_payload_bytes(max);
+        self
+    }
+
+    /// What a dead message does to the later messages of its ordering key (default
+    /// [`DeadHead::Block`]).
+    #[must_use]
+    pub fn with_dead_head(mut self, dead_head: DeadHead) -> Self {
+        self.sql = std::sync::Arc::new(Sql::new(self.outbox.schema(), dead_head));
         self
     }
 

@@ -61,12 +61,18 @@ pub(crate) struct MessageRow {
     /// The outbox's due time (absent in inbox reads; see [`outbox_extra_columns`]).
     #[sqlx(default)]
     pub(crate) not_before: Option<Timestamp>,
+    /// The outbox's ordering key (absent in inbox reads).
+    #[sqlx(default)]
+    pub(crate) ordering_key: Option<String>,
 }
 
 /// What outbox reads select beside [`read_columns`]: the due time of a delayed
 /// message (a time no [`Timestamp`] can hold reads as none).
 pub(crate) fn outbox_extra_columns() -> String {
-    format!(", {} AS not_before", readable_time("not_before"))
+    format!(
+        ", {} AS not_before, ordering_key",
+        readable_time("not_before")
+    )
 }
 
 impl MessageRow {
@@ -116,6 +122,7 @@ impl MessageRow {
             correlation_id: self.correlation_id.clone(),
             created_at,
             not_before: self.not_before,
+            ordering_key: self.ordering_key.clone(),
         }
     }
 

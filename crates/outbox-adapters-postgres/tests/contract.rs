@@ -92,3 +92,19 @@ async fn throughput() -> Arc<dyn outbox_ports::ThroughputLog> {
 }
 
 outbox_testkit::throughput_log_contract!(crate::throughput);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_head_blocks_its_key_by_default() {
+    outbox_testkit::outbox::a_dead_head_blocks_its_key_unless_skipped(outbox().await, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_head_is_skipped_when_configured() {
+    let pool = common::pool()
+        .await
+        .expect("contract tests need PostgreSQL: set OUTBOX_TEST_DATABASE_URL");
+    let schema = common::fresh(&pool).await;
+    let store: Arc<dyn OutboxStore> =
+        Arc::new(PgOutboxStore::new(pool, schema).with_dead_head(outbox_ports::DeadHead::Skip));
+    outbox_testkit::outbox::a_dead_head_blocks_its_key_unless_skipped(store, true).await;
+}

@@ -436,6 +436,37 @@ impl LogConfig {
     }
 }
 
+/// `[ordering]`: what a dead message does to the later messages of its key.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OrderingConfig {
+    /// `block` (default: the key waits until an operator requeues or deletes the
+    /// dead message) or `skip` (the key goes on without it).
+    pub on_dead: OnDead,
+}
+
+/// [`OrderingConfig::on_dead`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnDead {
+    /// The key waits for an operator.
+    #[default]
+    Block,
+    /// The key moves on.
+    Skip,
+}
+
+impl OrderingConfig {
+    /// The stores' setting.
+    #[must_use]
+    pub const fn dead_head(self) -> outbox_ports::DeadHead {
+        match self.on_dead {
+            OnDead::Block => outbox_ports::DeadHead::Block,
+            OnDead::Skip => outbox_ports::DeadHead::Skip,
+        }
+    }
+}
+
 /// The whole configuration.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -475,6 +506,9 @@ pub struct RelayConfig {
     /// RabbitMQ exchanges, queues and bindings declared at start.
     #[serde(default)]
     pub topology: TopologyConfig,
+    /// Per-key ordering (`[ordering]`).
+    #[serde(default)]
+    pub ordering: OrderingConfig,
     /// The log's format and filter.
     #[serde(default)]
     pub log: LogConfig,

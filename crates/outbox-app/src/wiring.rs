@@ -106,7 +106,10 @@ pub async fn wire(cfg: &RelayConfig, instance: &str) -> anyhow::Result<Wired> {
         throughput,
     } = match cfg.adapters.store {
         StoreKind::Memory => {
-            let outbox = Arc::new(MemoryOutboxStore::new(memory_clock.clone()));
+            let outbox = Arc::new(
+                MemoryOutboxStore::new(memory_clock.clone())
+                    .with_dead_head(cfg.ordering.dead_head()),
+            );
             let inbox = Arc::new(MemoryInboxStore::new(memory_clock.clone()));
             StoreSide {
                 store: outbox.clone(),
@@ -125,7 +128,10 @@ pub async fn wire(cfg: &RelayConfig, instance: &str) -> anyhow::Result<Wired> {
             let (pool, schema) = pg()?;
             let wake = PgWakeupSource::new(pool.clone(), schema.clone(), instance);
             StoreSide {
-                store: Arc::new(PgOutboxStore::new(pool.clone(), schema.clone())),
+                store: Arc::new(
+                    PgOutboxStore::new(pool.clone(), schema.clone())
+                        .with_dead_head(cfg.ordering.dead_head()),
+                ),
                 admin: postgres_admin_ports(pool.clone(), &schema),
                 wakeup: Some(Box::new(wake)),
                 throughput: Arc::new(PgThroughputLog::new(pool, &schema)),

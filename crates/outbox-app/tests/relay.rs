@@ -540,3 +540,88 @@ async fn a_delayed_message_is_published_at_its_due_time_by_an_idle_relay() {
     );
     assert_eq!(broker.queue_depth(QUEUE).0, 1);
 }
+
+/// Per-key ordering through two relays at once (and the retry sweep): 20 keys of
+/// 50 messages each; key k0's messages go to an exchange that does not exist yet,
+/// so its first message fails and is retried. Every other key's messages all
+/// arrive meanwhile, each key in order; k0 delivers nothing until its exchange
+/// appears, then all of it, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_relays_keep_each_keys_order_and_a_failing_key_holds_back_only_itself() {
+    use outbox_ports::Subscriber as _;
+    let (store, broker) = setup();
+    let now = outbox_core::Timestamp::now_utc();
+    let mut messages = Vec::new();
+    for i in 0..50 {
+        for k in 0..20 {
+            let exchange = if k == 0 { "late" } else { "contract" };
+            messages.push(
+                outbox_core::NewMessage::new(exchange, "ordered", format!("k{k}:{i}").into_bytes())
+                    .with_ordering_key(format!("k{k}"))
+                    .into_message(outbox_core::MessageId::from_uuid(uuid::Uuid::now_v7()), now),
+            );
+        }
+    }
+    store.enqueue(messages).await.expect("enqueue");
+    let cancel = CancellationToken::new();
+    let mut relays = Vec::new();
+    for name in ["relay-a", "relay-b"] {
+        relays.push(tokio::spawn(
+            Dispatcher::new(
+                store.clone(),
+                Arc::new(broker.clone()),
+                DispatcherConfig {
+                    batch_size: 7,
+                    idle_poll: Duration::from_millis(5),
+                    retry: fast_retry(10_000),
+                    ..DispatcherConfig::default()
+                },
+                name,
+            )
+            .run(cancel.clone()),
+        ));
+    }
+    let retries = PublishRetryTask::new(
+        store.clone(),
+        Arc::new(broker.clone()),
+        fast_retry(10_000),
+        "relay-sweep",
+        Duration::from_secs(30),
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while broker.queue_depth(QUEUE).0 < 950 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the other keys are held back"
+        );
+        retries.run_batch(100).await.expect("retry");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(broker.queue_depth(QUEUE).0, 950, "nothing of k0 yet");
+    broker.declare_exchange("late", ExchangeKind::Topic);
+    broker.bind(QUEUE, "late", "#");
+    while broker.queue_depth(QUEUE).0 < 1000 {
+        assert!(tokio::time::Instant::now() < deadline, "k0 did not drain");
+        retries.run_batch(100).await.expect("retry");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    cancel.cancel();
+    for r in relays {
+        r.await.expect("relay");
+    }
+    let mut stream = broker.subscribe(QUEUE, 1000).await.expect("subscribe");
+    let mut next_of: std::collections::HashMap<String, u32> = std::collections::HashMap::new();
+    for _ in 0..1000 {
+        let d = stream.next().await.expect("a delivery").expect("delivered");
+        let body = String::from_utf8(d.envelope.body.clone()).expect("utf-8");
+        let (key, n) = body.split_once(':').expect("key:n");
+        let n: u32 = n.parse().expect("n");
+        let expected = next_of.entry(key.to_owned()).or_default();
+        assert_eq!(n, *expected, "{key} out of order");
+        *expected += 1;
+        d.acker.ack().await.expect("ack");
+    }
+    assert_eq!(next_of.len(), 20);
+    assert!(next_of.values().all(|n| *n == 50));
+    assert_eq!(broker.queue_depth(QUEUE).0, 0, "each message once");
+}

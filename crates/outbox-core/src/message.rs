@@ -150,6 +150,10 @@ pub struct NewMessage {
     /// When it may be published at the earliest; `None`: at once.
     #[serde(default)]
     pub due: Option<Due>,
+    /// Messages with the same key are published one after another in commit
+    /// order; `None`: no order.
+    #[serde(default)]
+    pub ordering_key: Option<String>,
 }
 
 /// When a delayed message becomes due.
@@ -180,7 +184,17 @@ impl NewMessage {
             source: None,
             correlation_id: None,
             due: None,
+            ordering_key: None,
         }
+    }
+
+    /// Orders it after every earlier message with the same key: none of them is
+    /// published before the one before it is confirmed (see the README's per-key
+    /// ordering).
+    #[must_use]
+    pub fn with_ordering_key(mut self, key: impl Into<String>) -> Self {
+        self.ordering_key = Some(key.into());
+        self
     }
 
     /// Publishes it no earlier than `at` (a delayed message: `pending` until then,
@@ -246,6 +260,7 @@ impl NewMessage {
                 ("content_type", self.content_type.as_deref()),
                 ("source", self.source.as_deref()),
                 ("correlation_id", self.correlation_id.as_deref()),
+                ("ordering_key", self.ordering_key.as_deref()),
             ],
             &self.headers,
             self.payload.len(),
@@ -287,6 +302,7 @@ impl NewMessage {
             correlation_id: self.correlation_id,
             created_at,
             not_before: not_before.map(|t| t.min(LATEST_DUE)),
+            ordering_key: self.ordering_key,
         }
     }
 }
@@ -330,6 +346,10 @@ pub struct Message {
     /// Scheduling only: it is not sent to the broker.
     #[serde(default)]
     pub not_before: Option<Timestamp>,
+    /// Its ordering key: published only after every earlier message with the same
+    /// key was confirmed (scheduling only, as `not_before`).
+    #[serde(default)]
+    pub ordering_key: Option<String>,
 }
 
 impl Message {
@@ -347,6 +367,7 @@ impl Message {
                 ("content_type", Some(self.content_type.as_str())),
                 ("source", self.source.as_deref()),
                 ("correlation_id", self.correlation_id.as_deref()),
+                ("ordering_key", self.ordering_key.as_deref()),
             ],
             &self.headers,
             self.payload.len(),
@@ -375,6 +396,7 @@ impl Message {
                 ("content_type", Some(self.content_type.as_str())),
                 ("source", self.source.as_deref()),
                 ("correlation_id", self.correlation_id.as_deref()),
+                ("ordering_key", self.ordering_key.as_deref()),
             ],
             &self.headers,
             0,
@@ -384,7 +406,7 @@ impl Message {
 }
 
 fn check_limits(
-    short: [(&'static str, Option<&str>); 6],
+    short: [(&'static str, Option<&str>); 7],
     headers: &Headers,
     payload_len: usize,
     max_payload_bytes: usize,
@@ -439,6 +461,7 @@ impl fmt::Debug for Message {
             .field("content_type", &self.content_type)
             .field("created_at", &self.created_at)
             .field("not_before", &self.not_before)
+            .field("ordering_key", &self.ordering_key)
             .finish_non_exhaustive()
     }
 }

@@ -180,8 +180,9 @@ impl Envelope {
             source: self.source.clone(),
             correlation_id: self.correlation_id.clone(),
             created_at: self.timestamp.unwrap_or(received_at),
-            // Delivered: whatever delay it had is over.
+            // Delivered: whatever delay it had is over, and so is its place in line.
             not_before: None,
+            ordering_key: None,
         })
     }
 }

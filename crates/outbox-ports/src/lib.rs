@@ -40,7 +40,7 @@ pub use operator::{
     StoredDeadLetter, deletable_statuses, page_limit, reconsumable_statuses, requeueable_statuses,
 };
 pub use outbox::{
-    ClaimedMessage, Lease, OutboxRecord, OutboxRelayPath, OutboxRetention, OutboxStats,
+    ClaimedMessage, DeadHead, Lease, OutboxRecord, OutboxRelayPath, OutboxRetention, OutboxStats,
     OutboxStore, PublishFailure,
 };
 pub use state::{StateWrite, SweepStateStore};

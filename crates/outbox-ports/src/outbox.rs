@@ -42,6 +42,28 @@ pub struct ClaimedMessage {
     pub requeued: bool,
 }
 
+/// What a dead message does to the later messages of its ordering key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeadHead {
+    /// They wait until an operator requeues or deletes it (the order is kept).
+    #[default]
+    Block,
+    /// They go on without it (the order is kept among the rest).
+    Skip,
+}
+
+impl DeadHead {
+    /// The statuses of an earlier message that hold a keyed message back.
+    #[must_use]
+    pub const fn blocking(self) -> &'static [outbox_core::Status] {
+        use outbox_core::Status;
+        match self {
+            Self::Block => &[Status::Pending, Status::PublishFailed, Status::Dead],
+            Self::Skip => &[Status::Pending, Status::PublishFailed],
+        }
+    }
+}
+
 /// A failed publish to record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PublishFailure {
@@ -143,9 +165,10 @@ pub trait OutboxRelayPath: Send + Sync {
     /// [`PortError::Transient`] when the store cannot be reached.
     async fn recover_expired_leases(&self) -> Result<u64, PortError>;
 
-    /// The earliest due time of a delayed pending message that no live lease holds
-    /// (due already or not), so a relay with nothing to claim can sleep until then
-    /// instead of polling. The
+    /// The earliest due time still to come of a delayed pending message, so a relay
+    /// with nothing to claim can sleep until then instead of polling (a due one is
+    /// the claim's business: one held back by its ordering key or another relay's
+    /// lock must not make an idle relay spin). The
     /// default: the store keeps no delayed messages.
     ///
     /// # Errors

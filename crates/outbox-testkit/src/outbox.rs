@@ -58,8 +58,8 @@ pub async fn a_delayed_message_is_claimed_only_once_due(store: Arc<dyn OutboxSto
     );
     assert_eq!(
         store.next_due_at().await.expect("next due"),
-        past.not_before,
-        "the earliest due time, overdue or not"
+        later.not_before,
+        "the earliest due time still to come (the overdue one is the claim's)"
     );
     let l = lease("delayed");
     let first = store.claim_pending(&l, 10).await.expect("claim");
@@ -496,4 +496,136 @@ pub async fn concurrent_claimers_take_each_row_once(store: Arc<dyn OutboxStore>)
     let unique: HashSet<_> = seen.iter().copied().collect();
     assert_eq!(seen.len(), unique.len(), "a row was claimed twice");
     assert_eq!(unique, all, "a row was never claimed");
+}
+
+fn keyed(exchange: &str, key: &str) -> outbox_core::Message {
+    let mut m = message(exchange, "ordered");
+    m.ordering_key = Some(key.to_owned());
+    m
+}
+
+fn failure(id: MessageId, decision: Decision) -> PublishFailure {
+    PublishFailure {
+        id,
+        error: "broker said no".into(),
+        decision,
+    }
+}
+
+/// Per-key ordering: a keyed message is claimed only when no earlier message of its
+/// key is still unsent: not while one is in flight (claimed), failing and waiting
+/// for its retry, delayed, or dead; other keys and unkeyed messages flow meanwhile.
+pub async fn keyed_messages_are_claimed_one_at_a_time_in_order(store: Arc<dyn OutboxStore>) {
+    let (a, b, c) = (
+        crate::unique_key("a"),
+        crate::unique_key("b"),
+        crate::unique_key("c"),
+    );
+    let a1 = keyed("contract", &a);
+    let a2 = keyed("contract", &a);
+    let a3 = keyed("contract", &a);
+    let b1 = keyed("contract", &b);
+    let b2 = keyed("contract", &b);
+    let free = message("contract", "free");
+    let mut c1 = keyed("contract", &c);
+    let later = time::OffsetDateTime::now_utc() + time::Duration::hours(1);
+    c1.not_before = Some(later.replace_nanosecond(0).unwrap_or(later));
+    let c2 = keyed("contract", &c);
+    store
+        .enqueue(vec![
+            a1.clone(),
+            b1.clone(),
+            a2.clone(),
+            free.clone(),
+            b2.clone(),
+            a3.clone(),
+            c1.clone(),
+            c2.clone(),
+        ])
+        .await
+        .expect("enqueue");
+    let l = lease("ordered");
+    let first = store.claim_pending(&l, 100).await.expect("claim");
+    assert_eq!(
+        ids(&first),
+        [a1.id, b1.id, free.id],
+        "each key's head and the unkeyed one; a delayed head holds its key back"
+    );
+    assert!(
+        store
+            .claim_pending(&lease("other"), 100)
+            .await
+            .expect("claim")
+            .is_empty(),
+        "nothing behind a head in flight"
+    );
+    store.mark_sent(&l, &[a1.id, free.id]).await.expect("sent");
+    store
+        .mark_publish_failed(
+            &l,
+            &[failure(
+                b1.id,
+                Decision::RetryAfter(Duration::from_secs(3600)),
+            )],
+        )
+        .await
+        .expect("failed");
+    assert_eq!(
+        ids(&store.claim_pending(&l, 100).await.expect("claim")),
+        [a2.id],
+        "a's next; b2 waits behind the failing b1"
+    );
+    store.mark_sent(&l, &[a2.id]).await.expect("sent");
+    assert_eq!(
+        ids(&store.claim_pending(&l, 100).await.expect("claim")),
+        [a3.id]
+    );
+    store.release(&l, &[a3.id]).await.expect("release");
+    assert_eq!(
+        ids(&store.claim_pending(&l, 100).await.expect("claim")),
+        [a3.id],
+        "a released head is the head again"
+    );
+    store.mark_sent(&l, &[a3.id]).await.expect("sent");
+
+    assert!(
+        store
+            .claim_pending(&l, 100)
+            .await
+            .expect("claim")
+            .is_empty(),
+        "b2 stays behind b1's pending retry, c2 behind the delayed c1"
+    );
+}
+
+/// With [`outbox_ports::DeadHead::Skip`] a dead message no longer holds its key
+/// back; with the default it does until an operator deletes or requeues it.
+pub async fn a_dead_head_blocks_its_key_unless_skipped(store: Arc<dyn OutboxStore>, skip: bool) {
+    let k = crate::unique_key("k");
+    let (k1, k2) = (keyed("contract", &k), keyed("contract", &k));
+    store
+        .enqueue(vec![k1.clone(), k2.clone()])
+        .await
+        .expect("enqueue");
+    let l = lease("dead-head");
+    assert_eq!(
+        ids(&store.claim_pending(&l, 100).await.expect("claim")),
+        [k1.id]
+    );
+    store
+        .mark_publish_failed(&l, &[failure(k1.id, Decision::Dead)])
+        .await
+        .expect("dead");
+    let next = store.claim_pending(&l, 100).await.expect("claim");
+    if skip {
+        assert_eq!(ids(&next), [k2.id], "skipped: the key moves on");
+    } else {
+        assert!(next.is_empty(), "blocked behind the dead head");
+        store.delete(k1.id).await.expect("delete the dead head");
+        assert_eq!(
+            ids(&store.claim_pending(&l, 100).await.expect("claim")),
+            [k2.id],
+            "deleting the dead head unblocks its key"
+        );
+    }
 }

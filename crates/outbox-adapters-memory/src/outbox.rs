@@ -325,6 +325,16 @@ impl OutboxStore for MemoryOutboxStore {
         let now = self.clock.now();
         let t = lock(&self.table);
         let mut s = OutboxStats::default();
+        let stuck: HashSet<&String> = t
+            .rows
+            .values()
+            .filter(|r| {
+                r.tracked.status != Status::Pending
+                    && self.dead_head.blocking().contains(&r.tracked.status)
+            })
+            .filter_map(|r| r.message.ordering_key.as_ref())
+            .collect();
+        s.blocked_keys = stuck.len() as u64;
         for row in t.rows.values() {
             match row.tracked.status {
                 Status::Pending => {

@@ -231,6 +231,15 @@ impl Sql {
             read_columns("id", "sent_at"),
             outbox_extra_columns()
         );
+        // Keys held back: a failing or (unless skipped) dead message of the key;
+        // read from outbox_ordered (keyed unsent rows only).
+        let stuck = dead_head
+            .blocking()
+            .iter()
+            .filter(|s| !matches!(s, Status::Pending))
+            .map(|s| format!("'{}'", s.as_str()))
+            .collect::<Vec<_>>()
+            .join(", ");
         let oldest = readable_time("created_at");
         let overdue = readable_time("not_before");
         let lease_free = "(c.locked_until IS NULL OR c.locked_until < now())";
@@ -319,6 +328,8 @@ impl Sql {
                    (SELECT count(*) FROM {t} WHERE status = 'pending' AND not_before IS NOT NULL) AS scheduled, \
                    (SELECT count(*) FROM {t} WHERE status = 'publish_failed') AS publish_failed, \
                    (SELECT count(*) FROM {t} WHERE status = 'dead') AS dead, \
+                   (SELECT count(DISTINCT ordering_key) FROM {t} WHERE ordering_key IS NOT NULL \
+                      AND status IN ({stuck})) AS blocked_keys, \
                    LEAST((SELECT {oldest} FROM {t} WHERE status = 'pending' AND not_before IS NULL ORDER BY seq LIMIT 1), \
                          (SELECT {overdue} FROM {t} WHERE status = 'pending' AND not_before IS NOT NULL \
                             AND not_before <= now() ORDER BY not_before LIMIT 1), \
@@ -670,7 +681,8 @@ impl OutboxStore for PgOutboxStore {
     }
 
     async fn stats(&self) -> Result<OutboxStats, PortError> {
-        let (pending, scheduled, publish_failed, dead, oldest): (
+        let (pending, scheduled, publish_failed, dead, blocked_keys, oldest): (
+            i64,
             i64,
             i64,
             i64,
@@ -686,6 +698,7 @@ impl OutboxStore for PgOutboxStore {
             scheduled: n(scheduled),
             publish_failed: n(publish_failed),
             dead: n(dead),
+            blocked_keys: n(blocked_keys),
             oldest_unsent_at: oldest,
         })
     }

@@ -638,6 +638,8 @@ pub struct OutboxCounts {
     pub publish_failed: u64,
     /// Exact.
     pub dead: u64,
+    /// Ordering keys held back by a failing or (unless skipped) dead message.
+    pub blocked_keys: u64,
     /// Not counted here (most of the table); always null. The relay's
     /// `outbox_published_total` counter and `published_per_minute` tell throughput.
     pub sent: Option<u64>,

@@ -339,6 +339,7 @@ impl AdminService {
                 scheduled: counts.scheduled,
                 publish_failed: counts.publish_failed,
                 dead: counts.dead,
+                blocked_keys: counts.blocked_keys,
                 sent: None,
                 oldest_unsent_at: counts.oldest_unsent_at.map(format_time),
                 oldest_unsent_age_seconds: counts

@@ -717,6 +717,12 @@ async fn a_delayed_message_is_scheduled_and_can_be_published_now() {
     let id = h.pending(m).await;
     let mut b = Browser::new(&h);
     b.login(WRITE).await;
+    let overview = b.get("/ui").await;
+    assert!(
+        overview.body.contains(r#"id="count-scheduled">1<"#),
+        "{}",
+        overview.body
+    );
     let list = b.get("/ui/messages?status=pending").await;
     assert!(
         list.body

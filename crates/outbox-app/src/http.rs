@@ -180,6 +180,7 @@ async fn metrics_text(State(state): State<HttpState>, headers: HeaderMap) -> Res
             metrics::gauge!("outbox_pending").set(s.pending as f64);
             metrics::gauge!("outbox_publish_failed").set(s.publish_failed as f64);
             metrics::gauge!("outbox_dead").set(s.dead as f64);
+            metrics::gauge!("outbox_ordering_blocked_keys").set(s.blocked_keys as f64);
             let age = s.oldest_unsent_at.map_or(0.0, |t| {
                 (time::OffsetDateTime::now_utc() - t)
                     .as_seconds_f64()

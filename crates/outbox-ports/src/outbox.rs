@@ -100,6 +100,9 @@ pub struct OutboxStats {
     pub publish_failed: u64,
     /// Out of retries.
     pub dead: u64,
+    /// Ordering keys held back: with a message failing (waiting for its retry) or
+    /// dead (unless dead ones are skipped) in front of their later messages.
+    pub blocked_keys: u64,
     /// Since when the longest-waiting unsent message waits: the creation time of
     /// a pending or failed one, the due time of an overdue delayed one.
     pub oldest_unsent_at: Option<Timestamp>,

@@ -575,6 +575,11 @@ pub async fn keyed_messages_are_claimed_one_at_a_time_in_order(store: Arc<dyn Ou
         [a2.id],
         "a's next; b2 waits behind the failing b1"
     );
+    assert_eq!(
+        store.stats().await.expect("stats").blocked_keys,
+        1,
+        "b is held back by its failing message"
+    );
     store.mark_sent(&l, &[a2.id]).await.expect("sent");
     assert_eq!(
         ids(&store.claim_pending(&l, 100).await.expect("claim")),
@@ -617,6 +622,11 @@ pub async fn a_dead_head_blocks_its_key_unless_skipped(store: Arc<dyn OutboxStor
         .await
         .expect("dead");
     let next = store.claim_pending(&l, 100).await.expect("claim");
+    assert_eq!(
+        store.stats().await.expect("stats").blocked_keys,
+        u64::from(!skip),
+        "a dead head blocks its key unless skipped"
+    );
     if skip {
         assert_eq!(ids(&next), [k2.id], "skipped: the key moves on");
     } else {

@@ -118,8 +118,10 @@ fn notice_text(notice: Option<&str>) -> Option<String> {
 /// The overview's live numbers.
 pub(crate) struct Live {
     pending: u64,
+    scheduled: u64,
     publish_failed: u64,
     dead: u64,
+    blocked_keys: u64,
     oldest_age: String,
     /// Each consumer with the link to its deliveries.
     consumers: Vec<(String, ConsumerItem)>,
@@ -188,8 +190,10 @@ fn live(ui: &Ui, stats: StatsResponse) -> Live {
         .collect();
     Live {
         pending: stats.outbox.pending,
+        scheduled: stats.outbox.scheduled,
         publish_failed: stats.outbox.publish_failed,
         dead: stats.outbox.dead,
+        blocked_keys: stats.outbox.blocked_keys,
         oldest_age: age(stats.outbox.oldest_unsent_age_seconds),
         chart: view::chart_svg(&stats.published_per_minute, &stats.consumed_per_minute),
         published_total: stats.published_per_minute.iter().map(|m| m.count).sum(),

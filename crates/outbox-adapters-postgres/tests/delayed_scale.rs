@@ -5,23 +5,13 @@
 
 mod common;
 
+use common::most_rows_read_by_a_scan;
+
 use std::time::{Duration, Instant};
 
 use outbox_adapters_postgres::PgOutboxStore;
 use outbox_ports::Lease;
 use outbox_ports::prelude::*;
-
-/// The largest `rows=` count a scan node of an `EXPLAIN ANALYZE` text reports.
-fn most_rows_read_by_a_scan(plan: &str) -> u64 {
-    plan.lines()
-        .filter(|l| l.contains("Scan"))
-        .filter_map(|l| l.split("actual").nth(1))
-        .filter_map(|a| a.split("rows=").nth(1))
-        .filter_map(|r| r.split([' ', ')']).next())
-        .filter_map(|n| n.parse::<u64>().ok())
-        .max()
-        .unwrap_or(0)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_million_delayed_rows_do_not_slow_the_claim() {

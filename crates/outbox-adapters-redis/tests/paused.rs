@@ -5,6 +5,8 @@
 
 mod common;
 
+use common::raw;
+
 use std::time::Duration;
 
 use deadpool_redis::redis;
@@ -14,15 +16,6 @@ use outbox_testkit::unique_key;
 
 const TTL: Duration = Duration::from_millis(1500);
 const PAUSE: Duration = Duration::from_secs(4);
-
-async fn raw(url: &str, cmd: &mut redis::Cmd) -> redis::Value {
-    let client = redis::Client::open(url).expect("url");
-    let mut conn = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect");
-    cmd.query_async(&mut conn).await.expect("command")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewal_that_never_answers_gives_the_lease_up_within_its_ttl() {

@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::raw;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,15 +18,6 @@ use outbox_testkit::unique_key;
 // holder could miss its renewal.
 const TTL: Duration = Duration::from_millis(1500);
 const WAIT: Duration = Duration::from_millis(100);
-
-async fn raw(url: &str, cmd: &mut redis::Cmd) -> redis::Value {
-    let client = redis::Client::open(url).expect("url");
-    let mut conn = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect");
-    cmd.query_async(&mut conn).await.expect("command")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn of_two_contenders_only_one_holds() {

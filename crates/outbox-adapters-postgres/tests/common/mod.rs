@@ -102,3 +102,15 @@ macro_rules! with_db {
         $body
     }};
 }
+
+/// The largest `rows=` count a scan node of an `EXPLAIN ANALYZE` text reports.
+pub fn most_rows_read_by_a_scan(plan: &str) -> u64 {
+    plan.lines()
+        .filter(|l| l.contains("Scan"))
+        .filter_map(|l| l.split("actual").nth(1))
+        .filter_map(|a| a.split("rows=").nth(1))
+        .filter_map(|r| r.split([' ', ')']).next())
+        .filter_map(|n| n.parse::<u64>().ok())
+        .max()
+        .unwrap_or(0)
+}

@@ -57,3 +57,13 @@ macro_rules! with_redis {
         $body
     }};
 }
+
+/// Runs `cmd` on a connection of its own (outside the client under test).
+pub async fn raw(url: &str, cmd: &mut deadpool_redis::redis::Cmd) -> deadpool_redis::redis::Value {
+    let client = deadpool_redis::redis::Client::open(url).expect("url");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    cmd.query_async(&mut conn).await.expect("command")
+}

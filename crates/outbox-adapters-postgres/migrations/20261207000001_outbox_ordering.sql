@@ -3,8 +3,9 @@
 -- delayed, failed and waiting for its retry, or dead unless the relay skips dead
 -- ones): outbox_ordered answers "is there an earlier one" with one index probe.
 -- A nullable column without a default is a catalog change; on a large table in
--- use, build the index first by hand (CREATE INDEX CONCURRENTLY IF NOT EXISTS ...
--- with the same definition) and this migration finds it.
+-- use, add the column and build the index first by hand (ALTER TABLE ... ADD COLUMN
+-- IF NOT EXISTS ordering_key text; then CREATE INDEX CONCURRENTLY IF NOT EXISTS
+-- with the same definition) and this migration finds them.
 
 SET LOCAL lock_timeout = '5s';
 

@@ -203,6 +203,40 @@ impl PgOutbox {
     }
 }
 
+/// A row `c` no live lease holds.
+pub(crate) const LEASE_FREE: &str = "(c.locked_until IS NULL OR c.locked_until < now())";
+
+/// A row `c` of table `t` (quoted) that is its ordering key's head: no key, or no
+/// earlier row of its key still unsent (in flight, delayed, failing, or dead unless
+/// `dead_head` skips them); one probe of outbox_ordered.
+pub(crate) fn head_condition(t: &str, dead_head: DeadHead) -> String {
+    let blocking = dead_head
+        .blocking()
+        .iter()
+        .map(|s| format!("'{}'", s.as_str()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "(c.ordering_key IS NULL OR NOT EXISTS (SELECT 1 FROM {t} e \
+           WHERE e.ordering_key = c.ordering_key AND e.seq < c.seq \
+           AND e.status IN ({blocking})))"
+    )
+}
+
+/// Whether a claim of pending rows of table `t` (quoted) would take anything: a
+/// row pending and not leased that is due and its key's head, exactly what the
+/// claim's two picks look for (so an idle relay is never told there is work the
+/// claim will not take).
+pub(crate) fn claimable_pending_exists(t: &str, dead_head: DeadHead) -> String {
+    let head = head_condition(t, dead_head);
+    format!(
+        "SELECT EXISTS (SELECT 1 FROM {t} c WHERE c.status = 'pending' \
+           AND c.not_before IS NULL AND {LEASE_FREE} AND {head}) \
+         OR EXISTS (SELECT 1 FROM {t} c WHERE c.status = 'pending' \
+           AND c.not_before IS NOT NULL AND c.not_before <= now() AND {LEASE_FREE} AND {head})"
+    )
+}
+
 /// Statements of the store, built once with the validated, quoted schema.
 #[derive(Debug)]
 struct Sql {
@@ -242,21 +276,8 @@ impl Sql {
             .join(", ");
         let oldest = readable_time("created_at");
         let overdue = readable_time("not_before");
-        let lease_free = "(c.locked_until IS NULL OR c.locked_until < now())";
-        // A keyed row is claimable only as its key's head: no earlier row of its
-        // key still unsent (in flight, delayed, failing, or dead unless skipped);
-        // one probe of outbox_ordered.
-        let blocking = dead_head
-            .blocking()
-            .iter()
-            .map(|s| format!("'{}'", s.as_str()))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let head = format!(
-            "(c.ordering_key IS NULL OR NOT EXISTS (SELECT 1 FROM {t} e \
-               WHERE e.ordering_key = c.ordering_key AND e.seq < c.seq \
-               AND e.status IN ({blocking})))"
-        );
+        let lease_free = LEASE_FREE;
+        let head = head_condition(&t, dead_head);
         let claim_retries = format!(
             "WITH picked AS (SELECT c.seq FROM {t} c WHERE c.status = 'publish_failed' \
                AND c.next_attempt_at <= now() AND {lease_free} AND {head} \

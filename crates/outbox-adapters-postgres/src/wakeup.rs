@@ -16,7 +16,7 @@
 
 use std::time::Duration;
 
-use outbox_ports::PortError;
+use outbox_ports::{DeadHead, PortError};
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 
@@ -72,11 +72,19 @@ impl PgWakeup {
                  ON CONFLICT (relay) DO UPDATE SET expires_at = EXCLUDED.expires_at"
             ),
             withdraw: format!("DELETE FROM {idle} WHERE relay = $1"),
-            has_work: format!(
-                "SELECT EXISTS (SELECT 1 FROM {messages} WHERE status = 'pending' \
-                 AND (locked_until IS NULL OR locked_until < now()))"
-            ),
+            has_work: crate::outbox::claimable_pending_exists(&messages, DeadHead::default()),
         })
+    }
+
+    /// What a dead message does to its ordering key, as the relay's store says
+    /// (default [`DeadHead::Block`]): the look for work counts only what a claim
+    /// would take, so an idle relay is not woken (and does not spin) for delayed
+    /// messages still waiting or keyed ones held back.
+    #[must_use]
+    pub fn with_dead_head(mut self, schema: &PgSchema, dead_head: DeadHead) -> Self {
+        let messages = format!("{}.outbox_messages", schema.quoted());
+        self.has_work = crate::outbox::claimable_pending_exists(&messages, dead_head);
+        self
     }
 
     /// Waits until a producer commits, or `timeout` passes (see the module docs).

@@ -476,6 +476,64 @@ async fn a_handler_that_commits_the_inbox_transaction_then_fails_is_reported_con
     });
 }
 
+/// The look for work when a relay declares itself idle counts only what a claim
+/// would take: a delayed message still waiting, or a keyed one behind its key's
+/// head in flight, must not wake it (it would claim nothing and spin).
+#[tokio::test]
+async fn an_idle_relay_is_not_woken_for_what_it_cannot_claim() {
+    with_db!(|pool, schema| {
+        let outbox = PgOutbox::new(schema.clone());
+        let store = outbox_adapters_postgres::PgOutboxStore::new(pool.clone(), schema.clone());
+        let mut wakeup = PgWakeup::connect(&pool, &schema, "relay-idle")
+            .await
+            .expect("listen");
+        let mut tx = pool.begin().await.expect("begin");
+        outbox
+            .enqueue(
+                &mut tx,
+                NewMessage::new("orders", "later", b"{}".to_vec())
+                    .deliver_after(Duration::from_secs(3600)),
+            )
+            .await
+            .expect("enqueue");
+        for _ in 0..2 {
+            outbox
+                .enqueue(
+                    &mut tx,
+                    NewMessage::new("orders", "keyed", b"{}".to_vec()).with_ordering_key("k"),
+                )
+                .await
+                .expect("enqueue");
+        }
+        tx.commit().await.expect("commit");
+        // The head of k in flight: its second message is held back.
+        let claimed = store
+            .claim_pending(
+                &outbox_ports::Lease::new("relay-idle#1", Duration::from_secs(60)),
+                10,
+            )
+            .await
+            .expect("claim");
+        assert_eq!(claimed.len(), 1, "only k's head");
+        assert_eq!(
+            wakeup.wait(Duration::from_millis(300)).await.expect("wait"),
+            Wake::TimedOut,
+            "nothing claimable: a delayed message waiting and a keyed one held back"
+        );
+        // Something claimable: woken at once.
+        let mut tx = pool.begin().await.expect("begin");
+        outbox
+            .enqueue(&mut tx, NewMessage::new("orders", "now", b"{}".to_vec()))
+            .await
+            .expect("enqueue");
+        tx.commit().await.expect("commit");
+        assert_eq!(
+            wakeup.wait(Duration::from_secs(30)).await.expect("wait"),
+            Wake::WorkPending
+        );
+    });
+}
+
 #[tokio::test]
 async fn an_idle_relay_is_woken_by_a_commit_and_producers_notify_only_then() {
     with_db!(|pool, schema| {

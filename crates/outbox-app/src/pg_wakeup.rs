@@ -13,6 +13,7 @@ pub struct PgWakeupSource {
     pool: PgPool,
     schema: PgSchema,
     relay: String,
+    dead_head: outbox_ports::DeadHead,
     inner: Option<PgWakeup>,
 }
 
@@ -24,8 +25,17 @@ impl PgWakeupSource {
             pool,
             schema,
             relay: relay.to_owned(),
+            dead_head: outbox_ports::DeadHead::default(),
             inner: None,
         }
+    }
+
+    /// The store's rule for dead messages of an ordering key (default block), so
+    /// the wake-up looks for exactly the work a claim would take.
+    #[must_use]
+    pub fn with_dead_head(mut self, dead_head: outbox_ports::DeadHead) -> Self {
+        self.dead_head = dead_head;
+        self
     }
 }
 
@@ -34,7 +44,7 @@ impl Wakeup for PgWakeupSource {
     async fn wait(&mut self, timeout: Duration) {
         if self.inner.is_none() {
             match PgWakeup::connect(&self.pool, &self.schema, &self.relay).await {
-                Ok(w) => self.inner = Some(w),
+                Ok(w) => self.inner = Some(w.with_dead_head(&self.schema, self.dead_head)),
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot listen for commits; polling");
                     tokio::time::sleep(timeout).await;

@@ -473,6 +473,7 @@ impl Dispatcher {
             };
             // At most one mark in flight: wait for the previous batch's before handing
             // over this one, so a failing store slows the loop down instead of piling up.
+            let marked_just_now = marking.is_some();
             if let Some(previous) = marking.take() {
                 Self::finish_mark(&relay, previous).await;
             }
@@ -507,6 +508,13 @@ impl Dispatcher {
                 if !sleep_or_cancel(pause, &cancel).await {
                     break;
                 }
+                continue;
+            }
+            if idle && marked_just_now {
+                // The claim ran while the previous batch was still being marked: what
+                // that mark releases (the next message of an ordering key whose head
+                // it marks sent) was not claimable yet. Claim once more before
+                // sleeping; the next round has no mark in flight, so this never spins.
                 continue;
             }
             if idle {

@@ -126,7 +126,8 @@ pub async fn wire(cfg: &RelayConfig, instance: &str) -> anyhow::Result<Wired> {
         }
         StoreKind::Postgres => {
             let (pool, schema) = pg()?;
-            let wake = PgWakeupSource::new(pool.clone(), schema.clone(), instance);
+            let wake = PgWakeupSource::new(pool.clone(), schema.clone(), instance)
+                .with_dead_head(cfg.ordering.dead_head());
             StoreSide {
                 store: Arc::new(
                     PgOutboxStore::new(pool.clone(), schema.clone())

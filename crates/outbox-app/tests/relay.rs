@@ -625,3 +625,45 @@ async fn two_relays_keep_each_keys_order_and_a_failing_key_holds_back_only_itsel
     assert!(next_of.values().all(|n| *n == 50));
     assert_eq!(broker.queue_depth(QUEUE).0, 0, "each message once");
 }
+
+/// One ordering key's messages follow each other without waiting for the idle
+/// poll: when a batch's mark sends the key's head, the next claim takes the next
+/// one at once (the claim that ran while the mark was in flight found the key held
+/// back). With a 30 s poll, 20 messages of one key go out within seconds, in order.
+#[tokio::test]
+async fn a_keys_next_message_goes_out_as_soon_as_its_head_is_marked() {
+    let (store, broker) = setup();
+    let now = outbox_core::Timestamp::now_utc();
+    let messages: Vec<Message> = (0..20)
+        .map(|i| {
+            outbox_core::NewMessage::new("contract", "ordered", format!("{i}").into_bytes())
+                .with_ordering_key("one-key")
+                .into_message(outbox_core::MessageId::from_uuid(uuid::Uuid::now_v7()), now)
+        })
+        .collect();
+    store.enqueue(messages).await.expect("enqueue");
+    let cancel = CancellationToken::new();
+    let relay = tokio::spawn(
+        Dispatcher::new(
+            store.clone(),
+            Arc::new(broker.clone()),
+            DispatcherConfig {
+                idle_poll: Duration::from_secs(30),
+                ..DispatcherConfig::default()
+            },
+            "relay-one-key",
+        )
+        .run(cancel.clone()),
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while broker.queue_depth(QUEUE).0 < 20 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of 20 published: the relay waited for its poll between a key's messages",
+            broker.queue_depth(QUEUE).0
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    cancel.cancel();
+    relay.await.expect("relay");
+}

@@ -836,6 +836,23 @@ fn bulk_form(form: Result<Form<ListQuery>, FormRejection>) -> Result<ListQuery, 
         .map_err(|e| AdminError::bad("bad_body", e.body_text()).into())
 }
 
+/// A bulk action's form, once the session may write and its CSRF token matches.
+fn checked_bulk_form(
+    session: &Session,
+    headers: &HeaderMap,
+    form: Result<Form<ListQuery>, FormRejection>,
+) -> Result<ListQuery, UiError> {
+    let csrf = form.as_ref().ok().and_then(|Form(f)| f.csrf.clone());
+    check_write(session, headers, csrf.as_deref())?;
+    bulk_form(form)
+}
+
+/// Back to the filtered list `at`, telling how many the bulk action `verb` changed.
+fn bulk_done(at: &str, q: &ListQuery, verb: &str, changed: u64) -> Response {
+    let notice = format!("{verb}-{changed}");
+    redirect(&format!("{at}?{}", q.query_string(&[("notice", &notice)])))
+}
+
 fn filter_target(q: &ListQuery) -> String {
     serde_json::to_string(&q.body()).unwrap_or_else(|_| "{}".to_owned())
 }
@@ -847,9 +864,7 @@ pub(crate) async fn bulk_requeue(
     headers: HeaderMap,
     form: Result<Form<ListQuery>, FormRejection>,
 ) -> Page {
-    let csrf = form.as_ref().ok().and_then(|Form(f)| f.csrf.clone());
-    check_write(&session, &headers, csrf.as_deref())?;
-    let q = bulk_form(form)?;
+    let q = checked_bulk_form(&session, &headers, form)?;
     let filter = q.filter(Side::Outbox)?;
     let done = ui
         .service
@@ -861,12 +876,7 @@ pub(crate) async fn bulk_requeue(
             DEFAULT_BULK_MAX,
         )
         .await?;
-    let notice = format!("requeued-{}", done.changed);
-    Ok(redirect(&format!(
-        "{}?{}",
-        ui.at("/messages"),
-        q.query_string(&[("notice", &notice)])
-    )))
+    Ok(bulk_done(&ui.at("/messages"), &q, "requeued", done.changed))
 }
 
 /// `POST <base>/messages/delete`: every dead message matching the form's filter.
@@ -876,9 +886,7 @@ pub(crate) async fn bulk_delete(
     headers: HeaderMap,
     form: Result<Form<ListQuery>, FormRejection>,
 ) -> Page {
-    let csrf = form.as_ref().ok().and_then(|Form(f)| f.csrf.clone());
-    check_write(&session, &headers, csrf.as_deref())?;
-    let q = bulk_form(form)?;
+    let q = checked_bulk_form(&session, &headers, form)?;
     let filter = q.filter(Side::Outbox)?;
     let done = ui
         .service
@@ -891,12 +899,7 @@ pub(crate) async fn bulk_delete(
             false,
         )
         .await?;
-    let notice = format!("deleted-{}", done.changed);
-    Ok(redirect(&format!(
-        "{}?{}",
-        ui.at("/messages"),
-        q.query_string(&[("notice", &notice)])
-    )))
+    Ok(bulk_done(&ui.at("/messages"), &q, "deleted", done.changed))
 }
 
 /// `POST <base>/consumers/{name}/reconsume`: a consumer's deliveries matching the
@@ -908,10 +911,8 @@ pub(crate) async fn bulk_reconsume(
     name: Result<Path<String>, PathRejection>,
     form: Result<Form<ListQuery>, FormRejection>,
 ) -> Page {
-    let csrf = form.as_ref().ok().and_then(|Form(f)| f.csrf.clone());
-    check_write(&session, &headers, csrf.as_deref())?;
+    let q = checked_bulk_form(&session, &headers, form)?;
     let name = crate::params::text("consumer", path(name)?)?;
-    let q = bulk_form(form)?;
     let filter = q.filter(Side::Inbox)?;
     let done = ui
         .service
@@ -924,12 +925,12 @@ pub(crate) async fn bulk_reconsume(
             DEFAULT_BULK_MAX,
         )
         .await?;
-    let notice = format!("reconsumed-{}", done.changed);
-    Ok(redirect(&format!(
-        "{}?{}",
-        ui.at(&format!("/consumers/{}", encode(&name))),
-        q.query_string(&[("notice", &notice)])
-    )))
+    Ok(bulk_done(
+        &ui.at(&format!("/consumers/{}", encode(&name))),
+        &q,
+        "reconsumed",
+        done.changed,
+    ))
 }
 
 // ---------------------------------------------------------------- consumers

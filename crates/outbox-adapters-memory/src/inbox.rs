@@ -1,6 +1,6 @@
 //! The inbox in memory.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -15,12 +15,20 @@ use crate::{LeaseSlot, lock};
 
 #[derive(Debug, Clone)]
 pub(crate) struct Row {
+    /// Arrival order (the key of [`Table::order`]).
+    pub(crate) seq: u64,
     pub(crate) message: Message,
     pub(crate) tracked: Tracked,
     pub(crate) lease: LeaseSlot,
 }
 
 pub(crate) type Key = (String, MessageId);
+
+/// Received and not yet handled, or failed and waiting for its retry: what holds
+/// later deliveries of its ordering key back.
+fn unfinished(row: &Row) -> bool {
+    matches!(row.tracked.status, Status::Sent | Status::ConsumeFailed)
+}
 
 /// A dead letter with the consumer that received it and when.
 #[derive(Debug, Clone)]
@@ -70,6 +78,29 @@ impl MemoryInboxStore {
             .collect()
     }
 
+    /// Whether an earlier row than `seq` of `consumer` with ordering key `key` is
+    /// unfinished (received or failed, not consumed or dead).
+    fn earlier_unfinished(t: &Table, consumer: &str, key: &str, seq: u64) -> bool {
+        t.order.range(..seq).any(|(_, k)| {
+            k.0 == consumer
+                && t.rows.get(k).is_some_and(|r| {
+                    unfinished(r) && r.message.ordering_key.as_deref() == Some(key)
+                })
+        })
+    }
+
+    fn insert<'t>(t: &'t mut Table, key: Key, message: &Message, now: Timestamp) -> &'t mut Row {
+        t.next_seq += 1;
+        let seq = t.next_seq;
+        t.order.insert(seq, key.clone());
+        t.rows.entry(key).or_insert(Row {
+            seq,
+            message: message.clone(),
+            tracked: Tracked::new(Status::Sent, now),
+            lease: LeaseSlot::default(),
+        })
+    }
+
     fn mark(
         &self,
         consumer: &str,
@@ -105,25 +136,42 @@ impl InboxConsumerPath for MemoryInboxStore {
         let now = self.clock.now();
         let mut t = lock(&self.table);
         let key = (consumer.to_owned(), message.id);
-        if let Some(row) = t.rows.get_mut(&key) {
-            // Received before but its worker vanished (lease ran out): take it over.
-            if row.tracked.status == Status::Sent && !row.lease.is_live(now) {
-                row.lease.take(lease, now);
+        if let Some(row) = t.rows.get(&key) {
+            // Received before but its worker vanished (lease ran out): take it over,
+            // unless it waits behind an earlier delivery of its key.
+            let behind = row
+                .message
+                .ordering_key
+                .as_deref()
+                .is_some_and(|k| Self::earlier_unfinished(&t, consumer, k, row.seq));
+            let status = row.tracked.status;
+            if status == Status::Sent && !row.lease.is_live(now) && !behind {
+                if let Some(row) = t.rows.get_mut(&key) {
+                    row.lease.take(lease, now);
+                }
                 return Ok(Arrival::New);
             }
-            return Ok(Arrival::Duplicate(row.tracked.status));
+            return Ok(Arrival::Duplicate(status));
         }
-        let mut row = Row {
-            message: message.clone(),
-            tracked: Tracked::new(Status::Sent, now),
-            lease: LeaseSlot::default(),
-        };
-        row.lease.take(lease, now);
-        t.next_seq += 1;
-        let seq = t.next_seq;
-        t.order.insert(seq, key.clone());
-        t.rows.insert(key, row);
+        Self::insert(&mut t, key, message, now)
+            .lease
+            .take(lease, now);
         Ok(Arrival::New)
+    }
+
+    async fn hold_behind_key(&self, consumer: &str, message: &Message) -> Result<bool, PortError> {
+        let Some(k) = message.ordering_key.as_deref() else {
+            return Ok(false);
+        };
+        let now = self.clock.now();
+        let mut t = lock(&self.table);
+        let key = (consumer.to_owned(), message.id);
+        if t.rows.contains_key(&key) || !Self::earlier_unfinished(&t, consumer, k, u64::MAX) {
+            return Ok(false);
+        }
+        // No lease: the consume sweep claims it once it is the head of its key.
+        Self::insert(&mut t, key, message, now);
+        Ok(true)
     }
 
     async fn mark_consumed(
@@ -160,6 +208,9 @@ impl InboxConsumerPath for MemoryInboxStore {
         let mut guard = lock(&self.table);
         let t = &mut *guard;
         let mut claimed = Vec::new();
+        // Keys with an unfinished row seen so far (in arrival order): their later
+        // rows wait.
+        let mut blocked: HashSet<String> = HashSet::new();
         for key in t.order.values() {
             if claimed.len() >= limit as usize {
                 break;
@@ -170,9 +221,13 @@ impl InboxConsumerPath for MemoryInboxStore {
             let Some(row) = t.rows.get_mut(key) else {
                 continue;
             };
+            let ordering_key = row.message.ordering_key.clone();
+            let behind = ordering_key.as_ref().is_some_and(|k| blocked.contains(k));
+            if let Some(k) = ordering_key.filter(|_| unfinished(row)) {
+                blocked.insert(k);
+            }
             let due = row.tracked.state.next_attempt_at.is_none_or(|at| at <= now);
-            let retryable = matches!(row.tracked.status, Status::Sent | Status::ConsumeFailed);
-            if retryable && due && !row.lease.is_live(now) {
+            if unfinished(row) && due && !behind && !row.lease.is_live(now) {
                 row.lease.take(lease, now);
                 claimed.push(ClaimedDelivery {
                     message: row.message.clone(),

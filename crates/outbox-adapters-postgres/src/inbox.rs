@@ -23,6 +23,7 @@ use crate::storable;
 struct Sql {
     arrive: String,
     arrive_consumed: String,
+    arrive_held: String,
     status_of: String,
     mark_consumed: String,
     mark_failed: String,
@@ -38,19 +39,45 @@ struct Sql {
 impl Sql {
     fn new(schema: &PgSchema) -> Self {
         let t = format!("{}.outbox_inbox", schema.quoted());
-        let returning = read_columns("message_id", "consumed_at");
-        let insert = format!(
-            "INSERT INTO {t} (consumer, message_id, {MESSAGE_COLUMNS}, status, next_attempt_at, locked_by, locked_until) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11"
+        let returning = format!(
+            "{}, ordering_key",
+            read_columns("message_id", "consumed_at")
         );
+        let insert = format!(
+            "INSERT INTO {t} (consumer, message_id, {MESSAGE_COLUMNS}, ordering_key, status, next_attempt_at, locked_by, locked_until) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12"
+        );
+        // A keyed row may be handled only while no earlier row of its consumer and
+        // key is unfinished (served by inbox_ordered); `r` is the row in question.
+        let head_of_key = |r: &str| {
+            format!(
+                "({r}.ordering_key IS NULL OR NOT EXISTS (SELECT 1 FROM {t} e \
+                   WHERE e.consumer = {r}.consumer AND e.ordering_key = {r}.ordering_key \
+                   AND e.seq < {r}.seq AND e.status IN ('sent', 'consume_failed')))"
+            )
+        };
         Self {
-            // New: inserted. Received before but its worker's lease ran out: taken over.
+            // New: inserted. Received before but its worker's lease ran out: taken
+            // over, unless it waits behind an earlier delivery of its key (the
+            // consume sweep hands it over in order).
             arrive: format!(
-                "{insert}, 'sent', now(), $12, now() + $13 * interval '1 millisecond') \
+                "{insert}, 'sent', now(), $13, now() + $14 * interval '1 millisecond') \
                  ON CONFLICT (consumer, message_id) DO UPDATE \
                    SET locked_by = EXCLUDED.locked_by, locked_until = EXCLUDED.locked_until \
                    WHERE {t}.status = 'sent' AND ({t}.locked_until IS NULL OR {t}.locked_until < now()) \
-                 RETURNING 1"
+                   AND {} \
+                 RETURNING 1",
+                head_of_key(t.as_str())
+            ),
+            // Recorded without a lease, to wait for the consume sweep, when an
+            // earlier delivery of its key is unfinished; nothing when there is none
+            // (or the row exists: a redelivery, which `arrive` sorts out).
+            arrive_held: format!(
+                "INSERT INTO {t} (consumer, message_id, {MESSAGE_COLUMNS}, ordering_key, status, next_attempt_at) \
+                 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'sent', now() \
+                 WHERE EXISTS (SELECT 1 FROM {t} e WHERE e.consumer = $1 AND e.ordering_key = $12 \
+                   AND e.status IN ('sent', 'consume_failed')) \
+                 ON CONFLICT (consumer, message_id) DO NOTHING RETURNING 1"
             ),
             // Inside a handler's transaction: the row is written as consumed at once
             // (attempt 1, with its consumed time, which retention goes by) and commits
@@ -75,13 +102,14 @@ impl Sql {
                  WHERE consumer = $1 AND message_id = $2 AND locked_by = $3 AND status = ANY($6)"
             ),
             claim_due: format!(
-                "WITH picked AS (SELECT seq FROM {t} WHERE consumer = $1 \
-                   AND status IN ('sent', 'consume_failed') AND next_attempt_at <= now() \
-                   AND (locked_until IS NULL OR locked_until < now()) \
-                   ORDER BY next_attempt_at, seq LIMIT $2 FOR UPDATE SKIP LOCKED) \
+                "WITH picked AS (SELECT c.seq FROM {t} c WHERE c.consumer = $1 \
+                   AND c.status IN ('sent', 'consume_failed') AND c.next_attempt_at <= now() \
+                   AND (c.locked_until IS NULL OR c.locked_until < now()) AND {} \
+                   ORDER BY c.next_attempt_at, c.seq LIMIT $2 FOR UPDATE SKIP LOCKED) \
                  UPDATE {t} m SET locked_by = $3, locked_until = now() + $4 * interval '1 millisecond' \
                  FROM picked WHERE m.seq = picked.seq \
-                 RETURNING m.seq, {returning}"
+                 RETURNING m.seq, {returning}",
+                head_of_key("c")
             ),
             dead_letter: format!(
                 "INSERT INTO {}.outbox_dead_letters (consumer, message_id, routing_key, headers, body, reason) \
@@ -549,6 +577,7 @@ impl InboxConsumerPath for PgInboxStore {
     ) -> Result<Arrival, PortError> {
         let stored = storable::message(message);
         let taken = bind_message(sqlx::query(&self.sql.arrive), consumer, &stored)
+            .bind(&stored.ordering_key)
             .bind(&lease.holder)
             .bind(millis(lease.ttl))
             .fetch_optional(&self.pool)
@@ -562,6 +591,19 @@ impl InboxConsumerPath for PgInboxStore {
             .await?
             .unwrap_or(Status::Sent);
         Ok(Arrival::Duplicate(status))
+    }
+
+    async fn hold_behind_key(&self, consumer: &str, message: &Message) -> Result<bool, PortError> {
+        if message.ordering_key.is_none() {
+            return Ok(false);
+        }
+        let stored = storable::message(message);
+        let held = bind_message(sqlx::query(&self.sql.arrive_held), consumer, &stored)
+            .bind(&stored.ordering_key)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| port("hold behind its key", e))?;
+        Ok(held.is_some())
     }
 
     async fn mark_consumed(

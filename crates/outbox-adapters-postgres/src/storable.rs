@@ -76,6 +76,7 @@ pub(crate) fn message(m: &Message) -> Cow<'_, Message> {
         Some(m.content_type.as_str()),
         m.source.as_deref(),
         m.correlation_id.as_deref(),
+        m.ordering_key.as_deref(),
     ];
     let clean = texts.iter().flatten().all(|s| !s.contains('\0'))
         && matches!(headers(&m.headers), Cow::Borrowed(_));
@@ -91,6 +92,7 @@ pub(crate) fn message(m: &Message) -> Cow<'_, Message> {
         content_type: owned(&m.content_type),
         source: m.source.as_deref().map(owned),
         correlation_id: m.correlation_id.as_deref().map(owned),
+        ordering_key: m.ordering_key.as_deref().map(owned),
         ..m.clone()
     })
 }

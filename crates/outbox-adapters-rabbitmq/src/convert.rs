@@ -3,7 +3,7 @@
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use outbox_core::{Headers, Message, MessageError, Timestamp};
-use outbox_ports::Envelope;
+use outbox_ports::{Envelope, ORDERING_KEY_HEADER};
 
 /// Persistent delivery, id, type, content type, timestamp, correlation id, source
 /// (`app_id`) and every header (a `traceparent` among them when present).
@@ -18,6 +18,12 @@ pub(crate) fn properties(m: &Message) -> Result<BasicProperties, MessageError> {
         headers.insert(
             ShortString::from(k.as_str()),
             AMQPValue::LongString(v.as_str().into()),
+        );
+    }
+    if let Some(k) = &m.ordering_key {
+        headers.insert(
+            ShortString::from(ORDERING_KEY_HEADER),
+            AMQPValue::LongString(k.as_str().into()),
         );
     }
     let mut p = BasicProperties::default()
@@ -55,7 +61,7 @@ fn text(v: &AMQPValue) -> Option<String> {
 /// The envelope of a delivery: everything the consumer worker needs, untrusted.
 pub(crate) fn envelope(d: &lapin::message::Delivery) -> Envelope {
     let p = &d.properties;
-    let headers: Headers = p
+    let mut headers: Headers = p
         .headers()
         .as_ref()
         .map(|t| {
@@ -65,6 +71,7 @@ pub(crate) fn envelope(d: &lapin::message::Delivery) -> Envelope {
                 .collect()
         })
         .unwrap_or_default();
+    let ordering_key = headers.remove(ORDERING_KEY_HEADER);
     Envelope {
         message_id: p.message_id().as_ref().map(|s| s.as_str().to_owned()),
         exchange: d.exchange.as_str().to_owned(),
@@ -79,5 +86,6 @@ pub(crate) fn envelope(d: &lapin::message::Delivery) -> Envelope {
             .timestamp()
             .and_then(|t| i64::try_from(t).ok())
             .and_then(|t| Timestamp::from_unix_timestamp(t).ok()),
+        ordering_key,
     }
 }

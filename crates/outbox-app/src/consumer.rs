@@ -197,6 +197,19 @@ pub struct ConsumerConfig {
     pub prefetch: u16,
     /// Deliveries handled at once.
     pub concurrency: usize,
+    /// Keep order by key: deliveries with an ordering key (the
+    /// [`outbox_ports::ORDERING_KEY_HEADER`] the relay sets from
+    /// `NewMessage::with_ordering_key`) are handled one after another per key, in
+    /// the order they arrive (a lane per key; other keys and deliveries without a
+    /// key run concurrently, up to `concurrency`). A delivery that arrives while an
+    /// earlier one of its key is unfinished in the inbox (failed and waiting for its
+    /// retry, or being handled by the sweep) is recorded and acknowledged without
+    /// running its handler; the consume sweep runs it once every earlier one of its
+    /// key is consumed or dead. So a failure holds back its own key only. Order
+    /// holds within one consuming process; with several processes on one queue, use
+    /// a single-active-consumer queue (or a consistent-hash exchange and a queue
+    /// per process) so that one key reaches one process. Default: off.
+    pub ordered_by_key: bool,
     /// Longest a handler may run before it counts as failed.
     pub handler_timeout: Duration,
     /// When failed deliveries are retried, and when they are dead.
@@ -224,6 +237,7 @@ impl ConsumerConfig {
             queue: queue.into(),
             prefetch: 64,
             concurrency: 16,
+            ordered_by_key: false,
             handler_timeout: Duration::from_secs(30),
             retry: RetryPolicy::default(),
             store_error_backoff: Duration::from_secs(1),
@@ -256,6 +270,10 @@ pub struct ConsumerCounters {
     pub dead_letters: AtomicU64,
     /// Consumed inbox rows deleted by retention.
     pub retention_deleted: AtomicU64,
+    /// Deliveries recorded to wait behind an earlier unfinished delivery of their
+    /// ordering key (with [`ConsumerConfig::ordered_by_key`]); the consume sweep
+    /// handles them in order.
+    pub held_behind_key: AtomicU64,
 }
 
 /// What became of one handling of a recorded delivery.
@@ -497,7 +515,7 @@ impl<P: InboxPath> Shared<P> {
 
     async fn handle_delivery(&self, delivery: Delivery) {
         let name = &self.config.name;
-        let Some(message) = decode_or_dead_letter(
+        let Some(mut message) = decode_or_dead_letter(
             self.path.inbox(),
             &self.config,
             &self.counters,
@@ -508,6 +526,28 @@ impl<P: InboxPath> Shared<P> {
         else {
             return;
         };
+        if !self.config.ordered_by_key {
+            // Stored without its key, so the inbox holds nothing back for it.
+            message.ordering_key = None;
+        } else if message.ordering_key.is_some() {
+            match self.path.inbox().hold_behind_key(name, &message).await {
+                Ok(false) => {}
+                Ok(true) => {
+                    tracing::debug!(consumer = %name, message_id = %message.id, "an earlier delivery of its key is unfinished; held for the consume sweep");
+                    self.counters
+                        .held_behind_key
+                        .fetch_add(1, Ordering::Relaxed);
+                    settle(&delivery, true, self.config.settle_timeout).await;
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(consumer = %name, message_id = %message.id, error = %e, "inbox unavailable; returning the delivery to the broker");
+                    tokio::time::sleep(self.config.store_error_backoff).await;
+                    settle(&delivery, false, self.config.settle_timeout).await;
+                    return;
+                }
+            }
+        }
         // A holder of this attempt's own: its marks cannot touch the row of another
         // worker handling the same message, nor theirs ours.
         let lease = self.leases.next();
@@ -683,13 +723,21 @@ pub(crate) async fn consume<F, Fut>(
     tracing::info!(consumer = %name, queue = %config.queue, "consumer started");
     let permits = Arc::new(Semaphore::new(config.concurrency.max(1)));
     let mut in_hand = JoinSet::new();
+    let lanes = Lanes::default();
     loop {
-        let permit = tokio::select! {
-            () = cancel.cancelled() => break,
-            p = Arc::clone(&permits).acquire_owned() => match p {
-                Ok(p) => p,
-                Err(_) => break,
-            },
+        // A delivery of a key's lane takes its permit when its turn comes, so one
+        // key's queue of deliveries never holds the permits other keys need (the
+        // prefetch bounds how many wait); any other takes one before it is taken.
+        let permit = if config.ordered_by_key {
+            None
+        } else {
+            tokio::select! {
+                () = cancel.cancelled() => break,
+                p = Arc::clone(&permits).acquire_owned() => match p {
+                    Ok(p) => Some(p),
+                    Err(_) => break,
+                },
+            }
         };
         let next = tokio::select! {
             () = cancel.cancelled() => break,
@@ -707,10 +755,40 @@ pub(crate) async fn consume<F, Fut>(
                 }
             }
             Some(Ok(delivery)) => {
+                let turn = match &delivery.envelope.ordering_key {
+                    Some(key) if config.ordered_by_key => Some(lanes.join(key)),
+                    _ => None,
+                };
+                let permit = match permit {
+                    Some(p) => Some(p),
+                    // Ordered, without a key: a permit before it is handed on.
+                    None if turn.is_none() => tokio::select! {
+                        () = cancel.cancelled() => {
+                            drop(delivery);
+                            break;
+                        }
+                        p = Arc::clone(&permits).acquire_owned() => match p {
+                            Ok(p) => Some(p),
+                            Err(_) => break,
+                        },
+                    },
+                    None => None,
+                };
                 let job = handle(delivery);
+                let permits = Arc::clone(&permits);
                 in_hand.spawn(async move {
+                    let mut turn = turn;
+                    if let Some(t) = &mut turn {
+                        t.wait().await;
+                    }
+                    let permit = match permit {
+                        Some(p) => Some(p),
+                        None => permits.acquire_owned().await.ok(),
+                    };
                     job.await;
                     drop(permit);
+                    // Dropping the turn lets the key's next delivery go.
+                    drop(turn);
                 });
             }
         }
@@ -719,6 +797,74 @@ pub(crate) async fn consume<F, Fut>(
     drop(stream);
     while in_hand.join_next().await.is_some() {}
     tracing::info!(consumer = %name, "consumer stopped");
+}
+
+/// The lanes of a consumer that keeps order by key: each delivery with a key waits
+/// for the one before it with the same key to finish. A chain of one-shot signals
+/// per key, in the order deliveries are taken from the stream (which is the order
+/// the broker delivers them), so no scheduling of tasks can reorder a key.
+#[derive(Default, Clone)]
+struct Lanes {
+    /// Per key: the signal the key's last delivery fires when it finishes, and that
+    /// delivery's number (so a finished last delivery removes its own entry only).
+    last: Arc<std::sync::Mutex<HashMap<String, (u64, tokio::sync::watch::Receiver<bool>)>>>,
+    next: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// A delivery's place in its key's lane: [`Turn::wait`] returns when every earlier
+/// delivery of the key finished; dropping it (after handling, or when the task is
+/// cancelled) lets the next one go.
+struct Turn {
+    lanes: Lanes,
+    key: String,
+    number: u64,
+    before: Option<tokio::sync::watch::Receiver<bool>>,
+    done: tokio::sync::watch::Sender<bool>,
+}
+
+impl Lanes {
+    fn join(&self, key: &str) -> Turn {
+        let number = self.next.fetch_add(1, Ordering::Relaxed);
+        let (done, finished) = tokio::sync::watch::channel(false);
+        let before = self
+            .last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(key.to_owned(), (number, finished))
+            .map(|(_, rx)| rx);
+        Turn {
+            lanes: self.clone(),
+            key: key.to_owned(),
+            number,
+            before,
+            done,
+        }
+    }
+}
+
+impl Turn {
+    async fn wait(&mut self) {
+        if let Some(rx) = &mut self.before {
+            // Fires `true` when the earlier one finished; an error means its sender
+            // is gone, which also means it finished (or was dropped on shutdown).
+            let _ = rx.wait_for(|done| *done).await;
+        }
+        self.before = None;
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let _ = self.done.send(true);
+        let mut last = self
+            .lanes
+            .last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if last.get(&self.key).is_some_and(|(n, _)| *n == self.number) {
+            last.remove(&self.key);
+        }
+    }
 }
 
 /// The message of a delivery; an undecodable or oversized one is kept as a dead letter and

@@ -215,6 +215,8 @@ pub fn record_consumer(name: &str, c: &crate::ConsumerCounters) {
         .absolute(c.dead_letters.load(Ordering::Relaxed));
     metrics::counter!("outbox_retention_deleted_total", &label)
         .absolute(c.retention_deleted.load(Ordering::Relaxed));
+    metrics::counter!("outbox_consume_held_behind_key_total", &label)
+        .absolute(c.held_behind_key.load(Ordering::Relaxed));
 }
 
 /// Serves `/healthz` and `/metrics` for a consumer process on `address` until

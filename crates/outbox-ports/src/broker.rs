@@ -86,6 +86,10 @@ pub trait Publisher: Send + Sync {
     async fn check(&self) -> Result<(), PortError>;
 }
 
+/// The AMQP header that carries a message's ordering key to consumers (AMQP has no
+/// property for it). A consumer that keeps order by key reads it back.
+pub const ORDERING_KEY_HEADER: &str = "x-ordering-key";
+
 /// A delivery as it came from the broker, before it is trusted as a [`Message`].
 #[derive(Clone, PartialEq, Eq)]
 pub struct Envelope {
@@ -109,6 +113,8 @@ pub struct Envelope {
     pub source: Option<String>,
     /// AMQP `timestamp`.
     pub timestamp: Option<Timestamp>,
+    /// The message's ordering key (header [`ORDERING_KEY_HEADER`]).
+    pub ordering_key: Option<String>,
 }
 
 impl fmt::Debug for Envelope {
@@ -118,6 +124,7 @@ impl fmt::Debug for Envelope {
             .field("exchange", &self.exchange)
             .field("routing_key", &self.routing_key)
             .field("message_type", &self.message_type)
+            .field("ordering_key", &self.ordering_key)
             .field("body_len", &self.body.len())
             .finish_non_exhaustive()
     }
@@ -150,6 +157,7 @@ impl Envelope {
             correlation_id: message.correlation_id.clone(),
             source: message.source.clone(),
             timestamp: Some(message.created_at),
+            ordering_key: message.ordering_key.clone(),
         }
     }
 
@@ -180,9 +188,10 @@ impl Envelope {
             source: self.source.clone(),
             correlation_id: self.correlation_id.clone(),
             created_at: self.timestamp.unwrap_or(received_at),
-            // Delivered: whatever delay it had is over, and so is its place in line.
+            // Delivered: whatever delay it had is over. The key stays: a consumer
+            // that keeps order by key handles its deliveries one after another.
             not_before: None,
-            ordering_key: None,
+            ordering_key: self.ordering_key.clone(),
         })
     }
 }
@@ -262,6 +271,7 @@ mod tests {
         let m = NewMessage::new("orders", "order.created", b"{}".to_vec())
             .with_type("OrderCreated")
             .with_header("traceparent", "00-abc-def-01")
+            .with_ordering_key("customer-7")
             .into_message(MessageId::v7(at, [7; 10]), at);
         assert_eq!(Envelope::of(&m).to_message(at).expect("decodes"), m);
     }

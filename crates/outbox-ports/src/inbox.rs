@@ -89,6 +89,21 @@ pub trait InboxConsumerPath: Send + Sync {
         lease: &Lease,
     ) -> Result<Arrival, PortError>;
 
+    /// For a consumer that keeps order by key: records `message` without a lease,
+    /// to wait for the consume sweep, when an earlier delivery of its ordering key
+    /// is unfinished for `consumer` (received and not yet handled, or failed and
+    /// waiting for its retry; a dead one does not hold its key back). `true`: held,
+    /// acknowledge it and do not handle it now; the sweep claims it once every
+    /// earlier delivery of its key is consumed or dead. `false` (also for a message
+    /// without a key, or one recorded before): handle it as usual, through
+    /// [`InboxConsumerPath::record_arrival`], which hands a redelivered row over
+    /// only when it is the first unfinished one of its key, as
+    /// [`InboxConsumerPath::claim_due`] does.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn hold_behind_key(&self, consumer: &str, message: &Message) -> Result<bool, PortError>;
+
     /// Marks a delivery held by `lease` as `Consumed`. `false` when the lease was
     /// lost to another claimer.
     ///
@@ -116,7 +131,10 @@ pub trait InboxConsumerPath: Send + Sync {
     ) -> Result<bool, PortError>;
 
     /// Claims up to `limit` deliveries due for another handler attempt: failed ones
-    /// whose next attempt is due, and received ones whose worker's lease ran out.
+    /// whose next attempt is due, and received ones whose worker's lease ran out (or
+    /// that were held behind their key). A delivery with an ordering key is claimed
+    /// only while no earlier delivery of its key is unfinished, so a key's
+    /// deliveries are retried one after another, in arrival order.
     ///
     /// # Errors
     /// [`PortError::Transient`] when the store cannot be reached.

@@ -51,6 +51,7 @@ mockall::mock! {
     #[async_trait]
     impl InboxConsumerPath for InboxStore {
         async fn record_arrival(&self, consumer: &str, message: &Message, lease: &Lease) -> Result<Arrival, PortError>;
+        async fn hold_behind_key(&self, consumer: &str, message: &Message) -> Result<bool, PortError>;
         async fn mark_consumed(&self, consumer: &str, id: MessageId, lease: &Lease) -> Result<bool, PortError>;
         async fn mark_consume_failed(&self, consumer: &str, id: MessageId, lease: &Lease, error: &str, decision: Decision) -> Result<bool, PortError>;
         async fn claim_due(&self, consumer: &str, lease: &Lease, limit: u32) -> Result<Vec<ClaimedDelivery>, PortError>;

@@ -234,3 +234,142 @@ pub async fn dead_letters_are_kept(inbox: Arc<dyn InboxStore>) {
     inbox.record_dead_letter(&c, letter).await.expect("keep");
     assert_eq!(inbox.stats(&c).await.expect("stats").dead_letters, 1);
 }
+
+fn keyed(key: &str) -> outbox_core::Message {
+    let mut m = message("contract", "k");
+    m.ordering_key = Some(key.to_owned());
+    m
+}
+
+fn ids(claimed: &[outbox_ports::ClaimedDelivery]) -> Vec<outbox_core::MessageId> {
+    claimed.iter().map(|c| c.message.id).collect()
+}
+
+/// A consumer that keeps order by key: a delivery arriving while an earlier one of
+/// its key is unfinished is held (recorded, not handed out); the sweep hands the
+/// key's deliveries out one after another, in arrival order; other keys, other
+/// consumers and messages without a key are not held.
+pub async fn keyed_deliveries_wait_behind_an_unfinished_one(inbox: Arc<dyn InboxStore>) {
+    let c = consumer();
+    let key = unique_key("key");
+    let (a, b, d) = (keyed(&key), keyed(&key), keyed(&key));
+    let other = keyed(&unique_key("other"));
+    let worker = lease();
+    assert!(
+        !inbox.hold_behind_key(&c, &a).await.expect("first"),
+        "nothing earlier: not held"
+    );
+    assert!(
+        inbox.get(&c, a.id).await.expect("get").is_none(),
+        "not held, not recorded"
+    );
+    assert_eq!(
+        inbox.record_arrival(&c, &a, &worker).await.expect("a"),
+        Arrival::New
+    );
+    assert!(
+        inbox.hold_behind_key(&c, &b).await.expect("b"),
+        "a is being handled"
+    );
+    assert!(inbox.hold_behind_key(&c, &d).await.expect("d"));
+    assert!(
+        !inbox.hold_behind_key(&c, &other).await.expect("other key"),
+        "another key is not held"
+    );
+    assert!(
+        !inbox
+            .hold_behind_key(&consumer(), &keyed(&key))
+            .await
+            .expect("other consumer"),
+        "another consumer is not held"
+    );
+    assert!(
+        !inbox
+            .hold_behind_key(&c, &message("contract", "k"))
+            .await
+            .expect("no key"),
+        "a message without a key is not held"
+    );
+    assert!(
+        !inbox.hold_behind_key(&c, &b).await.expect("again"),
+        "a redelivery of a held one is left to record_arrival"
+    );
+    let held = inbox.get(&c, b.id).await.expect("get").expect("held row");
+    assert_eq!(held.status, Status::Sent);
+    assert_eq!(held.message.ordering_key.as_deref(), Some(key.as_str()));
+    assert!(
+        inbox
+            .claim_due(&c, &lease(), 10)
+            .await
+            .expect("claim")
+            .is_empty(),
+        "b and d wait while a is handled"
+    );
+    assert_eq!(
+        inbox
+            .record_arrival(&c, &b, &lease())
+            .await
+            .expect("redelivered b"),
+        Arrival::Duplicate(Status::Sent),
+        "a redelivery of a held one is not taken over while a is unfinished"
+    );
+    // a fails: its retry comes first; b and d still wait, also once a is due.
+    let decision = Decision::RetryAfter(Duration::from_millis(200));
+    assert!(
+        inbox
+            .mark_consume_failed(&c, a.id, &worker, "boom", decision)
+            .await
+            .expect("fail a")
+    );
+    assert!(
+        inbox
+            .claim_due(&c, &lease(), 10)
+            .await
+            .expect("claim")
+            .is_empty(),
+        "a is not due yet and b and d wait behind it"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let sweep = lease();
+    let due = inbox.claim_due(&c, &sweep, 10).await.expect("claim a");
+    assert_eq!(ids(&due), vec![a.id], "only the head of the key");
+    assert!(inbox.mark_consumed(&c, a.id, &sweep).await.expect("a done"));
+    let sweep = lease();
+    let due = inbox.claim_due(&c, &sweep, 10).await.expect("claim b");
+    assert_eq!(ids(&due), vec![b.id], "then b, alone");
+    assert_eq!(due[0].message.ordering_key.as_deref(), Some(key.as_str()));
+    assert!(inbox.mark_consumed(&c, b.id, &sweep).await.expect("b done"));
+    assert_eq!(
+        inbox
+            .record_arrival(&c, &d, &lease())
+            .await
+            .expect("redelivered d"),
+        Arrival::New,
+        "the head of its key may be taken over by a redelivery"
+    );
+}
+
+/// A dead delivery does not hold its key back.
+pub async fn a_dead_delivery_does_not_hold_its_key(inbox: Arc<dyn InboxStore>) {
+    let c = consumer();
+    let key = unique_key("key");
+    let (a, b) = (keyed(&key), keyed(&key));
+    let worker = lease();
+    inbox.record_arrival(&c, &a, &worker).await.expect("a");
+    assert!(inbox.hold_behind_key(&c, &b).await.expect("b held"));
+    assert!(
+        inbox
+            .mark_consume_failed(&c, a.id, &worker, "poison", Decision::Dead)
+            .await
+            .expect("dead")
+    );
+    let due = inbox.claim_due(&c, &lease(), 10).await.expect("claim");
+    assert_eq!(ids(&due), vec![b.id]);
+    assert!(
+        inbox
+            .hold_behind_key(&c, &keyed(&key))
+            .await
+            .expect("later"),
+        "b is claimed by the sweep, unfinished: a later one is held behind it"
+    );
+}

@@ -121,6 +121,8 @@ macro_rules! inbox_store_contract {
                 marks_are_fenced_by_the_lease_holder,
                 reconsume_brings_a_consumed_delivery_back,
                 dead_letters_are_kept,
+                keyed_deliveries_wait_behind_an_unfinished_one,
+                a_dead_delivery_does_not_hold_its_key,
             ]
         );
     };

@@ -210,12 +210,7 @@ pub(crate) const LEASE_FREE: &str = "(c.locked_until IS NULL OR c.locked_until <
 /// earlier row of its key still unsent (in flight, delayed, failing, or dead unless
 /// `dead_head` skips them); one probe of outbox_ordered.
 pub(crate) fn head_condition(t: &str, dead_head: DeadHead) -> String {
-    let blocking = dead_head
-        .blocking()
-        .iter()
-        .map(|s| format!("'{}'", s.as_str()))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let blocking = blocking_list(dead_head);
     format!(
         "(c.ordering_key IS NULL OR NOT EXISTS (SELECT 1 FROM {t} e \
            WHERE e.ordering_key = c.ordering_key AND e.seq < c.seq \
@@ -223,17 +218,92 @@ pub(crate) fn head_condition(t: &str, dead_head: DeadHead) -> String {
     )
 }
 
+/// The statuses (quoted, comma-separated) of an earlier message that hold a keyed
+/// one back.
+fn blocking_list(dead_head: DeadHead) -> String {
+    dead_head
+        .blocking()
+        .iter()
+        .map(|s| format!("'{}'", s.as_str()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// CTEs of table `t` (quoted) ending in `heads(seq)`: the head row of each ordering
+/// key (its first unsent row) that a claim may take now (pending, due, no live
+/// lease), keys in key order. The keys are walked one index probe each over
+/// outbox_ordered (a loose index scan), never the rows queued behind their heads,
+/// so the cost follows the number of keys visited, not the backlog. With
+/// `cursor` (a parameter like `$4`), the walk starts after that key and wraps
+/// around, so successive claims take turns over the keys instead of always
+/// favouring the first ones. Evaluated lazily: a `LIMIT` on `heads` stops the walk.
+fn keyed_heads(t: &str, dead_head: DeadHead, cursor: Option<&str>) -> String {
+    let blocking = blocking_list(dead_head);
+    let next_key = |after: &str, upto: &str| {
+        format!(
+            "(SELECT ordering_key FROM {t} WHERE ordering_key > {after}{upto} \
+               AND status IN ({blocking}) ORDER BY ordering_key LIMIT 1)"
+        )
+    };
+    let walk = |name: &str, first: String, upto: &str| {
+        format!(
+            "{name}(k) AS ({first} UNION ALL SELECT {} FROM {name} WHERE {name}.k IS NOT NULL)",
+            next_key(&format!("{name}.k"), upto)
+        )
+    };
+    let first_key = |cond: &str| {
+        format!(
+            "(SELECT ordering_key FROM {t} WHERE ordering_key IS NOT NULL{cond} \
+               AND status IN ({blocking}) ORDER BY ordering_key LIMIT 1)"
+        )
+    };
+    let (walks, keys) = match cursor {
+        Some(c) => (
+            format!(
+                "{}, {}",
+                walk(
+                    "keys_after",
+                    first_key(&format!(" AND ordering_key > {c}")),
+                    ""
+                ),
+                walk(
+                    "keys_before",
+                    first_key(&format!(" AND ordering_key <= {c}")),
+                    &format!(" AND ordering_key <= {c}")
+                ),
+            ),
+            "SELECT k FROM keys_after WHERE k IS NOT NULL \
+             UNION ALL SELECT k FROM keys_before WHERE k IS NOT NULL"
+                .to_owned(),
+        ),
+        None => (
+            walk("keys_all", first_key(""), ""),
+            "SELECT k FROM keys_all WHERE k IS NOT NULL".to_owned(),
+        ),
+    };
+    format!(
+        "{walks}, keys(k) AS ({keys}), \
+         heads(seq) AS (SELECT h.seq FROM keys CROSS JOIN LATERAL \
+           (SELECT e.seq, e.status, e.not_before, e.locked_until FROM {t} e \
+            WHERE e.ordering_key = keys.k AND e.status IN ({blocking}) ORDER BY e.seq LIMIT 1) h \
+           WHERE h.status = 'pending' AND (h.not_before IS NULL OR h.not_before <= now()) \
+           AND (h.locked_until IS NULL OR h.locked_until < now()))"
+    )
+}
+
 /// Whether a claim of pending rows of table `t` (quoted) would take anything: a
 /// row pending and not leased that is due and its key's head, exactly what the
-/// claim's two picks look for (so an idle relay is never told there is work the
+/// claim's three picks look for (so an idle relay is never told there is work the
 /// claim will not take).
 pub(crate) fn claimable_pending_exists(t: &str, dead_head: DeadHead) -> String {
-    let head = head_condition(t, dead_head);
     format!(
-        "SELECT EXISTS (SELECT 1 FROM {t} c WHERE c.status = 'pending' \
-           AND c.not_before IS NULL AND {LEASE_FREE} AND {head}) \
-         OR EXISTS (SELECT 1 FROM {t} c WHERE c.status = 'pending' \
-           AND c.not_before IS NOT NULL AND c.not_before <= now() AND {LEASE_FREE} AND {head})"
+        "WITH RECURSIVE {} \
+         SELECT EXISTS (SELECT 1 FROM {t} c WHERE c.status = 'pending' \
+           AND c.not_before IS NULL AND c.ordering_key IS NULL AND {LEASE_FREE}) \
+         OR EXISTS (SELECT 1 FROM {t} c WHERE c.status = 'pending' AND c.ordering_key IS NULL \
+           AND c.not_before IS NOT NULL AND c.not_before <= now() AND {LEASE_FREE}) \
+         OR EXISTS (SELECT 1 FROM heads)",
+        keyed_heads(t, dead_head, None)
     )
 }
 
@@ -286,21 +356,29 @@ impl Sql {
              FROM picked WHERE m.seq = picked.seq \
              RETURNING m.seq, {returning}"
         );
-        // Pending rows without a due time by seq (outbox_pending_now), and delayed
-        // ones whose time has come by due time (outbox_scheduled, read only up to
-        // now(): the delayed rows still waiting are never visited), oldest seq first.
+        // Three picks, oldest seq first: rows without a key and due time by seq
+        // (outbox_pending_unkeyed); delayed rows without a key whose time has come
+        // by due time (outbox_scheduled, read only up to now(): the delayed rows
+        // still waiting are never visited); and the heads of ordering keys, walked
+        // key by key from this store's cursor (outbox_ordered), so the rows queued
+        // behind a head are never visited either. Each pick reads about what it
+        // takes, whatever the backlog.
         let claim_pending = format!(
-            "WITH now_rows AS (SELECT c.seq FROM {t} c WHERE c.status = 'pending' \
-               AND c.not_before IS NULL AND {lease_free} AND {head} \
+            "WITH RECURSIVE {}, \
+             now_rows AS (SELECT c.seq FROM {t} c WHERE c.status = 'pending' \
+               AND c.not_before IS NULL AND c.ordering_key IS NULL AND {lease_free} \
                ORDER BY c.seq LIMIT $1 FOR UPDATE SKIP LOCKED), \
-             due_rows AS (SELECT c.seq FROM {t} c WHERE c.status = 'pending' \
-               AND c.not_before IS NOT NULL AND c.not_before <= now() AND {lease_free} AND {head} \
+             due_rows AS (SELECT c.seq FROM {t} c WHERE c.status = 'pending' AND c.ordering_key IS NULL \
+               AND c.not_before IS NOT NULL AND c.not_before <= now() AND {lease_free} \
                ORDER BY c.not_before, c.seq LIMIT $1 FOR UPDATE SKIP LOCKED), \
+             keyed_rows AS (SELECT c.seq FROM {t} c WHERE c.seq IN (SELECT seq FROM heads LIMIT $1) \
+               AND c.status = 'pending' AND {lease_free} FOR UPDATE SKIP LOCKED), \
              picked AS (SELECT seq FROM now_rows UNION ALL SELECT seq FROM due_rows \
-               ORDER BY seq LIMIT $1) \
+               UNION ALL SELECT seq FROM keyed_rows ORDER BY seq LIMIT $1) \
              UPDATE {t} m SET locked_by = $2, locked_until = now() + $3 * interval '1 millisecond' \
              FROM picked WHERE m.seq = picked.seq \
-             RETURNING m.seq, {returning}"
+             RETURNING m.seq, {returning}",
+            keyed_heads(&t, dead_head, Some("$4"))
         );
         Self {
             claim_pending,
@@ -382,6 +460,9 @@ pub struct PgOutboxStore {
     pool: PgPool,
     outbox: PgOutbox,
     sql: std::sync::Arc<Sql>,
+    /// The ordering key after which this store's next claim starts walking the
+    /// keys (see [`keyed_heads`]); shared by its clones.
+    key_cursor: std::sync::Arc<std::sync::Mutex<String>>,
 }
 
 impl PgOutboxStore {
@@ -392,6 +473,7 @@ impl PgOutboxStore {
             pool,
             sql: std::sync::Arc::new(Sql::new(&schema, DeadHead::default())),
             outbox: PgOutbox::new(schema),
+            key_cursor: std::sync::Arc::default(),
         }
     }
 
@@ -447,6 +529,7 @@ impl PgOutboxStore {
             .bind(i64::from(limit))
             .bind("explain")
             .bind(0_i64)
+            .bind(self.key_cursor())
             .fetch_all(&self.pool)
             .await
             .map_err(|e| port("explain claim", e))?;
@@ -473,6 +556,7 @@ impl PgOutboxStore {
         .bind(i64::from(limit))
         .bind("explain")
         .bind(0_i64)
+        .bind(self.key_cursor())
         .fetch_all(&mut *tx)
         .await
         .map_err(|e| port("explain claim", e))?;
@@ -513,16 +597,45 @@ impl PgOutboxStore {
         Ok(lines.join("\n"))
     }
 
+    /// The key cursor's value for the next claim.
+    fn key_cursor(&self) -> String {
+        self.key_cursor
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Moves the key cursor past the keys a claim took: to the greatest one after
+    /// where it stood, or (the walk wrapped around) the greatest one before it, or
+    /// back to the start when the claim took no keyed row.
+    fn advance_key_cursor(&self, claimed: &[ClaimedMessage]) {
+        let mut cursor = self
+            .key_cursor
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let keys = claimed
+            .iter()
+            .filter_map(|c| c.message.ordering_key.as_ref());
+        let after = keys.clone().filter(|k| **k > *cursor).max();
+        *cursor = after.or_else(|| keys.max()).cloned().unwrap_or_default();
+    }
+
+    /// Runs claim statement `sql`; `cursor` is its fourth parameter, if it has one.
     async fn claim(
         &self,
         sql: &str,
         lease: &Lease,
         limit: u32,
+        cursor: Option<String>,
     ) -> Result<Vec<ClaimedMessage>, PortError> {
-        let rows: Vec<ClaimedRow> = sqlx::query_as(sql)
+        let mut query = sqlx::query_as(sql)
             .bind(i64::from(limit))
             .bind(&lease.holder)
-            .bind(millis(lease.ttl))
+            .bind(millis(lease.ttl));
+        if let Some(c) = cursor {
+            query = query.bind(c);
+        }
+        let rows: Vec<ClaimedRow> = query
             .fetch_all(&self.pool)
             .await
             .map_err(|e| port("claim", e))?;
@@ -588,7 +701,16 @@ impl OutboxRelayPath for PgOutboxStore {
         lease: &Lease,
         limit: u32,
     ) -> Result<Vec<ClaimedMessage>, PortError> {
-        self.claim(&self.sql.claim_pending, lease, limit).await
+        let claimed = self
+            .claim(
+                &self.sql.claim_pending,
+                lease,
+                limit,
+                Some(self.key_cursor()),
+            )
+            .await?;
+        self.advance_key_cursor(&claimed);
+        Ok(claimed)
     }
 
     async fn claim_due_retries(
@@ -596,7 +718,8 @@ impl OutboxRelayPath for PgOutboxStore {
         lease: &Lease,
         limit: u32,
     ) -> Result<Vec<ClaimedMessage>, PortError> {
-        self.claim(&self.sql.claim_retries, lease, limit).await
+        self.claim(&self.sql.claim_retries, lease, limit, None)
+            .await
     }
 
     async fn mark_sent(&self, lease: &Lease, ids: &[MessageId]) -> Result<u64, PortError> {

@@ -50,7 +50,7 @@ async fn a_million_delayed_rows_do_not_slow_the_claim() {
             "the claim scans the table:\n{plan}"
         );
         assert!(
-            plan.contains("outbox_pending_now") && plan.contains("outbox_scheduled"),
+            plan.contains("outbox_pending_unkeyed") && plan.contains("outbox_scheduled"),
             "the claim reads the two partial indexes:\n{plan}"
         );
         let most = most_rows_read_by_a_scan(&plan);

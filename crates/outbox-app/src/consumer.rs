@@ -803,11 +803,15 @@ pub(crate) async fn consume<F, Fut>(
 /// for the one before it with the same key to finish. A chain of one-shot signals
 /// per key, in the order deliveries are taken from the stream (which is the order
 /// the broker delivers them), so no scheduling of tasks can reorder a key.
+/// Per key: the signal its last delivery fires when it finishes, and that
+/// delivery's number.
+type LastOfKey = HashMap<String, (u64, tokio::sync::watch::Receiver<bool>)>;
+
 #[derive(Default, Clone)]
 struct Lanes {
     /// Per key: the signal the key's last delivery fires when it finishes, and that
     /// delivery's number (so a finished last delivery removes its own entry only).
-    last: Arc<std::sync::Mutex<HashMap<String, (u64, tokio::sync::watch::Receiver<bool>)>>>,
+    last: Arc<std::sync::Mutex<LastOfKey>>,
     next: Arc<std::sync::atomic::AtomicU64>,
 }
 

@@ -145,8 +145,8 @@ async fn consume_all(ordered: bool) -> HashMap<String, Vec<usize>> {
     .await;
     cancel.cancel();
     running.await.expect("worker");
-    let seen = seen.lock().expect("lock").clone();
-    seen
+    let seen = seen.lock().expect("lock");
+    seen.clone()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

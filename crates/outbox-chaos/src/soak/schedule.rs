@@ -120,13 +120,14 @@ pub(crate) struct Plan {
 
 impl Plan {
     /// The soak's plan for a run of `duration`: warm-up the first 20 %, a quiet tail
-    /// of the last 10 % (at least 60 s), a fault every 120 s on average, 45 s at
-    /// least between the end of one and the start of the next.
+    /// of the last 10 % (at least 90 s, so that even a short run has undisturbed
+    /// windows after its last fault for the steady latency), a fault every 120 s on
+    /// average, 45 s at least between the end of one and the start of the next.
     pub(crate) fn for_run(duration: Duration) -> Self {
         Self {
             duration,
             warmup: duration / 5,
-            quiet_tail: (duration / 10).max(Duration::from_secs(60)),
+            quiet_tail: (duration / 10).max(Duration::from_secs(90)),
             mean_interval: Duration::from_secs(120),
             min_gap: Duration::from_secs(45),
         }
@@ -247,16 +248,16 @@ mod tests {
 
     #[test]
     fn a_run_with_room_only_for_short_faults_gets_one_of_those() {
-        // 90 s: warm-up 18 s, quiet from 30 s.
+        // 150 s: warm-up 30 s, quiet from 60 s.
         for seed in 0..50 {
-            let f = schedule(seed, &Plan::for_run(Duration::from_secs(90)));
+            let f = schedule(seed, &Plan::for_run(Duration::from_secs(150)));
             assert_eq!(f.len(), 1, "seed {seed}");
-            assert!(f[0].at_s + f[0].kind.nominal().as_secs_f64() <= 30.0);
+            assert!(f[0].at_s + f[0].kind.nominal().as_secs_f64() <= 60.0);
         }
     }
 
     #[test]
     fn a_run_too_short_for_any_fault_gets_none() {
-        assert!(schedule(1, &Plan::for_run(Duration::from_secs(60))).is_empty());
+        assert!(schedule(1, &Plan::for_run(Duration::from_secs(90))).is_empty());
     }
 }

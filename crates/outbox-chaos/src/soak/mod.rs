@@ -186,6 +186,13 @@ pub(crate) async fn main(args: &[String], bins: anyhow::Result<Bins>) -> ExitCod
     {
         eprintln!("soak: {e}");
     }
+    // The aborted tasks of an interrupted run let go of the world shortly.
+    for _ in 0..50 {
+        if Arc::strong_count(&w) == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let passed = outcome.as_ref().is_ok_and(Summary::passed);
     let keep = !passed;
     if keep {

@@ -118,13 +118,20 @@ impl Tap {
     }
 
     /// Stops consuming; (duplicate copies, distinct ids).
-    pub(crate) async fn finish(self) -> (u64, u64) {
+    pub(crate) async fn finish(mut self) -> (u64, u64) {
         self.stop.stop();
-        let _ = self.task.await;
+        let _ = (&mut self.task).await;
         self.counter
             .lock()
             .map(|c| (c.duplicates(), c.unique))
             .unwrap_or_default()
+    }
+}
+
+impl Drop for Tap {
+    /// An interrupted run: the task goes with its handle on the world.
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }
 

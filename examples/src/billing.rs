@@ -11,8 +11,8 @@ use outbox_adapters_postgres::{
 };
 use outbox_adapters_rabbitmq::RabbitSubscriber;
 use outbox_app::{
-    CancellationToken, ConsumerConfig, HandlerError, LeaseFactory, PgConsumerWorker, PgHandler,
-    PgHandlerRegistry, RetrySweeper, ThroughputRecorder,
+    CancellationToken, ConsumerConfig, ConsumerRetention, HandlerError, LeaseFactory,
+    PgConsumerWorker, PgHandler, PgHandlerRegistry, RetrySweeper, ThroughputRecorder,
 };
 use outbox_core::{Message, RetryPolicy, SweepConfig};
 use outbox_ports::{SystemClock, ThroughputKind};
@@ -132,8 +132,9 @@ fn failed_once() -> &'static std::sync::Mutex<HashSet<i64>> {
     SET.get_or_init(Default::default)
 }
 
-/// Runs the billing consumer until `cancel` fires: the worker on the queue and the
-/// consume-retry sweep (lock and state in PostgreSQL, keys of this consumer).
+/// Runs the billing consumer until `cancel` fires: the worker on the queue (with
+/// `retention` of its consumed inbox rows) and the consume-retry sweep (lock and
+/// state in PostgreSQL, keys of this consumer).
 ///
 /// # Errors
 /// Setup errors (database, broker).
@@ -141,6 +142,7 @@ pub async fn run(
     shop: &Shop,
     faults: Faults,
     sweep_interval: Duration,
+    retention: ConsumerRetention,
     cancel: CancellationToken,
 ) -> anyhow::Result<()> {
     let pool = shop.pool().await?;
@@ -161,6 +163,7 @@ pub async fn run(
             max_backoff: Duration::from_secs(5),
             max_attempts: MAX_ATTEMPTS,
         },
+        retention,
         ..ConsumerConfig::new(CONSUMER, &shop.queue)
     };
     let worker = PgConsumerWorker::new(
@@ -218,7 +221,8 @@ pub async fn run(
 /// The billing consumer process: settings from the environment (see the crate docs;
 /// `BILLING_FAIL_FIRST_PERCENT`, `BILLING_POISON_ORDERS`,
 /// `BILLING_SWALLOW_ERROR_ORDERS`, `BILLING_FAIL_AT_COMMIT_ORDERS` (comma-separated
-/// order ids), `BILLING_SWEEP_INTERVAL`,
+/// order ids), `BILLING_SWEEP_INTERVAL`, `BILLING_RETENTION_CONSUMED_AFTER` (the age
+/// after which consumed inbox rows are deleted; default 7 days, at least one hour),
 /// `BILLING_METRICS_ADDR`), logs to stderr, runs until SIGINT or SIGTERM.
 ///
 /// # Errors
@@ -240,6 +244,11 @@ pub async fn main_from_env() -> anyhow::Result<()> {
         .transpose()
         .map_err(anyhow::Error::msg)?
         .unwrap_or(Duration::from_secs(60));
+    let retention = match var("BILLING_RETENTION_CONSUMED_AFTER") {
+        Some(v) => ConsumerRetention::default()
+            .with_consumed_after(outbox_core::duration::parse(&v).map_err(anyhow::Error::msg)?)?,
+        None => ConsumerRetention::default(),
+    };
     let cancel = CancellationToken::new();
     let stop = cancel.clone();
     tokio::spawn(async move {
@@ -260,7 +269,7 @@ pub async fn main_from_env() -> anyhow::Result<()> {
         tracing::info!("shutting down");
         stop.cancel();
     });
-    let result = run(&shop, faults, interval, cancel).await;
+    let result = run(&shop, faults, interval, retention, cancel).await;
     telemetry.shutdown().await;
     result
 }

@@ -13,6 +13,11 @@
 //!   suite `outbox-chaos`, which stops and starts the local services, prints a table
 //!   and writes `target/chaos/summary.json` (see RELIABILITY.md). `ci` runs the quick
 //!   subset after the tests.
+//! - `soak [--duration 60m] [--rate 1000] [--seed N]`: builds the debug binaries and
+//!   runs the endurance run `outbox-chaos soak`: two relays and two consumers under
+//!   steady traffic with random faults (it stops and starts the local services),
+//!   writing `target/soak/summary.json` and `target/soak/soak.svg` (see
+//!   RELIABILITY.md). Not part of `ci`.
 //! - `api-fuzz`: Schemathesis (from PyPI; `.ci/run` installs it) against the admin
 //!   API of a live `outbox run`: no 5xx for any generated input, every response as
 //!   documented. `ci` runs it last.
@@ -114,11 +119,12 @@ fn main() -> ExitCode {
         Some("it") => it(),
         Some("bench") => bench(args.iter().any(|a| a == "--quick")),
         Some("chaos") => chaos(&args[1..]),
+        Some("soak") => soak(&args[1..]),
         Some("api-fuzz") => api_fuzz::api_fuzz(),
         Some("ui-test") => ui_test::ui_test(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask <ci|guard|it|bench [--quick]|chaos [--quick] [--only NAME,...]|api-fuzz|ui-test [--docs DIR]>\n\n  ci     fmt check, clippy -D warnings, dependency guard, all tests, quick chaos, api-fuzz\n  guard  dependency guard only\n  it     tests against the real PostgreSQL, RabbitMQ and Redis only\n  bench  the relay side by side with the raw limits (target/bench/summary.json)\n  chaos  the fault suite against the local services (target/chaos/summary.json)\n  api-fuzz  Schemathesis against the admin API of a live `outbox run`\n  ui-test  the dashboard's browser tests in headless chromium (target/ui-screenshots on failure)"
+                "usage: cargo xtask <ci|guard|it|bench [--quick]|chaos [--quick] [--only NAME,...]|soak [--duration 60m] [--rate 1000] [--seed N]|api-fuzz|ui-test [--docs DIR]>\n\n  ci     fmt check, clippy -D warnings, dependency guard, all tests, quick chaos, api-fuzz\n  guard  dependency guard only\n  it     tests against the real PostgreSQL, RabbitMQ and Redis only\n  bench  the relay side by side with the raw limits (target/bench/summary.json)\n  chaos  the fault suite against the local services (target/chaos/summary.json)\n  soak   an endurance run with random faults (target/soak/summary.json, soak.svg)\n  api-fuzz  Schemathesis against the admin API of a live `outbox run`\n  ui-test  the dashboard's browser tests in headless chromium (target/ui-screenshots on failure)"
             );
             return ExitCode::from(2);
         }
@@ -260,6 +266,61 @@ fn chaos(args: &[String]) -> Result<(), String> {
     cmd.args(args);
     set_service_defaults(&mut cmd);
     run("chaos", &mut cmd)
+}
+
+const SOAK_USAGE: &str = "usage: cargo xtask soak [--duration 60m] [--rate 1000] [--seed N]\n\n  two relays and two consumers against the local services, orders at --rate a second\n  for --duration (90s, 3m, 60m, ...), faults every 2 minutes on average from a seeded\n  schedule; writes target/soak/summary.json, samples.json and soak.svg (RELIABILITY.md)";
+
+/// The arguments of `soak`, checked before anything is built: each flag once, with
+/// a value. `Ok(false)`: `--help`.
+fn soak_args_ok(args: &[String]) -> Result<bool, String> {
+    let mut seen: Vec<&str> = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--help" | "-h" => return Ok(false),
+            "--duration" | "--rate" | "--seed" => {
+                if seen.contains(&a.as_str()) {
+                    return Err(format!("{a} given twice"));
+                }
+                seen.push(a);
+                if it.next().is_none() {
+                    return Err(format!("{a} needs a value"));
+                }
+            }
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    Ok(true)
+}
+
+/// Builds the relay, the example consumer and the fault suite (debug) and runs the
+/// soak with `args` (the soak copies the binaries it runs first).
+fn soak(args: &[String]) -> Result<(), String> {
+    match soak_args_ok(args) {
+        Ok(true) => {}
+        Ok(false) => {
+            eprintln!("{SOAK_USAGE}");
+            return Ok(());
+        }
+        Err(e) => return Err(format!("soak: {e}\n{SOAK_USAGE}")),
+    }
+    run(
+        "build",
+        cargo().args([
+            "build",
+            "-p",
+            "outbox-app",
+            "-p",
+            "outbox-examples",
+            "-p",
+            "outbox-chaos",
+        ]),
+    )?;
+    let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".to_owned());
+    let mut cmd = Command::new(format!("{target}/debug/outbox-chaos"));
+    cmd.arg("soak").args(args);
+    set_service_defaults(&mut cmd);
+    run("soak", &mut cmd)
 }
 
 /// Packages whose tests talk to the real services.
@@ -512,4 +573,26 @@ fn app_feature_problems() -> Result<Vec<String>, String> {
         }
     }
     Ok(problems)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::soak_args_ok;
+
+    fn args(list: &[&str]) -> Result<bool, String> {
+        soak_args_ok(&list.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn soak_arguments_are_checked_before_building() {
+        assert_eq!(args(&[]), Ok(true));
+        assert_eq!(
+            args(&["--duration", "3m", "--rate", "500", "--seed", "1"]),
+            Ok(true)
+        );
+        assert_eq!(args(&["--help"]), Ok(false));
+        assert!(args(&["--quick"]).is_err());
+        assert!(args(&["--rate"]).is_err());
+        assert!(args(&["--seed", "1", "--seed", "2"]).is_err());
+    }
 }

@@ -11,6 +11,7 @@
 //! writes `target/chaos/summary.json`; exits 1 if a scenario failed.
 
 mod scenarios;
+mod soak;
 mod world;
 
 use std::process::ExitCode;
@@ -281,10 +282,13 @@ fn bins() -> anyhow::Result<Bins> {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().is_some_and(|a| a == "soak") {
+        return soak::main(&args[1..], bins()).await;
+    }
     if args.iter().any(|a| a == "--help" || a == "-h") {
         let names: Vec<&str> = SCENARIOS.iter().map(|(s, _, _)| *s).collect();
         eprintln!(
-            "usage: outbox-chaos [--quick] [--only NAME[,NAME...]]\n\nscenarios: {}\n--quick runs those of CI with smaller streams; see RELIABILITY.md",
+            "usage: outbox-chaos [--quick] [--only NAME[,NAME...]]\n       outbox-chaos soak [--duration 60m] [--rate 1000] [--seed N]\n\nscenarios: {}\n--quick runs those of CI with smaller streams; soak is the endurance run; see RELIABILITY.md",
             names.join(", ")
         );
         return ExitCode::SUCCESS;

@@ -108,11 +108,13 @@ pub(crate) async fn postgres_faults(ctx: &Ctx) -> anyhow::Result<Report> {
     let n = ctx.orders();
     let producer = w.produce(1, n, Ctx::RATE);
     wait_committed(&w, n as u64 / 4).await?;
+    // Exactly the relay's and the consumer's (their application_name), not those of
+    // anyone else using the same database.
     let terminated: i64 = sqlx::query_scalar(
         "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-         WHERE datname = current_database() AND pid <> pg_backend_pid()
-           AND backend_type = 'client backend' AND application_name <> 'outbox-chaos'",
+         WHERE application_name = $1",
     )
+    .bind(&w.proc_app)
     .fetch_one(&w.pool)
     .await?;
     let mut r = report("postgres_faults");

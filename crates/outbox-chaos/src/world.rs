@@ -106,6 +106,9 @@ pub(crate) struct World {
     pub(crate) tap: String,
     pub(crate) lock_key: String,
     pub(crate) state_key: String,
+    /// The `application_name` of the relays' and consumers' PostgreSQL
+    /// connections, so that a fault can find exactly theirs.
+    pub(crate) proc_app: String,
     bins: Bins,
     amqp: lapin::Connection,
     /// Metrics ports of the consumers started so far.
@@ -114,9 +117,19 @@ pub(crate) struct World {
 
 impl World {
     pub(crate) async fn new(scenario: &str, urls: &Urls, bins: &Bins) -> anyhow::Result<Self> {
+        Self::new_in(scenario, urls, bins, "target/chaos/logs").await
+    }
+
+    /// As [`World::new`], with the logs and configs under `logs/<id>`.
+    pub(crate) async fn new_in(
+        scenario: &str,
+        urls: &Urls,
+        bins: &Bins,
+        logs: &str,
+    ) -> anyhow::Result<Self> {
         let nonce = uuid::Uuid::now_v7().simple().to_string();
         let id = format!("{scenario}_{}", &nonce[nonce.len() - 10..]);
-        let pg_url = with_application_name(&urls.pg);
+        let pg_url = with_application_name(&urls.pg, "outbox-chaos");
         let shop = Shop {
             database_url: urls.pg.clone(),
             amqp_url: urls.amqp.clone(),
@@ -151,7 +164,8 @@ impl World {
         let w = Self {
             lock_key: format!("chaos.{id}.lock"),
             state_key: format!("chaos.{id}.state"),
-            dir: PathBuf::from("target/chaos/logs").join(&id),
+            dir: PathBuf::from(logs).join(&id),
+            proc_app: format!("outbox-chaos-proc-{id}"),
             id,
             outbox: PgOutboxStore::new(pool.clone(), shop.outbox_schema.clone()),
             inbox: PgInboxStore::new(pool.clone(), &shop.outbox_schema),
@@ -202,6 +216,12 @@ impl World {
                 Ok(conn.create_channel().await?)
             }
         }
+    }
+
+    /// The PostgreSQL URL the relays and consumers get: the scenario's, named
+    /// [`World::proc_app`].
+    pub(crate) fn proc_pg_url(&self) -> String {
+        with_application_name(&self.urls.pg, &self.proc_app)
     }
 
     /// The `outbox run` configuration of relay `name`.
@@ -256,7 +276,7 @@ state_key = "{state}"
 {http}
 "#,
             id = self.id,
-            pg = self.urls.pg,
+            pg = self.proc_pg_url(),
             schema = self.shop.outbox_schema,
             amqp = self.urls.amqp,
             redis = self.urls.redis,
@@ -297,7 +317,7 @@ state_key = "{state}"
             ports.push(port);
         }
         let mut c = Command::new(&self.bins.consumer);
-        c.env("SHOP_DATABASE_URL", &self.urls.pg)
+        c.env("SHOP_DATABASE_URL", self.proc_pg_url())
             .env("SHOP_AMQP_URL", &self.urls.amqp)
             .env("SHOP_SCHEMA", self.shop.schema.as_str())
             .env("OUTBOX_SCHEMA", self.shop.outbox_schema.as_str())
@@ -320,18 +340,24 @@ state_key = "{state}"
     /// every tenth is rolled back. Failed orders are skipped (the database says
     /// afterwards which committed).
     pub(crate) fn produce(&self, first: i64, n: i64, per_sec: u32) -> Producer {
+        self.produce_with(first, n, per_sec, 4)
+    }
+
+    /// As [`World::produce`], from `tasks` tasks (each commits one order at a time,
+    /// so a higher rate needs more of them).
+    pub(crate) fn produce_with(&self, first: i64, n: i64, per_sec: u32, tasks: i64) -> Producer {
         let shop = Arc::new(self.shop.clone());
         let stats = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
         let stop = Arc::new(AtomicBool::new(false));
+        let tasks_n = tasks.max(1);
         let mut tasks = Vec::new();
-        const TASKS: i64 = 4;
-        let pause = Duration::from_secs_f64(TASKS as f64 / f64::from(per_sec.max(1)));
-        for t in 0..TASKS {
+        let pause = Duration::from_secs_f64(tasks_n as f64 / f64::from(per_sec.max(1)));
+        for t in 0..tasks_n {
             let (shop, pool) = (Arc::clone(&shop), self.pool.clone());
             let (stats, stop) = (Arc::clone(&stats), Arc::clone(&stop));
             tasks.push(tokio::spawn(async move {
                 let mut tick = tokio::time::interval(pause);
-                for id in (first..first + n).filter(|id| id % TASKS == t) {
+                for id in (first..first + n).filter(|id| id % tasks_n == t) {
                     if stop.load(Ordering::Relaxed) {
                         break;
                     }
@@ -544,6 +570,14 @@ impl Producer {
     }
 }
 
+impl Producer {
+    /// Stops the producer where it is and waits for its tasks.
+    pub(crate) async fn stop(self) -> Produced {
+        self.stop.store(true, Ordering::Relaxed);
+        self.finish().await
+    }
+}
+
 impl Drop for Producer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
@@ -576,11 +610,11 @@ pub(crate) fn free_port() -> anyhow::Result<u16> {
         .port())
 }
 
-/// `url` with `application_name=outbox-chaos`, so the fault that terminates
-/// connections can spare the suite's own.
-fn with_application_name(url: &str) -> String {
+/// `url` with `application_name=name`: `outbox-chaos` for the suite's own
+/// connections, so the fault that terminates connections can spare them.
+fn with_application_name(url: &str, name: &str) -> String {
     let sep = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{sep}application_name=outbox-chaos")
+    format!("{url}{sep}application_name={name}")
 }
 
 /// The value of metric line `name` (with its labels) at `127.0.0.1:port/metrics`.

@@ -5,7 +5,8 @@
 //!
 //! `outbox-bench [--quick] [--relay-only | --consume-only | --claim-only] [--out PATH] [--relay-bin PATH]`
 //! (`--help` prints the usage; an unknown argument is refused with it, exit 2)
-//! (`--relay-only`: raw, relay, relay with two pipelines, raw again;
+//! (`--relay-only`: raw, relay, relay with 1,000 ordering keys, relay with two
+//! pipelines, raw again;
 //! `--consume-only`: raw consumer, then the inbox worker; `--claim-only`: claim times
 //! and the admin service's reads over a million rows sent through the relay's marks); URLs from
 //! `OUTBOX_TEST_DATABASE_URL` and `OUTBOX_TEST_AMQP_URL`, else the local servers.
@@ -13,6 +14,7 @@
 #![allow(clippy::print_stdout)] // the table is the program's output
 
 mod cpu;
+mod ordered;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -44,6 +46,8 @@ use outbox_testkit::through::send_all_pending;
 
 const EXCHANGE: &str = "outbox-bench.x";
 const QUEUE: &str = "outbox-bench.q";
+/// Ordering keys of the `relay_ordered` backlog.
+const ORDERING_KEYS: i64 = 1_000;
 
 struct Sizes {
     backlog: i64,
@@ -97,15 +101,19 @@ impl Bench {
         Ok(())
     }
 
-    /// `n` pending 1 KiB messages, by SQL, then VACUUM ANALYZE.
-    async fn backlog(&self, schema: &PgSchema, n: i64) -> anyhow::Result<()> {
+    /// `n` pending 1 KiB messages, by SQL, then VACUUM ANALYZE. With `keys`, row
+    /// `i` (in `seq` order) has ordering key `key-{i % keys}`: round-robin, so each
+    /// key's messages are interleaved with every other key's.
+    async fn backlog(&self, schema: &PgSchema, n: i64, keys: Option<i64>) -> anyhow::Result<()> {
         sqlx::query(&format!(
-            "INSERT INTO {}.outbox_messages (exchange, routing_key, payload) \
-             SELECT $1, 'k', convert_to(repeat('x', 1024), 'UTF8') FROM generate_series(1, $2)",
+            "INSERT INTO {}.outbox_messages (exchange, routing_key, payload, ordering_key) \
+             SELECT $1, 'k', convert_to(repeat('x', 1024), 'UTF8'), 'key-' || (g % $3) \
+             FROM generate_series(0, $2 - 1) AS g ORDER BY g",
             schema.quoted()
         ))
         .bind(EXCHANGE)
         .bind(n)
+        .bind(keys)
         .execute(&self.pool)
         .await?;
         sqlx::query(&format!(
@@ -183,7 +191,20 @@ impl Bench {
         pipelines: usize,
     ) -> anyhow::Result<(f64, cpu::CpuPerMessage)> {
         let schema = self.fresh_schema("bench_relay").await?;
-        self.backlog(&schema, n).await?;
+        self.backlog(&schema, n, None).await?;
+        let measured = self.drain(&schema, n, pipelines).await?;
+        self.purge().await?;
+        Ok(measured)
+    }
+
+    /// The timed part of [`Bench::relay`]: `pipelines` dispatchers draining the `n`
+    /// pending rows of `schema` until all are marked sent (the queue is left full).
+    async fn drain(
+        &self,
+        schema: &PgSchema,
+        n: i64,
+        pipelines: usize,
+    ) -> anyhow::Result<(f64, cpu::CpuPerMessage)> {
         let store = Arc::new(PgOutboxStore::new(self.pool.clone(), schema.clone()));
         let publisher = Arc::new(RabbitPublisher::new(RabbitPublisherConfig {
             connections: pipelines,
@@ -224,16 +245,15 @@ impl Bench {
             t.await?;
         }
         anyhow::ensure!(
-            self.count(&schema, "sent").await? == n,
+            self.count(schema, "sent").await? == n,
             "the relay's count and the table disagree"
         );
-        self.purge().await?;
         Ok((rate, cpu))
     }
 
     async fn naive(&mut self, n: i64) -> anyhow::Result<f64> {
         let schema = self.fresh_schema("bench_naive").await?;
-        self.backlog(&schema, n).await?;
+        self.backlog(&schema, n, None).await?;
         let store = PgOutboxStore::new(self.pool.clone(), schema);
         let publisher = self.publisher();
         let started = Instant::now();
@@ -556,7 +576,7 @@ impl Bench {
     /// Peak RSS of the real relay binary draining a backlog.
     async fn relay_rss(&mut self, relay_bin: &str, n: i64) -> anyhow::Result<f64> {
         let schema = self.fresh_schema("bench_memory").await?;
-        self.backlog(&schema, n).await?;
+        self.backlog(&schema, n, None).await?;
         let dir = std::env::temp_dir().join("outbox-bench");
         std::fs::create_dir_all(&dir)?;
         let cfg = dir.join("relay.toml");
@@ -811,7 +831,7 @@ fn time_now() -> outbox_core::Timestamp {
 const USAGE: &str = "usage: outbox-bench [--quick] [--relay-only | --consume-only | --claim-only] [--out PATH] [--relay-bin PATH]
 
   --quick         smaller sizes (CI smoke); the default is the full bench
-  --relay-only    raw confirms, the relay (1 and 2 pipelines), raw confirms again
+  --relay-only    raw confirms, the relay (1 and 2 pipelines, and with ordering keys), raw confirms again
   --consume-only  a raw consumer, then the transactional inbox worker
   --claim-only    claim times and the admin service's reads over 1,000,000 rows
   --out PATH      where summary.json goes (default target/bench/summary.json)
@@ -974,6 +994,10 @@ async fn main() -> anyhow::Result<()> {
     b.record("relay", relay, "msg/s");
     b.record_cpu("relay", relay_cpu);
     b.record("relay/raw_confirm", relay / raw, "ratio");
+    let (ordered, ordered_cpu) = b.relay_ordered(sizes.backlog, ORDERING_KEYS).await?;
+    b.record("relay_ordered", ordered, "msg/s");
+    b.record_cpu("relay_ordered", ordered_cpu);
+    b.record("relay_ordered/relay", ordered / relay, "ratio");
     let (relay_2p, _) = b.relay(sizes.backlog, 2).await?;
     b.record("relay_2p", relay_2p, "msg/s");
     b.record("relay_2p/raw_confirm", relay_2p / raw, "ratio");
@@ -1001,6 +1025,7 @@ async fn main() -> anyhow::Result<()> {
 
     for s in [
         "bench_relay",
+        "bench_ordered",
         "bench_naive",
         "bench_latency",
         "bench_claim",

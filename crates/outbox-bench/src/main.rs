@@ -3,17 +3,19 @@
 //! `target/bench/summary.json`. Benchmarks are reports, not tests: nothing here
 //! asserts a time.
 //!
-//! `outbox-bench [--quick] [--relay-only | --consume-only | --claim-only] [--out PATH] [--relay-bin PATH]`
+//! `outbox-bench [--quick] [--relay-only | --consume-only | --claim-only | --delayed-only] [--out PATH] [--relay-bin PATH]`
 //! (`--help` prints the usage; an unknown argument is refused with it, exit 2)
 //! (`--relay-only`: raw, relay, relay with 1,000 ordering keys, relay with two
 //! pipelines, raw again;
 //! `--consume-only`: raw consumer, then the inbox worker; `--claim-only`: claim times
-//! and the admin service's reads over a million rows sent through the relay's marks); URLs from
+//! and the admin service's reads over a million rows sent through the relay's marks;
+//! `--delayed-only`: the publish lateness of delayed messages, then the claim times); URLs from
 //! `OUTBOX_TEST_DATABASE_URL` and `OUTBOX_TEST_AMQP_URL`, else the local servers.
 
 #![allow(clippy::print_stdout)] // the table is the program's output
 
 mod cpu;
+mod delayed;
 mod ordered;
 
 use std::sync::Arc;
@@ -53,6 +55,9 @@ struct Sizes {
     backlog: i64,
     naive: i64,
     latency: Duration,
+    /// Delayed messages for the lateness phase, and the time they are enqueued over.
+    delayed: usize,
+    delayed_over: Duration,
     claim_rows: i64,
     consume: usize,
     memory_backlog: i64,
@@ -828,12 +833,13 @@ fn time_now() -> outbox_core::Timestamp {
     outbox_core::Timestamp::now_utc()
 }
 
-const USAGE: &str = "usage: outbox-bench [--quick] [--relay-only | --consume-only | --claim-only] [--out PATH] [--relay-bin PATH]
+const USAGE: &str = "usage: outbox-bench [--quick] [--relay-only | --consume-only | --claim-only | --delayed-only] [--out PATH] [--relay-bin PATH]
 
   --quick         smaller sizes (CI smoke); the default is the full bench
   --relay-only    raw confirms, the relay (1 and 2 pipelines, and with ordering keys), raw confirms again
   --consume-only  a raw consumer, then the transactional inbox worker
-  --claim-only    claim times and the admin service's reads over 1,000,000 rows
+  --claim-only    claim times (also beside 1,000,000 delayed rows) and the admin service's reads over 1,000,000 rows
+  --delayed-only  how late delayed messages are published, then what --claim-only runs
   --out PATH      where summary.json goes (default target/bench/summary.json)
   --relay-bin PATH  the outbox binary for the RSS phase (default target/release/outbox)
   -h, --help      this text
@@ -845,6 +851,7 @@ enum Only {
     Relay,
     Consume,
     Claim,
+    Delayed,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -885,11 +892,12 @@ impl Args {
                 "--relay-only" => Only::Relay,
                 "--consume-only" => Only::Consume,
                 "--claim-only" => Only::Claim,
+                "--delayed-only" => Only::Delayed,
                 other => return Err(format!("unknown argument {other:?}")),
             };
             if parsed.only.replace(only).is_some() {
                 return Err(
-                    "choose at most one of --relay-only, --consume-only, --claim-only".to_owned(),
+                    "choose at most one of --relay-only, --consume-only, --claim-only, --delayed-only".to_owned(),
                 );
             }
         }
@@ -921,6 +929,8 @@ async fn main() -> anyhow::Result<()> {
             backlog: 20_000,
             naive: 500,
             latency: Duration::from_secs(10),
+            delayed: 2_000,
+            delayed_over: Duration::from_secs(10),
             claim_rows: 200_000,
             consume: 5_000,
             memory_backlog: 200_000,
@@ -931,6 +941,8 @@ async fn main() -> anyhow::Result<()> {
             backlog: 100_000,
             naive: 2_000,
             latency: Duration::from_secs(30),
+            delayed: 2_000,
+            delayed_over: Duration::from_secs(20),
             claim_rows: 1_000_000,
             consume: 20_000,
             memory_backlog: 1_000_000,
@@ -980,11 +992,16 @@ async fn main() -> anyhow::Result<()> {
         b.consume_side_by_side(sizes.consume).await?;
         return write_summary(&b, quick, &out);
     }
-    if only == Some(Only::Claim) {
+    if only == Some(Only::Delayed) {
+        record_delayed_lateness(&mut b, &sizes).await?;
+    }
+    if matches!(only, Some(Only::Claim | Only::Delayed)) {
         record_claim_scale(&mut b, sizes.claim_rows).await?;
-        let _ = sqlx::query("DROP SCHEMA IF EXISTS bench_claim CASCADE")
-            .execute(&b.pool)
-            .await;
+        for s in ["bench_claim", "bench_delayed_claim"] {
+            let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {s} CASCADE"))
+                .execute(&b.pool)
+                .await;
+        }
         return write_summary(&b, quick, &out);
     }
     let (raw, raw_cpu) = b.raw_confirm(usize::try_from(sizes.backlog)?).await?;
@@ -1014,6 +1031,7 @@ async fn main() -> anyhow::Result<()> {
     b.record("latency_p50_ms", l.p50, "ms");
     b.record("latency_p99_ms", l.p99, "ms");
     b.record("latency_max_ms", l.max, "ms");
+    record_delayed_lateness(&mut b, &sizes).await?;
     record_claim_scale(&mut b, sizes.claim_rows).await?;
     b.consume_side_by_side(sizes.consume).await?;
     let rss = b.relay_rss(&relay_bin, sizes.memory_backlog).await?;
@@ -1028,7 +1046,9 @@ async fn main() -> anyhow::Result<()> {
         "bench_ordered",
         "bench_naive",
         "bench_latency",
+        "bench_delayed_lateness",
         "bench_claim",
+        "bench_delayed_claim",
         "bench_consume",
         "bench_memory",
         "bench_enqueue",
@@ -1040,14 +1060,31 @@ async fn main() -> anyhow::Result<()> {
     write_summary(&b, quick, &out)
 }
 
-/// Claim times with few and many sent rows, then the admin service's reads on
-/// the same million-row table.
+/// How late delayed messages are published after their due time.
+async fn record_delayed_lateness(b: &mut Bench, sizes: &Sizes) -> anyhow::Result<()> {
+    let d = b
+        .delayed_lateness(sizes.delayed, sizes.delayed_over)
+        .await?;
+    b.record("delayed_lateness_p50_ms", d.p50, "ms");
+    b.record("delayed_lateness_p99_ms", d.p99, "ms");
+    b.record("delayed_lateness_max_ms", d.max, "ms");
+    let _ = sqlx::query("DROP SCHEMA IF EXISTS bench_delayed_lateness CASCADE")
+        .execute(&b.pool)
+        .await;
+    Ok(())
+}
+
+/// Claim times with few and many sent rows and beside many delayed ones, then the
+/// admin service's reads on the million-row table.
 async fn record_claim_scale(b: &mut Bench, rows: i64) -> anyhow::Result<()> {
     let c = b.claim_scale(rows).await?;
     b.record("claim_1k_ms", c.small, "ms");
     b.record("claim_1m_first_ms", c.first, "ms");
     b.record("claim_1m_ms", c.large, "ms");
     b.record("claim_1m/claim_1k", c.large / c.small, "ratio");
+    let delayed = b.delayed_claim(rows).await?;
+    b.record("delayed_claim_ms", delayed, "ms");
+    b.record("delayed_claim/claim_1k", delayed / c.small, "ratio");
     b.record("admin_list_first_ms", c.admin.list_first, "ms");
     b.record("admin_list_deep_ms", c.admin.list_deep, "ms");
     b.record("admin_list_sent_ms", c.admin.list_sent, "ms");
@@ -1089,6 +1126,7 @@ mod tests {
         assert!(parse(&["quick"]).is_err());
         assert!(parse(&["--out"]).is_err());
         assert!(parse(&["--relay-only", "--claim-only"]).is_err());
+        assert!(parse(&["--delayed-only", "--claim-only"]).is_err());
     }
 
     #[test]
@@ -1101,5 +1139,12 @@ mod tests {
         assert_eq!(a.out, "x.json");
         assert_eq!(a.relay_bin, "target/release/outbox");
         assert_eq!(parse(&[]).expect("valid").expect("a run").only, None);
+        assert_eq!(
+            parse(&["--delayed-only"])
+                .expect("valid")
+                .expect("a run")
+                .only,
+            Some(Only::Delayed)
+        );
     }
 }

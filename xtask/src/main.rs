@@ -239,7 +239,12 @@ fn bench(quick: bool) -> Result<(), String> {
             "outbox-bench",
         ]),
     )?;
-    let mut cmd = Command::new("target/release/outbox-bench");
+    // Where cargo put them (a shared CARGO_TARGET_DIR too, as `chaos` reads it); the
+    // summary still goes to ./target/bench.
+    let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".to_owned());
+    let mut cmd = Command::new(format!("{target}/release/outbox-bench"));
+    cmd.arg("--relay-bin")
+        .arg(format!("{target}/release/outbox"));
     if quick {
         cmd.arg("--quick");
     }

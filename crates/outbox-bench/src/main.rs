@@ -3,16 +3,20 @@
 //! `target/bench/summary.json`. Benchmarks are reports, not tests: nothing here
 //! asserts a time.
 //!
-//! `outbox-bench [--quick] [--relay-only | --consume-only | --claim-only] [--out PATH] [--relay-bin PATH]`
+//! `outbox-bench [--quick] [--relay-only | --consume-only | --claim-only | --delayed-only] [--out PATH] [--relay-bin PATH]`
 //! (`--help` prints the usage; an unknown argument is refused with it, exit 2)
-//! (`--relay-only`: raw, relay, relay with two pipelines, raw again;
+//! (`--relay-only`: raw, relay, relay with 1,000 ordering keys, relay with two
+//! pipelines, raw again;
 //! `--consume-only`: raw consumer, then the inbox worker; `--claim-only`: claim times
-//! and the admin service's reads over a million rows sent through the relay's marks); URLs from
+//! and the admin service's reads over a million rows sent through the relay's marks;
+//! `--delayed-only`: the publish lateness of delayed messages, then the claim times); URLs from
 //! `OUTBOX_TEST_DATABASE_URL` and `OUTBOX_TEST_AMQP_URL`, else the local servers.
 
 #![allow(clippy::print_stdout)] // the table is the program's output
 
 mod cpu;
+mod delayed;
+mod ordered;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -44,11 +48,16 @@ use outbox_testkit::through::send_all_pending;
 
 const EXCHANGE: &str = "outbox-bench.x";
 const QUEUE: &str = "outbox-bench.q";
+/// Ordering keys of the `relay_ordered` backlog.
+const ORDERING_KEYS: i64 = 1_000;
 
 struct Sizes {
     backlog: i64,
     naive: i64,
     latency: Duration,
+    /// Delayed messages for the lateness phase, and the time they are enqueued over.
+    delayed: usize,
+    delayed_over: Duration,
     claim_rows: i64,
     consume: usize,
     memory_backlog: i64,
@@ -97,15 +106,19 @@ impl Bench {
         Ok(())
     }
 
-    /// `n` pending 1 KiB messages, by SQL, then VACUUM ANALYZE.
-    async fn backlog(&self, schema: &PgSchema, n: i64) -> anyhow::Result<()> {
+    /// `n` pending 1 KiB messages, by SQL, then VACUUM ANALYZE. With `keys`, row
+    /// `i` (in `seq` order) has ordering key `key-{i % keys}`: round-robin, so each
+    /// key's messages are interleaved with every other key's.
+    async fn backlog(&self, schema: &PgSchema, n: i64, keys: Option<i64>) -> anyhow::Result<()> {
         sqlx::query(&format!(
-            "INSERT INTO {}.outbox_messages (exchange, routing_key, payload) \
-             SELECT $1, 'k', convert_to(repeat('x', 1024), 'UTF8') FROM generate_series(1, $2)",
+            "INSERT INTO {}.outbox_messages (exchange, routing_key, payload, ordering_key) \
+             SELECT $1, 'k', convert_to(repeat('x', 1024), 'UTF8'), 'key-' || (g % $3) \
+             FROM generate_series(0, $2 - 1) AS g ORDER BY g",
             schema.quoted()
         ))
         .bind(EXCHANGE)
         .bind(n)
+        .bind(keys)
         .execute(&self.pool)
         .await?;
         sqlx::query(&format!(
@@ -183,7 +196,20 @@ impl Bench {
         pipelines: usize,
     ) -> anyhow::Result<(f64, cpu::CpuPerMessage)> {
         let schema = self.fresh_schema("bench_relay").await?;
-        self.backlog(&schema, n).await?;
+        self.backlog(&schema, n, None).await?;
+        let measured = self.drain(&schema, n, pipelines).await?;
+        self.purge().await?;
+        Ok(measured)
+    }
+
+    /// The timed part of [`Bench::relay`]: `pipelines` dispatchers draining the `n`
+    /// pending rows of `schema` until all are marked sent (the queue is left full).
+    async fn drain(
+        &self,
+        schema: &PgSchema,
+        n: i64,
+        pipelines: usize,
+    ) -> anyhow::Result<(f64, cpu::CpuPerMessage)> {
         let store = Arc::new(PgOutboxStore::new(self.pool.clone(), schema.clone()));
         let publisher = Arc::new(RabbitPublisher::new(RabbitPublisherConfig {
             connections: pipelines,
@@ -224,16 +250,15 @@ impl Bench {
             t.await?;
         }
         anyhow::ensure!(
-            self.count(&schema, "sent").await? == n,
+            self.count(schema, "sent").await? == n,
             "the relay's count and the table disagree"
         );
-        self.purge().await?;
         Ok((rate, cpu))
     }
 
     async fn naive(&mut self, n: i64) -> anyhow::Result<f64> {
         let schema = self.fresh_schema("bench_naive").await?;
-        self.backlog(&schema, n).await?;
+        self.backlog(&schema, n, None).await?;
         let store = PgOutboxStore::new(self.pool.clone(), schema);
         let publisher = self.publisher();
         let started = Instant::now();
@@ -556,7 +581,7 @@ impl Bench {
     /// Peak RSS of the real relay binary draining a backlog.
     async fn relay_rss(&mut self, relay_bin: &str, n: i64) -> anyhow::Result<f64> {
         let schema = self.fresh_schema("bench_memory").await?;
-        self.backlog(&schema, n).await?;
+        self.backlog(&schema, n, None).await?;
         let dir = std::env::temp_dir().join("outbox-bench");
         std::fs::create_dir_all(&dir)?;
         let cfg = dir.join("relay.toml");
@@ -808,12 +833,13 @@ fn time_now() -> outbox_core::Timestamp {
     outbox_core::Timestamp::now_utc()
 }
 
-const USAGE: &str = "usage: outbox-bench [--quick] [--relay-only | --consume-only | --claim-only] [--out PATH] [--relay-bin PATH]
+const USAGE: &str = "usage: outbox-bench [--quick] [--relay-only | --consume-only | --claim-only | --delayed-only] [--out PATH] [--relay-bin PATH]
 
   --quick         smaller sizes (CI smoke); the default is the full bench
-  --relay-only    raw confirms, the relay (1 and 2 pipelines), raw confirms again
+  --relay-only    raw confirms, the relay (1 and 2 pipelines, and with ordering keys), raw confirms again
   --consume-only  a raw consumer, then the transactional inbox worker
-  --claim-only    claim times and the admin service's reads over 1,000,000 rows
+  --claim-only    claim times (also beside 1,000,000 delayed rows) and the admin service's reads over 1,000,000 rows
+  --delayed-only  how late delayed messages are published, then what --claim-only runs
   --out PATH      where summary.json goes (default target/bench/summary.json)
   --relay-bin PATH  the outbox binary for the RSS phase (default target/release/outbox)
   -h, --help      this text
@@ -825,6 +851,7 @@ enum Only {
     Relay,
     Consume,
     Claim,
+    Delayed,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -865,11 +892,12 @@ impl Args {
                 "--relay-only" => Only::Relay,
                 "--consume-only" => Only::Consume,
                 "--claim-only" => Only::Claim,
+                "--delayed-only" => Only::Delayed,
                 other => return Err(format!("unknown argument {other:?}")),
             };
             if parsed.only.replace(only).is_some() {
                 return Err(
-                    "choose at most one of --relay-only, --consume-only, --claim-only".to_owned(),
+                    "choose at most one of --relay-only, --consume-only, --claim-only, --delayed-only".to_owned(),
                 );
             }
         }
@@ -901,6 +929,8 @@ async fn main() -> anyhow::Result<()> {
             backlog: 20_000,
             naive: 500,
             latency: Duration::from_secs(10),
+            delayed: 2_000,
+            delayed_over: Duration::from_secs(10),
             claim_rows: 200_000,
             consume: 5_000,
             memory_backlog: 200_000,
@@ -911,6 +941,8 @@ async fn main() -> anyhow::Result<()> {
             backlog: 100_000,
             naive: 2_000,
             latency: Duration::from_secs(30),
+            delayed: 2_000,
+            delayed_over: Duration::from_secs(20),
             claim_rows: 1_000_000,
             consume: 20_000,
             memory_backlog: 1_000_000,
@@ -960,11 +992,16 @@ async fn main() -> anyhow::Result<()> {
         b.consume_side_by_side(sizes.consume).await?;
         return write_summary(&b, quick, &out);
     }
-    if only == Some(Only::Claim) {
+    if only == Some(Only::Delayed) {
+        record_delayed_lateness(&mut b, &sizes).await?;
+    }
+    if matches!(only, Some(Only::Claim | Only::Delayed)) {
         record_claim_scale(&mut b, sizes.claim_rows).await?;
-        let _ = sqlx::query("DROP SCHEMA IF EXISTS bench_claim CASCADE")
-            .execute(&b.pool)
-            .await;
+        for s in ["bench_claim", "bench_delayed_claim"] {
+            let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {s} CASCADE"))
+                .execute(&b.pool)
+                .await;
+        }
         return write_summary(&b, quick, &out);
     }
     let (raw, raw_cpu) = b.raw_confirm(usize::try_from(sizes.backlog)?).await?;
@@ -974,6 +1011,10 @@ async fn main() -> anyhow::Result<()> {
     b.record("relay", relay, "msg/s");
     b.record_cpu("relay", relay_cpu);
     b.record("relay/raw_confirm", relay / raw, "ratio");
+    let (ordered, ordered_cpu) = b.relay_ordered(sizes.backlog, ORDERING_KEYS).await?;
+    b.record("relay_ordered", ordered, "msg/s");
+    b.record_cpu("relay_ordered", ordered_cpu);
+    b.record("relay_ordered/relay", ordered / relay, "ratio");
     let (relay_2p, _) = b.relay(sizes.backlog, 2).await?;
     b.record("relay_2p", relay_2p, "msg/s");
     b.record("relay_2p/raw_confirm", relay_2p / raw, "ratio");
@@ -990,6 +1031,7 @@ async fn main() -> anyhow::Result<()> {
     b.record("latency_p50_ms", l.p50, "ms");
     b.record("latency_p99_ms", l.p99, "ms");
     b.record("latency_max_ms", l.max, "ms");
+    record_delayed_lateness(&mut b, &sizes).await?;
     record_claim_scale(&mut b, sizes.claim_rows).await?;
     b.consume_side_by_side(sizes.consume).await?;
     let rss = b.relay_rss(&relay_bin, sizes.memory_backlog).await?;
@@ -1001,9 +1043,12 @@ async fn main() -> anyhow::Result<()> {
 
     for s in [
         "bench_relay",
+        "bench_ordered",
         "bench_naive",
         "bench_latency",
+        "bench_delayed_lateness",
         "bench_claim",
+        "bench_delayed_claim",
         "bench_consume",
         "bench_memory",
         "bench_enqueue",
@@ -1015,14 +1060,31 @@ async fn main() -> anyhow::Result<()> {
     write_summary(&b, quick, &out)
 }
 
-/// Claim times with few and many sent rows, then the admin service's reads on
-/// the same million-row table.
+/// How late delayed messages are published after their due time.
+async fn record_delayed_lateness(b: &mut Bench, sizes: &Sizes) -> anyhow::Result<()> {
+    let d = b
+        .delayed_lateness(sizes.delayed, sizes.delayed_over)
+        .await?;
+    b.record("delayed_lateness_p50_ms", d.p50, "ms");
+    b.record("delayed_lateness_p99_ms", d.p99, "ms");
+    b.record("delayed_lateness_max_ms", d.max, "ms");
+    let _ = sqlx::query("DROP SCHEMA IF EXISTS bench_delayed_lateness CASCADE")
+        .execute(&b.pool)
+        .await;
+    Ok(())
+}
+
+/// Claim times with few and many sent rows and beside many delayed ones, then the
+/// admin service's reads on the million-row table.
 async fn record_claim_scale(b: &mut Bench, rows: i64) -> anyhow::Result<()> {
     let c = b.claim_scale(rows).await?;
     b.record("claim_1k_ms", c.small, "ms");
     b.record("claim_1m_first_ms", c.first, "ms");
     b.record("claim_1m_ms", c.large, "ms");
     b.record("claim_1m/claim_1k", c.large / c.small, "ratio");
+    let delayed = b.delayed_claim(rows).await?;
+    b.record("delayed_claim_ms", delayed, "ms");
+    b.record("delayed_claim/claim_1k", delayed / c.small, "ratio");
     b.record("admin_list_first_ms", c.admin.list_first, "ms");
     b.record("admin_list_deep_ms", c.admin.list_deep, "ms");
     b.record("admin_list_sent_ms", c.admin.list_sent, "ms");
@@ -1064,6 +1126,7 @@ mod tests {
         assert!(parse(&["quick"]).is_err());
         assert!(parse(&["--out"]).is_err());
         assert!(parse(&["--relay-only", "--claim-only"]).is_err());
+        assert!(parse(&["--delayed-only", "--claim-only"]).is_err());
     }
 
     #[test]
@@ -1076,5 +1139,12 @@ mod tests {
         assert_eq!(a.out, "x.json");
         assert_eq!(a.relay_bin, "target/release/outbox");
         assert_eq!(parse(&[]).expect("valid").expect("a run").only, None);
+        assert_eq!(
+            parse(&["--delayed-only"])
+                .expect("valid")
+                .expect("a run")
+                .only,
+            Some(Only::Delayed)
+        );
     }
 }

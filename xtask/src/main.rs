@@ -273,7 +273,7 @@ fn chaos(args: &[String]) -> Result<(), String> {
     run("chaos", &mut cmd)
 }
 
-const SOAK_USAGE: &str = "usage: cargo xtask soak [--duration 60m] [--rate 1000] [--seed N]\n\n  two relays and two consumers against the local services, orders at --rate a second\n  for --duration (90s, 3m, 60m, ...), faults every 2 minutes on average from a seeded\n  schedule; writes target/soak/summary.json, samples.json and soak.svg (RELIABILITY.md)";
+const SOAK_USAGE: &str = "usage: cargo xtask soak [--duration 60m] [--rate 1000] [--seed N] [--release]\n\n  two relays and two consumers against the local services, orders at --rate a second\n  for --duration (90s, 3m, 60m, ...), faults every 2 minutes on average from a seeded\n  schedule; writes target/soak/summary.json, samples.json and soak.svg (RELIABILITY.md);\n  --release builds and runs the optimised binaries (debug by default)";
 
 /// The arguments of `soak`, checked before anything is built: each flag once, with
 /// a value. `Ok(false)`: `--help`.
@@ -283,6 +283,7 @@ fn soak_args_ok(args: &[String]) -> Result<bool, String> {
     while let Some(a) = it.next() {
         match a.as_str() {
             "--help" | "-h" => return Ok(false),
+            "--release" if !seen.contains(&"--release") => seen.push("--release"),
             "--duration" | "--rate" | "--seed" => {
                 if seen.contains(&a.as_str()) {
                     return Err(format!("{a} given twice"));
@@ -309,21 +310,26 @@ fn soak(args: &[String]) -> Result<(), String> {
         }
         Err(e) => return Err(format!("soak: {e}\n{SOAK_USAGE}")),
     }
-    run(
+    let release = args.iter().any(|a| a == "--release");
+    let mut build = cargo();
+    build.args([
         "build",
-        cargo().args([
-            "build",
-            "-p",
-            "outbox-app",
-            "-p",
-            "outbox-examples",
-            "-p",
-            "outbox-chaos",
-        ]),
-    )?;
+        "-p",
+        "outbox-app",
+        "-p",
+        "outbox-examples",
+        "-p",
+        "outbox-chaos",
+    ]);
+    if release {
+        build.arg("--release");
+    }
+    run("build", &mut build)?;
     let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".to_owned());
-    let mut cmd = Command::new(format!("{target}/debug/outbox-chaos"));
-    cmd.arg("soak").args(args);
+    let profile = if release { "release" } else { "debug" };
+    let mut cmd = Command::new(format!("{target}/{profile}/outbox-chaos"));
+    cmd.arg("soak")
+        .args(args.iter().filter(|a| *a != "--release"));
     set_service_defaults(&mut cmd);
     run("soak", &mut cmd)
 }
@@ -596,6 +602,8 @@ mod tests {
             Ok(true)
         );
         assert_eq!(args(&["--help"]), Ok(false));
+        assert_eq!(args(&["--release", "--duration", "60m"]), Ok(true));
+        assert!(args(&["--release", "--release"]).is_err());
         assert!(args(&["--quick"]).is_err());
         assert!(args(&["--rate"]).is_err());
         assert!(args(&["--seed", "1", "--seed", "2"]).is_err());

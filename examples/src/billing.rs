@@ -143,6 +143,7 @@ pub async fn run(
     faults: Faults,
     sweep_interval: Duration,
     retention: ConsumerRetention,
+    ordered_by_key: bool,
     cancel: CancellationToken,
 ) -> anyhow::Result<()> {
     let pool = shop.pool().await?;
@@ -164,6 +165,7 @@ pub async fn run(
             max_attempts: MAX_ATTEMPTS,
         },
         retention,
+        ordered_by_key,
         ..ConsumerConfig::new(CONSUMER, &shop.queue)
     };
     let worker = PgConsumerWorker::new(
@@ -223,7 +225,8 @@ pub async fn run(
 /// `BILLING_SWALLOW_ERROR_ORDERS`, `BILLING_FAIL_AT_COMMIT_ORDERS` (comma-separated
 /// order ids), `BILLING_SWEEP_INTERVAL`, `BILLING_RETENTION_CONSUMED_AFTER` (the age
 /// after which consumed inbox rows are deleted; default 7 days, at least one hour),
-/// `BILLING_METRICS_ADDR`), logs to stderr, runs until SIGINT or SIGTERM.
+/// `BILLING_ORDERED_BY_KEY` (`true`: one customer's events one after another, see
+/// `ConsumerConfig::ordered_by_key`), `BILLING_METRICS_ADDR`), logs to stderr, runs until SIGINT or SIGTERM.
 ///
 /// # Errors
 /// Bad settings, setup errors.
@@ -269,7 +272,12 @@ pub async fn main_from_env() -> anyhow::Result<()> {
         tracing::info!("shutting down");
         stop.cancel();
     });
-    let result = run(&shop, faults, interval, retention, cancel).await;
+    let ordered_by_key = match var("BILLING_ORDERED_BY_KEY").as_deref() {
+        None | Some("" | "false" | "0") => false,
+        Some("true" | "1") => true,
+        Some(other) => anyhow::bail!("BILLING_ORDERED_BY_KEY must be true or false, not {other:?}"),
+    };
+    let result = run(&shop, faults, interval, retention, ordered_by_key, cancel).await;
     telemetry.shutdown().await;
     result
 }

@@ -18,6 +18,23 @@ pub async fn create(
     total_cents: i64,
     roll_back: bool,
 ) -> anyhow::Result<MessageId> {
+    create_keyed(shop, pool, id, total_cents, roll_back, None).await
+}
+
+/// [`create`], the event with `ordering_key` (for example the customer's id): the
+/// events of one key are published, and with an ordered consumer handled, in the
+/// order their transactions inserted them. Serialize a key's producers.
+///
+/// # Errors
+/// As [`create`].
+pub async fn create_keyed(
+    shop: &Shop,
+    pool: &PgPool,
+    id: i64,
+    total_cents: i64,
+    roll_back: bool,
+    ordering_key: Option<&str>,
+) -> anyhow::Result<MessageId> {
     let outbox = PgOutbox::new(shop.outbox_schema.clone());
     let mut tx = pool.begin().await?;
     sqlx::query(&format!(
@@ -29,14 +46,13 @@ pub async fn create(
     .execute(&mut *tx)
     .await?;
     let payload = format!(r#"{{"order_id":{id},"total_cents":{total_cents}}}"#);
-    let message_id = outbox
-        .enqueue(
-            &mut tx,
-            NewMessage::new(&shop.exchange, "order.created", payload.into_bytes())
-                .with_type("order.created")
-                .with_source("order-service"),
-        )
-        .await?;
+    let mut event = NewMessage::new(&shop.exchange, "order.created", payload.into_bytes())
+        .with_type("order.created")
+        .with_source("order-service");
+    if let Some(key) = ordering_key {
+        event = event.with_ordering_key(key);
+    }
+    let message_id = outbox.enqueue(&mut tx, event).await?;
     if roll_back {
         tx.rollback().await?;
     } else {

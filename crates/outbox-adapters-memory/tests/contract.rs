@@ -72,3 +72,16 @@ async fn a_dead_head_is_skipped_when_configured() {
     );
     outbox_testkit::outbox::a_dead_head_blocks_its_key_unless_skipped(store, true).await;
 }
+
+/// Many more interleavings than the contract case runs (cheap in memory; a fresh
+/// store for each, since a memory claim walks every row it holds).
+#[tokio::test]
+async fn keyed_order_holds_under_500_interleavings() {
+    for seed in 0..500 {
+        outbox_testkit::outbox::keyed_order_holds_under_interleaved_relays(
+            outbox().await,
+            seed..seed + 1,
+        )
+        .await;
+    }
+}

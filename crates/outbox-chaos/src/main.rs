@@ -201,6 +201,7 @@ const SCENARIOS: &[(&str, bool, ScenarioFn)] = &[
         Box::pin(scenarios::handler_db_faults(c))
     }),
     ("bad_config", true, |c| Box::pin(scenarios::bad_config(c))),
+    ("ordered", true, |c| Box::pin(scenarios::ordered(c))),
 ];
 
 #[allow(clippy::print_stdout)]

@@ -146,7 +146,8 @@ impl World {
             format!("CREATE SCHEMA {s}"),
             // No primary key on purpose: a double effect must be visible, not refused.
             format!(
-                "CREATE TABLE {s}.invoices (order_id bigint NOT NULL, message_id uuid NOT NULL, amount_cents bigint NOT NULL, billed_at timestamptz NOT NULL DEFAULT now())"
+                "CREATE TABLE {s}.invoices (order_id bigint NOT NULL, message_id uuid NOT NULL, amount_cents bigint NOT NULL, billed_at timestamptz NOT NULL DEFAULT now(), \
+                 billed_seq bigint GENERATED ALWAYS AS IDENTITY)"
             ),
         ] {
             sqlx::query(&sql).execute(&pool).await?;
@@ -346,10 +347,25 @@ state_key = "{state}"
     /// As [`World::produce`], from `tasks` tasks (each commits one order at a time,
     /// so a higher rate needs more of them).
     pub(crate) fn produce_with(&self, first: i64, n: i64, per_sec: u32, tasks: i64) -> Producer {
+        self.produce_keyed(first, n, per_sec, tasks, None)
+    }
+
+    /// As [`World::produce_with`]; with `keys`, each order's event has the ordering
+    /// key `c<order id % keys>` (`keys` a multiple of `tasks`, so one task writes
+    /// each key, one order at a time: a key's producers are serialized).
+    pub(crate) fn produce_keyed(
+        &self,
+        first: i64,
+        n: i64,
+        per_sec: u32,
+        tasks: i64,
+        keys: Option<i64>,
+    ) -> Producer {
         let shop = Arc::new(self.shop.clone());
         let stats = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
         let stop = Arc::new(AtomicBool::new(false));
         let tasks_n = tasks.max(1);
+        debug_assert!(keys.is_none_or(|k| k % tasks_n == 0));
         let mut tasks = Vec::new();
         let pause = Duration::from_secs_f64(tasks_n as f64 / f64::from(per_sec.max(1)));
         for t in 0..tasks_n {
@@ -363,9 +379,17 @@ state_key = "{state}"
                     }
                     tick.tick().await;
                     stats.0.fetch_add(1, Ordering::Relaxed);
-                    if orders::create(&shop, &pool, id, 100 + id, id % 10 == 0)
-                        .await
-                        .is_err()
+                    let key = keys.map(|k| format!("c{}", id % k));
+                    if orders::create_keyed(
+                        &shop,
+                        &pool,
+                        id,
+                        100 + id,
+                        id % 10 == 0,
+                        key.as_deref(),
+                    )
+                    .await
+                    .is_err()
                     {
                         stats.1.fetch_add(1, Ordering::Relaxed);
                     }

@@ -639,3 +639,164 @@ pub async fn a_dead_head_blocks_its_key_unless_skipped(store: Arc<dyn OutboxStor
         );
     }
 }
+
+/// A small deterministic generator (xorshift64*): the interleavings below are
+/// reproducible from their seed.
+struct Steps(u64);
+
+impl Steps {
+    fn next(&mut self, below: u64) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D) % below.max(1)
+    }
+}
+
+/// Per-key order under interleaved relays, one run of 300 random steps for each
+/// seed of `seeds`: three relays claim (pending or due retries) and settle what
+/// they hold (sent, failed and due again at once, or released) in random order.
+/// After every claim: no key has two messages held at once, and the message a
+/// relay got is the next unsent one of its key. At the end, one relay drains the
+/// rest; every key's messages were sent once each, in order.
+pub async fn keyed_order_holds_under_interleaved_relays(
+    store: Arc<dyn OutboxStore>,
+    seeds: std::ops::Range<u64>,
+) {
+    use std::collections::HashMap;
+    const KEYS: usize = 4;
+    const PER_KEY: usize = 6;
+    for seed in seeds {
+        let tag = crate::unique_key("il");
+        let mut batch = Vec::new();
+        for n in 0..PER_KEY {
+            for k in 0..KEYS {
+                let mut m = message("contract", "k");
+                m.ordering_key = Some(format!("{tag}-{k}"));
+                m.payload = format!("{k}:{n}").into_bytes();
+                batch.push(m);
+            }
+            if n % 2 == 0 {
+                batch.push(message("contract", "unkeyed"));
+            }
+        }
+        let unkeyed = batch.iter().filter(|m| m.ordering_key.is_none()).count();
+        store.enqueue(batch).await.expect("enqueue");
+        let place = |m: &outbox_core::Message| -> Option<(usize, usize)> {
+            m.ordering_key.as_ref()?;
+            let text = String::from_utf8(m.payload.clone()).ok()?;
+            let (k, n) = text.split_once(':')?;
+            Some((k.parse().ok()?, n.parse().ok()?))
+        };
+        let relays: Vec<Lease> = (0..3).map(|r| lease(&format!("relay{r}"))).collect();
+        let mut held: Vec<Vec<outbox_ports::ClaimedMessage>> = vec![Vec::new(); 3];
+        let mut sent: HashMap<usize, Vec<usize>> = HashMap::new();
+        let mut unkeyed_sent = 0;
+        let mut rng = Steps(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let check = |held: &[Vec<outbox_ports::ClaimedMessage>],
+                     sent: &HashMap<usize, Vec<usize>>,
+                     got: &outbox_ports::ClaimedMessage| {
+            let Some((k, n)) = place(&got.message) else {
+                return;
+            };
+            let done = sent.get(&k).map_or(0, Vec::len);
+            assert_eq!(
+                n, done,
+                "seed {seed}: key {k} handed out #{n} with {done} sent"
+            );
+            let holding = held
+                .iter()
+                .flatten()
+                .filter(|c| place(&c.message).is_some_and(|(hk, _)| hk == k))
+                .count();
+            assert_eq!(holding, 0, "seed {seed}: key {k} held twice");
+        };
+        for _ in 0..300 {
+            let r = rng.next(3) as usize;
+            match rng.next(10) {
+                0..=4 => {
+                    let limit = 1 + rng.next(4) as u32;
+                    let got = if rng.next(10) < 8 {
+                        store.claim_pending(&relays[r], limit).await
+                    } else {
+                        store.claim_due_retries(&relays[r], limit).await
+                    }
+                    .expect("claim");
+                    for c in got {
+                        check(&held, &sent, &c);
+                        held[r].push(c);
+                    }
+                }
+                _ => {
+                    if held[r].is_empty() {
+                        continue;
+                    }
+                    let i = rng.next(held[r].len() as u64) as usize;
+                    let c = held[r].remove(i);
+                    let id = [c.message.id];
+                    match rng.next(4) {
+                        0 | 1 => {
+                            let n = store.mark_sent(&relays[r], &id).await.expect("mark");
+                            assert_eq!(n, 1, "seed {seed}: a held message is marked");
+                            match place(&c.message) {
+                                Some((k, n)) => sent.entry(k).or_default().push(n),
+                                None => unkeyed_sent += 1,
+                            }
+                        }
+                        2 => {
+                            let f = PublishFailure {
+                                id: c.message.id,
+                                error: "interleaved failure".to_owned(),
+                                decision: Decision::RetryAfter(Duration::ZERO),
+                            };
+                            store
+                                .mark_publish_failed(&relays[r], &[f])
+                                .await
+                                .expect("fail");
+                        }
+                        _ => {
+                            store.release(&relays[r], &id).await.expect("release");
+                        }
+                    }
+                }
+            }
+        }
+        // What is still held goes back; one relay drains the rest.
+        for (r, h) in held.iter().enumerate() {
+            let ids: Vec<MessageId> = h.iter().map(|c| c.message.id).collect();
+            store.release(&relays[r], &ids).await.expect("release");
+        }
+        let drain = lease("drain");
+        for _ in 0..(KEYS * PER_KEY + unkeyed) * 2 {
+            let mut got = store.claim_pending(&drain, 100).await.expect("claim");
+            got.extend(store.claim_due_retries(&drain, 100).await.expect("retries"));
+            if got.is_empty() {
+                break;
+            }
+            for c in &got {
+                match place(&c.message) {
+                    Some((k, n)) => sent.entry(k).or_default().push(n),
+                    None => unkeyed_sent += 1,
+                }
+            }
+            let ids: Vec<MessageId> = got.iter().map(|c| c.message.id).collect();
+            store.mark_sent(&drain, &ids).await.expect("mark");
+        }
+        let in_order: Vec<usize> = (0..PER_KEY).collect();
+        for k in 0..KEYS {
+            assert_eq!(
+                sent.get(&k),
+                Some(&in_order),
+                "seed {seed}: key {k} sent out of order or not once each"
+            );
+        }
+        assert_eq!(unkeyed_sent, unkeyed, "seed {seed}: unkeyed sent once each");
+    }
+}
+
+/// [`keyed_order_holds_under_interleaved_relays`] over 20 seeds, as a contract case.
+pub async fn keyed_order_holds_under_interleaved_relays_20(store: Arc<dyn OutboxStore>) {
+    keyed_order_holds_under_interleaved_relays(store, 0..20).await;
+}

@@ -88,7 +88,7 @@ macro_rules! outbox_store_contract {
                 claims_pending_in_enqueue_order,
                 a_delayed_message_is_claimed_only_once_due,
                 keyed_messages_are_claimed_one_at_a_time_in_order,
-                keyed_order_holds_under_interleaved_relays_20,
+                keyed_order_holds_under_interleaved_relays_10_seeds,
                 a_leased_row_is_not_claimed_twice,
                 marks_are_fenced_by_the_lease_holder,
                 a_failed_publish_waits_for_its_backoff,

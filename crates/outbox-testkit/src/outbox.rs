@@ -796,7 +796,7 @@ pub async fn keyed_order_holds_under_interleaved_relays(
     }
 }
 
-/// [`keyed_order_holds_under_interleaved_relays`] over 20 seeds, as a contract case.
-pub async fn keyed_order_holds_under_interleaved_relays_20(store: Arc<dyn OutboxStore>) {
-    keyed_order_holds_under_interleaved_relays(store, 0..20).await;
+/// [`keyed_order_holds_under_interleaved_relays`] over 10 seeds, as a contract case (each seed adds its rows to the same table).
+pub async fn keyed_order_holds_under_interleaved_relays_10_seeds(store: Arc<dyn OutboxStore>) {
+    keyed_order_holds_under_interleaved_relays(store, 0..10).await;
 }

@@ -1153,7 +1153,8 @@ pub(crate) async fn ordered(ctx: &Ctx) -> anyhow::Result<Report> {
     .await?;
     victim.start_kill()?;
     let _ = victim.wait().await;
-    let successor = w.relay("r3", &cfg1)?;
+    let cfg3 = w.relay_config("r3", Coordination::Postgres, None, SweepOpts::default());
+    let successor = w.relay("r3", &cfg3)?;
     wait_committed(&w, n as u64 / 2).await?;
     let stopped = services::stop_rabbitmq();
     tokio::time::sleep(Duration::from_secs(3)).await;

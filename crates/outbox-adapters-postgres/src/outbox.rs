@@ -239,6 +239,21 @@ fn blocking_list(dead_head: DeadHead) -> String {
 /// favouring the first ones. Evaluated lazily: a `LIMIT` on `heads` stops the walk.
 fn keyed_heads(t: &str, dead_head: DeadHead, cursor: Option<&str>) -> String {
     let blocking = blocking_list(dead_head);
+    format!(
+        "{}, \
+         heads(seq) AS (SELECT h.seq FROM keys CROSS JOIN LATERAL \
+           (SELECT e.seq, e.status, e.not_before, e.locked_until FROM {t} e \
+            WHERE e.ordering_key = keys.k AND e.status IN ({blocking}) ORDER BY e.seq LIMIT 1) h \
+           WHERE h.status = 'pending' AND (h.not_before IS NULL OR h.not_before <= now()) \
+           AND (h.locked_until IS NULL OR h.locked_until < now()))",
+        key_walk(t, dead_head, cursor)
+    )
+}
+
+/// CTEs of table `t` (quoted) ending in `keys(k)`: every ordering key with an
+/// unsent row, one index probe each over outbox_ordered (see [`keyed_heads`]).
+fn key_walk(t: &str, dead_head: DeadHead, cursor: Option<&str>) -> String {
+    let blocking = blocking_list(dead_head);
     let next_key = |after: &str, upto: &str| {
         format!(
             "(SELECT ordering_key FROM {t} WHERE ordering_key > {after}{upto} \
@@ -281,14 +296,7 @@ fn keyed_heads(t: &str, dead_head: DeadHead, cursor: Option<&str>) -> String {
             "SELECT k FROM keys_all WHERE k IS NOT NULL".to_owned(),
         ),
     };
-    format!(
-        "{walks}, keys(k) AS ({keys}), \
-         heads(seq) AS (SELECT h.seq FROM keys CROSS JOIN LATERAL \
-           (SELECT e.seq, e.status, e.not_before, e.locked_until FROM {t} e \
-            WHERE e.ordering_key = keys.k AND e.status IN ({blocking}) ORDER BY e.seq LIMIT 1) h \
-           WHERE h.status = 'pending' AND (h.not_before IS NULL OR h.not_before <= now()) \
-           AND (h.locked_until IS NULL OR h.locked_until < now()))"
-    )
+    format!("{walks}, keys(k) AS ({keys})")
 }
 
 /// Whether a claim of pending rows of table `t` (quoted) would take anything: a
@@ -345,6 +353,12 @@ impl Sql {
             .collect::<Vec<_>>()
             .join(", ");
         let oldest = readable_time("created_at");
+        // Keyed messages waiting at once: a key's head is its oldest, so the
+        // oldest of them is the oldest head (one probe per key, never the rows
+        // queued behind the heads).
+        let walk = key_walk(&t, dead_head, None);
+        let head_oldest = readable_time("h.created_at");
+        let blocking_all = blocking_list(dead_head);
         let overdue = readable_time("not_before");
         let lease_free = LEASE_FREE;
         let head = head_condition(&t, dead_head);
@@ -429,7 +443,13 @@ impl Sql {
                    (SELECT count(*) FROM {t} WHERE status = 'dead') AS dead, \
                    (SELECT count(DISTINCT ordering_key) FROM {t} WHERE ordering_key IS NOT NULL \
                       AND status IN ({stuck})) AS blocked_keys, \
-                   LEAST((SELECT {oldest} FROM {t} WHERE status = 'pending' AND not_before IS NULL ORDER BY seq LIMIT 1), \
+                   LEAST((SELECT {oldest} FROM {t} WHERE status = 'pending' AND not_before IS NULL \
+                            AND ordering_key IS NULL ORDER BY seq LIMIT 1), \
+                         (WITH RECURSIVE {walk} SELECT min({head_oldest}) FROM keys CROSS JOIN LATERAL \
+                            (SELECT e.created_at, e.status, e.not_before FROM {t} e \
+                             WHERE e.ordering_key = keys.k AND e.status IN ({blocking_all}) \
+                             ORDER BY e.seq LIMIT 1) h \
+                            WHERE h.status = 'pending' AND h.not_before IS NULL), \
                          (SELECT {overdue} FROM {t} WHERE status = 'pending' AND not_before IS NOT NULL \
                             AND not_before <= now() ORDER BY not_before LIMIT 1), \
                          (SELECT min({oldest}) FROM {t} WHERE status = 'publish_failed')) AS oldest"

@@ -513,7 +513,13 @@ impl<P: InboxPath> Shared<P> {
         }
     }
 
-    async fn handle_delivery(&self, delivery: Delivery) {
+    /// Handles one delivery and settles it. A delivery of a key's lane (with
+    /// `ordered_by_key`) is never returned to the broker while the worker runs: the
+    /// broker would deliver it again behind the key's next deliveries, which would
+    /// be handled before it. So when the inbox cannot be reached, it is tried again
+    /// in place, its lane waiting; once `cancel` fires, it (and the rest of its lane)
+    /// goes back to the broker unhandled.
+    async fn handle_delivery(&self, delivery: Delivery, cancel: &CancellationToken) {
         let name = &self.config.name;
         let Some(mut message) = decode_or_dead_letter(
             self.path.inbox(),
@@ -529,16 +535,21 @@ impl<P: InboxPath> Shared<P> {
         if !self.config.ordered_by_key {
             // Stored without its key, so the inbox holds nothing back for it.
             message.ordering_key = None;
-        } else if message.ordering_key.is_some() {
-            match self.path.inbox().hold_behind_key(name, &message).await {
-                Ok(false) => {}
-                Ok(true) => {
-                    tracing::debug!(consumer = %name, message_id = %message.id, "an earlier delivery of its key is unfinished; held for the consume sweep");
-                    self.counters
-                        .held_behind_key
-                        .fetch_add(1, Ordering::Relaxed);
-                    settle(&delivery, true, self.config.settle_timeout).await;
-                    return;
+        }
+        let in_lane = message.ordering_key.is_some();
+        loop {
+            if in_lane && cancel.is_cancelled() {
+                settle(&delivery, false, self.config.settle_timeout).await;
+                return;
+            }
+            match self.try_once(&message).await {
+                Ok(()) => break,
+                Err(e) if in_lane => {
+                    tracing::warn!(consumer = %name, message_id = %message.id, error = %e, "inbox unavailable; trying again (the key's later deliveries wait)");
+                    if !sleep_or_cancel(self.config.store_error_backoff, cancel).await {
+                        settle(&delivery, false, self.config.settle_timeout).await;
+                        return;
+                    }
                 }
                 Err(e) => {
                     tracing::warn!(consumer = %name, message_id = %message.id, error = %e, "inbox unavailable; returning the delivery to the broker");
@@ -548,12 +559,30 @@ impl<P: InboxPath> Shared<P> {
                 }
             }
         }
+        settle(&delivery, true, self.config.settle_timeout).await;
+    }
+
+    /// One try at recording and handling `message` (held behind its key first, if
+    /// it has one): `Ok` when the inbox holds it (handled, held, a duplicate, or
+    /// handled with its outcome left to the sweep), so it may be acknowledged;
+    /// `Err` when nothing was recorded.
+    async fn try_once(&self, message: &Message) -> Result<(), PortError> {
+        let name = &self.config.name;
+        if message.ordering_key.is_some()
+            && self.path.inbox().hold_behind_key(name, message).await?
+        {
+            tracing::debug!(consumer = %name, message_id = %message.id, "an earlier delivery of its key is unfinished; held for the consume sweep");
+            self.counters
+                .held_behind_key
+                .fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
         // A holder of this attempt's own: its marks cannot touch the row of another
         // worker handling the same message, nor theirs ours.
         let lease = self.leases.next();
-        let handling = self.path.handle(self.cx(), &message, &lease);
+        let handling = self.path.handle(self.cx(), message, &lease);
         #[cfg(feature = "otel")]
-        let span = crate::otel::process_span(&self.config, &message, 1, false);
+        let span = crate::otel::process_span(&self.config, message, 1, false);
         #[cfg(feature = "otel")]
         let handling = handling.instrument(span.clone());
         let result = handling.await;
@@ -561,12 +590,7 @@ impl<P: InboxPath> Shared<P> {
         crate::otel::handled(&span, &result);
         match result {
             Ok(handled) => self.count(&handled),
-            Err(Unrecorded::Nothing(e)) => {
-                tracing::warn!(consumer = %name, message_id = %message.id, error = %e, "inbox unavailable; returning the delivery to the broker");
-                tokio::time::sleep(self.config.store_error_backoff).await;
-                settle(&delivery, false, self.config.settle_timeout).await;
-                return;
-            }
+            Err(Unrecorded::Nothing(e)) => return Err(e),
             Err(Unrecorded::Outcome { error, failure }) => {
                 if let Some(f) = &failure {
                     self.count_failure(f);
@@ -577,7 +601,7 @@ impl<P: InboxPath> Shared<P> {
                 tracing::warn!(consumer = %name, message_id = %message.id, %error, "could not record the outcome; the consume sweep will retry it");
             }
         }
-        settle(&delivery, true, self.config.settle_timeout).await;
+        Ok(())
     }
 }
 
@@ -680,9 +704,11 @@ impl<P: InboxPath> InboxWorker<P> {
                 ))
             })
         };
+        let stop = cancel.clone();
         consume(&*self.subscriber, config, &cancel, move |d| {
             let shared = Arc::clone(&shared);
-            async move { shared.handle_delivery(d).await }
+            let stop = stop.clone();
+            async move { shared.handle_delivery(d, &stop).await }
         })
         .await;
         // The subscription can end before the token fires; retention stops with the

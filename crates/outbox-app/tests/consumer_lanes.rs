@@ -291,3 +291,121 @@ async fn one_slow_key_does_not_hold_the_others() {
         "the other keys finish while the slow key's lane runs: {done:?}"
     );
 }
+
+/// An inbox whose first `fail` arrivals of one message fail as unreachable.
+struct Flaky {
+    inner: Arc<MemoryInboxStore>,
+    victim: outbox_core::MessageId,
+    fail: std::sync::atomic::AtomicU32,
+}
+
+#[async_trait::async_trait]
+impl outbox_ports::InboxConsumerPath for Flaky {
+    async fn record_arrival(
+        &self,
+        consumer: &str,
+        message: &Message,
+        lease: &outbox_ports::Lease,
+    ) -> Result<outbox_ports::Arrival, outbox_ports::PortError> {
+        if message.id == self.victim
+            && self
+                .fail
+                .fetch_update(
+                    std::sync::atomic::Ordering::SeqCst,
+                    std::sync::atomic::Ordering::SeqCst,
+                    |n| n.checked_sub(1),
+                )
+                .is_ok()
+        {
+            return Err(outbox_ports::PortError::transient(
+                "record arrival",
+                "injected: inbox unreachable",
+            ));
+        }
+        self.inner.record_arrival(consumer, message, lease).await
+    }
+    async fn hold_behind_key(
+        &self,
+        consumer: &str,
+        message: &Message,
+    ) -> Result<bool, outbox_ports::PortError> {
+        self.inner.hold_behind_key(consumer, message).await
+    }
+    async fn mark_consumed(
+        &self,
+        consumer: &str,
+        id: outbox_core::MessageId,
+        lease: &outbox_ports::Lease,
+    ) -> Result<bool, outbox_ports::PortError> {
+        self.inner.mark_consumed(consumer, id, lease).await
+    }
+    async fn mark_consume_failed(
+        &self,
+        consumer: &str,
+        id: outbox_core::MessageId,
+        lease: &outbox_ports::Lease,
+        error: &str,
+        decision: outbox_core::Decision,
+    ) -> Result<bool, outbox_ports::PortError> {
+        self.inner
+            .mark_consume_failed(consumer, id, lease, error, decision)
+            .await
+    }
+    async fn claim_due(
+        &self,
+        consumer: &str,
+        lease: &outbox_ports::Lease,
+        limit: u32,
+    ) -> Result<Vec<outbox_ports::ClaimedDelivery>, outbox_ports::PortError> {
+        self.inner.claim_due(consumer, lease, limit).await
+    }
+    async fn record_dead_letter(
+        &self,
+        consumer: &str,
+        letter: outbox_ports::DeadLetter,
+    ) -> Result<(), outbox_ports::PortError> {
+        self.inner.record_dead_letter(consumer, letter).await
+    }
+}
+
+/// An inbox that cannot be reached for a key's first delivery must not let the
+/// key's next deliveries (already delivered, waiting in the lane) overtake it: it
+/// is tried again in place instead of going back to the broker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unreachable_inbox_does_not_let_a_keys_next_delivery_overtake() {
+    let b = broker();
+    let memory = Arc::new(MemoryInboxStore::new(Arc::new(SystemClock)));
+    let msgs = keyed_messages(3, 10);
+    let inbox = Arc::new(Flaky {
+        inner: Arc::clone(&memory),
+        victim: msgs[0].id,
+        fail: std::sync::atomic::AtomicU32::new(3),
+    });
+    let seen = Seen::default();
+    let worker = ConsumerWorker::new(
+        inbox,
+        Arc::new(b.clone()),
+        recording(Arc::clone(&seen), |_, _| 0),
+        Arc::new(SystemClock),
+        config(true),
+    );
+    for out in b.publish(&msgs).await {
+        assert!(out.is_confirmed());
+    }
+    let cancel = CancellationToken::new();
+    let running = tokio::spawn(worker.run(cancel.clone()));
+    wait_for("every message handled", 20, || {
+        seen.lock()
+            .expect("lock")
+            .values()
+            .map(Vec::len)
+            .sum::<usize>()
+            == 30
+    })
+    .await;
+    cancel.cancel();
+    running.await.expect("worker");
+    let seen = seen.lock().expect("lock").clone();
+    let broken = out_of_order(&seen);
+    assert!(broken.is_empty(), "order broken: {broken:?}");
+}

@@ -140,6 +140,10 @@ pub enum DecodeError {
     /// Its `message_id` is not a UUID.
     #[error("message id {0:?} is not a UUID")]
     InvalidMessageId(String),
+    /// Its ordering key (header [`ORDERING_KEY_HEADER`]) is longer than an ordering
+    /// key may be (255 bytes, as on the producing side), so no inbox could keep it.
+    #[error("ordering key of {0} bytes is over the limit of 255")]
+    OrderingKeyTooLong(usize),
 }
 
 impl Envelope {
@@ -174,6 +178,13 @@ impl Envelope {
         let id: MessageId = raw
             .parse()
             .map_err(|_| DecodeError::InvalidMessageId(raw.to_owned()))?;
+        if let Some(k) = self
+            .ordering_key
+            .as_ref()
+            .filter(|k| k.len() > outbox_core::message::MAX_SHORT_STRING)
+        {
+            return Err(DecodeError::OrderingKeyTooLong(k.len()));
+        }
         Ok(Message {
             id,
             exchange: self.exchange.clone(),
@@ -287,6 +298,23 @@ mod tests {
         assert_eq!(
             env.to_message(at),
             Err(DecodeError::InvalidMessageId("42".into()))
+        );
+    }
+
+    /// A foreign delivery's ordering key is untrusted: one longer than a producer
+    /// may set is refused (kept as a dead letter), not handed to an inbox that
+    /// cannot index it (which would return it to the broker for ever).
+    #[test]
+    fn an_overlong_ordering_key_is_refused() {
+        let at = Timestamp::from_unix_timestamp(0).expect("valid");
+        let m = NewMessage::new("e", "k", vec![]).into_message(MessageId::v7(at, [1; 10]), at);
+        let mut env = Envelope::of(&m);
+        env.ordering_key = Some("k".repeat(255));
+        assert!(env.to_message(at).is_ok());
+        env.ordering_key = Some("k".repeat(256));
+        assert_eq!(
+            env.to_message(at),
+            Err(DecodeError::OrderingKeyTooLong(256))
         );
     }
 }

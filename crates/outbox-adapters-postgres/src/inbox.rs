@@ -1,7 +1,9 @@
 //! The inbox on PostgreSQL.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use outbox_core::{Decision, Message, MessageId, Status, TransitionError};
@@ -28,6 +30,8 @@ struct Sql {
     mark_consumed: String,
     mark_failed: String,
     claim_due: String,
+    promote_next: String,
+    release_held: String,
     dead_letter: String,
     stats: String,
     get: String,
@@ -72,11 +76,20 @@ impl Sql {
             // Recorded without a lease, to wait for the consume sweep, when an
             // earlier delivery of its key is unfinished; nothing when there is none
             // (or the row exists: a redelivery, which `arrive` sorts out).
+            // A held row has no next attempt time: it is outside the due range of
+            // inbox_due, so a claim never walks the rows queued behind a blocked
+            // key. It is made due when its predecessor finishes (`promote_next`,
+            // run after every mark that finishes a keyed row), or by
+            // `release_held` if that follow-up never ran (a crash between the two).
+            // The earlier row is locked FOR SHARE: a mark finishing it at the same
+            // moment waits for this insert to commit (so its `promote_next`, a
+            // later statement, sees the held row), or has committed first (and then
+            // the row no longer counts as unfinished here).
             arrive_held: format!(
                 "INSERT INTO {t} (consumer, message_id, {MESSAGE_COLUMNS}, ordering_key, status, next_attempt_at) \
-                 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'sent', now() \
+                 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'sent', NULL \
                  WHERE EXISTS (SELECT 1 FROM {t} e WHERE e.consumer = $1 AND e.ordering_key = $12 \
-                   AND e.status IN ('sent', 'consume_failed')) \
+                   AND e.status IN ('sent', 'consume_failed') ORDER BY e.seq LIMIT 1 FOR SHARE) \
                  ON CONFLICT (consumer, message_id) DO NOTHING RETURNING 1"
             ),
             // Inside a handler's transaction: the row is written as consumed at once
@@ -92,14 +105,16 @@ impl Sql {
             mark_consumed: format!(
                 "UPDATE {t} SET status = 'consumed', consumed_at = now(), attempts = attempts + 1, \
                  last_attempt_at = now(), next_attempt_at = NULL, locked_by = NULL, locked_until = NULL \
-                 WHERE consumer = $1 AND message_id = $2 AND locked_by = $3 AND status = ANY($4)"
+                 WHERE consumer = $1 AND message_id = $2 AND locked_by = $3 AND status = ANY($4) \
+                 RETURNING seq, ordering_key"
             ),
             mark_failed: format!(
                 "UPDATE {t} SET status = CASE WHEN $5::bigint IS NULL THEN 'dead' ELSE 'consume_failed' END, \
                  attempts = attempts + 1, last_attempt_at = now(), last_error = $4, \
                  next_attempt_at = now() + $5::bigint * interval '1 millisecond', \
                  locked_by = NULL, locked_until = NULL \
-                 WHERE consumer = $1 AND message_id = $2 AND locked_by = $3 AND status = ANY($6)"
+                 WHERE consumer = $1 AND message_id = $2 AND locked_by = $3 AND status = ANY($6) \
+                 RETURNING seq, ordering_key, status"
             ),
             claim_due: format!(
                 "WITH picked AS (SELECT c.seq FROM {t} c WHERE c.consumer = $1 \
@@ -110,6 +125,35 @@ impl Sql {
                  FROM picked WHERE m.seq = picked.seq \
                  RETURNING m.seq, {returning}",
                 head_of_key("c")
+            ),
+            // The next unfinished row of a key after row $3, made due if it is held.
+            // When row $3 was not the key's head (an earlier one was reconsumed),
+            // the row is made due early; the claim's head rule still holds it.
+            promote_next: format!(
+                "UPDATE {t} SET next_attempt_at = now() \
+                 WHERE seq = (SELECT e.seq FROM {t} e WHERE e.consumer = $1 AND e.ordering_key = $2 \
+                   AND e.seq > $3 AND e.status IN ('sent', 'consume_failed') ORDER BY e.seq LIMIT 1) \
+                 AND status = 'sent' AND next_attempt_at IS NULL"
+            ),
+            // The safety net: every held row that is its key's head is made due. The
+            // keys are walked one index probe each over inbox_ordered (a loose index
+            // scan), so this costs the consumer's keys with unfinished rows, not the
+            // rows behind them.
+            release_held: format!(
+                "WITH RECURSIVE keys(k) AS ( \
+                   (SELECT ordering_key FROM {t} WHERE consumer = $1 AND ordering_key IS NOT NULL \
+                      AND status IN ('sent', 'consume_failed') ORDER BY ordering_key LIMIT 1) \
+                   UNION ALL \
+                   SELECT (SELECT ordering_key FROM {t} WHERE consumer = $1 AND ordering_key > keys.k \
+                      AND status IN ('sent', 'consume_failed') ORDER BY ordering_key LIMIT 1) \
+                   FROM keys WHERE keys.k IS NOT NULL), \
+                 held_heads(seq) AS (SELECT h.seq FROM keys CROSS JOIN LATERAL \
+                   (SELECT e.seq, e.status, e.next_attempt_at FROM {t} e \
+                    WHERE e.consumer = $1 AND e.ordering_key = keys.k \
+                      AND e.status IN ('sent', 'consume_failed') ORDER BY e.seq LIMIT 1) h \
+                   WHERE keys.k IS NOT NULL AND h.status = 'sent' AND h.next_attempt_at IS NULL) \
+                 UPDATE {t} SET next_attempt_at = now() \
+                 WHERE seq IN (SELECT seq FROM held_heads) AND status = 'sent' AND next_attempt_at IS NULL"
             ),
             dead_letter: format!(
                 "INSERT INTO {}.outbox_dead_letters (consumer, message_id, routing_key, headers, body, reason) \
@@ -318,7 +362,15 @@ pub struct PgInboxStore {
     /// The schema, for the operator's queries (built per call from the filter).
     pub(crate) schema: PgSchema,
     sql: std::sync::Arc<Sql>,
+    /// When each consumer's held rows were last checked by `release_held`; shared
+    /// by the store's clones.
+    held_checked: std::sync::Arc<std::sync::Mutex<HashMap<String, Instant>>>,
+    held_check_every: Duration,
 }
+
+/// How often a consumer's claims run the held-row safety net (see
+/// [`PgInboxStore::with_held_check_every`]).
+pub const HELD_CHECK_EVERY: Duration = Duration::from_secs(5);
 
 fn bind_message<'q>(
     q: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
@@ -346,7 +398,101 @@ impl PgInboxStore {
             pool,
             schema: schema.clone(),
             sql: std::sync::Arc::new(Sql::new(schema)),
+            held_checked: std::sync::Arc::default(),
+            held_check_every: HELD_CHECK_EVERY,
         }
+    }
+
+    /// How often a consumer's due claims also look for held rows (deliveries that
+    /// wait behind an earlier one of their ordering key) whose predecessor has
+    /// finished without making them due, which happens only when the process died
+    /// between finishing a row and making its successor due. Default
+    /// [`HELD_CHECK_EVERY`]; the check costs one index probe per key with
+    /// unfinished deliveries.
+    #[must_use]
+    pub fn with_held_check_every(mut self, every: Duration) -> Self {
+        self.held_check_every = every;
+        self
+    }
+
+    /// The plan and row counts of a due claim for `consumer` (`EXPLAIN ANALYZE`),
+    /// run in a transaction that is rolled back, so nothing stays claimed: for
+    /// operators and tests checking that a claim reads only what it takes.
+    ///
+    /// # Errors
+    /// A database error.
+    pub async fn explain_analyze_claim_due(
+        &self,
+        consumer: &str,
+        limit: u32,
+    ) -> Result<String, PortError> {
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(|e| port("explain due claim", e))?;
+        let lines: Vec<String> = sqlx::query_scalar(&format!(
+            "EXPLAIN (ANALYZE, TIMING OFF, COSTS OFF) {}",
+            self.sql.claim_due
+        ))
+        .bind(consumer)
+        .bind(i64::from(limit))
+        .bind("explain")
+        .bind(0_i64)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(|e| port("explain due claim", e))?;
+        tx.rollback()
+            .await
+            .map_err(|e| port("explain due claim", e))?;
+        Ok(lines.join("\n"))
+    }
+
+    /// After a keyed row finished (consumed or dead): its key's next row, if held,
+    /// is due now. A failure here is only logged: the mark itself has committed,
+    /// and the safety net in [`InboxConsumerPath::claim_due`] releases the row.
+    async fn promote_next(&self, consumer: &str, key: &str, seq: i64) {
+        let promoted = sqlx::query(&self.sql.promote_next)
+            .bind(consumer)
+            .bind(key)
+            .bind(seq)
+            .execute(&self.pool)
+            .await;
+        if let Err(e) = promoted {
+            tracing::warn!(consumer, error = %e, "could not make the next delivery of an ordering key due; the consume sweep's check will");
+        }
+    }
+
+    /// The safety net: held rows of `consumer` that lead their key are made due,
+    /// at most once per `held_check_every`.
+    async fn release_held_if_due(&self, consumer: &str) -> Result<(), PortError> {
+        {
+            let mut checked = self
+                .held_checked
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let now = Instant::now();
+            match checked.get(consumer) {
+                Some(at) if now.duration_since(*at) < self.held_check_every => return Ok(()),
+                _ => {
+                    checked.insert(consumer.to_owned(), now);
+                }
+            }
+        }
+        let released = sqlx::query(&self.sql.release_held)
+            .bind(consumer)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| port("release held deliveries", e))?
+            .rows_affected();
+        if released > 0 {
+            tracing::warn!(
+                consumer,
+                released,
+                "held deliveries whose predecessor had finished were made due"
+            );
+        }
+        Ok(())
     }
 
     /// Exactly once in effect: in one transaction, records `message` for `consumer`
@@ -612,16 +758,21 @@ impl InboxConsumerPath for PgInboxStore {
         id: MessageId,
         lease: &Lease,
     ) -> Result<bool, PortError> {
-        Ok(sqlx::query(&self.sql.mark_consumed)
+        let marked: Option<(i64, Option<String>)> = sqlx::query_as(&self.sql.mark_consumed)
             .bind(consumer)
             .bind(id.as_uuid())
             .bind(&lease.holder)
             .bind(sources_of(Status::Consumed))
-            .execute(&self.pool)
+            .fetch_optional(&self.pool)
             .await
-            .map_err(|e| port("mark consumed", e))?
-            .rows_affected()
-            == 1)
+            .map_err(|e| port("mark consumed", e))?;
+        let Some((seq, key)) = marked else {
+            return Ok(false);
+        };
+        if let Some(key) = key {
+            self.promote_next(consumer, &key, seq).await;
+        }
+        Ok(true)
     }
 
     async fn mark_consume_failed(
@@ -640,18 +791,24 @@ impl InboxConsumerPath for PgInboxStore {
             .into_iter()
             .filter(|s| sources_of(Status::Dead).contains(s))
             .collect();
-        Ok(sqlx::query(&self.sql.mark_failed)
+        let marked: Option<(i64, Option<String>, String)> = sqlx::query_as(&self.sql.mark_failed)
             .bind(consumer)
             .bind(id.as_uuid())
             .bind(&lease.holder)
             .bind(storable::error_text(error))
             .bind(delay)
             .bind(from)
-            .execute(&self.pool)
+            .fetch_optional(&self.pool)
             .await
-            .map_err(|e| port("mark consume failed", e))?
-            .rows_affected()
-            == 1)
+            .map_err(|e| port("mark consume failed", e))?;
+        let Some((seq, key, status)) = marked else {
+            return Ok(false);
+        };
+        // A dead row no longer holds its key back; a failed one still does.
+        if let (Some(key), true) = (key, status == Status::Dead.as_str()) {
+            self.promote_next(consumer, &key, seq).await;
+        }
+        Ok(true)
     }
 
     async fn claim_due(
@@ -660,6 +817,7 @@ impl InboxConsumerPath for PgInboxStore {
         lease: &Lease,
         limit: u32,
     ) -> Result<Vec<ClaimedDelivery>, PortError> {
+        self.release_held_if_due(consumer).await?;
         let rows: Vec<ClaimedRow> = sqlx::query_as(&self.sql.claim_due)
             .bind(consumer)
             .bind(i64::from(limit))

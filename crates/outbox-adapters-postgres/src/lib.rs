@@ -34,7 +34,7 @@ mod wakeup;
 
 pub use audit::PgAuditLog;
 pub use error::PgConfigError;
-pub use inbox::{ConsumeOutcome, PgInboxStore, TxHandler};
+pub use inbox::{ConsumeOutcome, HELD_CHECK_EVERY, PgInboxStore, TxHandler};
 pub use lock::PgLock;
 pub use outbox::{PgOutbox, PgOutboxStore};
 pub use outbox_core::config::redact_url;

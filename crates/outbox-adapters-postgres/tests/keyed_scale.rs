@@ -12,31 +12,6 @@ use outbox_adapters_postgres::PgOutboxStore;
 use outbox_ports::Lease;
 use outbox_ports::prelude::*;
 
-/// Rows an `EXPLAIN ANALYZE` text says its scans visited: rows returned (times
-/// loops) plus rows removed by a filter.
-fn rows_visited(plan: &str) -> u64 {
-    let number_after = |line: &str, key: &str| -> Option<u64> {
-        line.split(key)
-            .nth(1)?
-            .split([' ', ')'])
-            .next()?
-            .parse()
-            .ok()
-    };
-    let mut visited = 0;
-    for line in plan.lines() {
-        if line.contains("Scan") && line.contains("actual") {
-            let rows = number_after(line, "rows=").unwrap_or(0);
-            let loops = number_after(line, "loops=").unwrap_or(1);
-            visited += rows * loops;
-        }
-        if line.contains("Rows Removed by Filter:") {
-            visited += number_after(line, "Filter: ").unwrap_or(0);
-        }
-    }
-    visited
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_keyed_backlog_costs_a_claim_its_keys_not_its_rows() {
     with_db!(|pool, schema| {
@@ -78,7 +53,7 @@ async fn a_keyed_backlog_costs_a_claim_its_keys_not_its_rows() {
             .await
             .expect("explain");
         eprintln!("{plan}");
-        let visited = rows_visited(&plan);
+        let visited = common::rows_visited(&plan);
         assert!(
             visited <= 5_000,
             "a claim visited {visited} rows for 199 claimable ones among 200,100:\n{plan}"

@@ -116,6 +116,13 @@ fn out_of_order(seen: &HashMap<String, Vec<usize>>) -> Vec<String> {
         .collect()
 }
 
+/// Fewer keys than the consumer's concurrency: several deliveries of each key are
+/// in flight at once, so without lanes they overtake each other (with 20 keys
+/// interleaved, a window of 16 rarely held two of one key, and the control below
+/// passed or failed by scheduling).
+const RUN_KEYS: usize = 4;
+const RUN_PER_KEY: usize = 150;
+
 async fn consume_all(ordered: bool) -> HashMap<String, Vec<usize>> {
     let b = broker();
     let inbox = Arc::new(MemoryInboxStore::new(Arc::new(SystemClock)));
@@ -127,7 +134,7 @@ async fn consume_all(ordered: bool) -> HashMap<String, Vec<usize>> {
         Arc::new(SystemClock),
         config(ordered),
     );
-    let msgs = keyed_messages(20, 30);
+    let msgs = keyed_messages(RUN_KEYS, RUN_PER_KEY);
     for out in b.publish(&msgs).await {
         assert!(out.is_confirmed());
     }
@@ -152,8 +159,8 @@ async fn consume_all(ordered: bool) -> HashMap<String, Vec<usize>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn lanes_keep_each_keys_order_at_full_concurrency() {
     let seen = consume_all(true).await;
-    assert_eq!(seen.len(), 20);
-    assert!(seen.values().all(|ns| ns.len() == 30));
+    assert_eq!(seen.len(), RUN_KEYS);
+    assert!(seen.values().all(|ns| ns.len() == RUN_PER_KEY));
     let broken = out_of_order(&seen);
     assert!(broken.is_empty(), "order broken with lanes: {broken:?}");
 }

@@ -114,3 +114,28 @@ pub fn most_rows_read_by_a_scan(plan: &str) -> u64 {
         .max()
         .unwrap_or(0)
 }
+
+/// Rows an `EXPLAIN ANALYZE` text says its scans visited: rows returned (times
+/// loops) plus rows removed by a filter.
+pub fn rows_visited(plan: &str) -> u64 {
+    let number_after = |line: &str, key: &str| -> Option<u64> {
+        line.split(key)
+            .nth(1)?
+            .split([' ', ')'])
+            .next()?
+            .parse()
+            .ok()
+    };
+    let mut visited = 0;
+    for line in plan.lines() {
+        if line.contains("Scan") && line.contains("actual") {
+            let rows = number_after(line, "rows=").unwrap_or(0);
+            let loops = number_after(line, "loops=").unwrap_or(1);
+            visited += rows * loops;
+        }
+        if line.contains("Rows Removed by Filter:") {
+            visited += number_after(line, "Filter: ").unwrap_or(0);
+        }
+    }
+    visited
+}

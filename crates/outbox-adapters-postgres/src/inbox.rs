@@ -26,6 +26,7 @@ struct Sql {
     arrive: String,
     arrive_consumed: String,
     arrive_held: String,
+    release_if_head: String,
     status_of: String,
     mark_consumed: String,
     mark_failed: String,
@@ -52,12 +53,16 @@ impl Sql {
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12"
         );
         // A keyed row may be handled only while no earlier row of its consumer and
-        // key is unfinished (served by inbox_ordered); `r` is the row in question.
+        // key is unfinished: `r`, itself unfinished, is the first unfinished row of
+        // its key. Written as "the key's first row is `r`" (ORDER BY seq LIMIT 1)
+        // rather than NOT EXISTS: the planner then always probes inbox_ordered,
+        // whereas for a NOT EXISTS over one key holding most of the table it may
+        // pick a sequential scan, expecting an early match that never comes.
         let head_of_key = |r: &str| {
             format!(
-                "({r}.ordering_key IS NULL OR NOT EXISTS (SELECT 1 FROM {t} e \
+                "({r}.ordering_key IS NULL OR {r}.seq = (SELECT e.seq FROM {t} e \
                    WHERE e.consumer = {r}.consumer AND e.ordering_key = {r}.ordering_key \
-                   AND e.seq < {r}.seq AND e.status IN ('sent', 'consume_failed')))"
+                   AND e.status IN ('sent', 'consume_failed') ORDER BY e.seq LIMIT 1))"
             )
         };
         Self {
@@ -79,18 +84,27 @@ impl Sql {
             // A held row has no next attempt time: it is outside the due range of
             // inbox_due, so a claim never walks the rows queued behind a blocked
             // key. It is made due when its predecessor finishes (`promote_next`,
-            // run after every mark that finishes a keyed row), or by
-            // `release_held` if that follow-up never ran (a crash between the two).
-            // The earlier row is locked FOR SHARE: a mark finishing it at the same
-            // moment waits for this insert to commit (so its `promote_next`, a
-            // later statement, sees the held row), or has committed first (and then
-            // the row no longer counts as unfinished here).
+            // run after every mark that finishes a keyed row), or right after this
+            // insert by `release_if_head` when its predecessor finished meanwhile,
+            // or by `release_held` if neither ran (a crash in between).
             arrive_held: format!(
                 "INSERT INTO {t} (consumer, message_id, {MESSAGE_COLUMNS}, ordering_key, status, next_attempt_at) \
                  SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'sent', NULL \
                  WHERE EXISTS (SELECT 1 FROM {t} e WHERE e.consumer = $1 AND e.ordering_key = $12 \
-                   AND e.status IN ('sent', 'consume_failed') ORDER BY e.seq LIMIT 1 FOR SHARE) \
+                   AND e.status IN ('sent', 'consume_failed')) \
                  ON CONFLICT (consumer, message_id) DO NOTHING RETURNING 1"
+            ),
+            // Right after `arrive_held` commits, in a statement of its own (a new
+            // snapshot): the held row, made due if it leads its key now. A mark
+            // that finished the predecessor either committed before this snapshot
+            // (seen here) or ran its `promote_next` after the held row committed
+            // (seen there): one of the two makes the row due, without locks.
+            release_if_head: format!(
+                "UPDATE {t} SET next_attempt_at = now() \
+                 WHERE consumer = $1 AND message_id = $2 AND status = 'sent' \
+                   AND next_attempt_at IS NULL AND {} \
+                 RETURNING 1",
+                head_of_key(t.as_str())
             ),
             // Inside a handler's transaction: the row is written as consumed at once
             // (attempt 1, with its consumed time, which retention goes by) and commits
@@ -136,16 +150,16 @@ impl Sql {
                  AND status = 'sent' AND next_attempt_at IS NULL"
             ),
             // The safety net: every held row that is its key's head is made due. The
-            // keys are walked one index probe each over inbox_ordered (a loose index
-            // scan), so this costs the consumer's keys with unfinished rows, not the
-            // rows behind them.
+            // keys with held rows are walked one index probe each over inbox_held
+            // (a loose index scan), and each one's head is read from inbox_ordered:
+            // the cost follows the consumer's keys with held rows, not the rows.
             release_held: format!(
                 "WITH RECURSIVE keys(k) AS ( \
                    (SELECT ordering_key FROM {t} WHERE consumer = $1 AND ordering_key IS NOT NULL \
-                      AND status IN ('sent', 'consume_failed') ORDER BY ordering_key LIMIT 1) \
+                      AND status = 'sent' AND next_attempt_at IS NULL ORDER BY ordering_key LIMIT 1) \
                    UNION ALL \
                    SELECT (SELECT ordering_key FROM {t} WHERE consumer = $1 AND ordering_key > keys.k \
-                      AND status IN ('sent', 'consume_failed') ORDER BY ordering_key LIMIT 1) \
+                      AND status = 'sent' AND next_attempt_at IS NULL ORDER BY ordering_key LIMIT 1) \
                    FROM keys WHERE keys.k IS NOT NULL), \
                  held_heads(seq) AS (SELECT h.seq FROM keys CROSS JOIN LATERAL \
                    (SELECT e.seq, e.status, e.next_attempt_at FROM {t} e \
@@ -448,6 +462,32 @@ impl PgInboxStore {
         Ok(lines.join("\n"))
     }
 
+    /// The plan and row counts of the held-row safety net for `consumer` (`EXPLAIN
+    /// ANALYZE`), in a transaction that is rolled back: for tests checking that it
+    /// reads the keys with held rows, not every key.
+    ///
+    /// # Errors
+    /// A database error.
+    pub async fn explain_analyze_release_held(&self, consumer: &str) -> Result<String, PortError> {
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(|e| port("explain held check", e))?;
+        let lines: Vec<String> = sqlx::query_scalar(&format!(
+            "EXPLAIN (ANALYZE, TIMING OFF, COSTS OFF) {}",
+            self.sql.release_held
+        ))
+        .bind(consumer)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(|e| port("explain held check", e))?;
+        tx.rollback()
+            .await
+            .map_err(|e| port("explain held check", e))?;
+        Ok(lines.join("\n"))
+    }
+
     /// After a keyed row finished (consumed or dead): its key's next row, if held,
     /// is due now. A failure here is only logged: the mark itself has committed,
     /// and the safety net in [`InboxConsumerPath::claim_due`] releases the row.
@@ -465,7 +505,7 @@ impl PgInboxStore {
 
     /// The safety net: held rows of `consumer` that lead their key are made due,
     /// at most once per `held_check_every`.
-    async fn release_held_if_due(&self, consumer: &str) -> Result<(), PortError> {
+    async fn release_held_if_due(&self, consumer: &str) {
         {
             let mut checked = self
                 .held_checked
@@ -473,26 +513,32 @@ impl PgInboxStore {
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             let now = Instant::now();
             match checked.get(consumer) {
-                Some(at) if now.duration_since(*at) < self.held_check_every => return Ok(()),
+                Some(at) if now.duration_since(*at) < self.held_check_every => return,
                 _ => {
                     checked.insert(consumer.to_owned(), now);
                 }
             }
         }
-        let released = sqlx::query(&self.sql.release_held)
+        // A failure is only logged: the claim that follows must not depend on it
+        // (every other due delivery of the consumer would wait), and the next
+        // check tries again.
+        match sqlx::query(&self.sql.release_held)
             .bind(consumer)
             .execute(&self.pool)
             .await
-            .map_err(|e| port("release held deliveries", e))?
-            .rows_affected();
-        if released > 0 {
-            tracing::warn!(
-                consumer,
-                released,
-                "held deliveries whose predecessor had finished were made due"
-            );
+        {
+            Ok(done) if done.rows_affected() > 0 => {
+                tracing::warn!(
+                    consumer,
+                    released = done.rows_affected(),
+                    "held deliveries whose predecessor had finished were made due"
+                );
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(consumer, error = %e, "could not check for held deliveries left behind; trying again at the next check");
+            }
         }
-        Ok(())
     }
 
     /// Exactly once in effect: in one transaction, records `message` for `consumer`
@@ -518,6 +564,21 @@ impl PgInboxStore {
         decide: impl FnOnce(u32) -> Decision + Send,
         handler: TxHandler<'_>,
     ) -> Result<ConsumeOutcome, PortError> {
+        if message.ordering_key.is_some() {
+            // A keyed delivery must hold its key back while its handler runs, seen
+            // by the other workers of this consumer (an arrival of the key's next
+            // delivery is then held behind it). A row written inside the handler's
+            // transaction would be invisible to them until it commits: so the row
+            // is recorded under `lease` first, committed, and the handler runs as
+            // a retry does, marking it consumed in its transaction.
+            return match self.record_arrival(consumer, message, lease).await? {
+                Arrival::New => {
+                    self.retry_in_transaction(consumer, lease, message, 0, decide, handler)
+                        .await
+                }
+                Arrival::Duplicate(_) => Ok(ConsumeOutcome::Duplicate),
+            };
+        }
         let mut tx = self.pool.begin().await.map_err(|e| port("begin", e))?;
         let stored = storable::message(message);
         let inserted = bind_message(sqlx::query(&self.sql.arrive_consumed), consumer, &stored)
@@ -591,22 +652,31 @@ impl PgInboxStore {
         handler: TxHandler<'_>,
     ) -> Result<ConsumeOutcome, PortError> {
         let mut tx = self.pool.begin().await.map_err(|e| port("begin", e))?;
-        let held = sqlx::query(&self.sql.mark_consumed)
+        let marked: Option<(i64, Option<String>)> = sqlx::query_as(&self.sql.mark_consumed)
             .bind(consumer)
             .bind(message.id.as_uuid())
             .bind(&lease.holder)
             .bind(sources_of(Status::Consumed))
-            .execute(&mut *tx)
+            .fetch_optional(&mut *tx)
             .await
-            .map_err(|e| port("mark consumed", e))?
-            .rows_affected()
-            == 1;
-        if !held {
+            .map_err(|e| port("mark consumed", e))?;
+        let Some((seq, key)) = marked else {
             tx.rollback().await.map_err(|e| port("rollback", e))?;
             return Ok(ConsumeOutcome::Duplicate);
-        }
+        };
+        // After the commit, not inside it: an arrival of the key that waits on
+        // this row's lock sees the row consumed once it commits, and one that was
+        // held before is visible to a statement that starts after it.
+        let promote = |status: Status| async move {
+            if let (Some(key), Status::Consumed) = (key.as_deref(), status) {
+                self.promote_next(consumer, key, seq).await;
+            }
+        };
         let (error, decision) = match run_and_commit(tx, handler).await? {
-            Attempt::Committed => return Ok(ConsumeOutcome::Consumed),
+            Attempt::Committed => {
+                promote(Status::Consumed).await;
+                return Ok(ConsumeOutcome::Consumed);
+            }
             Attempt::Failed(error) => {
                 let decision = decide(attempts_before.saturating_add(1));
                 (error, decision)
@@ -625,6 +695,7 @@ impl PgInboxStore {
                     .status_of(consumer, message.id)
                     .await?
                     .unwrap_or(Status::Sent);
+                promote(status).await;
                 return Ok(self.ended_after_commit(consumer, message.id, status, &error));
             }
         };
@@ -749,7 +820,25 @@ impl InboxConsumerPath for PgInboxStore {
             .fetch_optional(&self.pool)
             .await
             .map_err(|e| port("hold behind its key", e))?;
-        Ok(held.is_some())
+        if held.is_none() {
+            return Ok(false);
+        }
+        // Its predecessor may have finished since: then the row is due, and the
+        // caller handles it now (record_arrival takes the recorded row over, as
+        // it leads its key). Should this fail, the row stays held and the
+        // safety net releases it.
+        let released = sqlx::query(&self.sql.release_if_head)
+            .bind(consumer)
+            .bind(message.id.as_uuid())
+            .fetch_optional(&self.pool)
+            .await;
+        match released {
+            Ok(released) => Ok(released.is_none()),
+            Err(e) => {
+                tracing::warn!(consumer, message_id = %message.id, error = %e, "held a delivery but could not check its predecessor again; the consume sweep's check will");
+                Ok(true)
+            }
+        }
     }
 
     async fn mark_consumed(
@@ -817,7 +906,7 @@ impl InboxConsumerPath for PgInboxStore {
         lease: &Lease,
         limit: u32,
     ) -> Result<Vec<ClaimedDelivery>, PortError> {
-        self.release_held_if_due(consumer).await?;
+        self.release_held_if_due(consumer).await;
         let rows: Vec<ClaimedRow> = sqlx::query_as(&self.sql.claim_due)
             .bind(consumer)
             .bind(i64::from(limit))

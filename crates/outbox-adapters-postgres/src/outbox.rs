@@ -208,13 +208,17 @@ pub(crate) const LEASE_FREE: &str = "(c.locked_until IS NULL OR c.locked_until <
 
 /// A row `c` of table `t` (quoted) that is its ordering key's head: no key, or no
 /// earlier row of its key still unsent (in flight, delayed, failing, or dead unless
-/// `dead_head` skips them); one probe of outbox_ordered.
+/// `dead_head` skips them); one probe of outbox_ordered. For a row `c` in a
+/// blocking status itself (a failed one), written as "its key's first such row is
+/// `c`": an ORDER BY seq LIMIT 1 the planner serves from outbox_ordered, where a
+/// NOT EXISTS over a key holding most of the table could be planned as a
+/// sequential scan expecting an early match.
 pub(crate) fn head_condition(t: &str, dead_head: DeadHead) -> String {
     let blocking = blocking_list(dead_head);
     format!(
-        "(c.ordering_key IS NULL OR NOT EXISTS (SELECT 1 FROM {t} e \
-           WHERE e.ordering_key = c.ordering_key AND e.seq < c.seq \
-           AND e.status IN ({blocking})))"
+        "(c.ordering_key IS NULL OR c.seq = (SELECT e.seq FROM {t} e \
+           WHERE e.ordering_key = c.ordering_key AND e.status IN ({blocking}) \
+           ORDER BY e.seq LIMIT 1))"
     )
 }
 

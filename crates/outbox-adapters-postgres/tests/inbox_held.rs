@@ -43,6 +43,36 @@ async fn held_without_due_time(pool: &sqlx::PgPool, t: &str, id: MessageId) -> b
     .expect("read held row")
 }
 
+/// Until some backend of this database waits on a lock in an INSERT (the held
+/// arrival, at the test's gate).
+async fn waiting_on_a_lock(pool: &sqlx::PgPool) {
+    for _ in 0..500 {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+             AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO%'",
+        )
+        .fetch_one(pool)
+        .await
+        .expect("pg_stat_activity");
+        if waiting > 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the arrival never waited for the mark's lock");
+}
+
+fn ok_after(
+    done: tokio::sync::oneshot::Receiver<()>,
+) -> outbox_adapters_postgres::TxHandler<'static> {
+    Box::new(move |_conn: &mut sqlx::PgConnection| {
+        Box::pin(async move {
+            let _ = done.await;
+            Ok(())
+        })
+    })
+}
+
 /// The safety net is kept out of the way (it would release the rows itself), so
 /// only the finishing marks can make the held rows due here.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -163,10 +193,13 @@ async fn the_safety_net_releases_a_held_head() {
     });
 }
 
-/// A delivery arriving while its predecessor is being marked finished: the
-/// arrival waits for the mark, and is then not held (its predecessor is done).
-/// Had it been held, nothing would make it due: the mark's follow-up ran before
-/// the held row existed.
+/// A delivery held while its predecessor's mark commits and makes the key's next
+/// row due before the held row exists: the arrival's own check, a statement
+/// after its insert, sees the predecessor finished and hands the delivery back
+/// to be handled at once. Had it stayed held, nothing would make it due (the
+/// mark's follow-up ran before the held row existed). A trigger of this test's
+/// schema pauses the held insert after its snapshot was taken, on an advisory
+/// lock the test holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_arrival_racing_its_predecessors_mark_is_not_stranded() {
     with_db!(|pool, schema| {
@@ -177,29 +210,59 @@ async fn an_arrival_racing_its_predecessors_mark_is_not_stranded() {
         let key = unique_key("key");
         let (a, b) = (keyed(&key), keyed(&key));
         assert_eq!(claim_one(&inbox, &c).await, None);
-        inbox.record_arrival(&c, &a, &lease()).await.expect("a");
+        let worker = lease();
+        inbox.record_arrival(&c, &a, &worker).await.expect("a");
 
-        // The mark of a, open: its row is locked and still 'sent' to others.
-        let mut marking = pool.begin().await.expect("begin");
+        let gate: i64 = 0x6f75_7462_6f78 + i64::from(std::process::id());
+        let pause = format!("{}.pause_held_insert", schema.quoted());
         sqlx::query(&format!(
-            "UPDATE {t} SET status = 'consumed', consumed_at = now(), next_attempt_at = NULL, \
-             locked_by = NULL, locked_until = NULL WHERE message_id = $1"
+            "CREATE FUNCTION {pause}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+               PERFORM pg_advisory_lock({gate}); PERFORM pg_advisory_unlock({gate}); RETURN NEW; END $$"
         ))
-        .bind(a.id.as_uuid())
-        .execute(&mut *marking)
+        .execute(&pool)
         .await
-        .expect("mark a");
+        .expect("trigger function");
+        sqlx::query(&format!(
+            "CREATE TRIGGER pause_held BEFORE INSERT ON {t} FOR EACH ROW \
+             WHEN (NEW.next_attempt_at IS NULL) EXECUTE FUNCTION {pause}()"
+        ))
+        .execute(&pool)
+        .await
+        .expect("trigger");
+        let mut gatekeeper = pool.acquire().await.expect("connection");
+        sqlx::query("SELECT pg_advisory_lock($1)")
+            .bind(gate)
+            .execute(&mut *gatekeeper)
+            .await
+            .expect("close the gate");
+
+        // b's insert has seen a unfinished, and waits at the gate.
         let arriving = {
-            let inbox = inbox.clone();
-            let (c, b) = (c.clone(), b.clone());
+            let (inbox, c, b) = (inbox.clone(), c.clone(), b.clone());
             tokio::spawn(async move { inbox.hold_behind_key(&c, &b).await })
         };
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        marking.commit().await.expect("commit mark");
+        waiting_on_a_lock(&pool).await;
+        // a is consumed, and its follow-up finds no held row to make due.
+        assert!(
+            inbox
+                .mark_consumed(&c, a.id, &worker)
+                .await
+                .expect("a done")
+        );
+        sqlx::query("SELECT pg_advisory_unlock($1)")
+            .bind(gate)
+            .execute(&mut *gatekeeper)
+            .await
+            .expect("open the gate");
         let held = arriving.await.expect("join").expect("hold");
         assert!(
             !held,
-            "a finished before b could be held behind it: b is handled at once"
+            "a finished before b's hold completed: b is handled at once, not left held"
+        );
+        assert_eq!(
+            inbox.record_arrival(&c, &b, &lease()).await.expect("b"),
+            outbox_ports::Arrival::New,
+            "the recorded row is taken over, as it leads its key"
         );
     });
 }
@@ -283,6 +346,123 @@ async fn a_claim_does_not_walk_the_rows_held_behind_a_key() {
         assert_eq!(
             taken, 10,
             "the other keys' deliveries, and none of the held"
+        );
+    });
+}
+
+/// The transactional path (PgConsumerWorker): a keyed delivery holds its key back
+/// while its handler runs, seen by other workers; and a retry that succeeds makes
+/// the next held delivery of its key due at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_transactional_path_holds_and_promotes() {
+    with_db!(|pool, schema| {
+        let inbox = PgInboxStore::new(pool.clone(), &schema)
+            .with_held_check_every(Duration::from_secs(3600));
+        let c = unique_key("consumer");
+        let key = unique_key("key");
+        let (a, b, d) = (keyed(&key), keyed(&key), keyed(&key));
+        assert_eq!(claim_one(&inbox, &c).await, None);
+
+        // a's handler runs (and waits) in its transaction.
+        let (finish_a, a_done) = tokio::sync::oneshot::channel();
+        let running = {
+            let (inbox, c, a) = (inbox.clone(), c.clone(), a.clone());
+            tokio::spawn(async move {
+                inbox
+                    .consume_in_transaction(
+                        &c,
+                        &a,
+                        &lease(),
+                        |_| Decision::RetryAfter(Duration::ZERO),
+                        ok_after(a_done),
+                    )
+                    .await
+            })
+        };
+        let mut seen = false;
+        for _ in 0..500 {
+            if inbox.get(&c, a.id).await.expect("get a").is_some() {
+                seen = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(
+            seen,
+            "a keyed delivery is recorded before its handler's transaction commits"
+        );
+        assert!(
+            inbox.hold_behind_key(&c, &b).await.expect("hold b"),
+            "b is held behind a while a's handler runs"
+        );
+        assert!(inbox.hold_behind_key(&c, &d).await.expect("hold d"));
+        finish_a.send(()).expect("a's handler");
+        assert_eq!(
+            running.await.expect("join").expect("consume a"),
+            outbox_adapters_postgres::ConsumeOutcome::Consumed
+        );
+
+        // b is due (a's commit promoted it); its retry succeeds and promotes d.
+        let w = lease();
+        let due = inbox.claim_due(&c, &w, 1).await.expect("claim b").pop();
+        let due = due.expect("b is due once a is consumed");
+        assert_eq!(due.message.id, b.id);
+        let (finish_b, b_done) = tokio::sync::oneshot::channel();
+        finish_b.send(()).expect("b's handler");
+        let outcome = inbox
+            .retry_in_transaction(
+                &c,
+                &w,
+                &due.message,
+                due.attempts,
+                |_| Decision::RetryAfter(Duration::ZERO),
+                ok_after(b_done),
+            )
+            .await
+            .expect("retry b");
+        assert_eq!(outcome, outbox_adapters_postgres::ConsumeOutcome::Consumed);
+        assert_eq!(claim_one(&inbox, &c).await, Some(d.id), "d is due at once");
+    });
+}
+
+/// The safety net reads the keys that have held rows: with 20,000 keys each
+/// with a delivery in progress and one key with held rows, it visits about that
+/// one key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_safety_net_costs_the_keys_with_held_rows() {
+    with_db!(|pool, schema| {
+        let inbox = PgInboxStore::new(pool.clone(), &schema);
+        let t = format!("{}.outbox_inbox", schema.quoted());
+        let c = unique_key("consumer");
+        sqlx::query(&format!(
+            "INSERT INTO {t} (consumer, message_id, exchange, routing_key, headers, payload, \
+               created_at, ordering_key, status, next_attempt_at, locked_by, locked_until) \
+             SELECT $1, gen_random_uuid(), 'held', 'k', '{{}}'::jsonb, '\\x00'::bytea, now(), \
+               'busy' || i, 'sent', now(), 'w', now() + interval '1 hour' \
+             FROM generate_series(1, 20000) i"
+        ))
+        .bind(&c)
+        .execute(&pool)
+        .await
+        .expect("fill in progress");
+        let key = unique_key("key");
+        let (a, b) = (keyed(&key), keyed(&key));
+        let worker = lease();
+        inbox.record_arrival(&c, &a, &worker).await.expect("a");
+        assert!(inbox.hold_behind_key(&c, &b).await.expect("hold b"));
+        sqlx::query(&format!("VACUUM ANALYZE {t}"))
+            .execute(&pool)
+            .await
+            .expect("vacuum");
+        let plan = inbox
+            .explain_analyze_release_held(&c)
+            .await
+            .expect("explain");
+        eprintln!("{plan}");
+        let visited = common::rows_visited(&plan);
+        assert!(
+            visited < 100,
+            "the safety net visited {visited} rows for one key with held rows:\n{plan}"
         );
     });
 }

@@ -1408,3 +1408,41 @@ async fn two_relays_keep_each_keys_order_and_a_blocked_key_holds_back_only_itsel
     );
     w.cleanup().await;
 }
+
+/// `outbox ordering blocked` lists the keys held back by a dead head, with the
+/// head and the count waiting behind it, as the admin API does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ordering_command_lists_blocked_keys() {
+    let Some(w) = World::new("opblk").await else {
+        return;
+    };
+    let cfg = w.config("cli", "[http]\nenabled = false\n");
+    let head: uuid::Uuid = sqlx::query_scalar(&format!(
+        "WITH rows AS (INSERT INTO {}.outbox_messages \
+           (exchange, routing_key, payload, ordering_key, status, attempts, last_error) \
+         VALUES ($1, 'k.o', '\\x00'::bytea, 'cli-key', 'dead', 2, 'nope'), \
+                ($1, 'k.o', '\\x00'::bytea, 'cli-key', 'pending', 0, NULL) \
+         RETURNING id, seq) SELECT id FROM rows ORDER BY seq LIMIT 1",
+        w.schema.quoted()
+    ))
+    .bind(&w.exchange)
+    .fetch_one(&w.pool)
+    .await
+    .expect("keyed rows");
+    let (code, stdout, stderr) = operator(&cfg, &["ordering", "blocked", "--json"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let page = parse_json(&stdout);
+    assert_eq!(page["items"][0]["key"], "cli-key", "{page}");
+    assert_eq!(page["items"][0]["head_id"], head.to_string());
+    assert_eq!(page["items"][0]["head_status"], "dead");
+    assert_eq!(page["items"][0]["waiting"], 1);
+    let (code, stdout, _) = operator(&cfg, &["ordering", "blocked"]);
+    assert_eq!(code, Some(0));
+    assert!(
+        stdout.starts_with(&format!("cli-key\t{head}\tdead\tattempts=2\twaiting=1")),
+        "{stdout}"
+    );
+    let (code, _, stderr) = operator(&cfg, &["ordering", "blocked", "--limit", "0"]);
+    assert_ne!(code, Some(0));
+    assert!(stderr.contains("limit"), "{stderr}");
+}

@@ -144,6 +144,33 @@ impl MemoryOutboxStore {
         claimed
     }
 
+    /// Every ordering key with a row in a status of `dead_head.blocking()`, in key
+    /// order: its head (the first such row, by seq) and how many such rows follow
+    /// it. A key is blocked when its head's status is one of
+    /// [`DeadHead::stuck`].
+    pub(crate) fn key_heads(&self, t: &Table) -> BTreeMap<String, (u64, u64)> {
+        let blocking = self.dead_head.blocking();
+        let mut heads: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+        for (seq, row) in &t.rows {
+            let Some(k) = row.message.ordering_key.as_ref() else {
+                continue;
+            };
+            if !blocking.contains(&row.tracked.status) {
+                continue;
+            }
+            heads
+                .entry(k.clone())
+                .and_modify(|(_, behind)| *behind += 1)
+                .or_insert((*seq, 0));
+        }
+        heads
+    }
+
+    /// What a dead message does to its key in this store.
+    pub(crate) const fn dead_head(&self) -> DeadHead {
+        self.dead_head
+    }
+
     fn with_row<T>(
         &self,
         id: MessageId,
@@ -325,16 +352,17 @@ impl OutboxStore for MemoryOutboxStore {
         let now = self.clock.now();
         let t = lock(&self.table);
         let mut s = OutboxStats::default();
-        let stuck: HashSet<&String> = t
-            .rows
+        // Keys whose head is failing or (unless skipped) dead.
+        let stuck = self.dead_head.stuck();
+        s.blocked_keys = self
+            .key_heads(&t)
             .values()
-            .filter(|r| {
-                r.tracked.status != Status::Pending
-                    && self.dead_head.blocking().contains(&r.tracked.status)
+            .filter(|(seq, _)| {
+                t.rows
+                    .get(seq)
+                    .is_some_and(|r| stuck.contains(&r.tracked.status))
             })
-            .filter_map(|r| r.message.ordering_key.as_ref())
-            .collect();
-        s.blocked_keys = stuck.len() as u64;
+            .count() as u64;
         for row in t.rows.values() {
             match row.tracked.status {
                 Status::Pending => {

@@ -6,8 +6,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use outbox_core::{MessageId, Status};
 use outbox_ports::{
-    BulkOutcome, MessageFilter, MessageSummary, MinuteCount, OutboxOperator, OutboxRecord,
-    OutboxStore, Page, PageCursor, PortError, deletable_statuses, requeueable_statuses,
+    BLOCKED_WAITING_CAP, BlockedKey, BulkOutcome, MessageFilter, MessageSummary, MinuteCount,
+    OutboxOperator, OutboxRecord, OutboxStore, Page, PageCursor, PortError, deletable_statuses,
+    page_limit, requeueable_statuses,
 };
 
 use crate::listing::{BULK_BATCH, below, matches, page, per_minute, summary, window_start};
@@ -92,6 +93,37 @@ fn deletable(row: &Row, force: bool, now: outbox_core::Timestamp) -> bool {
 
 #[async_trait]
 impl OutboxOperator for MemoryOutboxStore {
+    async fn blocked_keys(
+        &self,
+        after: Option<String>,
+        limit: u32,
+    ) -> Result<Vec<BlockedKey>, PortError> {
+        let t = lock(&self.table);
+        let stuck = self.dead_head().stuck();
+        let heads = self.key_heads(&t);
+        let from = match after {
+            Some(k) => std::ops::Bound::Excluded(k),
+            None => std::ops::Bound::Unbounded,
+        };
+        Ok(heads
+            .range((from, std::ops::Bound::Unbounded))
+            .filter_map(|(key, (seq, behind))| {
+                let row = t.rows.get(seq)?;
+                stuck.contains(&row.tracked.status).then(|| BlockedKey {
+                    key: key.clone(),
+                    head: row.message.id,
+                    status: row.tracked.status,
+                    attempts: row.tracked.state.attempts,
+                    last_error: row.tracked.state.last_error.clone(),
+                    next_attempt_at: row.tracked.state.next_attempt_at,
+                    waiting: (*behind).min(BLOCKED_WAITING_CAP),
+                    waiting_capped: *behind > BLOCKED_WAITING_CAP,
+                })
+            })
+            .take(page_limit(limit) as usize)
+            .collect())
+    }
+
     async fn list_messages(
         &self,
         filter: &MessageFilter,

@@ -85,3 +85,18 @@ async fn keyed_order_holds_under_500_interleavings() {
         .await;
     }
 }
+
+#[tokio::test]
+async fn blocked_keys_leave_out_dead_heads_when_skipped() {
+    let store = Arc::new(
+        MemoryOutboxStore::new(Arc::new(SystemClock)).with_dead_head(outbox_ports::DeadHead::Skip),
+    );
+    outbox_testkit::outbox_operator::blocked_keys_list_failing_and_dead_heads(
+        outbox_testkit::outbox_operator::OutboxUnderTest {
+            store: store.clone(),
+            operator: store,
+        },
+        true,
+    )
+    .await;
+}

@@ -303,6 +303,68 @@ fn key_walk(t: &str, dead_head: DeadHead, cursor: Option<&str>) -> String {
     format!("{walks}, keys(k) AS ({keys})")
 }
 
+/// The statuses (quoted, comma-separated) of a key's head that block the key
+/// ([`DeadHead::stuck`]).
+fn stuck_list(dead_head: DeadHead) -> String {
+    dead_head
+        .stuck()
+        .iter()
+        .map(|s| format!("'{}'", s.as_str()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The blocked keys of table `t` (quoted), in key order: `$1` the page size, `$2`
+/// the cap of the waiting count plus one, with `cursor` (a parameter like `$3`)
+/// only keys after it. The keys are walked one index probe each over
+/// outbox_ordered (as a claim walks them, [`key_walk`]), each key's head read by
+/// one more probe; the walk stops as soon as `$1` blocked keys are found, so a
+/// page costs the keys it passes, never the rows queued behind their heads (the
+/// waiting count reads at most `$2` index entries of a key). The walk carries the
+/// number of blocked keys found so far; the final ORDER BY sorts only the keys
+/// walked.
+fn blocked_keys(t: &str, dead_head: DeadHead, cursor: Option<&str>) -> String {
+    let blocking = blocking_list(dead_head);
+    let stuck = stuck_list(dead_head);
+    let next_key = |cond: &str| {
+        format!(
+            "(SELECT ordering_key FROM {t} WHERE {cond} \
+               AND status IN ({blocking}) ORDER BY ordering_key LIMIT 1)"
+        )
+    };
+    let first = next_key(&match cursor {
+        Some(c) => format!("ordering_key > {c}"),
+        None => "ordering_key IS NOT NULL".to_owned(),
+    });
+    let head_status = |k: &str| {
+        format!(
+            "(SELECT e.status FROM {t} e WHERE e.ordering_key = {k} \
+               AND e.status IN ({blocking}) ORDER BY e.seq LIMIT 1)"
+        )
+    };
+    format!(
+        "WITH RECURSIVE walk(k, found) AS (\
+           SELECT {first}, 0 \
+           UNION ALL \
+           SELECT {}, walk.found + CASE WHEN {} IN ({stuck}) THEN 1 ELSE 0 END \
+           FROM walk WHERE walk.k IS NOT NULL AND walk.found < $1) \
+         SELECT walk.k AS key, h.id, h.status, h.attempts, h.last_error, \
+           {} AS next_attempt_at, \
+           (SELECT count(*) FROM (SELECT 1 FROM {t} w WHERE w.ordering_key = walk.k \
+              AND w.seq > h.seq AND w.status IN ({blocking}) \
+              LIMIT $2) behind) AS waiting \
+         FROM walk CROSS JOIN LATERAL \
+           (SELECT e.seq, e.id, e.status, e.attempts, e.last_error, e.next_attempt_at \
+            FROM {t} e WHERE e.ordering_key = walk.k AND e.status IN ({blocking}) \
+            ORDER BY e.seq LIMIT 1) h \
+         WHERE walk.k IS NOT NULL AND h.status IN ({stuck}) \
+         ORDER BY walk.k LIMIT $1",
+        next_key("ordering_key > walk.k"),
+        head_status("walk.k"),
+        readable_time("h.next_attempt_at"),
+    )
+}
+
 /// Whether a claim of pending rows of table `t` (quoted) would take anything: a
 /// row pending and not leased that is due and its key's head, exactly what the
 /// claim's three picks look for (so an idle relay is never told there is work the
@@ -337,6 +399,8 @@ struct Sql {
     status_of: String,
     delete: String,
     retention: String,
+    blocked_first: String,
+    blocked_after: String,
 }
 
 impl Sql {
@@ -347,15 +411,10 @@ impl Sql {
             read_columns("id", "sent_at"),
             outbox_extra_columns()
         );
-        // Keys held back: a failing or (unless skipped) dead message of the key;
-        // read from outbox_ordered (keyed unsent rows only).
-        let stuck = dead_head
-            .blocking()
-            .iter()
-            .filter(|s| !matches!(s, Status::Pending))
-            .map(|s| format!("'{}'", s.as_str()))
-            .collect::<Vec<_>>()
-            .join(", ");
+        // Keys held back: the key's head (its first row in a blocking status) is
+        // failing or (unless skipped) dead; one probe of outbox_ordered per
+        // failing or dead keyed row, never the rows queued behind a head.
+        let stuck = stuck_list(dead_head);
         let oldest = readable_time("created_at");
         // Keyed messages waiting at once: a key's head is its oldest, so the
         // oldest of them is the oldest head (one probe per key, never the rows
@@ -399,6 +458,8 @@ impl Sql {
             keyed_heads(&t, dead_head, Some("$4"))
         );
         Self {
+            blocked_first: blocked_keys(&t, dead_head, None),
+            blocked_after: blocked_keys(&t, dead_head, Some("$3")),
             claim_pending,
             claim_retries,
             // Only times still to come: a due row is the claim's business (and one
@@ -445,8 +506,8 @@ impl Sql {
                    (SELECT count(*) FROM {t} WHERE status = 'pending' AND not_before IS NOT NULL) AS scheduled, \
                    (SELECT count(*) FROM {t} WHERE status = 'publish_failed') AS publish_failed, \
                    (SELECT count(*) FROM {t} WHERE status = 'dead') AS dead, \
-                   (SELECT count(DISTINCT ordering_key) FROM {t} WHERE ordering_key IS NOT NULL \
-                      AND status IN ({stuck})) AS blocked_keys, \
+                   (SELECT count(*) FROM {t} c WHERE c.ordering_key IS NOT NULL \
+                      AND c.status IN ({stuck}) AND {head}) AS blocked_keys, \
                    LEAST((SELECT {oldest} FROM {t} WHERE status = 'pending' AND not_before IS NULL \
                             AND ordering_key IS NULL ORDER BY seq LIMIT 1), \
                          (WITH RECURSIVE {walk} SELECT min({head_oldest}) FROM keys CROSS JOIN LATERAL \
@@ -619,6 +680,90 @@ impl PgOutboxStore {
         .await
         .map_err(|e| port("explain stats", e))?;
         Ok(lines.join("\n"))
+    }
+
+    /// The blocked ordering keys after `after`, at most `limit` (clamped by
+    /// [`outbox_ports::page_limit`]): what [`outbox_ports::OutboxOperator::blocked_keys`]
+    /// returns.
+    ///
+    /// # Errors
+    /// A database error.
+    pub(crate) async fn blocked_keys_page(
+        &self,
+        after: Option<String>,
+        limit: u32,
+    ) -> Result<Vec<outbox_ports::BlockedKey>, PortError> {
+        let (sql, cursor) = self.blocked_statement(after);
+        let mut tx = self.blocked_keys_tx().await?;
+        let mut q = sqlx::query_as::<_, BlockedRow>(sql)
+            .bind(i64::from(outbox_ports::page_limit(limit)))
+            .bind(blocked_count_limit());
+        if let Some(k) = cursor {
+            q = q.bind(k);
+        }
+        let rows = q
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(|e| port("blocked keys", e))?;
+        tx.rollback().await.map_err(|e| port("blocked keys", e))?;
+        let cap = outbox_ports::BLOCKED_WAITING_CAP;
+        rows.into_iter().map(|r| r.blocked_key(cap)).collect()
+    }
+
+    /// What a page of blocked keys does: `EXPLAIN ANALYZE` of it (read-only), for
+    /// tests and operators checking that it walks the keys, never the rows queued
+    /// behind their heads.
+    ///
+    /// # Errors
+    /// A database error.
+    pub async fn explain_blocked_keys(
+        &self,
+        after: Option<String>,
+        limit: u32,
+    ) -> Result<String, PortError> {
+        let (sql, cursor) = self.blocked_statement(after);
+        let explain = format!("EXPLAIN (ANALYZE, TIMING OFF, COSTS OFF) {sql}");
+        let mut tx = self.blocked_keys_tx().await?;
+        let mut q = sqlx::query_scalar::<_, String>(&explain)
+            .bind(i64::from(outbox_ports::page_limit(limit)))
+            .bind(blocked_count_limit());
+        if let Some(k) = cursor {
+            q = q.bind(k);
+        }
+        let lines = q
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(|e| port("explain blocked keys", e))?;
+        tx.rollback()
+            .await
+            .map_err(|e| port("explain blocked keys", e))?;
+        Ok(lines.join("\n"))
+    }
+
+    fn blocked_statement(&self, after: Option<String>) -> (&str, Option<String>) {
+        match after {
+            Some(k) => (&self.sql.blocked_after, Some(k)),
+            None => (&self.sql.blocked_first, None),
+        }
+    }
+
+    /// A read-only transaction for a page of blocked keys, without bitmap scans:
+    /// a bitmap index scan cannot stop early, so counting a key's waiting rows
+    /// through one would read every index entry behind the head (a key's whole
+    /// backlog) before the LIMIT applies; an index scan stops at the cap.
+    async fn blocked_keys_tx(
+        &self,
+    ) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, PortError> {
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(|e| port("blocked keys", e))?;
+        sqlx::query("SET LOCAL enable_bitmapscan = off")
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| port("blocked keys", e))?;
+        Ok(tx)
     }
 
     /// The key cursor's value for the next claim.
@@ -954,4 +1099,41 @@ impl OutboxStore for PgOutboxStore {
 /// of the delete statement.
 fn deletable_statuses() -> Vec<String> {
     Status::deletable().map(|s| s.as_str().to_owned()).collect()
+}
+
+/// The LIMIT of a blocked key's waiting count: one past the cap, so a count above
+/// the cap is told apart from one at it.
+fn blocked_count_limit() -> i64 {
+    i64::try_from(outbox_ports::BLOCKED_WAITING_CAP + 1).unwrap_or(i64::MAX)
+}
+
+/// A row of the blocked keys' statement.
+#[derive(sqlx::FromRow)]
+struct BlockedRow {
+    key: String,
+    id: uuid::Uuid,
+    status: String,
+    attempts: i32,
+    last_error: Option<String>,
+    next_attempt_at: Option<time::OffsetDateTime>,
+    waiting: i64,
+}
+
+impl BlockedRow {
+    fn blocked_key(self, cap: u64) -> Result<outbox_ports::BlockedKey, PortError> {
+        let behind = u64::try_from(self.waiting).unwrap_or(0);
+        Ok(outbox_ports::BlockedKey {
+            key: self.key,
+            head: MessageId::from_uuid(self.id),
+            status: self
+                .status
+                .parse::<Status>()
+                .map_err(|e| PortError::fatal("blocked keys", e))?,
+            attempts: u32::try_from(self.attempts).unwrap_or(0),
+            last_error: self.last_error,
+            next_attempt_at: self.next_attempt_at,
+            waiting: behind.min(cap),
+            waiting_capped: behind > cap,
+        })
+    }
 }

@@ -86,6 +86,14 @@ impl PgOutboxStore {
 
 #[async_trait]
 impl OutboxOperator for PgOutboxStore {
+    async fn blocked_keys(
+        &self,
+        after: Option<String>,
+        limit: u32,
+    ) -> Result<Vec<outbox_ports::BlockedKey>, PortError> {
+        self.blocked_keys_page(after, limit).await
+    }
+
     async fn list_messages(
         &self,
         filter: &MessageFilter,

@@ -108,3 +108,21 @@ async fn a_dead_head_is_skipped_when_configured() {
         Arc::new(PgOutboxStore::new(pool, schema).with_dead_head(outbox_ports::DeadHead::Skip));
     outbox_testkit::outbox::a_dead_head_blocks_its_key_unless_skipped(store, true).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocked_keys_leave_out_dead_heads_when_skipped() {
+    let pool = common::pool()
+        .await
+        .expect("contract tests need PostgreSQL: set OUTBOX_TEST_DATABASE_URL");
+    let schema = common::fresh(&pool).await;
+    let store =
+        Arc::new(PgOutboxStore::new(pool, schema).with_dead_head(outbox_ports::DeadHead::Skip));
+    outbox_testkit::outbox_operator::blocked_keys_list_failing_and_dead_heads(
+        outbox_testkit::outbox_operator::OutboxUnderTest {
+            store: store.clone(),
+            operator: store,
+        },
+        true,
+    )
+    .await;
+}

@@ -1,7 +1,8 @@
 //! A backlog of keyed messages costs a claim about what it takes: with 200,000
 //! rows queued behind 100 ordering keys' heads (one key held back by a failing
 //! head), a claim visits each key once and never the rows behind the heads; and
-//! successive claims take turns over the keys.
+//! successive claims take turns over the keys. The operator's list of blocked
+//! keys walks the keys the same way.
 
 mod common;
 
@@ -47,6 +48,35 @@ async fn a_keyed_backlog_costs_a_claim_its_keys_not_its_rows() {
             .execute(&pool)
             .await
             .expect("vacuum");
+
+        // The operator's list of blocked keys walks the keys too: one page finds
+        // key000 among 100 keys without reading the 200,000 rows behind the heads
+        // (its waiting count stops at the cap).
+        let blocked = store.blocked_keys(None, 50).await.expect("blocked keys");
+        assert_eq!(
+            blocked
+                .iter()
+                .map(|k| (k.key.as_str(), k.waiting, k.waiting_capped))
+                .collect::<Vec<_>>(),
+            [("key000", outbox_ports::BLOCKED_WAITING_CAP, true)]
+        );
+        assert_eq!(store.stats().await.expect("stats").blocked_keys, 1);
+        let plan = store
+            .explain_blocked_keys(None, 50)
+            .await
+            .expect("explain blocked keys");
+        let visited = rows_visited(&plan);
+        eprintln!("blocked keys: {visited} rows visited\n{plan}");
+        // About 4 probes for each of the 100 keys and the 1,001 entries of the
+        // capped count; counting key000's whole backlog would read 1,999.
+        assert!(
+            visited <= 2_000,
+            "a page of blocked keys visited {visited} rows among 200,100:\n{plan}"
+        );
+        assert!(
+            !plan.contains("Seq Scan"),
+            "the blocked keys' page scans the table:\n{plan}"
+        );
 
         let plan = store
             .explain_analyze_claim_pending(1000)

@@ -385,6 +385,58 @@ pub struct DeadLetterQuery {
     pub cursor: Option<String>,
 }
 
+/// A page of blocked ordering keys, as query parameters.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct BlockedKeysQuery {
+    /// Page size, 1 to 1000 (default 50).
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
+    pub limit: Option<String>,
+    /// Only keys after this one (the previous page's `next_after`).
+    #[param(pattern = "^[^\\u0000]*$")]
+    pub after: Option<String>,
+}
+
+/// An ordering key held back by its head: the key's earliest unsent message is
+/// failing or dead, so its later messages wait until the head is requeued,
+/// deleted or (failing) retried with success.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct BlockedKeyItem {
+    /// The ordering key.
+    pub key: String,
+    /// The head message's id (UUID).
+    #[schema(
+        format = "uuid",
+        pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+    )]
+    pub head_id: String,
+    /// The head's status: publish_failed, or dead (when dead heads block).
+    #[schema(value_type = OutboxStatusName)]
+    pub head_status: String,
+    /// The head's publish attempts.
+    pub head_attempts: u32,
+    /// The head's last publish error.
+    pub head_last_error: Option<String>,
+    /// When the head's next publish attempt is due, RFC 3339 (null for a dead head).
+    #[schema(format = DateTime)]
+    pub head_next_attempt_at: Option<String>,
+    /// Messages of the key waiting behind the head, counted up to 1000.
+    pub waiting: u64,
+    /// More than `waiting` wait (the count stopped at its cap).
+    pub waiting_capped: bool,
+}
+
+/// A page of blocked ordering keys, in key order.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct BlockedKeyPage {
+    /// By key.
+    pub items: Vec<BlockedKeyItem>,
+    /// Pass as `after` for the next page; null when this page was not full (the
+    /// last one). A full last page is followed by an empty one.
+    pub next_after: Option<String>,
+}
+
 /// A list entry: no whole payload, a preview.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct MessageItem {

@@ -230,6 +230,7 @@ pub(crate) struct DeliveryDetail {
         routes::delete_message,
         routes::requeue_matching,
         routes::delete_matching,
+        routes::blocked_keys,
         routes::consumers,
         routes::list_deliveries,
         routes::get_delivery,

@@ -11,9 +11,9 @@ use axum::{Extension, Json, Router};
 
 use crate::auth::{Actor, AdminAuth, require_token};
 use crate::model::{
-    AuditPage, BulkDeleteRequest, BulkRequest, BulkResponse, ConsumerList, DeadLetterPage,
-    DeadLetterQuery, DeadLetterView, DeleteQuery, DeliveryQuery, MessageDetail, MessagePage,
-    MessageQuery, PageQuery, ReconsumeRequest, StatsResponse,
+    AuditPage, BlockedKeyPage, BlockedKeysQuery, BulkDeleteRequest, BulkRequest, BulkResponse,
+    ConsumerList, DeadLetterPage, DeadLetterQuery, DeadLetterView, DeleteQuery, DeliveryQuery,
+    MessageDetail, MessagePage, MessageQuery, PageQuery, ReconsumeRequest, StatsResponse,
 };
 #[allow(unused_imports)] // Named by the OpenAPI annotations only.
 use crate::openapi::{
@@ -152,6 +152,20 @@ pub(crate) async fn delete_matching(
         s.delete_matching(&actor.name, &filter, target, b.dry_run, max, b.force)
             .await?,
     ))
+}
+
+/// Ordering keys held back by a failing or (unless skipped) dead head, in key
+/// order: each with its head message and how many wait behind it.
+#[utoipa::path(get, path = "/ordering/blocked-keys", tag = "ordering", params(BlockedKeysQuery),
+    responses((status = 200, body = BlockedKeyPage), QueryErrors))]
+pub(crate) async fn blocked_keys(
+    State(s): Service,
+    q: Result<Query<BlockedKeysQuery>, QueryRejection>,
+) -> Answer<BlockedKeyPage> {
+    let q = query(q)?;
+    let limit = parse_limit(q.limit.as_deref())?;
+    let after = q.after.map(|a| text("after", a)).transpose()?;
+    Ok(Json(s.blocked_keys(after, limit).await?))
 }
 
 /// Every consumer with its counts.
@@ -308,6 +322,7 @@ pub fn router(service: AdminService, auth: AdminAuth) -> Router {
         .route("/messages/{id}", get(get_message).delete(delete_message))
         .route("/messages/{id}/requeue", post(requeue_message))
         .route("/messages/{id}/publish-now", post(publish_now))
+        .route("/ordering/blocked-keys", get(blocked_keys))
         .route("/consumers", get(consumers))
         .route("/consumers/{name}/deliveries", get(list_deliveries))
         .route(

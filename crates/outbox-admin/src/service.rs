@@ -15,9 +15,9 @@ use outbox_ports::{
 
 use crate::AdminError;
 use crate::model::{
-    AuditItem, AuditPage, BulkProgress, BulkResponse, ConsumeSide, ConsumerItem, DeadLetterPage,
-    DeadLetterView, LockItem, MessageDetail, MessageItem, MessagePage, MinuteItem, OutboxCounts,
-    StatsPrecision, StatsResponse, SweepItem,
+    AuditItem, AuditPage, BlockedKeyItem, BlockedKeyPage, BulkProgress, BulkResponse, ConsumeSide,
+    ConsumerItem, DeadLetterPage, DeadLetterView, LockItem, MessageDetail, MessageItem,
+    MessagePage, MinuteItem, OutboxCounts, StatsPrecision, StatsResponse, SweepItem,
 };
 use crate::params::{Side, encode_cursor, format_time};
 use crate::redact::{Redaction, is_textual};
@@ -376,6 +376,38 @@ impl AdminService {
             .list_messages(filter, after, limit)
             .await?;
         Ok(self.page(Side::Outbox, page))
+    }
+
+    /// A page of the blocked ordering keys, in key order, after key `after`. The
+    /// head's last error is shown as every message view shows it (errors are not
+    /// redacted: the redaction lists apply to headers and payloads).
+    ///
+    /// # Errors
+    /// What the store says.
+    pub async fn blocked_keys(
+        &self,
+        after: Option<String>,
+        limit: u32,
+    ) -> Result<BlockedKeyPage, AdminError> {
+        let keys = self.ports.outbox.blocked_keys(after, limit).await?;
+        let full = keys.len() >= limit as usize;
+        let next_after = keys.last().filter(|_| full).map(|k| k.key.clone());
+        Ok(BlockedKeyPage {
+            items: keys
+                .into_iter()
+                .map(|k| BlockedKeyItem {
+                    key: k.key,
+                    head_id: k.head.to_string(),
+                    head_status: Side::Outbox.status_name(k.status).to_owned(),
+                    head_attempts: k.attempts,
+                    head_last_error: k.last_error,
+                    head_next_attempt_at: k.next_attempt_at.map(format_time),
+                    waiting: k.waiting,
+                    waiting_capped: k.waiting_capped,
+                })
+                .collect(),
+            next_after,
+        })
     }
 
     /// One message with its publish side and every consumer's side.

@@ -537,8 +537,9 @@ async fn stats_count_both_sides_and_mark_what_is_not_counted() {
 }
 
 /// The routes the issue asks for; the document and the router must agree with it.
-const ROUTES: [(&str, &str); 18] = [
+const ROUTES: [(&str, &str); 19] = [
     ("get", "/stats"),
+    ("get", "/ordering/blocked-keys"),
     ("get", "/messages"),
     ("get", "/messages/{id}"),
     ("delete", "/messages/{id}"),
@@ -756,6 +757,7 @@ async fn the_openapi_document_is_exact_about_inputs_and_answers() {
         "/consumers/{name}/deliveries",
         "/dead-letters",
         "/audit",
+        "/ordering/blocked-keys",
     ] {
         let limit = param(path, "limit");
         assert_eq!(
@@ -767,12 +769,39 @@ async fn the_openapi_document_is_exact_about_inputs_and_answers() {
             ),
             "{path}"
         );
+        if path == "/ordering/blocked-keys" {
+            assert_eq!(
+                param(path, "after")["pattern"],
+                outbox_admin::model::TEXT_PATTERN
+            );
+            continue;
+        }
         assert_eq!(
             param(path, "cursor")["pattern"],
             outbox_admin::model::CURSOR_PATTERN,
             "{path}"
         );
     }
+    let blocked = &schemas["BlockedKeyItem"]["properties"];
+    assert_eq!(
+        blocked["head_status"]["$ref"],
+        "#/components/schemas/OutboxStatusName"
+    );
+    assert_eq!(
+        blocked["head_id"]["pattern"],
+        outbox_admin::model::MESSAGE_ID_PATTERN
+    );
+    for nullable in ["head_last_error", "head_next_attempt_at"] {
+        assert_eq!(
+            blocked[nullable]["type"],
+            serde_json::json!(["string", "null"]),
+            "{nullable}"
+        );
+    }
+    assert_eq!(
+        schemas["BlockedKeyPage"]["properties"]["next_after"]["type"],
+        serde_json::json!(["string", "null"])
+    );
     assert_eq!(param("/messages", "created_after")["format"], "date-time");
     assert_eq!(
         param("/messages/{id}", "id")["pattern"],
@@ -859,6 +888,7 @@ async fn a_nul_in_a_text_filter_or_a_name_is_a_400() {
         "/consumers/bil%00ling/deliveries",
         "/consumers/bil%00ling/deliveries/00000000-0000-7000-8000-000000000000",
         "/dead-letters?consumer=%00",
+        "/ordering/blocked-keys?after=a%00",
     ] {
         let (status, body) = h.get(uri).await;
         assert_eq!(
@@ -945,5 +975,82 @@ async fn a_delayed_message_shows_as_scheduled_and_publish_now_makes_it_due() {
         status,
         StatusCode::CONFLICT,
         "a dead message is not pending"
+    );
+}
+
+/// Blocked keys: a failing head and a dead head are listed in key order with
+/// their head and the count behind; a pending head is not; pages continue after
+/// the last key; bad inputs are 400s.
+#[tokio::test]
+async fn blocked_keys_are_listed_with_their_heads() {
+    let h = harness();
+    let keyed = |k: &str| {
+        let mut m = message("orders", "order.created", b"{}");
+        m.ordering_key = Some(k.to_owned());
+        m
+    };
+    // Dead heads first (`dead` fails every pending message): b's head, then two
+    // behind it; a's head pending with one behind (a pending head blocks nothing).
+    let b_head = h.dead(keyed("key-b")).await;
+    h.pending(keyed("key-b")).await;
+    h.pending(keyed("key-b")).await;
+    let c_head = h.dead(keyed("key-c")).await;
+    h.pending(keyed("key-a")).await;
+    h.pending(keyed("key-a")).await;
+
+    let (status, page) = h.get("/ordering/blocked-keys").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    let items = page["items"].as_array().unwrap();
+    let keys: Vec<&str> = items.iter().map(|i| i["key"].as_str().unwrap()).collect();
+    assert_eq!(keys, ["key-b", "key-c"]);
+    assert_eq!(items[0]["head_id"], b_head.to_string());
+    assert_eq!(items[0]["head_status"], "dead");
+    assert_eq!(items[0]["head_attempts"], 1);
+    assert_eq!(items[0]["head_last_error"], "broker said no");
+    assert_eq!(items[0]["waiting"], 2);
+    assert_eq!(items[0]["waiting_capped"], false);
+    assert_eq!(items[1]["head_id"], c_head.to_string());
+    assert_eq!(items[1]["waiting"], 0);
+    assert!(page["next_after"].is_null(), "{page}");
+
+    let (_, first) = h.get("/ordering/blocked-keys?limit=1").await;
+    assert_eq!(first["items"][0]["key"], "key-b");
+    assert_eq!(first["next_after"], "key-b");
+    let (_, second) = h.get("/ordering/blocked-keys?limit=1&after=key-b").await;
+    assert_eq!(second["items"][0]["key"], "key-c");
+    let (_, last) = h.get("/ordering/blocked-keys?limit=1&after=key-c").await;
+    assert_eq!(last["items"], serde_json::json!([]));
+    assert!(last["next_after"].is_null());
+
+    let (_, stats) = h.get("/stats").await;
+    assert_eq!(stats["outbox"]["blocked_keys"], 2, "the count of the list");
+
+    for uri in [
+        "/ordering/blocked-keys?limit=0",
+        "/ordering/blocked-keys?limit=1001",
+        "/ordering/blocked-keys?limit=x",
+    ] {
+        let (status, body) = h.get(uri).await;
+        assert_eq!(
+            (status, code(&body)),
+            (StatusCode::BAD_REQUEST, "bad_limit"),
+            "{uri}"
+        );
+    }
+    let (status, body) = h.get("/ordering/blocked-keys?cursor=AAAAAAAAAAA").await;
+    assert_eq!(
+        (status, code(&body)),
+        (StatusCode::BAD_REQUEST, "bad_query"),
+        "unknown parameters are refused"
+    );
+    assert_eq!(
+        h.call("GET", "/ordering/blocked-keys", None, None).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        h.call("GET", "/ordering/blocked-keys", Some(READ), None)
+            .await
+            .0,
+        StatusCode::OK
     );
 }

@@ -767,3 +767,48 @@ async fn a_delayed_message_is_scheduled_and_can_be_published_now() {
     let seen = viewer.get(&format!("/ui/messages/{other}")).await;
     assert!(!seen.body.contains(">Publish now</button>"), "read-only");
 }
+
+/// The overview's blocked-keys count links to the list of blocked keys, where
+/// each key links to its head message (requeue and delete are there); keys are
+/// escaped and a read session sees the list too.
+#[tokio::test]
+async fn the_blocked_keys_count_links_to_the_keys_and_their_heads() {
+    let h = harness();
+    let keyed = |k: &str| {
+        let mut m = message("orders", "order.created", b"{}");
+        m.ordering_key = Some(k.to_owned());
+        m
+    };
+    let head = h.dead(keyed("<i>acct-7</i>")).await;
+    h.pending(keyed("<i>acct-7</i>")).await;
+    h.pending(keyed("acct-9")).await; // a pending head: not blocked
+    let mut b = Browser::new(&h);
+    b.login(READ).await;
+
+    let overview = b.get("/ui").await;
+    assert!(
+        overview
+            .body
+            .contains(r#"id="count-blocked-keys"><a href="/ui/ordering/blocked-keys">1</a>"#),
+        "{}",
+        overview.body
+    );
+    let page = b.get("/ui/ordering/blocked-keys").await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert!(
+        page.body
+            .contains(&format!(r#"<a href="/ui/messages/{head}">{head}</a>"#))
+    );
+    assert!(!page.body.contains("<i>acct-7"), "the key is escaped");
+    assert!(unescape(&page.body).contains("<i>acct-7</i>"));
+    assert!(
+        !page.body.contains("acct-9"),
+        "a pending head blocks nothing"
+    );
+    assert!(page.body.contains("broker said no"));
+    assert!(page.body.contains(">dead<"));
+    let head_page = b.get(&format!("/ui/messages/{head}")).await;
+    assert_eq!(head_page.status, StatusCode::OK);
+    let bad = b.get("/ui/ordering/blocked-keys?after=%00").await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+}

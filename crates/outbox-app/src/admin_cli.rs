@@ -1,4 +1,4 @@
-//! The operator's commands, `outbox messages|consumers|dead-letters|stats`: the admin
+//! The operator's commands, `outbox messages|consumers|dead-letters|ordering|stats`: the admin
 //! API's actions on the database directly, through the same [`AdminService`], so
 //! their writes are audited too (as `cli:<os user>`). Filter flags mirror the API's
 //! query parameters; tables for people ([`admin_output`](crate::admin_output)),
@@ -11,7 +11,7 @@ use outbox_admin::AdminService;
 use outbox_admin::model::{BulkResponse, FilterBody};
 use outbox_admin::params::{
     DEFAULT_LIMIT, Side, filter_from_body, parse_cursor, parse_dead_letter_id, parse_limit,
-    parse_max, parse_message_id,
+    parse_max, parse_message_id, text,
 };
 use outbox_ports::MessageFilter;
 
@@ -441,6 +441,49 @@ pub(crate) async fn dead_letters(
             let id = parse_dead_letter_id(&id)?;
             service.delete_dead_letter(&cli_actor(), id).await?;
             out::line(&format!("deleted dead letter {id}"));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `outbox ordering ...`: per-key ordering.
+#[derive(Debug, Subcommand)]
+pub(crate) enum OrderingAction {
+    /// List the ordering keys held back by a failing or (unless skipped) dead head,
+    /// by key: the head's id, status, attempts, retry time and last error, and how
+    /// many messages wait behind it (requeue or delete the head with `outbox
+    /// messages requeue|delete ID`).
+    Blocked {
+        /// Page size, 1 to 1000.
+        #[arg(long, default_value_t = DEFAULT_LIMIT)]
+        limit: u32,
+        /// Only keys after this one (the previous page's last key).
+        #[arg(long)]
+        after: Option<String>,
+        /// Print the page as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Runs `outbox ordering ...`.
+///
+/// # Errors
+/// Bad input, what the store says.
+pub(crate) async fn ordering(
+    service: &AdminService,
+    action: OrderingAction,
+) -> anyhow::Result<ExitCode> {
+    match action {
+        OrderingAction::Blocked { limit, after, json } => {
+            let limit = parse_limit(Some(&limit.to_string()))?;
+            let after = after.map(|a| text("after", a)).transpose()?;
+            let page = service.blocked_keys(after, limit).await?;
+            if json {
+                out::json(&page)?;
+            } else {
+                out::blocked_key_page(&page);
+            }
         }
     }
     Ok(ExitCode::SUCCESS)

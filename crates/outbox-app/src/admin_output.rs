@@ -6,8 +6,8 @@
 use std::io::IsTerminal;
 
 use outbox_admin::model::{
-    BulkProgress, ConsumerItem, DeadLetterPage, DeadLetterView, MessageDetail, MessagePage,
-    StatsResponse,
+    BlockedKeyPage, BulkProgress, ConsumerItem, DeadLetterPage, DeadLetterView, MessageDetail,
+    MessagePage, StatsResponse,
 };
 
 /// Whether a bulk action shows its progress: on a terminal (stderr), not with
@@ -75,6 +75,31 @@ fn or_dash(value: Option<&str>) -> &str {
 fn next_page(next: Option<&String>) {
     if let Some(cursor) = next {
         eprintln!("more: --cursor {cursor}");
+    }
+}
+
+/// A page of blocked ordering keys, one line each: key, head id, head status,
+/// attempts, waiting count (`1000+` past the cap), next attempt, last error.
+pub(crate) fn blocked_key_page(page: &BlockedKeyPage) {
+    for k in &page.items {
+        let plus = if k.waiting_capped { "+" } else { "" };
+        println!(
+            "{}	{}	{}	attempts={}	waiting={}{plus}	{}	{}",
+            k.key,
+            k.head_id,
+            k.head_status,
+            k.head_attempts,
+            k.waiting,
+            k.head_next_attempt_at.as_deref().unwrap_or("-"),
+            k.head_last_error
+                .as_deref()
+                .unwrap_or("-")
+                .replace('\n', " "),
+        );
+    }
+    eprintln!("{} blocked key(s) shown", page.items.len());
+    if let Some(after) = &page.next_after {
+        eprintln!("more: --after {after}");
     }
 }
 

@@ -14,7 +14,7 @@ use outbox_ports::{OutboxStore, PortError};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
-use crate::admin_cli::{self, ConsumersAction, DeadLettersAction, MessagesAction};
+use crate::admin_cli::{self, ConsumersAction, DeadLettersAction, MessagesAction, OrderingAction};
 use crate::config::{CoordinationKind, RelayConfig, StoreKind};
 use crate::demo::{self, DemoOptions};
 use crate::{DispatcherConfig, LeaseFactory, RelayBuilder, http, wiring};
@@ -65,6 +65,13 @@ enum Command {
         config: ConfigArg,
         #[command(subcommand)]
         action: DeadLettersAction,
+    },
+    /// Per-key ordering: the keys held back by a failing or dead head.
+    Ordering {
+        #[command(flatten)]
+        config: ConfigArg,
+        #[command(subcommand)]
+        action: OrderingAction,
     },
     /// Counts by status, last hour's throughput and the last sweep report.
     Stats {
@@ -285,6 +292,10 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         },
         Command::DeadLetters { config, action } => match operator(&config).await? {
             Ok(service) => admin_cli::dead_letters(&service, action).await,
+            Err(code) => Ok(code),
+        },
+        Command::Ordering { config, action } => match operator(&config).await? {
+            Ok(service) => admin_cli::ordering(&service, action).await,
             Err(code) => Ok(code),
         },
         Command::Stats { config, json } => match operator(&config).await? {

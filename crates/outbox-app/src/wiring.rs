@@ -133,7 +133,7 @@ pub async fn wire(cfg: &RelayConfig, instance: &str) -> anyhow::Result<Wired> {
                     PgOutboxStore::new(pool.clone(), schema.clone())
                         .with_dead_head(cfg.ordering.dead_head()),
                 ),
-                admin: postgres_admin_ports(pool.clone(), &schema),
+                admin: postgres_admin_ports(pool.clone(), &schema, cfg.ordering.dead_head()),
                 wakeup: Some(Box::new(wake)),
                 throughput: Arc::new(PgThroughputLog::new(pool, &schema)),
             }
@@ -180,10 +180,16 @@ pub async fn wire(cfg: &RelayConfig, instance: &str) -> anyhow::Result<Wired> {
     })
 }
 
-/// The operator's ports over the PostgreSQL stores of `schema`, sharing `pool`.
+/// The operator's ports over the PostgreSQL stores of `schema`, sharing `pool`;
+/// `dead_head` (`ordering.on_dead`) says which keys count and list as blocked.
 #[must_use]
-pub fn postgres_admin_ports(pool: PgPool, schema: &PgSchema) -> AdminPorts {
-    let outbox = Arc::new(PgOutboxStore::new(pool.clone(), schema.clone()));
+pub fn postgres_admin_ports(
+    pool: PgPool,
+    schema: &PgSchema,
+    dead_head: outbox_ports::DeadHead,
+) -> AdminPorts {
+    let outbox =
+        Arc::new(PgOutboxStore::new(pool.clone(), schema.clone()).with_dead_head(dead_head));
     let inbox = Arc::new(PgInboxStore::new(pool.clone(), schema));
     AdminPorts {
         outbox: outbox.clone(),

@@ -193,6 +193,39 @@ pub struct StoredDeadLetter {
     pub received_at: Timestamp,
 }
 
+/// How many messages [`BlockedKey::waiting`] counts at most: counting every
+/// message queued behind a head would cost as many index entries as the key's
+/// backlog (unbounded), so a page of blocked keys costs at most this many per key.
+pub const BLOCKED_WAITING_CAP: u64 = 1_000;
+
+/// An ordering key held back by its head: the key's earliest unsent message (by
+/// insert order) is failing or dead (see [`crate::DeadHead::stuck`]), so none of
+/// its later messages is published until an operator requeues or deletes the head
+/// (or its retry succeeds).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockedKey {
+    /// The ordering key.
+    pub key: String,
+    /// The head message's id.
+    pub head: MessageId,
+    /// The head's status: `PublishFailed` or `Dead`.
+    pub status: Status,
+    /// The head's publish attempts.
+    pub attempts: u32,
+    /// The head's last publish error.
+    pub last_error: Option<String>,
+    /// When the head's next publish attempt is due (a failing head; `None` for a
+    /// dead one).
+    pub next_attempt_at: Option<Timestamp>,
+    /// Messages of the key waiting behind the head (those in a status that would
+    /// hold the key, see [`crate::DeadHead::blocking`]), counted up to
+    /// [`BLOCKED_WAITING_CAP`]: the true number when `waiting_capped` is false, at
+    /// least this many when it is true.
+    pub waiting: u64,
+    /// More than [`BLOCKED_WAITING_CAP`] messages wait behind the head.
+    pub waiting_capped: bool,
+}
+
 /// The operator's view of the outbox.
 #[cfg_attr(feature = "mocks", mockall::automock)]
 #[async_trait]
@@ -273,6 +306,22 @@ pub trait OutboxOperator: Send + Sync {
     /// # Errors
     /// [`PortError::Transient`] when the store cannot be reached.
     async fn published_per_minute(&self, window: Duration) -> Result<Vec<MinuteCount>, PortError>;
+
+    /// The blocked ordering keys (the keys [`crate::OutboxStats::blocked_keys`]
+    /// counts), in key order, starting after key `after` (the last key of the
+    /// previous page; keyset pagination by key); at most `limit`, clamped by
+    /// [`page_limit`]. Its cost follows the keys with unsent messages it walks
+    /// until `limit` blocked ones are found (one index probe each, as a claim's),
+    /// never the messages queued behind the heads (each key's `waiting` stops at
+    /// [`BLOCKED_WAITING_CAP`]).
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn blocked_keys(
+        &self,
+        after: Option<String>,
+        limit: u32,
+    ) -> Result<Vec<BlockedKey>, PortError>;
 }
 
 /// The operator's view of the consumers' inboxes and dead letters.

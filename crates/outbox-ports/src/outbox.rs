@@ -62,6 +62,21 @@ impl DeadHead {
             Self::Skip => &[Status::Pending, Status::PublishFailed],
         }
     }
+
+    /// The statuses of a key's head (its earliest message in a
+    /// [`blocking`](Self::blocking) status, by insert order) that hold the key
+    /// back: failing (waiting for its retry), or dead unless dead ones are skipped.
+    /// A key is *blocked* exactly when its head is in one of these; a pending head
+    /// (due, delayed or in flight) is the key moving on. [`OutboxStats::blocked_keys`]
+    /// counts such keys and [`crate::OutboxOperator::blocked_keys`] lists them.
+    #[must_use]
+    pub const fn stuck(self) -> &'static [outbox_core::Status] {
+        use outbox_core::Status;
+        match self {
+            Self::Block => &[Status::PublishFailed, Status::Dead],
+            Self::Skip => &[Status::PublishFailed],
+        }
+    }
 }
 
 /// A failed publish to record.
@@ -100,8 +115,9 @@ pub struct OutboxStats {
     pub publish_failed: u64,
     /// Out of retries.
     pub dead: u64,
-    /// Ordering keys held back: with a message failing (waiting for its retry) or
-    /// dead (unless dead ones are skipped) in front of their later messages.
+    /// Ordering keys held back: keys whose head is failing (waiting for its retry)
+    /// or dead (unless dead ones are skipped), see [`DeadHead::stuck`]; listed by
+    /// [`crate::OutboxOperator::blocked_keys`].
     pub blocked_keys: u64,
     /// Since when the longest-waiting unsent message waits: the creation time of
     /// a pending or failed one, the due time of an overdue delayed one.

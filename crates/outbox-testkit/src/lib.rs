@@ -183,6 +183,7 @@ macro_rules! outbox_operator_contract {
                 single_actions_are_guarded,
                 publish_now_makes_a_delayed_message_due,
                 published_per_minute_counts_sent_messages,
+                blocked_keys_are_listed_in_key_order,
             ]
         );
     };

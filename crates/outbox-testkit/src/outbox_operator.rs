@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use outbox_core::{Decision, Message, MessageId, Status, Timestamp};
 use outbox_ports::{
-    Lease, MAX_PAGE_LIMIT, MessageFilter, OutboxOperator, OutboxStore, PREVIEW_BYTES, PageCursor,
-    PortError, PublishFailure,
+    BLOCKED_WAITING_CAP, Lease, MAX_PAGE_LIMIT, MessageFilter, OutboxOperator, OutboxStore,
+    PREVIEW_BYTES, PageCursor, PortError, PublishFailure,
 };
 
 use crate::{LONG_TTL, message, unique_key};
@@ -591,4 +591,173 @@ pub async fn publish_now_makes_a_delayed_message_due(o: OutboxUnderTest) {
             .await,
         Err(PortError::NotFound { .. })
     ));
+}
+
+/// Blocked keys are listed in key order: keys whose head is failing, or dead
+/// (with the default [`outbox_ports::DeadHead::Block`] only), each with its head
+/// and the count waiting behind it (capped at [`BLOCKED_WAITING_CAP`]); a key whose
+/// head is pending or in flight is not, nor an unkeyed failing message; pages
+/// continue after a key; `limit` is clamped; the stats count the same keys.
+/// `skip`: the store under test was built with [`outbox_ports::DeadHead::Skip`].
+pub async fn blocked_keys_list_failing_and_dead_heads(o: OutboxUnderTest, skip: bool) {
+    // One prefix, keys told apart by their last letter: ordered alike by bytes and
+    // by any collation.
+    let p = unique_key("blocked");
+    let key = |c: &str| format!("{p}-{c}");
+    let keyed = |k: &str| {
+        let mut m = message("blocked", "blocked.key");
+        m.ordering_key = Some(key(k));
+        m
+    };
+    let (a, b, c, d, e, g) = (
+        (0..3).map(|_| keyed("a")).collect::<Vec<_>>(), // failing head, 2 behind
+        (0..2).map(|_| keyed("b")).collect::<Vec<_>>(), // dead head, 1 behind
+        (0..2).map(|_| keyed("c")).collect::<Vec<_>>(), // pending head (released)
+        (0..2).map(|_| keyed("d")).collect::<Vec<_>>(), // head in flight
+        vec![keyed("e")],                               // failing head, none behind
+        (0..BLOCKED_WAITING_CAP + 2)
+            .map(|_| keyed("g"))
+            .collect::<Vec<_>>(), // failing head, more than the cap behind
+    );
+    let unkeyed = message("blocked", "blocked.unkeyed");
+    let all: Vec<Message> = [&a, &b, &c, &d, &e, &g]
+        .into_iter()
+        .flatten()
+        .cloned()
+        .chain([unkeyed.clone()])
+        .collect();
+    o.store.enqueue(all).await.expect("enqueue");
+    let l = lease();
+    let claimed: Vec<MessageId> = o
+        .store
+        .claim_pending(&l, 100)
+        .await
+        .expect("claim")
+        .iter()
+        .map(|c| c.message.id)
+        .collect();
+    assert_eq!(
+        claimed,
+        [
+            a[0].id, b[0].id, c[0].id, d[0].id, e[0].id, g[0].id, unkeyed.id
+        ],
+        "each key's head and the unkeyed message"
+    );
+    let fail = |id: MessageId, decision: Decision| PublishFailure {
+        id,
+        error: "broker said no".into(),
+        decision,
+    };
+    let retry = Decision::RetryAfter(Duration::from_secs(3600));
+    o.store
+        .mark_publish_failed(
+            &l,
+            &[
+                fail(a[0].id, retry),
+                fail(b[0].id, Decision::Dead),
+                fail(e[0].id, retry),
+                fail(g[0].id, retry),
+                fail(unkeyed.id, retry),
+            ],
+        )
+        .await
+        .expect("failed");
+    o.store.release(&l, &[c[0].id]).await.expect("release");
+    // d's head stays claimed (in flight).
+
+    let listed =
+        |page: &[outbox_ports::BlockedKey]| page.iter().map(|k| k.key.clone()).collect::<Vec<_>>();
+    let expected: Vec<String> = if skip {
+        vec![key("a"), key("e"), key("g")]
+    } else {
+        vec![key("a"), key("b"), key("e"), key("g")]
+    };
+    let page = o.operator.blocked_keys(None, 100).await.expect("blocked");
+    assert_eq!(
+        listed(&page),
+        expected,
+        "failing heads, and a dead head unless skipped; never a pending or in-flight head"
+    );
+    assert_eq!(
+        o.store.stats().await.expect("stats").blocked_keys,
+        expected.len() as u64,
+        "the stats count the keys listed"
+    );
+    let a_item = &page[0];
+    assert_eq!(a_item.head, a[0].id);
+    assert_eq!(a_item.status, Status::PublishFailed);
+    assert_eq!(a_item.attempts, 1);
+    assert_eq!(a_item.last_error.as_deref(), Some("broker said no"));
+    assert!(
+        a_item.next_attempt_at.is_some(),
+        "a failing head's retry time"
+    );
+    assert_eq!((a_item.waiting, a_item.waiting_capped), (2, false));
+    if !skip {
+        let b_item = &page[1];
+        assert_eq!(
+            (b_item.head, b_item.status, b_item.waiting),
+            (b[0].id, Status::Dead, 1)
+        );
+    }
+    let e_item = page.iter().find(|k| k.key == key("e")).expect("e");
+    assert_eq!((e_item.head, e_item.waiting), (e[0].id, 0));
+    let g_item = page.iter().find(|k| k.key == key("g")).expect("g");
+    assert_eq!(
+        (g_item.waiting, g_item.waiting_capped),
+        (BLOCKED_WAITING_CAP, true),
+        "the waiting count stops at the cap and says so"
+    );
+
+    // Pages of one and of two, continuing after the previous page's last key.
+    for size in [1_u32, 2] {
+        let mut seen = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = o
+                .operator
+                .blocked_keys(after.clone(), size)
+                .await
+                .expect("page");
+            assert!(page.len() <= size as usize);
+            seen.extend(listed(&page));
+            match page.last() {
+                Some(last) if page.len() == size as usize => after = Some(last.key.clone()),
+                _ => break,
+            }
+            assert!(seen.len() <= expected.len(), "the pages never end");
+        }
+        assert_eq!(seen, expected, "pages of {size}");
+    }
+    assert_eq!(
+        listed(
+            &o.operator
+                .blocked_keys(Some(key("c")), 100)
+                .await
+                .expect("after c")
+        ),
+        [key("e"), key("g")],
+        "after a key that is not blocked itself"
+    );
+    assert_eq!(
+        o.operator.blocked_keys(None, 0).await.expect("zero").len(),
+        1,
+        "limit 0 is clamped to 1"
+    );
+
+    // A requeued head is pending: its key moves on and is no longer listed.
+    o.operator.requeue_message(a[0].id).await.expect("requeue");
+    let after_requeue = listed(&o.operator.blocked_keys(None, 100).await.expect("blocked"));
+    assert!(!after_requeue.contains(&key("a")), "{after_requeue:?}");
+    assert_eq!(after_requeue.len(), expected.len() - 1);
+    assert_eq!(
+        o.store.stats().await.expect("stats").blocked_keys,
+        after_requeue.len() as u64
+    );
+}
+
+/// [`blocked_keys_list_failing_and_dead_heads`] on a store with the default
+/// [`outbox_ports::DeadHead::Block`].
+pub async fn blocked_keys_are_listed_in_key_order(o: OutboxUnderTest) {
+    blocked_keys_list_failing_and_dead_heads(o, false).await;
 }

@@ -182,6 +182,7 @@ pub fn ui_router(service: AdminService, auth: AdminAuth, options: UiOptions) -> 
         .route("/messages/{id}/requeue", post(pages::requeue))
         .route("/messages/{id}/publish-now", post(pages::publish_now))
         .route("/messages/{id}/delete", post(pages::delete))
+        .route("/ordering/blocked-keys", get(pages::blocked_keys))
         .route("/consumers", get(pages::consumers))
         .route("/consumers/{name}", get(pages::deliveries))
         .route("/consumers/{name}/reconsume", post(pages::bulk_reconsume))

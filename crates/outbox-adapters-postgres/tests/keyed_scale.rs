@@ -65,7 +65,7 @@ async fn a_keyed_backlog_costs_a_claim_its_keys_not_its_rows() {
             .explain_blocked_keys(None, 50)
             .await
             .expect("explain blocked keys");
-        let visited = rows_visited(&plan);
+        let visited = common::rows_visited(&plan);
         eprintln!("blocked keys: {visited} rows visited\n{plan}");
         // About 4 probes for each of the 100 keys and the 1,001 entries of the
         // capped count; counting key000's whole backlog would read 1,999.

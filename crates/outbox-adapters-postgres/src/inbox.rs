@@ -27,6 +27,7 @@ struct Sql {
     arrive_consumed: String,
     arrive_held: String,
     release_if_head: String,
+    give_up_lease: String,
     status_of: String,
     mark_consumed: String,
     mark_failed: String,
@@ -68,11 +69,14 @@ impl Sql {
         Self {
             // New: inserted. Received before but its worker's lease ran out: taken
             // over, unless it waits behind an earlier delivery of its key (the
-            // consume sweep hands it over in order).
+            // consume sweep hands it over in order). A held row taken over gets a
+            // next attempt time: should this attempt end unrecorded, the sweep's
+            // claim finds it once the lease runs out.
             arrive: format!(
                 "{insert}, 'sent', now(), $13, now() + $14 * interval '1 millisecond') \
                  ON CONFLICT (consumer, message_id) DO UPDATE \
-                   SET locked_by = EXCLUDED.locked_by, locked_until = EXCLUDED.locked_until \
+                   SET locked_by = EXCLUDED.locked_by, locked_until = EXCLUDED.locked_until, \
+                     next_attempt_at = COALESCE({t}.next_attempt_at, now()) \
                    WHERE {t}.status = 'sent' AND ({t}.locked_until IS NULL OR {t}.locked_until < now()) \
                    AND {} \
                  RETURNING 1",
@@ -93,6 +97,10 @@ impl Sql {
                  WHERE EXISTS (SELECT 1 FROM {t} e WHERE e.consumer = $1 AND e.ordering_key = $12 \
                    AND e.status IN ('sent', 'consume_failed')) \
                  ON CONFLICT (consumer, message_id) DO NOTHING RETURNING 1"
+            ),
+            give_up_lease: format!(
+                "UPDATE {t} SET locked_by = NULL, locked_until = NULL \
+                 WHERE consumer = $1 AND message_id = $2 AND locked_by = $3 AND status = 'sent'"
             ),
             // Right after `arrive_held` commits, in a statement of its own (a new
             // snapshot): the held row, made due if it leads its key now. A mark
@@ -488,6 +496,23 @@ impl PgInboxStore {
         Ok(lines.join("\n"))
     }
 
+    /// Best effort, after a failed attempt on a row recorded under `lease` and not
+    /// handled: the row is left without a lease, so a try again (or a
+    /// redelivery) takes it over at once instead of waiting for the lease to run
+    /// out. Nothing when the row has moved on (consumed, failed) or another
+    /// holder has it.
+    async fn give_up_lease(&self, consumer: &str, id: MessageId, lease: &Lease) {
+        let cleared = sqlx::query(&self.sql.give_up_lease)
+            .bind(consumer)
+            .bind(id.as_uuid())
+            .bind(&lease.holder)
+            .execute(&self.pool)
+            .await;
+        if let Err(e) = cleared {
+            tracing::debug!(consumer, message_id = %id, error = %e, "could not give up the lease of an unhandled delivery; it is retried once the lease runs out");
+        }
+    }
+
     /// After a keyed row finished (consumed or dead): its key's next row, if held,
     /// is due now. A failure here is only logged: the mark itself has committed,
     /// and the safety net in [`InboxConsumerPath::claim_due`] releases the row.
@@ -555,7 +580,10 @@ impl PgInboxStore {
     /// # Errors
     /// The database could not be reached (or the COMMIT's answer never came); then
     /// nothing is known to be recorded and the delivery should be returned to the
-    /// broker: a redelivery finds the row if the COMMIT did happen.
+    /// broker (or tried again): a redelivery finds the row if the COMMIT did happen.
+    /// A keyed message's row may be recorded, still unhandled: its lease is given
+    /// up when the database answers, so the next try takes it over at once (else
+    /// the consume sweep does once the lease runs out).
     pub async fn consume_in_transaction(
         &self,
         consumer: &str,
@@ -573,8 +601,13 @@ impl PgInboxStore {
             // a retry does, marking it consumed in its transaction.
             return match self.record_arrival(consumer, message, lease).await? {
                 Arrival::New => {
-                    self.retry_in_transaction(consumer, lease, message, 0, decide, handler)
-                        .await
+                    let outcome = self
+                        .retry_in_transaction(consumer, lease, message, 0, decide, handler)
+                        .await;
+                    if outcome.is_err() {
+                        self.give_up_lease(consumer, message.id, lease).await;
+                    }
+                    outcome
                 }
                 Arrival::Duplicate(_) => Ok(ConsumeOutcome::Duplicate),
             };

@@ -466,3 +466,81 @@ async fn the_safety_net_costs_the_keys_with_held_rows() {
         );
     });
 }
+
+/// A held row taken over by a redelivery (its predecessor finished, nobody made
+/// it due yet) gets a next attempt time: should that attempt end unrecorded, the
+/// sweep's claim finds it once the lease runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_row_taken_over_is_due_for_the_sweep() {
+    with_db!(|pool, schema| {
+        let inbox = PgInboxStore::new(pool.clone(), &schema)
+            .with_held_check_every(Duration::from_secs(3600));
+        let t = format!("{}.outbox_inbox", schema.quoted());
+        let c = unique_key("consumer");
+        let key = unique_key("key");
+        let (a, b) = (keyed(&key), keyed(&key));
+        // The first claim runs the safety net, which would release b itself.
+        assert_eq!(claim_one(&inbox, &c).await, None);
+        inbox.record_arrival(&c, &a, &lease()).await.expect("a");
+        assert!(inbox.hold_behind_key(&c, &b).await.expect("hold b"));
+        sqlx::query(&format!(
+            "UPDATE {t} SET status = 'consumed', consumed_at = now(), next_attempt_at = NULL, \
+             locked_by = NULL, locked_until = NULL WHERE message_id = $1"
+        ))
+        .bind(a.id.as_uuid())
+        .execute(&pool)
+        .await
+        .expect("finish a behind the store's back");
+        let short = Lease::new(unique_key("worker"), Duration::from_millis(200));
+        assert_eq!(
+            inbox.record_arrival(&c, &b, &short).await.expect("b again"),
+            outbox_ports::Arrival::New,
+            "a redelivery of b takes it over, as it leads its key"
+        );
+        assert!(!held_without_due_time(&pool, &t, b.id).await);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(
+            claim_one(&inbox, &c).await,
+            Some(b.id),
+            "its worker vanished: the sweep claims it"
+        );
+    });
+}
+
+/// The transactional path records a keyed delivery before its handler runs; when
+/// the attempt then fails without an answer from the database, the row's lease
+/// is given up, so the next try takes it over at once instead of finding it
+/// busy (and the key waiting) until the lease runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_attempt_lost_with_its_connection_gives_its_lease_up() {
+    with_db!(|pool, schema| {
+        let inbox = PgInboxStore::new(pool.clone(), &schema);
+        let c = unique_key("consumer");
+        let a = keyed(&unique_key("key"));
+        let cut: outbox_adapters_postgres::TxHandler<'static> =
+            Box::new(|conn: &mut sqlx::PgConnection| {
+                Box::pin(async move {
+                    sqlx::query("SELECT pg_terminate_backend(pg_backend_pid())")
+                        .execute(&mut *conn)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    Ok(())
+                })
+            });
+        let attempt = inbox
+            .consume_in_transaction(
+                &c,
+                &a,
+                &lease(),
+                |_| Decision::RetryAfter(Duration::ZERO),
+                cut,
+            )
+            .await;
+        assert!(attempt.is_err(), "the connection was cut: {attempt:?}");
+        assert_eq!(
+            inbox.record_arrival(&c, &a, &lease()).await.expect("again"),
+            outbox_ports::Arrival::New,
+            "the next try takes the recorded row over at once"
+        );
+    });
+}

@@ -95,7 +95,8 @@ pub trait InboxConsumerPath: Send + Sync {
     /// waiting for its retry; a dead one does not hold its key back). `true`: held,
     /// acknowledge it and do not handle it now; the sweep claims it once every
     /// earlier delivery of its key is consumed or dead. `false` (also for a message
-    /// without a key, or one recorded before): handle it as usual, through
+    /// without a key, one recorded before, or one a store recorded as held and
+    /// found its predecessors finished just after): handle it as usual, through
     /// [`InboxConsumerPath::record_arrival`], which hands a redelivered row over
     /// only when it is the first unfinished one of its key, as
     /// [`InboxConsumerPath::claim_due`] does.

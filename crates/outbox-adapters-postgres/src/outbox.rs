@@ -316,20 +316,21 @@ fn stuck_list(dead_head: DeadHead) -> String {
 
 /// The blocked keys of table `t` (quoted), in key order: `$1` the page size, `$2`
 /// the cap of the waiting count plus one, with `cursor` (a parameter like `$3`)
-/// only keys after it. The keys are walked one index probe each over
-/// outbox_ordered (as a claim walks them, [`key_walk`]), each key's head read by
-/// one more probe; the walk stops as soon as `$1` blocked keys are found, so a
-/// page costs the keys it passes, never the rows queued behind their heads (the
-/// waiting count reads at most `$2` index entries of a key). The walk carries the
-/// number of blocked keys found so far; the final ORDER BY sorts only the keys
-/// walked.
+/// only keys after it. The walk visits only keys with a failing (or, blocking,
+/// dead) row, one index probe each over outbox_keyed_stuck (a loose index scan),
+/// and reads each one's head with one more probe of outbox_ordered; it stops as
+/// soon as `$1` blocked keys are found. So a page costs the stuck keys it passes,
+/// never the healthy keys nor the rows queued behind the heads (the waiting count
+/// reads at most `$2` index entries of a key, in seq order). The walk carries
+/// the number of blocked keys found so far; the final ORDER BY sorts only the
+/// keys walked.
 fn blocked_keys(t: &str, dead_head: DeadHead, cursor: Option<&str>) -> String {
     let blocking = blocking_list(dead_head);
     let stuck = stuck_list(dead_head);
     let next_key = |cond: &str| {
         format!(
             "(SELECT ordering_key FROM {t} WHERE {cond} \
-               AND status IN ({blocking}) ORDER BY ordering_key LIMIT 1)"
+               AND status IN ({stuck}) ORDER BY ordering_key LIMIT 1)"
         )
     };
     let first = next_key(&match cursor {
@@ -352,7 +353,7 @@ fn blocked_keys(t: &str, dead_head: DeadHead, cursor: Option<&str>) -> String {
            {} AS next_attempt_at, \
            (SELECT count(*) FROM (SELECT 1 FROM {t} w WHERE w.ordering_key = walk.k \
               AND w.seq > h.seq AND w.status IN ({blocking}) \
-              LIMIT $2) behind) AS waiting \
+              ORDER BY w.seq LIMIT $2) behind) AS waiting \
          FROM walk CROSS JOIN LATERAL \
            (SELECT e.seq, e.id, e.status, e.attempts, e.last_error, e.next_attempt_at \
             FROM {t} e WHERE e.ordering_key = walk.k AND e.status IN ({blocking}) \

@@ -390,7 +390,9 @@ impl AdminService {
         limit: u32,
     ) -> Result<BlockedKeyPage, AdminError> {
         let keys = self.ports.outbox.blocked_keys(after, limit).await?;
-        let full = keys.len() >= limit as usize;
+        // Against the limit the store applied (clamped), so a caller asking for
+        // more than a page still gets a cursor when the page is full.
+        let full = keys.len() >= outbox_ports::page_limit(limit) as usize;
         let next_after = keys.last().filter(|_| full).map(|k| k.key.clone());
         Ok(BlockedKeyPage {
             items: keys

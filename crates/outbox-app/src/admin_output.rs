@@ -84,23 +84,39 @@ pub(crate) fn blocked_key_page(page: &BlockedKeyPage) {
     for k in &page.items {
         let plus = if k.waiting_capped { "+" } else { "" };
         println!(
-            "{}	{}	{}	attempts={}	waiting={}{plus}	{}	{}",
-            k.key,
+            "{}\t{}\t{}\tattempts={}\twaiting={}{plus}\t{}\t{}",
+            printable(&k.key),
             k.head_id,
             k.head_status,
             k.head_attempts,
             k.waiting,
             k.head_next_attempt_at.as_deref().unwrap_or("-"),
-            k.head_last_error
-                .as_deref()
-                .unwrap_or("-")
-                .replace('\n', " "),
+            printable(k.head_last_error.as_deref().unwrap_or("-")),
         );
     }
     eprintln!("{} blocked key(s) shown", page.items.len());
     if let Some(after) = &page.next_after {
-        eprintln!("more: --after {after}");
+        // Quoted for a POSIX shell (keys are user data: spaces, `;`, a leading
+        // `-`), so the hint can be pasted as it is.
+        eprintln!(
+            "more: --after='{}'",
+            printable(after).replace('\'', r"'\''")
+        );
     }
+}
+
+/// `text` on one line of a tab-separated listing: control characters (tabs,
+/// newlines, terminal escapes) shown escaped.
+fn printable(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| {
+            if c.is_control() {
+                c.escape_default().collect::<Vec<_>>()
+            } else {
+                vec![c]
+            }
+        })
+        .collect()
 }
 
 /// A page of messages, one line each.

@@ -737,6 +737,17 @@ impl PgInboxStore {
         Ok(failure_outcome(error, decision))
     }
 
+    /// Vacuums `outbox_inbox` when autovacuum is off for it and its dead rows pass
+    /// autovacuum's threshold: every consumed delivery rewrites its row (see
+    /// [`outbox_ports::OutboxRetention::reclaim_space`]). The table is shared by
+    /// every consumer of the schema.
+    ///
+    /// # Errors
+    /// A database error.
+    pub async fn reclaim_space(&self) -> Result<outbox_ports::SpaceReclaim, PortError> {
+        crate::vacuum::reclaim(&self.pool, &self.schema, "outbox_inbox").await
+    }
+
     /// Retention: deletes `consumer`'s deliveries consumed more than `age` ago,
     /// `batch` per statement; returns how many. Failed, dead and in-progress rows are
     /// never deleted.

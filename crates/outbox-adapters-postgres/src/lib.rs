@@ -30,6 +30,7 @@ mod schema;
 mod state;
 mod storable;
 mod throughput;
+mod vacuum;
 mod wakeup;
 
 pub use audit::PgAuditLog;

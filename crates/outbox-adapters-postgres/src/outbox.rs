@@ -7,7 +7,7 @@ use outbox_core::message::DEFAULT_MAX_PAYLOAD_BYTES;
 use outbox_core::{Decision, Message, MessageId, NewMessage, Status, Timestamp, TransitionError};
 use outbox_ports::{
     ClaimedMessage, DeadHead, Lease, OutboxRecord, OutboxRelayPath, OutboxRetention, OutboxStats,
-    OutboxStore, PortError, PublishFailure,
+    OutboxStore, PortError, PublishFailure, SpaceReclaim,
 };
 use sqlx::types::Json;
 use sqlx::{PgConnection, PgPool};
@@ -981,6 +981,12 @@ impl OutboxRetention for PgOutboxStore {
             .await
             .map_err(|e| port("retention", e))?
             .rows_affected())
+    }
+
+    /// Vacuums `outbox_messages` when autovacuum is off for it (see the `vacuum`
+    /// module) and its dead rows pass autovacuum's threshold.
+    async fn reclaim_space(&self) -> Result<SpaceReclaim, PortError> {
+        crate::vacuum::reclaim(&self.pool, self.outbox.schema(), "outbox_messages").await
     }
 }
 

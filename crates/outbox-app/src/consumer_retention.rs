@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 #[cfg(feature = "postgres")]
 use {crate::consumer::ConsumerCounters, std::sync::Arc, std::sync::atomic::Ordering};
 
+use crate::VacuumMode;
 use crate::sleep_or_cancel;
 
 /// The shortest `consumed_after` accepted: one hour.
@@ -34,14 +35,16 @@ fn invalid(name: &str, reason: impl std::fmt::Display) -> ConfigError {
 }
 
 /// Retention of consumed inbox rows. Defaults: enabled, rows consumed more than 7
-/// days ago, checked every minute, deleted 5,000 per statement. Only valid values
-/// can be built.
+/// days ago, checked every minute, deleted 5,000 per statement, the inbox vacuumed
+/// after a round when autovacuum is off for it ([`VacuumMode::Auto`]). Only valid
+/// values can be built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConsumerRetention {
     enabled: bool,
     consumed_after: Duration,
     interval: Duration,
     batch_size: u32,
+    vacuum: VacuumMode,
 }
 
 impl Default for ConsumerRetention {
@@ -51,6 +54,7 @@ impl Default for ConsumerRetention {
             consumed_after: Duration::from_secs(7 * 24 * 3600),
             interval: Duration::from_secs(60),
             batch_size: 5_000,
+            vacuum: VacuumMode::Auto,
         }
     }
 }
@@ -101,6 +105,18 @@ impl ConsumerRetention {
         Ok(Self { batch_size, ..self })
     }
 
+    /// Whether rounds vacuum the inbox table when autovacuum is off for it.
+    #[must_use]
+    pub fn with_vacuum(self, vacuum: VacuumMode) -> Self {
+        Self { vacuum, ..self }
+    }
+
+    /// See [`Self::with_vacuum`].
+    #[must_use]
+    pub const fn vacuum(&self) -> VacuumMode {
+        self.vacuum
+    }
+
     /// Whether retention runs.
     #[must_use]
     pub const fn enabled(&self) -> bool {
@@ -141,6 +157,7 @@ pub(crate) async fn run_retention(
     if !retention.enabled() {
         return;
     }
+    let mut vacuum = crate::sent_retention::VacuumLog::default();
     loop {
         let mut deleted = 0u64;
         while !cancel.is_cancelled() {
@@ -167,6 +184,11 @@ pub(crate) async fn run_retention(
         }
         if deleted > 0 {
             tracing::info!(%consumer, deleted, "inbox retention deleted old consumed rows");
+        }
+        // The inbox is shared by the schema's consumers: each one's loop checks it
+        // (a check is one small read; `SKIP_LOCKED` keeps two vacuums from queueing).
+        if retention.vacuum() == VacuumMode::Auto && !cancel.is_cancelled() {
+            vacuum.note("outbox_inbox", inbox.reclaim_space().await);
         }
         if !sleep_or_cancel(retention.interval(), &cancel).await {
             return;

@@ -83,7 +83,7 @@ pub use pg_consumer::{
 #[cfg(feature = "postgres")]
 pub use pg_wakeup::PgWakeupSource;
 pub use relay::{Dispatcher, DispatcherConfig, PublishCounts, PublishRetryTask, RelayCounters};
-pub use sent_retention::{RetentionConfig, SentRetentionTask};
+pub use sent_retention::{RetentionConfig, SentRetentionTask, VacuumMode};
 pub use service::{RelayBuilder, RelayHandles};
 pub use supervision::ServiceHealth;
 pub use sweeper::{RetrySweeper, SweepTask};

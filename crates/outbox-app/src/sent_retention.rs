@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_core::config::ConfigError;
-use outbox_ports::OutboxRetention;
+use outbox_ports::{OutboxRetention, SpaceReclaim};
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
@@ -31,6 +31,29 @@ pub struct RetentionConfig {
     pub interval: Duration,
     /// Rows per delete statement (short statements hold few locks).
     pub batch_size: u32,
+    /// Whether rounds also vacuum the table when the server's autovacuum is off
+    /// for it (see [`VacuumMode`]).
+    pub vacuum: VacuumMode,
+}
+
+/// Vacuuming after retention rounds (`vacuum` of `[retention]` and of a
+/// consumer's retention).
+///
+/// Every claim, mark and consumed delivery leaves a dead row version, and
+/// retention deletes; only `VACUUM` makes their space reusable. PostgreSQL's
+/// autovacuum normally does it. With it off (for the server or for the table),
+/// nothing does, and a table of a thousand live rows grows by gigabytes a day.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VacuumMode {
+    /// After each round, when autovacuum is off for the table and its dead rows
+    /// pass autovacuum's own threshold, vacuum it (`VACUUM (SKIP_LOCKED,
+    /// ANALYZE)`); with autovacuum on, nothing. The role must own the table; if
+    /// it does not, a warning says so once.
+    #[default]
+    Auto,
+    /// Never: the table's upkeep is the server's or the operator's.
+    Never,
 }
 
 impl Default for RetentionConfig {
@@ -40,6 +63,7 @@ impl Default for RetentionConfig {
             sent_after: Duration::from_secs(7 * 24 * 3600),
             interval: Duration::from_secs(60),
             batch_size: 5000,
+            vacuum: VacuumMode::Auto,
         }
     }
 }
@@ -113,8 +137,10 @@ impl SentRetentionTask {
     }
 
     /// Runs a round at start and then every `interval` until `cancel` fires. A
-    /// failed round is logged and tried again at the next interval.
+    /// failed round is logged and tried again at the next interval. Each round
+    /// then vacuums the table if that falls to it (see [`VacuumMode`]).
     pub async fn run(self, cancel: CancellationToken) {
+        let mut vacuum = VacuumLog::default();
         // Registered at 0, so the counter is on /metrics before anything is deleted.
         metrics::counter!(RETENTION_DELETED_TOTAL).increment(0);
         tracing::info!(
@@ -130,9 +156,111 @@ impl SentRetentionTask {
                     tracing::warn!(error = %e, "retention failed; trying again next interval")
                 }
             }
+            if self.config.vacuum == VacuumMode::Auto && !cancel.is_cancelled() {
+                vacuum.note("outbox_messages", self.store.reclaim_space().await);
+            }
             if !sleep_or_cancel(self.config.interval, &cancel).await {
                 return;
             }
         }
+    }
+}
+
+/// Logs what vacuuming after retention does: each vacuum at debug level; once,
+/// at warning level, that autovacuum is off (so the operator learns the server
+/// is not looking after the table) or that this role may not vacuum; errors at
+/// warning level each time.
+#[derive(Debug, Default)]
+pub(crate) struct VacuumLog {
+    told_off: bool,
+    told_not_permitted: bool,
+}
+
+impl VacuumLog {
+    pub(crate) fn note(
+        &mut self,
+        table: &'static str,
+        outcome: Result<SpaceReclaim, outbox_ports::PortError>,
+    ) {
+        match outcome {
+            Ok(SpaceReclaim::ByTheStore) => {}
+            Ok(SpaceReclaim::NotPermitted) => {
+                if !std::mem::replace(&mut self.told_not_permitted, true) {
+                    tracing::warn!(
+                        table,
+                        "autovacuum is off for this table and this role does not own it, so it cannot vacuum it: the table grows until the server's autovacuum is switched on or its owner vacuums it"
+                    );
+                }
+            }
+            Ok(other) => {
+                if !std::mem::replace(&mut self.told_off, true) {
+                    tracing::warn!(
+                        table,
+                        "autovacuum is off for this table: vacuuming it after retention rounds by autovacuum's threshold (vacuum = \"never\" leaves it to the operator)"
+                    );
+                }
+                if let SpaceReclaim::Reclaimed { dead } = other {
+                    tracing::debug!(table, dead, "vacuumed");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(table, error = %e, "vacuum failed; trying again after the next round")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use async_trait::async_trait;
+    use outbox_ports::PortError;
+
+    use super::*;
+
+    /// Deletes nothing; counts the reclaims asked of it.
+    #[derive(Default)]
+    struct Counting {
+        reclaims: AtomicU32,
+    }
+
+    #[async_trait]
+    impl OutboxRetention for Counting {
+        async fn delete_sent_batch(&self, _: Duration, _: u32) -> Result<u64, PortError> {
+            Ok(0)
+        }
+        async fn reclaim_space(&self) -> Result<SpaceReclaim, PortError> {
+            self.reclaims.fetch_add(1, Ordering::SeqCst);
+            Ok(SpaceReclaim::Reclaimed { dead: 1 })
+        }
+    }
+
+    async fn reclaims_in_three_rounds(vacuum: VacuumMode) -> u32 {
+        let store = Arc::new(Counting::default());
+        let config = RetentionConfig {
+            interval: Duration::from_millis(20),
+            vacuum,
+            ..RetentionConfig::default()
+        };
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(SentRetentionTask::new(store.clone(), config).run(cancel.clone()));
+        while store.reclaims.load(Ordering::SeqCst) < 3 && !task.is_finished() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            if vacuum == VacuumMode::Never {
+                // Three rounds' time, then stop: none may have asked.
+                tokio::time::sleep(Duration::from_millis(80)).await;
+                break;
+            }
+        }
+        cancel.cancel();
+        task.await.expect("task");
+        store.reclaims.load(Ordering::SeqCst)
+    }
+
+    #[tokio::test]
+    async fn every_round_asks_the_store_to_reclaim_unless_never() {
+        assert!(reclaims_in_three_rounds(VacuumMode::Auto).await >= 3);
+        assert_eq!(reclaims_in_three_rounds(VacuumMode::Never).await, 0);
     }
 }

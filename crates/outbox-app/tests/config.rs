@@ -219,6 +219,7 @@ fn retention_is_on_by_default_and_set_from_file_or_environment() {
     assert_eq!(r.sent_after, Duration::from_secs(7 * 24 * 3600));
     assert_eq!(r.interval, Duration::from_secs(60));
     assert_eq!(r.batch_size, 5000);
+    assert_eq!(r.vacuum, outbox_app::VacuumMode::Auto);
 
     let from_file = RelayConfig::load_with_env(
         &file(&format!(
@@ -245,10 +246,12 @@ fn retention_is_on_by_default_and_set_from_file_or_environment() {
             ("OUTBOX__RETENTION__INTERVAL", "250ms"),
             ("OUTBOX__RETENTION__BATCH_SIZE", "7"),
             ("OUTBOX__RETENTION__ENABLED", "false"),
+            ("OUTBOX__RETENTION__VACUUM", "never"),
         ]),
     )
     .expect("any positive duration is accepted");
     let r = &from_env.retention;
+    assert_eq!(r.vacuum, outbox_app::VacuumMode::Never);
     assert_eq!(
         (r.enabled, r.sent_after, r.interval, r.batch_size),
         (false, Duration::from_secs(1), Duration::from_millis(250), 7)
@@ -266,6 +269,7 @@ fn zero_retention_settings_are_refused_by_name() {
         ("OUTBOX__RETENTION__INTERVAL", "0ms", "retention.interval"),
         ("OUTBOX__RETENTION__BATCH_SIZE", "0", "retention.batch_size"),
         ("OUTBOX__RETENTION__SENT_AFTER", "soon", "soon"),
+        ("OUTBOX__RETENTION__VACUUM", "always", "always"),
     ] {
         let e = error_of(GOOD, &[(var, value)]);
         assert!(e.contains(needle), "expected {needle:?} in: {e}");

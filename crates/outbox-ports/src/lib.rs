@@ -42,7 +42,7 @@ pub use operator::{
 };
 pub use outbox::{
     ClaimedMessage, DeadHead, Lease, OutboxRecord, OutboxRelayPath, OutboxRetention, OutboxStats,
-    OutboxStore, PublishFailure,
+    OutboxStore, PublishFailure, SpaceReclaim,
 };
 pub use state::{StateWrite, SweepStateStore};
 pub use throughput::{ThroughputKind, ThroughputLog};

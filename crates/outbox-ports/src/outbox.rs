@@ -211,6 +211,43 @@ pub trait OutboxRetention: Send + Sync {
     /// [`PortError::Transient`] when the store cannot be reached (what was deleted
     /// before stays deleted).
     async fn delete_sent_batch(&self, age: Duration, limit: u32) -> Result<u64, PortError>;
+
+    /// Reclaims the space of deleted and rewritten rows, if that falls to the
+    /// caller and enough of it is dead (see [`SpaceReclaim`]). Every claim and mark
+    /// rewrites a row, and retention deletes: a store whose own upkeep is switched
+    /// off grows without bound at a steady live size. The default: the store needs
+    /// no help.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn reclaim_space(&self) -> Result<SpaceReclaim, PortError> {
+        Ok(SpaceReclaim::ByTheStore)
+    }
+}
+
+/// What one [`OutboxRetention::reclaim_space`] (or an inbox's) call did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SpaceReclaim {
+    /// The store reclaims space by itself (PostgreSQL: autovacuum is on for the
+    /// table); nothing was done.
+    ByTheStore,
+    /// Reclaiming falls to the caller, but too little is dead yet: `dead` rows,
+    /// reclaimed once over `threshold`.
+    NotYet {
+        /// Dead rows now.
+        dead: u64,
+        /// Reclaimed when `dead` is over this.
+        threshold: u64,
+    },
+    /// Reclaimed: the space of `dead` rows (counted before).
+    Reclaimed {
+        /// Dead rows before.
+        dead: u64,
+    },
+    /// Reclaiming falls to the caller, which may not do it (PostgreSQL: the role
+    /// does not own the table); the table grows until someone else does.
+    NotPermitted,
 }
 
 /// Storage of the outbox: the relay's path and retention (its supertraits), plus

@@ -378,6 +378,14 @@ async fn run(w: &Arc<World>, args: &Args, seed: u64) -> anyhow::Result<Summary> 
         delivered_unique: unique,
         latency_p99_ms_steady: steady,
         rss_growth_pct: verdict::rss_growth(&proc_samples, warmup_s),
+        outbox_table: verdict::TableGrowth::of(
+            &samples
+                .iter()
+                .filter(|s| s.t_s <= production_end_s)
+                .filter_map(|s| s.outbox_bytes.map(|b| (s.t_s, b)))
+                .collect::<Vec<_>>(),
+            warmup_s,
+        ),
         processes,
         faults,
         unclean_exits: unclean,
@@ -533,6 +541,14 @@ fn print_summary(s: &Summary) {
     }
     for (name, g) in &s.rss_growth_pct {
         println!("  rss growth after warm-up  {name:<12} {g:>6.1} %");
+    }
+    if let Some(g) = s.outbox_table {
+        println!(
+            "  outbox table after warm-up  {:.1} -> {:.1} MiB ({:+.0} %)",
+            g.base_bytes as f64 / 1048576.0,
+            g.end_bytes as f64 / 1048576.0,
+            g.pct()
+        );
     }
     for n in &s.notes {
         println!("  note: {n}");

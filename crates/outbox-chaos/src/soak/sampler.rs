@@ -28,6 +28,9 @@ pub(crate) struct Sample {
     /// Estimated (`pg_stat_user_tables.n_live_tup`).
     pub(crate) inbox_rows: Option<u64>,
     pub(crate) inbox_bytes: Option<u64>,
+    /// Dead row versions not reclaimed yet (`pg_stat_user_tables.n_dead_tup`).
+    pub(crate) outbox_dead_rows: Option<u64>,
+    pub(crate) inbox_dead_rows: Option<u64>,
     pub(crate) latency: Window,
     pub(crate) committed_per_s: Option<f64>,
     pub(crate) consumed_per_s: f64,
@@ -48,6 +51,8 @@ impl Sample {
             "outbox_bytes": self.outbox_bytes,
             "inbox_rows": self.inbox_rows,
             "inbox_bytes": self.inbox_bytes,
+            "outbox_dead_rows": self.outbox_dead_rows,
+            "inbox_dead_rows": self.inbox_dead_rows,
             "latency_count": self.latency.count,
             "latency_p50_ms": self.latency.p50_ms,
             "latency_p99_ms": self.latency.p99_ms,
@@ -256,7 +261,15 @@ impl<'a> Reader<'a> {
                 self.w.shop.outbox_schema.as_str()
             ))
             .await;
+        let dead = |table: &str| {
+            format!(
+                "SELECT coalesce(max(n_dead_tup), 0) FROM pg_stat_user_tables WHERE schemaname = '{}' AND relname = '{table}'",
+                self.w.shop.outbox_schema.as_str()
+            )
+        };
         Sample {
+            outbox_dead_rows: self.scalar(&dead("outbox_messages")).await,
+            inbox_dead_rows: self.scalar(&dead("outbox_inbox")).await,
             t_s,
             procs,
             pg_connections,

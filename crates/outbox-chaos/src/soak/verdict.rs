@@ -55,6 +55,46 @@ pub(crate) fn rss_growth(samples: &[ProcSample], warmup_s: f64) -> BTreeMap<Stri
     growth
 }
 
+/// Most the outbox table may grow after the warm-up, in percent, when it also
+/// grew by more than [`TABLE_GROWTH_FLOOR_BYTES`]: with retention keeping the
+/// live rows few, a table that keeps growing is dead row versions nobody
+/// reclaims (no vacuum). A fault's backlog raises the table's high-water mark
+/// once, by a few megabytes; the floor keeps that from counting.
+pub(crate) const MAX_TABLE_GROWTH_PCT: f64 = 100.0;
+/// See [`MAX_TABLE_GROWTH_PCT`].
+pub(crate) const TABLE_GROWTH_FLOOR_BYTES: u64 = 64 << 20;
+
+/// How the outbox table grew: its size at the first reading at or after the
+/// warm-up, and at the last reading.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct TableGrowth {
+    pub(crate) base_bytes: u64,
+    pub(crate) end_bytes: u64,
+}
+
+impl TableGrowth {
+    /// From `(t_s, bytes)` readings; `None` without a reading after the warm-up
+    /// and a later one.
+    pub(crate) fn of(readings: &[(f64, u64)], warmup_s: f64) -> Option<Self> {
+        let base = readings.iter().find(|(t, _)| *t >= warmup_s)?;
+        let end = readings.last()?;
+        (end.0 > base.0).then_some(Self {
+            base_bytes: base.1,
+            end_bytes: end.1,
+        })
+    }
+
+    pub(crate) fn pct(&self) -> f64 {
+        (self.end_bytes as f64 - self.base_bytes as f64) * 100.0 / (self.base_bytes.max(1) as f64)
+    }
+
+    /// Grew more than both allowances.
+    pub(crate) fn too_much(&self) -> bool {
+        self.pct() > MAX_TABLE_GROWTH_PCT
+            && self.end_bytes.saturating_sub(self.base_bytes) > TABLE_GROWTH_FLOOR_BYTES
+    }
+}
+
 /// One injected fault, as reported.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct FaultRecord {
@@ -82,6 +122,8 @@ pub(crate) struct Summary {
     pub(crate) delivered_unique: u64,
     pub(crate) latency_p99_ms_steady: Option<f64>,
     pub(crate) rss_growth_pct: BTreeMap<String, f64>,
+    /// `None`: no readings of the table after the warm-up.
+    pub(crate) outbox_table: Option<TableGrowth>,
     /// Every process name that ran, so that one without a growth figure shows.
     pub(crate) processes: Vec<String>,
     pub(crate) faults: Vec<FaultRecord>,
@@ -126,6 +168,17 @@ impl Summary {
                 Some(_) => {}
                 None => f.push(format!("{name} has no RSS figure after its warm-up")),
             }
+        }
+        match self.outbox_table {
+            Some(g) if g.too_much() => f.push(format!(
+                "the outbox table grew {:.0} % after the warm-up ({:.1} to {:.1} MiB; at most {MAX_TABLE_GROWTH_PCT} % or {} MiB): dead rows not reclaimed",
+                g.pct(),
+                g.base_bytes as f64 / 1048576.0,
+                g.end_bytes as f64 / 1048576.0,
+                TABLE_GROWTH_FLOOR_BYTES >> 20
+            )),
+            Some(_) => {}
+            None => f.push("no reading of the outbox table's size after the warm-up".to_owned()),
         }
         match self.latency_p99_ms_steady {
             None => f.push(
@@ -175,6 +228,11 @@ impl Summary {
             "rss_growth_pct": self.rss_growth_pct.iter()
                 .map(|(k, v)| (k.clone(), serde_json::json!(round1(*v))))
                 .collect::<serde_json::Map<_, _>>(),
+            "outbox_table_growth_pct": self.outbox_table.map(|g| round1(g.pct())),
+            "outbox_table_mib": self.outbox_table.map(|g| serde_json::json!({
+                "after_warmup": round1(g.base_bytes as f64 / 1048576.0),
+                "end": round1(g.end_bytes as f64 / 1048576.0),
+            })),
             "faults": self.faults.iter().map(|f| serde_json::json!({
                 "at_s": round1(f.at_s),
                 "kind": f.kind,
@@ -248,6 +306,10 @@ mod tests {
             latency_p99_ms_steady: Some(100.0),
             processes: vec!["relay-1".into()],
             rss_growth_pct: [("relay-1".to_owned(), 3.0)].into(),
+            outbox_table: Some(TableGrowth {
+                base_bytes: 20 << 20,
+                end_bytes: 30 << 20,
+            }),
             faults: vec![FaultRecord {
                 at_s: 60.0,
                 end_s: 63.0,
@@ -307,6 +369,34 @@ mod tests {
             }
             .passed()
         );
+    }
+
+    #[test]
+    fn an_outbox_table_that_keeps_growing_fails() {
+        let grown = |base_mib: u64, end_mib: u64| Summary {
+            outbox_table: Some(TableGrowth {
+                base_bytes: base_mib << 20,
+                end_bytes: end_mib << 20,
+            }),
+            ..passing()
+        };
+        // The soak record without vacuum: 1.1 GB at the end.
+        assert!(!grown(150, 1100).passed());
+        // Doubled and more, but by less than the floor: a fault's backlog.
+        assert!(grown(20, 60).passed());
+        // Large, but within 100 %.
+        assert!(grown(200, 390).passed());
+        assert!(
+            !Summary {
+                outbox_table: None,
+                ..passing()
+            }
+            .passed()
+        );
+        let g = TableGrowth::of(&[(10.0, 5), (30.0, 100), (50.0, 150), (70.0, 400)], 20.0)
+            .expect("readings after the warm-up");
+        assert_eq!((g.base_bytes, g.end_bytes), (100, 400));
+        assert_eq!(TableGrowth::of(&[(10.0, 5), (30.0, 100)], 20.0), None);
     }
 
     #[test]

@@ -1,0 +1,199 @@
+//! With autovacuum off for a table, the stores vacuum it themselves once its dead
+//! rows pass autovacuum's threshold, and say when they may not.
+//!
+//! Each test switches autovacuum off for its own schema's table
+//! (`autovacuum_enabled = false`), so the server's setting does not matter and
+//! nothing outside the test's schema changes.
+
+mod common;
+
+use std::future::Future;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use outbox_adapters_postgres::{PgInboxStore, PgOutboxStore, PgPool, PgSchema};
+use outbox_ports::{OutboxRetention, PortError, SpaceReclaim};
+
+async fn exec(pool: &PgPool, sql: &str) {
+    sqlx::query(sql)
+        .execute(pool)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
+async fn vacuum_count(pool: &PgPool, schema: &PgSchema, table: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT coalesce(vacuum_count, 0) FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = $2",
+    )
+    .bind(schema.as_str())
+    .bind(table)
+    .fetch_one(pool)
+    .await
+    .expect("vacuum count")
+}
+
+/// Calls `reclaim` until it vacuums (the dead rows are counted by the server up to
+/// about a second after the transaction that made them), at most 20 s.
+async fn reclaim_until_vacuumed<F, Fut>(reclaim: F) -> u64
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<SpaceReclaim, PortError>>,
+{
+    let start = Instant::now();
+    loop {
+        match reclaim().await.expect("reclaim") {
+            SpaceReclaim::Reclaimed { dead } => return dead,
+            SpaceReclaim::NotYet { .. } if start.elapsed() < Duration::from_secs(20) => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            other => panic!("not vacuumed after {:?}: {other:?}", start.elapsed()),
+        }
+    }
+}
+
+/// Below the threshold nothing happens; past it the table is vacuumed (the
+/// server's own count of vacuums goes up, its dead rows go to zero) and the next
+/// check finds nothing to do.
+async fn vacuumed_past_the_threshold<F, Fut>(
+    pool: &PgPool,
+    schema: &PgSchema,
+    table: &str,
+    fill: &str,
+    reclaim: F,
+) where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<SpaceReclaim, PortError>>,
+{
+    let t = format!("{}.{table}", schema.quoted());
+    exec(
+        pool,
+        &format!("ALTER TABLE {t} SET (autovacuum_enabled = false)"),
+    )
+    .await;
+    exec(pool, fill).await;
+    let before = reclaim().await.expect("reclaim");
+    assert!(
+        matches!(before, SpaceReclaim::NotYet { dead: 0, .. }),
+        "only inserted, nothing dead: {before:?}"
+    );
+    assert_eq!(vacuum_count(pool, schema, table).await, 0);
+    // 2,000 dead row versions, over the default threshold (50 + 20 % of 2,000).
+    exec(pool, &format!("UPDATE {t} SET created_at = created_at")).await;
+    let dead = reclaim_until_vacuumed(&reclaim).await;
+    assert!(dead >= 2000, "counted {dead} dead rows of 2,000");
+    let start = Instant::now();
+    while vacuum_count(pool, schema, table).await == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the server counts no vacuum of {t}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let after = reclaim().await.expect("reclaim");
+    assert!(
+        matches!(after, SpaceReclaim::NotYet { dead: 0, .. }),
+        "dead rows left after the vacuum: {after:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_outbox_table_is_vacuumed_when_autovacuum_is_off_for_it() {
+    with_db!(|pool, schema| {
+        let store = PgOutboxStore::new(pool.clone(), schema.clone());
+        let fill = format!(
+            "INSERT INTO {}.outbox_messages (id, exchange, routing_key, payload) \
+             SELECT gen_random_uuid(), 'x', 'k', '\\x00'::bytea FROM generate_series(1, 2000)",
+            schema.quoted()
+        );
+        vacuumed_past_the_threshold(&pool, &schema, "outbox_messages", &fill, || {
+            store.reclaim_space()
+        })
+        .await;
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inbox_table_is_vacuumed_when_autovacuum_is_off_for_it() {
+    with_db!(|pool, schema| {
+        let inbox = PgInboxStore::new(pool.clone(), &schema);
+        let fill = format!(
+            "INSERT INTO {}.outbox_inbox (consumer, message_id, exchange, routing_key, payload, \
+             created_at, status, consumed_at) \
+             SELECT 'billing', gen_random_uuid(), 'x', 'k', '\\x00'::bytea, now(), 'consumed', now() \
+             FROM generate_series(1, 2000)",
+            schema.quoted()
+        );
+        vacuumed_past_the_threshold(&pool, &schema, "outbox_inbox", &fill, || {
+            inbox.reclaim_space()
+        })
+        .await;
+    });
+}
+
+/// With autovacuum on for the table, it is the server's: never vacuumed by us,
+/// however much is dead. (Whether autovacuum is on for the server is its
+/// configuration, read here, not changed.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_the_server_vacuums_is_left_to_it() {
+    with_db!(|pool, schema| {
+        let store = PgOutboxStore::new(pool.clone(), schema.clone());
+        let t = format!("{}.outbox_messages", schema.quoted());
+        exec(
+            &pool,
+            &format!("ALTER TABLE {t} SET (autovacuum_enabled = true)"),
+        )
+        .await;
+        let server_on: bool = sqlx::query_scalar("SELECT current_setting('autovacuum')::bool")
+            .fetch_one(&pool)
+            .await
+            .expect("setting");
+        let r = store.reclaim_space().await.expect("reclaim");
+        if server_on {
+            assert_eq!(r, SpaceReclaim::ByTheStore);
+        } else {
+            // The table's own `true` cannot switch on what the server has off.
+            assert!(matches!(r, SpaceReclaim::NotYet { .. }), "{r:?}");
+        }
+    });
+}
+
+/// A role that does not own the table may not vacuum it: the store says so instead
+/// of pretending (PostgreSQL would only warn and skip it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_that_does_not_own_the_table_is_told_so() {
+    with_db!(|pool, schema| {
+        let role = "outbox_test_not_owner";
+        exec(
+            &pool,
+            &format!(
+                "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{role}') \
+                 THEN CREATE ROLE {role} LOGIN; END IF; END $$"
+            ),
+        )
+        .await;
+        exec(
+            &pool,
+            &format!("GRANT USAGE ON SCHEMA {} TO {role}", schema.quoted()),
+        )
+        .await;
+        let t = format!("{}.outbox_messages", schema.quoted());
+        exec(
+            &pool,
+            &format!("ALTER TABLE {t} SET (autovacuum_enabled = false)"),
+        )
+        .await;
+        let options = sqlx::postgres::PgConnectOptions::from_str(&common::url())
+            .expect("url")
+            .username(role);
+        let as_role = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .connect_with(options)
+            .await
+            .expect("connect as the role");
+        let store = PgOutboxStore::new(as_role.clone(), schema.clone());
+        let r = store.reclaim_space().await.expect("reclaim");
+        as_role.close().await;
+        assert_eq!(r, SpaceReclaim::NotPermitted);
+        assert_eq!(vacuum_count(&pool, &schema, "outbox_messages").await, 0);
+    });
+}

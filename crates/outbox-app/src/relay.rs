@@ -14,6 +14,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{LeaseFactory, Random, SweepTask, sleep_or_cancel};
 
+mod overlap;
+use overlap::ClaimOverlap;
+
 /// What publishing one claimed batch did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PublishCounts {
@@ -381,7 +384,9 @@ impl Relay {
 }
 
 /// The relay's fast path for new messages: claim pending, publish, mark; again. The
-/// mark of one batch runs while the next is claimed and published.
+/// mark of one batch runs while the next is claimed and published, except while
+/// that does not pay: when the next batch is what the mark releases (the next
+/// messages of ordering keys whose heads it marks sent; see `relay/overlap.rs`).
 pub struct Dispatcher {
     relay: Relay,
     config: DispatcherConfig,
@@ -436,7 +441,16 @@ impl Dispatcher {
         // While the broker cannot be reached, batches come back unsent: wait before
         // claiming again, doubling up to `MAX_OUTAGE_PAUSE`.
         let mut outage_pause: Option<Duration> = None;
+        let mut overlap = ClaimOverlap::default();
         while !cancel.is_cancelled() {
+            // Claim while the previous batch is being marked, unless overlapped
+            // claims have been coming back empty: then that mark is finished first.
+            if !overlap.overlaps() {
+                if let Some(previous) = marking.take() {
+                    Self::finish_mark(&relay, previous).await;
+                }
+            }
+            let overlapped = marking.is_some();
             let lease = relay.leases.next();
             // Before the claim is sent: the lease ends no earlier than this plus its ttl.
             let claimed_at = tokio::time::Instant::now();
@@ -454,6 +468,7 @@ impl Dispatcher {
                     continue;
                 }
             };
+            overlap.claimed(overlapped, claimed.len());
             let idle = claimed.is_empty();
             let published = if idle {
                 None
@@ -473,7 +488,6 @@ impl Dispatcher {
             };
             // At most one mark in flight: wait for the previous batch's before handing
             // over this one, so a failing store slows the loop down instead of piling up.
-            let marked_just_now = marking.is_some();
             if let Some(previous) = marking.take() {
                 Self::finish_mark(&relay, previous).await;
             }
@@ -510,7 +524,7 @@ impl Dispatcher {
                 }
                 continue;
             }
-            if idle && marked_just_now {
+            if idle && overlapped {
                 // The claim ran while the previous batch was still being marked: what
                 // that mark releases (the next message of an ordering key whose head
                 // it marks sent) was not claimable yet. Claim once more before

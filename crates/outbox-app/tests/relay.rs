@@ -2,13 +2,17 @@
 //! ends sent, failed-and-scheduled or dead; none is lost or marked twice.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::time::Duration;
 
 use outbox_adapters_memory::{ExchangeKind, MemoryBroker, MemoryOutboxStore};
 use outbox_app::relay::publish_claimed;
 use outbox_app::{CancellationToken, Dispatcher, DispatcherConfig, PublishRetryTask, SweepTask};
-use outbox_core::{Message, RetryPolicy, Status};
-use outbox_ports::{Lease, MockPublisher, OutboxRelayPath, OutboxStore, SystemClock};
+use outbox_core::{Message, MessageId, RetryPolicy, Status, Timestamp};
+use outbox_ports::{
+    ClaimedMessage, Lease, MockPublisher, OutboxRelayPath, OutboxStore, PortError, PublishFailure,
+    SystemClock,
+};
 
 const QUEUE: &str = "relay.test";
 
@@ -666,4 +670,200 @@ async fn a_keys_next_message_goes_out_as_soon_as_its_head_is_marked() {
     }
     cancel.cancel();
     relay.await.expect("relay");
+}
+
+/// The memory store, counting the dispatcher's claims: those that came back empty,
+/// and those that took rows while an earlier batch was still unmarked (claimed, its
+/// `mark_sent` not called yet), i.e. claims overlapped with a mark.
+struct CountingStore {
+    inner: Arc<MemoryOutboxStore>,
+    empty_claims: AtomicU64,
+    overlapped_claims: AtomicU64,
+    unmarked_batches: AtomicU64,
+}
+
+impl CountingStore {
+    fn new(inner: Arc<MemoryOutboxStore>) -> Self {
+        Self {
+            inner,
+            empty_claims: 0.into(),
+            overlapped_claims: 0.into(),
+            unmarked_batches: 0.into(),
+        }
+    }
+
+    fn empty_claims(&self) -> u64 {
+        self.empty_claims.load(SeqCst)
+    }
+
+    fn overlapped_claims(&self) -> u64 {
+        self.overlapped_claims.load(SeqCst)
+    }
+}
+
+#[async_trait::async_trait]
+impl OutboxRelayPath for CountingStore {
+    async fn claim_pending(
+        &self,
+        lease: &Lease,
+        limit: u32,
+    ) -> Result<Vec<ClaimedMessage>, PortError> {
+        let claimed = self.inner.claim_pending(lease, limit).await?;
+        if claimed.is_empty() {
+            self.empty_claims.fetch_add(1, SeqCst);
+        } else if self.unmarked_batches.fetch_add(1, SeqCst) > 0 {
+            self.overlapped_claims.fetch_add(1, SeqCst);
+        }
+        Ok(claimed)
+    }
+
+    async fn claim_due_retries(
+        &self,
+        lease: &Lease,
+        limit: u32,
+    ) -> Result<Vec<ClaimedMessage>, PortError> {
+        self.inner.claim_due_retries(lease, limit).await
+    }
+
+    async fn mark_sent(&self, lease: &Lease, ids: &[MessageId]) -> Result<u64, PortError> {
+        // Every claimed batch's mark starts with its `mark_sent`.
+        self.unmarked_batches.fetch_sub(1, SeqCst);
+        self.inner.mark_sent(lease, ids).await
+    }
+
+    async fn mark_publish_failed(
+        &self,
+        lease: &Lease,
+        failures: &[PublishFailure],
+    ) -> Result<u64, PortError> {
+        self.inner.mark_publish_failed(lease, failures).await
+    }
+
+    async fn release(&self, lease: &Lease, ids: &[MessageId]) -> Result<u64, PortError> {
+        self.inner.release(lease, ids).await
+    }
+
+    async fn recover_expired_leases(&self) -> Result<u64, PortError> {
+        self.inner.recover_expired_leases().await
+    }
+
+    async fn next_due_at(&self) -> Result<Option<Timestamp>, PortError> {
+        self.inner.next_due_at().await
+    }
+}
+
+/// `per_key` messages of each of `keys` ordering keys, round-robin (key 0's first,
+/// key 1's first, ..., key 0's second, ...).
+fn keyed_backlog(keys: usize, per_key: usize) -> Vec<Message> {
+    let now = Timestamp::now_utc();
+    let mut messages = Vec::with_capacity(keys * per_key);
+    for i in 0..per_key {
+        for k in 0..keys {
+            messages.push(
+                outbox_core::NewMessage::new(
+                    "contract",
+                    "ordered",
+                    format!("k{k}:{i}").into_bytes(),
+                )
+                .with_ordering_key(format!("k{k}"))
+                .into_message(MessageId::from_uuid(uuid::Uuid::now_v7()), now),
+            );
+        }
+    }
+    messages
+}
+
+/// Waits until `n` messages of `store` are sent (10 s at most).
+async fn until_sent(store: &MemoryOutboxStore, n: u64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while store.count(Status::Sent) < n {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of {n} sent",
+            store.count(Status::Sent)
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// As many ordering keys as the batch holds: every batch holds each key's head, so
+/// nothing is claimable until its mark is done. A claim made while that mark is in
+/// flight comes back empty; the dispatcher must not pay that empty claim for every
+/// batch. (A single-threaded runtime: a spawned mark runs only when the dispatcher
+/// awaits, so the claim after a batch always runs before that batch's mark.)
+#[tokio::test]
+async fn keyed_batches_do_not_each_pay_an_empty_claim_while_their_mark_is_in_flight() {
+    let (memory, broker) = setup();
+    // 40 keys of 25 messages, batches of 40: 25 batches.
+    memory
+        .enqueue(keyed_backlog(40, 25))
+        .await
+        .expect("enqueue");
+    let store = Arc::new(CountingStore::new(memory.clone()));
+    let cancel = CancellationToken::new();
+    let relay = tokio::spawn(
+        Dispatcher::new(
+            store.clone(),
+            Arc::new(broker.clone()),
+            DispatcherConfig {
+                batch_size: 40,
+                // Idle claims after the drain are not what is counted.
+                idle_poll: Duration::from_secs(30),
+                ..DispatcherConfig::default()
+            },
+            "relay-keyed",
+        )
+        .run(cancel.clone()),
+    );
+    until_sent(&memory, 1_000).await;
+    cancel.cancel();
+    relay.await.expect("relay");
+    assert_eq!(broker.queue_depth(QUEUE).0, 1_000, "each message once");
+    // The first empty claim (the keys hold it back), one per probe of overlapping,
+    // and the one that finds the backlog drained; not one per batch (25).
+    let empty = store.empty_claims();
+    assert!(
+        empty <= 5,
+        "{empty} empty claims for 25 batches: the claim made while a mark is in flight is paid every batch"
+    );
+}
+
+/// After a keyed backlog that stopped the overlapping of claims and marks, unkeyed
+/// messages are claimed while the previous batch is being marked again: the relay's
+/// unkeyed throughput is not lost to the keyed traffic before.
+#[tokio::test]
+async fn unkeyed_claims_overlap_marks_again_after_a_keyed_backlog() {
+    let (memory, broker) = setup();
+    let store = Arc::new(CountingStore::new(memory.clone()));
+    let cancel = CancellationToken::new();
+    let relay = tokio::spawn(
+        Dispatcher::new(
+            store.clone(),
+            Arc::new(broker.clone()),
+            DispatcherConfig {
+                batch_size: 40,
+                idle_poll: Duration::from_millis(5),
+                ..DispatcherConfig::default()
+            },
+            "relay-mixed",
+        )
+        .run(cancel.clone()),
+    );
+    // 3 keyed batches (40 keys of 3 messages).
+    memory.enqueue(keyed_backlog(40, 3)).await.expect("enqueue");
+    until_sent(&memory, 120).await;
+    let before = store.overlapped_claims();
+    // 50 unkeyed batches: each but the first (nothing in flight then) can overlap.
+    memory
+        .enqueue(outbox_testkit::messages(2_000))
+        .await
+        .expect("enqueue");
+    until_sent(&memory, 2_120).await;
+    cancel.cancel();
+    relay.await.expect("relay");
+    let overlapped = store.overlapped_claims() - before;
+    assert!(
+        overlapped >= 45,
+        "only {overlapped} of 50 unkeyed batches were claimed while the previous one was marked"
+    );
 }

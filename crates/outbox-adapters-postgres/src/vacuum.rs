@@ -11,8 +11,14 @@
 //! `autovacuum_vacuum_scale_factor` of the live ones).
 //!
 //! `SKIP_LOCKED`: several relays share a table; when one is vacuuming it, the
-//! others skip instead of queueing behind it. A vacuum never blocks reads or
-//! writes of rows (its lock conflicts only with other maintenance and DDL).
+//! others skip instead of queueing behind it. A vacuum does not block reads or
+//! writes of rows: its lock conflicts only with other maintenance and with DDL
+//! (an `ALTER TABLE` of a migration waits for it, and unlike autovacuum a manual
+//! vacuum does not give way; the outbox table's vacuums are short, since
+//! retention keeps it small).
+//!
+//! Left alone: a vacuum's throttling (`vacuum_cost_delay`, 0 for a manual one) and
+//! cancelling a running vacuum at shutdown.
 
 use outbox_ports::{PortError, SpaceReclaim};
 use sqlx::PgPool;
@@ -77,16 +83,27 @@ pub(crate) fn plan(t: &TableUpkeep) -> Plan {
     }
 }
 
+/// The table's own `autovacuum_vacuum_threshold` and `_scale_factor` (the
+/// migrations set the scale factor to 0.01) win over the server's, as they do for
+/// autovacuum; the live rows are `reltuples`, autovacuum's figure (-1 before the
+/// first ANALYZE: none). Owner: PostgreSQL 15 lets the table's owner (or a member
+/// of its role, or a superuser) and the database's owner vacuum it.
 const READ_UPKEEP: &str = "\
 SELECT current_setting('autovacuum')::bool, \
        current_setting('track_counts')::bool, \
        (SELECT o.option_value::bool FROM pg_options_to_table(c.reloptions) o \
          WHERE o.option_name = 'autovacuum_enabled'), \
-       pg_has_role(c.relowner, 'USAGE'), \
+       pg_has_role(c.relowner, 'USAGE') \
+         OR pg_has_role((SELECT d.datdba FROM pg_database d \
+                          WHERE d.datname = current_database()), 'USAGE'), \
        pg_stat_get_dead_tuples(c.oid), \
-       pg_stat_get_live_tuples(c.oid), \
-       current_setting('autovacuum_vacuum_threshold')::bigint, \
-       current_setting('autovacuum_vacuum_scale_factor')::float8 \
+       greatest(c.reltuples, 0)::float8, \
+       coalesce((SELECT o.option_value::bigint FROM pg_options_to_table(c.reloptions) o \
+                  WHERE o.option_name = 'autovacuum_vacuum_threshold'), \
+                current_setting('autovacuum_vacuum_threshold')::bigint), \
+       coalesce((SELECT o.option_value::float8 FROM pg_options_to_table(c.reloptions) o \
+                  WHERE o.option_name = 'autovacuum_vacuum_scale_factor'), \
+                current_setting('autovacuum_vacuum_scale_factor')::float8) \
 FROM pg_class c WHERE c.oid = to_regclass($1)";
 
 /// Reads the table's upkeep; `table` is one of this crate's own table names.
@@ -95,7 +112,7 @@ pub(crate) async fn read(
     schema: &PgSchema,
     table: &'static str,
 ) -> Result<TableUpkeep, PortError> {
-    type Row = (bool, bool, Option<bool>, bool, i64, i64, i64, f64);
+    type Row = (bool, bool, Option<bool>, bool, i64, f64, i64, f64);
     let row: Option<Row> = sqlx::query_as(READ_UPKEEP)
         .bind(format!("{}.{table}", schema.quoted()))
         .fetch_optional(pool)
@@ -119,7 +136,8 @@ pub(crate) async fn read(
         table_autovacuum,
         may_vacuum,
         dead: n(dead),
-        live: n(live),
+        // Whole rows; `reltuples` is an estimate, never negative here.
+        live: live as u64,
         base_threshold: n(base),
         scale_factor: scale,
     })
@@ -147,7 +165,11 @@ pub(crate) async fn reclaim(
             .execute(pool)
             .await
             .map_err(|e| port("vacuum", e))?;
-            Ok(SpaceReclaim::Reclaimed { dead })
+            // What is dead still: a vacuum that reclaims nothing (another session
+            // was vacuuming, `SKIP_LOCKED`; or an old transaction or replication
+            // slot holds the rows back) shows here, for the caller to report.
+            let left = read(pool, schema, table).await?.dead;
+            Ok(SpaceReclaim::Reclaimed { dead, left })
         }
     }
 }

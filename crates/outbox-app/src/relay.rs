@@ -448,6 +448,10 @@ impl Dispatcher {
             if !overlap.overlaps() {
                 if let Some(previous) = marking.take() {
                     Self::finish_mark(&relay, previous).await;
+                    // A stop asked for during that mark: no new batch.
+                    if cancel.is_cancelled() {
+                        break;
+                    }
                 }
             }
             let overlapped = marking.is_some();

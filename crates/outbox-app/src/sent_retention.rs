@@ -168,13 +168,20 @@ impl SentRetentionTask {
 
 /// Logs what vacuuming after retention does: each vacuum at debug level; once,
 /// at warning level, that autovacuum is off (so the operator learns the server
-/// is not looking after the table) or that this role may not vacuum; errors at
+/// is not looking after the table), that this role may not vacuum, or that
+/// vacuums keep reclaiming little ([`FUTILE_VACUUMS`] in a row); errors at
 /// warning level each time.
 #[derive(Debug, Default)]
 pub(crate) struct VacuumLog {
     told_off: bool,
     told_not_permitted: bool,
+    told_futile: bool,
+    futile_in_a_row: u32,
 }
+
+/// Vacuums in a row that left half their dead rows or more, after which a warning
+/// says so. One alone is usual: another relay was vacuuming (`SKIP_LOCKED`).
+pub(crate) const FUTILE_VACUUMS: u32 = 3;
 
 impl VacuumLog {
     pub(crate) fn note(
@@ -188,7 +195,7 @@ impl VacuumLog {
                 if !std::mem::replace(&mut self.told_not_permitted, true) {
                     tracing::warn!(
                         table,
-                        "autovacuum is off for this table and this role does not own it, so it cannot vacuum it: the table grows until the server's autovacuum is switched on or its owner vacuums it"
+                        "autovacuum is off for this table and this role owns neither it nor the database, so it cannot vacuum it: the table grows until autovacuum is switched on or an owner vacuums it"
                     );
                 }
             }
@@ -199,14 +206,34 @@ impl VacuumLog {
                         "autovacuum is off for this table: vacuuming it after retention rounds by autovacuum's threshold (vacuum = \"never\" leaves it to the operator)"
                     );
                 }
-                if let SpaceReclaim::Reclaimed { dead } = other {
-                    tracing::debug!(table, dead, "vacuumed");
+                if let SpaceReclaim::Reclaimed { dead, left } = other {
+                    tracing::debug!(table, dead, left, "vacuumed");
+                    if left.saturating_mul(2) >= dead.max(1) {
+                        self.futile_in_a_row += 1;
+                    } else {
+                        self.futile_in_a_row = 0;
+                    }
+                    if self.futile_in_a_row >= FUTILE_VACUUMS
+                        && !std::mem::replace(&mut self.told_futile, true)
+                    {
+                        tracing::warn!(
+                            table,
+                            dead,
+                            left,
+                            "vacuums keep leaving the dead rows: an old transaction or replication slot holds them back (see backend_xmin in pg_stat_activity, pg_replication_slots)"
+                        );
+                    }
                 }
             }
             Err(e) => {
                 tracing::warn!(table, error = %e, "vacuum failed; trying again after the next round")
             }
         }
+    }
+
+    #[cfg(test)]
+    pub(crate) const fn told_futile(&self) -> bool {
+        self.told_futile
     }
 }
 
@@ -232,7 +259,7 @@ mod tests {
         }
         async fn reclaim_space(&self) -> Result<SpaceReclaim, PortError> {
             self.reclaims.fetch_add(1, Ordering::SeqCst);
-            Ok(SpaceReclaim::Reclaimed { dead: 1 })
+            Ok(SpaceReclaim::Reclaimed { dead: 1, left: 0 })
         }
     }
 
@@ -262,5 +289,32 @@ mod tests {
     async fn every_round_asks_the_store_to_reclaim_unless_never() {
         assert!(reclaims_in_three_rounds(VacuumMode::Auto).await >= 3);
         assert_eq!(reclaims_in_three_rounds(VacuumMode::Never).await, 0);
+    }
+
+    #[test]
+    fn vacuums_that_keep_leaving_the_dead_rows_are_told_once_in_a_row() {
+        let mut log = VacuumLog::default();
+        let futile = || {
+            Ok(SpaceReclaim::Reclaimed {
+                dead: 1000,
+                left: 900,
+            })
+        };
+        let useful = || {
+            Ok(SpaceReclaim::Reclaimed {
+                dead: 1000,
+                left: 10,
+            })
+        };
+        for _ in 1..FUTILE_VACUUMS {
+            log.note("t", futile());
+        }
+        log.note("t", useful());
+        log.note("t", futile());
+        assert!(!log.told_futile(), "a useful vacuum breaks the run");
+        for _ in 1..FUTILE_VACUUMS {
+            log.note("t", futile());
+        }
+        assert!(log.told_futile());
     }
 }

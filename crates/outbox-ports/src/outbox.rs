@@ -240,10 +240,14 @@ pub enum SpaceReclaim {
         /// Reclaimed when `dead` is over this.
         threshold: u64,
     },
-    /// Reclaimed: the space of `dead` rows (counted before).
+    /// Vacuumed: `dead` rows before, `left` after (a vacuum that reclaims
+    /// nothing, because another session was vacuuming or an old transaction
+    /// holds the rows back, leaves them).
     Reclaimed {
         /// Dead rows before.
         dead: u64,
+        /// Dead rows after.
+        left: u64,
     },
     /// Reclaiming falls to the caller, which may not do it (PostgreSQL: the role
     /// does not own the table); the table grows until someone else does.

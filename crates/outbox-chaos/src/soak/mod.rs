@@ -386,6 +386,23 @@ async fn run(w: &Arc<World>, args: &Args, seed: u64) -> anyhow::Result<Summary> 
                 .collect::<Vec<_>>(),
             warmup_s,
         ),
+        unreclaimed_s: [
+            (
+                "outbox_messages",
+                (|s| s.outbox_dead_rows) as fn(&Sample) -> Option<u64>,
+            ),
+            ("outbox_inbox", |s| s.inbox_dead_rows),
+        ]
+        .into_iter()
+        .map(|(table, dead)| {
+            let readings: Vec<(f64, u64)> = samples
+                .iter()
+                .filter(|s| s.t_s <= production_end_s)
+                .filter_map(|s| dead(s).map(|d| (s.t_s, d)))
+                .collect();
+            (table, verdict::longest_unreclaimed_s(&readings, warmup_s))
+        })
+        .collect(),
         processes,
         faults,
         unclean_exits: unclean,
@@ -548,6 +565,12 @@ fn print_summary(s: &Summary) {
             g.base_bytes as f64 / 1048576.0,
             g.end_bytes as f64 / 1048576.0,
             g.pct()
+        );
+    }
+    for (table, longest) in &s.unreclaimed_s {
+        println!(
+            "  dead rows of {table:<16} longest unreclaimed {:>5} s",
+            r(*longest)
         );
     }
     for n in &s.notes {

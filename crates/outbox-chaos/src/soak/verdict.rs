@@ -95,6 +95,34 @@ impl TableGrowth {
     }
 }
 
+/// Longest a table's dead rows may go without being reclaimed after the warm-up,
+/// in seconds: twice autovacuum's default one-minute nap, so a working autovacuum
+/// passes as the relay's own vacuums (every retention round, 5 s here) do.
+pub(crate) const MAX_UNRECLAIMED_S: f64 = 120.0;
+/// Dead rows below this count as reclaimed: nothing worth a vacuum is waiting.
+pub(crate) const DEAD_ROWS_FLOOR: u64 = 1_000;
+
+/// The longest span after the warm-up in which a table's dead rows (readings
+/// `(t_s, dead)`) were never reclaimed: never fell to half the most they had
+/// reached since the last reclaim, nor under [`DEAD_ROWS_FLOOR`]. A vacuum takes
+/// them to about zero; pruning within pages takes off a few at most. `None`
+/// without readings after the warm-up.
+pub(crate) fn longest_unreclaimed_s(readings: &[(f64, u64)], warmup_s: f64) -> Option<f64> {
+    let mut after = readings.iter().filter(|(t, _)| *t >= warmup_s);
+    let &(mut since, mut peak) = after.next()?;
+    let mut longest: f64 = 0.0;
+    for &(t, dead) in after {
+        if dead < DEAD_ROWS_FLOOR || dead.saturating_mul(2) <= peak {
+            since = t;
+            peak = dead;
+        } else {
+            peak = peak.max(dead);
+            longest = longest.max(t - since);
+        }
+    }
+    Some(longest)
+}
+
 /// One injected fault, as reported.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct FaultRecord {
@@ -124,6 +152,8 @@ pub(crate) struct Summary {
     pub(crate) rss_growth_pct: BTreeMap<String, f64>,
     /// `None`: no readings of the table after the warm-up.
     pub(crate) outbox_table: Option<TableGrowth>,
+    /// [`longest_unreclaimed_s`] of each table's dead rows.
+    pub(crate) unreclaimed_s: BTreeMap<&'static str, Option<f64>>,
     /// Every process name that ran, so that one without a growth figure shows.
     pub(crate) processes: Vec<String>,
     pub(crate) faults: Vec<FaultRecord>,
@@ -180,6 +210,15 @@ impl Summary {
             Some(_) => {}
             None => f.push("no reading of the outbox table's size after the warm-up".to_owned()),
         }
+        for (table, longest) in &self.unreclaimed_s {
+            match longest {
+                Some(s) if *s > MAX_UNRECLAIMED_S => f.push(format!(
+                    "{table}'s dead rows went {s:.0} s without being reclaimed (at most {MAX_UNRECLAIMED_S} s): nothing vacuums it"
+                )),
+                Some(_) => {}
+                None => f.push(format!("no reading of {table}'s dead rows after the warm-up")),
+            }
+        }
         match self.latency_p99_ms_steady {
             None => f.push(
                 "no fault-free window after the warm-up to take the steady latency from".to_owned(),
@@ -233,6 +272,9 @@ impl Summary {
                 "after_warmup": round1(g.base_bytes as f64 / 1048576.0),
                 "end": round1(g.end_bytes as f64 / 1048576.0),
             })),
+            "dead_rows_longest_unreclaimed_s": self.unreclaimed_s.iter()
+                .map(|(k, v)| ((*k).to_owned(), serde_json::json!(v.map(round1))))
+                .collect::<serde_json::Map<_, _>>(),
             "faults": self.faults.iter().map(|f| serde_json::json!({
                 "at_s": round1(f.at_s),
                 "kind": f.kind,
@@ -310,6 +352,7 @@ mod tests {
                 base_bytes: 20 << 20,
                 end_bytes: 30 << 20,
             }),
+            unreclaimed_s: [("outbox_messages", Some(10.0)), ("outbox_inbox", Some(0.0))].into(),
             faults: vec![FaultRecord {
                 at_s: 60.0,
                 end_s: 63.0,
@@ -397,6 +440,62 @@ mod tests {
             .expect("readings after the warm-up");
         assert_eq!((g.base_bytes, g.end_bytes), (100, 400));
         assert_eq!(TableGrowth::of(&[(10.0, 5), (30.0, 100)], 20.0), None);
+    }
+
+    /// The readings of a real 3-minute run with the relays' vacuum switched off
+    /// (`OUTBOX__RETENTION__VACUUM=never`, autovacuum off, every 20 s), and of
+    /// vacuums every few seconds.
+    #[test]
+    fn dead_rows_nobody_reclaims_fail_and_reclaimed_ones_pass() {
+        let never: Vec<(f64, u64)> = [
+            (10.0, 10_629),
+            (30.0, 38_789),
+            (50.0, 67_706),
+            (70.0, 95_891),
+            (90.0, 123_787),
+            (110.0, 151_489),
+            (130.0, 179_505),
+            (150.0, 207_791),
+            (170.0, 236_113),
+        ]
+        .into();
+        let longest = longest_unreclaimed_s(&never, 36.0).expect("readings");
+        assert_eq!(longest, 120.0);
+        let longer: Vec<(f64, u64)> = never.iter().copied().chain([(190.0, 252_006)]).collect();
+        assert!(longest_unreclaimed_s(&longer, 36.0).expect("readings") > MAX_UNRECLAIMED_S);
+        let failing = Summary {
+            unreclaimed_s: [("outbox_messages", Some(140.0))].into(),
+            ..passing()
+        };
+        assert!(!failing.passed());
+        // A sawtooth: up by 7,000 in 5 s, back to a few hundred.
+        let vacuumed: Vec<(f64, u64)> = (0..40)
+            .map(|i| (f64::from(i) * 10.0, if i % 2 == 0 { 7_000 } else { 300 }))
+            .collect();
+        assert_eq!(longest_unreclaimed_s(&vacuumed, 36.0), Some(10.0));
+        // Autovacuum's minute: up for 60 s, then halved.
+        let autovacuum: Vec<(f64, u64)> = (0..40)
+            .map(|i| {
+                (
+                    f64::from(i) * 10.0,
+                    10_000 * (1 + u64::try_from(i % 6).expect("small")),
+                )
+            })
+            .collect();
+        assert_eq!(longest_unreclaimed_s(&autovacuum, 36.0), Some(50.0));
+        // Few dead rows are nothing to reclaim.
+        assert_eq!(
+            longest_unreclaimed_s(&[(40.0, 10), (100.0, 900), (400.0, 999)], 36.0),
+            Some(0.0)
+        );
+        assert_eq!(longest_unreclaimed_s(&[(10.0, 5)], 36.0), None);
+        assert!(
+            !Summary {
+                unreclaimed_s: [("outbox_messages", None)].into(),
+                ..passing()
+            }
+            .passed()
+        );
     }
 
     #[test]

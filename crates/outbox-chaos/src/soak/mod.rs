@@ -386,7 +386,7 @@ async fn run(w: &Arc<World>, args: &Args, seed: u64) -> anyhow::Result<Summary> 
                 .collect::<Vec<_>>(),
             warmup_s,
         ),
-        unreclaimed_s: [
+        dead_rows_peak: [
             (
                 "outbox_messages",
                 (|s| s.outbox_dead_rows) as fn(&Sample) -> Option<u64>,
@@ -400,9 +400,10 @@ async fn run(w: &Arc<World>, args: &Args, seed: u64) -> anyhow::Result<Summary> 
                 .filter(|s| s.t_s <= production_end_s)
                 .filter_map(|s| dead(s).map(|d| (s.t_s, d)))
                 .collect();
-            (table, verdict::longest_unreclaimed_s(&readings, warmup_s))
+            (table, verdict::peak_dead_rows(&readings, warmup_s))
         })
         .collect(),
+        dead_rows_bound: verdict::dead_rows_bound(achieved),
         processes,
         faults,
         unclean_exits: unclean,
@@ -567,10 +568,11 @@ fn print_summary(s: &Summary) {
             g.pct()
         );
     }
-    for (table, longest) in &s.unreclaimed_s {
+    for (table, peak) in &s.dead_rows_peak {
         println!(
-            "  dead rows of {table:<16} longest unreclaimed {:>5} s",
-            r(*longest)
+            "  dead rows of {table:<16} at most {} after warm-up (bound {})",
+            peak.map_or_else(|| "-".to_owned(), |p| p.to_string()),
+            s.dead_rows_bound
         );
     }
     for n in &s.notes {

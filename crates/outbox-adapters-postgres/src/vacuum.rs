@@ -98,13 +98,34 @@ SELECT current_setting('autovacuum')::bool, \
                           WHERE d.datname = current_database()), 'USAGE'), \
        pg_stat_get_dead_tuples(c.oid), \
        greatest(c.reltuples, 0)::float8, \
-       coalesce((SELECT o.option_value::bigint FROM pg_options_to_table(c.reloptions) o \
-                  WHERE o.option_name = 'autovacuum_vacuum_threshold'), \
-                current_setting('autovacuum_vacuum_threshold')::bigint), \
-       coalesce((SELECT o.option_value::float8 FROM pg_options_to_table(c.reloptions) o \
-                  WHERE o.option_name = 'autovacuum_vacuum_scale_factor'), \
-                current_setting('autovacuum_vacuum_scale_factor')::float8) \
+       (SELECT o.option_value FROM pg_options_to_table(c.reloptions) o \
+         WHERE o.option_name = 'autovacuum_vacuum_threshold'), \
+       current_setting('autovacuum_vacuum_threshold')::bigint, \
+       (SELECT o.option_value FROM pg_options_to_table(c.reloptions) o \
+         WHERE o.option_name = 'autovacuum_vacuum_scale_factor'), \
+       current_setting('autovacuum_vacuum_scale_factor')::float8 \
 FROM pg_class c WHERE c.oid = to_regclass($1)";
+
+/// A table's integer storage parameter as PostgreSQL accepted it: decimal, `0x`
+/// hexadecimal, or a number with a fraction or exponent (rounded). Text cast to
+/// `bigint` in SQL would refuse the last two and fail every round; anything not
+/// read here falls back to the server's setting.
+fn reloption_int(text: &str) -> Option<i64> {
+    let t = text.trim();
+    t.parse::<i64>()
+        .ok()
+        .or_else(|| {
+            t.strip_prefix("0x")
+                .or_else(|| t.strip_prefix("0X"))
+                .and_then(|h| i64::from_str_radix(h, 16).ok())
+        })
+        .or_else(|| {
+            t.parse::<f64>()
+                .ok()
+                .filter(|f| f.is_finite())
+                .map(|f| f.round() as i64)
+        })
+}
 
 /// Reads the table's upkeep; `table` is one of this crate's own table names.
 pub(crate) async fn read(
@@ -112,14 +133,35 @@ pub(crate) async fn read(
     schema: &PgSchema,
     table: &'static str,
 ) -> Result<TableUpkeep, PortError> {
-    type Row = (bool, bool, Option<bool>, bool, i64, f64, i64, f64);
+    type Row = (
+        bool,
+        bool,
+        Option<bool>,
+        bool,
+        i64,
+        f64,
+        Option<String>,
+        i64,
+        Option<String>,
+        f64,
+    );
     let row: Option<Row> = sqlx::query_as(READ_UPKEEP)
         .bind(format!("{}.{table}", schema.quoted()))
         .fetch_optional(pool)
         .await
         .map_err(|e| port("vacuum", e))?;
-    let Some((autovacuum, track_counts, table_autovacuum, may_vacuum, dead, live, base, scale)) =
-        row
+    let Some((
+        autovacuum,
+        track_counts,
+        table_autovacuum,
+        may_vacuum,
+        dead,
+        live,
+        table_base,
+        server_base,
+        table_scale,
+        server_scale,
+    )) = row
     else {
         return Err(PortError::transient(
             "vacuum",
@@ -138,8 +180,15 @@ pub(crate) async fn read(
         dead: n(dead),
         // Whole rows; `reltuples` is an estimate, never negative here.
         live: live as u64,
-        base_threshold: n(base),
-        scale_factor: scale,
+        base_threshold: n(table_base
+            .as_deref()
+            .and_then(reloption_int)
+            .unwrap_or(server_base)),
+        scale_factor: table_scale
+            .as_deref()
+            .and_then(|t| t.trim().parse::<f64>().ok())
+            .filter(|f| f.is_finite())
+            .unwrap_or(server_scale),
     })
 }
 
@@ -158,6 +207,9 @@ pub(crate) async fn reclaim(
             // ANALYZE too: autoanalyze is off with autovacuum, and the claims'
             // plans depend on current statistics. The schema is validated and
             // quoted; the table name is this crate's constant.
+            // A table another session is vacuuming is skipped with a WARNING
+            // notice (logged by the client at warning level); the dead rows read
+            // after it say so too.
             sqlx::raw_sql(&format!(
                 "VACUUM (SKIP_LOCKED, ANALYZE) {}.{table}",
                 schema.quoted()
@@ -165,9 +217,10 @@ pub(crate) async fn reclaim(
             .execute(pool)
             .await
             .map_err(|e| port("vacuum", e))?;
-            // What is dead still: a vacuum that reclaims nothing (another session
-            // was vacuuming, `SKIP_LOCKED`; or an old transaction or replication
-            // slot holds the rows back) shows here, for the caller to report.
+            // What is dead still: a vacuum that reclaims little (another session
+            // was vacuuming, `SKIP_LOCKED`; rows still seen by running
+            // transactions; an old transaction or replication slot holding the
+            // horizon back) shows here.
             let left = read(pool, schema, table).await?.dead;
             Ok(SpaceReclaim::Reclaimed { dead, left })
         }
@@ -246,6 +299,16 @@ mod tests {
             ..upkeep()
         };
         assert_eq!(plan(&t), Plan::Vacuum { dead: 0 });
+    }
+
+    #[test]
+    fn integer_storage_parameters_read_as_postgresql_accepted_them() {
+        assert_eq!(reloption_int("50"), Some(50));
+        assert_eq!(reloption_int(" 7 "), Some(7));
+        assert_eq!(reloption_int("0x40"), Some(64));
+        assert_eq!(reloption_int("1e3"), Some(1000));
+        assert_eq!(reloption_int("50.5"), Some(51));
+        assert_eq!(reloption_int("many"), None);
     }
 
     #[test]

@@ -60,7 +60,8 @@ impl Default for ConsumerRetention {
 }
 
 impl ConsumerRetention {
-    /// No retention: the inbox grows until something else deletes from it.
+    /// No retention: the inbox grows until something else deletes from it, and
+    /// is not vacuumed after rounds either (see [`Self::with_vacuum`]).
     #[must_use]
     pub fn disabled() -> Self {
         Self {

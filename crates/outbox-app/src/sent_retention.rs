@@ -32,7 +32,7 @@ pub struct RetentionConfig {
     /// Rows per delete statement (short statements hold few locks).
     pub batch_size: u32,
     /// Whether rounds also vacuum the table when the server's autovacuum is off
-    /// for it (see [`VacuumMode`]).
+    /// for it (see [`VacuumMode`]; with `enabled = false` there are no rounds).
     pub vacuum: VacuumMode,
 }
 
@@ -48,8 +48,9 @@ pub struct RetentionConfig {
 pub enum VacuumMode {
     /// After each round, when autovacuum is off for the table and its dead rows
     /// pass autovacuum's own threshold, vacuum it (`VACUUM (SKIP_LOCKED,
-    /// ANALYZE)`); with autovacuum on, nothing. The role must own the table; if
-    /// it does not, a warning says so once.
+    /// ANALYZE)`); with autovacuum on, nothing. The role must own the table or
+    /// the database; if it does not, a warning says so once. The check runs after
+    /// retention rounds: with retention off, there is none.
     #[default]
     Auto,
     /// Never: the table's upkeep is the server's or the operator's.
@@ -166,22 +167,20 @@ impl SentRetentionTask {
     }
 }
 
-/// Logs what vacuuming after retention does: each vacuum at debug level; once,
-/// at warning level, that autovacuum is off (so the operator learns the server
-/// is not looking after the table), that this role may not vacuum, or that
-/// vacuums keep reclaiming little ([`FUTILE_VACUUMS`] in a row); errors at
-/// warning level each time.
+/// Logs what vacuuming after retention does: each vacuum at debug level, with
+/// the dead rows it found and left; once, at warning level, that autovacuum is
+/// off (so the operator learns the server is not looking after the table) or
+/// that this role may not vacuum; errors at warning level each time.
+///
+/// A vacuum leaving many dead rows is not warned about: right after one, the
+/// rows other sessions made dead in the last second and the ones running
+/// transactions still see are counted too, so "left" alone cannot tell a held
+/// horizon from a busy table.
 #[derive(Debug, Default)]
 pub(crate) struct VacuumLog {
     told_off: bool,
     told_not_permitted: bool,
-    told_futile: bool,
-    futile_in_a_row: u32,
 }
-
-/// Vacuums in a row that left half their dead rows or more, after which a warning
-/// says so. One alone is usual: another relay was vacuuming (`SKIP_LOCKED`).
-pub(crate) const FUTILE_VACUUMS: u32 = 3;
 
 impl VacuumLog {
     pub(crate) fn note(
@@ -208,32 +207,12 @@ impl VacuumLog {
                 }
                 if let SpaceReclaim::Reclaimed { dead, left } = other {
                     tracing::debug!(table, dead, left, "vacuumed");
-                    if left.saturating_mul(2) >= dead.max(1) {
-                        self.futile_in_a_row += 1;
-                    } else {
-                        self.futile_in_a_row = 0;
-                    }
-                    if self.futile_in_a_row >= FUTILE_VACUUMS
-                        && !std::mem::replace(&mut self.told_futile, true)
-                    {
-                        tracing::warn!(
-                            table,
-                            dead,
-                            left,
-                            "vacuums keep leaving the dead rows: an old transaction or replication slot holds them back (see backend_xmin in pg_stat_activity, pg_replication_slots)"
-                        );
-                    }
                 }
             }
             Err(e) => {
                 tracing::warn!(table, error = %e, "vacuum failed; trying again after the next round")
             }
         }
-    }
-
-    #[cfg(test)]
-    pub(crate) const fn told_futile(&self) -> bool {
-        self.told_futile
     }
 }
 
@@ -289,32 +268,5 @@ mod tests {
     async fn every_round_asks_the_store_to_reclaim_unless_never() {
         assert!(reclaims_in_three_rounds(VacuumMode::Auto).await >= 3);
         assert_eq!(reclaims_in_three_rounds(VacuumMode::Never).await, 0);
-    }
-
-    #[test]
-    fn vacuums_that_keep_leaving_the_dead_rows_are_told_once_in_a_row() {
-        let mut log = VacuumLog::default();
-        let futile = || {
-            Ok(SpaceReclaim::Reclaimed {
-                dead: 1000,
-                left: 900,
-            })
-        };
-        let useful = || {
-            Ok(SpaceReclaim::Reclaimed {
-                dead: 1000,
-                left: 10,
-            })
-        };
-        for _ in 1..FUTILE_VACUUMS {
-            log.note("t", futile());
-        }
-        log.note("t", useful());
-        log.note("t", futile());
-        assert!(!log.told_futile(), "a useful vacuum breaks the run");
-        for _ in 1..FUTILE_VACUUMS {
-            log.note("t", futile());
-        }
-        assert!(log.told_futile());
     }
 }

@@ -100,9 +100,11 @@ impl TableGrowth {
 /// autovacuum passes, as the relays' own vacuums (every retention round, 5 s here)
 /// do by far. A table nobody vacuums passes it within about two minutes.
 pub(crate) const DEAD_ROWS_SECONDS: f64 = 120.0;
-/// Dead row versions an order leaves in the outbox at most: its claim, its mark
-/// and retention's delete each leave one (the insert none).
-pub(crate) const DEAD_ROWS_PER_ORDER: f64 = 3.0;
+/// Dead row versions to allow an order in the outbox: its claim, its mark and
+/// retention's delete leave one each (its insert none), a tenth of the attempts
+/// roll back (an aborted insert is dead too: 0.11 an order), and batches given
+/// back in an outage are claimed again; 0.5 covers the last two.
+pub(crate) const DEAD_ROWS_PER_ORDER: f64 = 3.5;
 /// The bound never goes under this (a run that committed almost nothing).
 pub(crate) const DEAD_ROWS_FLOOR: u64 = 10_000;
 
@@ -356,7 +358,7 @@ mod tests {
                 end_bytes: 30 << 20,
             }),
             dead_rows_peak: [("outbox_messages", Some(7_000)), ("outbox_inbox", Some(0))].into(),
-            dead_rows_bound: 162_000,
+            dead_rows_bound: 189_000,
             faults: vec![FaultRecord {
                 at_s: 60.0,
                 end_s: 63.0,
@@ -446,35 +448,53 @@ mod tests {
         assert_eq!(TableGrowth::of(&[(10.0, 5), (30.0, 100)], 20.0), None);
     }
 
-    /// The readings of two real 3-minute runs at 450 commits/s (every 20 s, seed
-    /// 5, autovacuum off on the server): the relays' vacuum switched off
-    /// (`OUTBOX__RETENTION__VACUUM=never`), and on.
+    /// The readings of two real 3-minute runs at 450 commits/s (every 10 s to the
+    /// end of production, seed 5, autovacuum off on the server): the relays'
+    /// vacuum switched off (`OUTBOX__RETENTION__VACUUM=never`), and on.
     #[test]
     fn dead_rows_nobody_reclaims_fail_and_reclaimed_ones_pass() {
         let bound = dead_rows_bound(450.0);
-        assert_eq!(bound, 162_000);
+        assert_eq!(bound, 189_000);
         let never: Vec<(f64, u64)> = [
             (10.0, 10_629),
+            (20.0, 24_730),
             (30.0, 38_789),
+            (40.0, 52_621),
             (50.0, 67_706),
+            (60.0, 81_797),
             (70.0, 95_891),
+            (80.0, 109_942),
             (90.0, 123_787),
+            (100.0, 137_581),
             (110.0, 151_489),
+            (120.0, 165_649),
             (130.0, 179_505),
+            (140.0, 193_754),
             (150.0, 207_791),
+            (160.0, 221_914),
             (170.0, 236_113),
+            (180.0, 249_835),
         ]
         .into();
         let vacuumed: Vec<(f64, u64)> = [
             (10.0, 4_428),
+            (20.0, 4_279),
             (30.0, 6_431),
+            (40.0, 6_511),
             (50.0, 3_295),
+            (60.0, 2_953),
             (70.0, 2_912),
+            (80.0, 2_887),
             (90.0, 2_891),
+            (100.0, 3_764),
             (110.0, 2_738),
+            (120.0, 2_629),
             (130.0, 2_619),
+            (140.0, 1_126),
             (150.0, 442),
+            (160.0, 1_450),
             (170.0, 175),
+            (180.0, 6),
         ]
         .into();
         let summary = |readings: &[(f64, u64)]| Summary {
@@ -484,9 +504,9 @@ mod tests {
         };
         assert!(!summary(&never).passed());
         // Cut at two minutes it still passes: the bound is two minutes' worth.
-        assert!(summary(&never[..6]).passed());
+        assert!(summary(&never[..12]).passed());
         assert!(summary(&vacuumed).passed());
-        assert_eq!(peak_dead_rows(&vacuumed, 36.0), Some(3_295));
+        assert_eq!(peak_dead_rows(&vacuumed, 36.0), Some(6_511));
         // Autovacuum's minute at this rate: about 81,000 before each run.
         assert!(summary(&[(40.0, 20_000), (100.0, 81_000), (110.0, 400)]).passed());
         assert_eq!(dead_rows_bound(1.0), DEAD_ROWS_FLOOR);

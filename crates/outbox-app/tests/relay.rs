@@ -773,6 +773,30 @@ fn keyed_backlog(keys: usize, per_key: usize) -> Vec<Message> {
     messages
 }
 
+/// A dispatcher over `store` in batches of 40, polling every `idle_poll` when
+/// idle, run until `cancel` fires.
+fn spawn_counted_dispatcher(
+    store: &Arc<CountingStore>,
+    broker: &MemoryBroker,
+    idle_poll: Duration,
+    name: &str,
+    cancel: &CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(
+        Dispatcher::new(
+            store.clone(),
+            Arc::new(broker.clone()),
+            DispatcherConfig {
+                batch_size: 40,
+                idle_poll,
+                ..DispatcherConfig::default()
+            },
+            name,
+        )
+        .run(cancel.clone()),
+    )
+}
+
 /// Waits until `n` messages of `store` are sent (10 s at most).
 async fn until_sent(store: &MemoryOutboxStore, n: u64) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -801,19 +825,13 @@ async fn keyed_batches_do_not_each_pay_an_empty_claim_while_their_mark_is_in_fli
         .expect("enqueue");
     let store = Arc::new(CountingStore::new(memory.clone()));
     let cancel = CancellationToken::new();
-    let relay = tokio::spawn(
-        Dispatcher::new(
-            store.clone(),
-            Arc::new(broker.clone()),
-            DispatcherConfig {
-                batch_size: 40,
-                // Idle claims after the drain are not what is counted.
-                idle_poll: Duration::from_secs(30),
-                ..DispatcherConfig::default()
-            },
-            "relay-keyed",
-        )
-        .run(cancel.clone()),
+    // Idle claims after the drain are not what is counted.
+    let relay = spawn_counted_dispatcher(
+        &store,
+        &broker,
+        Duration::from_secs(30),
+        "relay-keyed",
+        &cancel,
     );
     until_sent(&memory, 1_000).await;
     cancel.cancel();
@@ -836,18 +854,12 @@ async fn unkeyed_claims_overlap_marks_again_after_a_keyed_backlog() {
     let (memory, broker) = setup();
     let store = Arc::new(CountingStore::new(memory.clone()));
     let cancel = CancellationToken::new();
-    let relay = tokio::spawn(
-        Dispatcher::new(
-            store.clone(),
-            Arc::new(broker.clone()),
-            DispatcherConfig {
-                batch_size: 40,
-                idle_poll: Duration::from_millis(5),
-                ..DispatcherConfig::default()
-            },
-            "relay-mixed",
-        )
-        .run(cancel.clone()),
+    let relay = spawn_counted_dispatcher(
+        &store,
+        &broker,
+        Duration::from_millis(5),
+        "relay-mixed",
+        &cancel,
     );
     // 3 keyed batches (40 keys of 3 messages).
     memory.enqueue(keyed_backlog(40, 3)).await.expect("enqueue");

@@ -21,21 +21,31 @@ use crate::rows::{
 };
 use crate::storable;
 
-/// A subquery: `columns` of the first unfinished keyed row `e` of table `t` in
-/// inbox_ordered's order (consumer, ordering_key, seq) within `range`, a row
-/// comparison on those columns. Why not `e.consumer = .. AND e.ordering_key = ..
-/// ORDER BY e.seq`: with the equalities the order reduces to seq, which the
-/// primary key (and inbox_consumer_seq) give as well, and for a key holding most
-/// of the table the planner may price a walk of those (expecting an early match)
-/// below the inbox_ordered probe; it then reads every row of that key, as a
-/// claim did with 50,000 held rows. Ordered by inbox_ordered's own columns, the
-/// probe is the only plan without a sort. The row found may belong to the next
-/// consumer or key: callers compare its unique seq, or its consumer and key.
-fn first_unfinished(t: &str, columns: &str, range: &str) -> String {
+/// A subquery: `columns` of the first unfinished row `e` of table `t` of
+/// consumer `consumer` and ordering key `key` (by seq), after seq `after` if given.
+/// The key is written as the closed range `>= key AND <= key` and the rows ordered
+/// by (ordering_key, seq), not as `= key ORDER BY seq`: with the equality the order
+/// reduces to seq, which the primary key (and inbox_consumer_seq) give as well,
+/// and for a key holding most of the table the planner may price a walk of those
+/// (expecting an early match) below the inbox_ordered probe; it then reads every
+/// row of that key, as a claim did with 50,000 held rows (CI, on the equality).
+/// Ordered by a column that is not fixed, only inbox_ordered gives the order
+/// without a sort; and a closed range is estimated as narrow, so a bitmap scan and
+/// sort of what a half-open range would match is not chosen either.
+fn first_unfinished(
+    t: &str,
+    columns: &str,
+    consumer: &str,
+    key: &str,
+    after: Option<&str>,
+) -> String {
+    let after = after
+        .map(|s| format!(" AND e.seq > {s}"))
+        .unwrap_or_default();
     format!(
-        "(SELECT {columns} FROM {t} e WHERE {range} AND e.ordering_key IS NOT NULL \
-           AND e.status IN ('sent', 'consume_failed') \
-           ORDER BY e.consumer, e.ordering_key, e.seq LIMIT 1)"
+        "(SELECT {columns} FROM {t} e WHERE e.consumer = {consumer} \
+           AND e.ordering_key >= {key} AND e.ordering_key <= {key}{after} \
+           AND e.status IN ('sent', 'consume_failed') ORDER BY e.ordering_key, e.seq LIMIT 1)"
     )
 }
 
@@ -73,18 +83,18 @@ impl Sql {
         );
         // A keyed row may be handled only while no earlier row of its consumer and
         // key is unfinished: `r`, itself unfinished, is the first unfinished row of
-        // its key. Written as "the first unfinished keyed row from `r`'s consumer
-        // and key on is `r`" rather than NOT EXISTS, for which the planner may pick
-        // a sequential scan over a key holding most of the table, expecting an
-        // early match that never comes. `r` is in that range, so the first row
-        // found is of its key, and seq is unique.
+        // its key. Written as "the key's first unfinished row is `r`" rather than
+        // NOT EXISTS, for which the planner may pick a sequential scan over a key
+        // holding most of the table, expecting an early match that never comes.
         let head_of_key = |r: &str| {
             format!(
                 "({r}.ordering_key IS NULL OR {r}.seq = {})",
                 first_unfinished(
                     &t,
                     "e.seq",
-                    &format!("(e.consumer, e.ordering_key) >= ({r}.consumer, {r}.ordering_key)")
+                    &format!("{r}.consumer"),
+                    &format!("{r}.ordering_key"),
+                    None
                 )
             )
         };
@@ -116,13 +126,9 @@ impl Sql {
             arrive_held: format!(
                 "INSERT INTO {t} (consumer, message_id, {MESSAGE_COLUMNS}, ordering_key, status, next_attempt_at) \
                  SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'sent', NULL \
-                 WHERE EXISTS (SELECT 1 FROM {} f WHERE f.consumer = $1 AND f.ordering_key = $12) \
+                 WHERE EXISTS {} \
                  ON CONFLICT (consumer, message_id) DO NOTHING RETURNING 1",
-                first_unfinished(
-                    &t,
-                    "e.consumer, e.ordering_key",
-                    "(e.consumer, e.ordering_key) >= ($1, $12)"
-                )
+                first_unfinished(&t, "1", "$1", "$12", None)
             ),
             give_up_lease: format!(
                 "UPDATE {t} SET locked_by = NULL, locked_until = NULL \
@@ -177,13 +183,10 @@ impl Sql {
             // The next unfinished row of a key after row $3, made due if it is held.
             // When row $3 was not the key's head (an earlier one was reconsumed),
             // the row is made due early; the claim's head rule still holds it.
-            // The first unfinished keyed row after ($1, $2, $3) may be another key's:
-            // the consumer and key are checked on the row found.
             promote_next: format!(
                 "UPDATE {t} SET next_attempt_at = now() \
-                 WHERE seq = {} \
-                 AND consumer = $1 AND ordering_key = $2 AND status = 'sent' AND next_attempt_at IS NULL",
-                first_unfinished(&t, "e.seq", "(e.consumer, e.ordering_key, e.seq) > ($1, $2, $3)")
+                 WHERE seq = {} AND status = 'sent' AND next_attempt_at IS NULL",
+                first_unfinished(&t, "e.seq", "$1", "$2", Some("$3"))
             ),
             // The safety net: every held row that is its key's head is made due. The
             // keys with held rows are walked one index probe each over inbox_held
@@ -198,14 +201,15 @@ impl Sql {
                       AND status = 'sent' AND next_attempt_at IS NULL ORDER BY ordering_key LIMIT 1) \
                    FROM keys WHERE keys.k IS NOT NULL), \
                  held_heads(seq) AS (SELECT h.seq FROM keys CROSS JOIN LATERAL {} h \
-                   WHERE keys.k IS NOT NULL AND h.consumer = $1 AND h.ordering_key = keys.k \
-                   AND h.status = 'sent' AND h.next_attempt_at IS NULL) \
+                   WHERE keys.k IS NOT NULL AND h.status = 'sent' AND h.next_attempt_at IS NULL) \
                  UPDATE {t} SET next_attempt_at = now() \
                  WHERE seq IN (SELECT seq FROM held_heads) AND status = 'sent' AND next_attempt_at IS NULL",
                 first_unfinished(
                     &t,
-                    "e.seq, e.consumer, e.ordering_key, e.status, e.next_attempt_at",
-                    "(e.consumer, e.ordering_key) >= ($1, keys.k)"
+                    "e.seq, e.status, e.next_attempt_at",
+                    "$1",
+                    "keys.k",
+                    None
                 )
             ),
             dead_letter: format!(

@@ -210,15 +210,40 @@ pub(crate) const LEASE_FREE: &str = "(c.locked_until IS NULL OR c.locked_until <
 /// earlier row of its key still unsent (in flight, delayed, failing, or dead unless
 /// `dead_head` skips them); one probe of outbox_ordered. For a row `c` in a
 /// blocking status itself (a failed one), written as "its key's first such row is
-/// `c`": an ORDER BY seq LIMIT 1 the planner serves from outbox_ordered, where a
-/// NOT EXISTS over a key holding most of the table could be planned as a
-/// sequential scan expecting an early match.
+/// `c`" ([`first_blocking`]), where a NOT EXISTS over a key holding most of the
+/// table could be planned as a sequential scan expecting an early match.
 pub(crate) fn head_condition(t: &str, dead_head: DeadHead) -> String {
-    let blocking = blocking_list(dead_head);
     format!(
-        "(c.ordering_key IS NULL OR c.seq = (SELECT e.seq FROM {t} e \
-           WHERE e.ordering_key = c.ordering_key AND e.status IN ({blocking}) \
-           ORDER BY e.seq LIMIT 1))"
+        "(c.ordering_key IS NULL OR c.seq = {})",
+        first_blocking(t, dead_head, "e.seq", "c.ordering_key", None)
+    )
+}
+
+/// A subquery: `columns` of the first row `e` of table `t` (quoted) of ordering
+/// key `key` in a blocking status for `dead_head` (by seq), after seq `after` if
+/// given. The key is written as the closed range `>= key AND <= key` and the rows
+/// ordered by (ordering_key, seq), not as `= key ORDER BY seq`: with the equality
+/// the order reduces to seq, which the primary key and the partial indexes on seq
+/// give as well, and for a key holding most of the table the planner may price a
+/// walk of those (expecting an early match) below the outbox_ordered probe; it
+/// then reads every row of that key (a retry claim read 50,000 so). Ordered by a
+/// column that is not fixed, only outbox_ordered gives the order without a sort;
+/// and a closed range is estimated as narrow, so a bitmap scan and sort of what a
+/// half-open range would match is not chosen either.
+fn first_blocking(
+    t: &str,
+    dead_head: DeadHead,
+    columns: &str,
+    key: &str,
+    after: Option<&str>,
+) -> String {
+    let blocking = blocking_list(dead_head);
+    let after = after
+        .map(|s| format!(" AND e.seq > {s}"))
+        .unwrap_or_default();
+    format!(
+        "(SELECT {columns} FROM {t} e WHERE e.ordering_key >= {key} AND e.ordering_key <= {key}{after} \
+           AND e.status IN ({blocking}) ORDER BY e.ordering_key, e.seq LIMIT 1)"
     )
 }
 
@@ -242,15 +267,20 @@ fn blocking_list(dead_head: DeadHead) -> String {
 /// around, so successive claims take turns over the keys instead of always
 /// favouring the first ones. Evaluated lazily: a `LIMIT` on `heads` stops the walk.
 fn keyed_heads(t: &str, dead_head: DeadHead, cursor: Option<&str>) -> String {
-    let blocking = blocking_list(dead_head);
     format!(
         "{}, \
-         heads(seq) AS (SELECT h.seq FROM keys CROSS JOIN LATERAL \
-           (SELECT e.seq, e.status, e.not_before, e.locked_until FROM {t} e \
-            WHERE e.ordering_key = keys.k AND e.status IN ({blocking}) ORDER BY e.seq LIMIT 1) h \
-           WHERE h.status = 'pending' AND (h.not_before IS NULL OR h.not_before <= now()) \
+         heads(seq) AS (SELECT h.seq FROM keys CROSS JOIN LATERAL {} h \
+           WHERE h.status = 'pending' \
+           AND (h.not_before IS NULL OR h.not_before <= now()) \
            AND (h.locked_until IS NULL OR h.locked_until < now()))",
-        key_walk(t, dead_head, cursor)
+        key_walk(t, dead_head, cursor),
+        first_blocking(
+            t,
+            dead_head,
+            "e.seq, e.status, e.not_before, e.locked_until",
+            "keys.k",
+            None
+        )
     )
 }
 
@@ -323,7 +353,8 @@ fn stuck_list(dead_head: DeadHead) -> String {
 /// never the healthy keys nor the rows queued behind the heads (the waiting count
 /// reads at most `$2` index entries of a key, in seq order). The walk carries
 /// the number of blocked keys found so far; the final ORDER BY sorts only the
-/// keys walked.
+/// keys walked. The rows behind a head are read as [`first_blocking`] reads a
+/// key's head (a closed key range in outbox_ordered's order), for its reason.
 fn blocked_keys(t: &str, dead_head: DeadHead, cursor: Option<&str>) -> String {
     let blocking = blocking_list(dead_head);
     let stuck = stuck_list(dead_head);
@@ -337,12 +368,7 @@ fn blocked_keys(t: &str, dead_head: DeadHead, cursor: Option<&str>) -> String {
         Some(c) => format!("ordering_key > {c}"),
         None => "ordering_key IS NOT NULL".to_owned(),
     });
-    let head_status = |k: &str| {
-        format!(
-            "(SELECT e.status FROM {t} e WHERE e.ordering_key = {k} \
-               AND e.status IN ({blocking}) ORDER BY e.seq LIMIT 1)"
-        )
-    };
+    let head_status = |k: &str| first_blocking(t, dead_head, "e.status", k, None);
     format!(
         "WITH RECURSIVE walk(k, found) AS (\
            SELECT {first}, 0 \
@@ -351,18 +377,22 @@ fn blocked_keys(t: &str, dead_head: DeadHead, cursor: Option<&str>) -> String {
            FROM walk WHERE walk.k IS NOT NULL AND walk.found < $1) \
          SELECT walk.k AS key, h.id, h.status, h.attempts, h.last_error, \
            {} AS next_attempt_at, \
-           (SELECT count(*) FROM (SELECT 1 FROM {t} w WHERE w.ordering_key = walk.k \
-              AND w.seq > h.seq AND w.status IN ({blocking}) \
-              ORDER BY w.seq LIMIT $2) behind) AS waiting \
-         FROM walk CROSS JOIN LATERAL \
-           (SELECT e.seq, e.id, e.status, e.attempts, e.last_error, e.next_attempt_at \
-            FROM {t} e WHERE e.ordering_key = walk.k AND e.status IN ({blocking}) \
-            ORDER BY e.seq LIMIT 1) h \
+           (SELECT count(*) FROM (SELECT 1 FROM {t} w \
+              WHERE w.ordering_key >= walk.k AND w.ordering_key <= walk.k AND w.seq > h.seq \
+              AND w.status IN ({blocking}) ORDER BY w.ordering_key, w.seq LIMIT $2) behind) AS waiting \
+         FROM walk CROSS JOIN LATERAL {} h \
          WHERE walk.k IS NOT NULL AND h.status IN ({stuck}) \
          ORDER BY walk.k LIMIT $1",
         next_key("ordering_key > walk.k"),
         head_status("walk.k"),
         readable_time("h.next_attempt_at"),
+        first_blocking(
+            t,
+            dead_head,
+            "e.seq, e.id, e.status, e.attempts, e.last_error, e.next_attempt_at",
+            "walk.k",
+            None
+        ),
     )
 }
 
@@ -422,7 +452,13 @@ impl Sql {
         // queued behind the heads).
         let walk = key_walk(&t, dead_head, None);
         let head_oldest = readable_time("h.created_at");
-        let blocking_all = blocking_list(dead_head);
+        let first_of_key = first_blocking(
+            &t,
+            dead_head,
+            "e.created_at, e.status, e.not_before",
+            "keys.k",
+            None,
+        );
         let overdue = readable_time("not_before");
         let lease_free = LEASE_FREE;
         let head = head_condition(&t, dead_head);
@@ -512,9 +548,7 @@ impl Sql {
                    LEAST((SELECT {oldest} FROM {t} WHERE status = 'pending' AND not_before IS NULL \
                             AND ordering_key IS NULL ORDER BY seq LIMIT 1), \
                          (WITH RECURSIVE {walk} SELECT min({head_oldest}) FROM keys CROSS JOIN LATERAL \
-                            (SELECT e.created_at, e.status, e.not_before FROM {t} e \
-                             WHERE e.ordering_key = keys.k AND e.status IN ({blocking_all}) \
-                             ORDER BY e.seq LIMIT 1) h \
+                            {first_of_key} h \
                             WHERE h.status = 'pending' AND h.not_before IS NULL), \
                          (SELECT {overdue} FROM {t} WHERE status = 'pending' AND not_before IS NOT NULL \
                             AND not_before <= now() ORDER BY not_before LIMIT 1), \
@@ -647,6 +681,35 @@ impl PgOutboxStore {
         .await
         .map_err(|e| port("explain claim", e))?;
         tx.rollback().await.map_err(|e| port("explain claim", e))?;
+        Ok(lines.join("\n"))
+    }
+
+    /// The plan and row counts of a real claim of `limit` failed rows due for a
+    /// retry (`EXPLAIN ANALYZE`), in a transaction that is rolled back: for tests
+    /// checking that the key-head rule reads one index probe, not the rows of
+    /// other keys.
+    ///
+    /// # Errors
+    /// A database error.
+    pub async fn explain_analyze_claim_retries(&self, limit: u32) -> Result<String, PortError> {
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(|e| port("explain retry claim", e))?;
+        let lines: Vec<String> = sqlx::query_scalar(&format!(
+            "EXPLAIN (ANALYZE, TIMING OFF, COSTS OFF) {}",
+            self.sql.claim_retries
+        ))
+        .bind(i64::from(limit))
+        .bind("explain")
+        .bind(0_i64)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(|e| port("explain retry claim", e))?;
+        tx.rollback()
+            .await
+            .map_err(|e| port("explain retry claim", e))?;
         Ok(lines.join("\n"))
     }
 

@@ -334,7 +334,7 @@ async fn a_claim_does_not_walk_the_rows_held_behind_a_key() {
         let pricey = common::pool_pricing_random_reads_high().await;
         for (planner, store) in [
             ("default costs", inbox.clone()),
-            ("random_page_cost = 40", PgInboxStore::new(pricey, &schema)),
+            ("random_page_cost = 10", PgInboxStore::new(pricey, &schema)),
         ] {
             let plan = store
                 .explain_analyze_claim_due(&c, 1)
@@ -465,7 +465,7 @@ async fn the_safety_net_costs_the_keys_with_held_rows() {
         let pricey = common::pool_pricing_random_reads_high().await;
         for (planner, store) in [
             ("default costs", inbox.clone()),
-            ("random_page_cost = 40", PgInboxStore::new(pricey, &schema)),
+            ("random_page_cost = 10", PgInboxStore::new(pricey, &schema)),
         ] {
             let plan = store
                 .explain_analyze_release_held(&c)

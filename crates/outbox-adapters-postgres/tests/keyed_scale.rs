@@ -61,38 +61,47 @@ async fn a_keyed_backlog_costs_a_claim_its_keys_not_its_rows() {
             [("key000", outbox_ports::BLOCKED_WAITING_CAP, true)]
         );
         assert_eq!(store.stats().await.expect("stats").blocked_keys, 1);
-        let plan = store
-            .explain_blocked_keys(None, 50)
-            .await
-            .expect("explain blocked keys");
-        let visited = common::rows_visited(&plan);
-        eprintln!("blocked keys: {visited} rows visited\n{plan}");
-        // A few probes for the one key with a failing row and the 1,001 entries
-        // of the capped count. Walking all 100 keys (as a claim does) would read
-        // about 1,500; counting key000's whole backlog, 1,999 more.
-        assert!(
-            visited <= 1_100,
-            "a page of blocked keys visited {visited} rows among 200,100:\n{plan}"
-        );
-        assert!(
-            !plan.contains("Seq Scan"),
-            "the blocked keys' page scans the table:\n{plan}"
-        );
+        let pricey = common::pool_pricing_random_reads_high().await;
+        for (planner, store) in [
+            ("default costs", store.clone()),
+            (
+                "random_page_cost = 10",
+                PgOutboxStore::new(pricey, schema.clone()),
+            ),
+        ] {
+            let plan = store
+                .explain_blocked_keys(None, 50)
+                .await
+                .expect("explain blocked keys");
+            let visited = common::rows_visited(&plan);
+            eprintln!("{planner}: blocked keys: {visited} rows visited\n{plan}");
+            // A few probes for the one key with a failing row and the 1,001 entries
+            // of the capped count. Walking all 100 keys (as a claim does) would read
+            // about 1,500; counting key000's whole backlog, 1,999 more.
+            assert!(
+                visited <= 1_100,
+                "{planner}: a page of blocked keys visited {visited} rows among 200,100:\n{plan}"
+            );
+            assert!(
+                !plan.contains("Seq Scan"),
+                "{planner}: the blocked keys' page scans the table:\n{plan}"
+            );
 
-        let plan = store
-            .explain_analyze_claim_pending(1000)
-            .await
-            .expect("explain");
-        eprintln!("{plan}");
-        let visited = common::rows_visited(&plan);
-        assert!(
-            visited <= 5_000,
-            "a claim visited {visited} rows for 199 claimable ones among 200,100:\n{plan}"
-        );
-        assert!(
-            !plan.contains("Seq Scan"),
-            "the claim scans the table:\n{plan}"
-        );
+            let plan = store
+                .explain_analyze_claim_pending(1000)
+                .await
+                .expect("explain");
+            eprintln!("{planner}:\n{plan}");
+            let visited = common::rows_visited(&plan);
+            assert!(
+                visited <= 5_000,
+                "{planner}: a claim visited {visited} rows for 199 claimable ones among 200,100:\n{plan}"
+            );
+            assert!(
+                !plan.contains("Seq Scan"),
+                "{planner}: the claim scans the table:\n{plan}"
+            );
+        }
 
         let started = Instant::now();
         let lease = Lease::new("scale", Duration::from_secs(60));
@@ -105,7 +114,7 @@ async fn a_keyed_backlog_costs_a_claim_its_keys_not_its_rows() {
         assert_eq!(claimed.len(), 199, "99 heads and the 100 without a key");
         assert_eq!(keys.len(), 99, "one head per key");
         assert!(!keys.contains("key000"), "the held-back key");
-        eprintln!("claim of 199 among 200,100 pending: {took:?} ({visited} rows visited)");
+        eprintln!("claim of 199 among 200,100 pending: {took:?}");
 
         // Turns: with the heads marked, claims of 10 walk on through the keys
         // instead of taking the first keys' next messages again.
@@ -124,6 +133,69 @@ async fn a_keyed_backlog_costs_a_claim_its_keys_not_its_rows() {
             (seen.len(), distinct.len()),
             (30, 30),
             "three claims of 10 take 30 different keys: {seen:?}"
+        );
+    });
+}
+
+/// The retry claim's key-head rule is one probe of outbox_ordered, whatever the
+/// other keys hold: with 50,000 rows of one key ahead of it in seq order, a
+/// failed head of another key due for its retry is claimed after a few reads, on
+/// both sides of the planner's tie with a walk of the primary key (which reads
+/// all 50,000 first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_claim_does_not_walk_another_keys_backlog() {
+    with_db!(|pool, schema| {
+        let store = PgOutboxStore::new(pool.clone(), schema.clone());
+        let t = format!("{}.outbox_messages", schema.quoted());
+        sqlx::query(&format!(
+            "INSERT INTO {t} (exchange, routing_key, payload, ordering_key) \
+             SELECT 'scale', 'k', '\\x00'::bytea, 'big' FROM generate_series(1, 50000)"
+        ))
+        .execute(&pool)
+        .await
+        .expect("fill one key");
+        sqlx::query(&format!(
+            "INSERT INTO {t} (exchange, routing_key, payload, ordering_key, status, attempts, next_attempt_at) \
+             VALUES ('scale', 'k', '\\x00'::bytea, 'small', 'publish_failed', 1, now() - interval '1 second')"
+        ))
+        .execute(&pool)
+        .await
+        .expect("a failed head of another key");
+        sqlx::query(&format!("VACUUM ANALYZE {t}"))
+            .execute(&pool)
+            .await
+            .expect("vacuum");
+
+        let pricey = common::pool_pricing_random_reads_high().await;
+        for (planner, store) in [
+            ("default costs", store.clone()),
+            (
+                "random_page_cost = 10",
+                PgOutboxStore::new(pricey, schema.clone()),
+            ),
+        ] {
+            let plan = store
+                .explain_analyze_claim_retries(10)
+                .await
+                .expect("explain retry claim");
+            eprintln!("{planner}:\n{plan}");
+            let visited = common::rows_visited(&plan);
+            assert!(
+                visited < 100,
+                "{planner}: a retry claim of one row visited {visited} rows beside 50,000 of another key:\n{plan}"
+            );
+        }
+        let lease = Lease::new("retry", Duration::from_secs(60));
+        let claimed = store
+            .claim_due_retries(&lease, 10)
+            .await
+            .expect("claim retries");
+        assert_eq!(
+            claimed
+                .iter()
+                .map(|c| c.message.ordering_key.as_deref())
+                .collect::<Vec<_>>(),
+            [Some("small")]
         );
     });
 }

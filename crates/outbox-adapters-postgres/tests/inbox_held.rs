@@ -331,11 +331,8 @@ async fn a_claim_does_not_walk_the_rows_held_behind_a_key() {
 
         // On both sides of the tie between the inbox_ordered probe and a walk of
         // the primary key (which reads all 50,001 rows of the held key).
-        let pricey = common::pool_pricing_random_reads_high().await;
-        for (planner, store) in [
-            ("default costs", inbox.clone()),
-            ("random_page_cost = 10", PgInboxStore::new(pricey, &schema)),
-        ] {
+        for (planner, p) in common::planners(&pool).await {
+            let store = PgInboxStore::new(p, &schema);
             let plan = store
                 .explain_analyze_claim_due(&c, 1)
                 .await
@@ -462,11 +459,8 @@ async fn the_safety_net_costs_the_keys_with_held_rows() {
             .execute(&pool)
             .await
             .expect("vacuum");
-        let pricey = common::pool_pricing_random_reads_high().await;
-        for (planner, store) in [
-            ("default costs", inbox.clone()),
-            ("random_page_cost = 10", PgInboxStore::new(pricey, &schema)),
-        ] {
+        for (planner, p) in common::planners(&pool).await {
+            let store = PgInboxStore::new(p, &schema);
             let plan = store
                 .explain_analyze_release_held(&c)
                 .await

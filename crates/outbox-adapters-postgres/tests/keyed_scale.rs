@@ -61,14 +61,8 @@ async fn a_keyed_backlog_costs_a_claim_its_keys_not_its_rows() {
             [("key000", outbox_ports::BLOCKED_WAITING_CAP, true)]
         );
         assert_eq!(store.stats().await.expect("stats").blocked_keys, 1);
-        let pricey = common::pool_pricing_random_reads_high().await;
-        for (planner, store) in [
-            ("default costs", store.clone()),
-            (
-                "random_page_cost = 10",
-                PgOutboxStore::new(pricey, schema.clone()),
-            ),
-        ] {
+        for (planner, p) in common::planners(&pool).await {
+            let store = PgOutboxStore::new(p, schema.clone());
             let plan = store
                 .explain_blocked_keys(None, 50)
                 .await
@@ -166,14 +160,8 @@ async fn a_retry_claim_does_not_walk_another_keys_backlog() {
             .await
             .expect("vacuum");
 
-        let pricey = common::pool_pricing_random_reads_high().await;
-        for (planner, store) in [
-            ("default costs", store.clone()),
-            (
-                "random_page_cost = 10",
-                PgOutboxStore::new(pricey, schema.clone()),
-            ),
-        ] {
+        for (planner, p) in common::planners(&pool).await {
+            let store = PgOutboxStore::new(p, schema.clone());
             let plan = store
                 .explain_analyze_claim_retries(10)
                 .await

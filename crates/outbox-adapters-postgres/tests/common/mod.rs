@@ -161,3 +161,15 @@ pub async fn pool_pricing_random_reads_high() -> PgPool {
         .await
         .expect("a pool with random_page_cost = 10")
 }
+
+/// The test's pool under each planner a plan test checks: the default costs, and
+/// [`pool_pricing_random_reads_high`]'s; each with its name for the assertion.
+pub async fn planners(pool: &PgPool) -> [(&'static str, PgPool); 2] {
+    [
+        ("default costs", pool.clone()),
+        (
+            "random_page_cost = 10",
+            pool_pricing_random_reads_high().await,
+        ),
+    ]
+}

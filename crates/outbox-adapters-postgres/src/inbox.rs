@@ -22,7 +22,8 @@ use crate::rows::{
 use crate::storable;
 
 /// A subquery: `columns` of the first unfinished row `e` of table `t` of
-/// consumer `consumer` and ordering key `key` (by seq), after seq `after` if given.
+/// consumer `consumer` and ordering key `key` (by seq), after seq `after` if given;
+/// `consumer`, `key` and `after` are columns or parameters (each is pasted in).
 /// The key is written as the closed range `>= key AND <= key` and the rows ordered
 /// by (ordering_key, seq), not as `= key ORDER BY seq`: with the equality the order
 /// reduces to seq, which the primary key (and inbox_consumer_seq) give as well,
@@ -116,7 +117,11 @@ impl Sql {
             ),
             // Recorded without a lease, to wait for the consume sweep, when an
             // earlier delivery of its key is unfinished; nothing when there is none
-            // (or the row exists: a redelivery, which `arrive` sorts out).
+            // (or the row exists: a redelivery, which `arrive` sorts out). A scalar
+            // subquery, not EXISTS: PostgreSQL drops the ORDER BY and LIMIT inside
+            // an EXISTS, and with the key's value known plans a sequential scan
+            // expecting an early match, which a key holding most of the table
+            // makes a read of every row.
             // A held row has no next attempt time: it is outside the due range of
             // inbox_due, so a claim never walks the rows queued behind a blocked
             // key. It is made due when its predecessor finishes (`promote_next`,
@@ -126,9 +131,9 @@ impl Sql {
             arrive_held: format!(
                 "INSERT INTO {t} (consumer, message_id, {MESSAGE_COLUMNS}, ordering_key, status, next_attempt_at) \
                  SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'sent', NULL \
-                 WHERE EXISTS {} \
+                 WHERE {} IS NOT NULL \
                  ON CONFLICT (consumer, message_id) DO NOTHING RETURNING 1",
-                first_unfinished(&t, "1", "$1", "$12", None)
+                first_unfinished(&t, "e.seq", "$1", "$12", None)
             ),
             give_up_lease: format!(
                 "UPDATE {t} SET locked_by = NULL, locked_until = NULL \
@@ -528,6 +533,41 @@ impl PgInboxStore {
         tx.rollback()
             .await
             .map_err(|e| port("explain held check", e))?;
+        Ok(lines.join("\n"))
+    }
+
+    /// The plan and row counts of [`InboxConsumerPath::hold_behind_key`]'s insert
+    /// for `message` (`EXPLAIN ANALYZE`), in a transaction that is rolled back: for
+    /// tests checking that the look for an unfinished predecessor is one probe.
+    ///
+    /// # Errors
+    /// A database error.
+    pub async fn explain_analyze_hold_behind_key(
+        &self,
+        consumer: &str,
+        message: &Message,
+    ) -> Result<String, PortError> {
+        let stored = storable::message(message);
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(|e| port("explain hold", e))?;
+        let explain = format!(
+            "EXPLAIN (ANALYZE, TIMING OFF, COSTS OFF) {}",
+            self.sql.arrive_held
+        );
+        let rows = bind_message(sqlx::query(&explain), consumer, &stored)
+            .bind(&stored.ordering_key)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(|e| port("explain hold", e))?;
+        tx.rollback().await.map_err(|e| port("explain hold", e))?;
+        let lines = rows
+            .iter()
+            .map(|r| sqlx::Row::try_get::<String, _>(r, 0))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| port("explain hold", e))?;
         Ok(lines.join("\n"))
     }
 

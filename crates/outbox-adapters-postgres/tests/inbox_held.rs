@@ -552,3 +552,79 @@ async fn a_keyed_attempt_lost_with_its_connection_gives_its_lease_up() {
         );
     });
 }
+
+/// The held arrival's look for an unfinished predecessor is one probe of
+/// inbox_ordered, even when the consumer and the key's value each match half the
+/// table (another consumer's 50,000 deliveries of the key come first in seq
+/// order): a look written as EXISTS loses its ORDER BY and LIMIT, and is planned
+/// as a sequential scan expecting an early match.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_arrival_looks_for_its_predecessor_with_one_probe() {
+    with_db!(|pool, schema| {
+        let inbox = PgInboxStore::new(pool.clone(), &schema);
+        let t = format!("{}.outbox_inbox", schema.quoted());
+        let key = unique_key("key");
+        let other = unique_key("other-consumer");
+        sqlx::query(&format!(
+            "INSERT INTO {t} (consumer, message_id, exchange, routing_key, headers, payload, \
+               created_at, ordering_key, status, next_attempt_at) \
+             SELECT $1, gen_random_uuid(), 'held', 'k', '{{}}'::jsonb, '\\x00'::bytea, now(), $2, 'sent', NULL \
+             FROM generate_series(1, 50000)"
+        ))
+        .bind(&other)
+        .bind(&key)
+        .execute(&pool)
+        .await
+        .expect("another consumer's deliveries of the key");
+        // This consumer's own backlog of the key, after them: its head and 50,000
+        // held behind it, so the consumer and the key each match half the table.
+        let c = unique_key("consumer");
+        let head = keyed(&key);
+        inbox
+            .record_arrival(&c, &head, &lease())
+            .await
+            .expect("head");
+        sqlx::query(&format!(
+            "INSERT INTO {t} (consumer, message_id, exchange, routing_key, headers, payload, \
+               created_at, ordering_key, status, next_attempt_at) \
+             SELECT $1, gen_random_uuid(), 'held', 'k', '{{}}'::jsonb, '\\x00'::bytea, now(), $2, 'sent', NULL \
+             FROM generate_series(1, 50000)"
+        ))
+        .bind(&c)
+        .bind(&key)
+        .execute(&pool)
+        .await
+        .expect("this consumer's held deliveries");
+        sqlx::query(&format!("VACUUM ANALYZE {t}"))
+            .execute(&pool)
+            .await
+            .expect("vacuum");
+
+        let next = keyed(&key);
+        for (planner, p) in common::planners(&pool).await {
+            let store = PgInboxStore::new(p, &schema);
+            let plan = store
+                .explain_analyze_hold_behind_key(&c, &next)
+                .await
+                .expect("explain");
+            eprintln!("{planner}:\n{plan}");
+            let visited = common::rows_visited(&plan);
+            assert!(
+                visited < 100,
+                "{planner}: a held arrival visited {visited} rows to find its predecessor:\n{plan}"
+            );
+        }
+        assert!(
+            inbox.hold_behind_key(&c, &next).await.expect("hold"),
+            "held behind its unfinished head"
+        );
+        assert!(held_without_due_time(&pool, &t, next.id).await);
+        assert!(
+            !inbox
+                .hold_behind_key(&unique_key("consumer"), &keyed(&key))
+                .await
+                .expect("no predecessor"),
+            "another consumer's deliveries of the key hold nothing back"
+        );
+    });
+}

@@ -11,14 +11,18 @@
 //! `autovacuum_vacuum_scale_factor` of the live ones).
 //!
 //! `SKIP_LOCKED`: several relays share a table; when one is vacuuming it, the
-//! others skip instead of queueing behind it. A vacuum does not block reads or
-//! writes of rows: its lock conflicts only with other maintenance and with DDL
-//! (an `ALTER TABLE` of a migration waits for it, and unlike autovacuum a manual
-//! vacuum does not give way; the outbox table's vacuums are short, since
-//! retention keeps it small).
+//! others skip instead of queueing behind it. A vacuum's own lock conflicts only
+//! with other maintenance and with DDL (an `ALTER TABLE` of a migration waits for
+//! it, and unlike autovacuum a manual vacuum does not give way; the outbox table's
+//! vacuums are short, since retention keeps it small). One step does block reads
+//! and writes, as autovacuum's does: when the table ends in empty pages (which
+//! retention's deletes leave), the vacuum truncates them under an ACCESS EXCLUSIVE
+//! lock, taken only if it is free at once and given up as soon as anyone waits
+//! for it, so claims, marks and inserts stall for moments at most. Kept: it is
+//! what shrinks the table's file after a backlog.
 //!
-//! Left alone: a vacuum's throttling (`vacuum_cost_delay`, 0 for a manual one) and
-//! cancelling a running vacuum at shutdown.
+//! Left alone: a vacuum's throttling (`vacuum_cost_delay`, 0 for a manual one), its
+//! parallel index workers, and cancelling a running vacuum at shutdown.
 
 use outbox_ports::{PortError, SpaceReclaim};
 use sqlx::PgPool;
@@ -106,24 +110,36 @@ SELECT current_setting('autovacuum')::bool, \
        current_setting('autovacuum_vacuum_scale_factor')::float8 \
 FROM pg_class c WHERE c.oid = to_regclass($1)";
 
-/// A table's integer storage parameter as PostgreSQL accepted it: decimal, `0x`
-/// hexadecimal, or a number with a fraction or exponent (rounded). Text cast to
-/// `bigint` in SQL would refuse the last two and fail every round; anything not
-/// read here falls back to the server's setting.
+/// A table's integer storage parameter as PostgreSQL accepted it (its
+/// `parse_int`, `strtol` with base 0, then `strtod` and `rint`): decimal, `0x`
+/// hexadecimal, a leading `0` for octal, or a number with a fraction or exponent,
+/// rounded half to even. Text cast to `bigint` in SQL would refuse some of these
+/// and fail every round; anything not read here falls back to the server's
+/// setting.
 fn reloption_int(text: &str) -> Option<i64> {
     let t = text.trim();
-    t.parse::<i64>()
-        .ok()
-        .or_else(|| {
-            t.strip_prefix("0x")
-                .or_else(|| t.strip_prefix("0X"))
-                .and_then(|h| i64::from_str_radix(h, 16).ok())
-        })
+    let (negative, digits) = match t.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, t.strip_prefix('+').unwrap_or(t)),
+    };
+    let integer = if let Some(hex) = digits
+        .strip_prefix("0x")
+        .or_else(|| digits.strip_prefix("0X"))
+    {
+        i64::from_str_radix(hex, 16).ok()
+    } else if digits.len() > 1 && digits.starts_with('0') {
+        i64::from_str_radix(&digits[1..], 8).ok()
+    } else {
+        digits.parse::<i64>().ok()
+    };
+    integer
+        .filter(|_| !digits.starts_with(['+', '-']))
+        .map(|v| if negative { -v } else { v })
         .or_else(|| {
             t.parse::<f64>()
                 .ok()
                 .filter(|f| f.is_finite())
-                .map(|f| f.round() as i64)
+                .map(|f| f.round_ties_even() as i64)
         })
 }
 
@@ -307,7 +323,15 @@ mod tests {
         assert_eq!(reloption_int(" 7 "), Some(7));
         assert_eq!(reloption_int("0x40"), Some(64));
         assert_eq!(reloption_int("1e3"), Some(1000));
-        assert_eq!(reloption_int("50.5"), Some(51));
+        assert_eq!(reloption_int("010"), Some(8), "octal, as strtol reads it");
+        assert_eq!(reloption_int("-010"), Some(-8));
+        assert_eq!(reloption_int("50.5"), Some(50), "rint: half to even");
+        assert_eq!(reloption_int("51.5"), Some(52));
+        assert_eq!(
+            reloption_int("010.5"),
+            Some(10),
+            "a fraction is read as decimal"
+        );
         assert_eq!(reloption_int("many"), None);
     }
 

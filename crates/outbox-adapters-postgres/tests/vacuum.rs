@@ -3,7 +3,8 @@
 //!
 //! Each test switches autovacuum off for its own schema's table
 //! (`autovacuum_enabled = false`), so the server's setting does not matter and
-//! nothing outside the test's schema changes.
+//! nothing outside the test's schema changes, but for one role made and dropped
+//! again by `a_role_that_does_not_own_the_table_is_told_so`.
 
 mod common;
 
@@ -190,19 +191,40 @@ async fn a_role_that_does_not_own_the_table_is_told_so() {
             &format!("ALTER TABLE {t} SET (autovacuum_enabled = false)"),
         )
         .await;
-        let options = sqlx::postgres::PgConnectOptions::from_str(&common::url())
-            .expect("url")
-            .username(role);
-        let as_role = sqlx::postgres::PgPoolOptions::new()
-            .max_connections(1)
-            .connect_with(options)
-            .await
-            .expect("connect as the role");
-        let store = PgOutboxStore::new(as_role.clone(), schema.clone());
-        let r = store.reclaim_space().await.expect("reclaim");
-        as_role.close().await;
-        assert_eq!(r, SpaceReclaim::NotPermitted);
-        assert_eq!(vacuum_count(&pool, &schema, "outbox_messages").await, 0);
+        // In a task of its own, so the role is dropped again whatever happens.
+        let checked = tokio::spawn({
+            let (pool, schema) = (pool.clone(), schema.clone());
+            async move {
+                let options = sqlx::postgres::PgConnectOptions::from_str(&common::url())
+                    .expect("url")
+                    .username(role);
+                let as_role = sqlx::postgres::PgPoolOptions::new()
+                    .max_connections(1)
+                    .connect_with(options)
+                    .await
+                    .expect("connect as the role");
+                let store = PgOutboxStore::new(as_role.clone(), schema.clone());
+                let r = store.reclaim_space().await.expect("reclaim");
+                as_role.close().await;
+                assert_eq!(r, SpaceReclaim::NotPermitted);
+                assert_eq!(vacuum_count(&pool, &schema, "outbox_messages").await, 0);
+            }
+        })
+        .await;
+        // The role's grant goes with it; another run of this test at the same time
+        // may still use it, so a failed drop is not this test's failure.
+        let _ = sqlx::query(&format!(
+            "REVOKE USAGE ON SCHEMA {} FROM {role}",
+            schema.quoted()
+        ))
+        .execute(&pool)
+        .await;
+        let _ = sqlx::query(&format!("DROP ROLE IF EXISTS {role}"))
+            .execute(&pool)
+            .await;
+        if let Err(e) = checked {
+            std::panic::resume_unwind(e.into_panic());
+        }
     });
 }
 
@@ -227,6 +249,39 @@ async fn the_tables_own_threshold_wins() {
                 dead: 0,
                 threshold: 123_456
             }
+        );
+    });
+}
+
+/// The table's own scale factor counts its live rows (as `reltuples` has them
+/// after an `ANALYZE`), as it does for autovacuum: with 1,000 live rows and a
+/// scale factor of 0.5, the threshold is 500, not the server's 0.2 of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tables_own_scale_factor_counts_its_live_rows() {
+    with_db!(|pool, schema| {
+        let store = PgOutboxStore::new(pool.clone(), schema.clone());
+        let t = format!("{}.outbox_messages", schema.quoted());
+        exec(
+            &pool,
+            &format!(
+                "ALTER TABLE {t} SET (autovacuum_enabled = false, \
+                 autovacuum_vacuum_threshold = 0, autovacuum_vacuum_scale_factor = 0.5)"
+            ),
+        )
+        .await;
+        exec(
+            &pool,
+            &format!(
+                "INSERT INTO {t} (exchange, routing_key, payload) \
+                 SELECT 'x', 'k', '\\x00'::bytea FROM generate_series(1, 1000)"
+            ),
+        )
+        .await;
+        exec(&pool, &format!("ANALYZE {t}")).await;
+        let r = store.reclaim_space().await.expect("reclaim");
+        assert!(
+            matches!(r, SpaceReclaim::NotYet { threshold: 500, .. }),
+            "{r:?}"
         );
     });
 }

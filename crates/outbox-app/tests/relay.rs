@@ -864,6 +864,20 @@ async fn unkeyed_claims_overlap_marks_again_after_a_keyed_backlog() {
     // 3 keyed batches (40 keys of 3 messages).
     memory.enqueue(keyed_backlog(40, 3)).await.expect("enqueue");
     until_sent(&memory, 120).await;
+    // Idle: two empty claims after the drain, the second with no mark in flight
+    // (the first may still have had the last keyed mark in hand), so overlapping
+    // is back as it is for any idle relay. Enqueued earlier, the unkeyed rows
+    // could be taken by the claim after that mark instead, and the first 16
+    // unkeyed batches would then finish their marks first.
+    let idle_from = store.empty_claims();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while store.empty_claims() < idle_from + 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the drained relay made no empty claims"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
     let before = store.overlapped_claims();
     // 50 unkeyed batches: each but the first (nothing in flight then) can overlap.
     memory

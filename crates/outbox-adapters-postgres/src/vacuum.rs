@@ -90,8 +90,10 @@ pub(crate) fn plan(t: &TableUpkeep) -> Plan {
 /// The table's own `autovacuum_vacuum_threshold` and `_scale_factor` (the
 /// migrations set the scale factor to 0.01) win over the server's, as they do for
 /// autovacuum; the live rows are `reltuples`, autovacuum's figure (-1 before the
-/// first ANALYZE: none). Owner: PostgreSQL 15 lets the table's owner (or a member
-/// of its role, or a superuser) and the database's owner vacuum it.
+/// first ANALYZE: none). Owner: the table's owner (or a member of its role, or a
+/// superuser) and the database's owner may vacuum it, in PostgreSQL 15 as long
+/// before; PostgreSQL 17's MAINTAIN privilege (and `pg_maintain`) is not read, so
+/// a role vacuuming by that grant alone is told it may not.
 const READ_UPKEEP: &str = "\
 SELECT current_setting('autovacuum')::bool, \
        current_setting('track_counts')::bool, \
@@ -237,7 +239,15 @@ pub(crate) async fn reclaim(
             // was vacuuming, `SKIP_LOCKED`; rows still seen by running
             // transactions; an old transaction or replication slot holding the
             // horizon back) shows here.
-            let left = read(pool, schema, table).await?.dead;
+            let left = read(pool, schema, table)
+                .await
+                .map_err(|e| {
+                    PortError::transient(
+                        "read the table after its vacuum",
+                        format!("the vacuum ran; reading what it left failed: {e}"),
+                    )
+                })?
+                .dead;
             Ok(SpaceReclaim::Reclaimed { dead, left })
         }
     }

@@ -712,7 +712,9 @@ impl<P: InboxPath> InboxWorker<P> {
         })
         .await;
         // The subscription can end before the token fires; retention stops with the
-        // worker either way, after the delete statement in hand.
+        // worker either way, after the statement in hand (a delete, or the inbox's
+        // vacuum after a round, which is not cut short and can take a while on a
+        // large inbox).
         stop_retention.cancel();
         if let Some(retention) = retention
             && let Err(e) = retention.await

@@ -384,9 +384,11 @@ impl Relay {
 }
 
 /// The relay's fast path for new messages: claim pending, publish, mark; again. The
-/// mark of one batch runs while the next is claimed and published, except while
-/// that does not pay: when the next batch is what the mark releases (the next
-/// messages of ordering keys whose heads it marks sent; see `relay/overlap.rs`).
+/// mark of one batch runs while the next is claimed and published. When the next
+/// batch is what the mark releases (the next messages of ordering keys whose heads
+/// it marks sent), the claims are halved so that two batches hold different keys
+/// and overlap again, or, with very few keys, the mark is finished first (see
+/// `relay/overlap.rs`).
 pub struct Dispatcher {
     relay: Relay,
     config: DispatcherConfig,
@@ -460,7 +462,7 @@ impl Dispatcher {
             let claimed_at = tokio::time::Instant::now();
             let claimed = match relay
                 .store
-                .claim_pending(&lease, self.config.batch_size)
+                .claim_pending(&lease, overlap.limit(self.config.batch_size))
                 .await
             {
                 Ok(c) => c,

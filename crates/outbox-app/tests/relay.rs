@@ -846,6 +846,54 @@ async fn keyed_batches_do_not_each_pay_an_empty_claim_while_their_mark_is_in_fli
     );
 }
 
+/// As many ordering keys as the batch holds (40 keys of 25, batches of 40): the
+/// dispatcher halves its claims so that two batches hold different keys, and
+/// claims overlap marks again, each key still in order. Without the halving, every
+/// claim would wait for the previous batch's mark (about 1 of 25 overlapped).
+#[tokio::test]
+async fn keyed_claims_overlap_marks_again_at_half_the_batch_each_key_in_order() {
+    use outbox_ports::Subscriber as _;
+    let (memory, broker) = setup();
+    memory
+        .enqueue(keyed_backlog(40, 25))
+        .await
+        .expect("enqueue");
+    let store = Arc::new(CountingStore::new(memory.clone()));
+    let cancel = CancellationToken::new();
+    let relay = spawn_counted_dispatcher(
+        &store,
+        &broker,
+        Duration::from_secs(30),
+        "relay-halves",
+        &cancel,
+    );
+    until_sent(&memory, 1_000).await;
+    cancel.cancel();
+    relay.await.expect("relay");
+    // About 50 claims of 20 after the first full one; all but the first few
+    // overlap the previous batch's mark.
+    let overlapped = store.overlapped_claims();
+    assert!(
+        overlapped >= 40,
+        "only {overlapped} keyed claims ran while the previous batch was marked"
+    );
+    let mut stream = broker.subscribe(QUEUE, 1000).await.expect("subscribe");
+    let mut next_of: std::collections::HashMap<String, u32> = std::collections::HashMap::new();
+    for _ in 0..1000 {
+        let d = stream.next().await.expect("a delivery").expect("delivered");
+        let body = String::from_utf8(d.envelope.body.clone()).expect("utf-8");
+        let (key, n) = body.split_once(':').expect("key:n");
+        let n: u32 = n.parse().expect("n");
+        let expected = next_of.entry(key.to_owned()).or_default();
+        assert_eq!(n, *expected, "{key} out of order");
+        *expected += 1;
+        d.acker.ack().await.expect("ack");
+    }
+    assert_eq!(next_of.len(), 40);
+    assert!(next_of.values().all(|n| *n == 25));
+    assert_eq!(broker.queue_depth(QUEUE).0, 0, "each message once");
+}
+
 /// After a keyed backlog that stopped the overlapping of claims and marks, unkeyed
 /// messages are claimed while the previous batch is being marked again: the relay's
 /// unkeyed throughput is not lost to the keyed traffic before.

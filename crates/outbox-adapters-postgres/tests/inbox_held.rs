@@ -43,6 +43,23 @@ async fn held_without_due_time(pool: &sqlx::PgPool, t: &str, id: MessageId) -> b
     .expect("read held row")
 }
 
+/// `n` deliveries of `consumer` and `key` in table `t`, as `hold_behind_key`
+/// writes them (checked by the tests that hold one), in one statement.
+async fn fill_held(pool: &sqlx::PgPool, t: &str, consumer: &str, key: &str, n: i64) {
+    sqlx::query(&format!(
+        "INSERT INTO {t} (consumer, message_id, exchange, routing_key, headers, payload, \
+           created_at, ordering_key, status, next_attempt_at) \
+         SELECT $1, gen_random_uuid(), 'held', 'k', '{{}}'::jsonb, '\\x00'::bytea, now(), $2, 'sent', NULL \
+         FROM generate_series(1, $3)"
+    ))
+    .bind(consumer)
+    .bind(key)
+    .bind(n)
+    .execute(pool)
+    .await
+    .expect("fill held rows");
+}
+
 /// Until some backend of this database waits on a lock in an INSERT (the held
 /// arrival, at the test's gate).
 async fn waiting_on_a_lock(pool: &sqlx::PgPool) {
@@ -299,17 +316,7 @@ async fn a_claim_does_not_walk_the_rows_held_behind_a_key() {
         let one_held = keyed(&key);
         assert!(inbox.hold_behind_key(&c, &one_held).await.expect("hold"));
         assert!(held_without_due_time(&pool, &t, one_held.id).await);
-        sqlx::query(&format!(
-            "INSERT INTO {t} (consumer, message_id, exchange, routing_key, headers, payload, \
-               created_at, ordering_key, status, next_attempt_at) \
-             SELECT $1, gen_random_uuid(), 'held', 'k', '{{}}'::jsonb, '\\x00'::bytea, now(), $2, 'sent', NULL \
-             FROM generate_series(1, 50000)"
-        ))
-        .bind(&c)
-        .bind(&key)
-        .execute(&pool)
-        .await
-        .expect("fill held");
+        fill_held(&pool, &t, &c, &key, 50_000).await;
         // Ten deliveries of other keys and none, due now.
         for n in 0..10 {
             let m = if n % 2 == 0 {
@@ -565,17 +572,7 @@ async fn a_held_arrival_looks_for_its_predecessor_with_one_probe() {
         let t = format!("{}.outbox_inbox", schema.quoted());
         let key = unique_key("key");
         let other = unique_key("other-consumer");
-        sqlx::query(&format!(
-            "INSERT INTO {t} (consumer, message_id, exchange, routing_key, headers, payload, \
-               created_at, ordering_key, status, next_attempt_at) \
-             SELECT $1, gen_random_uuid(), 'held', 'k', '{{}}'::jsonb, '\\x00'::bytea, now(), $2, 'sent', NULL \
-             FROM generate_series(1, 50000)"
-        ))
-        .bind(&other)
-        .bind(&key)
-        .execute(&pool)
-        .await
-        .expect("another consumer's deliveries of the key");
+        fill_held(&pool, &t, &other, &key, 50_000).await;
         // This consumer's own backlog of the key, after them: its head and 50,000
         // held behind it, so the consumer and the key each match half the table.
         let c = unique_key("consumer");
@@ -584,17 +581,7 @@ async fn a_held_arrival_looks_for_its_predecessor_with_one_probe() {
             .record_arrival(&c, &head, &lease())
             .await
             .expect("head");
-        sqlx::query(&format!(
-            "INSERT INTO {t} (consumer, message_id, exchange, routing_key, headers, payload, \
-               created_at, ordering_key, status, next_attempt_at) \
-             SELECT $1, gen_random_uuid(), 'held', 'k', '{{}}'::jsonb, '\\x00'::bytea, now(), $2, 'sent', NULL \
-             FROM generate_series(1, 50000)"
-        ))
-        .bind(&c)
-        .bind(&key)
-        .execute(&pool)
-        .await
-        .expect("this consumer's held deliveries");
+        fill_held(&pool, &t, &c, &key, 50_000).await;
         sqlx::query(&format!("VACUUM ANALYZE {t}"))
             .execute(&pool)
             .await

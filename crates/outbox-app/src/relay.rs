@@ -387,8 +387,8 @@ impl Relay {
 /// mark of one batch runs while the next is claimed and published. When the next
 /// batch is what the mark releases (the next messages of ordering keys whose heads
 /// it marks sent), the claims are halved so that two batches hold different keys
-/// and overlap again, or, with very few keys, the mark is finished first (see
-/// `relay/overlap.rs`).
+/// and overlap again, or, with very few keys, the mark is finished first, with
+/// full batches (see `relay/overlap.rs`).
 pub struct Dispatcher {
     relay: Relay,
     config: DispatcherConfig,
@@ -443,7 +443,7 @@ impl Dispatcher {
         // While the broker cannot be reached, batches come back unsent: wait before
         // claiming again, doubling up to `MAX_OUTAGE_PAUSE`.
         let mut outage_pause: Option<Duration> = None;
-        let mut overlap = ClaimOverlap::default();
+        let mut overlap = ClaimOverlap::new(self.config.batch_size);
         while !cancel.is_cancelled() {
             // Claim while the previous batch is being marked, unless overlapped
             // claims have been coming back empty: then that mark is finished first.
@@ -460,11 +460,7 @@ impl Dispatcher {
             let lease = relay.leases.next();
             // Before the claim is sent: the lease ends no earlier than this plus its ttl.
             let claimed_at = tokio::time::Instant::now();
-            let claimed = match relay
-                .store
-                .claim_pending(&lease, overlap.limit(self.config.batch_size))
-                .await
-            {
+            let claimed = match relay.store.claim_pending(&lease, overlap.limit()).await {
                 Ok(c) => c,
                 Err(e) => {
                     tracing::warn!(error = %e, "claim failed; retrying");

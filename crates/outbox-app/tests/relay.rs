@@ -837,7 +837,7 @@ async fn keyed_batches_do_not_each_pay_an_empty_claim_while_their_mark_is_in_fli
     cancel.cancel();
     relay.await.expect("relay");
     assert_eq!(broker.queue_depth(QUEUE).0, 1_000, "each message once");
-    // The first empty claim (the keys hold it back), one per probe of overlapping,
+    // The first empty claim (the keys hold it back), which halves the claims,
     // and the one that finds the backlog drained; not one per batch (25).
     let empty = store.empty_claims();
     assert!(
@@ -849,7 +849,7 @@ async fn keyed_batches_do_not_each_pay_an_empty_claim_while_their_mark_is_in_fli
 /// As many ordering keys as the batch holds (40 keys of 25, batches of 40): the
 /// dispatcher halves its claims so that two batches hold different keys, and
 /// claims overlap marks again, each key still in order. Without the halving, every
-/// claim would wait for the previous batch's mark (about 1 of 25 overlapped).
+/// claim would wait for the previous batch's mark (none overlapped and took rows).
 #[tokio::test]
 async fn keyed_claims_overlap_marks_again_at_half_the_batch_each_key_in_order() {
     use outbox_ports::Subscriber as _;

@@ -215,34 +215,26 @@ pub(crate) const LEASE_FREE: &str = "(c.locked_until IS NULL OR c.locked_until <
 pub(crate) fn head_condition(t: &str, dead_head: DeadHead) -> String {
     format!(
         "(c.ordering_key IS NULL OR c.seq = {})",
-        first_blocking(t, dead_head, "e.seq", "c.ordering_key", None)
+        first_blocking(t, dead_head, "e.seq", "c.ordering_key")
     )
 }
 
 /// A subquery: `columns` of the first row `e` of table `t` (quoted) of ordering
-/// key `key` in a blocking status for `dead_head` (by seq), after seq `after` if
-/// given. The key is written as the closed range `>= key AND <= key` and the rows
-/// ordered by (ordering_key, seq), not as `= key ORDER BY seq`: with the equality
-/// the order reduces to seq, which the primary key and the partial indexes on seq
-/// give as well, and for a key holding most of the table the planner may price a
-/// walk of those (expecting an early match) below the outbox_ordered probe; it
-/// then reads every row of that key (a retry claim read 50,000 so). Ordered by a
-/// column that is not fixed, only outbox_ordered gives the order without a sort;
-/// and a closed range is estimated as narrow, so a bitmap scan and sort of what a
-/// half-open range would match is not chosen either.
-fn first_blocking(
-    t: &str,
-    dead_head: DeadHead,
-    columns: &str,
-    key: &str,
-    after: Option<&str>,
-) -> String {
+/// key `key` (a column or parameter: it is pasted in) in a blocking status for
+/// `dead_head`, by seq. The key is written as the closed range `>= key AND <=
+/// key` and the rows ordered by (ordering_key, seq), not as `= key ORDER BY seq`:
+/// with the equality the order reduces to seq, which the primary key and the
+/// partial indexes on seq give as well, and for a key holding most of the table
+/// the planner may price a walk of those (expecting an early match) below the
+/// outbox_ordered probe; it then reads every row of that key (a retry claim read
+/// 50,000 so). Ordered by a column that is not fixed, only outbox_ordered gives
+/// the order without a sort; and a closed range is estimated as narrow, so a
+/// bitmap scan and sort of what a half-open range would match is not chosen
+/// either.
+fn first_blocking(t: &str, dead_head: DeadHead, columns: &str, key: &str) -> String {
     let blocking = blocking_list(dead_head);
-    let after = after
-        .map(|s| format!(" AND e.seq > {s}"))
-        .unwrap_or_default();
     format!(
-        "(SELECT {columns} FROM {t} e WHERE e.ordering_key >= {key} AND e.ordering_key <= {key}{after} \
+        "(SELECT {columns} FROM {t} e WHERE e.ordering_key >= {key} AND e.ordering_key <= {key} \
            AND e.status IN ({blocking}) ORDER BY e.ordering_key, e.seq LIMIT 1)"
     )
 }
@@ -278,8 +270,7 @@ fn keyed_heads(t: &str, dead_head: DeadHead, cursor: Option<&str>) -> String {
             t,
             dead_head,
             "e.seq, e.status, e.not_before, e.locked_until",
-            "keys.k",
-            None
+            "keys.k"
         )
     )
 }
@@ -368,7 +359,7 @@ fn blocked_keys(t: &str, dead_head: DeadHead, cursor: Option<&str>) -> String {
         Some(c) => format!("ordering_key > {c}"),
         None => "ordering_key IS NOT NULL".to_owned(),
     });
-    let head_status = |k: &str| first_blocking(t, dead_head, "e.status", k, None);
+    let head_status = |k: &str| first_blocking(t, dead_head, "e.status", k);
     format!(
         "WITH RECURSIVE walk(k, found) AS (\
            SELECT {first}, 0 \
@@ -390,8 +381,7 @@ fn blocked_keys(t: &str, dead_head: DeadHead, cursor: Option<&str>) -> String {
             t,
             dead_head,
             "e.seq, e.id, e.status, e.attempts, e.last_error, e.next_attempt_at",
-            "walk.k",
-            None
+            "walk.k"
         ),
     )
 }
@@ -457,7 +447,6 @@ impl Sql {
             dead_head,
             "e.created_at, e.status, e.not_before",
             "keys.k",
-            None,
         );
         let overdue = readable_time("not_before");
         let lease_free = LEASE_FREE;

@@ -810,6 +810,23 @@ async fn until_sent(store: &MemoryOutboxStore, n: u64) {
     }
 }
 
+/// 40 keys of 25 messages drained by one counted dispatcher with batches of 40
+/// (its idle poll is 30 s, so no idle claim after the drain is counted).
+async fn drain_40_keys_of_25(name: &str) -> (Arc<CountingStore>, MemoryBroker) {
+    let (memory, broker) = setup();
+    memory
+        .enqueue(keyed_backlog(40, 25))
+        .await
+        .expect("enqueue");
+    let store = Arc::new(CountingStore::new(memory.clone()));
+    let cancel = CancellationToken::new();
+    let relay = spawn_counted_dispatcher(&store, &broker, Duration::from_secs(30), name, &cancel);
+    until_sent(&memory, 1_000).await;
+    cancel.cancel();
+    relay.await.expect("relay");
+    (store, broker)
+}
+
 /// As many ordering keys as the batch holds: every batch holds each key's head, so
 /// nothing is claimable until its mark is done. A claim made while that mark is in
 /// flight comes back empty; the dispatcher must not pay that empty claim for every
@@ -817,25 +834,7 @@ async fn until_sent(store: &MemoryOutboxStore, n: u64) {
 /// awaits, so the claim after a batch always runs before that batch's mark.)
 #[tokio::test]
 async fn keyed_batches_do_not_each_pay_an_empty_claim_while_their_mark_is_in_flight() {
-    let (memory, broker) = setup();
-    // 40 keys of 25 messages, batches of 40: 25 batches.
-    memory
-        .enqueue(keyed_backlog(40, 25))
-        .await
-        .expect("enqueue");
-    let store = Arc::new(CountingStore::new(memory.clone()));
-    let cancel = CancellationToken::new();
-    // Idle claims after the drain are not what is counted.
-    let relay = spawn_counted_dispatcher(
-        &store,
-        &broker,
-        Duration::from_secs(30),
-        "relay-keyed",
-        &cancel,
-    );
-    until_sent(&memory, 1_000).await;
-    cancel.cancel();
-    relay.await.expect("relay");
+    let (store, broker) = drain_40_keys_of_25("relay-keyed").await;
     assert_eq!(broker.queue_depth(QUEUE).0, 1_000, "each message once");
     // The first empty claim (the keys hold it back), which halves the claims,
     // and the one that finds the backlog drained; not one per batch (25).
@@ -853,23 +852,7 @@ async fn keyed_batches_do_not_each_pay_an_empty_claim_while_their_mark_is_in_fli
 #[tokio::test]
 async fn keyed_claims_overlap_marks_again_at_half_the_batch_each_key_in_order() {
     use outbox_ports::Subscriber as _;
-    let (memory, broker) = setup();
-    memory
-        .enqueue(keyed_backlog(40, 25))
-        .await
-        .expect("enqueue");
-    let store = Arc::new(CountingStore::new(memory.clone()));
-    let cancel = CancellationToken::new();
-    let relay = spawn_counted_dispatcher(
-        &store,
-        &broker,
-        Duration::from_secs(30),
-        "relay-halves",
-        &cancel,
-    );
-    until_sent(&memory, 1_000).await;
-    cancel.cancel();
-    relay.await.expect("relay");
+    let (store, broker) = drain_40_keys_of_25("relay-halves").await;
     // About 50 claims of 20 after the first full one; all but the first few
     // overlap the previous batch's mark.
     let overlapped = store.overlapped_claims();

@@ -552,7 +552,6 @@ async fn a_delayed_message_is_published_at_its_due_time_by_an_idle_relay() {
 /// appears, then all of it, in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_relays_keep_each_keys_order_and_a_failing_key_holds_back_only_itself() {
-    use outbox_ports::Subscriber as _;
     let (store, broker) = setup();
     let now = outbox_core::Timestamp::now_utc();
     let mut messages = Vec::new();
@@ -613,21 +612,7 @@ async fn two_relays_keep_each_keys_order_and_a_failing_key_holds_back_only_itsel
     for r in relays {
         r.await.expect("relay");
     }
-    let mut stream = broker.subscribe(QUEUE, 1000).await.expect("subscribe");
-    let mut next_of: std::collections::HashMap<String, u32> = std::collections::HashMap::new();
-    for _ in 0..1000 {
-        let d = stream.next().await.expect("a delivery").expect("delivered");
-        let body = String::from_utf8(d.envelope.body.clone()).expect("utf-8");
-        let (key, n) = body.split_once(':').expect("key:n");
-        let n: u32 = n.parse().expect("n");
-        let expected = next_of.entry(key.to_owned()).or_default();
-        assert_eq!(n, *expected, "{key} out of order");
-        *expected += 1;
-        d.acker.ack().await.expect("ack");
-    }
-    assert_eq!(next_of.len(), 20);
-    assert!(next_of.values().all(|n| *n == 50));
-    assert_eq!(broker.queue_depth(QUEUE).0, 0, "each message once");
+    assert_each_key_in_order(&broker, 20, 50).await;
 }
 
 /// One ordering key's messages follow each other without waiting for the idle
@@ -810,6 +795,31 @@ async fn until_sent(store: &MemoryOutboxStore, n: u64) {
     }
 }
 
+/// Reads the queue back: `keys` keys of `per_key` messages (bodies `k<i>:<n>`),
+/// each key's in order and each message once.
+async fn assert_each_key_in_order(broker: &MemoryBroker, keys: usize, per_key: u32) {
+    use outbox_ports::Subscriber as _;
+    let total = keys * per_key as usize;
+    let mut stream = broker
+        .subscribe(QUEUE, u16::try_from(total).unwrap_or(u16::MAX))
+        .await
+        .expect("subscribe");
+    let mut next_of: std::collections::HashMap<String, u32> = std::collections::HashMap::new();
+    for _ in 0..total {
+        let d = stream.next().await.expect("a delivery").expect("delivered");
+        let body = String::from_utf8(d.envelope.body.clone()).expect("utf-8");
+        let (key, n) = body.split_once(':').expect("key:n");
+        let n: u32 = n.parse().expect("n");
+        let expected = next_of.entry(key.to_owned()).or_default();
+        assert_eq!(n, *expected, "{key} out of order");
+        *expected += 1;
+        d.acker.ack().await.expect("ack");
+    }
+    assert_eq!(next_of.len(), keys);
+    assert!(next_of.values().all(|n| *n == per_key));
+    assert_eq!(broker.queue_depth(QUEUE).0, 0, "each message once");
+}
+
 /// 40 keys of 25 messages drained by one counted dispatcher with batches of 40
 /// (its idle poll is 30 s, so no idle claim after the drain is counted).
 async fn drain_40_keys_of_25(name: &str) -> (Arc<CountingStore>, MemoryBroker) {
@@ -851,7 +861,6 @@ async fn keyed_batches_do_not_each_pay_an_empty_claim_while_their_mark_is_in_fli
 /// claim would wait for the previous batch's mark (none overlapped and took rows).
 #[tokio::test]
 async fn keyed_claims_overlap_marks_again_at_half_the_batch_each_key_in_order() {
-    use outbox_ports::Subscriber as _;
     let (store, broker) = drain_40_keys_of_25("relay-halves").await;
     // About 50 claims of 20 after the first full one; all but the first few
     // overlap the previous batch's mark.
@@ -860,21 +869,7 @@ async fn keyed_claims_overlap_marks_again_at_half_the_batch_each_key_in_order() 
         overlapped >= 40,
         "only {overlapped} keyed claims ran while the previous batch was marked"
     );
-    let mut stream = broker.subscribe(QUEUE, 1000).await.expect("subscribe");
-    let mut next_of: std::collections::HashMap<String, u32> = std::collections::HashMap::new();
-    for _ in 0..1000 {
-        let d = stream.next().await.expect("a delivery").expect("delivered");
-        let body = String::from_utf8(d.envelope.body.clone()).expect("utf-8");
-        let (key, n) = body.split_once(':').expect("key:n");
-        let n: u32 = n.parse().expect("n");
-        let expected = next_of.entry(key.to_owned()).or_default();
-        assert_eq!(n, *expected, "{key} out of order");
-        *expected += 1;
-        d.acker.ack().await.expect("ack");
-    }
-    assert_eq!(next_of.len(), 40);
-    assert!(next_of.values().all(|n| *n == 25));
-    assert_eq!(broker.queue_depth(QUEUE).0, 0, "each message once");
+    assert_each_key_in_order(&broker, 40, 25).await;
 }
 
 /// After a keyed backlog that stopped the overlapping of claims and marks, unkeyed

@@ -381,15 +381,18 @@ async fn headers_larger_than_an_amqp_frame_allows_are_refused_by_enqueue_and_the
 }
 
 /// Puts `schema` back to where it was before the AMQP limits migration: its
-/// constraints, functions and record gone, so that the next `migrate` runs it on a
-/// table that already holds rows.
+/// constraints, functions and record gone, and the record of the migration that
+/// rewrote its headers checks, so that the next `migrate` runs both on a table that
+/// already holds rows.
 async fn undo_limits_migration(pool: &PgPool, schema: &PgSchema) {
     drop_row_constraints(pool, schema).await;
     let s = schema.quoted();
     for statement in [
         format!("DROP FUNCTION {s}.outbox_headers_fit_amqp(jsonb)"),
         format!("DROP FUNCTION IF EXISTS {s}.outbox_headers_amqp_size(jsonb)"),
-        format!("DELETE FROM {s}._sqlx_migrations WHERE version = 20261201000001"),
+        format!(
+            "DELETE FROM {s}._sqlx_migrations WHERE version IN (20261201000001, 20261212000001)"
+        ),
     ] {
         sqlx::query(&statement)
             .execute(pool)
@@ -476,6 +479,27 @@ async fn the_limits_migration_waits_briefly_for_its_lock_adds_constraints_withou
             constraints.iter().all(|(_, valid)| !valid),
             "{constraints:?}"
         );
+        // The headers checks, rewritten by the second migration, exempt the same
+        // rows as the others: every bound is the highest seq before the limits.
+        let bounds: Vec<String> = sqlx::query_scalar(
+            "SELECT substring(pg_get_constraintdef(c.oid) FROM '\\(seq <= (\\d+)\\)') \
+             FROM pg_constraint c JOIN pg_class t ON t.oid = c.conrelid \
+             JOIN pg_namespace n ON n.oid = t.relnamespace \
+             WHERE n.nspname = $1 AND t.relname = 'outbox_messages' \
+             AND conname LIKE 'outbox\\_messages\\_%\\_amqp'",
+        )
+        .bind(schema.as_str())
+        .fetch_all(&pool)
+        .await
+        .expect("bounds");
+        let highest: i64 = sqlx::query_scalar(&format!(
+            "SELECT max(seq) FROM {}.outbox_messages",
+            schema.quoted()
+        ))
+        .fetch_one(&pool)
+        .await
+        .expect("highest seq");
+        assert_eq!(bounds, vec![highest.to_string(); 9], "{bounds:?}");
         // New rows are held to them all the same.
         let err = refused(&pool, &schema, "created_at", "'infinity'").await;
         assert!(err.contains("outbox_messages_created_at_amqp"), "{err}");

@@ -840,6 +840,7 @@ const USAGE: &str = "usage: outbox-bench [--quick] [--relay-only | --consume-onl
   --consume-only  a raw consumer, then the transactional inbox worker
   --claim-only    claim times (also beside 1,000,000 delayed rows) and the admin service's reads over 1,000,000 rows
   --delayed-only  how late delayed messages are published, then what --claim-only runs
+  --enqueue-only  producer commits through PgOutbox::enqueue against plain INSERTs
   --out PATH      where summary.json goes (default target/bench/summary.json)
   --relay-bin PATH  the outbox binary for the RSS phase (default target/release/outbox)
   -h, --help      this text
@@ -852,6 +853,7 @@ enum Only {
     Consume,
     Claim,
     Delayed,
+    Enqueue,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -893,11 +895,12 @@ impl Args {
                 "--consume-only" => Only::Consume,
                 "--claim-only" => Only::Claim,
                 "--delayed-only" => Only::Delayed,
+                "--enqueue-only" => Only::Enqueue,
                 other => return Err(format!("unknown argument {other:?}")),
             };
             if parsed.only.replace(only).is_some() {
                 return Err(
-                    "choose at most one of --relay-only, --consume-only, --claim-only, --delayed-only".to_owned(),
+                    "choose at most one of --relay-only, --consume-only, --claim-only, --delayed-only, --enqueue-only".to_owned(),
                 );
             }
         }
@@ -992,6 +995,13 @@ async fn main() -> anyhow::Result<()> {
         b.consume_side_by_side(sizes.consume).await?;
         return write_summary(&b, quick, &out);
     }
+    if only == Some(Only::Enqueue) {
+        record_enqueue(&mut b, &sizes).await?;
+        let _ = sqlx::query("DROP SCHEMA IF EXISTS bench_enqueue CASCADE")
+            .execute(&b.pool)
+            .await;
+        return write_summary(&b, quick, &out);
+    }
     if only == Some(Only::Delayed) {
         record_delayed_lateness(&mut b, &sizes).await?;
     }
@@ -1036,10 +1046,7 @@ async fn main() -> anyhow::Result<()> {
     b.consume_side_by_side(sizes.consume).await?;
     let rss = b.relay_rss(&relay_bin, sizes.memory_backlog).await?;
     b.record("relay_rss_peak_mib", rss, "MiB");
-    let (plain, ours) = b.enqueue(sizes.enqueue_for).await?;
-    b.record("enqueue_plain", plain, "rows/s");
-    b.record("enqueue", ours, "rows/s");
-    b.record("enqueue/enqueue_plain", ours / plain, "ratio");
+    record_enqueue(&mut b, &sizes).await?;
 
     for s in [
         "bench_relay",
@@ -1058,6 +1065,15 @@ async fn main() -> anyhow::Result<()> {
             .await;
     }
     write_summary(&b, quick, &out)
+}
+
+/// Producer commits through `PgOutbox::enqueue` against plain INSERTs, alternating.
+async fn record_enqueue(b: &mut Bench, sizes: &Sizes) -> anyhow::Result<()> {
+    let (plain, ours) = b.enqueue(sizes.enqueue_for).await?;
+    b.record("enqueue_plain", plain, "rows/s");
+    b.record("enqueue", ours, "rows/s");
+    b.record("enqueue/enqueue_plain", ours / plain, "ratio");
+    Ok(())
 }
 
 /// How late delayed messages are published after their due time.
@@ -1127,6 +1143,11 @@ mod tests {
         assert!(parse(&["--out"]).is_err());
         assert!(parse(&["--relay-only", "--claim-only"]).is_err());
         assert!(parse(&["--delayed-only", "--claim-only"]).is_err());
+        assert!(parse(&["--enqueue-only", "--relay-only"]).is_err());
+        assert_eq!(
+            parse(&["--enqueue-only"]).map(|a| a.map(|a| a.only)),
+            Ok(Some(Some(Only::Enqueue)))
+        );
     }
 
     #[test]

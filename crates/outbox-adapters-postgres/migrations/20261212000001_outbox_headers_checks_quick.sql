@@ -20,8 +20,11 @@
 -- on NULL (a CHECK passes on NULL), and headers is NOT NULL.
 --
 -- The exemption of older rows is kept as it was: its bound is read back from the
--- constraint being replaced. As in 20261201000001: the table is locked first, for at
--- most lock_timeout, and the constraints are added NOT VALID (no scan).
+-- constraint being replaced (printed (seq <= 5) for an int4 literal, (seq <=
+-- '3000000000'::bigint) past 2^31). As in 20261201000001: the table is locked first,
+-- for at most lock_timeout, and the constraints are added NOT VALID (no scan); so a
+-- constraint someone validated by hand reads as not validated again (every row
+-- passes it all the same).
 
 SET LOCAL lock_timeout = '5s';
 
@@ -32,10 +35,10 @@ DECLARE
     fit_exempt text;
     size_exempt text;
 BEGIN
-    SELECT substring(pg_get_constraintdef(c.oid) FROM '\(seq <= (\d+)\)') INTO fit_exempt
+    SELECT substring(pg_get_constraintdef(c.oid) FROM E'\\(seq <= ''?(\\d+)') INTO fit_exempt
     FROM pg_constraint c
     WHERE c.conrelid = 'outbox_messages'::regclass AND c.conname = 'outbox_messages_headers_amqp';
-    SELECT substring(pg_get_constraintdef(c.oid) FROM '\(seq <= (\d+)\)') INTO size_exempt
+    SELECT substring(pg_get_constraintdef(c.oid) FROM E'\\(seq <= ''?(\\d+)') INTO size_exempt
     FROM pg_constraint c
     WHERE c.conrelid = 'outbox_messages'::regclass AND c.conname = 'outbox_messages_headers_size_amqp';
     IF fit_exempt IS NULL OR size_exempt IS NULL THEN

@@ -406,6 +406,16 @@ async fn the_limits_migration_waits_briefly_for_its_lock_adds_constraints_withou
  {
     with_db!(|pool, schema| {
         undo_limits_migration(&pool, &schema).await;
+        // Past 2^31, as a busy outbox soon is: the bound is then a bigint literal,
+        // which PostgreSQL prints quoted and cast ('3000000013'::bigint) when the
+        // second migration reads it back.
+        sqlx::query(&format!(
+            "ALTER TABLE {}.outbox_messages ALTER seq RESTART WITH 3000000000",
+            schema.quoted()
+        ))
+        .execute(&pool)
+        .await
+        .expect("restart seq");
         enqueue_good(&pool, &schema, 5).await;
         let long_key = insert_raw(&pool, &schema, &"k".repeat(300), "{}")
             .await
@@ -482,7 +492,7 @@ async fn the_limits_migration_waits_briefly_for_its_lock_adds_constraints_withou
         // The headers checks, rewritten by the second migration, exempt the same
         // rows as the others: every bound is the highest seq before the limits.
         let bounds: Vec<String> = sqlx::query_scalar(
-            "SELECT substring(pg_get_constraintdef(c.oid) FROM '\\(seq <= (\\d+)\\)') \
+            "SELECT substring(pg_get_constraintdef(c.oid) FROM E'\\\\(seq <= ''?(\\\\d+)') \
              FROM pg_constraint c JOIN pg_class t ON t.oid = c.conrelid \
              JOIN pg_namespace n ON n.oid = t.relnamespace \
              WHERE n.nspname = $1 AND t.relname = 'outbox_messages' \

@@ -39,24 +39,6 @@ async fn drop_row_constraints(pool: &PgPool, schema: &PgSchema) {
     }
 }
 
-/// Inserts one row through plain SQL with the given headers JSON and routing key.
-async fn insert_raw(
-    pool: &PgPool,
-    schema: &PgSchema,
-    routing_key: &str,
-    headers: &str,
-) -> Result<uuid::Uuid, sqlx::Error> {
-    sqlx::query_scalar(&format!(
-        "INSERT INTO {}.outbox_messages (exchange, routing_key, headers, payload) \
-         VALUES ('orders', $1, $2::jsonb, '\\x7b7d') RETURNING id",
-        schema.quoted()
-    ))
-    .bind(routing_key)
-    .bind(headers)
-    .fetch_one(pool)
-    .await
-}
-
 async fn enqueue_good(pool: &PgPool, schema: &PgSchema, n: usize) {
     let outbox = PgOutbox::new(schema.clone());
     let mut conn = pool.acquire().await.expect("conn");
@@ -81,7 +63,7 @@ async fn a_row_whose_headers_cannot_be_decoded_is_dead_and_the_others_are_claime
             drop_row_constraints(&pool, &schema).await;
             let store = PgOutboxStore::new(pool.clone(), schema.clone());
             enqueue_good(&pool, &schema, 60).await;
-            let bad = insert_raw(&pool, &schema, "order.created", bad_headers)
+            let bad = common::insert_raw(&pool, &schema, "order.created", bad_headers)
                 .await
                 .expect("a bad row goes in without the constraints");
             enqueue_good(&pool, &schema, 45).await;
@@ -131,7 +113,7 @@ async fn a_bad_row_claimed_by_a_retry_is_dead_too() {
     with_db!(|pool, schema| {
         drop_row_constraints(&pool, &schema).await;
         let store = PgOutboxStore::new(pool.clone(), schema.clone());
-        let bad = insert_raw(&pool, &schema, "k", "[1, 2]")
+        let bad = common::insert_raw(&pool, &schema, "k", "[1, 2]")
             .await
             .expect("bad row");
         sqlx::query(&format!(
@@ -417,10 +399,10 @@ async fn the_limits_migration_waits_briefly_for_its_lock_adds_constraints_withou
         .await
         .expect("restart seq");
         enqueue_good(&pool, &schema, 5).await;
-        let long_key = insert_raw(&pool, &schema, &"k".repeat(300), "{}")
+        let long_key = common::insert_raw(&pool, &schema, &"k".repeat(300), "{}")
             .await
             .expect("a long routing key before the constraints");
-        let bad_headers = insert_raw(&pool, &schema, "k", r#"{"n": 5}"#)
+        let bad_headers = common::insert_raw(&pool, &schema, "k", r#"{"n": 5}"#)
             .await
             .expect("bad headers before the constraints");
         let infinite = insert_raw_expr(&pool, &schema, "'infinity'", "'{}'::jsonb").await;

@@ -89,19 +89,6 @@ async fn verdict(pool: &PgPool, schema: &PgSchema, headers: &Value) -> (bool, bo
     .expect("the functions answer")
 }
 
-async fn insert(pool: &PgPool, schema: &PgSchema, headers: &Value) -> Result<(), String> {
-    sqlx::query(&format!(
-        "INSERT INTO {}.outbox_messages (exchange, routing_key, headers, payload) \
-         VALUES ('orders', 'k', $1, '\\x00')",
-        schema.quoted()
-    ))
-    .bind(headers)
-    .execute(pool)
-    .await
-    .map(|_| ())
-    .map_err(|e| e.to_string())
-}
-
 #[tokio::test]
 async fn the_table_refuses_exactly_the_headers_the_functions_refuse() {
     with_db!(|pool, schema| {
@@ -119,8 +106,11 @@ async fn the_table_refuses_exactly_the_headers_the_functions_refuse() {
                     t
                 }
             };
-            match insert(&pool, &schema, &h).await {
-                Ok(()) => {
+            match common::insert_raw(&pool, &schema, "k", &h.to_string())
+                .await
+                .map_err(|e| e.to_string())
+            {
+                Ok(_) => {
                     assert!(
                         fits && small,
                         "case {case}: taken, but the functions refuse {}",

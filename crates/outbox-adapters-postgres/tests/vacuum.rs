@@ -228,20 +228,26 @@ async fn a_role_that_does_not_own_the_table_is_told_so() {
     });
 }
 
+/// Gives table `t` its own vacuum threshold and scale factor, autovacuum off.
+async fn own_vacuum_threshold(pool: &PgPool, t: &str, threshold: &str, scale_factor: &str) {
+    exec(
+        pool,
+        &format!(
+            "ALTER TABLE {t} SET (autovacuum_enabled = false, \
+             autovacuum_vacuum_threshold = {threshold}, \
+             autovacuum_vacuum_scale_factor = {scale_factor})"
+        ),
+    )
+    .await;
+}
+
 /// The table's own threshold wins over the server's, as it does for autovacuum.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tables_own_threshold_wins() {
     with_db!(|pool, schema| {
         let store = PgOutboxStore::new(pool.clone(), schema.clone());
         let t = format!("{}.outbox_messages", schema.quoted());
-        exec(
-            &pool,
-            &format!(
-                "ALTER TABLE {t} SET (autovacuum_enabled = false, \
-                 autovacuum_vacuum_threshold = 123456, autovacuum_vacuum_scale_factor = 0)"
-            ),
-        )
-        .await;
+        own_vacuum_threshold(&pool, &t, "123456", "0").await;
         let r = store.reclaim_space().await.expect("reclaim");
         assert_eq!(
             r,
@@ -261,14 +267,7 @@ async fn the_tables_own_scale_factor_counts_its_live_rows() {
     with_db!(|pool, schema| {
         let store = PgOutboxStore::new(pool.clone(), schema.clone());
         let t = format!("{}.outbox_messages", schema.quoted());
-        exec(
-            &pool,
-            &format!(
-                "ALTER TABLE {t} SET (autovacuum_enabled = false, \
-                 autovacuum_vacuum_threshold = 0, autovacuum_vacuum_scale_factor = 0.5)"
-            ),
-        )
-        .await;
+        own_vacuum_threshold(&pool, &t, "0", "0.5").await;
         exec(
             &pool,
             &format!(

@@ -173,3 +173,21 @@ pub async fn planners(pool: &PgPool) -> [(&'static str, PgPool); 2] {
         ),
     ]
 }
+
+/// Inserts one row through plain SQL with the given headers JSON and routing key.
+pub async fn insert_raw(
+    pool: &PgPool,
+    schema: &PgSchema,
+    routing_key: &str,
+    headers: &str,
+) -> Result<uuid::Uuid, sqlx::Error> {
+    sqlx::query_scalar(&format!(
+        "INSERT INTO {}.outbox_messages (exchange, routing_key, headers, payload) \
+         VALUES ('orders', $1, $2::jsonb, '\\x7b7d') RETURNING id",
+        schema.quoted()
+    ))
+    .bind(routing_key)
+    .bind(headers)
+    .fetch_one(pool)
+    .await
+}

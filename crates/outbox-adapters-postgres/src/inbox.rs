@@ -21,6 +21,9 @@ use crate::rows::{
 };
 use crate::storable;
 
+mod batch;
+pub use batch::BatchDelivery;
+
 /// A subquery: `columns` of the first unfinished row `e` of table `t` of
 /// consumer `consumer` and ordering key `key` (by seq), after seq `after` if given;
 /// `consumer`, `key` and `after` are columns or parameters (each is pasted in).
@@ -702,6 +705,23 @@ impl PgInboxStore {
             Attempt::Failed(error) => (error, None),
             Attempt::Ended(error) => (error, Some(Decision::Dead)),
         };
+        self.record_first_attempt_failed(consumer, message, lease, error, decision, decide)
+            .await
+    }
+
+    /// After a first attempt whose transaction rolled back (or that the handler
+    /// ended itself, `decision` then being `Some(Dead)`): the failure recorded under
+    /// `lease`, unless the row is there already (a redelivery recorded meanwhile, or
+    /// a handler that committed the row itself).
+    async fn record_first_attempt_failed(
+        &self,
+        consumer: &str,
+        message: &Message,
+        lease: &Lease,
+        error: String,
+        decision: Option<Decision>,
+        decide: impl FnOnce(u32) -> Decision + Send,
+    ) -> Result<ConsumeOutcome, PortError> {
         let ended = decision.is_some();
         match self.record_arrival(consumer, message, lease).await? {
             Arrival::New => {

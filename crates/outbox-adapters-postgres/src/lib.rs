@@ -35,7 +35,7 @@ mod wakeup;
 
 pub use audit::PgAuditLog;
 pub use error::PgConfigError;
-pub use inbox::{ConsumeOutcome, HELD_CHECK_EVERY, PgInboxStore, TxHandler};
+pub use inbox::{BatchDelivery, ConsumeOutcome, HELD_CHECK_EVERY, PgInboxStore, TxHandler};
 pub use lock::PgLock;
 pub use outbox::{PgOutbox, PgOutboxStore};
 pub use outbox_core::config::redact_url;

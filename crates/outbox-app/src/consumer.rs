@@ -197,6 +197,19 @@ pub struct ConsumerConfig {
     pub prefetch: u16,
     /// Deliveries handled at once.
     pub concurrency: usize,
+    /// With the PostgreSQL inbox ([`crate::PgConsumerWorker`]): the most first
+    /// deliveries recorded and handled in one inbox transaction. Deliveries without
+    /// an ordering key that wait while the consumer's transactions are busy are
+    /// gathered and committed together, each handler under a savepoint of its own
+    /// (a failure rolls back its own writes only); up to
+    /// `concurrency / inbox_batch` (rounded up) transactions run at once, each
+    /// running its handlers one after another. So handlers that mostly wait on
+    /// something other than this database (a remote call) run fewer at a time:
+    /// for those, set 1, one transaction per delivery, `concurrency` at once.
+    /// Keyed deliveries and retries always have a transaction each. At most 32 (each
+    /// delivery's savepoint is a subtransaction, of which PostgreSQL keeps 64 a
+    /// transaction in shared memory). Default: 4.
+    pub inbox_batch: usize,
     /// Keep order by key: deliveries with an ordering key (the
     /// [`outbox_ports::ORDERING_KEY_HEADER`] the relay sets from
     /// `NewMessage::with_ordering_key`) are handled one after another per key, in
@@ -237,6 +250,7 @@ impl ConsumerConfig {
             queue: queue.into(),
             prefetch: 64,
             concurrency: 16,
+            inbox_batch: 4,
             ordered_by_key: false,
             handler_timeout: Duration::from_secs(30),
             retry: RetryPolicy::default(),

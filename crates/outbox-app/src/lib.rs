@@ -55,6 +55,8 @@ pub mod logging;
 #[cfg(feature = "otel")]
 pub mod otel;
 #[cfg(feature = "postgres")]
+mod pg_batch;
+#[cfg(feature = "postgres")]
 pub mod pg_consumer;
 #[cfg(feature = "postgres")]
 pub mod pg_wakeup;

@@ -22,6 +22,7 @@ use crate::consumer::{
     InboxRetryTask, InboxWorker, Unrecorded, no_handler, panic_text,
 };
 use crate::consumer_retention::run_retention;
+use crate::pg_batch::GroupCommit;
 use crate::{ConsumerRetention, HandlerError};
 
 /// Handles one message with the inbox transaction's connection: its writes commit
@@ -44,13 +45,35 @@ pub type PgHandlerRegistry = Handlers<dyn PgHandler>;
 pub struct PgTxInbox {
     inbox: PgInboxStore,
     handlers: PgHandlerRegistry,
+    /// First deliveries without an ordering key, gathered into shared transactions;
+    /// `None`: one transaction each.
+    batches: Option<GroupCommit>,
 }
 
 impl PgTxInbox {
-    /// Records in `inbox`, runs `handlers` in its transactions.
+    /// Records in `inbox`, runs `handlers` in its transactions, one transaction per
+    /// delivery.
     #[must_use]
     pub fn new(inbox: PgInboxStore, handlers: PgHandlerRegistry) -> Self {
-        Self { inbox, handlers }
+        Self {
+            inbox,
+            handlers,
+            batches: None,
+        }
+    }
+
+    /// Gathers first deliveries without an ordering key into shared transactions as
+    /// `config` says ([`ConsumerConfig::inbox_batch`]; 1 keeps one transaction per
+    /// delivery).
+    #[must_use]
+    pub fn batched(mut self, config: &ConsumerConfig) -> Self {
+        self.batches = (config.inbox_batch > 1).then(|| {
+            GroupCommit::new(
+                config.concurrency.div_ceil(config.inbox_batch),
+                config.inbox_batch,
+            )
+        });
+        self
     }
 
     /// The handler for `message` as the inbox's transactional callback: panics and
@@ -99,17 +122,34 @@ impl InboxPath for PgTxInbox {
     ) -> Result<Handled, Unrecorded> {
         let name = &cx.config.name;
         let decide = |attempt| cx.decide(attempt);
-        let outcome = self
-            .inbox
-            .consume_in_transaction(
-                name,
-                message,
-                lease,
-                decide,
-                self.tx_handler(message, cx.config.handler_timeout),
-            )
-            .await
-            .map_err(Unrecorded::Nothing)?;
+        let timeout = cx.config.handler_timeout;
+        let outcome = match &self.batches {
+            Some(batches) if message.ordering_key.is_none() => {
+                let handler_for = |m: &Message| self.tx_handler(m, timeout);
+                batches
+                    .consume(
+                        &self.inbox,
+                        name,
+                        message.clone(),
+                        lease.clone(),
+                        &decide,
+                        &handler_for,
+                    )
+                    .await
+            }
+            _ => {
+                self.inbox
+                    .consume_in_transaction(
+                        name,
+                        message,
+                        lease,
+                        decide,
+                        self.tx_handler(message, timeout),
+                    )
+                    .await
+            }
+        }
+        .map_err(Unrecorded::Nothing)?;
         match &outcome {
             ConsumeOutcome::Failed(error) => {
                 tracing::warn!(consumer = %name, message_id = %message.id, %error, "handler failed; stored for a retry");
@@ -178,7 +218,8 @@ impl PgConsumerWorker {
         clock: Arc<dyn Clock>,
         config: ConsumerConfig,
     ) -> Self {
-        Self::with_path(PgTxInbox::new(inbox, handlers), subscriber, clock, config)
+        let path = PgTxInbox::new(inbox, handlers).batched(&config);
+        Self::with_path(path, subscriber, clock, config)
     }
 }
 

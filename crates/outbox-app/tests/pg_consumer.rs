@@ -892,3 +892,102 @@ async fn a_handler_that_ends_the_inbox_transaction_is_counted_dead_and_runs_once
         .await
         .expect("drop");
 }
+
+/// Runs `msgs` through a worker with `config` and a `DbFaults` handler until the
+/// worker counts every one consumed; returns how many transactions wrote their
+/// inbox rows (by the rows' `received_at`, the transaction's start time).
+async fn consume_all(
+    pool: &outbox_adapters_postgres::PgPool,
+    schema: &PgSchema,
+    msgs: &[Message],
+    config: ConsumerConfig,
+) -> usize {
+    let inbox = PgInboxStore::new(pool.clone(), schema);
+    let b = broker();
+    assert!(b.publish(msgs).await.iter().all(|o| o.is_confirmed()));
+    let worker = PgConsumerWorker::new(
+        inbox.clone(),
+        Arc::new(b.clone()),
+        PgHandlerRegistry::new().fallback(Arc::new(DbFaults::new(schema))),
+        Arc::new(SystemClock),
+        config,
+    );
+    let counters = worker.counters();
+    let cancel = CancellationToken::new();
+    let running = tokio::spawn(worker.run(cancel.clone()));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while (counters.consumed.load(Ordering::Relaxed) as usize) < msgs.len() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of {} consumed after 20 s",
+            counters.consumed.load(Ordering::Relaxed),
+            msgs.len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cancel.cancel();
+    running.await.expect("worker");
+    assert_eq!(b.queue_depth(QUEUE), (0, 0), "every delivery acknowledged");
+    for m in msgs {
+        let r = inbox.get(NAME, m.id).await.expect("get").expect("row");
+        assert_eq!(r.status, Status::Consumed, "{r:?}");
+    }
+    assert_eq!(
+        effect_count(pool, schema).await,
+        msgs.len() as i64,
+        "each once"
+    );
+    sqlx::query_scalar::<_, i64>(&format!(
+        "SELECT count(DISTINCT received_at) FROM {}.outbox_inbox",
+        schema.quoted()
+    ))
+    .fetch_one(pool)
+    .await
+    .expect("transactions") as usize
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_deliveries_share_inbox_transactions_and_each_takes_effect_once() {
+    let Some((pool, schema)) = database().await else {
+        return;
+    };
+    let msgs = messages_with(b"plain", 300);
+    let config = ConsumerConfig {
+        concurrency: 8,
+        inbox_batch: 4,
+        prefetch: 64,
+        ..config(3)
+    };
+    let transactions = consume_all(&pool, &schema, &msgs, config).await;
+    assert!(
+        transactions <= msgs.len() * 3 / 4,
+        "300 deliveries in {transactions} transactions: batches did not form"
+    );
+    sqlx::query(&format!("DROP SCHEMA {} CASCADE", schema.quoted()))
+        .execute(&pool)
+        .await
+        .expect("drop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inbox_batch_of_one_is_a_transaction_per_delivery() {
+    let Some((pool, schema)) = database().await else {
+        return;
+    };
+    let msgs = messages_with(b"plain", 100);
+    let config = ConsumerConfig {
+        concurrency: 8,
+        inbox_batch: 1,
+        ..config(3)
+    };
+    let transactions = consume_all(&pool, &schema, &msgs, config).await;
+    // Two transactions may start within one microsecond; not many.
+    assert!(
+        transactions >= 95,
+        "100 deliveries in {transactions} transactions"
+    );
+    sqlx::query(&format!("DROP SCHEMA {} CASCADE", schema.quoted()))
+        .execute(&pool)
+        .await
+        .expect("drop");
+}

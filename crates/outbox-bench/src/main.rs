@@ -535,14 +535,28 @@ impl Bench {
         let (raw, raw_cpu) = self.consume_raw(n).await?;
         self.record("consume_raw", raw, "msg/s");
         self.record_cpu("consume_raw", raw_cpu);
-        let (inbox, inbox_cpu) = self.consume_inbox(n).await?;
+        let defaults = ConsumerConfig::new("bench", QUEUE).inbox_batch;
+        let (inbox, inbox_cpu) = self.consume_inbox(n, defaults).await?;
         self.record("consume_inbox", inbox, "msg/s");
         self.record_cpu("consume_inbox", inbox_cpu);
         self.record("consume_inbox/consume_raw", inbox / raw, "ratio");
+        // The same worker with a transaction per delivery, what batching buys.
+        let (single, single_cpu) = self.consume_inbox(n, 1).await?;
+        self.record("consume_inbox_unbatched", single, "msg/s");
+        self.record_cpu("consume_inbox_unbatched", single_cpu);
+        self.record(
+            "consume_inbox/consume_inbox_unbatched",
+            inbox / single,
+            "ratio",
+        );
         Ok(())
     }
 
-    async fn consume_inbox(&mut self, n: usize) -> anyhow::Result<(f64, cpu::CpuPerMessage)> {
+    async fn consume_inbox(
+        &mut self,
+        n: usize,
+        inbox_batch: usize,
+    ) -> anyhow::Result<(f64, cpu::CpuPerMessage)> {
         let schema = self.fresh_schema("bench_consume").await?;
         self.publish_raw(n).await?;
         let inbox = PgInboxStore::new(self.pool.clone(), &schema);
@@ -554,6 +568,7 @@ impl Bench {
             ConsumerConfig {
                 prefetch: 200,
                 concurrency: 16,
+                inbox_batch,
                 ..ConsumerConfig::new("bench", QUEUE)
             },
         );

@@ -1,0 +1,315 @@
+//! Several first deliveries recorded and handled in one inbox transaction, so one
+//! COMMIT (and one WAL flush) covers them all, each handler under a savepoint of its
+//! own so that a failure rolls back its own writes only.
+//!
+//! The transaction holds, for each delivery in turn: its inbox row (inserted as
+//! consumed, as [`PgInboxStore::consume_in_transaction`] does) and its handler's
+//! writes, between `SAVEPOINT outbox_handler` and its release. Each row is inserted
+//! right before its handler runs, never ahead: a handler that commits the
+//! transaction itself then commits the rows of the deliveries handled so far and
+//! its own, never one whose handler has not run.
+//!
+//! Whenever the batch cannot end as one commit, each delivery is handled again on
+//! its own by [`PgInboxStore::consume_in_transaction`], whose inbox row decides:
+//! - the handler of one delivery ended the transaction itself (a `COMMIT` or
+//!   `ROLLBACK` of its own): that delivery gets the single path's treatment (dead,
+//!   never run again, or consumed if it committed the row); the others go singly,
+//!   and those whose rows the handler committed are found there (duplicates);
+//! - the database refused the COMMIT (a deferred constraint, a serialization
+//!   failure): nothing of the batch stands, and singly the culprit fails alone.
+//!
+//! A database that cannot be reached leaves every delivery of the batch unrecorded
+//! (`Err`): the caller returns them to the broker, and a redelivery finds the rows
+//! if the COMMIT did happen.
+
+use outbox_core::{Decision, Message};
+use outbox_ports::{Lease, PortError};
+use sqlx::{PgConnection, Postgres, Transaction};
+
+use super::{
+    ConsumeOutcome, HANDLER_SAVEPOINT, PgInboxStore, TxHandler, aborted_reason, bind_message,
+    ended_by_handler, ended_reason,
+};
+use crate::error::{port, refused_by_database};
+use crate::storable;
+
+/// One delivery of a batch: its message and the lease its failure is recorded under.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchDelivery<'a> {
+    /// The delivered message.
+    pub message: &'a Message,
+    /// The holder its row is recorded under should its handler fail (as in
+    /// [`PgInboxStore::consume_in_transaction`]).
+    pub lease: &'a Lease,
+}
+
+/// What became of one delivery inside the batch's transaction.
+#[derive(Debug)]
+enum Step {
+    /// Its row and its handler's writes are in the transaction.
+    Consumed,
+    /// Its row was there already: nothing ran.
+    Duplicate,
+    /// Its handler failed; its row and writes were rolled back to its savepoint.
+    Failed(String),
+    /// Its row could not be inserted (a deadlock with another worker inserting the
+    /// same message): rolled back to its savepoint, nothing recorded.
+    Unrecorded(String),
+}
+
+/// How the batch's transaction ended.
+#[derive(Debug)]
+enum End {
+    /// Committed: every step stands.
+    Committed,
+    /// Rolled back, or ended by the handler of delivery `ended` (with the reason to
+    /// store): each delivery is to be handled again on its own.
+    Singly { ended: Option<(usize, String)> },
+    /// The database could not be reached; nothing is known of the transaction.
+    Unreachable(String),
+}
+
+impl PgInboxStore {
+    /// Records and handles several first deliveries in one transaction, exactly once
+    /// in effect each; what [`Self::consume_in_transaction`] does for one, with one
+    /// COMMIT for all. `handler_for` makes a delivery's handler (called again for a
+    /// delivery handled singly after all, see the module's text); `decide` gets the
+    /// attempt number of a failure. Deliveries with an ordering key are handled
+    /// singly (their rows must be seen by the other workers while they run).
+    ///
+    /// Returns one result per delivery, in order: `Err` as for
+    /// [`Self::consume_in_transaction`] (nothing is known to be recorded; return it to
+    /// the broker).
+    pub async fn consume_batch_in_transaction(
+        &self,
+        consumer: &str,
+        deliveries: &[BatchDelivery<'_>],
+        decide: &(dyn Fn(u32) -> Decision + Send + Sync),
+        handler_for: &(dyn Fn(&Message) -> TxHandler<'static> + Send + Sync),
+    ) -> Vec<Result<ConsumeOutcome, PortError>> {
+        let mut out: Vec<Option<Result<ConsumeOutcome, PortError>>> =
+            deliveries.iter().map(|_| None).collect();
+        let (keyed, unkeyed): (Vec<usize>, Vec<usize>) =
+            (0..deliveries.len()).partition(|&i| deliveries[i].message.ordering_key.is_some());
+        for i in keyed {
+            out[i] = Some(
+                self.singly(consumer, deliveries[i], decide, handler_for)
+                    .await,
+            );
+        }
+        if unkeyed.len() == 1 {
+            out[unkeyed[0]] = Some(
+                self.singly(consumer, deliveries[unkeyed[0]], decide, handler_for)
+                    .await,
+            );
+        } else if !unkeyed.is_empty() {
+            let batch: Vec<BatchDelivery<'_>> = unkeyed.iter().map(|&i| deliveries[i]).collect();
+            let (steps, end) = self.run_batch(consumer, &batch, handler_for).await;
+            match end {
+                End::Committed => {
+                    for (&i, step) in unkeyed.iter().zip(steps) {
+                        let d = deliveries[i];
+                        out[i] = Some(match step {
+                            Step::Consumed => Ok(ConsumeOutcome::Consumed),
+                            Step::Duplicate => Ok(ConsumeOutcome::Duplicate),
+                            Step::Failed(error) => {
+                                self.record_first_attempt_failed(
+                                    consumer, d.message, d.lease, error, None, decide,
+                                )
+                                .await
+                            }
+                            Step::Unrecorded(error) => {
+                                Err(PortError::transient("record arrival", error))
+                            }
+                        });
+                    }
+                }
+                End::Singly { ended } => {
+                    if let Some((at, _)) = &ended {
+                        tracing::warn!(consumer, message_id = %batch[*at].message.id, "a handler ended its batch's inbox transaction itself; the batch's other deliveries are handled singly");
+                    } else {
+                        tracing::debug!(
+                            consumer,
+                            "the database refused a batch's COMMIT; its deliveries are handled singly"
+                        );
+                    }
+                    for (n, &i) in unkeyed.iter().enumerate() {
+                        let d = deliveries[i];
+                        out[i] = Some(match &ended {
+                            Some((at, error)) if *at == n => {
+                                self.record_first_attempt_failed(
+                                    consumer,
+                                    d.message,
+                                    d.lease,
+                                    error.clone(),
+                                    Some(Decision::Dead),
+                                    decide,
+                                )
+                                .await
+                            }
+                            _ => self.singly(consumer, d, decide, handler_for).await,
+                        });
+                    }
+                }
+                End::Unreachable(error) => {
+                    for &i in &unkeyed {
+                        out[i] = Some(Err(PortError::transient("consume batch", error.clone())));
+                    }
+                }
+            }
+        }
+        out.into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(PortError::fatal("consume batch", "no outcome"))))
+            .collect()
+    }
+
+    /// One delivery in a transaction of its own.
+    async fn singly(
+        &self,
+        consumer: &str,
+        d: BatchDelivery<'_>,
+        decide: &(dyn Fn(u32) -> Decision + Send + Sync),
+        handler_for: &(dyn Fn(&Message) -> TxHandler<'static> + Send + Sync),
+    ) -> Result<ConsumeOutcome, PortError> {
+        self.consume_in_transaction(consumer, d.message, d.lease, decide, handler_for(d.message))
+            .await
+    }
+
+    /// The batch's transaction: each delivery's row and handler under the savepoint,
+    /// then one COMMIT. The steps are those of the deliveries reached.
+    async fn run_batch(
+        &self,
+        consumer: &str,
+        batch: &[BatchDelivery<'_>],
+        handler_for: &(dyn Fn(&Message) -> TxHandler<'static> + Send + Sync),
+    ) -> (Vec<Step>, End) {
+        let mut steps = Vec::with_capacity(batch.len());
+        // The first savepoint with the BEGIN, in one round trip.
+        let begin = format!("BEGIN; SAVEPOINT {HANDLER_SAVEPOINT}");
+        let mut tx = match self.pool.begin_with(begin).await {
+            Ok(tx) => tx,
+            Err(e) => return (steps, End::Unreachable(port("begin", e).to_string())),
+        };
+        // At the start of each delivery the savepoint is taken and nothing has run
+        // since.
+        for (n, d) in batch.iter().enumerate() {
+            let stored = storable::message(d.message);
+            let inserted = bind_message(sqlx::query(&self.sql.arrive_consumed), consumer, &stored)
+                .fetch_optional(&mut *tx)
+                .await;
+            match inserted {
+                Ok(Some(_)) => {}
+                Ok(None) => {
+                    steps.push(Step::Duplicate);
+                    continue;
+                }
+                Err(e) => {
+                    let Some(why) = refused_by_database(&e) else {
+                        return (
+                            steps,
+                            End::Unreachable(port("record arrival", e).to_string()),
+                        );
+                    };
+                    if let Err(e) = rollback_to_savepoint(&mut tx).await {
+                        return (
+                            steps,
+                            End::Unreachable(port("rollback to savepoint", e).to_string()),
+                        );
+                    }
+                    steps.push(Step::Unrecorded(why));
+                    continue;
+                }
+            }
+            let step = match (handler_for(d.message))(&mut tx).await {
+                // Its savepoint released (which fails if the handler left the transaction
+                // aborted or ended it) and the next one's taken, in one round trip; the
+                // second statement does not run if the first fails.
+                Ok(()) => match simple_query(
+                    &mut tx,
+                    &format!(
+                        "RELEASE SAVEPOINT {HANDLER_SAVEPOINT}; SAVEPOINT {HANDLER_SAVEPOINT}"
+                    ),
+                )
+                .await
+                {
+                    Ok(_) => Step::Consumed,
+                    Err(e) => match refused_by_database(&e) {
+                        Some(why) if ended_by_handler(&e) => {
+                            return self
+                                .ended(tx, steps, n, ended_reason("returned Ok", &why))
+                                .await;
+                        }
+                        // Aborted by a statement the handler ignored: back to the
+                        // savepoint, which the failed RELEASE left in place.
+                        Some(why) => match rollback_to_savepoint(&mut tx).await {
+                            Ok(()) => Step::Failed(aborted_reason(&e, &why)),
+                            Err(e) => {
+                                return (
+                                    steps,
+                                    End::Unreachable(port("rollback to savepoint", e).to_string()),
+                                );
+                            }
+                        },
+                        None => {
+                            return (
+                                steps,
+                                End::Unreachable(port("release savepoint", e).to_string()),
+                            );
+                        }
+                    },
+                },
+                Err(error) => match rollback_to_savepoint(&mut tx).await {
+                    Ok(()) => Step::Failed(error),
+                    Err(e) if ended_by_handler(&e) => {
+                        let why = refused_by_database(&e).unwrap_or_else(|| e.to_string());
+                        let reason = ended_reason(&format!("returned an error ({error})"), &why);
+                        return self.ended(tx, steps, n, reason).await;
+                    }
+                    Err(e) => {
+                        return (
+                            steps,
+                            End::Unreachable(port("rollback to savepoint", e).to_string()),
+                        );
+                    }
+                },
+            };
+            steps.push(step);
+        }
+        match tx.commit().await {
+            Ok(()) => (steps, End::Committed),
+            Err(e) if refused_by_database(&e).is_some() => (steps, End::Singly { ended: None }),
+            Err(e) => (steps, End::Unreachable(port("commit", e).to_string())),
+        }
+    }
+
+    /// The handler of delivery `n` ended the transaction: whatever is left of it is
+    /// rolled back (outside a transaction PostgreSQL answers with a warning only).
+    async fn ended(
+        &self,
+        tx: Transaction<'_, Postgres>,
+        steps: Vec<Step>,
+        n: usize,
+        reason: String,
+    ) -> (Vec<Step>, End) {
+        match tx.rollback().await {
+            Ok(()) => (
+                steps,
+                End::Singly {
+                    ended: Some((n, reason)),
+                },
+            ),
+            Err(e) => (steps, End::Unreachable(port("rollback", e).to_string())),
+        }
+    }
+}
+
+/// Back to the savepoint, which stays in place for the next delivery.
+async fn rollback_to_savepoint(tx: &mut PgConnection) -> Result<(), sqlx::Error> {
+    simple_query(tx, &format!("ROLLBACK TO SAVEPOINT {HANDLER_SAVEPOINT}")).await
+}
+
+/// `sql` (statements without parameters, `;`-separated) in one round trip, by the
+/// simple query protocol.
+async fn simple_query(conn: &mut PgConnection, sql: &str) -> Result<(), sqlx::Error> {
+    sqlx::Executor::execute(conn, sql).await.map(|_| ())
+}

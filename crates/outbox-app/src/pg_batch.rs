@@ -10,13 +10,16 @@
 //! Should a task running a batch be dropped, the batch's transaction is rolled
 //! back and each of its deliveries is told "unrecorded" (returned to the broker).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 
-use outbox_adapters_postgres::{BatchDelivery, ConsumeOutcome, PgInboxStore, TxHandler};
-use outbox_core::{Decision, Message};
+use outbox_adapters_postgres::{
+    BatchDelivery, ConsumeOutcome, PgConnection, PgInboxStore, TxHandler,
+};
+use outbox_core::{Decision, Message, MessageId};
 use outbox_ports::{Lease, PortError};
 use tokio::sync::{Semaphore, oneshot};
+use tracing::Instrument as _;
 
 /// The most deliveries in one transaction. Each delivery's savepoint that writes is
 /// a subtransaction; PostgreSQL keeps 64 of a transaction's in shared memory, and
@@ -28,6 +31,9 @@ pub(crate) const MAX_BATCH: usize = 32;
 struct Waiting {
     message: Message,
     lease: Lease,
+    /// The delivery's span: its handler runs under it in whichever task runs the
+    /// batch, so what the handler traces is its own delivery's.
+    span: tracing::Span,
     done: oneshot::Sender<Result<ConsumeOutcome, PortError>>,
 }
 
@@ -75,6 +81,7 @@ impl GroupCommit {
             .push_back(Waiting {
                 message,
                 lease,
+                span: tracing::Span::current(),
                 done,
             });
         loop {
@@ -99,8 +106,20 @@ impl GroupCommit {
                     lease: &w.lease,
                 })
                 .collect();
+            let spans: HashMap<MessageId, tracing::Span> = batch
+                .iter()
+                .map(|w| (w.message.id, w.span.clone()))
+                .collect();
+            let in_its_span = |m: &Message| -> TxHandler<'static> {
+                let handler = handler_for(m);
+                let span = spans
+                    .get(&m.id)
+                    .cloned()
+                    .unwrap_or_else(tracing::Span::none);
+                Box::new(move |conn: &mut PgConnection| Box::pin(handler(conn).instrument(span)))
+            };
             let outcomes = inbox
-                .consume_batch_in_transaction(consumer, &deliveries, decide, handler_for)
+                .consume_batch_in_transaction(consumer, &deliveries, decide, &in_its_span)
                 .await;
             drop(deliveries);
             for (w, o) in batch.into_iter().zip(outcomes) {

@@ -55,20 +55,25 @@ async fn services() -> Option<(PgPool, lapin::Connection, String)> {
     }
 }
 
-/// Records the trace its handler runs in.
-struct Seen(Arc<Mutex<Vec<TraceId>>>);
+/// Records the trace each message's handler runs in; takes a while, so that the
+/// deliveries behind the first ones wait and share inbox transactions.
+struct Seen(Arc<Mutex<Vec<(outbox_core::MessageId, TraceId)>>>);
 
 #[async_trait]
 impl PgHandler for Seen {
-    async fn handle(&self, _conn: &mut PgConnection, _m: &Message) -> Result<(), HandlerError> {
+    async fn handle(&self, _conn: &mut PgConnection, m: &Message) -> Result<(), HandlerError> {
         let cx = tracing::Span::current().context();
         self.0
             .lock()
             .expect("lock")
-            .push(cx.span().span_context().trace_id());
+            .push((m.id, cx.span().span_context().trace_id()));
+        tokio::time::sleep(Duration::from_millis(20)).await;
         Ok(())
     }
 }
+
+/// Messages enqueued besides the one followed closely, each in a trace of its own.
+const OTHERS: usize = 11;
 
 fn attr(span: &SpanData, key: &str) -> Option<String> {
     span.attributes
@@ -138,6 +143,28 @@ async fn one_trace_from_enqueue_through_rabbitmq_to_the_handler() {
     .instrument(checkout.clone())
     .await;
     drop(checkout);
+    // Others, each under a producer span of its own: batched in the inbox, each
+    // handler must still run in its own message's trace.
+    let mut traces = vec![(message_id, producer_trace)];
+    for n in 0..OTHERS {
+        let span = tracing::info_span!("another checkout", n);
+        let trace = span.context().span().span_context().trace_id();
+        let id = async {
+            let mut tx = pool.begin().await.expect("begin");
+            let id = outbox
+                .enqueue(
+                    &mut tx,
+                    NewMessage::new(&exchange, "order.created", br#"{"id":2}"#.to_vec()),
+                )
+                .await
+                .expect("enqueue");
+            tx.commit().await.expect("commit");
+            id
+        }
+        .instrument(span)
+        .await;
+        traces.push((id, trace));
+    }
 
     let store = Arc::new(PgOutboxStore::new(pool.clone(), schema.clone()));
     let stored = store.get(message_id).await.expect("get").expect("row");
@@ -169,7 +196,7 @@ async fn one_trace_from_enqueue_through_rabbitmq_to_the_handler() {
     .expect("the batch finishes")
     .expect("recorded");
     drop(relay_tick);
-    assert_eq!(counts.sent, 1, "{counts:?}");
+    assert_eq!(counts.sent, 1 + OTHERS as u64, "{counts:?}");
     assert_eq!(
         store
             .get(message_id)
@@ -192,17 +219,19 @@ async fn one_trace_from_enqueue_through_rabbitmq_to_the_handler() {
     let cancel = CancellationToken::new();
     let running = tokio::spawn(worker.run(cancel.clone()));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while seen.lock().expect("lock").is_empty() {
+    while seen.lock().expect("lock").len() < traces.len() {
         assert!(tokio::time::Instant::now() < deadline, "never consumed");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // The span ends when the delivery is settled.
     let process_name = format!("process {queue}");
-    while !exporter
+    while exporter
         .get_finished_spans()
         .expect("spans")
         .iter()
-        .any(|s| s.name == process_name)
+        .filter(|s| s.name == process_name)
+        .count()
+        < traces.len()
     {
         assert!(tokio::time::Instant::now() < deadline, "no process span");
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -212,10 +241,12 @@ async fn one_trace_from_enqueue_through_rabbitmq_to_the_handler() {
     provider.force_flush().expect("flush");
 
     let spans = exporter.get_finished_spans().expect("spans");
+    // The span of that name of the message followed closely (the checkout has no id).
     let find = |name: &str| {
+        let id = message_id.to_string();
         spans
             .iter()
-            .find(|s| s.name == name)
+            .find(|s| s.name == name && attr(s, "messaging.message.id").is_none_or(|a| a == id))
             .unwrap_or_else(|| {
                 panic!(
                     "no span {name} among {:?}",
@@ -262,10 +293,24 @@ async fn one_trace_from_enqueue_through_rabbitmq_to_the_handler() {
         "the published traceparent is the send span's"
     );
     assert_eq!(process.span_kind, SpanKind::Consumer);
+    let mut seen = seen.lock().expect("lock").clone();
+    seen.sort_by_key(|(id, _)| *id.as_uuid());
+    traces.sort_by_key(|(id, _)| *id.as_uuid());
     assert_eq!(
-        seen.lock().expect("lock").as_slice(),
-        &[producer_trace],
-        "the handler runs in the trace"
+        seen, traces,
+        "each handler runs once, in its own message's trace"
+    );
+    let transactions: i64 = sqlx::query_scalar(&format!(
+        "SELECT count(DISTINCT received_at) FROM {}.outbox_inbox",
+        schema.quoted()
+    ))
+    .fetch_one(&pool)
+    .await
+    .expect("transactions");
+    assert!(
+        transactions < traces.len() as i64,
+        "{} deliveries in {transactions} inbox transactions: no batch, nothing shown",
+        traces.len()
     );
     for (span, expected) in [
         (

@@ -987,3 +987,34 @@ async fn a_failed_migration_leaves_no_lock_behind() {
             .expect("migrate");
     });
 }
+
+/// A connection the server closed while it sat in the pool (a restart, an idle
+/// timeout) is replaced when taken, not handed out: the pool pings a connection
+/// before handing it out (sqlx's `test_before_acquire`, kept on: skipping the ping
+/// for a connection released less than a second before bought nothing measurable,
+/// see BENCHMARKS.md).
+#[tokio::test]
+async fn a_connection_the_server_closed_while_idle_in_the_pool_is_replaced_when_taken() {
+    let Some(admin) = common::pool().await else {
+        return;
+    };
+    let pool = connect(&common::url(), 1, Duration::from_secs(5))
+        .await
+        .expect("pool");
+    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&pool)
+        .await
+        .expect("pid");
+    let ended: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+        .bind(pid)
+        .fetch_one(&admin)
+        .await
+        .expect("terminate");
+    assert!(ended);
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    let again: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&pool)
+        .await
+        .expect("an idle connection the server closed is replaced, not handed out");
+    assert_ne!(again, pid);
+}

@@ -382,7 +382,21 @@ async fn run_and_commit(
                     Some(why) if ended_by_handler(&e) => {
                         Attempt::Ended(ended_reason("returned Ok", &why))
                     }
-                    Some(why) => Attempt::Failed(aborted_reason(&e, &why)),
+                    Some(why) => {
+                        // Aborted: back to the savepoint, which is gone if the handler
+                        // ended the transaction and began another, left aborted (then
+                        // what it wrote between the two took effect).
+                        let back =
+                            sqlx::query(&format!("ROLLBACK TO SAVEPOINT {HANDLER_SAVEPOINT}"))
+                                .execute(&mut *tx)
+                                .await;
+                        match back {
+                            Err(back) if ended_by_handler(&back) => {
+                                Attempt::Ended(ended_reason("returned Ok", &why))
+                            }
+                            _ => Attempt::Failed(aborted_reason(&e, &why)),
+                        }
+                    }
                     None => return Err(port("release savepoint", e)),
                 },
             }

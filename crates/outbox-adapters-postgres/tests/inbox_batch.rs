@@ -36,6 +36,10 @@ enum Kind {
     /// Writes its effect and twice a row under a deferred unique constraint: the
     /// COMMIT is refused.
     Deferred,
+    /// Sends ROLLBACK itself, writes its effect (autocommitted), sends BEGIN,
+    /// ignores a failed statement, returns Ok: the transaction it leaves is
+    /// aborted and the worker's savepoint is gone.
+    Restarts,
     /// Consumed before the batch: its handler must not run.
     Redelivered,
     /// Has an ordering key (handled in a transaction of its own).
@@ -43,12 +47,13 @@ enum Kind {
 }
 
 impl Kind {
-    const ALL: [Self; 8] = [
+    const ALL: [Self; 9] = [
         Self::Good,
         Self::Fails,
         Self::Swallows,
         Self::Commits,
         Self::RollsBack,
+        Self::Restarts,
         Self::Deferred,
         Self::Redelivered,
         Self::Keyed,
@@ -95,7 +100,7 @@ impl Handlers {
             Box::pin(async move {
                 *calls.lock().expect("calls").entry(message_id).or_default() += 1;
                 let err = |e: sqlx::Error| e.to_string();
-                if kind == Kind::RollsBack {
+                if matches!(kind, Kind::RollsBack | Kind::Restarts) {
                     sqlx::query("ROLLBACK")
                         .execute(&mut *conn)
                         .await
@@ -126,6 +131,13 @@ impl Handlers {
                                 .await
                                 .map_err(err)?;
                         }
+                    }
+                    Kind::Restarts => {
+                        sqlx::query("BEGIN")
+                            .execute(&mut *conn)
+                            .await
+                            .map_err(err)?;
+                        let _ignored = sqlx::query("SELECT 1 / 0").execute(&mut *conn).await;
                     }
                     Kind::Redelivered => panic!("a redelivery must not reach its handler"),
                     Kind::Good | Kind::RollsBack | Kind::Keyed => {}
@@ -300,7 +312,7 @@ async fn check_batch(
                     "{at}: a handler that ended the transaction runs once"
                 );
             }
-            Kind::RollsBack => {
+            Kind::RollsBack | Kind::Restarts => {
                 assert!(matches!(outcome, ConsumeOutcome::Dead(_)), "{at}");
                 assert_eq!(row.status, Status::Dead, "{at}");
                 assert_eq!(effects, 1, "{at}: its write outside the transaction");
@@ -326,7 +338,12 @@ async fn check_batch(
     .expect("deferred");
     assert_eq!(deferred, 0, "{kinds:?}: a refused COMMIT's rows stand");
     // Nothing forced the batch apart: its good deliveries committed as one.
-    let apart = [Kind::Commits, Kind::RollsBack, Kind::Deferred];
+    let apart = [
+        Kind::Commits,
+        Kind::RollsBack,
+        Kind::Restarts,
+        Kind::Deferred,
+    ];
     if !kinds.iter().any(|k| apart.contains(k)) {
         let mut xmins = std::collections::BTreeSet::new();
         for m in msgs.iter().filter(|m| Kind::of(m) == Kind::Good) {
@@ -435,6 +452,145 @@ async fn two_batches_racing_over_the_same_messages_apply_each_once() {
                 "{both:?}"
             );
             assert_eq!(effects_of(&pool, &schema, m.id).await, 1, "message {n}");
+        }
+    });
+}
+
+/// A handler by run: the first fails, the later ones send ROLLBACK themselves and
+/// write their effect outside the transaction (autocommitted).
+fn fails_then_rolls_back(
+    schema: &PgSchema,
+    runs: Arc<Mutex<u32>>,
+    m: &Message,
+) -> TxHandler<'static> {
+    let effects = format!("INSERT INTO {}.effects VALUES ($1)", schema.quoted());
+    let id = *m.id.as_uuid();
+    Box::new(move |conn: &mut sqlx::PgConnection| {
+        Box::pin(async move {
+            let run = {
+                let mut r = runs.lock().expect("runs");
+                *r += 1;
+                *r
+            };
+            if run == 1 {
+                return Err("not yet".to_owned());
+            }
+            let err = |e: sqlx::Error| e.to_string();
+            sqlx::query("ROLLBACK")
+                .execute(&mut *conn)
+                .await
+                .map_err(err)?;
+            sqlx::query(&effects)
+                .bind(id)
+                .execute(&mut *conn)
+                .await
+                .map_err(err)?;
+            Ok(())
+        })
+    })
+}
+
+/// Found in review: one message twice in a batch, the first copy's handler fails
+/// (rolled back to its savepoint, no row), the second's ends the transaction and
+/// writes outside it. Handled singly in batch order, the first copy found no row
+/// and ran the handler a third time, writing outside the transaction again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_that_ended_the_batch_is_not_run_again_through_a_copy_of_its_message() {
+    with_db!(|pool, schema| {
+        let (inbox, _h) = setup(&pool, &schema).await;
+        let m = message(Kind::Good);
+        let msgs = [m.clone(), m.clone()];
+        let leases = [lease(), lease()];
+        let deliveries: Vec<BatchDelivery<'_>> = msgs
+            .iter()
+            .zip(&leases)
+            .map(|(message, lease)| BatchDelivery { message, lease })
+            .collect();
+        let runs = Arc::new(Mutex::new(0_u32));
+        let (s, r) = (schema.clone(), Arc::clone(&runs));
+        let outcomes = inbox
+            .consume_batch_in_transaction(CONSUMER, &deliveries, &retry, &move |m: &Message| {
+                fails_then_rolls_back(&s, Arc::clone(&r), m)
+            })
+            .await;
+        let row = inbox.get(CONSUMER, m.id).await.expect("get").expect("row");
+        assert_eq!(row.status, Status::Dead, "{outcomes:?}");
+        assert_eq!(*runs.lock().expect("runs"), 2, "{outcomes:?}");
+        assert_eq!(effects_of(&pool, &schema, m.id).await, 1, "{outcomes:?}");
+    });
+}
+
+/// Found in review: a `SET LOCAL` survives its savepoint's release, so one
+/// handler's `synchronous_commit = off` would decide whether the batch's COMMIT,
+/// which all its deliveries are acknowledged after, waits for the WAL flush.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_handlers_synchronous_commit_does_not_reach_its_batch_mates() {
+    with_db!(|pool, schema| {
+        let (inbox, _h) = setup(&pool, &schema).await;
+        sqlx::query(&format!(
+            "CREATE TABLE {}.seen (message_id uuid, setting text)",
+            schema.quoted()
+        ))
+        .execute(&pool)
+        .await
+        .expect("table");
+        let default: String = sqlx::query_scalar("SELECT current_setting('synchronous_commit')")
+            .fetch_one(&pool)
+            .await
+            .expect("setting");
+        let msgs: Vec<Message> = (0..3).map(|_| message(Kind::Good)).collect();
+        let leases: Vec<Lease> = msgs.iter().map(|_| lease()).collect();
+        let deliveries: Vec<BatchDelivery<'_>> = msgs
+            .iter()
+            .zip(&leases)
+            .map(|(message, lease)| BatchDelivery { message, lease })
+            .collect();
+        let first = msgs[0].id;
+        let seen = format!(
+            "INSERT INTO {}.seen VALUES ($1, current_setting('synchronous_commit'))",
+            schema.quoted()
+        );
+        let outcomes = inbox
+            .consume_batch_in_transaction(CONSUMER, &deliveries, &retry, &move |m: &Message| {
+                let (seen, id, sets) = (seen.clone(), *m.id.as_uuid(), m.id == first);
+                Box::new(move |conn: &mut sqlx::PgConnection| {
+                    Box::pin(async move {
+                        let err = |e: sqlx::Error| e.to_string();
+                        if sets {
+                            sqlx::query("SET LOCAL synchronous_commit = off")
+                                .execute(&mut *conn)
+                                .await
+                                .map_err(err)?;
+                        }
+                        sqlx::query(&seen)
+                            .bind(id)
+                            .execute(&mut *conn)
+                            .await
+                            .map_err(err)?;
+                        Ok(())
+                    })
+                })
+            })
+            .await;
+        assert!(
+            outcomes
+                .iter()
+                .all(|o| matches!(o, Ok(ConsumeOutcome::Consumed))),
+            "{outcomes:?}"
+        );
+        for m in &msgs[1..] {
+            let saw: String = sqlx::query_scalar(&format!(
+                "SELECT setting FROM {}.seen WHERE message_id = $1",
+                schema.quoted()
+            ))
+            .bind(m.id.as_uuid())
+            .fetch_one(&pool)
+            .await
+            .expect("seen");
+            assert_eq!(
+                saw, default,
+                "a batch-mate's SET LOCAL reached this handler"
+            );
         }
     });
 }

@@ -133,22 +133,31 @@ impl PgInboxStore {
                             "the database refused a batch's COMMIT; its deliveries are handled singly"
                         );
                     }
-                    for (n, &i) in unkeyed.iter().enumerate() {
-                        let d = deliveries[i];
-                        out[i] = Some(match &ended {
-                            Some((at, error)) if *at == n => {
-                                self.record_first_attempt_failed(
-                                    consumer,
-                                    d.message,
-                                    d.lease,
-                                    error.clone(),
-                                    Some(Decision::Dead),
-                                    decide,
-                                )
-                                .await
-                            }
-                            _ => self.singly(consumer, d, decide, handler_for).await,
-                        });
+                    // The delivery whose handler ended the transaction is recorded
+                    // first: a copy of the same message earlier in the batch then
+                    // finds its row (a duplicate) instead of running a handler that
+                    // wrote outside the transaction once already.
+                    if let Some((at, error)) = &ended {
+                        let d = batch[*at];
+                        out[unkeyed[*at]] = Some(
+                            self.record_first_attempt_failed(
+                                consumer,
+                                d.message,
+                                d.lease,
+                                error.clone(),
+                                Some(Decision::Dead),
+                                decide,
+                            )
+                            .await,
+                        );
+                    }
+                    for &i in &unkeyed {
+                        if out[i].is_none() {
+                            out[i] = Some(
+                                self.singly(consumer, deliveries[i], decide, handler_for)
+                                    .await,
+                            );
+                        }
                     }
                 }
                 End::Unreachable(error) => {
@@ -221,17 +230,7 @@ impl PgInboxStore {
                 }
             }
             let step = match (handler_for(d.message))(&mut tx).await {
-                // Its savepoint released (which fails if the handler left the transaction
-                // aborted or ended it) and the next one's taken, in one round trip; the
-                // second statement does not run if the first fails.
-                Ok(()) => match simple_query(
-                    &mut tx,
-                    &format!(
-                        "RELEASE SAVEPOINT {HANDLER_SAVEPOINT}; SAVEPOINT {HANDLER_SAVEPOINT}"
-                    ),
-                )
-                .await
-                {
+                Ok(()) => match simple_query(&mut tx, &release_and_next()).await {
                     Ok(_) => Step::Consumed,
                     Err(e) => match refused_by_database(&e) {
                         Some(why) if ended_by_handler(&e) => {
@@ -243,6 +242,12 @@ impl PgInboxStore {
                         // savepoint, which the failed RELEASE left in place.
                         Some(why) => match rollback_to_savepoint(&mut tx).await {
                             Ok(()) => Step::Failed(aborted_reason(&e, &why)),
+                            // Its savepoint is gone too: it ended the transaction
+                            // and began another, left aborted.
+                            Err(back) if ended_by_handler(&back) => {
+                                let reason = ended_reason("returned Ok", &why);
+                                return self.ended(tx, steps, n, reason).await;
+                            }
                             Err(e) => {
                                 return (
                                     steps,
@@ -301,6 +306,20 @@ impl PgInboxStore {
             Err(e) => (steps, End::Unreachable(port("rollback", e).to_string())),
         }
     }
+}
+
+/// What follows a handler that returned `Ok`, in one round trip (a statement does
+/// not run when one before it fails): its savepoint released, which fails if the
+/// handler left the transaction aborted or ended it; `synchronous_commit` set back
+/// for the rest of the transaction, since a `SET LOCAL` survives the release and
+/// would otherwise decide whether the batch's COMMIT, which every delivery of the
+/// batch is acknowledged after, waits for the WAL to be flushed; and the next
+/// delivery's savepoint.
+fn release_and_next() -> String {
+    format!(
+        "RELEASE SAVEPOINT {HANDLER_SAVEPOINT}; SET LOCAL synchronous_commit TO DEFAULT; \
+         SAVEPOINT {HANDLER_SAVEPOINT}"
+    )
 }
 
 /// Back to the savepoint, which stays in place for the next delivery.

@@ -169,8 +169,13 @@ impl InboxConsumerPath for MemoryInboxStore {
         if t.rows.contains_key(&key) || !Self::earlier_unfinished(&t, consumer, k, u64::MAX) {
             return Ok(false);
         }
-        // No lease: the consume sweep claims it once it is the head of its key.
-        Self::insert(&mut t, key, message, now);
+        // No lease: the consume sweep claims it once it is the head of its key. No
+        // due time either, as on PostgreSQL: it waits for its key, not a clock
+        // (a claim takes a row without one as due, the head rule holding it).
+        Self::insert(&mut t, key, message, now)
+            .tracked
+            .state
+            .next_attempt_at = None;
         Ok(true)
     }
 

@@ -297,6 +297,10 @@ pub async fn keyed_deliveries_wait_behind_an_unfinished_one(inbox: Arc<dyn Inbox
     let held = inbox.get(&c, b.id).await.expect("get").expect("held row");
     assert_eq!(held.status, Status::Sent);
     assert_eq!(held.message.ordering_key.as_deref(), Some(key.as_str()));
+    assert_eq!(
+        held.consume.next_attempt_at, None,
+        "a held delivery has no due time of its own: it waits for its key, not a clock"
+    );
     assert!(
         inbox
             .claim_due(&c, &lease(), 10)

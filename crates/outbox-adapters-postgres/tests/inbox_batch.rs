@@ -214,23 +214,32 @@ async fn written_at(pool: &PgPool, schema: &PgSchema, id: MessageId) -> String {
     .expect("received_at")
 }
 
-async fn consume(
+/// One batch of `msgs` (with `leases`), handlers from `handler_for`.
+async fn consume_with(
     inbox: &PgInboxStore,
-    handlers: &Handlers,
     msgs: &[Message],
     leases: &[Lease],
+    handler_for: &(dyn Fn(&Message) -> TxHandler<'static> + Send + Sync),
 ) -> Vec<Result<ConsumeOutcome, outbox_ports::PortError>> {
     let deliveries: Vec<BatchDelivery<'_>> = msgs
         .iter()
         .zip(leases)
         .map(|(message, lease)| BatchDelivery { message, lease })
         .collect();
-    let h = handlers.clone();
     inbox
-        .consume_batch_in_transaction(CONSUMER, &deliveries, &retry, &move |m: &Message| {
-            h.handler_for(m)
-        })
+        .consume_batch_in_transaction(CONSUMER, &deliveries, &retry, handler_for)
         .await
+}
+
+/// One batch of `msgs` with the [`Handlers`] by kind.
+async fn consume(
+    inbox: &PgInboxStore,
+    handlers: &Handlers,
+    msgs: &[Message],
+    leases: &[Lease],
+) -> Vec<Result<ConsumeOutcome, outbox_ports::PortError>> {
+    let h = handlers.clone();
+    consume_with(inbox, msgs, leases, &move |m: &Message| h.handler_for(m)).await
 }
 
 /// Runs one batch of `kinds` and checks each delivery's outcome, inbox row,
@@ -501,18 +510,12 @@ async fn a_handler_that_ended_the_batch_is_not_run_again_through_a_copy_of_its_m
         let m = message(Kind::Good);
         let msgs = [m.clone(), m.clone()];
         let leases = [lease(), lease()];
-        let deliveries: Vec<BatchDelivery<'_>> = msgs
-            .iter()
-            .zip(&leases)
-            .map(|(message, lease)| BatchDelivery { message, lease })
-            .collect();
         let runs = Arc::new(Mutex::new(0_u32));
         let (s, r) = (schema.clone(), Arc::clone(&runs));
-        let outcomes = inbox
-            .consume_batch_in_transaction(CONSUMER, &deliveries, &retry, &move |m: &Message| {
-                fails_then_rolls_back(&s, Arc::clone(&r), m)
-            })
-            .await;
+        let outcomes = consume_with(&inbox, &msgs, &leases, &move |m: &Message| {
+            fails_then_rolls_back(&s, Arc::clone(&r), m)
+        })
+        .await;
         let row = inbox.get(CONSUMER, m.id).await.expect("get").expect("row");
         assert_eq!(row.status, Status::Dead, "{outcomes:?}");
         assert_eq!(*runs.lock().expect("runs"), 2, "{outcomes:?}");
@@ -540,38 +543,32 @@ async fn one_handlers_synchronous_commit_does_not_reach_its_batch_mates() {
             .expect("setting");
         let msgs: Vec<Message> = (0..3).map(|_| message(Kind::Good)).collect();
         let leases: Vec<Lease> = msgs.iter().map(|_| lease()).collect();
-        let deliveries: Vec<BatchDelivery<'_>> = msgs
-            .iter()
-            .zip(&leases)
-            .map(|(message, lease)| BatchDelivery { message, lease })
-            .collect();
         let first = msgs[0].id;
         let seen = format!(
             "INSERT INTO {}.seen VALUES ($1, current_setting('synchronous_commit'))",
             schema.quoted()
         );
-        let outcomes = inbox
-            .consume_batch_in_transaction(CONSUMER, &deliveries, &retry, &move |m: &Message| {
-                let (seen, id, sets) = (seen.clone(), *m.id.as_uuid(), m.id == first);
-                Box::new(move |conn: &mut sqlx::PgConnection| {
-                    Box::pin(async move {
-                        let err = |e: sqlx::Error| e.to_string();
-                        if sets {
-                            sqlx::query("SET LOCAL synchronous_commit = off")
-                                .execute(&mut *conn)
-                                .await
-                                .map_err(err)?;
-                        }
-                        sqlx::query(&seen)
-                            .bind(id)
+        let outcomes = consume_with(&inbox, &msgs, &leases, &move |m: &Message| {
+            let (seen, id, sets) = (seen.clone(), *m.id.as_uuid(), m.id == first);
+            Box::new(move |conn: &mut sqlx::PgConnection| {
+                Box::pin(async move {
+                    let err = |e: sqlx::Error| e.to_string();
+                    if sets {
+                        sqlx::query("SET LOCAL synchronous_commit = off")
                             .execute(&mut *conn)
                             .await
                             .map_err(err)?;
-                        Ok(())
-                    })
+                    }
+                    sqlx::query(&seen)
+                        .bind(id)
+                        .execute(&mut *conn)
+                        .await
+                        .map_err(err)?;
+                    Ok(())
                 })
             })
-            .await;
+        })
+        .await;
         assert!(
             outcomes
                 .iter()

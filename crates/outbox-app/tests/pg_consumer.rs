@@ -191,10 +191,7 @@ async fn effects_happen_exactly_once_despite_redeliveries_failures_and_panics() 
         counters.duplicates.load(Ordering::Relaxed) >= 20,
         "redeliveries were absorbed"
     );
-    sqlx::query(&format!("DROP SCHEMA {} CASCADE", schema.quoted()))
-        .execute(&pool)
-        .await
-        .expect("drop");
+    drop_schema(&pool, &schema).await;
 }
 
 /// What a [`DbFaults`] handler does with a message, by its payload.
@@ -323,6 +320,13 @@ fn messages_with(payload: &[u8], n: usize) -> Vec<Message> {
         .collect()
 }
 
+async fn drop_schema(pool: &outbox_adapters_postgres::PgPool, schema: &PgSchema) {
+    sqlx::query(&format!("DROP SCHEMA {} CASCADE", schema.quoted()))
+        .execute(pool)
+        .await
+        .expect("drop");
+}
+
 async fn effect_count(pool: &outbox_adapters_postgres::PgPool, schema: &PgSchema) -> i64 {
     sqlx::query_scalar(&format!("SELECT count(*) FROM {}.effects", schema.quoted()))
         .fetch_one(pool)
@@ -429,10 +433,7 @@ async fn a_handler_that_swallows_a_failed_statement_is_a_failed_attempt_never_a_
         0,
         "the aborted attempts' writes were rolled back"
     );
-    sqlx::query(&format!("DROP SCHEMA {} CASCADE", schema.quoted()))
-        .execute(&pool)
-        .await
-        .expect("drop");
+    drop_schema(&pool, &schema).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -457,10 +458,7 @@ async fn a_failure_at_commit_is_a_failed_attempt_then_dead_not_a_redelivery_loop
         );
     }
     assert_eq!(effect_count(&pool, &schema).await, 0);
-    sqlx::query(&format!("DROP SCHEMA {} CASCADE", schema.quoted()))
-        .execute(&pool)
-        .await
-        .expect("drop");
+    drop_schema(&pool, &schema).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -533,10 +531,7 @@ async fn one_row_failing_at_commit_does_not_stop_the_sweep_for_the_others() {
             .is_some_and(|e| e.contains("deferred_unique_id")),
         "{r:?}"
     );
-    sqlx::query(&format!("DROP SCHEMA {} CASCADE", schema.quoted()))
-        .execute(&pool)
-        .await
-        .expect("drop");
+    drop_schema(&pool, &schema).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -639,10 +634,7 @@ async fn the_worker_deletes_old_consumed_rows_and_keeps_the_rest() {
         "another consumer's rows follow its own retention"
     );
     assert_eq!(counters.retention_deleted.load(Ordering::Relaxed), 6);
-    sqlx::query(&format!("DROP SCHEMA {} CASCADE", schema.quoted()))
-        .execute(&pool)
-        .await
-        .expect("drop");
+    drop_schema(&pool, &schema).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -657,10 +649,7 @@ async fn a_handler_that_rolls_back_to_its_own_savepoint_commits() {
         assert_eq!(r.consume.attempts, 1, "{r:?}");
     }
     assert_eq!(effect_count(&pool, &schema).await, 5);
-    sqlx::query(&format!("DROP SCHEMA {} CASCADE", schema.quoted()))
-        .execute(&pool)
-        .await
-        .expect("drop");
+    drop_schema(&pool, &schema).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -683,10 +672,7 @@ async fn a_handler_error_with_a_nul_byte_is_stored_and_retried_until_dead() {
         );
     }
     assert_eq!(effect_count(&pool, &schema).await, 0);
-    sqlx::query(&format!("DROP SCHEMA {} CASCADE", schema.quoted()))
-        .execute(&pool)
-        .await
-        .expect("drop");
+    drop_schema(&pool, &schema).await;
 }
 
 /// Two foreign deliveries with NUL bytes where PostgreSQL text and jsonb refuse them:
@@ -751,10 +737,7 @@ async fn foreign_deliveries_with_nul_bytes_are_consumed_or_dead_lettered_not_red
         Some("a\u{FFFD}b")
     );
     assert_eq!(effect_count(&pool, &schema).await, 1);
-    sqlx::query(&format!("DROP SCHEMA {} CASCADE", schema.quoted()))
-        .execute(&pool)
-        .await
-        .expect("drop");
+    drop_schema(&pool, &schema).await;
 }
 
 /// The backend-neutral worker and sweep over the PostgreSQL inbox (through
@@ -829,10 +812,7 @@ async fn the_neutral_worker_on_the_postgres_inbox_stores_nul_bytes_too() {
         .expect("get")
         .expect("row");
     assert_eq!(r.status, Status::Consumed);
-    sqlx::query(&format!("DROP SCHEMA {} CASCADE", schema.quoted()))
-        .execute(&pool)
-        .await
-        .expect("drop");
+    drop_schema(&pool, &schema).await;
 }
 
 /// A handler that ends the inbox transaction itself is dead at once, counted as dead
@@ -887,10 +867,7 @@ async fn a_handler_that_ends_the_inbox_transaction_is_counted_dead_and_runs_once
         "counted as dead"
     );
     assert_eq!(effect_count(&pool, &schema).await, 3, "each ran once");
-    sqlx::query(&format!("DROP SCHEMA {} CASCADE", schema.quoted()))
-        .execute(&pool)
-        .await
-        .expect("drop");
+    drop_schema(&pool, &schema).await;
 }
 
 /// Runs `msgs` through a worker with `config` and a `DbFaults` handler until the
@@ -963,10 +940,7 @@ async fn first_deliveries_share_inbox_transactions_and_each_takes_effect_once() 
         transactions <= msgs.len() * 3 / 4,
         "300 deliveries in {transactions} transactions: batches did not form"
     );
-    sqlx::query(&format!("DROP SCHEMA {} CASCADE", schema.quoted()))
-        .execute(&pool)
-        .await
-        .expect("drop");
+    drop_schema(&pool, &schema).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -986,8 +960,5 @@ async fn an_inbox_batch_of_one_is_a_transaction_per_delivery() {
         transactions >= 95,
         "100 deliveries in {transactions} transactions"
     );
-    sqlx::query(&format!("DROP SCHEMA {} CASCADE", schema.quoted()))
-        .execute(&pool)
-        .await
-        .expect("drop");
+    drop_schema(&pool, &schema).await;
 }

@@ -335,6 +335,16 @@ fn ended_reason(returned: &str, why: &str) -> String {
     )
 }
 
+/// Back to the handler's savepoint, which stays in place (for the next delivery of
+/// a batch). Fails with 25P01/3B001 when the handler ended the transaction
+/// ([`ended_by_handler`]).
+async fn rollback_to_savepoint(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+    sqlx::query(&format!("ROLLBACK TO SAVEPOINT {HANDLER_SAVEPOINT}"))
+        .execute(conn)
+        .await
+        .map(|_| ())
+}
+
 /// Runs `handler` in `tx` and commits; see [`Attempt`]. `Err` is a database that
 /// could not be reached, where the outcome of a COMMIT is unknown.
 async fn run_and_commit(
@@ -350,9 +360,7 @@ async fn run_and_commit(
             // Back to the savepoint first: only this tells a transaction the handler
             // ended (it could have committed the inbox row with its writes) from one
             // it merely left aborted.
-            let back = sqlx::query(&format!("ROLLBACK TO SAVEPOINT {HANDLER_SAVEPOINT}"))
-                .execute(&mut *tx)
-                .await;
+            let back = rollback_to_savepoint(&mut tx).await;
             match back {
                 Ok(_) => Attempt::Failed(error),
                 Err(e) if ended_by_handler(&e) => {
@@ -386,10 +394,7 @@ async fn run_and_commit(
                         // Aborted: back to the savepoint, which is gone if the handler
                         // ended the transaction and began another, left aborted (then
                         // what it wrote between the two took effect).
-                        let back =
-                            sqlx::query(&format!("ROLLBACK TO SAVEPOINT {HANDLER_SAVEPOINT}"))
-                                .execute(&mut *tx)
-                                .await;
+                        let back = rollback_to_savepoint(&mut tx).await;
                         match back {
                             Err(back) if ended_by_handler(&back) => {
                                 Attempt::Ended(ended_reason("returned Ok", &why))

@@ -28,7 +28,7 @@ use sqlx::{PgConnection, Postgres, Transaction};
 
 use super::{
     ConsumeOutcome, HANDLER_SAVEPOINT, PgInboxStore, TxHandler, aborted_reason, bind_message,
-    ended_by_handler, ended_reason,
+    ended_by_handler, ended_reason, rollback_to_savepoint,
 };
 use crate::error::{port, refused_by_database};
 use crate::storable;
@@ -320,11 +320,6 @@ fn release_and_next() -> String {
         "RELEASE SAVEPOINT {HANDLER_SAVEPOINT}; SET LOCAL synchronous_commit TO DEFAULT; \
          SAVEPOINT {HANDLER_SAVEPOINT}"
     )
-}
-
-/// Back to the savepoint, which stays in place for the next delivery.
-async fn rollback_to_savepoint(tx: &mut PgConnection) -> Result<(), sqlx::Error> {
-    simple_query(tx, &format!("ROLLBACK TO SAVEPOINT {HANDLER_SAVEPOINT}")).await
 }
 
 /// `sql` (statements without parameters, `;`-separated) in one round trip, by the

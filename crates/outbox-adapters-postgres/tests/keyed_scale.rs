@@ -187,3 +187,72 @@ async fn a_retry_claim_does_not_walk_another_keys_backlog() {
         );
     });
 }
+
+/// With dead heads skipped (`ordering.on_dead = "skip"`), dead keyed rows stay in
+/// the table until an operator acts, and a claim must not pay for them: with
+/// 20,000 dead rows over 100 keys (half the keys hold only dead rows, the other
+/// half one pending row behind their dead ones), a claim visits about the live
+/// keys, not the dead rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skipped_dead_rows_cost_a_claim_nothing() {
+    with_db!(|pool, schema| {
+        let t = format!("{}.outbox_messages", schema.quoted());
+        sqlx::query(&format!(
+            "INSERT INTO {t} (exchange, routing_key, payload, ordering_key, status, attempts) \
+             SELECT 'scale', 'k', '\\x00'::bytea, 'key' || lpad((i % 100)::text, 3, '0'), 'dead', 5 \
+             FROM generate_series(0, 19999) i"
+        ))
+        .execute(&pool)
+        .await
+        .expect("fill dead");
+        sqlx::query(&format!(
+            "INSERT INTO {t} (exchange, routing_key, payload, ordering_key) \
+             SELECT 'scale', 'k', '\\x00'::bytea, 'key' || lpad((i * 2)::text, 3, '0') \
+             FROM generate_series(0, 49) i"
+        ))
+        .execute(&pool)
+        .await
+        .expect("fill live");
+        sqlx::query(&format!("VACUUM ANALYZE {t}"))
+            .execute(&pool)
+            .await
+            .expect("vacuum");
+
+        for (planner, p) in common::planners(&pool).await {
+            let store =
+                PgOutboxStore::new(p, schema.clone()).with_dead_head(outbox_ports::DeadHead::Skip);
+            let plan = store
+                .explain_analyze_claim_pending(1000)
+                .await
+                .expect("explain");
+            let visited = common::rows_visited(&plan);
+            eprintln!("{planner}: {visited} rows visited\n{plan}");
+            // Two probes for each of the 50 live keys and a few more; stepping
+            // over the dead rows would visit 20,000.
+            assert!(
+                visited <= 1_000,
+                "{planner}: a claim visited {visited} rows for 50 live keys beside 20,000 dead rows:\n{plan}"
+            );
+        }
+        let store = PgOutboxStore::new(pool.clone(), schema.clone())
+            .with_dead_head(outbox_ports::DeadHead::Skip);
+        let lease = Lease::new("skip", Duration::from_secs(60));
+        let claimed = store.claim_pending(&lease, 1000).await.expect("claim");
+        assert_eq!(claimed.len(), 50, "each live key's one row");
+        // Blocking on dead heads, the same table holds every key back.
+        let blocking = PgOutboxStore::new(pool.clone(), schema.clone());
+        let lease = Lease::new("block", Duration::from_secs(60));
+        let ids: Vec<_> = claimed.iter().map(|c| c.message.id).collect();
+        let first = Lease::new("skip", Duration::from_secs(60));
+        store.release(&first, &ids).await.expect("release");
+        assert!(
+            blocking
+                .claim_pending(&lease, 1000)
+                .await
+                .expect("claim")
+                .is_empty(),
+            "dead heads block their keys"
+        );
+        assert_eq!(blocking.stats().await.expect("stats").blocked_keys, 100);
+    });
+}

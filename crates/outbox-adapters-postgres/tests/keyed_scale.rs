@@ -244,7 +244,11 @@ async fn skipped_dead_rows_cost_a_claim_nothing() {
         let lease = Lease::new("block", Duration::from_secs(60));
         let ids: Vec<_> = claimed.iter().map(|c| c.message.id).collect();
         let first = Lease::new("skip", Duration::from_secs(60));
-        store.release(&first, &ids).await.expect("release");
+        assert_eq!(
+            store.release(&first, &ids).await.expect("release"),
+            50,
+            "the skip claim's leases given back, so only the dead heads can hold the keys"
+        );
         assert!(
             blocking
                 .claim_pending(&lease, 1000)

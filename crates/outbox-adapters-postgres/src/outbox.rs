@@ -402,6 +402,11 @@ pub(crate) fn claimable_pending_exists(t: &str, dead_head: DeadHead) -> String {
     )
 }
 
+/// How many rows at the front of each claim's order the clearing of expired leases
+/// reads ([`OutboxRelayPath::recover_expired_leases`]): a relay's claims are at most
+/// a few batches, and they sit there.
+const RECOVER_WINDOW: i64 = 10_000;
+
 /// Statements of the store, built once with the validated, quoted schema.
 #[derive(Debug)]
 struct Sql {
@@ -514,9 +519,28 @@ impl Sql {
                 "UPDATE {t} SET locked_by = NULL, locked_until = NULL \
                  WHERE id = ANY($1) AND locked_by = $2"
             ),
+            // No index covers the lease columns (so that a claim can rewrite a row
+            // in place, migration 20261214000001): the leases of a vanished relay
+            // are looked for where its claims came from, the first $1 rows of each
+            // claim's order (pending by seq, due delayed ones by due time, failed
+            // ones by next attempt). So the cost is bounded whatever the backlog; a
+            // lease beyond stays until a claim takes the row, which claims do
+            // whether a lease that ran out was cleared or not. The outer condition
+            // is re-checked on a row claimed since, so a live lease is never cleared.
+            // The lease is tested on the window's rows before the join, so only
+            // the few expired ones are looked up by seq (tested on the table
+            // itself, the planner may scan all of it for them).
             recover: format!(
-                "UPDATE {t} SET locked_by = NULL, locked_until = NULL \
-                 WHERE locked_by IS NOT NULL AND locked_until < now()"
+                "UPDATE {t} m SET locked_by = NULL, locked_until = NULL \
+                 FROM (SELECT w.seq FROM ( \
+                     (SELECT seq, locked_by, locked_until FROM {t} WHERE status = 'pending' \
+                       ORDER BY seq LIMIT $1) \
+                     UNION ALL (SELECT seq, locked_by, locked_until FROM {t} WHERE status = 'pending' \
+                       AND not_before IS NOT NULL AND not_before <= now() ORDER BY not_before, seq LIMIT $1) \
+                     UNION ALL (SELECT seq, locked_by, locked_until FROM {t} WHERE status = 'publish_failed' \
+                       ORDER BY next_attempt_at, seq LIMIT $1)) w \
+                   WHERE w.locked_by IS NOT NULL AND w.locked_until < now()) front \
+                 WHERE m.seq = front.seq AND m.locked_by IS NOT NULL AND m.locked_until < now()"
             ),
             // Every part reads one partial index of an unsent status (outbox_pending,
             // outbox_retry_due, outbox_dead): no count over sent rows, which are
@@ -699,6 +723,33 @@ impl PgOutboxStore {
         tx.rollback()
             .await
             .map_err(|e| port("explain retry claim", e))?;
+        Ok(lines.join("\n"))
+    }
+
+    /// The plan and row counts of a real clearing of expired leases (`EXPLAIN
+    /// ANALYZE` of [`OutboxRelayPath::recover_expired_leases`]), in a transaction
+    /// that is rolled back: for tests checking that it reads the front of the
+    /// backlog, never the whole table.
+    ///
+    /// # Errors
+    /// A database error.
+    pub async fn explain_analyze_recover_expired_leases(&self) -> Result<String, PortError> {
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(|e| port("explain recover leases", e))?;
+        let lines: Vec<String> = sqlx::query_scalar(&format!(
+            "EXPLAIN (ANALYZE, TIMING OFF, COSTS OFF) {}",
+            self.sql.recover
+        ))
+        .bind(RECOVER_WINDOW)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(|e| port("explain recover leases", e))?;
+        tx.rollback()
+            .await
+            .map_err(|e| port("explain recover leases", e))?;
         Ok(lines.join("\n"))
     }
 
@@ -1015,6 +1066,7 @@ impl OutboxRelayPath for PgOutboxStore {
 
     async fn recover_expired_leases(&self) -> Result<u64, PortError> {
         Ok(sqlx::query(&self.sql.recover)
+            .bind(RECOVER_WINDOW)
             .execute(&self.pool)
             .await
             .map_err(|e| port("recover leases", e))?

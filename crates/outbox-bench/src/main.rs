@@ -848,7 +848,7 @@ fn time_now() -> outbox_core::Timestamp {
     outbox_core::Timestamp::now_utc()
 }
 
-const USAGE: &str = "usage: outbox-bench [--quick] [--relay-only | --consume-only | --claim-only | --delayed-only] [--out PATH] [--relay-bin PATH]
+const USAGE: &str = "usage: outbox-bench [--quick] [--relay-only | --consume-only | --claim-only | --delayed-only | --enqueue-only] [--out PATH] [--relay-bin PATH]
 
   --quick         smaller sizes (CI smoke); the default is the full bench
   --relay-only    raw confirms, the relay (1 and 2 pipelines, and with ordering keys), raw confirms again

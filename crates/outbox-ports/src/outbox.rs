@@ -177,8 +177,11 @@ pub trait OutboxRelayPath: Send + Sync {
     /// [`PortError::Transient`] when the store cannot be reached.
     async fn release(&self, lease: &Lease, ids: &[MessageId]) -> Result<u64, PortError>;
 
-    /// Clears leases that ran out (their holder vanished), so the rows are claimable
-    /// again. Returns how many. Claims skip only live leases, so this is housekeeping.
+    /// Clears leases that ran out (their holder vanished), so the rows show no holder
+    /// again. Returns how many. Claims skip only live leases, so this is housekeeping,
+    /// and a store may bound its work: PostgreSQL looks only at the front of each
+    /// claim's order, where a vanished relay's claims are (a lease left beyond it is
+    /// overwritten by the claim that takes the row).
     ///
     /// # Errors
     /// [`PortError::Transient`] when the store cannot be reached.

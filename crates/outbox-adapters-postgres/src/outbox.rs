@@ -453,6 +453,13 @@ impl Sql {
             "e.created_at, e.status, e.not_before",
             "keys.k",
         );
+        let recover_walk = key_walk(&t, dead_head, None);
+        let recover_head = first_blocking(
+            &t,
+            dead_head,
+            "e.seq, e.status, e.locked_by, e.locked_until",
+            "ks.k",
+        );
         let overdue = readable_time("not_before");
         let lease_free = LEASE_FREE;
         let head = head_condition(&t, dead_head);
@@ -522,25 +529,32 @@ impl Sql {
             // No index covers the lease columns (so that a claim can rewrite a row
             // in place, migration 20261214000001): the leases of a vanished relay
             // are looked for where its claims came from, the first $1 rows of each
-            // claim's order (pending by seq, due delayed ones by due time, failed
-            // ones by next attempt). So the cost is bounded whatever the backlog; a
-            // lease beyond stays until a claim takes the row, which claims do
-            // whether a lease that ran out was cleared or not. The outer condition
-            // is re-checked on a row claimed since, so a live lease is never cleared.
-            // The lease is tested on the window's rows before the join, so only
-            // the few expired ones are looked up by seq (tested on the table
-            // itself, the planner may scan all of it for them).
+            // of the claims' picks (rows without a key or due time by seq, due
+            // delayed ones by due time, the heads of the first $1 ordering keys,
+            // failed ones by next attempt). So the cost is bounded whatever the
+            // backlog; a lease beyond stays until a claim takes the row, which
+            // claims do whether a lease that ran out was cleared or not. The rows
+            // are then updated by seq (`= ANY` of an array: primary key probes,
+            // whatever the statistics of the lease columns say), and the lease is
+            // re-tested on the row's newest version, so one claimed meanwhile keeps
+            // its lease.
             recover: format!(
-                "UPDATE {t} m SET locked_by = NULL, locked_until = NULL \
-                 FROM (SELECT w.seq FROM ( \
-                     (SELECT seq, locked_by, locked_until FROM {t} WHERE status = 'pending' \
-                       ORDER BY seq LIMIT $1) \
-                     UNION ALL (SELECT seq, locked_by, locked_until FROM {t} WHERE status = 'pending' \
-                       AND not_before IS NOT NULL AND not_before <= now() ORDER BY not_before, seq LIMIT $1) \
-                     UNION ALL (SELECT seq, locked_by, locked_until FROM {t} WHERE status = 'publish_failed' \
-                       ORDER BY next_attempt_at, seq LIMIT $1)) w \
-                   WHERE w.locked_by IS NOT NULL AND w.locked_until < now()) front \
-                 WHERE m.seq = front.seq AND m.locked_by IS NOT NULL AND m.locked_until < now()"
+                "WITH RECURSIVE {recover_walk}, \
+                 lease_window AS ( \
+                   (SELECT c.seq, c.locked_by, c.locked_until FROM {t} c WHERE c.status = 'pending' \
+                     AND c.not_before IS NULL AND c.ordering_key IS NULL ORDER BY c.seq LIMIT $1) \
+                   UNION ALL (SELECT c.seq, c.locked_by, c.locked_until FROM {t} c \
+                     WHERE c.status = 'pending' AND c.ordering_key IS NULL AND c.not_before IS NOT NULL \
+                     AND c.not_before <= now() ORDER BY c.not_before, c.seq LIMIT $1) \
+                   UNION ALL (SELECT h.seq, h.locked_by, h.locked_until \
+                     FROM (SELECT k FROM keys LIMIT $1) ks CROSS JOIN LATERAL {recover_head} h \
+                     WHERE h.status = 'pending') \
+                   UNION ALL (SELECT c.seq, c.locked_by, c.locked_until FROM {t} c \
+                     WHERE c.status = 'publish_failed' ORDER BY c.next_attempt_at, c.seq LIMIT $1)) \
+                 UPDATE {t} m SET locked_by = NULL, locked_until = NULL \
+                 WHERE m.seq = ANY (ARRAY(SELECT seq FROM lease_window \
+                     WHERE locked_by IS NOT NULL AND locked_until < now())) \
+                   AND m.locked_by IS NOT NULL AND m.locked_until < now()"
             ),
             // Every part reads one partial index of an unsent status (outbox_pending,
             // outbox_retry_due, outbox_dead): no count over sent rows, which are

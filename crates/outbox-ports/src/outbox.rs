@@ -179,9 +179,9 @@ pub trait OutboxRelayPath: Send + Sync {
 
     /// Clears leases that ran out (their holder vanished), so the rows show no holder
     /// again. Returns how many. Claims skip only live leases, so this is housekeeping,
-    /// and a store may bound its work: PostgreSQL looks only at the front of each
-    /// claim's order, where a vanished relay's claims are (a lease left beyond it is
-    /// overwritten by the claim that takes the row).
+    /// and a store may bound its work: PostgreSQL looks only at the front of each of
+    /// the claims' picks, where a vanished relay's claims are (a lease left beyond
+    /// it is overwritten by the claim that takes the row).
     ///
     /// # Errors
     /// [`PortError::Transient`] when the store cannot be reached.

@@ -383,8 +383,46 @@ impl Relay {
     }
 }
 
+/// A batch claimed by the dispatcher, not yet published.
+struct ClaimedAhead {
+    lease: Lease,
+    /// Before the claim was sent: the lease ends no earlier than this plus its ttl.
+    claimed_at: tokio::time::Instant,
+    claimed: Vec<ClaimedMessage>,
+    /// Claimed while an earlier batch was in flight (being published or marked).
+    overlapped: bool,
+}
+
+impl ClaimedAhead {
+    async fn claim(relay: &Relay, limit: u32, overlapped: bool) -> Result<Self, PortError> {
+        let lease = relay.leases.next();
+        let claimed_at = tokio::time::Instant::now();
+        let claimed = relay.store.claim_pending(&lease, limit).await?;
+        Ok(Self {
+            lease,
+            claimed_at,
+            claimed,
+            overlapped,
+        })
+    }
+
+    /// Gives the rows back untouched (no attempt spent). If the store cannot be
+    /// reached they come back when the lease runs out.
+    async fn give_back(self, relay: &Relay) {
+        if self.claimed.is_empty() {
+            return;
+        }
+        let ids: Vec<MessageId> = self.claimed.iter().map(|c| c.message.id).collect();
+        if let Err(e) = relay.store.release(&self.lease, &ids).await {
+            tracing::warn!(error = %e, "giving back a batch claimed ahead failed; its rows come back when their lease runs out");
+        }
+    }
+}
+
 /// The relay's fast path for new messages: claim pending, publish, mark; again. The
-/// mark of one batch runs while the next is claimed and published. When the next
+/// next batch is claimed while one is published (after the previous one's mark,
+/// which runs meanwhile too), so the broker is not left idle while a claim runs.
+/// When the next
 /// batch is what the mark releases (the next messages of ordering keys whose heads
 /// it marks sent), the claims are halved so that two batches hold different keys
 /// and overlap again, or, with very few keys, the mark is finished first, with
@@ -435,105 +473,61 @@ impl Dispatcher {
     }
 
     /// Runs until `cancel` fires. A batch in flight is finished (its confirms awaited
-    /// and marked) before returning; nothing is left half done.
+    /// and marked) before returning, and one claimed ahead is given back untouched;
+    /// nothing is left half done.
     pub async fn run(mut self, cancel: CancellationToken) {
         tracing::info!(batch_size = self.config.batch_size, "dispatcher started");
         let relay = Arc::new(self.relay);
         let mut marking: Option<tokio::task::JoinHandle<Result<PublishCounts, PortError>>> = None;
+        // The next batch, claimed while the previous one was being published.
+        let mut ahead: Option<ClaimedAhead> = None;
         // While the broker cannot be reached, batches come back unsent: wait before
         // claiming again, doubling up to `MAX_OUTAGE_PAUSE`.
         let mut outage_pause: Option<Duration> = None;
         let mut overlap = ClaimOverlap::new(self.config.batch_size);
         while !cancel.is_cancelled() {
-            // Claim while the previous batch is being marked, unless overlapped
-            // claims have been coming back empty: then that mark is finished first.
-            if !overlap.overlaps() {
+            let batch = match ahead.take() {
+                Some(a) => a,
+                None => {
+                    // Claim while the previous batch is being marked, unless
+                    // overlapped claims have been coming back empty: then that mark
+                    // is finished first.
+                    if !overlap.overlaps() {
+                        if let Some(previous) = marking.take() {
+                            Self::finish_mark(&relay, previous).await;
+                            // A stop asked for during that mark: no new batch.
+                            if cancel.is_cancelled() {
+                                break;
+                            }
+                        }
+                    }
+                    let overlapped = marking.is_some();
+                    match ClaimedAhead::claim(&relay, overlap.limit(), overlapped).await {
+                        Ok(b) => b,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "claim failed; retrying");
+                            if !sleep_or_cancel(self.config.error_backoff, &cancel).await {
+                                break;
+                            }
+                            continue;
+                        }
+                    }
+                }
+            };
+            overlap.claimed(batch.overlapped, batch.claimed.len());
+            if batch.claimed.is_empty() {
+                // Nothing to publish: the previous batch's mark is finished now.
                 if let Some(previous) = marking.take() {
                     Self::finish_mark(&relay, previous).await;
-                    // A stop asked for during that mark: no new batch.
-                    if cancel.is_cancelled() {
-                        break;
-                    }
                 }
-            }
-            let overlapped = marking.is_some();
-            let lease = relay.leases.next();
-            // Before the claim is sent: the lease ends no earlier than this plus its ttl.
-            let claimed_at = tokio::time::Instant::now();
-            let claimed = match relay.store.claim_pending(&lease, overlap.limit()).await {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::warn!(error = %e, "claim failed; retrying");
-                    if !sleep_or_cancel(self.config.error_backoff, &cancel).await {
-                        break;
-                    }
+                if batch.overlapped {
+                    // The claim ran while an earlier batch was in flight: what its
+                    // mark releases (the next message of an ordering key whose head
+                    // it marks sent) was not claimable yet. Claim once more before
+                    // sleeping; that mark is finished now and nothing else is in
+                    // flight, so this never spins.
                     continue;
                 }
-            };
-            overlap.claimed(overlapped, claimed.len());
-            let idle = claimed.is_empty();
-            let published = if idle {
-                None
-            } else {
-                Some({
-                    let budget = publish_budget(lease.ttl, claimed_at.elapsed());
-                    publish_batch(
-                        &*relay.publisher,
-                        lease,
-                        claimed,
-                        &relay.policy,
-                        relay.random,
-                        budget,
-                    )
-                    .await
-                })
-            };
-            // At most one mark in flight: wait for the previous batch's before handing
-            // over this one, so a failing store slows the loop down instead of piling up.
-            if let Some(previous) = marking.take() {
-                Self::finish_mark(&relay, previous).await;
-            }
-            if let Some(p) = published {
-                let unsent = p.counts.unsent;
-                let broker_unavailable = p.counts.broker_unavailable();
-                let r = Arc::clone(&relay);
-                marking = Some(tokio::spawn(async move { record(&*r.store, p).await }));
-                if unsent > 0 && !broker_unavailable {
-                    // The batch outlasted its lease's budget: the rest is given back
-                    // and claimed again at once; the broker is not at fault.
-                    tracing::info!(
-                        unsent,
-                        "the lease's publish budget ran out; the rest of the batch is given back without spending an attempt"
-                    );
-                    continue;
-                }
-                if unsent == 0 {
-                    if outage_pause.take().is_some() {
-                        tracing::info!("the broker takes messages again");
-                    }
-                    continue;
-                }
-                let pause = outage_pause
-                    .map_or(self.config.error_backoff, |d| (d * 2).min(MAX_OUTAGE_PAUSE));
-                tracing::warn!(
-                    unsent,
-                    ?pause,
-                    "the broker cannot be reached; messages given back without spending an attempt"
-                );
-                outage_pause = Some(pause);
-                if !sleep_or_cancel(pause, &cancel).await {
-                    break;
-                }
-                continue;
-            }
-            if idle && overlapped {
-                // The claim ran while the previous batch was still being marked: what
-                // that mark releases (the next message of an ordering key whose head
-                // it marks sent) was not claimable yet. Claim once more before
-                // sleeping; the next round has no mark in flight, so this never spins.
-                continue;
-            }
-            if idle {
                 let wait = idle_wait(&*relay.store, self.config.idle_poll).await;
                 let keep_going = match self.wakeup.as_mut() {
                     Some(w) => tokio::select! {
@@ -545,7 +539,85 @@ impl Dispatcher {
                 if !keep_going {
                     break;
                 }
+                continue;
             }
+            // Publish this batch. Meanwhile the previous batch's mark is finished
+            // (at most one mark in flight, so a failing store slows the loop down
+            // instead of piling up) and, while claims overlap, the next batch is
+            // claimed: the broker is not left idle while a claim runs. Claimed
+            // while this batch is in flight, the next one never holds a later
+            // message of a key whose message is in this one (that key's head is
+            // leased until this batch is marked).
+            let claim_ahead = overlap.overlaps();
+            let limit = overlap.limit();
+            let previous = marking.take();
+            let budget = publish_budget(batch.lease.ttl, batch.claimed_at.elapsed());
+            let (published, next) = tokio::join!(
+                publish_batch(
+                    &*relay.publisher,
+                    batch.lease,
+                    batch.claimed,
+                    &relay.policy,
+                    relay.random,
+                    budget,
+                ),
+                async {
+                    if let Some(previous) = previous {
+                        Self::finish_mark(&relay, previous).await;
+                    }
+                    if !claim_ahead || cancel.is_cancelled() {
+                        return None;
+                    }
+                    match ClaimedAhead::claim(&relay, limit, true).await {
+                        Ok(b) => Some(b),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "claiming ahead failed; claiming again after this batch");
+                            None
+                        }
+                    }
+                }
+            );
+            ahead = next;
+            let unsent = published.counts.unsent;
+            let broker_unavailable = published.counts.broker_unavailable();
+            let r = Arc::clone(&relay);
+            marking = Some(tokio::spawn(
+                async move { record(&*r.store, published).await },
+            ));
+            if unsent > 0 && !broker_unavailable {
+                // The batch outlasted its lease's budget: the rest is given back
+                // and claimed again at once; the broker is not at fault.
+                tracing::info!(
+                    unsent,
+                    "the lease's publish budget ran out; the rest of the batch is given back without spending an attempt"
+                );
+                continue;
+            }
+            if unsent == 0 {
+                if outage_pause.take().is_some() {
+                    tracing::info!("the broker takes messages again");
+                }
+                continue;
+            }
+            // The broker cannot be reached: the batch claimed ahead is given back
+            // now rather than held through the pause (other relays may take it).
+            if let Some(a) = ahead.take() {
+                a.give_back(&relay).await;
+            }
+            let pause =
+                outage_pause.map_or(self.config.error_backoff, |d| (d * 2).min(MAX_OUTAGE_PAUSE));
+            tracing::warn!(
+                unsent,
+                ?pause,
+                "the broker cannot be reached; messages given back without spending an attempt"
+            );
+            outage_pause = Some(pause);
+            if !sleep_or_cancel(pause, &cancel).await {
+                break;
+            }
+        }
+        if let Some(a) = ahead.take() {
+            a.give_back(&relay).await;
         }
         if let Some(previous) = marking.take() {
             Self::finish_mark(&relay, previous).await;

@@ -919,3 +919,127 @@ async fn unkeyed_claims_overlap_marks_again_after_a_keyed_backlog() {
         "only {overlapped} of 50 unkeyed batches were claimed while the previous one was marked"
     );
 }
+
+/// The memory broker, publishing after a pause (so the dispatcher claims its next
+/// batch meanwhile), and asking the relay to stop once the first batch is out.
+struct SlowThenStop {
+    inner: MemoryBroker,
+    stop: CancellationToken,
+}
+
+#[async_trait::async_trait]
+impl outbox_ports::Publisher for SlowThenStop {
+    async fn publish_within(
+        &self,
+        messages: &[Message],
+        budget: Duration,
+    ) -> Vec<outbox_ports::PublishOutcome> {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let outcomes = self.inner.publish_within(messages, budget).await;
+        self.stop.cancel();
+        outcomes
+    }
+
+    async fn check(&self) -> Result<(), PortError> {
+        self.inner.check().await
+    }
+}
+
+/// The batch the dispatcher claimed while publishing the last one is given back
+/// untouched when it stops: claimable at once by another relay, no attempt spent,
+/// never published.
+#[tokio::test]
+async fn a_batch_claimed_ahead_is_given_back_untouched_at_shutdown() {
+    let (store, broker) = setup();
+    store
+        .enqueue(outbox_testkit::messages(100))
+        .await
+        .expect("enqueue");
+    let cancel = CancellationToken::new();
+    let claims = Arc::new(CountingStore::new(store.clone()));
+    let d = Dispatcher::new(
+        claims.clone(),
+        Arc::new(SlowThenStop {
+            inner: broker.clone(),
+            stop: cancel.clone(),
+        }),
+        DispatcherConfig {
+            batch_size: 40,
+            idle_poll: Duration::from_millis(5),
+            ..DispatcherConfig::default()
+        },
+        "relay-ahead",
+    );
+    tokio::time::timeout(Duration::from_secs(5), d.run(cancel.clone()))
+        .await
+        .expect("stops promptly");
+    assert_eq!(
+        store.count(Status::Sent),
+        40,
+        "the batch in flight is finished"
+    );
+    assert_eq!(broker.queue_depth(QUEUE).0, 40, "and only it was published");
+    assert_eq!(
+        claims.overlapped_claims(),
+        1,
+        "the next batch was claimed while the first was published"
+    );
+    let other = Lease::new("other-relay", Duration::from_secs(30));
+    let rest = store.claim_pending(&other, 1_000).await.expect("claim");
+    assert_eq!(
+        rest.len(),
+        60,
+        "nothing is left under the stopped relay's lease"
+    );
+    assert!(rest.iter().all(|c| c.attempts == 0), "no attempt spent");
+}
+
+/// While the broker cannot be reached, the batch claimed ahead is given back at
+/// once rather than held through the outage pause: another relay can take every
+/// row meanwhile, and no attempt is spent.
+#[tokio::test]
+async fn a_batch_claimed_ahead_is_given_back_when_the_broker_is_unreachable() {
+    let (store, broker) = setup();
+    store
+        .enqueue(outbox_testkit::messages(100))
+        .await
+        .expect("enqueue");
+    broker.set_unreachable(true);
+    let claims = Arc::new(CountingStore::new(store.clone()));
+    let cancel = CancellationToken::new();
+    let d = Dispatcher::new(
+        claims.clone(),
+        Arc::new(broker.clone()),
+        DispatcherConfig {
+            batch_size: 40,
+            idle_poll: Duration::from_millis(5),
+            // The pause after the first failed batch outlasts the test.
+            error_backoff: Duration::from_secs(30),
+            ..DispatcherConfig::default()
+        },
+        "relay-outage",
+    );
+    let running = tokio::spawn(d.run(cancel.clone()));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while claims.overlapped_claims() < 1 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no batch was claimed ahead"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let other = Lease::new("other-relay", Duration::from_secs(30));
+    let rows = store.claim_pending(&other, 1_000).await.expect("claim");
+    assert_eq!(
+        rows.len(),
+        100,
+        "the pausing relay holds no rows (the failed batch and the one claimed ahead are given back)"
+    );
+    assert!(
+        rows.iter().all(|c| c.attempts == 0),
+        "an outage spends no attempt"
+    );
+    cancel.cancel();
+    running.await.expect("dispatcher");
+}

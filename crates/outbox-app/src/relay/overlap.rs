@@ -89,8 +89,9 @@ impl ClaimOverlap {
         }
     }
 
-    /// Whether the next claim may run while the previous batch's mark is in
-    /// flight; if not, that mark is finished before claiming.
+    /// Whether the next claim may run while an earlier batch is in flight (being
+    /// published, with the one before it marked first; or being marked); if not,
+    /// that batch is published and marked before claiming.
     pub(super) const fn overlaps(self) -> bool {
         self.finishing_first.is_none()
     }

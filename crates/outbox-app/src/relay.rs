@@ -406,6 +406,12 @@ impl ClaimedAhead {
         })
     }
 
+    /// Whether at least half of a fresh batch's publish budget is left.
+    fn has_time_left(&self) -> bool {
+        publish_budget(self.lease.ttl, self.claimed_at.elapsed())
+            >= publish_budget(self.lease.ttl, Duration::ZERO) / 2
+    }
+
     /// Gives the rows back untouched (no attempt spent). If the store cannot be
     /// reached they come back when the lease runs out.
     async fn give_back(self, relay: &Relay) {
@@ -486,7 +492,19 @@ impl Dispatcher {
         let mut outage_pause: Option<Duration> = None;
         let mut overlap = ClaimOverlap::new(self.config.batch_size);
         while !cancel.is_cancelled() {
-            let batch = match ahead.take() {
+            // A batch claimed ahead that waited through half its lease's publish
+            // budget is given back and a fresh one claimed: published with a
+            // sliver of time, its confirms could be cut short (attempts spent,
+            // duplicates published on the retry).
+            let fresh = match ahead.take() {
+                Some(a) if a.has_time_left() => Some(a),
+                Some(a) => {
+                    a.give_back(&relay).await;
+                    None
+                }
+                None => None,
+            };
+            let batch = match fresh {
                 Some(a) => a,
                 None => {
                     // Claim while the previous batch is being marked, unless
@@ -548,23 +566,39 @@ impl Dispatcher {
             // while this batch is in flight, the next one never holds a later
             // message of a key whose message is in this one (that key's head is
             // leased until this batch is marked).
-            let claim_ahead = overlap.overlaps();
+            // Not while the broker is out: a batch claimed then would only be given
+            // back at the next pause.
+            let claim_ahead = overlap.overlaps() && outage_pause.is_none();
             let limit = overlap.limit();
             let previous = marking.take();
             let budget = publish_budget(batch.lease.ttl, batch.claimed_at.elapsed());
-            let (published, next) = tokio::join!(
-                publish_batch(
-                    &*relay.publisher,
-                    batch.lease,
-                    batch.claimed,
-                    &relay.policy,
-                    relay.random,
-                    budget,
-                ),
+            let (previous_marked, previous_mark_finished) = tokio::sync::oneshot::channel::<()>();
+            let ((mark, unsent, broker_unavailable), next) = tokio::join!(
+                async {
+                    let published = publish_batch(
+                        &*relay.publisher,
+                        batch.lease,
+                        batch.claimed,
+                        &relay.policy,
+                        relay.random,
+                        budget,
+                    )
+                    .await;
+                    // This batch's mark starts as soon as it is published and the
+                    // previous one's is finished (one mark in flight at a time), not
+                    // after the claim ahead: confirmed rows are marked without delay.
+                    let _ = previous_mark_finished.await;
+                    let unsent = published.counts.unsent;
+                    let broker_unavailable = published.counts.broker_unavailable();
+                    let r = Arc::clone(&relay);
+                    let mark = tokio::spawn(async move { record(&*r.store, published).await });
+                    (mark, unsent, broker_unavailable)
+                },
                 async {
                     if let Some(previous) = previous {
                         Self::finish_mark(&relay, previous).await;
                     }
+                    let _ = previous_marked.send(());
                     if !claim_ahead || cancel.is_cancelled() {
                         return None;
                     }
@@ -577,20 +611,19 @@ impl Dispatcher {
                     }
                 }
             );
+            marking = Some(mark);
             ahead = next;
-            let unsent = published.counts.unsent;
-            let broker_unavailable = published.counts.broker_unavailable();
-            let r = Arc::clone(&relay);
-            marking = Some(tokio::spawn(
-                async move { record(&*r.store, published).await },
-            ));
             if unsent > 0 && !broker_unavailable {
                 // The batch outlasted its lease's budget: the rest is given back
-                // and claimed again at once; the broker is not at fault.
+                // and claimed again at once; the broker is not at fault. So is the
+                // batch claimed ahead, whose lease ran nearly as long meanwhile.
                 tracing::info!(
                     unsent,
                     "the lease's publish budget ran out; the rest of the batch is given back without spending an attempt"
                 );
+                if let Some(a) = ahead.take() {
+                    a.give_back(&relay).await;
+                }
                 continue;
             }
             if unsent == 0 {

@@ -838,10 +838,9 @@ async fn drain_40_keys_of_25(name: &str) -> (Arc<CountingStore>, MemoryBroker) {
 }
 
 /// As many ordering keys as the batch holds: every batch holds each key's head, so
-/// nothing is claimable until its mark is done. A claim made while that mark is in
-/// flight comes back empty; the dispatcher must not pay that empty claim for every
-/// batch. (A single-threaded runtime: a spawned mark runs only when the dispatcher
-/// awaits, so the claim after a batch always runs before that batch's mark.)
+/// nothing is claimable until its mark is done. A claim made while that batch is
+/// in flight (claimed ahead while it is published, or while its mark runs) comes
+/// back empty; the dispatcher must not pay that empty claim for every batch.
 #[tokio::test]
 async fn keyed_batches_do_not_each_pay_an_empty_claim_while_their_mark_is_in_flight() {
     let (store, broker) = drain_40_keys_of_25("relay-keyed").await;
@@ -1042,4 +1041,42 @@ async fn a_batch_claimed_ahead_is_given_back_when_the_broker_is_unreachable() {
     );
     cancel.cancel();
     running.await.expect("dispatcher");
+}
+
+/// Keyed traffic with a publish that takes time, so every claim ahead really runs
+/// while a batch is out: each key's messages still arrive in order and once, with
+/// two relays claiming from the same store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_ahead_keep_each_keys_order_while_publishes_take_time() {
+    let (memory, broker) = setup();
+    broker.set_publish_delay(Duration::from_millis(3));
+    memory
+        .enqueue(keyed_backlog(30, 12))
+        .await
+        .expect("enqueue");
+    let store = Arc::new(CountingStore::new(memory.clone()));
+    let cancel = CancellationToken::new();
+    let a = spawn_counted_dispatcher(
+        &store,
+        &broker,
+        Duration::from_millis(5),
+        "relay-a",
+        &cancel,
+    );
+    let b = spawn_counted_dispatcher(
+        &store,
+        &broker,
+        Duration::from_millis(5),
+        "relay-b",
+        &cancel,
+    );
+    until_sent(&memory, 360).await;
+    cancel.cancel();
+    a.await.expect("relay a");
+    b.await.expect("relay b");
+    assert!(
+        store.overlapped_claims() > 0,
+        "no claim ran while a batch was in flight"
+    );
+    assert_each_key_in_order(&broker, 30, 12).await;
 }

@@ -1,5 +1,6 @@
-//! How many rows the dispatcher claims next, and whether it claims them while the
-//! previous batch's mark is still in flight or finishes that mark first. No I/O:
+//! How many rows the dispatcher claims next, and whether it claims them while an
+//! earlier batch is still in flight (being published, or marked) or finishes that
+//! batch first. No I/O:
 //! the dispatcher reports each claim and asks before the next one.
 
 /// Batches after which a choice made for keyed traffic is tried again: a halved
@@ -20,13 +21,15 @@ pub(super) const PROBE_AFTER: u32 = 16;
 pub(super) const MAX_SPLIT: u32 = 4;
 
 /// The dispatcher's choice for its next claim: how many rows it asks for
-/// ([`limit`](Self::limit)), and whether it claims while the previous batch's
-/// mark is in flight ([`overlaps`](Self::overlaps)). Overlapping (the default)
-/// hides that mark behind the next claim and publish. It buys nothing when the
-/// next batch is what that mark releases: a keyed message is claimable only once
-/// its key's head is marked sent, so when every key's head is in the batch being
-/// marked (keys no more than the batch), the overlapped claim walks the keys and
-/// finds nothing (the loop then finishes the mark and claims again).
+/// ([`limit`](Self::limit)), and whether it claims while an earlier batch is in
+/// flight ([`overlaps`](Self::overlaps)): in the dispatcher, while a batch is
+/// published (after the previous one's mark is finished), or while a mark runs.
+/// Overlapping (the default) hides the claim behind the publish. It buys nothing
+/// when the next batch is what the batch in flight releases: a keyed message is
+/// claimable only once its key's head is marked sent, so when every key's head is
+/// in the batch being published or marked (keys no more than the batch), the
+/// overlapped claim walks the keys and finds nothing (the loop then finishes the
+/// mark and claims again).
 ///
 /// - An overlapped claim that comes back empty: the limit is halved, at most
 ///   [`MAX_SPLIT`] times (fewer for a batch too small to halve). A batch then
@@ -101,8 +104,8 @@ impl ClaimOverlap {
         self.batch_size >> self.split
     }
 
-    /// Records a claim: whether it ran while a mark was in flight, and how many
-    /// rows it took.
+    /// Records a claim: whether it ran while an earlier batch was in flight, and
+    /// how many rows it took.
     pub(super) fn claimed(&mut self, overlapped: bool, rows: usize) {
         if rows == 0 {
             if !overlapped {

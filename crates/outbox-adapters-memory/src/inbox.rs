@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use outbox_core::status::Tracked;
-use outbox_core::{Decision, Message, MessageId, Status, Timestamp};
+use outbox_core::{Decision, Message, MessageId, Status, Timestamp, TransitionError};
 use outbox_ports::{
     Arrival, ClaimedDelivery, Clock, DeadLetter, InboxConsumerPath, InboxRecord, InboxStats,
     InboxStore, Lease, PortError,
@@ -314,7 +314,7 @@ impl InboxStore for MemoryInboxStore {
             .collect())
     }
 
-    async fn reconsume(&self, consumer: &str, id: MessageId) -> Result<(), PortError> {
+    async fn reconsume(&self, consumer: &str, id: MessageId, again: bool) -> Result<(), PortError> {
         let now = self.clock.now();
         let mut t = lock(&self.table);
         let row =
@@ -324,6 +324,21 @@ impl InboxStore for MemoryInboxStore {
                     what: "delivery",
                     id: id.to_string(),
                 })?;
+        let from = row.tracked.status;
+        if !outbox_ports::reconsumable_from(again).contains(&from) {
+            return Err(TransitionError {
+                from,
+                to: Status::Sent,
+            }
+            .into());
+        }
+        if row.lease.is_live(now) {
+            return Err(PortError::Busy {
+                what: "delivery",
+                id: id.to_string(),
+                holder: "a worker or a consume retry is handling it",
+            });
+        }
         row.tracked.revive(Status::Sent, now)?;
         row.lease.clear();
         Ok(())

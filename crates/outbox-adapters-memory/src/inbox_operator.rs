@@ -130,6 +130,7 @@ impl InboxOperator for MemoryInboxStore {
                     continue;
                 };
                 if reconsumable.contains(&row.tracked.status)
+                    && !row.lease.is_live(now)
                     && row.tracked.revive(Status::Sent, now).is_ok()
                 {
                     row.lease.clear();

@@ -411,6 +411,13 @@ impl OutboxStore for MemoryOutboxStore {
                 what: "message",
                 id: id.to_string(),
             })?;
+            if row.tracked.status.can_become(Status::Pending) && row.lease.is_live(now) {
+                return Err(PortError::Busy {
+                    what: "message",
+                    id: id.to_string(),
+                    holder: "a relay is publishing it",
+                });
+            }
             row.tracked.revive(Status::Pending, now)?;
             row.lease.clear();
             Ok(())

@@ -62,7 +62,8 @@ fn apply(t: &mut Table, seq: u64, action: &Action, now: outbox_core::Timestamp) 
     };
     match action {
         Action::Requeue => {
-            if !requeueable_statuses().contains(&row.tracked.status) {
+            // Never a row a relay's live lease holds (see OutboxStore::requeue).
+            if !requeueable_statuses().contains(&row.tracked.status) || row.lease.is_live(now) {
                 return false;
             }
             let revived = row.tracked.revive(Status::Pending, now).is_ok();

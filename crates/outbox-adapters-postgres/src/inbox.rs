@@ -239,10 +239,18 @@ impl Sql {
             list: format!(
                 "SELECT {returning} FROM {t} WHERE consumer = $1 AND status = $2 ORDER BY seq LIMIT $3"
             ),
+            // Only a row no one holds: not under a live lease (a worker's, or the
+            // consume sweep's claim), and not locked by a transaction in progress (a
+            // retry's, whose handler runs while it holds the row). SKIP LOCKED rather
+            // than waiting: once a retry commits the row is consumed, and a plain
+            // UPDATE that waited would re-check `status = ANY($3)` against that new
+            // version and, with `consumed` among the sources, run the handler twice.
             reconsume: format!(
                 "UPDATE {t} SET status = 'sent', attempts = 0, next_attempt_at = now(), consumed_at = NULL, \
                  locked_by = NULL, locked_until = NULL \
-                 WHERE consumer = $1 AND message_id = $2 AND status = ANY($3)"
+                 WHERE seq = (SELECT seq FROM {t} WHERE consumer = $1 AND message_id = $2 \
+                   AND status = ANY($3) AND (locked_until IS NULL OR locked_until < now()) \
+                   FOR UPDATE SKIP LOCKED)"
             ),
             // One consumer's rows only: each consumer's rows are what make its own
             // redeliveries harmless, for as long as its own retention says. The
@@ -1145,11 +1153,12 @@ impl InboxStore for PgInboxStore {
             .collect()
     }
 
-    async fn reconsume(&self, consumer: &str, id: MessageId) -> Result<(), PortError> {
+    async fn reconsume(&self, consumer: &str, id: MessageId, again: bool) -> Result<(), PortError> {
+        let sources = outbox_ports::reconsumable_from(again);
         let n = sqlx::query(&self.sql.reconsume)
             .bind(consumer)
             .bind(id.as_uuid())
-            .bind(sources_of(Status::Sent))
+            .bind(sources.iter().map(|s| s.as_str()).collect::<Vec<_>>())
             .execute(&self.pool)
             .await
             .map_err(|e| port("reconsume", e))?
@@ -1157,10 +1166,18 @@ impl InboxStore for PgInboxStore {
         if n == 1 {
             return Ok(());
         }
+        // Nothing changed: say why, from the row as it is now. In a status the
+        // reconsume takes, only a holder (a lease, a transaction's row lock) can
+        // have kept it out; a holder that finished meanwhile shows as its outcome.
         match self.status_of(consumer, id).await? {
             None => Err(PortError::NotFound {
                 what: "delivery",
                 id: id.to_string(),
+            }),
+            Some(from) if sources.contains(&from) => Err(PortError::Busy {
+                what: "delivery",
+                id: id.to_string(),
+                holder: "a worker or a consume retry is handling it",
             }),
             Some(from) => Err(TransitionError {
                 from,

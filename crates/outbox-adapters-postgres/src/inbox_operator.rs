@@ -220,11 +220,15 @@ impl InboxOperator for PgInboxStore {
             let mut w = Self::of_consumer(consumer, filter)?.below(cursor)?;
             let guard = w.bind(reconsumable.clone())?;
             let limit = w.bind(i64::try_from(batch).unwrap_or(i64::MAX))?;
-            // As the single reconsume: in progress, due now, a fresh retry budget.
+            // As the single reconsume: in progress, due now, a fresh retry budget;
+            // never a row under a live lease (a worker or the consume sweep has it).
+            // A row a retry's transaction locks is waited for and re-checked: it is
+            // consumed by then, which the bulk guard leaves out unless asked for.
             let action = format!(
                 "UPDATE {t} SET status = 'sent', attempts = 0, next_attempt_at = now(), \
                  consumed_at = NULL, locked_by = NULL, locked_until = NULL \
-                 WHERE seq IN (SELECT seq FROM picked) AND status = ANY({guard}) RETURNING 1"
+                 WHERE seq IN (SELECT seq FROM picked) AND status = ANY({guard}) \
+                 AND (locked_until IS NULL OR locked_until < now()) RETURNING 1"
             );
             Ok((
                 batch_statement(&t, &w.sql(), &limit, &action),

@@ -584,10 +584,14 @@ impl Sql {
             count: format!("SELECT count(*) FROM {t} WHERE status = $1"),
             get: format!("SELECT {returning} FROM {t} WHERE id = $1"),
             list: format!("SELECT {returning} FROM {t} WHERE status = $1 ORDER BY seq LIMIT $2"),
+            // Never a row under a relay's live lease: it may be on its way to the
+            // broker, and clearing the lease would fence off the relay's mark and
+            // publish it twice. A mark that commits while this waits for the row
+            // is re-checked here: a row sent meanwhile stays sent.
             requeue: format!(
                 "UPDATE {t} SET status = 'pending', attempts = 0, next_attempt_at = NULL, \
                  sent_at = NULL, locked_by = NULL, locked_until = NULL \
-                 WHERE id = $1 AND status = ANY($2)"
+                 WHERE id = $1 AND status = ANY($2) AND (locked_until IS NULL OR locked_until < now())"
             ),
             status_of: format!("SELECT status FROM {t} WHERE id = $1"),
             delete: format!("DELETE FROM {t} WHERE id = $1 AND status = ANY($2)"),
@@ -973,6 +977,12 @@ impl PgOutboxStore {
                 id: id.to_string(),
             },
             Ok(Some(s)) => match s.parse::<Status>() {
+                // In a status the requeue takes, only a relay's lease kept it out.
+                Ok(from) if from.can_become(target) => PortError::Busy {
+                    what: "message",
+                    id: id.to_string(),
+                    holder: "a relay is publishing it",
+                },
                 Ok(from) => TransitionError { from, to: target }.into(),
                 Err(e) => PortError::fatal("requeue", e),
             },

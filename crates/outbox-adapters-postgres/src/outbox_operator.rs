@@ -221,7 +221,8 @@ impl OutboxOperator for PgOutboxStore {
             let action = format!(
                 "UPDATE {t} SET status = 'pending', attempts = 0, next_attempt_at = NULL, \
                  sent_at = NULL, locked_by = NULL, locked_until = NULL \
-                 WHERE seq IN (SELECT seq FROM picked) AND status = ANY({guard}) RETURNING 1"
+                 WHERE seq IN (SELECT seq FROM picked) AND status = ANY({guard}) \
+                 AND (locked_until IS NULL OR locked_until < now()) RETURNING 1"
             );
             Ok((
                 batch_statement(&t, &w.sql(), &limit, &action),

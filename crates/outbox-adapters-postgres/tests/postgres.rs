@@ -324,6 +324,98 @@ async fn retry_all_due(
     outcomes
 }
 
+/// An operator's reconsume of a failed delivery while the consume sweep's retry
+/// of it runs (its handler slow, the retry's transaction holding the row): the
+/// retry consumes it, the reconsume is refused, and the handler's effect happens
+/// once. (A reconsume that waited on the row lock and re-checked its guard on the
+/// consumed row turned it back to `sent`, and the sweep ran the handler again.)
+#[tokio::test]
+async fn a_reconsume_racing_a_retry_does_not_run_the_handler_twice() {
+    with_db!(|pool, schema| {
+        let effects = effects_table(&pool, &schema).await;
+        let inbox = Arc::new(PgInboxStore::new(pool.clone(), &schema));
+        let operator_pool = common::pool().await.expect("a second pool");
+        let operator = PgInboxStore::new(operator_pool, &schema);
+        let m = outbox_testkit::message("orders", "order.created");
+        let retry_now = |_| Decision::RetryAfter(Duration::ZERO);
+        let first = inbox
+            .consume_in_transaction(
+                "billing",
+                &m,
+                &lease("worker"),
+                retry_now,
+                scripted(vec![], Err("boom".into())),
+            )
+            .await
+            .expect("first attempt");
+        assert!(matches!(first, ConsumeOutcome::Failed(_)), "{first:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let sweep = lease("sweep");
+        let due = inbox.claim_due("billing", &sweep, 10).await.expect("claim");
+        assert_eq!(due.len(), 1);
+        let claimed = due.into_iter().next().expect("one");
+
+        let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
+        let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
+        let insert = format!("INSERT INTO {effects} VALUES (1)");
+        let slow: outbox_adapters_postgres::TxHandler<'static> =
+            Box::new(move |conn: &mut sqlx::PgConnection| {
+                Box::pin(async move {
+                    sqlx::query(&insert)
+                        .execute(&mut *conn)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let _ = started_tx.send(());
+                    let _ = go_rx.await;
+                    Ok(())
+                })
+            });
+        let retry = tokio::spawn({
+            let inbox = Arc::clone(&inbox);
+            async move {
+                inbox
+                    .retry_in_transaction(
+                        "billing",
+                        &sweep,
+                        &claimed.message,
+                        claimed.attempts,
+                        retry_now,
+                        slow,
+                    )
+                    .await
+            }
+        });
+        started_rx.await.expect("the handler runs");
+        // The operator acts while the handler runs; release the handler only after
+        // the reconsume has had time to reach (and, before the fix, wait on) the row.
+        let release = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let _ = go_tx.send(());
+        });
+        let reconsumed = operator.reconsume("billing", m.id, false).await;
+        let reconsumed_again = operator.reconsume("billing", m.id, true).await;
+        release.await.expect("release");
+        let out = retry.await.expect("retry task").expect("retry");
+        assert_eq!(out, ConsumeOutcome::Consumed);
+        for (again, r) in [(false, reconsumed), (true, reconsumed_again)] {
+            match r {
+                Err(PortError::Busy { .. }) => {}
+                other => panic!("reconsume (again={again}) while held: {other:?}"),
+            }
+        }
+        let rec = inbox.get("billing", m.id).await.expect("get").expect("row");
+        assert_eq!(rec.status, Status::Consumed);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let handler = {
+            let effects = effects.clone();
+            move || scripted(vec![format!("INSERT INTO {effects} VALUES (2)")], Ok(()))
+        };
+        let outcomes = retry_all_due(&inbox, "billing", handler).await;
+        assert!(outcomes.is_empty(), "ran the handler again: {outcomes:?}");
+        assert_eq!(effect_rows(&pool, &effects).await, 1, "exactly one effect");
+    })
+}
+
 #[tokio::test]
 async fn a_handler_that_rolls_back_the_inbox_transaction_and_writes_goes_dead_at_once() {
     with_db!(|pool, schema| {

@@ -72,6 +72,7 @@ impl AdminError {
                 PortError::NotFound { .. } => (StatusCode::NOT_FOUND, "not_found"),
                 PortError::IllegalTransition(_) => (StatusCode::CONFLICT, "illegal_transition"),
                 PortError::NotDeletable(_) => (StatusCode::CONFLICT, "not_deletable"),
+                PortError::Busy { .. } => (StatusCode::CONFLICT, "busy"),
                 PortError::Transient { .. } => {
                     (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable")
                 }

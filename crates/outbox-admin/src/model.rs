@@ -289,6 +289,16 @@ pub struct BulkRequest {
     pub max: Option<u64>,
 }
 
+/// A single reconsume (the body is optional: without one, `again` is false).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReconsumeOneRequest {
+    /// Reconsume it even if it was consumed (its handler runs once more). Without
+    /// it, only a dead or consume-failed delivery is reconsumed.
+    #[serde(default)]
+    pub again: bool,
+}
+
 /// A bulk reconsume of a consumer's deliveries.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

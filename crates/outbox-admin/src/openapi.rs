@@ -79,7 +79,7 @@ pub(crate) enum WriteErrors {
     #[response(status = 404)]
     NotFound(ErrorBody),
     /// The entry is not in a status this action applies to (`illegal_transition`,
-    /// `not_deletable`).
+    /// `not_deletable`), or a relay, worker or retry holds it right now (`busy`).
     #[response(status = 409)]
     Conflict(ErrorBody),
     /// A store or the audit log could not be reached (`store_unavailable`,

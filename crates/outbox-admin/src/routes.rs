@@ -13,7 +13,8 @@ use crate::auth::{Actor, AdminAuth, require_token};
 use crate::model::{
     AuditPage, BlockedKeyPage, BlockedKeysQuery, BulkDeleteRequest, BulkRequest, BulkResponse,
     ConsumerList, DeadLetterPage, DeadLetterQuery, DeadLetterView, DeleteQuery, DeliveryQuery,
-    MessageDetail, MessagePage, MessageQuery, PageQuery, ReconsumeRequest, StatsResponse,
+    MessageDetail, MessagePage, MessageQuery, PageQuery, ReconsumeOneRequest, ReconsumeRequest,
+    StatsResponse,
 };
 #[allow(unused_imports)] // Named by the OpenAPI annotations only.
 use crate::openapi::{
@@ -207,19 +208,28 @@ pub(crate) async fn get_delivery(
     Ok(Json(s.get_delivery(&name, id).await?))
 }
 
-/// Runs one delivery's handler again.
+/// Runs one delivery's handler again: a dead or consume-failed delivery, or a
+/// consumed one with `"again": true`. A delivery a worker or a retry holds right
+/// now is refused (409 `busy`), as is one in another status (409
+/// `illegal_transition`): a failed delivery whose retry consumed it meanwhile is
+/// not run a second time.
 #[utoipa::path(post, path = "/consumers/{name}/deliveries/{id}/reconsume", tag = "consumers",
     params(("name" = String, Path, description = "Consumer name", pattern = "^[^\\u0000]*$"), ("id" = String, Path, description = "Message id (UUID)", format = "uuid", pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")),
+    request_body = Option<ReconsumeOneRequest>,
     responses((status = 204), WriteErrors))]
 pub(crate) async fn reconsume(
     State(s): Service,
     Extension(actor): Extension<Actor>,
     p: Result<Path<(String, String)>, PathRejection>,
+    b: Result<Option<Json<ReconsumeOneRequest>>, JsonRejection>,
 ) -> Result<StatusCode, AdminError> {
     let (name, id) = path(p)?;
     let name = text("name", name)?;
     let id = parse_message_id(&id)?;
-    s.reconsume(&actor.name, &name, id).await?;
+    let again = b
+        .map_err(|e| AdminError::bad("bad_body", e.body_text()))?
+        .is_some_and(|Json(b)| b.again);
+    s.reconsume(&actor.name, &name, id, again).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -729,10 +729,18 @@ impl AdminService {
         actor: &str,
         consumer: &str,
         id: MessageId,
+        again: bool,
     ) -> Result<(), AdminError> {
-        self.ports.inbox_store.reconsume(consumer, id).await?;
-        self.audit(actor, "reconsume", format!("{consumer}/{id}"), 1)
-            .await
+        self.ports
+            .inbox_store
+            .reconsume(consumer, id, again)
+            .await?;
+        let target = if again {
+            format!("{consumer}/{id} (again)")
+        } else {
+            format!("{consumer}/{id}")
+        };
+        self.audit(actor, "reconsume", target, 1).await
     }
 
     /// Reconsumes up to `max` of a consumer's deliveries matching `filter`.

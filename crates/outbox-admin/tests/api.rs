@@ -404,7 +404,24 @@ async fn consumers_deliveries_and_reconsume() {
         .await;
     assert_eq!((status, code(&body)), (StatusCode::NOT_FOUND, "not_found"));
     let uri = format!("/consumers/billing/deliveries/{}/reconsume", a.id);
-    assert_eq!(h.write("POST", &uri, None).await.0, StatusCode::NO_CONTENT);
+    // A consumed delivery runs again only when asked for explicitly.
+    let (status, body) = h.write("POST", &uri, None).await;
+    assert_eq!(
+        (status, code(&body)),
+        (StatusCode::CONFLICT, "illegal_transition"),
+        "{body}"
+    );
+    let (status, body) = h.write("POST", &uri, Some(r#"{"again":false}"#)).await;
+    assert_eq!(
+        (status, code(&body)),
+        (StatusCode::CONFLICT, "illegal_transition")
+    );
+    let (status, body) = h.write("POST", &uri, Some(r#"{"again":1}"#)).await;
+    assert_eq!((status, code(&body)), (StatusCode::BAD_REQUEST, "bad_body"));
+    assert_eq!(
+        h.write("POST", &uri, Some(r#"{"again":true}"#)).await.0,
+        StatusCode::NO_CONTENT
+    );
     let (_, detail) = h
         .get(&format!("/consumers/billing/deliveries/{}", a.id))
         .await;
@@ -428,6 +445,62 @@ async fn consumers_deliveries_and_reconsume() {
         .map(|e| e["action"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(actions, ["reconsume_matching", "reconsume"]);
+}
+
+/// A delivery the consume sweep's retry holds is not reconsumed (its handler is
+/// running; a reconsume then could run it twice): 409 `busy`, with or without
+/// `again`, and nothing is audited.
+#[tokio::test]
+async fn a_reconsume_of_a_delivery_a_retry_holds_is_refused_as_busy() {
+    use outbox_ports::Lease;
+    use outbox_ports::prelude::*;
+    use std::time::Duration;
+    let h = harness();
+    let m = message("orders", "created", b"{}");
+    let worker = Lease::new("worker", Duration::from_secs(30));
+    h.inbox
+        .record_arrival("billing", &m, &worker)
+        .await
+        .expect("arrival");
+    h.inbox
+        .mark_consume_failed(
+            "billing",
+            m.id,
+            &worker,
+            "boom",
+            outbox_core::Decision::RetryAfter(Duration::ZERO),
+        )
+        .await
+        .expect("failed");
+    let sweep = Lease::new("sweep", Duration::from_secs(30));
+    assert_eq!(
+        h.inbox
+            .claim_due("billing", &sweep, 10)
+            .await
+            .expect("claim")
+            .len(),
+        1
+    );
+    let uri = format!("/consumers/billing/deliveries/{}/reconsume", m.id);
+    for body in [None, Some(r#"{"again":true}"#)] {
+        let (status, answer) = h.write("POST", &uri, body).await;
+        assert_eq!(
+            (status, code(&answer)),
+            (StatusCode::CONFLICT, "busy"),
+            "{answer}"
+        );
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("held right now"),
+            "{answer}"
+        );
+    }
+    assert!(
+        h.audit_entries().await.is_empty(),
+        "a refused action is not audited"
+    );
 }
 
 #[tokio::test]

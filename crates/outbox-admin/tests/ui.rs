@@ -538,6 +538,45 @@ async fn bulk_requeue_confirms_with_the_dry_run_count_then_acts_on_the_filter() 
     assert_eq!(h.outbox.count(outbox_core::Status::Dead), 1);
 }
 
+/// The dashboard reconsumes a consumed delivery only because it showed it
+/// consumed: its confirm dialog carries `again`, and a post without it (a failed
+/// delivery's dialog, say, once its retry consumed it) is refused.
+#[tokio::test]
+async fn a_consumed_delivery_is_reconsumed_only_from_a_dialog_that_showed_it_consumed() {
+    let h = harness();
+    let m = message("orders", "created", b"{}");
+    h.delivered("billing", &m, true).await;
+    let mut b = Browser::new(&h);
+    b.login(WRITE).await;
+    let here = format!("/ui/consumers/billing/deliveries/{}", m.id);
+    let dialog = b.get(&format!("{here}?confirm=reconsume")).await;
+    assert_eq!(dialog.status, StatusCode::OK);
+    assert!(
+        dialog.body.contains(r#"name="again" value="true""#),
+        "{}",
+        dialog.body
+    );
+    assert!(dialog.body.contains("runs once more"), "{}", dialog.body);
+    let csrf = value_of(&dialog.body, "csrf").expect("csrf");
+    let refused = b
+        .post(&format!("{here}/reconsume"), &format!("csrf={csrf}"))
+        .await;
+    assert_eq!(refused.status, StatusCode::CONFLICT, "{}", refused.body);
+    let done = b
+        .post(
+            &format!("{here}/reconsume"),
+            &format!("csrf={csrf}&again=true"),
+        )
+        .await;
+    assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
+    let shown = b.get(&here).await;
+    assert!(
+        shown.body.contains("in_progress") || shown.body.contains("in progress"),
+        "{}",
+        shown.body
+    );
+}
+
 #[tokio::test]
 async fn every_page_renders_and_what_users_sent_is_escaped() {
     let h = harness();

@@ -159,13 +159,18 @@ pub(crate) enum ConsumersAction {
         #[arg(long)]
         json: bool,
     },
-    /// Run a consumer's handler again for one delivery, or with --filter for its
-    /// failed and dead deliveries matching the filter flags (consumed ones only
-    /// with `--status consumed`); --status takes in_progress, consumed,
-    /// consume_failed, dead.
+    /// Run a consumer's handler again for one delivery (a dead or consume_failed
+    /// one; a consumed one only with --again), or with --filter for its failed and
+    /// dead deliveries matching the filter flags (consumed ones only with
+    /// `--status consumed`); --status takes in_progress, consumed, consume_failed,
+    /// dead. A delivery a worker or a retry holds right now is refused.
     Reconsume {
         /// The consumer.
         consumer: String,
+        /// With an id: reconsume it even if it was consumed (runs its handler once
+        /// more); without, a consumed delivery is refused.
+        #[arg(long, conflicts_with = "filter")]
+        again: bool,
         #[command(flatten)]
         target: Target,
     },
@@ -377,11 +382,12 @@ pub(crate) async fn consumers(
         }
         ConsumersAction::Reconsume {
             consumer,
+            again,
             target: t,
         } => {
             let actor = cli_actor();
             if let Some(id) = one(&t)? {
-                service.reconsume(&actor, &consumer, id).await?;
+                service.reconsume(&actor, &consumer, id, again).await?;
                 out::line(&format!(
                     "reconsume {id} for {consumer}: queued for its consume sweep"
                 ));

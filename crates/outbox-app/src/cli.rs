@@ -715,7 +715,7 @@ async fn consumer_dead(
             // Through the admin service: audited as cli:<os user>.
             let service = admin_cli::service(cfg).await?;
             service
-                .reconsume(&admin_cli::cli_actor(), consumer, id)
+                .reconsume(&admin_cli::cli_actor(), consumer, id, false)
                 .await
                 .map_err(|e| match e {
                     outbox_admin::AdminError::Port(PortError::NotFound { .. }) => {

@@ -271,7 +271,10 @@ async fn a_poison_message_ends_dead_while_the_rest_flows() {
     assert_eq!(rec.status, Status::Dead);
     assert_eq!(rec.consume.attempts, 3);
     assert_eq!(rec.consume.last_error.as_deref(), Some("always fails"));
-    inbox.reconsume(NAME, poison).await.expect("reconsume");
+    inbox
+        .reconsume(NAME, poison, false)
+        .await
+        .expect("reconsume");
     assert_eq!(
         inbox
             .get(NAME, poison)

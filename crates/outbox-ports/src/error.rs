@@ -48,6 +48,21 @@ pub enum PortError {
     /// An operator asked to delete a message whose status does not allow it.
     #[error(transparent)]
     NotDeletable(#[from] DeleteRefused),
+    /// An operator's action on a message or delivery that a relay, a worker or a
+    /// retry holds right now (a live lease, or a row lock of a transaction in
+    /// progress): acting on it would race the holder and could double its effect.
+    /// Nothing was changed; it may be tried again once the holder is done.
+    #[error(
+        "{what} {id} is held right now ({holder}); nothing was changed, try again once it is done"
+    )]
+    Busy {
+        /// What kind of thing it is.
+        what: &'static str,
+        /// Its id.
+        id: String,
+        /// Who holds it, in words.
+        holder: &'static str,
+    },
     /// The time given for the work (what is left of a claim's lease) ran out before
     /// it was done: nothing is known to be wrong with the other side.
     #[error("{operation}: the batch's time (what is left of its lease) ran out")]

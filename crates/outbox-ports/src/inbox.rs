@@ -181,11 +181,15 @@ pub trait InboxStore: InboxConsumerPath {
         limit: u32,
     ) -> Result<Vec<InboxRecord>, PortError>;
 
-    /// Operator: a consumed, failed or dead delivery back to `Sent`, due now, so the
-    /// consume sweep runs its handler again.
+    /// Operator: a failed or dead delivery (with `again`, a consumed one too; see
+    /// [`crate::reconsumable_from`]) back to `Sent`, due now, so the consume sweep
+    /// runs its handler again. Never one a worker or a retry holds: the status is
+    /// checked on the row as it is when no one else holds it, so a retry that
+    /// commits meanwhile is not followed by a second run.
     ///
     /// # Errors
-    /// [`PortError::NotFound`] for an unknown id; [`PortError::IllegalTransition`]
-    /// when it is being handled right now.
-    async fn reconsume(&self, consumer: &str, id: MessageId) -> Result<(), PortError>;
+    /// [`PortError::NotFound`] for an unknown id; [`PortError::Busy`] while a worker
+    /// or a retry holds it (its lease, or its transaction's row lock);
+    /// [`PortError::IllegalTransition`] from any other status.
+    async fn reconsume(&self, consumer: &str, id: MessageId, again: bool) -> Result<(), PortError>;
 }

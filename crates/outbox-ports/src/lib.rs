@@ -38,7 +38,7 @@ pub use operator::{
     AuditEntry, AuditLog, BLOCKED_WAITING_CAP, BlockedKey, BulkOutcome, ConsumerSummary,
     InboxOperator, MAX_PAGE_LIMIT, MessageFilter, MessageSummary, MinuteCount, OutboxOperator,
     PREVIEW_BYTES, Page, PageCursor, StoredDeadLetter, deletable_statuses, page_limit,
-    reconsumable_statuses, requeueable_statuses,
+    reconsumable_from, reconsumable_statuses, requeueable_statuses,
 };
 pub use outbox::{
     ClaimedMessage, DeadHead, Lease, OutboxRecord, OutboxRelayPath, OutboxRetention, OutboxStats,

@@ -63,6 +63,6 @@ mockall::mock! {
         async fn stats(&self, consumer: &str) -> Result<InboxStats, PortError>;
         async fn get(&self, consumer: &str, id: MessageId) -> Result<Option<InboxRecord>, PortError>;
         async fn list(&self, consumer: &str, status: Status, limit: u32) -> Result<Vec<InboxRecord>, PortError>;
-        async fn reconsume(&self, consumer: &str, id: MessageId) -> Result<(), PortError>;
+        async fn reconsume(&self, consumer: &str, id: MessageId, again: bool) -> Result<(), PortError>;
     }
 }

@@ -58,14 +58,23 @@ pub fn deletable_statuses(force: bool) -> Vec<Status> {
 
 /// Statuses a bulk reconsume changes: failed and dead deliveries; consumed ones
 /// only when the filter asks for `Consumed` explicitly, so that an unfiltered
-/// reconsume never runs every handled delivery's handler again. (A single
-/// reconsume, [`crate::InboxStore::reconsume`], takes a consumed one too.)
+/// reconsume never runs every handled delivery's handler again.
 #[must_use]
 pub fn reconsumable_statuses(filter: &MessageFilter) -> Vec<Status> {
+    reconsumable_from(filter.status == Some(Status::Consumed))
+}
+
+/// Statuses a reconsume (one or in bulk) changes: `Dead` and `ConsumeFailed`;
+/// `Consumed` only with `again` (the operator asked to run a handled delivery's
+/// handler once more). Without `again`, a failed delivery whose retry commits while
+/// the operator's reconsume waits for it is left consumed: the handler has run, and
+/// running it again is not what the operator asked for.
+#[must_use]
+pub fn reconsumable_from(again: bool) -> Vec<Status> {
     Status::ALL
         .into_iter()
         .filter(|s| s.can_become(Status::Sent))
-        .filter(|s| *s != Status::Consumed || filter.status == Some(Status::Consumed))
+        .filter(|s| *s != Status::Consumed || again)
         .collect()
 }
 

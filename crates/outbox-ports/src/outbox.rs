@@ -291,11 +291,14 @@ pub trait OutboxStore: OutboxRelayPath + OutboxRetention {
     async fn list(&self, status: Status, limit: u32) -> Result<Vec<OutboxRecord>, PortError>;
 
     /// Operator: a `Dead` or `PublishFailed` message back to `Pending`, due now, with
-    /// a fresh retry budget.
+    /// a fresh retry budget. Never one a relay holds (a live lease: it may be on its
+    /// way to the broker), and never one that was sent meanwhile: the status is
+    /// checked on the row as it is once no one else holds it.
     ///
     /// # Errors
-    /// [`PortError::NotFound`] for an unknown id; [`PortError::IllegalTransition`]
-    /// when the message is in another status.
+    /// [`PortError::NotFound`] for an unknown id; [`PortError::Busy`] while a relay's
+    /// lease holds it; [`PortError::IllegalTransition`] when the message is in
+    /// another status.
     async fn requeue(&self, id: MessageId) -> Result<(), PortError>;
 
     /// Operator: removes a `Dead` message for good. Only `Dead` is deletable (see

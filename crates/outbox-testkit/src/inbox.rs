@@ -210,15 +210,82 @@ pub async fn reconsume_brings_a_consumed_delivery_back(inbox: Arc<dyn InboxStore
     let l = lease();
     inbox.record_arrival(&c, &m, &l).await.expect("arrive");
     inbox.mark_consumed(&c, m.id, &l).await.expect("consumed");
-    inbox.reconsume(&c, m.id).await.expect("reconsume");
+    inbox.reconsume(&c, m.id, true).await.expect("reconsume");
     let due = inbox.claim_due(&c, &lease(), 10).await.expect("claim");
     assert_eq!(due.len(), 1);
     assert_eq!(due[0].attempts, 0, "fresh budget");
     let unknown = message("contract", "k").id;
     assert!(matches!(
-        inbox.reconsume(&c, unknown).await,
+        inbox.reconsume(&c, unknown, false).await,
         Err(PortError::NotFound { .. })
     ));
+}
+
+/// A single reconsume changes a delivery only from the status the operator acted
+/// on: a consumed one only with `again`, and never one a worker or a retry holds
+/// (its live lease), so a retry that consumes it meanwhile is not run twice.
+pub async fn reconsume_takes_only_the_status_acted_on(inbox: Arc<dyn InboxStore>) {
+    let c = consumer();
+    let m = message("contract", "k");
+    let worker = lease();
+    inbox.record_arrival(&c, &m, &worker).await.expect("arrive");
+    let err = inbox
+        .reconsume(&c, m.id, true)
+        .await
+        .expect_err("in progress");
+    assert!(matches!(err, PortError::IllegalTransition(_)), "{err}");
+    inbox
+        .mark_consume_failed(
+            &c,
+            m.id,
+            &worker,
+            "boom",
+            Decision::RetryAfter(Duration::ZERO),
+        )
+        .await
+        .expect("failed");
+    // The consume sweep claims the failed delivery: its retry holds it.
+    let sweep = lease();
+    let due = inbox.claim_due(&c, &sweep, 10).await.expect("claim");
+    assert_eq!(due.len(), 1);
+    for again in [false, true] {
+        let err = inbox
+            .reconsume(&c, m.id, again)
+            .await
+            .expect_err("held by the retry");
+        assert!(
+            matches!(err, PortError::Busy { .. }),
+            "again={again}: {err}"
+        );
+    }
+    assert!(inbox.mark_consumed(&c, m.id, &sweep).await.expect("retry"));
+    // The operator acted on a failed delivery; it is consumed now.
+    let err = inbox
+        .reconsume(&c, m.id, false)
+        .await
+        .expect_err("consumed meanwhile");
+    assert!(
+        matches!(err, PortError::IllegalTransition(ref t) if t.from == Status::Consumed),
+        "{err}"
+    );
+    assert!(
+        inbox
+            .claim_due(&c, &lease(), 10)
+            .await
+            .expect("claim")
+            .is_empty(),
+        "nothing to run again"
+    );
+    // Asked for explicitly, a consumed delivery runs once more.
+    inbox.reconsume(&c, m.id, true).await.expect("again");
+    assert_eq!(
+        inbox
+            .claim_due(&c, &lease(), 10)
+            .await
+            .expect("claim")
+            .len(),
+        1
+    );
 }
 
 /// Undecodable deliveries are kept with their body and reason.

@@ -234,6 +234,49 @@ pub async fn dead_messages_can_be_requeued(store: Arc<dyn OutboxStore>) {
     assert!(matches!(err, PortError::NotFound { .. }), "{err}");
 }
 
+/// A requeue never takes a message a relay holds (its live lease: it may be on its
+/// way to the broker), nor one that was sent meanwhile.
+pub async fn requeue_refuses_a_message_a_relay_holds(store: Arc<dyn OutboxStore>) {
+    let m = message("contract", "k");
+    store.enqueue(vec![m.clone()]).await.expect("enqueue");
+    let first = lease("a");
+    store.claim_pending(&first, 1).await.expect("claim");
+    let failure = PublishFailure {
+        id: m.id,
+        error: "nack".into(),
+        decision: Decision::RetryAfter(Duration::ZERO),
+    };
+    store
+        .mark_publish_failed(&first, &[failure])
+        .await
+        .expect("mark");
+    // The retry claims it: publish_failed, under a live lease.
+    let retry = lease("b");
+    assert_eq!(
+        ids(&store
+            .claim_due_retries(&retry, 10)
+            .await
+            .expect("retry claim")),
+        [m.id]
+    );
+    let err = store.requeue(m.id).await.expect_err("held by the relay");
+    assert!(matches!(err, PortError::Busy { .. }), "{err}");
+    assert_eq!(store.mark_sent(&retry, &[m.id]).await.expect("sent"), 1);
+    let err = store.requeue(m.id).await.expect_err("sent meanwhile");
+    assert!(
+        matches!(err, PortError::IllegalTransition(ref t) if t.from == Status::Sent),
+        "{err}"
+    );
+    assert!(
+        store
+            .claim_pending(&lease("c"), 10)
+            .await
+            .expect("claim")
+            .is_empty(),
+        "a sent message is not published again"
+    );
+}
+
 /// Rows of a claimer that vanished come back after its lease; its late marks are
 /// fenced off.
 pub async fn an_expired_lease_brings_rows_back(store: Arc<dyn OutboxStore>) {

@@ -652,8 +652,18 @@ fn detail_page(
                 "It is published at the relay's next claim, without waiting for its due time."
             }
             "Delete" => "It is removed from the outbox for good.",
+            _ if status == Some(Status::Consumed) => {
+                "It was consumed: its handler runs once more at the consumer's next retry sweep."
+            }
             _ => "Its handler runs again at the consumer's next retry sweep.",
         };
+        let mut hidden = vec![("csrf", session.csrf.clone())];
+        // The operator acts on the status shown: a consumed delivery is reconsumed
+        // again only because the page showed it consumed; a failed one the page
+        // showed is never run again if its retry consumes it meanwhile.
+        if side == Side::Inbox && status == Some(Status::Consumed) {
+            hidden.push(("again", "true".to_owned()));
+        }
         Some(Confirm {
             title: format!("{} {what}?", action.verb),
             text: text.to_owned(),
@@ -661,7 +671,7 @@ fn detail_page(
                 "{post}/{}",
                 action.verb.to_ascii_lowercase().replace(' ', "-")
             ),
-            hidden: vec![("csrf", session.csrf.clone())],
+            hidden,
             cancel: here.clone(),
             danger: action.danger,
         })
@@ -759,6 +769,8 @@ pub(crate) async fn delivery(
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct ActionForm {
     csrf: Option<String>,
+    /// Reconsume: the delivery was shown consumed and is to run once more.
+    again: Option<String>,
 }
 
 fn action_form(form: Result<Form<ActionForm>, FormRejection>) -> ActionForm {
@@ -820,11 +832,15 @@ pub(crate) async fn reconsume(
     p: Result<Path<(String, String)>, PathRejection>,
     form: Result<Form<ActionForm>, FormRejection>,
 ) -> Page {
-    check_write(&session, &headers, action_form(form).csrf.as_deref())?;
+    let form = action_form(form);
+    check_write(&session, &headers, form.csrf.as_deref())?;
     let (name, id) = path(p)?;
     let name = crate::params::text("consumer", name)?;
     let id = parse_message_id(&id)?;
-    ui.service.reconsume(&session.actor.name, &name, id).await?;
+    let again = form.again.as_deref() == Some("true");
+    ui.service
+        .reconsume(&session.actor.name, &name, id, again)
+        .await?;
     Ok(redirect(&ui.at(&format!(
         "/consumers/{}/deliveries/{id}?notice=reconsumed",
         encode(&name)

@@ -310,6 +310,21 @@ pub type TxHandler<'h> = Box<
 /// answers the COMMIT of an aborted transaction with a ROLLBACK and no error.
 const HANDLER_SAVEPOINT: &str = "outbox_handler";
 
+/// What a handler may have changed in its session, set back, in the inbox
+/// transaction: before a handler runs (a connection is clean whatever used it
+/// before), and after it returned `Ok`, before the COMMIT. A handler's `SET
+/// synchronous_commit = off` (session-wide, not `SET LOCAL`) would otherwise make
+/// this COMMIT, and every later one on the pooled connection, return before its WAL
+/// is flushed: a delivery would be acknowledged to the broker on a commit a
+/// PostgreSQL crash can still lose. `RESET ALL` sets every parameter back to the
+/// session's default (the server's, database's, role's, or the connection URL's
+/// `options`), so each COMMIT is made with the durability configured for the
+/// connection. It rides in the round trip of the savepoint command it follows or
+/// precedes (simple query protocol), so it costs no round trip. What it does not
+/// set back: `SET ROLE` and `SET SESSION AUTHORIZATION` (PostgreSQL leaves them out
+/// of `RESET ALL`), prepared statements, temporary tables, advisory locks.
+const SESSION_RESET: &str = "RESET ALL";
+
 /// How one run of a handler in the inbox transaction ended.
 #[derive(Debug)]
 enum Attempt {
@@ -359,10 +374,12 @@ async fn run_and_commit(
     mut tx: Transaction<'_, Postgres>,
     handler: TxHandler<'_>,
 ) -> Result<Attempt, PortError> {
-    sqlx::query(&format!("SAVEPOINT {HANDLER_SAVEPOINT}"))
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| port("savepoint", e))?;
+    batch::simple_query(
+        &mut tx,
+        &format!("{SESSION_RESET}; SAVEPOINT {HANDLER_SAVEPOINT}"),
+    )
+    .await
+    .map_err(|e| port("savepoint", e))?;
     let failure = match handler(&mut tx).await {
         Err(error) => {
             // Back to the savepoint first: only this tells a transaction the handler
@@ -379,9 +396,13 @@ async fn run_and_commit(
             }
         }
         Ok(()) => {
-            let released = sqlx::query(&format!("RELEASE SAVEPOINT {HANDLER_SAVEPOINT}"))
-                .execute(&mut *tx)
-                .await;
+            // The reset runs only if the release succeeded (a statement after a
+            // failed one does not run), so the errors are the release's.
+            let released = batch::simple_query(
+                &mut tx,
+                &format!("RELEASE SAVEPOINT {HANDLER_SAVEPOINT}; {SESSION_RESET}"),
+            )
+            .await;
             match released {
                 Ok(_) => {
                     return match tx.commit().await {

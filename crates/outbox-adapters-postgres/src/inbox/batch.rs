@@ -27,8 +27,8 @@ use outbox_ports::{Lease, PortError};
 use sqlx::{PgConnection, Postgres, Transaction};
 
 use super::{
-    ConsumeOutcome, HANDLER_SAVEPOINT, PgInboxStore, TxHandler, aborted_reason, bind_message,
-    ended_by_handler, ended_reason, rollback_to_savepoint,
+    ConsumeOutcome, HANDLER_SAVEPOINT, PgInboxStore, SESSION_RESET, TxHandler, aborted_reason,
+    bind_message, ended_by_handler, ended_reason, rollback_to_savepoint,
 };
 use crate::error::{port, refused_by_database};
 use crate::storable;
@@ -193,8 +193,9 @@ impl PgInboxStore {
         handler_for: &(dyn Fn(&Message) -> TxHandler<'static> + Send + Sync),
     ) -> (Vec<Step>, End) {
         let mut steps = Vec::with_capacity(batch.len());
-        // The first savepoint with the BEGIN, in one round trip.
-        let begin = format!("BEGIN; SAVEPOINT {HANDLER_SAVEPOINT}");
+        // The first savepoint with the BEGIN, in one round trip, from a clean
+        // session (see SESSION_RESET).
+        let begin = format!("BEGIN; {SESSION_RESET}; SAVEPOINT {HANDLER_SAVEPOINT}");
         let mut tx = match self.pool.begin_with(begin).await {
             Ok(tx) => tx,
             Err(e) => return (steps, End::Unreachable(port("begin", e).to_string())),
@@ -310,20 +311,17 @@ impl PgInboxStore {
 
 /// What follows a handler that returned `Ok`, in one round trip (a statement does
 /// not run when one before it fails): its savepoint released, which fails if the
-/// handler left the transaction aborted or ended it; `synchronous_commit` set back
-/// for the rest of the transaction, since a `SET LOCAL` survives the release and
-/// would otherwise decide whether the batch's COMMIT, which every delivery of the
-/// batch is acknowledged after, waits for the WAL to be flushed; and the next
-/// delivery's savepoint.
+/// handler left the transaction aborted or ended it; the session set back
+/// ([`SESSION_RESET`]), since a `SET` or `SET LOCAL` survives the release and would
+/// otherwise reach the next handler and decide whether the batch's COMMIT, which
+/// every delivery of the batch is acknowledged after, waits for the WAL to be
+/// flushed; and the next delivery's savepoint.
 fn release_and_next() -> String {
-    format!(
-        "RELEASE SAVEPOINT {HANDLER_SAVEPOINT}; SET LOCAL synchronous_commit TO DEFAULT; \
-         SAVEPOINT {HANDLER_SAVEPOINT}"
-    )
+    format!("RELEASE SAVEPOINT {HANDLER_SAVEPOINT}; {SESSION_RESET}; SAVEPOINT {HANDLER_SAVEPOINT}")
 }
 
 /// `sql` (statements without parameters, `;`-separated) in one round trip, by the
 /// simple query protocol.
-async fn simple_query(conn: &mut PgConnection, sql: &str) -> Result<(), sqlx::Error> {
+pub(super) async fn simple_query(conn: &mut PgConnection, sql: &str) -> Result<(), sqlx::Error> {
     sqlx::Executor::execute(conn, sql).await.map(|_| ())
 }

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use outbox_core::message::DEFAULT_MAX_PAYLOAD_BYTES;
 use outbox_core::status::Tracked;
-use outbox_core::{Message, MessageId, Status, Timestamp};
+use outbox_core::{Message, MessageId, Status};
 use outbox_ports::{
     ClaimedMessage, Clock, DeadHead, Lease, OutboxRecord, OutboxRelayPath, OutboxRetention,
     OutboxStats, OutboxStore, PortError, PublishFailure,
@@ -203,7 +203,7 @@ impl OutboxRelayPath for MemoryOutboxStore {
         Ok(self.claim(lease, limit, Status::PublishFailed))
     }
 
-    async fn next_due_at(&self) -> Result<Option<Timestamp>, PortError> {
+    async fn next_due_in(&self) -> Result<Option<std::time::Duration>, PortError> {
         let now = self.clock.now();
         let t = lock(&self.table);
         Ok(t.rows
@@ -211,7 +211,8 @@ impl OutboxRelayPath for MemoryOutboxStore {
             .filter(|r| r.tracked.status == Status::Pending)
             .filter_map(|r| r.message.not_before)
             .filter(|due| *due > now)
-            .min())
+            .min()
+            .map(|due| std::time::Duration::try_from(due - now).unwrap_or_default()))
     }
 
     async fn mark_sent(&self, lease: &Lease, ids: &[MessageId]) -> Result<u64, PortError> {

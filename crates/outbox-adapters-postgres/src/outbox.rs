@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use outbox_core::message::DEFAULT_MAX_PAYLOAD_BYTES;
-use outbox_core::{Decision, Message, MessageId, NewMessage, Status, Timestamp, TransitionError};
+use outbox_core::{Decision, Message, MessageId, NewMessage, Status, TransitionError};
 use outbox_ports::{
     ClaimedMessage, DeadHead, Lease, OutboxRecord, OutboxRelayPath, OutboxRetention, OutboxStats,
     OutboxStore, PortError, PublishFailure, SpaceReclaim,
@@ -503,10 +503,12 @@ impl Sql {
             // Only times still to come: a due row is the claim's business (and one
             // held back by its key or another relay's lock must not make an idle
             // relay spin).
+            // The time left, computed here: one clock (the database's, which the
+            // claims compare with), never the relay's. Whole microseconds.
             next_due: format!(
-                "SELECT {} FROM {t} WHERE status = 'pending' AND not_before IS NOT NULL \
-                 AND not_before > now() ORDER BY not_before LIMIT 1",
-                readable_time("not_before")
+                "SELECT (EXTRACT(EPOCH FROM (not_before - now())) * 1000000)::bigint \
+                 FROM {t} WHERE status = 'pending' AND not_before IS NOT NULL \
+                 AND not_before > now() ORDER BY not_before LIMIT 1"
             ),
             mark_sent: format!(
                 "UPDATE {t} SET status = 'sent', sent_at = now(), attempts = attempts + 1, \
@@ -1080,12 +1082,12 @@ impl OutboxRelayPath for PgOutboxStore {
             .rows_affected())
     }
 
-    async fn next_due_at(&self) -> Result<Option<Timestamp>, PortError> {
-        let due: Option<Option<Timestamp>> = sqlx::query_scalar(&self.sql.next_due)
+    async fn next_due_in(&self) -> Result<Option<Duration>, PortError> {
+        let micros: Option<i64> = sqlx::query_scalar(&self.sql.next_due)
             .fetch_optional(&self.pool)
             .await
             .map_err(|e| port("next due", e))?;
-        Ok(due.flatten())
+        Ok(micros.map(|us| Duration::from_micros(u64::try_from(us).unwrap_or(0))))
     }
 
     async fn recover_expired_leases(&self) -> Result<u64, PortError> {

@@ -67,11 +67,11 @@ async fn a_million_delayed_rows_do_not_slow_the_claim() {
         let took = started.elapsed();
         assert_eq!(claimed.len(), 500, "the due ones, none of the delayed");
         let started = Instant::now();
-        let next = store.next_due_at().await.expect("next due");
+        let next = store.next_due_in().await.expect("next due");
         let next_took = started.elapsed();
-        assert!(next.is_some_and(|at| at > time::OffsetDateTime::now_utc()));
+        assert!(next.is_some_and(|left| left > Duration::ZERO));
         eprintln!(
-            "claim of the 500 due among 1,000,500 pending: {took:?}; next_due_at: {next_took:?}"
+            "claim of the 500 due among 1,000,500 pending: {took:?}; next_due_in: {next_took:?}"
         );
         let stats = store.stats().await.expect("stats");
         assert_eq!((stats.pending, stats.scheduled), (1_000_500, 1_000_100));

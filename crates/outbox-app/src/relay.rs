@@ -266,26 +266,27 @@ pub trait Wakeup: Send {
 /// delayed message goes out within milliseconds of it, not only at the next poll).
 /// A due time already past waits [`MIN_DUE_WAIT`]: the row is about to be claimed
 /// by someone, and a zero wait would spin.
+/// The time left comes from the store, by its clock: the relay's own clock is never
+/// read, so a relay whose clock runs ahead of the database's does not claim in a
+/// loop, nor one behind it publish late.
 pub async fn idle_wait(store: &dyn OutboxRelayPath, idle_poll: Duration) -> Duration {
-    let due = match store.next_due_at().await {
-        Ok(Some(due)) => due,
+    let until = match store.next_due_in().await {
+        Ok(Some(until)) => until,
         Ok(None) => return idle_poll,
         Err(e) => {
             tracing::debug!(error = %e, "next due time unknown; polling");
             return idle_poll;
         }
     };
-    let until =
-        Duration::try_from(due - outbox_core::Timestamp::now_utc()).unwrap_or(Duration::ZERO);
-    // Claims compare with the store's clock: a little after the due time, so the
-    // first claim finds the row due.
+    // A little after the due time, so the first claim finds the row due.
     idle_poll.min((until + DUE_MARGIN).max(MIN_DUE_WAIT))
 }
 
 /// The shortest idle wait for a delayed message that is due already.
 pub const MIN_DUE_WAIT: Duration = Duration::from_millis(20);
 
-/// Added to a due time before claiming it (clock steps between relay and store).
+/// Added to the time left before claiming (the round trip that measured it, and
+/// timer granularity).
 const DUE_MARGIN: Duration = Duration::from_millis(5);
 
 /// The longest pause between tries of a dispatcher that finds the broker unreachable.

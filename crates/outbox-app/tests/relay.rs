@@ -732,8 +732,8 @@ impl OutboxRelayPath for CountingStore {
         self.inner.recover_expired_leases().await
     }
 
-    async fn next_due_at(&self) -> Result<Option<Timestamp>, PortError> {
-        self.inner.next_due_at().await
+    async fn next_due_in(&self) -> Result<Option<Duration>, PortError> {
+        self.inner.next_due_in().await
     }
 }
 
@@ -1079,4 +1079,33 @@ async fn claims_ahead_keep_each_keys_order_while_publishes_take_time() {
         "no claim ran while a batch was in flight"
     );
     assert_each_key_in_order(&broker, 30, 12).await;
+}
+
+/// A clock `skew` away from this machine's: the store's, where the database's
+/// clock differs from the relay's.
+struct SkewedClock(time::Duration);
+
+impl outbox_ports::Clock for SkewedClock {
+    fn now(&self) -> Timestamp {
+        Timestamp::now_utc() + self.0
+    }
+}
+
+/// An idle relay waits for a delayed message by the store's clock, whichever way the
+/// relay's own clock is off: it neither claims in a loop (its clock ahead: the due
+/// time looks past) nor publishes late (behind: it looks further off than it is).
+#[tokio::test]
+async fn the_idle_wait_for_a_delayed_message_follows_the_stores_clock() {
+    for skew in [time::Duration::seconds(-10), time::Duration::seconds(10)] {
+        let clock = Arc::new(SkewedClock(skew));
+        let store = MemoryOutboxStore::new(clock.clone());
+        let mut m = outbox_testkit::message("orders", "later");
+        m.not_before = Some(outbox_ports::Clock::now(&*clock) + time::Duration::seconds(1));
+        store.enqueue(vec![m]).await.expect("enqueue");
+        let wait = outbox_app::relay::idle_wait(&store, Duration::from_secs(30)).await;
+        assert!(
+            wait >= Duration::from_millis(900) && wait <= Duration::from_millis(1100),
+            "the store's clock {skew} from the relay's: waited {wait:?} for a message due in 1 s"
+        );
+    }
 }

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use outbox_core::{Decision, Message, MessageId, Status, Timestamp};
+use outbox_core::{Decision, Message, MessageId, Status};
 
 use crate::{
     Arrival, ClaimedDelivery, ClaimedMessage, DeadLetter, InboxConsumerPath, InboxRecord,
@@ -25,7 +25,7 @@ mockall::mock! {
         async fn mark_publish_failed(&self, lease: &Lease, failures: &[PublishFailure]) -> Result<u64, PortError>;
         async fn release(&self, lease: &Lease, ids: &[MessageId]) -> Result<u64, PortError>;
         async fn recover_expired_leases(&self) -> Result<u64, PortError>;
-        async fn next_due_at(&self) -> Result<Option<Timestamp>, PortError>;
+        async fn next_due_in(&self) -> Result<Option<std::time::Duration>, PortError>;
     }
 
     #[async_trait]

@@ -187,15 +187,18 @@ pub trait OutboxRelayPath: Send + Sync {
     /// [`PortError::Transient`] when the store cannot be reached.
     async fn recover_expired_leases(&self) -> Result<u64, PortError>;
 
-    /// The earliest due time still to come of a delayed pending message, so a relay
-    /// with nothing to claim can sleep until then instead of polling (a due one is
-    /// the claim's business: one held back by its ordering key or another relay's
-    /// lock must not make an idle relay spin). The
-    /// default: the store keeps no delayed messages.
+    /// How long until the earliest due time still to come of a delayed pending
+    /// message, by the store's own clock (the one its claims compare with), so a
+    /// relay with nothing to claim can sleep until then instead of polling (a due
+    /// one is the claim's business: one held back by its ordering key or another
+    /// relay's lock must not make an idle relay spin). A duration, not a time: a
+    /// relay whose clock is off from the store's would otherwise claim in a loop
+    /// (ahead) or publish late (behind). The default: the store keeps no delayed
+    /// messages.
     ///
     /// # Errors
     /// [`PortError::Transient`] when the store cannot be reached.
-    async fn next_due_at(&self) -> Result<Option<Timestamp>, PortError> {
+    async fn next_due_in(&self) -> Result<Option<Duration>, PortError> {
         Ok(None)
     }
 }

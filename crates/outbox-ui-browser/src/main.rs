@@ -73,8 +73,8 @@ async fn seeded_app() -> anyhow::Result<axum::Router> {
     outbox.mark_publish_failed(&lease, &failures).await?;
     let pending: Vec<Message> = (0..PENDING).map(|n| message("orders", 200 + n)).collect();
     outbox.enqueue(pending).await?;
-    // One consumer with a dead delivery and a consumed one.
-    for (m, ok) in [(&dead[0], false), (&dead[1], true)] {
+    // One consumer with two dead deliveries and a consumed one.
+    for (m, ok) in [(&dead[0], false), (&dead[1], true), (&dead[2], false)] {
         let lease = Lease::new(format!("c-{}", m.id), Duration::from_secs(30));
         inbox.record_arrival("shipping", m, &lease).await?;
         if ok {
@@ -403,6 +403,44 @@ impl Scenarios<'_> {
         Ok(())
     }
 
+    /// Every bulk dialog's dry run counts what its filtered list shows (a dialog
+    /// that counted for the wrong consumer said 0 while 2 matched).
+    async fn every_bulk_dialog_counts_what_the_list_shows(&self) -> anyhow::Result<()> {
+        for (page, button, what) in [
+            (
+                "/ui/messages?status=dead",
+                "Requeue all matching…",
+                "messages",
+            ),
+            (
+                "/ui/messages?status=dead",
+                "Delete all matching…",
+                "messages",
+            ),
+            (
+                "/ui/consumers/shipping?status=dead",
+                "Reconsume all matching…",
+                "deliveries",
+            ),
+        ] {
+            self.goto(page).await?;
+            let listed = self.rows().await?.len();
+            ensure!(listed > 0, "{page}: nothing listed to count");
+            self.button(button).await?.click().await?;
+            let text = self.text("#confirm-text").await?;
+            ensure!(
+                text.contains(&format!("Dry run: {listed} {what} match this filter")),
+                "{page}, {button}: {listed} listed, the dialog says: {text}"
+            );
+            self.c
+                .find(Locator::LinkText("Cancel"))
+                .await?
+                .click()
+                .await?;
+        }
+        Ok(())
+    }
+
     async fn bulk_requeue_after_the_dry_run(&self) -> anyhow::Result<()> {
         self.goto("/ui/messages?status=dead&exchange=orders")
             .await?;
@@ -578,6 +616,10 @@ async fn run(docs: Option<PathBuf>) -> anyhow::Result<()> {
         scenario!(
             "requeue one from its page; it leaves the dead list",
             s.requeue_one_from_its_page(dead)
+        );
+        scenario!(
+            "every bulk dialog's dry run counts what its list shows",
+            s.every_bulk_dialog_counts_what_the_list_shows()
         );
         scenario!(
             "bulk requeue by filter after the dry-run count",

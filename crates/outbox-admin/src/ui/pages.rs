@@ -442,15 +442,17 @@ async fn list(
     page.rows = rows(&kind, result);
     let verb = q.confirm.as_deref();
     if let Some(button) = page.bulk.iter().find(|b| Some(b.verb) == verb) {
+        // A dry run: counted, nothing changed, nothing audited.
+        let actor = session.actor.name.as_str();
         let matched = match consumer {
             None => {
                 ui.service
-                    .requeue_matching("", &filter, String::new(), true, DEFAULT_BULK_MAX)
+                    .requeue_matching(actor, &filter, String::new(), true, DEFAULT_BULK_MAX)
                     .await?
             }
             Some(name) => {
                 ui.service
-                    .reconsume_matching(name, "", &filter, String::new(), true, DEFAULT_BULK_MAX)
+                    .reconsume_matching(actor, name, &filter, String::new(), true, DEFAULT_BULK_MAX)
                     .await?
             }
         }

@@ -6,9 +6,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use outbox_core::{MessageId, Status};
 use outbox_ports::{
-    BLOCKED_WAITING_CAP, BlockedKey, BulkOutcome, MessageFilter, MessageSummary, MinuteCount,
-    OutboxOperator, OutboxRecord, OutboxStore, Page, PageCursor, PortError, deletable_statuses,
-    page_limit, requeueable_statuses,
+    BLOCKED_WAITING_CAP, BlockedKey, BulkOutcome, KeyHead, MessageFilter, MessageSummary,
+    MinuteCount, OutboxOperator, OutboxRecord, OutboxStore, Page, PageCursor, PortError,
+    deletable_statuses, page_limit, requeueable_statuses,
 };
 
 use crate::listing::{BULK_BATCH, below, matches, page, per_minute, summary, window_start};
@@ -123,6 +123,18 @@ impl OutboxOperator for MemoryOutboxStore {
             })
             .take(page_limit(limit) as usize)
             .collect())
+    }
+
+    async fn head_of_key(&self, key: &str) -> Result<Option<KeyHead>, PortError> {
+        let t = lock(&self.table);
+        let heads = self.key_heads(&t);
+        Ok(heads.get(key).and_then(|(seq, behind)| {
+            t.rows.get(seq).map(|row| KeyHead {
+                head: row.message.id,
+                waiting: (*behind).min(BLOCKED_WAITING_CAP),
+                waiting_capped: *behind > BLOCKED_WAITING_CAP,
+            })
+        }))
     }
 
     async fn list_messages(

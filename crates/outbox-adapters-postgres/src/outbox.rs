@@ -427,6 +427,7 @@ struct Sql {
     retention: String,
     blocked_first: String,
     blocked_after: String,
+    head_of_key: String,
 }
 
 impl Sql {
@@ -442,17 +443,18 @@ impl Sql {
         // failing or dead keyed row, never the rows queued behind a head.
         let stuck = stuck_list(dead_head);
         let oldest = readable_time("created_at");
-        // Keyed messages waiting at once: a key's head is its oldest, so the
-        // oldest of them is the oldest head (one probe per key, never the rows
-        // queued behind the heads).
+        // Keyed messages waiting: each key's first pending row not delayed, which
+        // is the head itself or the first one queued behind a failing, dead or
+        // delayed head (those wait too, and an age alert must see them). One probe
+        // of outbox_ordered_live per key, which holds no dead rows: it reads the
+        // head and at most the row after it, never the rest of the queue.
         let walk = key_walk(&t, dead_head, None);
         let head_oldest = readable_time("h.created_at");
-        let first_of_key = first_blocking(
-            &t,
-            dead_head,
-            "e.created_at, e.status, e.not_before",
-            "keys.k",
-        );
+        let first_of_key = "(SELECT e.created_at, e.status, e.not_before FROM {t} e \
+             WHERE e.ordering_key >= keys.k AND e.ordering_key <= keys.k \
+               AND e.status = 'pending' AND e.not_before IS NULL \
+             ORDER BY e.ordering_key, e.seq LIMIT 1)"
+            .replace("{t}", &t);
         let recover_walk = key_walk(&t, dead_head, None);
         let recover_head = first_blocking(
             &t,
@@ -496,6 +498,16 @@ impl Sql {
             keyed_heads(&t, dead_head, Some("$4"))
         );
         Self {
+            // The key's head and how many wait behind it (as a blocked key's, up
+            // to the cap: $2 is the cap plus one).
+            head_of_key: format!(
+                "SELECT h.id, (SELECT count(*) FROM (SELECT 1 FROM {t} w \
+                   WHERE w.ordering_key >= $1 AND w.ordering_key <= $1 AND w.seq > h.seq \
+                   AND w.status IN ({}) ORDER BY w.ordering_key, w.seq LIMIT $2) behind) \
+                 FROM {} h",
+                blocking_list(dead_head),
+                first_blocking(&t, dead_head, "e.id, e.seq", "$1")
+            ),
             blocked_first: blocked_keys(&t, dead_head, None),
             blocked_after: blocked_keys(&t, dead_head, Some("$3")),
             claim_pending,
@@ -812,6 +824,28 @@ impl PgOutboxStore {
     ///
     /// # Errors
     /// A database error.
+    /// See [`outbox_ports::OutboxOperator::head_of_key`].
+    pub(crate) async fn head_of_key_id(
+        &self,
+        key: &str,
+    ) -> Result<Option<outbox_ports::KeyHead>, PortError> {
+        let head: Option<(uuid::Uuid, i64)> = sqlx::query_as(&self.sql.head_of_key)
+            .bind(key)
+            .bind(blocked_count_limit())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| port("head of key", e))?;
+        let cap = outbox_ports::BLOCKED_WAITING_CAP;
+        Ok(head.map(|(id, behind)| {
+            let behind = u64::try_from(behind).unwrap_or(0);
+            outbox_ports::KeyHead {
+                head: MessageId::from_uuid(id),
+                waiting: behind.min(cap),
+                waiting_capped: behind > cap,
+            }
+        }))
+    }
+
     pub(crate) async fn blocked_keys_page(
         &self,
         after: Option<String>,

@@ -94,6 +94,10 @@ impl OutboxOperator for PgOutboxStore {
         self.blocked_keys_page(after, limit).await
     }
 
+    async fn head_of_key(&self, key: &str) -> Result<Option<outbox_ports::KeyHead>, PortError> {
+        self.head_of_key_id(key).await
+    }
+
     async fn list_messages(
         &self,
         filter: &MessageFilter,

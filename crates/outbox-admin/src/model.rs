@@ -544,6 +544,17 @@ pub struct MessageDetail {
     pub exchange: String,
     /// Routing key.
     pub routing_key: String,
+    /// Ordering key: messages of one key are published (and handled) one at a time,
+    /// in order.
+    pub ordering_key: Option<String>,
+    /// Outbox, an unsent keyed message that is not its key's head: the id of the
+    /// head it waits behind (pending, failing, or dead unless dead heads are
+    /// skipped).
+    #[schema(format = "uuid")]
+    pub waits_behind: Option<String>,
+    /// Outbox, its key's head: how many of the key's messages wait behind it
+    /// (released, in order, once it is sent, or deleted), counted up to 1,000.
+    pub waiting_behind: Option<u64>,
     /// Message type.
     #[serde(rename = "type")]
     pub message_type: Option<String>,

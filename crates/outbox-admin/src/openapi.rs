@@ -172,6 +172,13 @@ pub(crate) struct DeliveryDetail {
     exchange: String,
     /// Routing key.
     routing_key: String,
+    /// Ordering key.
+    ordering_key: Option<String>,
+    /// Always null for a delivery (outbox messages only).
+    #[schema(format = "uuid")]
+    waits_behind: Option<String>,
+    /// Always null for a delivery (outbox messages only).
+    waiting_behind: Option<u64>,
     /// Message type.
     #[schema(rename = "type")]
     message_type: Option<String>,

@@ -230,6 +230,9 @@ impl AdminService {
             status: side.status_name(status).to_owned(),
             exchange: message.exchange.clone(),
             routing_key: message.routing_key.clone(),
+            ordering_key: message.ordering_key.clone(),
+            waits_behind: None,
+            waiting_behind: None,
             message_type: message.message_type.clone(),
             headers: self.redaction.headers(&message.headers),
             content_type: message.content_type.clone(),
@@ -425,13 +428,29 @@ impl AdminService {
             .ok_or_else(|| not_found("message", id))?;
         let deliveries = self.ports.inbox.deliveries_of(id).await?;
         let sides = deliveries.iter().map(consume_side).collect();
-        Ok(self.detail(
+        let mut detail = self.detail(
             Side::Outbox,
             &record.message,
             record.status,
             &record.publish,
             sides,
-        ))
+        );
+        // A keyed message that waits: the head it waits behind; the head: what waits
+        // behind it (what deleting or requeueing it releases).
+        let unsent = matches!(
+            record.status,
+            Status::Pending | Status::PublishFailed | Status::Dead
+        );
+        if let (Some(key), true) = (record.message.ordering_key.as_deref(), unsent) {
+            if let Some(head) = self.ports.outbox.head_of_key(key).await? {
+                if head.head == id {
+                    detail.waiting_behind = Some(head.waiting);
+                } else if record.status == Status::Pending {
+                    detail.waits_behind = Some(head.head.to_string());
+                }
+            }
+        }
+        Ok(detail)
     }
 
     /// Requeues one message.

@@ -503,6 +503,37 @@ async fn a_reconsume_of_a_delivery_a_retry_holds_is_refused_as_busy() {
     );
 }
 
+/// A key blocked behind a dead head: the two waiting count as unsent (the age an
+/// alert reads), each names the head it waits behind, and the head says how many
+/// wait behind it.
+#[tokio::test]
+async fn messages_waiting_behind_a_dead_head_are_unsent_and_name_their_head() {
+    let h = harness();
+    let keyed = || {
+        let mut m = message("orders", "created", b"{}");
+        m.ordering_key = Some("customer-7".into());
+        m
+    };
+    let (k1, k2, k3) = (keyed(), keyed(), keyed());
+    let head = h.dead(k1.clone()).await;
+    assert_eq!(head, k1.id);
+    h.pending(k2.clone()).await;
+    h.pending(k3.clone()).await;
+    let (_, stats) = h.get("/stats").await;
+    assert!(
+        stats["outbox"]["oldest_unsent_at"].is_string(),
+        "waiting messages are unsent: {stats}"
+    );
+    let (status, detail) = h.get(&format!("/messages/{}", k2.id)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(detail["ordering_key"], "customer-7");
+    assert_eq!(detail["waits_behind"], k1.id.to_string());
+    assert!(detail["waiting_behind"].is_null(), "{detail}");
+    let (_, detail) = h.get(&format!("/messages/{}", k1.id)).await;
+    assert_eq!(detail["waiting_behind"], 2, "{detail}");
+    assert!(detail["waits_behind"].is_null(), "{detail}");
+}
+
 #[tokio::test]
 async fn dead_letters_are_listed_shown_and_deleted() {
     let h = harness();

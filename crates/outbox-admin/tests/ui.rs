@@ -577,6 +577,47 @@ async fn a_consumed_delivery_is_reconsumed_only_from_a_dialog_that_showed_it_con
     );
 }
 
+/// A keyed message shows its ordering key and the head it waits behind; the delete
+/// dialog of a dead head says what deleting it releases.
+#[tokio::test]
+async fn a_keyed_message_shows_its_head_and_a_heads_delete_what_it_releases() {
+    let h = harness();
+    let keyed = || {
+        let mut m = message("orders", "created", b"{}");
+        m.ordering_key = Some("customer-7".into());
+        m
+    };
+    let (k1, k2, k3) = (keyed(), keyed(), keyed());
+    h.dead(k1.clone()).await;
+    h.pending(k2.clone()).await;
+    h.pending(k3.clone()).await;
+    let mut b = Browser::new(&h);
+    b.login(WRITE).await;
+    let waiting = b.get(&format!("/ui/messages/{}", k2.id)).await;
+    assert!(
+        waiting.body.contains(r#"id="ordering-key">customer-7<"#),
+        "{}",
+        waiting.body
+    );
+    assert!(
+        waiting
+            .body
+            .contains(&format!("/ui/messages/{}\">{}</a>", k1.id, k1.id)),
+        "{}",
+        waiting.body
+    );
+    let dialog = b
+        .get(&format!("/ui/messages/{}?confirm=delete", k1.id))
+        .await;
+    assert!(
+        dialog.body.contains(
+            "It heads ordering key customer-7: the 2 message(s) waiting behind it are released"
+        ),
+        "{}",
+        dialog.body
+    );
+}
+
 #[tokio::test]
 async fn every_page_renders_and_what_users_sent_is_escaped() {
     let h = harness();

@@ -207,6 +207,18 @@ pub struct StoredDeadLetter {
 /// backlog (unbounded), so a page of blocked keys costs at most this many per key.
 pub const BLOCKED_WAITING_CAP: u64 = 1_000;
 
+/// The head of an ordering key (see [`OutboxOperator::head_of_key`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyHead {
+    /// The head message's id.
+    pub head: MessageId,
+    /// Messages of the key waiting behind it, counted up to
+    /// [`BLOCKED_WAITING_CAP`] (at least this many when `waiting_capped`).
+    pub waiting: u64,
+    /// More than [`BLOCKED_WAITING_CAP`] messages wait behind the head.
+    pub waiting_capped: bool,
+}
+
 /// An ordering key held back by its head: the key's earliest unsent message (by
 /// insert order) is failing or dead (see [`crate::DeadHead::stuck`]), so none of
 /// its later messages is published until an operator requeues or deletes the head
@@ -331,6 +343,16 @@ pub trait OutboxOperator: Send + Sync {
         after: Option<String>,
         limit: u32,
     ) -> Result<Vec<BlockedKey>, PortError>;
+
+    /// The head of ordering key `key`: its first message in a status that holds
+    /// the key back (pending or failing, and dead unless dead heads are skipped),
+    /// the one every later message of the key waits behind, with how many wait;
+    /// `None` when the key has no such message. One index probe, and the count
+    /// stops at [`BLOCKED_WAITING_CAP`].
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn head_of_key(&self, key: &str) -> Result<Option<KeyHead>, PortError>;
 }
 
 /// The operator's view of the consumers' inboxes and dead letters.

@@ -665,9 +665,13 @@ pub async fn keyed_messages_are_claimed_one_at_a_time_in_order(store: Arc<dyn Ou
 /// back; with the default it does until an operator deletes or requeues it.
 pub async fn a_dead_head_blocks_its_key_unless_skipped(store: Arc<dyn OutboxStore>, skip: bool) {
     let k = crate::unique_key("k");
-    let (k1, k2) = (keyed("contract", &k), keyed("contract", &k));
+    let (k1, k2, k3) = (
+        keyed("contract", &k),
+        keyed("contract", &k),
+        keyed("contract", &k),
+    );
     store
-        .enqueue(vec![k1.clone(), k2.clone()])
+        .enqueue(vec![k1.clone(), k2.clone(), k3.clone()])
         .await
         .expect("enqueue");
     let l = lease("dead-head");
@@ -689,6 +693,19 @@ pub async fn a_dead_head_blocks_its_key_unless_skipped(store: Arc<dyn OutboxStor
         assert_eq!(ids(&next), [k2.id], "skipped: the key moves on");
     } else {
         assert!(next.is_empty(), "blocked behind the dead head");
+        // The two waiting behind the dead head are unsent: an age alert sees them.
+        let oldest = store
+            .stats()
+            .await
+            .expect("stats")
+            .oldest_unsent_at
+            .expect("messages waiting behind a dead head are unsent");
+        let off = (oldest - k2.created_at).abs();
+        assert!(
+            off < time::Duration::milliseconds(1),
+            "the oldest unsent is the first one waiting: {oldest} against {}",
+            k2.created_at
+        );
         store.delete(k1.id).await.expect("delete the dead head");
         assert_eq!(
             ids(&store.claim_pending(&l, 100).await.expect("claim")),

@@ -683,6 +683,39 @@ pub async fn blocked_keys_list_failing_and_dead_heads(o: OutboxUnderTest, skip: 
         expected.len() as u64,
         "the stats count the keys listed"
     );
+    // The head of each key, whatever holds it, and what waits behind it.
+    let head = |k: &str| {
+        let operator = Arc::clone(&o.operator);
+        let k = key(k);
+        async move { operator.head_of_key(&k).await.expect("head of key") }
+    };
+    let head_a = head("a").await.expect("a has a head");
+    assert_eq!(
+        (head_a.head, head_a.waiting, head_a.waiting_capped),
+        (a[0].id, 2, false)
+    );
+    let head_b = head("b").await;
+    if skip {
+        assert_eq!(
+            head_b.map(|h| (h.head, h.waiting)),
+            Some((b[1].id, 0)),
+            "skipped: the dead head holds nothing, the next one leads"
+        );
+    } else {
+        assert_eq!(head_b.map(|h| (h.head, h.waiting)), Some((b[0].id, 1)));
+    }
+    let head_c = head("c").await.expect("c has a head");
+    assert_eq!(
+        (head_c.head, head_c.waiting),
+        (c[0].id, 1),
+        "a pending head"
+    );
+    let head_g = head("g").await.expect("g has a head");
+    assert_eq!(
+        (head_g.waiting, head_g.waiting_capped),
+        (BLOCKED_WAITING_CAP, true)
+    );
+    assert!(head("none").await.is_none(), "a key with no messages");
     let a_item = &page[0];
     assert_eq!(a_item.head, a[0].id);
     assert_eq!(a_item.status, Status::PublishFailed);

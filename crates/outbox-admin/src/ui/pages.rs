@@ -569,6 +569,8 @@ struct ActionButton {
 #[template(path = "message.html")]
 struct DetailPage {
     chrome: Chrome,
+    /// The head a waiting keyed message waits behind.
+    waits_behind_href: Option<String>,
     title: String,
     here: String,
     back: String,
@@ -642,6 +644,7 @@ fn detail_page(
             }
         }
     }
+    let mut released = String::new();
     let confirm = q.confirm.as_deref().and_then(|verb| {
         let action = actions.iter().find(|a| a.verb.eq_ignore_ascii_case(verb))?;
         let what = match side {
@@ -653,7 +656,17 @@ fn detail_page(
             "Publish now" => {
                 "It is published at the relay's next claim, without waiting for its due time."
             }
-            "Delete" => "It is removed from the outbox for good.",
+            "Delete" => match (d.ordering_key.as_deref(), d.waiting_behind) {
+                (Some(key), Some(n)) if n > 0 => {
+                    released = format!(
+                        "It is removed from the outbox for good. It heads ordering key {key}: \
+                         the {n}{} message(s) waiting behind it are released and published, in order.",
+                        if n >= outbox_ports::BLOCKED_WAITING_CAP { " or more" } else { "" }
+                    );
+                    released.as_str()
+                }
+                _ => "It is removed from the outbox for good.",
+            },
             _ if status == Some(Status::Consumed) => {
                 "It was consumed: its handler runs once more at the consumer's next retry sweep."
             }
@@ -700,7 +713,12 @@ fn detail_page(
             .collect(),
         Side::Inbox => Vec::new(),
     };
+    let waits_behind_href = d
+        .waits_behind
+        .as_deref()
+        .map(|head| ui.at(&format!("/messages/{head}")));
     let page = DetailPage {
+        waits_behind_href,
         chrome: chrome(
             ui,
             session,

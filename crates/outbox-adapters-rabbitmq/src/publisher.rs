@@ -16,7 +16,7 @@ use tokio::sync::{Mutex, MutexGuard};
 use tokio::time::{Instant, timeout_at};
 
 use crate::convert::properties;
-use crate::{RabbitTls, connect_with_tls, port};
+use crate::{RabbitTls, Topology, connect_with_tls, port};
 
 /// Settings of the [`RabbitPublisher`].
 #[derive(Clone)]
@@ -93,6 +93,8 @@ pub struct RabbitPublisher {
     config: RabbitPublisherConfig,
     states: Vec<Mutex<State>>,
     next: AtomicUsize,
+    /// Declared on every connection opened (see [`RabbitPublisher::with_topology`]).
+    topology: Option<Topology>,
 }
 
 impl fmt::Debug for RabbitPublisher {
@@ -153,6 +155,51 @@ fn refused_before_sending(e: &lapin::Error) -> bool {
     )
 }
 
+/// Whether `e` is the broker closing the channel for a publish to an exchange that
+/// does not exist (`404 NOT_FOUND - no exchange 'x' in vhost 'v'`: the only
+/// NOT_FOUND a `basic.publish` raises), and if so the exchange it names (`None`
+/// when the text does not say). Every later frame on that channel is discarded
+/// and every confirm outstanding on it fails with this error, whatever exchange
+/// its message was for.
+fn missing_exchange(e: &lapin::Error) -> Option<Option<String>> {
+    let lapin::ErrorKind::ProtocolError(amqp) = e.kind() else {
+        return None;
+    };
+    if amqp.get_id() != 404 {
+        return None;
+    }
+    let text = amqp.get_message().as_str();
+    Some(
+        text.split_once("no exchange '")
+            .and_then(|(_, rest)| rest.rsplit_once("' in vhost"))
+            .map(|(name, _)| name.to_owned()),
+    )
+}
+
+/// The outcome of a message whose publish or confirm failed with `e` after it was
+/// handed over. A channel closed for another message's missing exchange
+/// ([`missing_exchange`]) did not refuse this one: `NotSent`, no attempt spent (it
+/// may have been routed before the close: a duplicate the inbox absorbs), and the
+/// next batch checks its exchange afresh. Only a message whose own exchange is the
+/// one named missing (or, the name unknown, none) spends an attempt; otherwise
+/// `failed`, the outcome the error stands for.
+fn after_handover(m: &Message, e: &lapin::Error, failed: PortError) -> PublishOutcome {
+    match missing_exchange(e) {
+        Some(Some(name)) if name == m.exchange => PublishOutcome::Failed(PortError::NotFound {
+            what: "exchange",
+            id: name,
+        }),
+        Some(_) => not_sent(PortError::transient(
+            "publish",
+            format!(
+                "the broker closed the channel for a missing exchange ({e}); this message, for exchange {:?}, is sent again",
+                m.exchange
+            ),
+        )),
+        None => PublishOutcome::Failed(failed),
+    }
+}
+
 /// The error of a wait that the batch's budget cut short.
 const fn out_of_time(operation: &'static str) -> PortError {
     PortError::OutOfTime { operation }
@@ -176,7 +223,21 @@ impl RabbitPublisher {
             config,
             states,
             next: AtomicUsize::new(0),
+            topology: None,
         }
+    }
+
+    /// Declares `topology` on every connection this publisher opens, the first and
+    /// each after a lost one, before anything is published on it: an exchange the
+    /// broker lost in a restart (a non-durable one) or an operator deleted is there
+    /// again once the relay reconnects, instead of every message for it spending its
+    /// attempts until dead. A declaration the broker refuses fails the connection
+    /// (the batch is not sent; tried again after the reconnect backoff).
+    #[must_use]
+    pub fn with_topology(mut self, topology: Topology) -> Self {
+        self.topology =
+            (!topology.exchanges.is_empty() || !topology.queues.is_empty()).then_some(topology);
+        self
     }
 
     /// A free connection's state, or (all busy) the next one in turn once it is free.
@@ -226,10 +287,24 @@ impl RabbitPublisher {
         .await
         .map_err(|_| budget("enable confirms"))?
         .map_err(|e| broker("enable confirms", e))?;
+        let mut exchanges = HashSet::new();
+        if let Some(topology) = &self.topology {
+            match timeout_at(deadline, topology.declare(&connection)).await {
+                Err(_) => return Err(budget("declare topology")),
+                Ok(Err(error)) => {
+                    return Err(OpenFailure {
+                        error,
+                        by_budget: false,
+                    });
+                }
+                // Declared just now: no passive check needed for these.
+                Ok(Ok(())) => exchanges.extend(topology.exchanges.iter().map(|x| x.name.clone())),
+            }
+        }
         Ok(Session {
             connection,
             channel,
-            exchanges: HashSet::new(),
+            exchanges,
         })
     }
 
@@ -401,15 +476,12 @@ impl RabbitPublisher {
                     broken = true;
                     pending.push(Err(not_sent(port("publish", "exchange", &m.exchange, &e))));
                 }
-                // It may have been written before the error: an attempt.
+                // It may have been written before the error: an attempt, unless the
+                // channel was closed for another message's exchange.
                 Ok(Err(e)) => {
                     broken = true;
-                    pending.push(Err(PublishOutcome::Failed(port(
-                        "publish",
-                        "exchange",
-                        &m.exchange,
-                        &e,
-                    ))));
+                    let failed = port("publish", "exchange", &m.exchange, &e);
+                    pending.push(Err(after_handover(m, &e, failed)));
                 }
                 Err(_) => {
                     broken = true;
@@ -418,7 +490,7 @@ impl RabbitPublisher {
             }
         }
         let mut outcomes = Vec::with_capacity(messages.len());
-        for p in pending {
+        for (m, p) in messages.iter().zip(pending) {
             let outcome = match p {
                 Err(outcome) => outcome,
                 Ok(confirm) => match timeout_at(window_deadline, confirm).await {
@@ -435,7 +507,7 @@ impl RabbitPublisher {
                     )),
                     Ok(Err(e)) => {
                         broken = true;
-                        PublishOutcome::Failed(port("confirm", "exchange", "", &e))
+                        after_handover(m, &e, port("confirm", "exchange", "", &e))
                     }
                     // Handed over, unconfirmed: it may be with the broker. An attempt,
                     // retried later. The session goes: a late confirm must not be

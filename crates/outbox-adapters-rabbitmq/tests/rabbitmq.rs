@@ -199,6 +199,153 @@ async fn a_missing_exchange_fails_only_its_messages() {
     });
 }
 
+/// An exchange deleted while the publisher knows it (its channel then closed by
+/// the broker mid-window): only the messages for that exchange spend an attempt;
+/// those for the other exchange in the same window are confirmed or not sent
+/// (given back, sent again), never failed. The next batch fails only the deleted
+/// exchange's messages, before handing them over.
+#[tokio::test]
+async fn an_exchange_deleted_mid_stream_spends_attempts_only_on_its_own_messages() {
+    with_broker!(|conn| {
+        let (gone, kept) = (Names::new("deleted"), Names::new("kept"));
+        for n in [&gone, &kept] {
+            n.topology(QueueSpec::durable(&n.queue))
+                .declare(&conn)
+                .await
+                .expect("declare");
+        }
+        let p = publisher();
+        // The publisher has seen both exchanges: no passive check for them again.
+        let warm: Vec<Message> = [
+            messages(&gone.exchange, 1, 10),
+            messages(&kept.exchange, 1, 10),
+        ]
+        .concat();
+        assert!(
+            p.publish(&warm)
+                .await
+                .iter()
+                .all(PublishOutcome::is_confirmed)
+        );
+        let ch = conn.create_channel().await.expect("channel");
+        ch.exchange_delete(
+            gone.exchange.as_str().into(),
+            lapin::options::ExchangeDeleteOptions::default(),
+        )
+        .await
+        .expect("delete the exchange");
+        // Interleaved: each of the deleted exchange's messages among the kept one's.
+        let mut batch = Vec::new();
+        for (a, b) in
+            messages(&gone.exchange, 50, 10)
+                .into_iter()
+                .zip(messages(&kept.exchange, 50, 10))
+        {
+            batch.push(a);
+            batch.push(b);
+        }
+        let outcomes = p.publish(&batch).await;
+        let mut again = Vec::new();
+        for (m, o) in batch.iter().zip(&outcomes) {
+            if m.exchange == kept.exchange {
+                match o {
+                    PublishOutcome::Confirmed => {}
+                    PublishOutcome::NotSent(_) => again.push(m.clone()),
+                    other => panic!("a message for the kept exchange spent an attempt: {other}"),
+                }
+            } else {
+                assert!(
+                    matches!(
+                        o,
+                        PublishOutcome::Failed(PortError::NotFound {
+                            what: "exchange",
+                            ..
+                        }) | PublishOutcome::NotSent(_)
+                    ),
+                    "for the deleted exchange: {o}"
+                );
+            }
+        }
+        assert!(
+            outcomes
+                .iter()
+                .any(|o| matches!(o, PublishOutcome::Failed(_))),
+            "the deleted exchange's first message is refused: {outcomes:?}"
+        );
+        // The next batch: the kept exchange's given-back messages go through, the
+        // deleted one's fail before they are handed over.
+        let retry: Vec<Message> = [again, messages(&gone.exchange, 2, 10)].concat();
+        let outcomes = p.publish(&retry).await;
+        for (m, o) in retry.iter().zip(&outcomes) {
+            if m.exchange == kept.exchange {
+                assert!(o.is_confirmed(), "given back, then sent: {o}");
+            } else {
+                assert!(
+                    matches!(
+                        o,
+                        PublishOutcome::Failed(PortError::NotFound {
+                            what: "exchange",
+                            ..
+                        })
+                    ),
+                    "{o}"
+                );
+            }
+        }
+        gone.delete(&conn).await;
+        kept.delete(&conn).await;
+    });
+}
+
+/// A publisher given its topology declares it on every connection it opens: an
+/// exchange that went missing (as a non-durable one does in a broker restart) is
+/// there again once the publisher reconnects, and nothing for it fails.
+#[tokio::test]
+async fn the_topology_is_declared_again_when_the_publisher_reconnects() {
+    with_broker!(|conn| {
+        let names = Names::new("redeclare");
+        let mut topology = names.topology(QueueSpec::durable(&names.queue));
+        topology.exchanges[0].durable = false;
+        let p = publisher().with_topology(topology);
+        assert!(
+            p.publish(&messages(&names.exchange, 3, 10))
+                .await
+                .iter()
+                .all(PublishOutcome::is_confirmed),
+            "declared on the first connection"
+        );
+        // Lost, as in a restart; the publisher's channel is closed by its next publish
+        // to it, and the publisher reconnects for the batch after.
+        let ch = conn.create_channel().await.expect("channel");
+        ch.exchange_delete(
+            names.exchange.as_str().into(),
+            lapin::options::ExchangeDeleteOptions::default(),
+        )
+        .await
+        .expect("delete the exchange");
+        let mut confirmed = 0;
+        let mut failed = 0;
+        for _ in 0..3 {
+            for o in p.publish(&messages(&names.exchange, 5, 10)).await {
+                match o {
+                    PublishOutcome::Confirmed => confirmed += 1,
+                    PublishOutcome::NotSent(_) => {}
+                    _ => failed += 1,
+                }
+            }
+        }
+        assert!(
+            failed <= 5,
+            "only the window that found it gone fails: {failed}"
+        );
+        assert_eq!(
+            confirmed, 10,
+            "redeclared on the reconnect: the next batches go through"
+        );
+        names.delete(&conn).await;
+    });
+}
+
 #[tokio::test]
 async fn properties_and_headers_read_back_by_a_plain_consumer() {
     with_broker!(|conn| {

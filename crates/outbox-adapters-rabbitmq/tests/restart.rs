@@ -280,3 +280,84 @@ async fn a_blocked_connection_confirms_nothing_and_recovers_when_unblocked() {
         names.delete(&conn).await;
     });
 }
+
+/// A non-durable exchange of the publisher's topology is gone after a broker
+/// restart; the publisher declares its topology again on the connection it opens
+/// after the restart, so no message for it is refused (none would go dead).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transient_configured_exchange_is_back_after_a_broker_restart() {
+    if !services::same_server(&common::url(), common::DEFAULT_URL) {
+        assert!(
+            std::env::var("CI").is_err(),
+            "in CI the restart test needs the local broker at {}",
+            common::DEFAULT_URL
+        );
+        eprintln!("SKIPPED (not in CI): the restart test needs the local broker");
+        return;
+    }
+    let _serial = SERIAL.lock().await;
+    with_broker!(|conn| {
+        drop(conn);
+        let names = Names::new("transient");
+        let mut topology = names.topology(QueueSpec::durable(&names.queue));
+        topology.exchanges[0].durable = false;
+        let config = RabbitPublisherConfig {
+            confirm_timeout: Duration::from_secs(5),
+            reconnect_backoff: Duration::from_millis(200),
+            ..RabbitPublisherConfig::new(common::url())
+        };
+        let publisher = RabbitPublisher::new(config).with_topology(topology);
+        let batch = |n: usize| -> Vec<outbox_core::Message> {
+            (0..n)
+                .map(|_| {
+                    NewMessage::new(&names.exchange, "k", vec![b'x'; 16]).into_message(
+                        MessageId::from_uuid(*outbox_testkit::message("k", "k").id.as_uuid()),
+                        Timestamp::now_utc(),
+                    )
+                })
+                .collect()
+        };
+        assert!(
+            publisher
+                .publish(&batch(3))
+                .await
+                .iter()
+                .all(PublishOutcome::is_confirmed),
+            "declared on the first connection"
+        );
+        let stopped = tokio::task::spawn_blocking(services::stop_rabbitmq)
+            .await
+            .expect("ctl");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(
+            tokio::task::spawn_blocking(move || stopped.restore())
+                .await
+                .expect("ctl"),
+            "RabbitMQ did not come back"
+        );
+        let started = tokio::time::Instant::now();
+        let mut confirmed = 0;
+        while confirmed < 10 && started.elapsed() < Duration::from_secs(60) {
+            for o in publisher.publish(&batch(5)).await {
+                match o {
+                    PublishOutcome::Confirmed => confirmed += 1,
+                    // Refused for want of the exchange or its binding: what a
+                    // topology declared only at start leads to.
+                    PublishOutcome::Failed(outbox_ports::PortError::NotFound { .. })
+                    | PublishOutcome::Unroutable(_) => {
+                        panic!("refused after the restart: {o}")
+                    }
+                    // The broker still coming up, or the old connection found dead.
+                    _ => {}
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        assert!(
+            confirmed >= 10,
+            "publishing did not resume: {confirmed} confirmed"
+        );
+        let conn = common::connection().await.expect("broker back");
+        names.delete(&conn).await;
+    });
+}

@@ -143,13 +143,20 @@ pub async fn wire(cfg: &RelayConfig, instance: &str) -> anyhow::Result<Wired> {
         PublisherKind::Memory => Arc::new(MemoryBroker::new()),
         PublisherKind::Rabbitmq => {
             let r = cfg.rabbitmq.as_ref().context("rabbitmq section missing")?;
-            Arc::new(RabbitPublisher::new(RabbitPublisherConfig {
+            // The configured topology again on every (re)connect: an exchange a
+            // broker restart or an operator removed is back before publishing.
+            let publisher = RabbitPublisher::new(RabbitPublisherConfig {
                 confirm_timeout: r.confirm_timeout,
                 max_in_flight: r.max_in_flight,
                 connections: cfg.dispatch.pipelines,
                 tls: r.tls()?,
                 ..RabbitPublisherConfig::new(&r.url)
-            }))
+            });
+            Arc::new(if cfg.topology.is_empty() {
+                publisher
+            } else {
+                publisher.with_topology(cfg.topology.to_topology()?)
+            })
         }
     };
     let lock: Arc<dyn DistributedLock> = match cfg.adapters.lock {

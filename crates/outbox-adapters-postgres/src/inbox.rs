@@ -322,7 +322,10 @@ const HANDLER_SAVEPOINT: &str = "outbox_handler";
 /// connection. It rides in the round trip of the savepoint command it follows or
 /// precedes (simple query protocol), so it costs no round trip. What it does not
 /// set back: `SET ROLE` and `SET SESSION AUTHORIZATION` (PostgreSQL leaves them out
-/// of `RESET ALL`), prepared statements, temporary tables, advisory locks.
+/// of `RESET ALL`), prepared statements, temporary tables, advisory locks. What it
+/// does set back: settings a pool's `after_connect` hook `SET` on the connection;
+/// give those in the URL (`options=-c search_path=app`), or with `ALTER ROLE` /
+/// `ALTER DATABASE ... SET`, which are the session's defaults and kept.
 const SESSION_RESET: &str = "RESET ALL";
 
 /// How one run of a handler in the inbox transaction ended.

@@ -202,6 +202,9 @@ const SCENARIOS: &[(&str, bool, ScenarioFn)] = &[
     }),
     ("bad_config", true, |c| Box::pin(scenarios::bad_config(c))),
     ("ordered", true, |c| Box::pin(scenarios::ordered(c))),
+    ("exchange_lost", true, |c| {
+        Box::pin(scenarios::exchange_lost(c))
+    }),
 ];
 
 #[allow(clippy::print_stdout)]

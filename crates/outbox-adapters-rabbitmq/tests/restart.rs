@@ -22,15 +22,25 @@ use outbox_testkit::services;
 /// One disturbing test at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// Whether the broker under test is the local one, which these tests may stop; in
+/// CI it must be (the `what` test fails otherwise), elsewhere the test is skipped,
+/// saying so.
+fn local_broker(what: &str) -> bool {
+    if services::same_server(&common::url(), common::DEFAULT_URL) {
+        return true;
+    }
+    assert!(
+        std::env::var("CI").is_err(),
+        "in CI the {what} test needs the local broker at {}",
+        common::DEFAULT_URL
+    );
+    eprintln!("SKIPPED (not in CI): the {what} test needs the local broker");
+    false
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_restart_mid_stream_loses_no_confirmed_message() {
-    if !services::same_server(&common::url(), common::DEFAULT_URL) {
-        assert!(
-            std::env::var("CI").is_err(),
-            "in CI the restart test needs the local broker at {}",
-            common::DEFAULT_URL
-        );
-        eprintln!("SKIPPED (not in CI): the restart test needs the local broker");
+    if !local_broker("restart") {
         return;
     }
     let _serial = SERIAL.lock().await;
@@ -195,13 +205,7 @@ impl Drop for ClearAlarm {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_blocked_connection_confirms_nothing_and_recovers_when_unblocked() {
-    if !services::same_server(&common::url(), common::DEFAULT_URL) {
-        assert!(
-            std::env::var("CI").is_err(),
-            "in CI the alarm test needs the local broker at {}",
-            common::DEFAULT_URL
-        );
-        eprintln!("SKIPPED (not in CI): the alarm test needs the local broker");
+    if !local_broker("alarm") {
         return;
     }
     let _serial = SERIAL.lock().await;
@@ -286,13 +290,7 @@ async fn a_blocked_connection_confirms_nothing_and_recovers_when_unblocked() {
 /// after the restart, so no message for it is refused (none would go dead).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transient_configured_exchange_is_back_after_a_broker_restart() {
-    if !services::same_server(&common::url(), common::DEFAULT_URL) {
-        assert!(
-            std::env::var("CI").is_err(),
-            "in CI the restart test needs the local broker at {}",
-            common::DEFAULT_URL
-        );
-        eprintln!("SKIPPED (not in CI): the restart test needs the local broker");
+    if !local_broker("restart") {
         return;
     }
     let _serial = SERIAL.lock().await;

@@ -86,6 +86,71 @@ pub enum TopologyError {
         /// What was given.
         max_length: i64,
     },
+    /// `delivery_limit` on a classic queue, which has none.
+    #[error(
+        "queue {queue}: delivery_limit is for quorum queues only (a classic queue has no delivery limit)"
+    )]
+    DeliveryLimitOnClassic {
+        /// The queue.
+        queue: String,
+    },
+    /// A `delivery_limit` of 0: the broker would give up on every message.
+    #[error("queue {queue}: delivery_limit must be at least 1")]
+    ZeroDeliveryLimit {
+        /// The queue.
+        queue: String,
+    },
+    /// A delivery limit without a dead-letter exchange and queue: the broker would
+    /// drop every message that reaches it, without a trace.
+    #[error(
+        "queue {queue}: a delivery_limit needs dead_letter_exchange and dead_letter_queue, so that what the broker gives up on is kept and drained into the consumer's dead letters (missing: {missing})"
+    )]
+    DeliveryLimitWithoutDeadLetters {
+        /// The queue.
+        queue: String,
+        /// The setting missing.
+        missing: &'static str,
+    },
+    /// A dead-letter queue without a dead-letter exchange to route to it.
+    #[error("queue {queue}: dead_letter_queue needs dead_letter_exchange")]
+    DeadLetterQueueWithoutExchange {
+        /// The queue.
+        queue: String,
+    },
+    /// A dead-letter queue named as the queue itself.
+    #[error("queue {queue}: dead_letter_queue must be another queue")]
+    DeadLetterQueueIsItself {
+        /// The queue.
+        queue: String,
+    },
+    /// With a delivery limit, dead-lettering is at least once, which RabbitMQ
+    /// allows only with `overflow = reject-publish`.
+    #[error(
+        "queue {queue}: a delivery_limit dead-letters at least once, which needs overflow reject-publish (or none), not {overflow}"
+    )]
+    DeliveryLimitNeedsRejectPublish {
+        /// The queue.
+        queue: String,
+        /// The overflow given.
+        overflow: &'static str,
+    },
+}
+
+impl TopologyError {
+    /// The queue setting at fault, as `[[topology.queues]]` names it.
+    #[must_use]
+    pub const fn field(&self) -> &'static str {
+        match self {
+            Self::MaxLengthWithoutOverflow { .. } | Self::NegativeMaxLength { .. } => "max_length",
+            Self::DeliveryLimitOnClassic { .. } | Self::ZeroDeliveryLimit { .. } => {
+                "delivery_limit"
+            }
+            Self::DeliveryLimitWithoutDeadLetters { missing, .. } => missing,
+            Self::DeadLetterQueueWithoutExchange { .. } => "dead_letter_exchange",
+            Self::DeadLetterQueueIsItself { .. } => "dead_letter_queue",
+            Self::DeliveryLimitNeedsRejectPublish { .. } => "overflow",
+        }
+    }
 }
 
 /// A queue to declare.
@@ -97,8 +162,21 @@ pub struct QueueSpec {
     pub queue_type: QueueType,
     /// Survives a broker restart.
     pub durable: bool,
-    /// Where rejected or expired messages go.
+    /// Where rejected or expired messages go (`x-dead-letter-exchange`). With a
+    /// `dead_letter_queue`, declared as a direct exchange and routed to it by this
+    /// queue's name (`x-dead-letter-routing-key`), so several queues can share it.
     pub dead_letter_exchange: Option<String>,
+    /// The queue dead-lettered messages land in, declared (durable, classic: a
+    /// classic queue has no delivery limit of its own, also on RabbitMQ 4, whose
+    /// quorum queues default to 20) and bound to `dead_letter_exchange`. A
+    /// consumer drains it into its own dead letters
+    /// (`ConsumerConfig::dead_letter_queue` in outbox-app).
+    pub dead_letter_queue: Option<String>,
+    /// `x-delivery-limit` (quorum only): how many times a delivery may be returned
+    /// before the broker gives up on it and dead-letters it. Requires
+    /// `dead_letter_exchange` and `dead_letter_queue`, and makes dead-lettering at
+    /// least once (`x-dead-letter-strategy`), so nothing past the limit is dropped.
+    pub delivery_limit: Option<u32>,
     /// `x-max-length`. Requires `overflow`: RabbitMQ's default (drop-head) would
     /// drop confirmed messages.
     pub max_length: Option<i64>,
@@ -113,16 +191,103 @@ impl QueueSpec {
     /// # Errors
     /// [`TopologyError`] naming the queue and the field.
     pub fn validate(&self) -> Result<(), TopologyError> {
+        let queue = self.name.clone();
         match (self.max_length, self.overflow) {
-            (Some(n), _) if n < 0 => Err(TopologyError::NegativeMaxLength {
-                queue: self.name.clone(),
-                max_length: n,
-            }),
-            (Some(_), None) => Err(TopologyError::MaxLengthWithoutOverflow {
-                queue: self.name.clone(),
-            }),
-            _ => Ok(()),
+            (Some(n), _) if n < 0 => {
+                return Err(TopologyError::NegativeMaxLength {
+                    queue,
+                    max_length: n,
+                });
+            }
+            (Some(_), None) => return Err(TopologyError::MaxLengthWithoutOverflow { queue }),
+            _ => {}
         }
+        if let Some(dlq) = &self.dead_letter_queue {
+            if self.dead_letter_exchange.is_none() {
+                return Err(TopologyError::DeadLetterQueueWithoutExchange { queue });
+            }
+            if *dlq == self.name {
+                return Err(TopologyError::DeadLetterQueueIsItself { queue });
+            }
+        }
+        if let Some(limit) = self.delivery_limit {
+            if self.queue_type != QueueType::Quorum {
+                return Err(TopologyError::DeliveryLimitOnClassic { queue });
+            }
+            if limit == 0 {
+                return Err(TopologyError::ZeroDeliveryLimit { queue });
+            }
+            if self.dead_letter_exchange.is_none() {
+                return Err(TopologyError::DeliveryLimitWithoutDeadLetters {
+                    queue,
+                    missing: "dead_letter_exchange",
+                });
+            }
+            if self.dead_letter_queue.is_none() {
+                return Err(TopologyError::DeliveryLimitWithoutDeadLetters {
+                    queue,
+                    missing: "dead_letter_queue",
+                });
+            }
+            if let Some(o) = self.overflow
+                && o != Overflow::RejectPublish
+            {
+                return Err(TopologyError::DeliveryLimitNeedsRejectPublish {
+                    queue,
+                    overflow: o.as_str(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The queue arguments of this spec.
+    fn arguments(&self) -> FieldTable {
+        let mut args = FieldTable::default();
+        if self.queue_type == QueueType::Quorum {
+            args.insert(
+                "x-queue-type".into(),
+                AMQPValue::LongString("quorum".into()),
+            );
+        }
+        if let Some(dlx) = &self.dead_letter_exchange {
+            args.insert(
+                ShortString::from("x-dead-letter-exchange"),
+                AMQPValue::LongString(dlx.as_str().into()),
+            );
+            if self.dead_letter_queue.is_some() {
+                args.insert(
+                    ShortString::from("x-dead-letter-routing-key"),
+                    AMQPValue::LongString(self.name.as_str().into()),
+                );
+            }
+        }
+        if let Some(n) = self.max_length {
+            args.insert("x-max-length".into(), AMQPValue::LongLongInt(n));
+        }
+        let mut overflow = self.overflow;
+        if let Some(limit) = self.delivery_limit {
+            args.insert(
+                "x-delivery-limit".into(),
+                AMQPValue::LongLongInt(i64::from(limit)),
+            );
+            // At most once (the default) drops a dead-lettered message the
+            // dead-letter queue does not confirm; at least once keeps it in this
+            // queue until it does. RabbitMQ allows it only with reject-publish,
+            // which without a max_length never refuses anything.
+            args.insert(
+                "x-dead-letter-strategy".into(),
+                AMQPValue::LongString("at-least-once".into()),
+            );
+            overflow = Some(Overflow::RejectPublish);
+        }
+        if let Some(o) = overflow {
+            args.insert(
+                "x-overflow".into(),
+                AMQPValue::LongString(o.as_str().into()),
+            );
+        }
+        args
     }
 
     /// A durable classic queue.
@@ -132,8 +297,28 @@ impl QueueSpec {
             queue_type: QueueType::Classic,
             durable: true,
             dead_letter_exchange: None,
+            dead_letter_queue: None,
+            delivery_limit: None,
             max_length: None,
             overflow: None,
+        }
+    }
+
+    /// A quorum queue whose deliveries the broker gives up on after `limit`
+    /// returns, dead-lettering them through `dead_letter_exchange` into
+    /// `dead_letter_queue`.
+    pub fn quorum_with_limit(
+        name: impl Into<String>,
+        limit: u32,
+        dead_letter_exchange: impl Into<String>,
+        dead_letter_queue: impl Into<String>,
+    ) -> Self {
+        Self {
+            queue_type: QueueType::Quorum,
+            dead_letter_exchange: Some(dead_letter_exchange.into()),
+            dead_letter_queue: Some(dead_letter_queue.into()),
+            delivery_limit: Some(limit),
+            ..Self::durable(name)
         }
     }
 }
@@ -200,28 +385,44 @@ impl Topology {
                 .map_err(|e| port("declare exchange", "exchange", &x.name, &e))?;
         }
         for q in &self.queues {
-            let mut args = FieldTable::default();
-            if q.queue_type == QueueType::Quorum {
-                args.insert(
-                    "x-queue-type".into(),
-                    AMQPValue::LongString("quorum".into()),
-                );
+            // The dead-letter exchange and queue first: a queue with a delivery
+            // limit must never dead-letter into nothing.
+            if let (Some(dlx), Some(dlq)) = (&q.dead_letter_exchange, &q.dead_letter_queue) {
+                channel
+                    .exchange_declare(
+                        dlx.as_str().into(),
+                        lapin::ExchangeKind::Direct,
+                        ExchangeDeclareOptions {
+                            durable: true,
+                            ..ExchangeDeclareOptions::default()
+                        },
+                        FieldTable::default(),
+                    )
+                    .await
+                    .map_err(|e| port("declare exchange", "exchange", dlx, &e))?;
+                channel
+                    .queue_declare(
+                        dlq.as_str().into(),
+                        QueueDeclareOptions {
+                            durable: true,
+                            ..QueueDeclareOptions::default()
+                        },
+                        FieldTable::default(),
+                    )
+                    .await
+                    .map_err(|e| port("declare queue", "queue", dlq, &e))?;
+                channel
+                    .queue_bind(
+                        dlq.as_str().into(),
+                        dlx.as_str().into(),
+                        q.name.as_str().into(),
+                        QueueBindOptions::default(),
+                        FieldTable::default(),
+                    )
+                    .await
+                    .map_err(|e| port("bind queue", "exchange", dlx, &e))?;
             }
-            if let Some(dlx) = &q.dead_letter_exchange {
-                args.insert(
-                    ShortString::from("x-dead-letter-exchange"),
-                    AMQPValue::LongString(dlx.as_str().into()),
-                );
-            }
-            if let Some(n) = q.max_length {
-                args.insert("x-max-length".into(), AMQPValue::LongLongInt(n));
-            }
-            if let Some(o) = q.overflow {
-                args.insert(
-                    "x-overflow".into(),
-                    AMQPValue::LongString(o.as_str().into()),
-                );
-            }
+            let args = q.arguments();
             let options = QueueDeclareOptions {
                 durable: q.durable || q.queue_type == QueueType::Quorum,
                 ..QueueDeclareOptions::default()
@@ -299,6 +500,96 @@ mod tests {
         assert!(
             topology.validate().is_err(),
             "one bad queue refuses the whole topology"
+        );
+    }
+
+    #[test]
+    fn a_delivery_limit_is_quorum_only_and_needs_its_dead_letters() {
+        let limited = QueueSpec::quorum_with_limit("billing", 3, "billing.dlx", "billing.dead");
+        assert_eq!(limited.validate(), Ok(()));
+        let args = limited.arguments();
+        let arg = |k: &str| args.inner().get(k).cloned();
+        assert_eq!(arg("x-delivery-limit"), Some(AMQPValue::LongLongInt(3)));
+        assert_eq!(
+            arg("x-dead-letter-routing-key"),
+            Some(AMQPValue::LongString("billing".into()))
+        );
+        assert_eq!(
+            arg("x-dead-letter-strategy"),
+            Some(AMQPValue::LongString("at-least-once".into()))
+        );
+        assert_eq!(
+            arg("x-overflow"),
+            Some(AMQPValue::LongString("reject-publish".into()))
+        );
+        let cases = [
+            (
+                QueueSpec {
+                    queue_type: QueueType::Classic,
+                    ..limited.clone()
+                },
+                "delivery_limit",
+            ),
+            (
+                QueueSpec {
+                    delivery_limit: Some(0),
+                    ..limited.clone()
+                },
+                "delivery_limit",
+            ),
+            (
+                QueueSpec {
+                    dead_letter_exchange: None,
+                    ..limited.clone()
+                },
+                "dead_letter_exchange",
+            ),
+            (
+                QueueSpec {
+                    dead_letter_queue: None,
+                    ..limited.clone()
+                },
+                "dead_letter_queue",
+            ),
+            (
+                QueueSpec {
+                    dead_letter_queue: Some("billing".into()),
+                    ..limited.clone()
+                },
+                "dead_letter_queue",
+            ),
+            (
+                QueueSpec {
+                    max_length: Some(10),
+                    overflow: Some(Overflow::DropHead),
+                    ..limited.clone()
+                },
+                "overflow",
+            ),
+        ];
+        for (spec, field) in cases {
+            let err = spec.validate().expect_err(field);
+            assert_eq!(err.field(), field, "{err}");
+            let text = err.to_string();
+            assert!(
+                text.contains("billing") && text.contains(field),
+                "names the queue and the setting: {text}"
+            );
+        }
+        let classic = QueueSpec {
+            delivery_limit: Some(3),
+            ..QueueSpec::durable("plain")
+        };
+        assert!(matches!(
+            classic.validate(),
+            Err(TopologyError::DeliveryLimitOnClassic { .. })
+        ));
+        assert!(
+            QueueSpec::durable("plain")
+                .arguments()
+                .inner()
+                .get("x-delivery-limit")
+                .is_none()
         );
     }
 

@@ -14,6 +14,11 @@
 //! dead_letter_exchange = "orders.dlx"
 //! max_length = 100000
 //! overflow = "reject-publish"   # required with max_length
+//! # Quorum only: after 20 returns the broker gives up on a delivery and
+//! # dead-letters it into dead_letter_queue (both required with a limit), which
+//! # the consumer drains into its dead inbox rows.
+//! delivery_limit = 20
+//! dead_letter_queue = "billing.dead"
 //!
 //! [[topology.bindings]]
 //! queue = "billing"
@@ -109,6 +114,15 @@ pub struct QueueConfig {
     /// Where rejected or expired messages go.
     #[serde(default)]
     pub dead_letter_exchange: Option<String>,
+    /// The queue dead-lettered messages go to, declared and bound to
+    /// `dead_letter_exchange` (required with `delivery_limit`).
+    #[serde(default)]
+    pub dead_letter_queue: Option<String>,
+    /// `x-delivery-limit`, quorum queues only: returns before the broker gives up
+    /// on a delivery and dead-letters it (needs `dead_letter_exchange` and
+    /// `dead_letter_queue`).
+    #[serde(default)]
+    pub delivery_limit: Option<u32>,
     /// `x-max-length` (needs `overflow`).
     #[serde(default)]
     pub max_length: Option<i64>,
@@ -209,6 +223,9 @@ impl TopologyConfig {
                     dlx,
                 )?;
             }
+            if let Some(dlq) = &q.dead_letter_queue {
+                check_name(&format!("queues[{i}].dead_letter_queue"), "queue", dlq)?;
+            }
             let spec = QueueSpec {
                 name: q.name.clone(),
                 queue_type: match q.queue_type {
@@ -217,6 +234,8 @@ impl TopologyConfig {
                 },
                 durable: q.durable,
                 dead_letter_exchange: q.dead_letter_exchange.clone(),
+                dead_letter_queue: q.dead_letter_queue.clone(),
+                delivery_limit: q.delivery_limit,
                 max_length: q.max_length,
                 overflow: q.overflow.map(|o| match o {
                     OverflowConfig::RejectPublish => Overflow::RejectPublish,
@@ -224,8 +243,9 @@ impl TopologyConfig {
                     OverflowConfig::DropHead => Overflow::DropHead,
                 }),
             };
-            spec.validate()
-                .map_err(|e| ConfigError::new("topology", &format!("queues[{i}].max_length"), e))?;
+            spec.validate().map_err(|e| {
+                ConfigError::new("topology", &format!("queues[{i}].{}", e.field()), e)
+            })?;
             queues.push(spec);
         }
         let mut bindings = Vec::with_capacity(self.bindings.len());
@@ -306,6 +326,17 @@ routing_key = "order.*"
         assert_eq!(t.queues[0].overflow, Some(Overflow::RejectPublish));
         assert_eq!(t.queues[0].max_length, Some(10));
         assert_eq!(t.bindings[0].routing_key, "order.*");
+        let limited = parse(
+            "[[topology.queues]]\nname = \"q\"\ntype = \"quorum\"\ndelivery_limit = 3\ndead_letter_exchange = \"q.dlx\"\ndead_letter_queue = \"q.dead\"",
+        )
+        .expect("parses")
+        .to_topology()
+        .expect("valid");
+        assert_eq!(limited.queues[0].delivery_limit, Some(3));
+        assert_eq!(
+            limited.queues[0].dead_letter_queue.as_deref(),
+            Some("q.dead")
+        );
     }
 
     #[test]
@@ -326,6 +357,26 @@ routing_key = "order.*"
             (
                 "[[topology.bindings]]\nqueue = \"q\"\nexchange = \"\"",
                 "topology.bindings[0].exchange",
+            ),
+            (
+                "[[topology.queues]]\nname = \"q\"\ndelivery_limit = 3\ndead_letter_exchange = \"x\"\ndead_letter_queue = \"d\"",
+                "topology.queues[0].delivery_limit",
+            ),
+            (
+                "[[topology.queues]]\nname = \"q\"\ntype = \"quorum\"\ndelivery_limit = 3",
+                "topology.queues[0].dead_letter_exchange",
+            ),
+            (
+                "[[topology.queues]]\nname = \"q\"\ntype = \"quorum\"\ndelivery_limit = 3\ndead_letter_exchange = \"x\"",
+                "topology.queues[0].dead_letter_queue",
+            ),
+            (
+                "[[topology.queues]]\nname = \"q\"\ntype = \"quorum\"\ndelivery_limit = 0\ndead_letter_exchange = \"x\"\ndead_letter_queue = \"d\"",
+                "topology.queues[0].delivery_limit",
+            ),
+            (
+                "[[topology.queues]]\nname = \"q\"\ndead_letter_queue = \"\"",
+                "topology.queues[0].dead_letter_queue",
             ),
         ];
         for (text, field) in cases {

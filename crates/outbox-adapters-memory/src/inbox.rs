@@ -159,6 +159,30 @@ impl InboxConsumerPath for MemoryInboxStore {
         Ok(Arrival::New)
     }
 
+    async fn record_given_up(
+        &self,
+        consumer: &str,
+        message: &Message,
+        reason: &str,
+    ) -> Result<bool, PortError> {
+        let now = self.clock.now();
+        let mut t = lock(&self.table);
+        let key = (consumer.to_owned(), message.id);
+        if t.rows.contains_key(&key) {
+            return Ok(false);
+        }
+        let row = Self::insert(&mut t, key, message, now);
+        row.tracked = Tracked {
+            status: Status::Dead,
+            state: outbox_core::SideState {
+                last_attempt_at: Some(now),
+                last_error: Some(reason.to_owned()),
+                ..outbox_core::SideState::default()
+            },
+        };
+        Ok(true)
+    }
+
     async fn hold_behind_key(&self, consumer: &str, message: &Message) -> Result<bool, PortError> {
         let Some(k) = message.ordering_key.as_deref() else {
             return Ok(false);

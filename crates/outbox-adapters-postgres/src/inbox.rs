@@ -58,6 +58,7 @@ struct Sql {
     arrive: String,
     arrive_consumed: String,
     arrive_held: String,
+    arrive_given_up: String,
     release_if_head: String,
     give_up_lease: String,
     status_of: String,
@@ -137,6 +138,14 @@ impl Sql {
                  WHERE {} IS NOT NULL \
                  ON CONFLICT (consumer, message_id) DO NOTHING RETURNING 1",
                 first_unfinished(&t, "e.seq", "$1", "$12", None)
+            ),
+            // A delivery the broker gave up on: dead at once, unless the inbox
+            // holds the message already (then it is left as it is). No next
+            // attempt time, so no claim takes it; a dead row holds no key back.
+            arrive_given_up: format!(
+                "INSERT INTO {t} (consumer, message_id, {MESSAGE_COLUMNS}, ordering_key, status, last_attempt_at, last_error) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'dead', now(), $13) \
+                 ON CONFLICT (consumer, message_id) DO NOTHING RETURNING 1"
             ),
             give_up_lease: format!(
                 "UPDATE {t} SET locked_by = NULL, locked_until = NULL \
@@ -998,6 +1007,22 @@ impl InboxConsumerPath for PgInboxStore {
             .await?
             .unwrap_or(Status::Sent);
         Ok(Arrival::Duplicate(status))
+    }
+
+    async fn record_given_up(
+        &self,
+        consumer: &str,
+        message: &Message,
+        reason: &str,
+    ) -> Result<bool, PortError> {
+        let stored = storable::message(message);
+        let inserted = bind_message(sqlx::query(&self.sql.arrive_given_up), consumer, &stored)
+            .bind(&stored.ordering_key)
+            .bind(storable::error_text(reason))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| port("record a delivery the broker gave up on", e))?;
+        Ok(inserted.is_some())
     }
 
     async fn hold_behind_key(&self, consumer: &str, message: &Message) -> Result<bool, PortError> {

@@ -3,7 +3,7 @@
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use outbox_core::{Headers, Message, MessageError, Timestamp};
-use outbox_ports::{Envelope, ORDERING_KEY_HEADER};
+use outbox_ports::{Death, Envelope, ORDERING_KEY_HEADER};
 
 /// Persistent delivery, id, type, content type, timestamp, correlation id, source
 /// (`app_id`) and every header (a `traceparent` among them when present).
@@ -58,6 +58,43 @@ fn text(v: &AMQPValue) -> Option<String> {
     }
 }
 
+fn number(v: &AMQPValue) -> Option<u64> {
+    match v {
+        AMQPValue::LongLongInt(i) => u64::try_from(*i).ok(),
+        AMQPValue::LongInt(i) => u64::try_from(*i).ok(),
+        AMQPValue::LongUInt(i) => Some(u64::from(*i)),
+        AMQPValue::ShortInt(i) => u64::try_from(*i).ok(),
+        AMQPValue::ShortUInt(i) => Some(u64::from(*i)),
+        AMQPValue::Timestamp(i) => Some(*i),
+        _ => None,
+    }
+}
+
+/// The newest entry of RabbitMQ's `x-death` header (an array of tables, newest
+/// first), with the delivery's `x-delivery-count`. `None` when there is no such
+/// header, or it is not shaped as RabbitMQ writes it.
+fn death(headers: &FieldTable) -> Option<Death> {
+    let AMQPValue::FieldArray(entries) = headers.inner().get("x-death")? else {
+        return None;
+    };
+    let AMQPValue::FieldTable(first) = entries.as_slice().first()? else {
+        return None;
+    };
+    let field = |k: &str| first.inner().get(k);
+    let routing_keys = match field("routing-keys") {
+        Some(AMQPValue::FieldArray(keys)) => keys.as_slice().iter().filter_map(text).collect(),
+        _ => Vec::new(),
+    };
+    Some(Death {
+        reason: field("reason").and_then(text).unwrap_or_default(),
+        count: field("count").and_then(number).unwrap_or(0),
+        queue: field("queue").and_then(text).unwrap_or_default(),
+        exchange: field("exchange").and_then(text).unwrap_or_default(),
+        routing_keys,
+        delivery_count: headers.inner().get("x-delivery-count").and_then(number),
+    })
+}
+
 /// The envelope of a delivery: everything the consumer worker needs, untrusted.
 pub(crate) fn envelope(d: &lapin::message::Delivery) -> Envelope {
     let p = &d.properties;
@@ -72,6 +109,7 @@ pub(crate) fn envelope(d: &lapin::message::Delivery) -> Envelope {
         })
         .unwrap_or_default();
     let ordering_key = headers.remove(ORDERING_KEY_HEADER);
+    let death = p.headers().as_ref().and_then(death);
     Envelope {
         message_id: p.message_id().as_ref().map(|s| s.as_str().to_owned()),
         exchange: d.exchange.as_str().to_owned(),
@@ -87,5 +125,58 @@ pub(crate) fn envelope(d: &lapin::message::Delivery) -> Envelope {
             .and_then(|t| i64::try_from(t).ok())
             .and_then(|t| Timestamp::from_unix_timestamp(t).ok()),
         ordering_key,
+        death,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use lapin::types::FieldArray;
+
+    use super::*;
+
+    #[test]
+    fn the_newest_x_death_entry_is_read() {
+        let entry = |reason: &str, count: i64| {
+            let mut t = FieldTable::default();
+            t.insert("reason".into(), AMQPValue::LongString(reason.into()));
+            t.insert("count".into(), AMQPValue::LongLongInt(count));
+            t.insert("queue".into(), AMQPValue::LongString("billing".into()));
+            t.insert("exchange".into(), AMQPValue::LongString("shop".into()));
+            t.insert(
+                "routing-keys".into(),
+                AMQPValue::FieldArray(FieldArray::from(vec![AMQPValue::LongString(
+                    "order.created".into(),
+                )])),
+            );
+            AMQPValue::FieldTable(t)
+        };
+        let mut headers = FieldTable::default();
+        headers.insert(
+            "x-death".into(),
+            AMQPValue::FieldArray(FieldArray::from(vec![
+                entry("delivery_limit", 1),
+                entry("rejected", 2),
+            ])),
+        );
+        headers.insert("x-delivery-count".into(), AMQPValue::LongLongInt(4));
+        let d = death(&headers).expect("x-death");
+        assert_eq!(d.reason, "delivery_limit");
+        assert_eq!(d.count, 1);
+        assert_eq!((d.queue.as_str(), d.exchange.as_str()), ("billing", "shop"));
+        assert_eq!(d.routing_keys, ["order.created"]);
+        assert_eq!(d.delivery_count, Some(4));
+        let text = d.to_string();
+        assert!(
+            text.contains("delivery_limit") && text.contains("count 1"),
+            "{text}"
+        );
+        let mut odd = FieldTable::default();
+        odd.insert(
+            "x-death".into(),
+            AMQPValue::LongString("not an array".into()),
+        );
+        assert_eq!(death(&odd), None, "an x-death of another shape is ignored");
+        assert_eq!(death(&FieldTable::default()), None);
     }
 }

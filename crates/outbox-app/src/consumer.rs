@@ -227,8 +227,12 @@ pub struct ConsumerConfig {
     pub handler_timeout: Duration,
     /// When failed deliveries are retried, and when they are dead.
     pub retry: RetryPolicy,
-    /// Pause before returning a delivery to the broker when the inbox cannot be
-    /// reached, so an outage does not become a redelivery storm.
+    /// First pause before a delivery in hand tries the inbox again when it cannot
+    /// be reached; the pause doubles up to [`STORE_RETRY_MAX`] (or this, if
+    /// longer). Meanwhile the delivery stays in hand, unacknowledged, and the
+    /// consumer takes no more: returning it would count against a quorum queue's
+    /// delivery limit each time, and the broker drops or dead-letters a message
+    /// past it. Deliveries go back to the broker only when the consumer stops.
     pub store_error_backoff: Duration,
     /// Largest body handled; a larger delivery is kept as a dead letter (with its
     /// message id) instead of reaching a handler.
@@ -240,6 +244,14 @@ pub struct ConsumerConfig {
     /// Deleting old consumed inbox rows; run by [`crate::PgConsumerWorker`] (the
     /// backend-neutral inbox port has no deletion).
     pub retention: crate::ConsumerRetention,
+    /// The queue the broker dead-letters `queue`'s deliveries into when it gives
+    /// up on them (a quorum queue's delivery limit: the topology's
+    /// `dead_letter_queue`). The worker drains it beside `queue`: each delivery is
+    /// stored as this consumer's dead inbox row, its last error naming the
+    /// broker's `x-death` reason and count (or kept as a dead letter when it cannot
+    /// be decoded), so nothing the broker gives up on vanishes and an operator can
+    /// reconsume it. Default: none.
+    pub dead_letter_queue: Option<String>,
 }
 
 impl ConsumerConfig {
@@ -258,6 +270,7 @@ impl ConsumerConfig {
             max_payload_bytes: outbox_core::message::DEFAULT_MAX_PAYLOAD_BYTES,
             settle_timeout: Duration::from_secs(10),
             retention: crate::ConsumerRetention::default(),
+            dead_letter_queue: None,
         }
     }
 
@@ -288,6 +301,100 @@ pub struct ConsumerCounters {
     /// ordering key (with [`ConsumerConfig::ordered_by_key`]); the consume sweep
     /// handles them in order.
     pub held_behind_key: AtomicU64,
+}
+
+/// The longest pause between two tries of an unreachable inbox by a delivery in
+/// hand (unless [`ConsumerConfig::store_error_backoff`] is longer).
+pub const STORE_RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// Whether the inbox answers, as the deliveries in hand last found it: a delivery
+/// that cannot be recorded closes the gate, one recorded opens it again. The
+/// consuming loop takes no delivery while it is closed, so an outage holds at most
+/// the deliveries already in hand (each retrying in place) instead of taking the
+/// whole prefetch and returning it to the broker again and again.
+#[derive(Debug)]
+pub(crate) struct StoreGate {
+    down: tokio::sync::watch::Sender<bool>,
+}
+
+impl Default for StoreGate {
+    fn default() -> Self {
+        Self {
+            down: tokio::sync::watch::channel(false).0,
+        }
+    }
+}
+
+impl StoreGate {
+    /// The inbox could not be reached. `true` when this closed the gate.
+    pub(crate) fn close(&self) -> bool {
+        self.down
+            .send_if_modified(|down| !std::mem::replace(down, true))
+    }
+
+    /// The inbox answered. `true` when this opened the gate.
+    pub(crate) fn open(&self) -> bool {
+        self.down
+            .send_if_modified(|down| std::mem::replace(down, false))
+    }
+
+    fn is_closed(&self) -> bool {
+        *self.down.borrow()
+    }
+
+    /// Returns once the gate is open.
+    async fn opened(&self) {
+        let mut rx = self.down.subscribe();
+        // The sender lives as long as `self`, so this cannot fail while borrowed.
+        let _ = rx.wait_for(|down| !*down).await;
+    }
+}
+
+/// Tries `attempt` until it succeeds, holding whatever it is for: after a failure,
+/// the gate closes and the next try comes after a pause that doubles from
+/// `config.store_error_backoff` up to [`STORE_RETRY_MAX`]. `None` when `cancel`
+/// fired first (the caller then returns its delivery to the broker).
+pub(crate) async fn until_stored<T, F, Fut>(
+    config: &ConsumerConfig,
+    gate: &StoreGate,
+    cancel: &CancellationToken,
+    what: &str,
+    message_id: Option<&str>,
+    mut attempt: F,
+) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, PortError>>,
+{
+    let consumer = &config.name;
+    let cap = STORE_RETRY_MAX.max(config.store_error_backoff);
+    let mut pause = config.store_error_backoff;
+    let mut failures = 0_u32;
+    loop {
+        match attempt().await {
+            Ok(done) => {
+                if gate.open() {
+                    tracing::info!(%consumer, "inbox reachable again; taking deliveries");
+                }
+                return Some(done);
+            }
+            Err(error) => {
+                failures = failures.saturating_add(1);
+                if gate.close() {
+                    tracing::warn!(%consumer, %error, "inbox unreachable; holding the deliveries in hand and taking no more until it answers");
+                }
+                if failures == 1 {
+                    tracing::warn!(%consumer, ?message_id, %error, "cannot {what}; holding the delivery and trying again");
+                } else {
+                    tracing::debug!(%consumer, ?message_id, %error, failures, "cannot {what} yet; still holding the delivery");
+                }
+                if !sleep_or_cancel(pause, cancel).await {
+                    return None;
+                }
+                pause = (pause * 2).min(cap);
+            }
+        }
+    }
 }
 
 /// What became of one handling of a recorded delivery.
@@ -494,6 +601,8 @@ struct Shared<P> {
     leases: LeaseFactory,
     random: Random,
     counters: Arc<ConsumerCounters>,
+    /// Shut while the inbox does not answer: the consuming loop waits on it.
+    gate: StoreGate,
 }
 
 impl<P: InboxPath> Shared<P> {
@@ -527,18 +636,20 @@ impl<P: InboxPath> Shared<P> {
         }
     }
 
-    /// Handles one delivery and settles it. A delivery of a key's lane (with
-    /// `ordered_by_key`) is never returned to the broker while the worker runs: the
-    /// broker would deliver it again behind the key's next deliveries, which would
-    /// be handled before it. So when the inbox cannot be reached, it is tried again
-    /// in place, its lane waiting; once `cancel` fires, it (and the rest of its lane)
-    /// goes back to the broker unhandled.
+    /// Handles one delivery and settles it. When the inbox cannot be reached, the
+    /// delivery is held and tried again in place (see [`until_stored`]), never
+    /// returned to the broker while the worker runs: each return counts against a
+    /// quorum queue's delivery limit, and a key's delivery would come back behind
+    /// the key's next ones. Once `cancel` fires, a delivery still held (or, with
+    /// `ordered_by_key`, still waiting for its lane) goes back to the broker
+    /// unhandled.
     async fn handle_delivery(&self, delivery: Delivery, cancel: &CancellationToken) {
-        let name = &self.config.name;
         let Some(mut message) = decode_or_dead_letter(
             self.path.inbox(),
             &self.config,
             &self.counters,
+            &self.gate,
+            cancel,
             self.clock.now(),
             &delivery,
         )
@@ -550,30 +661,85 @@ impl<P: InboxPath> Shared<P> {
             // Stored without its key, so the inbox holds nothing back for it.
             message.ordering_key = None;
         }
-        let in_lane = message.ordering_key.is_some();
-        loop {
-            if in_lane && cancel.is_cancelled() {
-                settle(&delivery, false, self.config.settle_timeout).await;
-                return;
+        if message.ordering_key.is_some() && cancel.is_cancelled() {
+            settle(&delivery, false, self.config.settle_timeout).await;
+            return;
+        }
+        let id = message.id.to_string();
+        let stored = until_stored(
+            &self.config,
+            &self.gate,
+            cancel,
+            "record the delivery in the inbox",
+            Some(&id),
+            || self.try_once(&message),
+        )
+        .await;
+        settle(&delivery, stored.is_some(), self.config.settle_timeout).await;
+    }
+
+    /// Stores one delivery of the dead-letter queue (one the broker gave up on) as
+    /// this consumer's dead inbox row and acknowledges it; its handler does not
+    /// run. Held and tried again while the inbox cannot be reached, as
+    /// [`Shared::handle_delivery`] does.
+    async fn handle_given_up(&self, delivery: Delivery, cancel: &CancellationToken) {
+        let name = &self.config.name;
+        let Some(mut message) = decode_or_dead_letter(
+            self.path.inbox(),
+            &self.config,
+            &self.counters,
+            &self.gate,
+            cancel,
+            self.clock.now(),
+            &delivery,
+        )
+        .await
+        else {
+            return;
+        };
+        if !self.config.ordered_by_key {
+            message.ordering_key = None;
+        }
+        let death = delivery.envelope.death.as_ref();
+        let reason = match death {
+            Some(d) => format!("the broker gave up on this delivery and dead-lettered it: {d}"),
+            None => format!(
+                "arrived on dead-letter queue {:?} without an x-death header",
+                delivery_queue(&self.config)
+            ),
+        };
+        // As it was published, not as it was dead-lettered (to the dead-letter
+        // exchange, with the source queue's name as routing key): so a reconsume
+        // finds its handler by routing key too.
+        if let Some(d) = death {
+            if !d.exchange.is_empty() {
+                message.exchange.clone_from(&d.exchange);
             }
-            match self.try_once(&message).await {
-                Ok(()) => break,
-                Err(e) if in_lane => {
-                    tracing::warn!(consumer = %name, message_id = %message.id, error = %e, "inbox unavailable; trying again (the key's later deliveries wait)");
-                    if !sleep_or_cancel(self.config.store_error_backoff, cancel).await {
-                        settle(&delivery, false, self.config.settle_timeout).await;
-                        return;
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(consumer = %name, message_id = %message.id, error = %e, "inbox unavailable; returning the delivery to the broker");
-                    tokio::time::sleep(self.config.store_error_backoff).await;
-                    settle(&delivery, false, self.config.settle_timeout).await;
-                    return;
-                }
+            if let Some(key) = d.routing_keys.first() {
+                message.routing_key.clone_from(key);
             }
         }
-        settle(&delivery, true, self.config.settle_timeout).await;
+        let id = message.id.to_string();
+        let recorded = until_stored(
+            &self.config,
+            &self.gate,
+            cancel,
+            "record the delivery the broker gave up on",
+            Some(&id),
+            || self.path.inbox().record_given_up(name, &message, &reason),
+        )
+        .await;
+        match recorded {
+            Some(true) => {
+                self.counters.dead.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(consumer = %name, message_id = %message.id, %reason, "stored as dead");
+            }
+            Some(false) => {
+                tracing::info!(consumer = %name, message_id = %message.id, %reason, "the inbox holds this message already; left as it is");
+            }
+            None => {}
+        }
+        settle(&delivery, recorded.is_some(), self.config.settle_timeout).await;
     }
 
     /// One try at recording and handling `message` (held behind its key first, if
@@ -617,6 +783,11 @@ impl<P: InboxPath> Shared<P> {
         }
         Ok(())
     }
+}
+
+/// The dead-letter queue a consumer drains, for messages.
+fn delivery_queue(config: &ConsumerConfig) -> &str {
+    config.dead_letter_queue.as_deref().unwrap_or_default()
 }
 
 /// Consumes a queue: inbox dedup, handler, failure recording, acknowledgement; with
@@ -671,6 +842,7 @@ impl<P: InboxPath> InboxWorker<P> {
                 leases,
                 random: crate::default_random,
                 counters: Arc::default(),
+                gate: StoreGate::default(),
             }),
         }
     }
@@ -719,12 +891,41 @@ impl<P: InboxPath> InboxWorker<P> {
             })
         };
         let stop = cancel.clone();
-        consume(&*self.subscriber, config, &cancel, move |d| {
+        let subscriber = &*self.subscriber;
+        let gate = &self.shared.gate;
+        let main = consume(subscriber, config, gate, &cancel, move |d| {
             let shared = Arc::clone(&shared);
             let stop = stop.clone();
             async move { shared.handle_delivery(d, &stop).await }
-        })
-        .await;
+        });
+        // The dead-letter queue: what the broker gave up on. Its own loop, sharing
+        // the gate (an unreachable inbox stops both), with a few deliveries at a
+        // time: storing a dead row is one statement and runs no handler.
+        let given_up = config.dead_letter_queue.as_ref().map(|queue| {
+            let dead_config = ConsumerConfig {
+                queue: queue.clone(),
+                prefetch: config.prefetch.min(16),
+                concurrency: config.concurrency.min(4),
+                ordered_by_key: false,
+                ..config.clone()
+            };
+            let shared = Arc::clone(&self.shared);
+            let cancel = &cancel;
+            async move {
+                consume(subscriber, &dead_config, gate, cancel, move |d| {
+                    let shared = Arc::clone(&shared);
+                    let stop = cancel.clone();
+                    async move { shared.handle_given_up(d, &stop).await }
+                })
+                .await;
+            }
+        });
+        match given_up {
+            Some(given_up) => {
+                tokio::join!(main, given_up);
+            }
+            None => main.await,
+        }
         // The subscription can end before the token fires; retention stops with the
         // worker either way, after the statement in hand (a delete, or the inbox's
         // vacuum after a round, which is not cut short and can take a while on a
@@ -744,6 +945,7 @@ impl<P: InboxPath> InboxWorker<P> {
 pub(crate) async fn consume<F, Fut>(
     subscriber: &dyn Subscriber,
     config: &ConsumerConfig,
+    gate: &StoreGate,
     cancel: &CancellationToken,
     handle: F,
 ) where
@@ -781,6 +983,15 @@ pub(crate) async fn consume<F, Fut>(
                 },
             }
         };
+        // While the inbox does not answer, the deliveries in hand wait for it and
+        // nothing more is taken: the rest stays with the broker (or unacknowledged
+        // in the prefetch), uncounted against any delivery limit.
+        if gate.is_closed() {
+            tokio::select! {
+                () = cancel.cancelled() => break,
+                () = gate.opened() => {}
+            }
+        }
         let next = tokio::select! {
             () = cancel.cancelled() => break,
             d = stream.next() => d,
@@ -913,13 +1124,16 @@ impl Drop for Turn {
     }
 }
 
-/// The message of a delivery; an undecodable or oversized one is kept as a dead letter and
-/// acknowledged (or returned to the broker if it cannot be kept), and `None` comes
-/// back.
+/// The message of a delivery; an undecodable or oversized one is kept as a dead
+/// letter and acknowledged, and `None` comes back. While the dead letter cannot be
+/// stored, the delivery is held and tried again (see [`until_stored`]); it goes back
+/// to the broker only when `cancel` fires first.
 pub(crate) async fn decode_or_dead_letter(
     inbox: &dyn InboxConsumerPath,
     config: &ConsumerConfig,
     counters: &ConsumerCounters,
+    gate: &StoreGate,
+    cancel: &CancellationToken,
     now: outbox_core::Timestamp,
     delivery: &Delivery,
 ) -> Option<Message> {
@@ -937,6 +1151,11 @@ pub(crate) async fn decode_or_dead_letter(
     match decoded {
         Ok(m) => Some(m),
         Err(reason) => {
+            // Dead-lettered by the broker too: the letter says so.
+            let reason = match &env.death {
+                Some(death) => format!("{reason}; dead-lettered by the broker: {death}"),
+                None => reason,
+            };
             tracing::warn!(%consumer, message_id = ?env.message_id, %reason, "delivery kept as a dead letter");
             let letter = DeadLetter {
                 message_id: env.message_id.clone(),
@@ -945,16 +1164,19 @@ pub(crate) async fn decode_or_dead_letter(
                 body: env.body.clone(),
                 reason,
             };
-            match inbox.record_dead_letter(consumer, letter).await {
-                Ok(()) => {
-                    counters.dead_letters.fetch_add(1, Ordering::Relaxed);
-                    settle(delivery, true, config.settle_timeout).await;
-                }
-                Err(e) => {
-                    tracing::warn!(%consumer, error = %e, "cannot keep the dead letter; returning it to the broker");
-                    settle(delivery, false, config.settle_timeout).await;
-                }
+            let kept = until_stored(
+                config,
+                gate,
+                cancel,
+                "keep the dead letter",
+                env.message_id.as_deref(),
+                || inbox.record_dead_letter(consumer, letter.clone()),
+            )
+            .await;
+            if kept.is_some() {
+                counters.dead_letters.fetch_add(1, Ordering::Relaxed);
             }
+            settle(delivery, kept.is_some(), config.settle_timeout).await;
             None
         }
     }

@@ -338,6 +338,14 @@ impl outbox_ports::InboxConsumerPath for Flaky {
     ) -> Result<bool, outbox_ports::PortError> {
         self.inner.hold_behind_key(consumer, message).await
     }
+    async fn record_given_up(
+        &self,
+        consumer: &str,
+        message: &Message,
+        reason: &str,
+    ) -> Result<bool, outbox_ports::PortError> {
+        self.inner.record_given_up(consumer, message, reason).await
+    }
     async fn mark_consumed(
         &self,
         consumer: &str,

@@ -90,6 +90,39 @@ pub trait Publisher: Send + Sync {
 /// property for it). A consumer that keeps order by key reads it back.
 pub const ORDERING_KEY_HEADER: &str = "x-ordering-key";
 
+/// What the broker recorded when it dead-lettered a delivery: the newest entry of
+/// RabbitMQ's `x-death` header (and `x-delivery-count`, when it is there).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Death {
+    /// Why: `delivery_limit` (a quorum queue's limit), `rejected`, `expired`,
+    /// `maxlen`.
+    pub reason: String,
+    /// How many times it was dead-lettered from `queue` for `reason`.
+    pub count: u64,
+    /// The queue it was dead-lettered from.
+    pub queue: String,
+    /// The exchange it had been published to.
+    pub exchange: String,
+    /// The routing keys it had been published with.
+    pub routing_keys: Vec<String>,
+    /// The queue's `x-delivery-count` of the delivery, if the broker sent one.
+    pub delivery_count: Option<u64>,
+}
+
+impl fmt::Display for Death {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "x-death reason {:?}, count {}, from queue {:?}",
+            self.reason, self.count, self.queue
+        )?;
+        if let Some(n) = self.delivery_count {
+            write!(f, ", x-delivery-count {n}")?;
+        }
+        Ok(())
+    }
+}
+
 /// A delivery as it came from the broker, before it is trusted as a [`Message`].
 #[derive(Clone, PartialEq, Eq)]
 pub struct Envelope {
@@ -115,6 +148,8 @@ pub struct Envelope {
     pub timestamp: Option<Timestamp>,
     /// The message's ordering key (header [`ORDERING_KEY_HEADER`]).
     pub ordering_key: Option<String>,
+    /// Set when the broker dead-lettered this delivery (its `x-death` header).
+    pub death: Option<Death>,
 }
 
 impl fmt::Debug for Envelope {
@@ -125,6 +160,7 @@ impl fmt::Debug for Envelope {
             .field("routing_key", &self.routing_key)
             .field("message_type", &self.message_type)
             .field("ordering_key", &self.ordering_key)
+            .field("death", &self.death)
             .field("body_len", &self.body.len())
             .finish_non_exhaustive()
     }
@@ -162,6 +198,7 @@ impl Envelope {
             source: message.source.clone(),
             timestamp: Some(message.created_at),
             ordering_key: message.ordering_key.clone(),
+            death: None,
         }
     }
 

@@ -146,6 +146,22 @@ pub trait InboxConsumerPath: Send + Sync {
         limit: u32,
     ) -> Result<Vec<ClaimedDelivery>, PortError>;
 
+    /// Records `message`, which the broker gave up on (a quorum queue's delivery
+    /// limit) and dead-lettered, as `consumer`'s `Dead` delivery with `reason` (the
+    /// broker's `x-death` reason and count) as its last error, so operators see it
+    /// and can reconsume it like any dead delivery. `false` when the inbox holds the
+    /// message already: the row is left as it is (consumed, or still the consume
+    /// sweep's to retry), since the inbox has it either way.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn record_given_up(
+        &self,
+        consumer: &str,
+        message: &Message,
+        reason: &str,
+    ) -> Result<bool, PortError>;
+
     /// Keeps a delivery that could not be decoded.
     ///
     /// # Errors

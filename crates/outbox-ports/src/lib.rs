@@ -25,7 +25,7 @@ mod throughput;
 pub mod trace_context;
 
 pub use broker::{
-    Acker, DecodeError, Delivery, DeliveryStream, Envelope, NO_PUBLISH_DEADLINE,
+    Acker, Death, DecodeError, Delivery, DeliveryStream, Envelope, NO_PUBLISH_DEADLINE,
     ORDERING_KEY_HEADER, PublishOutcome, Publisher, Subscriber,
 };
 pub use clock::{Clock, SystemClock};

@@ -55,6 +55,7 @@ mockall::mock! {
         async fn mark_consumed(&self, consumer: &str, id: MessageId, lease: &Lease) -> Result<bool, PortError>;
         async fn mark_consume_failed(&self, consumer: &str, id: MessageId, lease: &Lease, error: &str, decision: Decision) -> Result<bool, PortError>;
         async fn claim_due(&self, consumer: &str, lease: &Lease, limit: u32) -> Result<Vec<ClaimedDelivery>, PortError>;
+        async fn record_given_up(&self, consumer: &str, message: &Message, reason: &str) -> Result<bool, PortError>;
         async fn record_dead_letter(&self, consumer: &str, letter: DeadLetter) -> Result<(), PortError>;
     }
 

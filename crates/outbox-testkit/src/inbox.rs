@@ -48,6 +48,75 @@ pub async fn first_arrival_is_new_and_the_next_a_duplicate(inbox: Arc<dyn InboxS
     assert_eq!(inbox.stats(&c).await.expect("stats").consumed, 1);
 }
 
+/// A delivery the broker gave up on (its delivery limit) becomes a dead row with
+/// the broker's reason, which can be reconsumed; one the inbox holds already is
+/// left as it is.
+pub async fn a_delivery_the_broker_gave_up_on_is_dead_unless_held_already(
+    inbox: Arc<dyn InboxStore>,
+) {
+    let c = consumer();
+    let given_up = message("contract", "k");
+    let reason = "x-death reason \"delivery_limit\", count 1";
+    assert!(
+        inbox
+            .record_given_up(&c, &given_up, reason)
+            .await
+            .expect("new")
+    );
+    let rec = inbox.get(&c, given_up.id).await.expect("get").expect("row");
+    assert_eq!(rec.status, Status::Dead);
+    assert_eq!(rec.consume.last_error.as_deref(), Some(reason));
+    assert_eq!(rec.consume.attempts, 0, "no handler ran");
+    assert_eq!(rec.message, given_up);
+    assert_eq!(inbox.stats(&c).await.expect("stats").dead, 1);
+    assert!(
+        !inbox
+            .record_given_up(&c, &given_up, "again")
+            .await
+            .expect("twice"),
+        "a second copy changes nothing"
+    );
+    assert!(
+        inbox
+            .claim_due(&c, &lease(), 10)
+            .await
+            .expect("claim")
+            .is_empty(),
+        "a dead row is not retried by itself"
+    );
+    inbox
+        .reconsume(&c, given_up.id, false)
+        .await
+        .expect("reconsume");
+    let claimed = inbox.claim_due(&c, &lease(), 10).await.expect("claim");
+    assert_eq!(claimed.len(), 1, "reconsumed, it is handled again");
+
+    let consumed = message("contract", "k");
+    let l = lease();
+    inbox
+        .record_arrival(&c, &consumed, &l)
+        .await
+        .expect("arrival");
+    assert!(
+        inbox
+            .mark_consumed(&c, consumed.id, &l)
+            .await
+            .expect("consumed")
+    );
+    assert!(
+        !inbox
+            .record_given_up(&c, &consumed, reason)
+            .await
+            .expect("consumed before")
+    );
+    let rec = inbox.get(&c, consumed.id).await.expect("get").expect("row");
+    assert_eq!(
+        rec.status,
+        Status::Consumed,
+        "the consumed row is left as it is"
+    );
+}
+
 /// Two consumers of one message each get it once.
 pub async fn consumers_are_isolated(inbox: Arc<dyn InboxStore>) {
     let m = message("contract", "k");

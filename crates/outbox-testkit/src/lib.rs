@@ -26,6 +26,7 @@ pub mod inbox_operator;
 pub mod lock;
 pub mod outbox;
 pub mod outbox_operator;
+pub mod proxy;
 pub mod services;
 pub mod state;
 pub mod through;
@@ -124,6 +125,7 @@ macro_rules! inbox_store_contract {
                 reconsume_brings_a_consumed_delivery_back,
                 reconsume_takes_only_the_status_acted_on,
                 dead_letters_are_kept,
+                a_delivery_the_broker_gave_up_on_is_dead_unless_held_already,
                 keyed_deliveries_wait_behind_an_unfinished_one,
                 a_dead_delivery_does_not_hold_its_key,
             ]

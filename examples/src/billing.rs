@@ -166,6 +166,9 @@ pub async fn run(
         },
         retention,
         ordered_by_key,
+        // What the broker gives up on (the queue's delivery limit) becomes a dead
+        // inbox row of this consumer.
+        dead_letter_queue: shop.dead_letter_queue(),
         ..ConsumerConfig::new(CONSUMER, &shop.queue)
     };
     let worker = PgConsumerWorker::new(

@@ -5,12 +5,20 @@
 //! Settings come from the environment (defaults: the local services):
 //! `SHOP_DATABASE_URL`, `SHOP_AMQP_URL`, `SHOP_SCHEMA` (business tables, default
 //! `shop`), `OUTBOX_SCHEMA` (default `outbox`), `BILLING_QUEUE` (default
-//! `billing.orders`), `SHOP_EXCHANGE` (default `shop.orders`).
+//! `billing.orders`), `SHOP_EXCHANGE` (default `shop.orders`), and how the
+//! billing queue is declared: `BILLING_QUEUE_TYPE` (`classic`, the default, or
+//! `quorum`) and `BILLING_DELIVERY_LIMIT` (quorum only: the queue argument
+//! `x-delivery-limit`; with it, the broker dead-letters a delivery returned more
+//! often through `<queue>.dlx` into `<queue>.dead`, which the billing consumer
+//! drains into its dead inbox rows). `order-service setup` and `billing-consumer`
+//! both read them, so they declare the same queue.
 
 use std::time::Duration;
 
 use outbox_adapters_postgres::{PgPool, PgSchema};
-use outbox_adapters_rabbitmq::{BindingSpec, ExchangeKind, ExchangeSpec, QueueSpec, Topology};
+use outbox_adapters_rabbitmq::{
+    BindingSpec, ExchangeKind, ExchangeSpec, QueueSpec, QueueType, Topology,
+};
 
 pub mod billing;
 pub mod orders;
@@ -30,6 +38,60 @@ pub struct Shop {
     pub queue: String,
     /// The exchange orders are published to.
     pub exchange: String,
+    /// How the billing queue is declared.
+    pub billing_queue: BillingQueue,
+}
+
+/// How the billing queue is declared (`BILLING_QUEUE_TYPE`,
+/// `BILLING_DELIVERY_LIMIT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BillingQueue {
+    /// Classic or quorum.
+    pub queue_type: QueueType,
+    /// `x-delivery-limit` (quorum only).
+    pub delivery_limit: Option<u32>,
+}
+
+impl Default for BillingQueue {
+    fn default() -> Self {
+        Self {
+            queue_type: QueueType::Classic,
+            delivery_limit: None,
+        }
+    }
+}
+
+impl BillingQueue {
+    /// From the values of `BILLING_QUEUE_TYPE` and `BILLING_DELIVERY_LIMIT`.
+    ///
+    /// # Errors
+    /// An unknown type, a limit that is not a positive number, or a limit on a
+    /// classic queue, each naming its variable.
+    pub fn parse(queue_type: Option<&str>, delivery_limit: Option<&str>) -> anyhow::Result<Self> {
+        let queue_type = match queue_type.map(str::trim) {
+            None | Some("" | "classic") => QueueType::Classic,
+            Some("quorum") => QueueType::Quorum,
+            Some(other) => {
+                anyhow::bail!("BILLING_QUEUE_TYPE must be classic or quorum, not {other:?}")
+            }
+        };
+        let delivery_limit = match delivery_limit.map(str::trim) {
+            None | Some("") => None,
+            Some(v) => match v.parse::<u32>() {
+                Ok(n) if n > 0 => Some(n),
+                _ => anyhow::bail!("BILLING_DELIVERY_LIMIT must be a positive number, not {v:?}"),
+            },
+        };
+        if delivery_limit.is_some() && queue_type != QueueType::Quorum {
+            anyhow::bail!(
+                "BILLING_DELIVERY_LIMIT is for a quorum queue only: set BILLING_QUEUE_TYPE=quorum"
+            );
+        }
+        Ok(Self {
+            queue_type,
+            delivery_limit,
+        })
+    }
 }
 
 impl Shop {
@@ -49,7 +111,40 @@ impl Shop {
             outbox_schema: PgSchema::new(&var("OUTBOX_SCHEMA", "outbox"))?,
             queue: var("BILLING_QUEUE", "billing.orders"),
             exchange: var("SHOP_EXCHANGE", "shop.orders"),
+            billing_queue: BillingQueue::parse(
+                std::env::var("BILLING_QUEUE_TYPE").ok().as_deref(),
+                std::env::var("BILLING_DELIVERY_LIMIT").ok().as_deref(),
+            )?,
         })
+    }
+
+    /// The exchange the billing queue dead-letters through, with a delivery limit.
+    #[must_use]
+    pub fn dead_letter_exchange(&self) -> Option<String> {
+        self.billing_queue
+            .delivery_limit
+            .map(|_| format!("{}.dlx", self.queue))
+    }
+
+    /// The queue the broker dead-letters billing deliveries into at their delivery
+    /// limit, drained by the billing consumer.
+    #[must_use]
+    pub fn dead_letter_queue(&self) -> Option<String> {
+        self.billing_queue
+            .delivery_limit
+            .map(|_| format!("{}.dead", self.queue))
+    }
+
+    /// The billing queue as declared.
+    #[must_use]
+    pub fn queue_spec(&self) -> QueueSpec {
+        QueueSpec {
+            queue_type: self.billing_queue.queue_type,
+            delivery_limit: self.billing_queue.delivery_limit,
+            dead_letter_exchange: self.dead_letter_exchange(),
+            dead_letter_queue: self.dead_letter_queue(),
+            ..QueueSpec::durable(&self.queue)
+        }
     }
 
     /// A pool to the shop's database.
@@ -90,7 +185,7 @@ impl Shop {
                 kind: ExchangeKind::Topic,
                 durable: true,
             }],
-            queues: vec![QueueSpec::durable(&self.queue)],
+            queues: vec![self.queue_spec()],
             bindings: vec![BindingSpec {
                 queue: self.queue.clone(),
                 exchange: self.exchange.clone(),
@@ -110,18 +205,22 @@ impl Shop {
             outbox_adapters_rabbitmq::connect(&self.amqp_url, Duration::from_secs(5)).await
         {
             if let Ok(ch) = conn.create_channel().await {
-                let _ = ch
-                    .queue_delete(
-                        self.queue.as_str().into(),
-                        lapin::options::QueueDeleteOptions::default(),
-                    )
-                    .await;
-                let _ = ch
-                    .exchange_delete(
-                        self.exchange.as_str().into(),
-                        lapin::options::ExchangeDeleteOptions::default(),
-                    )
-                    .await;
+                for q in std::iter::once(self.queue.clone()).chain(self.dead_letter_queue()) {
+                    let _ = ch
+                        .queue_delete(
+                            q.as_str().into(),
+                            lapin::options::QueueDeleteOptions::default(),
+                        )
+                        .await;
+                }
+                for x in std::iter::once(self.exchange.clone()).chain(self.dead_letter_exchange()) {
+                    let _ = ch
+                        .exchange_delete(
+                            x.as_str().into(),
+                            lapin::options::ExchangeDeleteOptions::default(),
+                        )
+                        .await;
+                }
             }
         }
         for s in [&self.schema, &self.outbox_schema] {
@@ -148,4 +247,33 @@ pub fn telemetry(service: &str) -> anyhow::Result<outbox_app::logging::Telemetry
         },
     )
     .map_err(anyhow::Error::msg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_billing_queue_comes_from_the_environment_values() {
+        assert_eq!(
+            BillingQueue::parse(None, None).expect("default"),
+            BillingQueue::default()
+        );
+        assert_eq!(
+            BillingQueue::parse(Some("quorum"), Some("3")).expect("quorum"),
+            BillingQueue {
+                queue_type: QueueType::Quorum,
+                delivery_limit: Some(3),
+            }
+        );
+        for (t, l, var) in [
+            (Some("stream"), None, "BILLING_QUEUE_TYPE"),
+            (Some("quorum"), Some("0"), "BILLING_DELIVERY_LIMIT"),
+            (Some("quorum"), Some("many"), "BILLING_DELIVERY_LIMIT"),
+            (None, Some("3"), "BILLING_DELIVERY_LIMIT"),
+        ] {
+            let err = BillingQueue::parse(t, l).expect_err(var).to_string();
+            assert!(err.contains(var), "{err}");
+        }
+    }
 }

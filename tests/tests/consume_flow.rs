@@ -34,6 +34,7 @@ impl Flow {
             outbox_schema: PgSchema::new(&format!("obx_{tail}")).expect("schema"),
             queue: format!("e2e.{id}.billing"),
             exchange: format!("e2e.{id}.orders"),
+            billing_queue: outbox_examples::BillingQueue::default(),
         };
         let pool = match shop.pool().await {
             Ok(p) => p,

@@ -202,14 +202,8 @@ async fn an_inbox_outage_of_30_s_loses_nothing_from_a_quorum_queue_with_a_delive
     // The consumer reaches PostgreSQL through a proxy that the test cuts: the
     // database stays up for the test's own counting.
     let urls = TestUrls::from_env();
-    let target = urls
-        .pg
-        .split_once('@')
-        .map_or("127.0.0.1:5432", |(_, h)| {
-            h.split(['/', '?']).next().unwrap_or(h)
-        })
-        .to_owned();
-    let proxy = TcpProxy::start(&target).await.expect("proxy");
+    let target = outbox_testkit::proxy::host_port(&urls.pg).expect("host:port in the URL");
+    let proxy = TcpProxy::start(target).await.expect("proxy");
     let consumer_pool = connect(&proxy.url_for(&urls.pg), 8, Duration::from_secs(1))
         .await
         .expect("PostgreSQL through the proxy");

@@ -205,6 +205,9 @@ const SCENARIOS: &[(&str, bool, ScenarioFn)] = &[
     ("exchange_lost", true, |c| {
         Box::pin(scenarios::exchange_lost(c))
     }),
+    ("inbox_outage_quorum", true, |c| {
+        Box::pin(scenarios::inbox_outage_quorum(c))
+    }),
 ];
 
 #[allow(clippy::print_stdout)]

@@ -21,7 +21,7 @@ use lapin::options::{BasicGetOptions, QueueBindOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
 use outbox_adapters_postgres::{PgInboxStore, PgOutboxStore, PgPool, PgSchema};
 use outbox_examples::billing::CONSUMER;
-use outbox_examples::{Shop, orders};
+use outbox_examples::{BillingQueue, Shop, orders};
 use outbox_ports::{InboxStore, OutboxStore};
 use outbox_testkit::services::TestUrls as Urls;
 use tokio::process::{Child, Command};
@@ -120,12 +120,34 @@ impl World {
         Self::new_in(scenario, urls, bins, "target/chaos/logs").await
     }
 
+    /// As [`World::new`], with the billing queue declared as `billing_queue` says
+    /// (the consumers get it through `BILLING_QUEUE_TYPE` and
+    /// `BILLING_DELIVERY_LIMIT`).
+    pub(crate) async fn with_queue(
+        scenario: &str,
+        urls: &Urls,
+        bins: &Bins,
+        billing_queue: BillingQueue,
+    ) -> anyhow::Result<Self> {
+        Self::new_full(scenario, urls, bins, "target/chaos/logs", billing_queue).await
+    }
+
     /// As [`World::new`], with the logs and configs under `logs/<id>`.
     pub(crate) async fn new_in(
         scenario: &str,
         urls: &Urls,
         bins: &Bins,
         logs: &str,
+    ) -> anyhow::Result<Self> {
+        Self::new_full(scenario, urls, bins, logs, BillingQueue::default()).await
+    }
+
+    async fn new_full(
+        scenario: &str,
+        urls: &Urls,
+        bins: &Bins,
+        logs: &str,
+        billing_queue: BillingQueue,
     ) -> anyhow::Result<Self> {
         let nonce = uuid::Uuid::now_v7().simple().to_string();
         let id = format!("{scenario}_{}", &nonce[nonce.len() - 10..]);
@@ -137,6 +159,7 @@ impl World {
             outbox_schema: PgSchema::new(&format!("chaos_obx_{id}"))?,
             queue: format!("chaos.{id}.billing"),
             exchange: format!("chaos.{id}.orders"),
+            billing_queue,
         };
         let pool = outbox_adapters_postgres::connect(&pg_url, 16, Duration::from_secs(10))
             .await
@@ -330,6 +353,13 @@ state_key = "{state}"
             .stdout(Stdio::null())
             .stderr(log)
             .kill_on_drop(true);
+        let q = self.shop.billing_queue;
+        if q.queue_type == outbox_adapters_rabbitmq::QueueType::Quorum {
+            c.env("BILLING_QUEUE_TYPE", "quorum");
+        }
+        if let Some(limit) = q.delivery_limit {
+            c.env("BILLING_DELIVERY_LIMIT", limit.to_string());
+        }
         for (k, v) in env {
             c.env(k, v);
         }
@@ -534,6 +564,22 @@ state_key = "{state}"
             .unwrap_or(0.0);
         }
         total as u64
+    }
+
+    /// Messages ready in `queue`.
+    pub(crate) async fn queue_depth(&self, queue: &str) -> anyhow::Result<u32> {
+        let ch = self.channel().await?;
+        let q = ch
+            .queue_declare(
+                queue.into(),
+                QueueDeclareOptions {
+                    passive: true,
+                    ..QueueDeclareOptions::default()
+                },
+                FieldTable::default(),
+            )
+            .await?;
+        Ok(q.message_count())
     }
 
     /// Empties the tap queue: (copies, distinct message ids).

@@ -117,6 +117,16 @@ impl Drop for TcpProxy {
     }
 }
 
+/// The `host:port` of a `scheme://[user@]host:port/...` URL, for
+/// [`TcpProxy::start`].
+#[must_use]
+pub fn host_port(url: &str) -> Option<&str> {
+    let rest = url.split_once("://")?.1;
+    let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+    let end = host.find(['/', '?']).unwrap_or(host.len());
+    Some(&host[..end]).filter(|h| !h.is_empty())
+}
+
 /// `url` with its `host:port` replaced by `addr` (user info, path and query kept).
 fn with_host(url: &str, addr: SocketAddr) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
@@ -149,5 +159,11 @@ mod tests {
             "redis://127.0.0.1:40000/"
         );
         assert_eq!(with_host("postgres://h:1", a), "postgres://127.0.0.1:40000");
+        assert_eq!(
+            host_port("postgres://postgres@127.0.0.1:5432/test?x=1"),
+            Some("127.0.0.1:5432")
+        );
+        assert_eq!(host_port("redis://127.0.0.1:6379/"), Some("127.0.0.1:6379"));
+        assert_eq!(host_port("not a url"), None);
     }
 }

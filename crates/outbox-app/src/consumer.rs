@@ -305,7 +305,7 @@ pub struct ConsumerCounters {
 
 /// The longest pause between two tries of an unreachable inbox by a delivery in
 /// hand (unless [`ConsumerConfig::store_error_backoff`] is longer).
-pub const STORE_RETRY_MAX: Duration = Duration::from_secs(5);
+pub const STORE_RETRY_MAX: Duration = Duration::from_secs(2);
 
 /// Whether the inbox answers, as the deliveries in hand last found it: a delivery
 /// that cannot be recorded closes the gate, one recorded opens it again. The

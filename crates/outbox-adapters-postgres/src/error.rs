@@ -41,7 +41,10 @@ pub enum PgConfigError {
 pub(crate) use outbox_core::config::{redact_secret_in as redact, redact_url};
 
 /// Maps a sqlx error to a port error: connection trouble, timeouts, serialization
-/// failures and deadlocks are retryable; everything else is not.
+/// failures and deadlocks are retryable; everything else is not. A statement
+/// cancelled by `statement_timeout` (57014) or refused a lock by `lock_timeout`
+/// (55P03) is retryable too: it waited on something else (another session's lock,
+/// a stalled server), and the same statement succeeds once that is gone.
 pub(crate) fn port(operation: &'static str, e: sqlx::Error) -> PortError {
     let retryable = match &e {
         sqlx::Error::Io(_)
@@ -59,6 +62,7 @@ pub(crate) fn port(operation: &'static str, e: sqlx::Error) -> PortError {
                 || c == "57P02"
                 || c == "57P03"
                 || c == "55P03"
+                || c == "57014"
         }),
         _ => false,
     };

@@ -66,9 +66,93 @@ pub async fn connect(
     max_connections: u32,
     connect_timeout: Duration,
 ) -> Result<PgPool, PgConfigError> {
-    let options = PgConnectOptions::from_str(url).map_err(|e| PgConfigError::InvalidUrl {
-        reason: error::redact(&e.to_string(), url),
-    })?;
+    connect_bounded(url, max_connections, connect_timeout, &SessionBounds::NONE).await
+}
+
+/// How long a session's statements may wait, set on every connection of a pool at
+/// its start (the startup packet's `options`, as `-c name=value`), so no statement
+/// of the pool, whichever connection runs it, waits without a bound. `None` leaves
+/// the server's setting.
+///
+/// The keepalives are the server's (`tcp_keepalives_*`): they let the server notice
+/// a client that vanished and end its session, releasing its locks. sqlx 0.8 sets
+/// no TCP keepalive on its own sockets; on the client's side a server that answers
+/// nothing is bounded by the statement timeout only while the server runs it, else
+/// by the operating system's TCP retransmission timeout (and readiness goes red
+/// meanwhile, see the relay's progress watchdog). On a Unix-domain socket the
+/// server ignores them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SessionBounds {
+    /// `statement_timeout`: a statement running longer is cancelled (SQLSTATE 57014).
+    pub statement_timeout: Option<Duration>,
+    /// `lock_timeout`: a statement waiting longer for a lock fails (SQLSTATE 55P03).
+    pub lock_timeout: Option<Duration>,
+    /// `tcp_keepalives_idle`: silence before the server's first keepalive probe.
+    pub keepalive_idle: Option<Duration>,
+    /// `tcp_keepalives_interval`: between unanswered probes.
+    pub keepalive_interval: Option<Duration>,
+    /// `tcp_keepalives_count`: unanswered probes before the server drops the session.
+    pub keepalive_count: Option<u32>,
+}
+
+impl SessionBounds {
+    /// No bound set: the server's settings.
+    pub const NONE: Self = Self {
+        statement_timeout: None,
+        lock_timeout: None,
+        keepalive_idle: None,
+        keepalive_interval: None,
+        keepalive_count: None,
+    };
+
+    /// The settings as `(GUC, value)` pairs; times in the units PostgreSQL reads
+    /// without a suffix (milliseconds for the timeouts, seconds for the keepalives),
+    /// rounded up so that a short bound never becomes 0, which would turn it off.
+    #[must_use]
+    pub fn options(&self) -> Vec<(&'static str, String)> {
+        let ms = |d: Duration| d.as_millis().max(1).min(i32::MAX as u128).to_string();
+        let secs = |d: Duration| {
+            d.as_millis()
+                .div_ceil(1000)
+                .max(1)
+                .min(i32::MAX as u128)
+                .to_string()
+        };
+        let mut o = Vec::new();
+        if let Some(d) = self.statement_timeout {
+            o.push(("statement_timeout", ms(d)));
+        }
+        if let Some(d) = self.lock_timeout {
+            o.push(("lock_timeout", ms(d)));
+        }
+        if let Some(d) = self.keepalive_idle {
+            o.push(("tcp_keepalives_idle", secs(d)));
+        }
+        if let Some(d) = self.keepalive_interval {
+            o.push(("tcp_keepalives_interval", secs(d)));
+        }
+        if let Some(n) = self.keepalive_count {
+            o.push(("tcp_keepalives_count", n.min(i32::MAX as u32).to_string()));
+        }
+        o
+    }
+}
+
+/// As [`connect`], every session started with `bounds` (see [`SessionBounds`]).
+///
+/// # Errors
+/// As [`connect`].
+pub async fn connect_bounded(
+    url: &str,
+    max_connections: u32,
+    connect_timeout: Duration,
+    bounds: &SessionBounds,
+) -> Result<PgPool, PgConfigError> {
+    let options = PgConnectOptions::from_str(url)
+        .map_err(|e| PgConfigError::InvalidUrl {
+            reason: error::redact(&e.to_string(), url),
+        })?
+        .options(bounds.options());
     PgPoolOptions::new()
         .max_connections(max_connections.max(1))
         .acquire_timeout(connect_timeout)

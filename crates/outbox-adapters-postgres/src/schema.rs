@@ -110,6 +110,14 @@ pub async fn migrate(pool: &PgPool, schema: &PgSchema) -> Result<(), PgConfigErr
         .execute(&mut *conn)
         .await
         .map_err(|e| fail(&e))?;
+    // Migrations are exempt from the pool's statement and lock bounds
+    // (`SessionBounds`): an index build on a big table may rightly take longer, and
+    // a migration given up half way would be run again from its start. Migrations
+    // that must not queue behind other sessions set their own `lock_timeout`.
+    sqlx::query("SELECT set_config('statement_timeout', '0', false), set_config('lock_timeout', '0', false)")
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| fail(&e))?;
     let result = MIGRATOR.run(&mut *conn).await.map_err(|e| fail(&e));
     if result.is_err() {
         // sqlx's migrator takes a session-wide advisory lock (one per database) and
@@ -119,7 +127,10 @@ pub async fn migrate(pool: &PgPool, schema: &PgSchema) -> Result<(), PgConfigErr
         return result;
     }
     // The connection goes back to the pool: give it its default search_path again.
-    let _ = sqlx::query("RESET search_path").execute(&mut *conn).await;
+    // And its own bounds: RESET returns to the values the session started with.
+    let _ = sqlx::raw_sql("RESET search_path; RESET statement_timeout; RESET lock_timeout")
+        .execute(&mut *conn)
+        .await;
     result
 }
 

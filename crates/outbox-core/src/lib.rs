@@ -14,6 +14,7 @@ pub mod duration;
 pub mod lease;
 pub mod message;
 pub mod retry;
+pub mod stall;
 pub mod status;
 pub mod sweep;
 

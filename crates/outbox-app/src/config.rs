@@ -75,6 +75,112 @@ pub struct PostgresConfig {
     /// Run migrations at start (else run `outbox migrate` once).
     #[serde(default)]
     pub migrate_on_start: bool,
+    /// Every statement of the relay's sessions is cancelled after this (a retryable
+    /// error; the claim or mark is tried again). Migrations are exempt.
+    #[serde(default = "default_statement_timeout", with = "outbox_core::duration")]
+    pub statement_timeout: Duration,
+    /// A statement waiting longer for a row or table lock another session holds
+    /// fails (retryable). At most `statement_timeout`.
+    #[serde(default = "default_lock_timeout", with = "outbox_core::duration")]
+    pub lock_timeout: Duration,
+    /// Silence on a session's connection before the server's first TCP keepalive
+    /// probe (`tcp_keepalives_idle`, whole seconds).
+    #[serde(default = "default_keepalive_idle", with = "outbox_core::duration")]
+    pub keepalive_idle: Duration,
+    /// Between unanswered keepalive probes (`tcp_keepalives_interval`, whole seconds).
+    #[serde(default = "default_keepalive_interval", with = "outbox_core::duration")]
+    pub keepalive_interval: Duration,
+    /// Unanswered probes before the server ends the session and frees its locks
+    /// (`tcp_keepalives_count`).
+    #[serde(default = "default_keepalive_count")]
+    pub keepalive_count: u32,
+}
+
+impl PostgresConfig {
+    /// The bounds every session of the pool starts with.
+    #[must_use]
+    pub const fn session_bounds(&self) -> outbox_adapters_postgres::SessionBounds {
+        outbox_adapters_postgres::SessionBounds {
+            statement_timeout: Some(self.statement_timeout),
+            lock_timeout: Some(self.lock_timeout),
+            keepalive_idle: Some(self.keepalive_idle),
+            keepalive_interval: Some(self.keepalive_interval),
+            keepalive_count: Some(self.keepalive_count),
+        }
+    }
+
+    fn validate_bounds(&self) -> Result<(), ConfigError> {
+        // PostgreSQL keeps these settings as a 32-bit count of milliseconds (the
+        // keepalives of seconds); 0 would mean "no bound" to it, not "at once".
+        let max = Duration::from_millis(i32::MAX as u64);
+        for (field, d) in [
+            ("statement_timeout", self.statement_timeout),
+            ("lock_timeout", self.lock_timeout),
+        ] {
+            if d < Duration::from_millis(1) || d > max {
+                return Err(ConfigError::new(
+                    "postgres",
+                    field,
+                    format!("must be between 1ms and {max:?} (got {d:?})"),
+                ));
+            }
+        }
+        if self.lock_timeout > self.statement_timeout {
+            return Err(ConfigError::new(
+                "postgres",
+                "lock_timeout",
+                format!(
+                    "must not be longer than postgres.statement_timeout ({:?} > {:?}): the statement would be cancelled first",
+                    self.lock_timeout, self.statement_timeout
+                ),
+            ));
+        }
+        for (field, d) in [
+            ("keepalive_idle", self.keepalive_idle),
+            ("keepalive_interval", self.keepalive_interval),
+        ] {
+            if d < Duration::from_secs(1) || d.subsec_nanos() != 0 || d > max {
+                return Err(ConfigError::new(
+                    "postgres",
+                    field,
+                    format!("must be a whole number of seconds, at least 1s (got {d:?})"),
+                ));
+            }
+        }
+        if self.keepalive_count == 0 || self.keepalive_count > i32::MAX as u32 {
+            return Err(ConfigError::new(
+                "postgres",
+                "keepalive_count",
+                format!("must be at least 1 (got {})", self.keepalive_count),
+            ));
+        }
+        Ok(())
+    }
+}
+
+// Defaults: a claim or a mark of a batch takes milliseconds; 30 s is far above any
+// healthy one and still well inside a claim's 60-s lease. A lock is waited on for
+// 10 s (an operator's short transaction passes, a forgotten one does not hold the
+// relay). The server notices a vanished relay after 60 s of silence plus 6 probes
+// 10 s apart, and frees its locks.
+const fn default_statement_timeout() -> Duration {
+    Duration::from_secs(30)
+}
+
+const fn default_lock_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+const fn default_keepalive_idle() -> Duration {
+    Duration::from_secs(60)
+}
+
+const fn default_keepalive_interval() -> Duration {
+    Duration::from_secs(10)
+}
+
+const fn default_keepalive_count() -> u32 {
+    6
 }
 
 fn default_schema() -> String {
@@ -92,6 +198,11 @@ impl fmt::Debug for PostgresConfig {
             .field("schema", &self.schema)
             .field("max_connections", &self.max_connections)
             .field("migrate_on_start", &self.migrate_on_start)
+            .field("statement_timeout", &self.statement_timeout)
+            .field("lock_timeout", &self.lock_timeout)
+            .field("keepalive_idle", &self.keepalive_idle)
+            .field("keepalive_interval", &self.keepalive_interval)
+            .field("keepalive_count", &self.keepalive_count)
             .finish()
     }
 }
@@ -308,6 +419,38 @@ impl fmt::Debug for HttpConfig {
     }
 }
 
+/// `[health]`: what readiness watches besides reaching the services.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HealthConfig {
+    /// `/readyz` fails when work is due and no claim or mark has completed for this
+    /// long (the relay is stuck, e.g. behind another session's lock); it clears by
+    /// itself once work moves again.
+    #[serde(with = "outbox_core::duration")]
+    pub stall_after: Duration,
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        Self {
+            stall_after: crate::DEFAULT_STALL_AFTER,
+        }
+    }
+}
+
+impl HealthConfig {
+    fn validate(&self, section: &str) -> Result<(), ConfigError> {
+        if self.stall_after.is_zero() {
+            return Err(ConfigError::new(
+                section,
+                "stall_after",
+                "must be greater than zero",
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Retention of sent messages (`[retention]`); defined beside its task, so that
 /// embedding the relay needs no configuration file.
 pub use crate::sent_retention::RetentionConfig;
@@ -497,6 +640,9 @@ pub struct RelayConfig {
     /// HTTP endpoints.
     #[serde(default)]
     pub http: HttpConfig,
+    /// Readiness: the stall watchdog.
+    #[serde(default)]
+    pub health: HealthConfig,
     /// Retention of sent messages.
     #[serde(default)]
     pub retention: RetentionConfig,
@@ -599,6 +745,7 @@ impl RelayConfig {
                     "must be at least 1",
                 ));
             }
+            pg.validate_bounds()?;
         }
         if a.publisher == PublisherKind::Rabbitmq {
             let r = self.rabbitmq.as_ref().ok_or_else(|| {
@@ -681,6 +828,7 @@ impl RelayConfig {
         self.retry.validate("retry")?;
         self.sweep.validate("sweep")?;
         self.retention.validate("retention")?;
+        self.health.validate("health")?;
         self.admin.validate("admin")?;
         if !self.topology.is_empty() && a.publisher != PublisherKind::Rabbitmq {
             return Err(ConfigError::new(

@@ -65,9 +65,13 @@ pub async fn postgres(cfg: &RelayConfig) -> anyhow::Result<Option<(PgPool, PgSch
         return Ok(None);
     };
     let schema = PgSchema::new(&pg.schema)?;
-    let pool =
-        outbox_adapters_postgres::connect(&pg.url, pg.max_connections, Duration::from_secs(10))
-            .await?;
+    let pool = outbox_adapters_postgres::connect_bounded(
+        &pg.url,
+        pg.max_connections,
+        Duration::from_secs(10),
+        &pg.session_bounds(),
+    )
+    .await?;
     Ok(Some((pool, schema)))
 }
 

@@ -5,6 +5,7 @@
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::Command;
+use std::time::Duration;
 
 use outbox_app::config::{CoordinationKind, RelayConfig, StoreKind};
 
@@ -575,4 +576,124 @@ fn tls_config_files_are_checked_at_load_naming_the_setting() {
     let key_body = key.lines().nth(1).expect("a key line");
     assert!(!shown.contains(key_body), "the key is shown: {shown}");
     assert!(shown.contains("tls_ca_file"), "{shown}");
+}
+
+#[test]
+fn postgres_bounds_and_the_stall_watchdog_default_and_load_from_file_or_environment() {
+    let cfg = RelayConfig::load_with_env(&file(GOOD), env(&[])).expect("loads");
+    let pg = cfg.postgres.as_ref().expect("postgres section");
+    assert_eq!(
+        (
+            pg.statement_timeout,
+            pg.lock_timeout,
+            pg.keepalive_idle,
+            pg.keepalive_interval,
+            pg.keepalive_count,
+            cfg.health.stall_after,
+        ),
+        (
+            Duration::from_secs(30),
+            Duration::from_secs(10),
+            Duration::from_secs(60),
+            Duration::from_secs(10),
+            6,
+            Duration::from_secs(60),
+        )
+    );
+    let bounds = pg.session_bounds();
+    assert_eq!(bounds.statement_timeout, Some(Duration::from_secs(30)));
+    assert_eq!(bounds.keepalive_count, Some(6));
+    let cfg = RelayConfig::load_with_env(
+        &file(
+            &format!("{GOOD}\n[health]\nstall_after = \"90s\"\n").replace(
+                "[postgres]\n",
+                "[postgres]\nstatement_timeout = \"20s\"\nkeepalive_count = 3\n",
+            ),
+        ),
+        env(&[
+            ("OUTBOX__POSTGRES__LOCK_TIMEOUT", "2s"),
+            ("OUTBOX__POSTGRES__KEEPALIVE_IDLE", "15s"),
+            ("OUTBOX__POSTGRES__KEEPALIVE_INTERVAL", "5s"),
+            ("OUTBOX__HEALTH__STALL_AFTER", "250ms"),
+        ]),
+    )
+    .expect("loads");
+    let pg = cfg.postgres.as_ref().expect("postgres section");
+    assert_eq!(
+        (
+            pg.statement_timeout,
+            pg.lock_timeout,
+            pg.keepalive_idle,
+            pg.keepalive_interval,
+            pg.keepalive_count,
+            cfg.health.stall_after,
+        ),
+        (
+            Duration::from_secs(20),
+            Duration::from_secs(2),
+            Duration::from_secs(15),
+            Duration::from_secs(5),
+            3,
+            Duration::from_millis(250),
+        )
+    );
+}
+
+#[test]
+fn zero_or_unusable_bounds_are_refused_by_name() {
+    for (var, value, needle) in [
+        (
+            "OUTBOX__POSTGRES__STATEMENT_TIMEOUT",
+            "0s",
+            "postgres.statement_timeout",
+        ),
+        (
+            "OUTBOX__POSTGRES__LOCK_TIMEOUT",
+            "0ms",
+            "postgres.lock_timeout",
+        ),
+        // A lock wait longer than the statement's own bound could never happen.
+        (
+            "OUTBOX__POSTGRES__LOCK_TIMEOUT",
+            "31s",
+            "postgres.lock_timeout",
+        ),
+        // PostgreSQL holds these in a 32-bit count of milliseconds.
+        (
+            "OUTBOX__POSTGRES__STATEMENT_TIMEOUT",
+            "25d",
+            "postgres.statement_timeout",
+        ),
+        (
+            "OUTBOX__POSTGRES__KEEPALIVE_IDLE",
+            "0s",
+            "postgres.keepalive_idle",
+        ),
+        // Keepalives count whole seconds.
+        (
+            "OUTBOX__POSTGRES__KEEPALIVE_INTERVAL",
+            "500ms",
+            "postgres.keepalive_interval",
+        ),
+        (
+            "OUTBOX__POSTGRES__KEEPALIVE_COUNT",
+            "0",
+            "postgres.keepalive_count",
+        ),
+        ("OUTBOX__POSTGRES__KEEPALIVE_COUNT", "-1", "keepalive_count"),
+        ("OUTBOX__HEALTH__STALL_AFTER", "0s", "health.stall_after"),
+        ("OUTBOX__HEALTH__STALL_AFTER", "-5s", "-5s"),
+        ("OUTBOX__HEALTH__STALL_AFTER", "soon", "soon"),
+    ] {
+        let e = error_of(GOOD, &[(var, value)]);
+        assert!(
+            e.contains(needle),
+            "{var}={value}: expected {needle:?} in: {e}"
+        );
+    }
+    let e = error_of(&format!("{GOOD}\n[health]\nstall_afterr = \"1m\"\n"), &[]);
+    assert!(
+        e.contains("stall_afterr"),
+        "unknown fields are refused: {e}"
+    );
 }

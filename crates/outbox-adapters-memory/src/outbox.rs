@@ -110,7 +110,9 @@ impl MemoryOutboxStore {
         }
     }
 
-    fn claim(&self, lease: &Lease, limit: u32, status: Status) -> Vec<ClaimedMessage> {
+    /// Claims up to `limit` rows in `status` for `lease`; without a lease, only
+    /// looks: which rows such a claim would take, none of them taken.
+    fn claim(&self, lease: Option<&Lease>, limit: u32, status: Status) -> Vec<ClaimedMessage> {
         let now = self.clock.now();
         let mut t = lock(&self.table);
         let mut claimed = Vec::new();
@@ -132,7 +134,9 @@ impl MemoryOutboxStore {
                 // one waits for its retry).
                 && (status != Status::Pending || row.message.not_before.is_none_or(|at| at <= now));
             if row.tracked.status == status && due && head && !row.lease.is_live(now) {
-                row.lease.take(lease, now);
+                if let Some(lease) = lease {
+                    row.lease.take(lease, now);
+                }
                 claimed.push(ClaimedMessage {
                     message: row.message.clone(),
                     attempts: row.tracked.state.attempts,
@@ -192,7 +196,7 @@ impl OutboxRelayPath for MemoryOutboxStore {
         lease: &Lease,
         limit: u32,
     ) -> Result<Vec<ClaimedMessage>, PortError> {
-        Ok(self.claim(lease, limit, Status::Pending))
+        Ok(self.claim(Some(lease), limit, Status::Pending))
     }
 
     async fn claim_due_retries(
@@ -200,7 +204,7 @@ impl OutboxRelayPath for MemoryOutboxStore {
         lease: &Lease,
         limit: u32,
     ) -> Result<Vec<ClaimedMessage>, PortError> {
-        Ok(self.claim(lease, limit, Status::PublishFailed))
+        Ok(self.claim(Some(lease), limit, Status::PublishFailed))
     }
 
     async fn next_due_in(&self) -> Result<Option<std::time::Duration>, PortError> {
@@ -213,6 +217,10 @@ impl OutboxRelayPath for MemoryOutboxStore {
             .filter(|due| *due > now)
             .min()
             .map(|due| std::time::Duration::try_from(due - now).unwrap_or_default()))
+    }
+
+    async fn pending_claimable(&self) -> Result<Option<bool>, PortError> {
+        Ok(Some(!self.claim(None, 1, Status::Pending).is_empty()))
     }
 
     async fn mark_sent(&self, lease: &Lease, ids: &[MessageId]) -> Result<u64, PortError> {

@@ -413,6 +413,7 @@ struct Sql {
     claim_pending: String,
     claim_retries: String,
     next_due: String,
+    claimable: String,
     mark_sent: String,
     mark_failed: String,
     release: String,
@@ -578,6 +579,7 @@ impl Sql {
             // Each count reads one partial index. A delayed row
             // waits from its due time, not its creation: only overdue ones count
             // towards the oldest unsent.
+            claimable: claimable_pending_exists(&t, dead_head),
             stats: format!(
                 "SELECT \
                    (SELECT count(*) FROM {t} WHERE status = 'pending') AS pending, \
@@ -1122,6 +1124,14 @@ impl OutboxRelayPath for PgOutboxStore {
             .await
             .map_err(|e| port("next due", e))?;
         Ok(micros.map(|us| Duration::from_micros(u64::try_from(us).unwrap_or(0))))
+    }
+
+    async fn pending_claimable(&self) -> Result<Option<bool>, PortError> {
+        sqlx::query_scalar(&self.sql.claimable)
+            .fetch_one(&self.pool)
+            .await
+            .map(Some)
+            .map_err(|e| port("look for claimable messages", e))
     }
 
     async fn recover_expired_leases(&self) -> Result<u64, PortError> {

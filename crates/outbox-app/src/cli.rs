@@ -532,6 +532,7 @@ async fn run_relay(cfg: RelayConfig) -> anyhow::Result<ExitCode> {
     .sweep(cfg.sweep.clone())
     .retention(cfg.retention.clone())
     .throughput(wired.throughput.clone())
+    .stall_after(cfg.health.stall_after)
     .instance(instance);
     if let Some(w) = wired.wakeup {
         builder = builder.wakeup(w);
@@ -548,6 +549,7 @@ async fn run_relay(cfg: RelayConfig) -> anyhow::Result<ExitCode> {
             counters: relay.counters.clone(),
             token: cfg.http.token.clone(),
             health: relay.health.clone(),
+            progress: Some(relay.progress.clone()),
         };
         let address = cfg.http.address;
         let c = cancel.clone();

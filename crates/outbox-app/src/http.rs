@@ -38,6 +38,9 @@ pub struct HttpState {
     pub token: Option<String>,
     /// The relay's tasks: a panicked or stopped one fails readiness.
     pub health: Arc<crate::ServiceHealth>,
+    /// The stall watchdog's verdict (`RelayHandles::progress`): a stalled relay
+    /// fails readiness; `None` checks nothing.
+    pub progress: Option<Arc<crate::stall::RelayProgress>>,
 }
 
 /// The process-wide Prometheus recorder (installed once).
@@ -101,6 +104,11 @@ async fn readyz(State(state): State<HttpState>, headers: HeaderMap) -> Response 
     )
     .await;
     checks.push(("relay", state.health.failure().map_or(Ok(()), Err)));
+    // The services answer, yet the relay may be stuck (e.g. a mark behind another
+    // session's lock): the watchdog's verdict, read here, not worked out.
+    if let Some(p) = &state.progress {
+        checks.push(("progress", p.stalled().map_or(Ok(()), Err)));
+    }
     let ready = checks.iter().all(|(_, r)| r.is_ok());
     let lines: Vec<String> = checks
         .iter()
@@ -175,6 +183,9 @@ async fn metrics_text(State(state): State<HttpState>, headers: HeaderMap) -> Res
         .absolute(c.publish_failures.load(Ordering::Relaxed));
     metrics::counter!("outbox_dead_total").absolute(c.dead.load(Ordering::Relaxed));
     metrics::counter!("outbox_publish_deferred_total").absolute(c.deferred.load(Ordering::Relaxed));
+    if let Some(p) = &state.progress {
+        metrics::gauge!("outbox_relay_stalled").set(if p.stalled().is_some() { 1.0 } else { 0.0 });
+    }
     match state.store.stats().await {
         Ok(s) => {
             metrics::gauge!("outbox_pending").set(s.pending as f64);

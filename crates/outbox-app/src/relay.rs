@@ -206,21 +206,80 @@ fn permanent_failure(id: MessageId, why: &str, counts: &mut PublishCounts) -> Pu
 /// A [`PortError`] from marking. The rows then stay claimed until the lease runs out
 /// and are published again (a duplicate the inbox absorbs), never lost.
 pub async fn record(store: &dyn OutboxRelayPath, p: Published) -> Result<PublishCounts, PortError> {
+    record_retrying(store, p, None).await
+}
+
+/// Runs `step` until it succeeds, fails for good, or (after a last try) `retry`'s
+/// token fires; without `retry`, once. A retryable failure (a statement or lock
+/// timeout, a lost connection) is tried again after `retry`'s pause: the rows stay
+/// claimed meanwhile, and a mark is fenced by its lease holder, so a late one can
+/// never overwrite another claimer's outcome. The pause does not grow: each try is
+/// bounded by the store's own statement and lock timeouts, and a mark should land
+/// as soon as the lock it waits on is gone, before its lease runs out and the rows
+/// are published again.
+async fn retrying<T, F, Fut>(
+    what: &'static str,
+    retry: Option<(&CancellationToken, Duration)>,
+    mut step: F,
+) -> Result<T, PortError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, PortError>>,
+{
+    let Some((cancel, pause)) = retry else {
+        return step().await;
+    };
+    loop {
+        match step().await {
+            Err(e) if e.is_retryable() && !cancel.is_cancelled() => {
+                tracing::warn!(error = %e, ?pause, "{what} failed; trying again (the rows stay claimed, no attempt is spent)");
+                if !sleep_or_cancel(pause, cancel).await {
+                    // Stopping: one last try, then the rows come back when their
+                    // lease runs out.
+                    return step().await;
+                }
+            }
+            other => return other,
+        }
+    }
+}
+
+/// As [`record`]; with `retry`, each of its marks is tried again while the store
+/// refuses it for a retryable reason, until the token fires (see [`retrying`]):
+/// the dispatcher's way, so that a mark held up by another session's lock lands
+/// once the lock is gone instead of leaving its rows to be published again.
+///
+/// # Errors
+/// As [`record`].
+pub async fn record_retrying(
+    store: &dyn OutboxRelayPath,
+    p: Published,
+    retry: Option<(&CancellationToken, Duration)>,
+) -> Result<PublishCounts, PortError> {
     let mut counts = p.counts;
     if counts.claimed == 0 {
         return Ok(counts);
     }
-    let marked_sent = store.mark_sent(&p.lease, &p.sent).await?;
+    let marked_sent = retrying("marking a batch sent", retry, || {
+        store.mark_sent(&p.lease, &p.sent)
+    })
+    .await?;
     counts.sent = marked_sent;
     let marked_failed = if p.failures.is_empty() {
         0
     } else {
-        store.mark_publish_failed(&p.lease, &p.failures).await?
+        retrying("marking failed publishes", retry, || {
+            store.mark_publish_failed(&p.lease, &p.failures)
+        })
+        .await?
     };
     let released = if p.unsent.is_empty() {
         0
     } else {
-        store.release(&p.lease, &p.unsent).await?
+        retrying("giving back unsent messages", retry, || {
+            store.release(&p.lease, &p.unsent)
+        })
+        .await?
     };
     counts.fenced = (p.sent.len() as u64 - marked_sent)
         + (p.failures.len() as u64 - marked_failed)
@@ -340,6 +399,8 @@ struct Relay {
     policy: RetryPolicy,
     random: Random,
     counters: Arc<RelayCounters>,
+    /// What the stall watchdog reads (the dispatcher's claims and marks).
+    progress: Arc<crate::stall::RelayProgress>,
 }
 
 impl Relay {
@@ -357,6 +418,7 @@ impl Relay {
             policy,
             random: crate::default_random,
             counters: Arc::default(),
+            progress: Arc::default(),
         }
     }
 
@@ -398,7 +460,11 @@ impl ClaimedAhead {
     async fn claim(relay: &Relay, limit: u32, overlapped: bool) -> Result<Self, PortError> {
         let lease = relay.leases.next();
         let claimed_at = tokio::time::Instant::now();
-        let claimed = relay.store.claim_pending(&lease, limit).await?;
+        let claimed = relay.store.claim_pending(&lease, limit).await;
+        relay
+            .progress
+            .claimed(claimed.as_ref().map(|c| !c.is_empty()).map_err(|_| ()));
+        let claimed = claimed?;
         Ok(Self {
             lease,
             claimed_at,
@@ -423,6 +489,7 @@ impl ClaimedAhead {
         if let Err(e) = relay.store.release(&self.lease, &ids).await {
             tracing::warn!(error = %e, "giving back a batch claimed ahead failed; its rows come back when their lease runs out");
         }
+        relay.progress.let_go();
     }
 }
 
@@ -466,6 +533,14 @@ impl Dispatcher {
     #[must_use]
     pub fn with_counters(mut self, counters: Arc<RelayCounters>) -> Self {
         self.relay.counters = counters;
+        self
+    }
+
+    /// Reports its claims and marks to `progress` (read by the stall watchdog,
+    /// [`crate::stall::watch`]).
+    #[must_use]
+    pub fn with_progress(mut self, progress: Arc<crate::stall::RelayProgress>) -> Self {
+        self.relay.progress = progress;
         self
     }
 
@@ -592,7 +667,10 @@ impl Dispatcher {
                     let unsent = published.counts.unsent;
                     let broker_unavailable = published.counts.broker_unavailable();
                     let r = Arc::clone(&relay);
-                    let mark = tokio::spawn(async move { record(&*r.store, published).await });
+                    let (c, backoff) = (cancel.clone(), self.config.error_backoff);
+                    let mark = tokio::spawn(async move {
+                        record_retrying(&*r.store, published, Some((&c, backoff))).await
+                    });
                     (mark, unsent, broker_unavailable)
                 },
                 async {
@@ -663,8 +741,14 @@ impl Dispatcher {
         relay: &Relay,
         task: tokio::task::JoinHandle<Result<PublishCounts, PortError>>,
     ) {
-        match task.await {
-            Ok(Ok(counts)) => relay.counters.add(&counts),
+        let result = task.await;
+        // Marked or given up: the batch is no longer held, either way.
+        relay.progress.let_go();
+        match result {
+            Ok(Ok(counts)) => {
+                relay.progress.completed();
+                relay.counters.add(&counts);
+            }
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "marking a batch failed; its rows come back when their lease runs out")
             }

@@ -48,6 +48,7 @@ pub struct RelayBuilder {
     instance: String,
     retention: Option<RetentionConfig>,
     throughput: Option<Arc<dyn ThroughputLog>>,
+    stall_after: Duration,
 }
 
 /// A running relay.
@@ -70,15 +71,23 @@ pub struct RelayHandles {
     /// The task adding what this relay published to the shared per-minute totals,
     /// when a log was given.
     pub throughput: Option<JoinHandle<()>>,
+    /// The dispatcher's progress and the stall watchdog's verdict (`/readyz`).
+    pub progress: Arc<crate::stall::RelayProgress>,
+    /// The stall watchdog task.
+    pub watchdog: JoinHandle<()>,
 }
 
 impl RelayHandles {
     /// Waits until every task has stopped (after the cancellation token fired).
     pub async fn join(self) {
-        let tasks = [("dispatcher", self.dispatcher), ("sweeper", self.sweeper)]
-            .into_iter()
-            .chain(self.retention.map(|t| ("retention", t)))
-            .chain(self.throughput.map(|t| ("throughput", t)));
+        let tasks = [
+            ("dispatcher", self.dispatcher),
+            ("sweeper", self.sweeper),
+            ("stall watchdog", self.watchdog),
+        ]
+        .into_iter()
+        .chain(self.retention.map(|t| ("retention", t)))
+        .chain(self.throughput.map(|t| ("throughput", t)));
         for (name, task) in tasks {
             if let Err(e) = task.await {
                 tracing::error!(task = name, error = %e, "relay task ended abnormally");
@@ -107,7 +116,17 @@ impl RelayBuilder {
             instance: LeaseFactory::instance_id("relay"),
             retention: None,
             throughput: None,
+            stall_after: crate::stall::DEFAULT_STALL_AFTER,
         }
+    }
+
+    /// Readiness fails once work is due and no claim or mark has completed for
+    /// this long (`[health] stall_after`; default
+    /// [`crate::stall::DEFAULT_STALL_AFTER`]). Zero is taken as 1 ms.
+    #[must_use]
+    pub fn stall_after(mut self, stall_after: Duration) -> Self {
+        self.stall_after = stall_after.max(Duration::from_millis(1));
+        self
     }
 
     /// The clock (default: the system clock).
@@ -172,6 +191,7 @@ impl RelayBuilder {
     #[must_use]
     pub fn start(self, cancel: &CancellationToken) -> RelayHandles {
         let counters = Arc::new(RelayCounters::default());
+        let progress = Arc::new(crate::stall::RelayProgress::default());
         let mut wakeup = self.wakeup;
         let dispatchers: Vec<Dispatcher> = (0..self.dispatch.pipelines.max(1))
             .map(|i| {
@@ -187,7 +207,8 @@ impl RelayBuilder {
                     self.dispatch.clone(),
                     &name,
                 )
-                .with_counters(Arc::clone(&counters));
+                .with_counters(Arc::clone(&counters))
+                .with_progress(Arc::clone(&progress));
                 // The first pipeline sleeps on the wake-up; the others poll, and
                 // matter only under load.
                 match wakeup.take() {
@@ -199,6 +220,7 @@ impl RelayBuilder {
         let retention = self
             .retention
             .map(|r| SentRetentionTask::new(self.store.clone(), r));
+        let watch_store: Arc<dyn outbox_ports::OutboxRelayPath> = self.store.clone();
         let task = PublishRetryTask::new(
             self.store,
             self.publisher,
@@ -254,6 +276,19 @@ impl RelayBuilder {
                 Arc::clone(&health),
             )
         });
+        // Supervised like the others: a watchdog gone would leave readiness green
+        // whatever happens.
+        let watchdog = supervise(
+            "stall watchdog",
+            crate::stall::watch(
+                Arc::clone(&progress),
+                watch_store,
+                self.stall_after,
+                cancel.clone(),
+            ),
+            cancel.clone(),
+            Arc::clone(&health),
+        );
         RelayHandles {
             dispatcher: tokio::spawn(async move {
                 futures::future::join_all(pipelines).await;
@@ -270,6 +305,8 @@ impl RelayBuilder {
             health,
             retention,
             throughput,
+            progress,
+            watchdog,
         }
     }
 }

@@ -8,3 +8,161 @@ use std::time::Duration;
 /// milliseconds, and above the default `lock_timeout` (10 s), so one lock waited on
 /// and given up does not turn readiness red on its own.
 pub const DEFAULT_STALL_AFTER: Duration = Duration::from_secs(60);
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use outbox_core::stall::{Progress, StallWatch};
+use outbox_ports::OutboxRelayPath;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::sleep_or_cancel;
+
+/// What the dispatcher reports as it goes (every claim and mark that completes,
+/// the batches it holds), and what the watchdog concluded from it: read by
+/// `/readyz` and `/metrics`.
+#[derive(Debug)]
+pub struct RelayProgress {
+    origin: Instant,
+    /// Milliseconds since `origin` of the last completed claim or mark, plus one
+    /// (0: none yet).
+    last: AtomicU64,
+    /// Batches claimed and not yet marked or given back.
+    in_hand: AtomicUsize,
+    /// The last claim failed (a claim that cannot run is work not looked at).
+    claim_failing: AtomicBool,
+    stalled: Mutex<Option<String>>,
+}
+
+impl Default for RelayProgress {
+    fn default() -> Self {
+        Self {
+            origin: Instant::now(),
+            last: AtomicU64::new(0),
+            in_hand: AtomicUsize::new(0),
+            claim_failing: AtomicBool::new(false),
+            stalled: Mutex::new(None),
+        }
+    }
+}
+
+impl RelayProgress {
+    fn now(&self) -> Duration {
+        self.origin.elapsed()
+    }
+
+    /// A claim or a mark completed.
+    pub(crate) fn completed(&self) {
+        let ms = u64::try_from(self.now().as_millis()).unwrap_or(u64::MAX - 1);
+        self.last.fetch_max(ms + 1, Ordering::Relaxed);
+    }
+
+    /// A claim completed (`took`: it returned rows, now held until marked or given
+    /// back), or failed.
+    pub(crate) fn claimed(&self, outcome: Result<bool, ()>) {
+        match outcome {
+            Ok(took) => {
+                self.claim_failing.store(false, Ordering::Relaxed);
+                if took {
+                    self.in_hand.fetch_add(1, Ordering::Relaxed);
+                }
+                self.completed();
+            }
+            Err(()) => self.claim_failing.store(true, Ordering::Relaxed),
+        }
+    }
+
+    /// A batch held was marked (or its mark given up) or given back.
+    pub(crate) fn let_go(&self) {
+        let _ = self
+            .in_hand
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+
+    fn last_progress(&self) -> Option<Duration> {
+        match self.last.load(Ordering::Relaxed) {
+            0 => None,
+            ms => Some(Duration::from_millis(ms - 1)),
+        }
+    }
+
+    /// Whether the dispatcher holds work or cannot look for it: due work, whatever
+    /// the store says.
+    fn busy(&self) -> bool {
+        self.in_hand.load(Ordering::Relaxed) > 0 || self.claim_failing.load(Ordering::Relaxed)
+    }
+
+    /// Why the relay is stalled, while the watchdog finds it so.
+    #[must_use]
+    pub fn stalled(&self) -> Option<String> {
+        self.stalled
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set(&self, verdict: Progress, stall_after: Duration) {
+        let why = match verdict {
+            Progress::Stalled { quiet } => Some(format!(
+                "stalled: work is due and no claim or mark has completed for {}s (health.stall_after {:?}); is a statement waiting on another session's lock?",
+                quiet.as_secs(),
+                stall_after
+            )),
+            Progress::Idle | Progress::Moving => None,
+        };
+        let mut s = self
+            .stalled
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match (&*s, &why) {
+            (None, Some(w)) => tracing::warn!(reason = %w, "the relay is stalled; readiness fails"),
+            (Some(_), None) => tracing::info!("the relay makes progress again; readiness clears"),
+            _ => {}
+        }
+        *s = why;
+        drop(s);
+        metrics::gauge!("outbox_relay_stalled").set(if verdict.is_stalled() { 1.0 } else { 0.0 });
+    }
+}
+
+/// How often the watchdog looks: often enough to turn red soon after the bound,
+/// never more than every 5 s.
+fn tick(stall_after: Duration) -> Duration {
+    (stall_after / 4).clamp(Duration::from_millis(20), Duration::from_secs(5))
+}
+
+/// Watches `progress` until `cancel` fires: while the dispatcher holds no batch, asks
+/// `store` whether a claim would find work (a question bounded like every other
+/// statement; no answer keeps the last one), and records the [`StallWatch`]'s
+/// verdict for readiness and the `outbox_relay_stalled` gauge.
+pub async fn watch(
+    progress: Arc<RelayProgress>,
+    store: Arc<dyn OutboxRelayPath>,
+    stall_after: Duration,
+    cancel: CancellationToken,
+) {
+    let mut watch = StallWatch::new(stall_after);
+    let every = tick(stall_after);
+    loop {
+        let due = if progress.busy() {
+            Some(true)
+        } else {
+            // A store that does not answer within the bound is no answer: the
+            // watchdog itself must never be the one stuck.
+            match tokio::time::timeout(stall_after.max(every), store.pending_claimable()).await {
+                Ok(Ok(due)) => due,
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "stall watchdog: the store did not say whether work is due");
+                    None
+                }
+                Err(_) => None,
+            }
+        };
+        let verdict = watch.observe(progress.now(), due, progress.last_progress());
+        progress.set(verdict, stall_after);
+        if !sleep_or_cancel(every, &cancel).await {
+            break;
+        }
+    }
+}

@@ -201,6 +201,17 @@ pub trait OutboxRelayPath: Send + Sync {
     async fn next_due_in(&self) -> Result<Option<Duration>, PortError> {
         Ok(None)
     }
+
+    /// Whether a claim of pending messages would take anything now (a message
+    /// pending, due, its key's head, and no live lease on it), were no row locked
+    /// by another session: what the relay's stall watchdog calls work that is due.
+    /// `None` when the store cannot tell (the default).
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn pending_claimable(&self) -> Result<Option<bool>, PortError> {
+        Ok(None)
+    }
 }
 
 /// Retention of sent messages: the one delete the relay itself does, kept apart

@@ -208,6 +208,9 @@ const SCENARIOS: &[(&str, bool, ScenarioFn)] = &[
     ("inbox_outage_quorum", true, |c| {
         Box::pin(scenarios::inbox_outage_quorum(c))
     }),
+    ("pg_lock_stall", true, |c| {
+        Box::pin(scenarios::pg_lock_stall(c))
+    }),
 ];
 
 #[allow(clippy::print_stdout)]

@@ -191,6 +191,7 @@ pub async fn run(
         Arc::new(worker.retry_task()),
     );
     let counters = worker.counters();
+    let progress = worker.progress();
     let sweeping = tokio::spawn(sweeper.run(cancel.clone()));
     // What this consumer consumed, added to the per-minute totals the admin API's
     // charts read.
@@ -207,10 +208,11 @@ pub async fn run(
         .ok()
         .and_then(|a| a.parse().ok())
         .map(|addr| {
-            tokio::spawn(outbox_app::http::serve_consumer(
+            tokio::spawn(outbox_app::http::serve_consumer_ready(
                 addr,
                 CONSUMER.to_owned(),
                 counters,
+                progress,
                 cancel.clone(),
             ))
         });

@@ -252,6 +252,10 @@ pub struct ConsumerConfig {
     /// be decoded), so nothing the broker gives up on vanishes and an operator can
     /// reconsume it. Default: none.
     pub dead_letter_queue: Option<String>,
+    /// The worker counts as stalled (see [`InboxWorker::progress`]) once deliveries
+    /// are in hand, or the inbox refuses them, and none has been recorded for this
+    /// long. Keep it above `handler_timeout`: a handler's own time counts.
+    pub stall_after: Duration,
 }
 
 impl ConsumerConfig {
@@ -271,6 +275,7 @@ impl ConsumerConfig {
             settle_timeout: Duration::from_secs(10),
             retention: crate::ConsumerRetention::default(),
             dead_letter_queue: None,
+            stall_after: crate::stall::DEFAULT_STALL_AFTER,
         }
     }
 
@@ -603,6 +608,7 @@ struct Shared<P> {
     counters: Arc<ConsumerCounters>,
     /// Shut while the inbox does not answer: the consuming loop waits on it.
     gate: StoreGate,
+    progress: Arc<crate::stall::RelayProgress>,
 }
 
 impl<P: InboxPath> Shared<P> {
@@ -644,6 +650,8 @@ impl<P: InboxPath> Shared<P> {
     /// `ordered_by_key`, still waiting for its lane) goes back to the broker
     /// unhandled.
     async fn handle_delivery(&self, delivery: Delivery, cancel: &CancellationToken) {
+        // In hand until this returns, whichever way: the stall watchdog's due work.
+        let _held = self.progress.hold();
         let Some(mut message) = decode_or_dead_letter(
             self.path.inbox(),
             &self.config,
@@ -672,7 +680,11 @@ impl<P: InboxPath> Shared<P> {
             cancel,
             "record the delivery in the inbox",
             Some(&id),
-            || self.try_once(&message),
+            || async {
+                let tried = self.try_once(&message).await;
+                self.progress.recorded(tried.is_ok());
+                tried
+            },
         )
         .await;
         settle(&delivery, stored.is_some(), self.config.settle_timeout).await;
@@ -833,6 +845,7 @@ impl<P: InboxPath> InboxWorker<P> {
             LeaseFactory::instance_id(&format!("consumer-{}", config.name)),
             config.lease_ttl(),
         );
+        let config_name = config.name.clone();
         Self {
             subscriber,
             shared: Arc::new(Shared {
@@ -843,8 +856,18 @@ impl<P: InboxPath> InboxWorker<P> {
                 random: crate::default_random,
                 counters: Arc::default(),
                 gate: StoreGate::default(),
+                progress: Arc::new(crate::stall::RelayProgress::for_consumer(&config_name)),
             }),
         }
+    }
+
+    /// The worker's progress: while it runs, a watchdog finds it stalled when
+    /// deliveries are in hand (or the inbox refuses them) and none has been
+    /// recorded for `config.stall_after`, and clears by itself; served as `/readyz`
+    /// by [`crate::http::serve_consumer_ready`].
+    #[must_use]
+    pub fn progress(&self) -> Arc<crate::stall::RelayProgress> {
+        Arc::clone(&self.shared.progress)
     }
 
     /// This worker's counters.
@@ -890,6 +913,13 @@ impl<P: InboxPath> InboxWorker<P> {
                 ))
             })
         };
+        let stop_watch = cancel.child_token();
+        let watchdog = tokio::spawn(crate::stall::watch(
+            Arc::clone(&self.shared.progress),
+            None,
+            config.stall_after.max(Duration::from_millis(1)),
+            stop_watch.clone(),
+        ));
         let stop = cancel.clone();
         let subscriber = &*self.subscriber;
         let gate = &self.shared.gate;
@@ -931,6 +961,10 @@ impl<P: InboxPath> InboxWorker<P> {
         // vacuum after a round, which is not cut short and can take a while on a
         // large inbox).
         stop_retention.cancel();
+        stop_watch.cancel();
+        if let Err(e) = watchdog.await {
+            tracing::error!(consumer = %config.name, error = %e, "stall watchdog ended abnormally");
+        }
         if let Some(retention) = retention
             && let Err(e) = retention.await
         {

@@ -241,7 +241,49 @@ pub async fn serve_consumer(
     counters: Arc<crate::ConsumerCounters>,
     cancel: CancellationToken,
 ) -> std::io::Result<()> {
-    let app = axum::Router::new().route("/healthz", get(healthz)).route(
+    serve_consumer_router(address, name, counters, None, cancel).await
+}
+
+/// As [`serve_consumer`], and `/readyz`: 200 `worker: ok`, or 503 with the reason
+/// while the worker's watchdog finds it stalled (`progress`, from
+/// [`crate::consumer::InboxWorker::progress`]); the gauge
+/// `outbox_consumer_stalled{consumer}` follows it.
+///
+/// # Errors
+/// When the address cannot be bound.
+pub async fn serve_consumer_ready(
+    address: SocketAddr,
+    name: String,
+    counters: Arc<crate::ConsumerCounters>,
+    progress: Arc<crate::stall::RelayProgress>,
+    cancel: CancellationToken,
+) -> std::io::Result<()> {
+    serve_consumer_router(address, name, counters, Some(progress), cancel).await
+}
+
+async fn serve_consumer_router(
+    address: SocketAddr,
+    name: String,
+    counters: Arc<crate::ConsumerCounters>,
+    progress: Option<Arc<crate::stall::RelayProgress>>,
+    cancel: CancellationToken,
+) -> std::io::Result<()> {
+    let mut app = axum::Router::new().route("/healthz", get(healthz));
+    if let Some(progress) = progress {
+        app = app.route(
+            "/readyz",
+            get(move || {
+                let stalled = progress.stalled();
+                async move {
+                    match stalled {
+                        None => (StatusCode::OK, "worker: ok\n".to_owned()),
+                        Some(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("worker: {why}\n")),
+                    }
+                }
+            }),
+        );
+    }
+    let app = app.route(
         "/metrics",
         get(move || {
             let (name, counters) = (name.clone(), Arc::clone(&counters));

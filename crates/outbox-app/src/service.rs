@@ -282,7 +282,7 @@ impl RelayBuilder {
             "stall watchdog",
             crate::stall::watch(
                 Arc::clone(&progress),
-                watch_store,
+                Some(watch_store),
                 self.stall_after,
                 cancel.clone(),
             ),

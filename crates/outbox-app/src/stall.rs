@@ -33,6 +33,9 @@ pub struct RelayProgress {
     /// The last claim failed (a claim that cannot run is work not looked at).
     claim_failing: AtomicBool,
     stalled: Mutex<Option<String>>,
+    /// A consumer's name, for a consumer worker's progress (deliveries recorded in
+    /// its inbox); `None` for a relay's (claims and marks).
+    consumer: Option<String>,
 }
 
 impl Default for RelayProgress {
@@ -43,11 +46,48 @@ impl Default for RelayProgress {
             in_hand: AtomicUsize::new(0),
             claim_failing: AtomicBool::new(false),
             stalled: Mutex::new(None),
+            consumer: None,
         }
     }
 }
 
+/// One delivery in a consumer worker's hands, until dropped.
+#[derive(Debug)]
+pub(crate) struct Held<'a>(&'a RelayProgress);
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.0.let_go();
+    }
+}
+
 impl RelayProgress {
+    /// The progress of consumer `name`'s worker: a delivery counts as moving when
+    /// its inbox row is recorded (handled, failed and stored, held, a duplicate),
+    /// and deliveries in hand or an inbox that refuses them are work due.
+    #[must_use]
+    pub fn for_consumer(name: &str) -> Self {
+        Self {
+            consumer: Some(name.to_owned()),
+            ..Self::default()
+        }
+    }
+
+    /// A delivery taken in hand (a consumer's), until the guard is dropped.
+    pub(crate) fn hold(&self) -> Held<'_> {
+        self.in_hand.fetch_add(1, Ordering::Relaxed);
+        Held(self)
+    }
+
+    /// A consumer's try at recording a delivery in its inbox: recorded, or not
+    /// (the inbox refused or could not be reached).
+    pub(crate) fn recorded(&self, ok: bool) {
+        self.claim_failing.store(!ok, Ordering::Relaxed);
+        if ok {
+            self.completed();
+        }
+    }
+
     fn now(&self) -> Duration {
         self.origin.elapsed()
     }
@@ -103,13 +143,18 @@ impl RelayProgress {
     }
 
     fn set(&self, verdict: Progress, stall_after: Duration) {
-        let why = match verdict {
-            Progress::Stalled { quiet } => Some(format!(
+        let why = match (verdict, &self.consumer) {
+            (Progress::Stalled { quiet }, None) => Some(format!(
                 "stalled: work is due and no claim or mark has completed for {}s (health.stall_after {:?}); is a statement waiting on another session's lock?",
                 quiet.as_secs(),
                 stall_after
             )),
-            Progress::Idle | Progress::Moving => None,
+            (Progress::Stalled { quiet }, Some(_)) => Some(format!(
+                "stalled: deliveries are in hand and none has been recorded in the inbox for {}s (stall_after {:?}); is the inbox waiting on another session's lock, or unreachable?",
+                quiet.as_secs(),
+                stall_after
+            )),
+            (Progress::Idle | Progress::Moving, _) => None,
         };
         let mut s = self
             .stalled
@@ -122,7 +167,13 @@ impl RelayProgress {
         }
         *s = why;
         drop(s);
-        metrics::gauge!("outbox_relay_stalled").set(if verdict.is_stalled() { 1.0 } else { 0.0 });
+        let value = if verdict.is_stalled() { 1.0 } else { 0.0 };
+        match &self.consumer {
+            None => metrics::gauge!("outbox_relay_stalled").set(value),
+            Some(name) => {
+                metrics::gauge!("outbox_consumer_stalled", "consumer" => name.clone()).set(value);
+            }
+        }
     }
 }
 
@@ -135,10 +186,12 @@ fn tick(stall_after: Duration) -> Duration {
 /// Watches `progress` until `cancel` fires: while the dispatcher holds no batch, asks
 /// `store` whether a claim would find work (a question bounded like every other
 /// statement; no answer keeps the last one), and records the [`StallWatch`]'s
-/// verdict for readiness and the `outbox_relay_stalled` gauge.
+/// verdict for readiness and the `outbox_relay_stalled` gauge. Without a store (a
+/// consumer's worker), work is due exactly while deliveries are in hand or the
+/// inbox refuses them.
 pub async fn watch(
     progress: Arc<RelayProgress>,
-    store: Arc<dyn OutboxRelayPath>,
+    store: Option<Arc<dyn OutboxRelayPath>>,
     stall_after: Duration,
     cancel: CancellationToken,
 ) {
@@ -147,7 +200,7 @@ pub async fn watch(
     loop {
         let due = if progress.busy() {
             Some(true)
-        } else {
+        } else if let Some(store) = &store {
             // A store that does not answer within the bound is no answer: the
             // watchdog itself must never be the one stuck.
             match tokio::time::timeout(stall_after.max(every), store.pending_claimable()).await {
@@ -158,6 +211,8 @@ pub async fn watch(
                 }
                 Err(_) => None,
             }
+        } else {
+            Some(false)
         };
         let verdict = watch.observe(progress.now(), due, progress.last_progress());
         progress.set(verdict, stall_after);

@@ -3,7 +3,7 @@
 //! `chromedriver`, against the dashboard over the in-memory adapters. Fails, with
 //! the install command, when either is missing (never a silent skip); on a failed
 //! scenario a screenshot is kept under `<target>/ui-screenshots/`. With `--docs`,
-//! takes the README's screenshots into DIR instead. `ci` runs it after the tests.
+//! takes the screenshots of `docs/admin.md` into DIR instead. `ci` runs it after the tests.
 
 use std::path::Path;
 use std::process::Command;

@@ -189,8 +189,7 @@ impl NewMessage {
     }
 
     /// Orders it after every earlier message with the same key: none of them is
-    /// published before the one before it is confirmed (see the README's per-key
-    /// ordering).
+    /// published before the one before it is confirmed (see `docs/ordering.md`).
     #[must_use]
     pub fn with_ordering_key(mut self, key: impl Into<String>) -> Self {
         self.ordering_key = Some(key.into());

@@ -4,7 +4,8 @@
 //!   `outbox-app` without default features, and a check with each of its features
 //!   alone), the dependency guard, and the whole test suite.
 //! - `guard`: the dependency guard alone (the architecture invariants that a
-//!   dependency graph can prove).
+//!   dependency graph can prove), and every path ARCHITECTURE.md's code map names
+//!   exists ([`code_map_problems`] has the rule).
 //! - `it`: only the tests that need the real PostgreSQL, RabbitMQ and Redis (URLs
 //!   from `OUTBOX_TEST_*`, else the local defaults). `ci` runs them too, once.
 //! - `bench [--quick]`: builds release binaries and runs `outbox-bench`, which prints
@@ -30,6 +31,7 @@
 mod api_fuzz;
 mod ui_test;
 
+use std::path::Path;
 use std::process::{Command, ExitCode};
 
 /// `outbox-app`'s optional features, each with the crates it alone may bring. With
@@ -124,7 +126,7 @@ fn main() -> ExitCode {
         Some("ui-test") => ui_test::ui_test(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask <ci|guard|it|bench [--quick]|chaos [--quick] [--only NAME,...]|soak [--duration 60m] [--rate 1000] [--seed N]|api-fuzz|ui-test [--docs DIR]>\n\n  ci     fmt check, clippy -D warnings, dependency guard, all tests, quick chaos, api-fuzz\n  guard  dependency guard only\n  it     tests against the real PostgreSQL, RabbitMQ and Redis only\n  bench  the relay side by side with the raw limits (target/bench/summary.json)\n  chaos  the fault suite against the local services (target/chaos/summary.json)\n  soak   an endurance run with random faults (target/soak/summary.json, soak.svg)\n  api-fuzz  Schemathesis against the admin API of a live `outbox run`\n  ui-test  the dashboard's browser tests in headless chromium (target/ui-screenshots on failure)"
+                "usage: cargo xtask <ci|guard|it|bench [--quick]|chaos [--quick] [--only NAME,...]|soak [--duration 60m] [--rate 1000] [--seed N]|api-fuzz|ui-test [--docs DIR]>\n\n  ci     fmt check, clippy -D warnings, dependency guard, all tests, quick chaos, api-fuzz\n  guard  dependency guard and the paths of ARCHITECTURE.md's code map\n  it     tests against the real PostgreSQL, RabbitMQ and Redis only\n  bench  the relay side by side with the raw limits (target/bench/summary.json)\n  chaos  the fault suite against the local services (target/chaos/summary.json)\n  soak   an endurance run with random faults (target/soak/summary.json, soak.svg)\n  api-fuzz  Schemathesis against the admin API of a live `outbox run`\n  ui-test  the dashboard's browser tests in headless chromium (target/ui-screenshots on failure)"
             );
             return ExitCode::from(2);
         }
@@ -459,9 +461,10 @@ fn guard() -> Result<(), String> {
     }
     problems.extend(app_feature_problems()?);
     problems.extend(tls_problems()?);
+    problems.extend(code_map_problems()?);
     if problems.is_empty() {
         eprintln!(
-            "xtask: guard passed (outbox-core: {} normal dependencies, none doing I/O; adapters independent; outbox-admin on ports only; outbox-app's features bring only their own stacks; TLS on rustls with ring only, no OpenSSL)",
+            "xtask: guard passed (outbox-core: {} normal dependencies, none doing I/O; adapters independent; outbox-admin on ports only; outbox-app's features bring only their own stacks; TLS on rustls with ring only, no OpenSSL; every path of ARCHITECTURE.md's code map exists)",
             core.len()
         );
         Ok(())
@@ -586,12 +589,79 @@ fn app_feature_problems() -> Result<Vec<String>, String> {
     Ok(problems)
 }
 
+/// ARCHITECTURE.md's code map names only paths that exist. The rule: in the section
+/// from the heading `## Code map` to the next `## ` heading, outside fenced blocks,
+/// an inline code span is a path when it is made only of letters, digits and
+/// `_-./`, does not start with `/`, and contains a `/` or ends in `.rs`, `.toml` or
+/// `.md`; it is relative to the repository root (a trailing `/`: a directory).
+fn code_map_problems() -> Result<Vec<String>, String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .ok_or("xtask has no parent directory")?;
+    let doc = std::fs::read_to_string(root.join("ARCHITECTURE.md"))
+        .map_err(|e| format!("reading ARCHITECTURE.md: {e}"))?;
+    if !doc.lines().any(|l| l.trim_end() == "## Code map") {
+        return Ok(vec![
+            "ARCHITECTURE.md has no `## Code map` section, whose paths the guard checks".to_owned(),
+        ]);
+    }
+    Ok(missing_code_map_paths(&doc, root)
+        .into_iter()
+        .map(|p| format!("ARCHITECTURE.md's code map names `{p}`, which does not exist"))
+        .collect())
+}
+
+/// The paths (see [`code_map_problems`]) of `doc`'s code map missing under `root`.
+fn missing_code_map_paths(doc: &str, root: &Path) -> Vec<String> {
+    let (mut in_map, mut in_fence, mut map) = (false, false, String::new());
+    for line in doc.lines() {
+        if line.trim_start().starts_with("```") {
+            in_fence = !in_fence;
+        } else if !in_fence && line.starts_with("## ") {
+            in_map = line.trim_end() == "## Code map";
+        } else if in_map && !in_fence {
+            map.push_str(line);
+            map.push('\n');
+        }
+    }
+    let is_path = |t: &str| {
+        !t.is_empty()
+            && !t.starts_with('/')
+            && t.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_-./".contains(c))
+            && (t.contains('/') || [".rs", ".toml", ".md"].iter().any(|e| t.ends_with(e)))
+    };
+    let mut missing: Vec<String> = Vec::new();
+    for span in map.split('`').skip(1).step_by(2) {
+        if is_path(span) && !root.join(span).exists() && !missing.iter().any(|m| m == span) {
+            missing.push(span.to_owned());
+        }
+    }
+    missing
+}
+
 #[cfg(test)]
 mod tests {
     use super::soak_args_ok;
 
     fn args(list: &[&str]) -> Result<bool, String> {
         soak_args_ok(&list.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn the_code_map_names_only_paths_that_exist() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("xtask is in the workspace");
+        let doc = "# Architecture\n\n`crates/gone.rs` before the map is not checked.\n\n\
+                   ## Code map\n\n### `xtask/`\n\n`xtask/src/main.rs`, `Cargo.toml`, \
+                   `xtask/src/gone.rs` and `docs/gone.md`; not paths: `outbox_core::lease`, \
+                   `/api/v1`, `<holder>/<token>`, `a b/c`, `main.rs:12`.\n\
+                   ```text\n`in/a/fence.rs`\n```\n\n## Glossary\n\n`crates/gone/` is after it.\n";
+        assert_eq!(
+            super::missing_code_map_paths(doc, root),
+            ["xtask/src/gone.rs", "docs/gone.md"]
+        );
     }
 
     #[test]

@@ -98,7 +98,7 @@ fn free_port() -> Result<u16, String> {
 pub(crate) fn api_fuzz() -> Result<(), String> {
     run(
         "build",
-        crate::cargo().args(["build", "-p", "outbox-app", "--bin", "outbox"]),
+        crate::cargo().args(["build", "-p", "outbox-cli", "--bin", "outbox"]),
     )?;
     let found = Command::new("schemathesis").arg("--version").output();
     if !found.is_ok_and(|o| o.status.success()) {

@@ -34,6 +34,9 @@ mod ui_test;
 use std::path::Path;
 use std::process::{Command, ExitCode};
 
+/// The facade's features, each checked alone by `ci`.
+const FACADE_FEATURES: &[&str] = &["postgres", "rabbitmq", "redis", "memory", "admin", "otel"];
+
 /// `outbox-app`'s optional features, each with the crates it alone may bring. With
 /// no features, none of these crates is a dependency; with one feature, only its
 /// own, and those of the features it turns on ([`APP_FEATURE_IMPLIES`]; `cli` turns
@@ -200,6 +203,35 @@ fn ci() -> Result<(), String> {
             ]),
         )?;
     }
+    // The facade likewise: without features (no driver at all) and with each
+    // feature alone, so a user's `default-features = false` plus one backend builds.
+    run(
+        "clippy (outbox without default features)",
+        cargo().args([
+            "clippy",
+            "-p",
+            "outbox",
+            "--no-default-features",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]),
+    )?;
+    for feature in FACADE_FEATURES {
+        run(
+            &format!("check (outbox with feature {feature} alone)"),
+            cargo().args([
+                "check",
+                "-p",
+                "outbox",
+                "--no-default-features",
+                "--features",
+                feature,
+                "--all-targets",
+            ]),
+        )?;
+    }
     // No Docker engine here: the containers path is compiled and linted, and its
     // choice logic unit-tested with the rest (outbox_testkit::containers).
     run(
@@ -236,7 +268,7 @@ fn bench(quick: bool) -> Result<(), String> {
             "build",
             "--release",
             "-p",
-            "outbox-app",
+            "outbox-cli",
             "-p",
             "outbox-bench",
         ]),
@@ -261,7 +293,7 @@ fn chaos(args: &[String]) -> Result<(), String> {
         cargo().args([
             "build",
             "-p",
-            "outbox-app",
+            "outbox-cli",
             "-p",
             "outbox-examples",
             "-p",
@@ -317,7 +349,7 @@ fn soak(args: &[String]) -> Result<(), String> {
     build.args([
         "build",
         "-p",
-        "outbox-app",
+        "outbox-cli",
         "-p",
         "outbox-examples",
         "-p",
@@ -459,12 +491,13 @@ fn guard() -> Result<(), String> {
             "outbox-admin depends on {bad}: it reaches the stores through the ports only"
         ));
     }
+    problems.extend(layering_problems()?);
     problems.extend(app_feature_problems()?);
     problems.extend(tls_problems()?);
     problems.extend(code_map_problems()?);
     if problems.is_empty() {
         eprintln!(
-            "xtask: guard passed (outbox-core: {} normal dependencies, none doing I/O; adapters independent; outbox-admin on ports only; outbox-app's features bring only their own stacks; TLS on rustls with ring only, no OpenSSL; every path of ARCHITECTURE.md's code map exists)",
+            "xtask: guard passed (outbox-core: {} normal dependencies, none doing I/O; adapters independent; outbox-admin on ports only; clap, config and anyhow in outbox-cli only; the facade without features pulls no driver; one binary `outbox`; outbox-app's features bring only their own stacks; TLS on rustls with ring only, no OpenSSL; every path of ARCHITECTURE.md's code map exists)",
             core.len()
         );
         Ok(())
@@ -534,6 +567,82 @@ fn tls_problems() -> Result<Vec<String>, String> {
         }
     }
     Ok(problems)
+}
+
+/// The command line's crates (argument parsing, configuration files, anyhow's
+/// errors) belong to the binary only.
+const CLI_ONLY_CRATES: &[&str] = &["clap", "config", "anyhow"];
+
+/// Crates a library of ours never brings, with all features on: only `outbox-cli`
+/// (the binary) and the test, bench and example packages may.
+const LIBRARIES_WITHOUT_CLI_CRATES: &[&str] = &[
+    "outbox",
+    "outbox-core",
+    "outbox-ports",
+    "outbox-runtime",
+    "outbox-relay",
+    "outbox-consumer",
+    "outbox-admin",
+];
+
+/// Drivers and servers the facade without features must not pull.
+const DRIVER_CRATES: &[&str] = &[
+    "sqlx",
+    "lapin",
+    "deadpool-redis",
+    "redis",
+    "tokio-postgres",
+    "axum",
+    "hyper",
+    "clap",
+];
+
+/// The layering of the crates: the command line's crates only in `outbox-cli`,
+/// the facade without features pulls no driver, and one package has the binary
+/// `outbox`.
+fn layering_problems() -> Result<Vec<String>, String> {
+    let mut problems = Vec::new();
+    for lib in LIBRARIES_WITHOUT_CLI_CRATES {
+        let deps = normal_deps_with(lib, &["--all-features"])?;
+        for bad in deps
+            .iter()
+            .filter(|d| CLI_ONLY_CRATES.contains(&d.as_str()))
+        {
+            problems.push(format!(
+                "{lib} (all features) depends on {bad}: only outbox-cli may"
+            ));
+        }
+    }
+    let bare = normal_deps_with("outbox", &["--no-default-features"])?;
+    for bad in bare.iter().filter(|d| DRIVER_CRATES.contains(&d.as_str())) {
+        problems.push(format!(
+            "outbox with --no-default-features depends on {bad}: the facade without features pulls no driver"
+        ));
+    }
+    let with_bin: Vec<String> = workspace_packages()?
+        .into_iter()
+        .filter(|p| {
+            std::fs::read_to_string(format!("crates/{p}/Cargo.toml"))
+                .is_ok_and(|t| declares_bin(&t, "outbox"))
+        })
+        .collect();
+    if with_bin != ["outbox-cli"] {
+        problems.push(format!(
+            "the binary `outbox` must be outbox-cli's alone; declared by: {with_bin:?}"
+        ));
+    }
+    Ok(problems)
+}
+
+/// Whether a manifest declares a `[[bin]]` named `name`.
+fn declares_bin(manifest: &str, name: &str) -> bool {
+    let wanted = format!("name = \"{name}\"");
+    manifest.split("[[bin]]").skip(1).any(|section| {
+        section
+            .split("\n[")
+            .next()
+            .is_some_and(|s| s.lines().any(|l| l.trim() == wanted))
+    })
 }
 
 /// `outbox-app` without default features brings no stack of any feature, and each
@@ -646,6 +755,18 @@ mod tests {
 
     fn args(list: &[&str]) -> Result<bool, String> {
         soak_args_ok(&list.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn a_bin_is_found_only_in_its_own_section() {
+        let cli = "[package]\nname = \"outbox-cli\"\n\n[[bin]]\nname = \"outbox\"\npath = \"src/main.rs\"\n";
+        assert!(super::declares_bin(cli, "outbox"));
+        let other = "[package]\nname = \"outbox\"\n\n[[bin]]\nname = \"outbox-e2e\"\n";
+        assert!(!super::declares_bin(other, "outbox"));
+        assert!(!super::declares_bin(
+            "[package]\nname = \"outbox\"\n",
+            "outbox"
+        ));
     }
 
     #[test]

@@ -615,7 +615,7 @@ impl Bench {
             .kill_on_drop(true)
             .spawn()
             .with_context(|| {
-                format!("starting {relay_bin} (build it with cargo build --release -p outbox-app)")
+                format!("starting {relay_bin} (build it with cargo build --release -p outbox-cli)")
             })?;
         let pid = child.id().context("relay pid")?;
         let mut peak_kib = 0_u64;

@@ -1493,7 +1493,7 @@ mod tests {
     fn fencing_tokens_are_read_from_log_lines_and_json() {
         assert_eq!(
             fencing_token(
-                "WARN outbox_app::sweeper: retry lock lost task=\"publish-retry\" fencing_token=1796044583355966 ..."
+                "WARN outbox_runtime::sweeper: retry lock lost task=\"publish-retry\" fencing_token=1796044583355966 ..."
             ),
             Some(1_796_044_583_355_966)
         );

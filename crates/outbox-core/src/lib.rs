@@ -4,7 +4,7 @@
 //! Nothing here performs I/O, spawns tasks or reads a clock. Time and randomness are
 //! passed in as arguments, so every decision can be tested exhaustively without a
 //! runtime. The I/O lives behind the traits of `outbox-ports` and is driven by the
-//! services of `outbox-app`.
+//! services of `outbox-relay` and `outbox-consumer`.
 //!
 //! Architecture Invariant: this crate depends on no async runtime, database, broker
 //! or cache client (checked by `cargo xtask ci`).

@@ -1,5 +1,5 @@
 //! The ports of `outbox`: the async traits through which the services of
-//! `outbox-app` reach storage, the broker, the cluster lock, the shared sweep state
+//! `outbox-relay` and `outbox-consumer` reach storage, the broker, the cluster lock, the shared sweep state
 //! and the clock. Adapters (memory, PostgreSQL, RabbitMQ, Redis) implement them.
 //!
 //! Every trait is object safe and `Send + Sync`, so adapters can be chosen by

@@ -14,13 +14,14 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::relay::Wakeup;
-use crate::supervision::supervise;
-use crate::throughput::ThroughputRecorder;
+use crate::dispatcher::Wakeup;
 use crate::{
-    Dispatcher, DispatcherConfig, LeaseFactory, PublishRetryTask, RelayCounters, RetentionConfig,
-    RetrySweeper, SentRetentionTask, ServiceHealth,
+    Dispatcher, DispatcherConfig, PublishRetryTask, RelayCounters, RetentionConfig,
+    SentRetentionTask,
 };
+use outbox_runtime::ThroughputRecorder;
+use outbox_runtime::supervision::supervise;
+use outbox_runtime::{LeaseFactory, RetrySweeper, ServiceHealth};
 
 /// Builds a relay from its adapters.
 ///
@@ -29,8 +30,8 @@ use crate::{
 /// #            publisher: std::sync::Arc<dyn outbox_ports::Publisher>,
 /// #            lock: std::sync::Arc<dyn outbox_ports::DistributedLock>,
 /// #            state: std::sync::Arc<dyn outbox_ports::SweepStateStore>) {
-/// let cancel = outbox_app::CancellationToken::new();
-/// let relay = outbox_app::RelayBuilder::new(store, publisher, lock, state).start(&cancel);
+/// let cancel = outbox_relay::CancellationToken::new();
+/// let relay = outbox_relay::RelayBuilder::new(store, publisher, lock, state).start(&cancel);
 /// // ... on shutdown:
 /// cancel.cancel();
 /// relay.join().await;
@@ -72,7 +73,7 @@ pub struct RelayHandles {
     /// when a log was given.
     pub throughput: Option<JoinHandle<()>>,
     /// The dispatcher's progress and the stall watchdog's verdict (`/readyz`).
-    pub progress: Arc<crate::stall::RelayProgress>,
+    pub progress: Arc<outbox_runtime::stall::RelayProgress>,
     /// The stall watchdog task.
     pub watchdog: JoinHandle<()>,
 }
@@ -116,13 +117,13 @@ impl RelayBuilder {
             instance: LeaseFactory::instance_id("relay"),
             retention: None,
             throughput: None,
-            stall_after: crate::stall::DEFAULT_STALL_AFTER,
+            stall_after: outbox_runtime::stall::DEFAULT_STALL_AFTER,
         }
     }
 
     /// Readiness fails once work is due and no claim or mark has completed for
     /// this long (`[health] stall_after`; default
-    /// [`crate::stall::DEFAULT_STALL_AFTER`]). Zero is taken as 1 ms.
+    /// [`outbox_runtime::stall::DEFAULT_STALL_AFTER`]). Zero is taken as 1 ms.
     #[must_use]
     pub fn stall_after(mut self, stall_after: Duration) -> Self {
         self.stall_after = stall_after.max(Duration::from_millis(1));
@@ -191,7 +192,7 @@ impl RelayBuilder {
     #[must_use]
     pub fn start(self, cancel: &CancellationToken) -> RelayHandles {
         let counters = Arc::new(RelayCounters::default());
-        let progress = Arc::new(crate::stall::RelayProgress::default());
+        let progress = Arc::new(outbox_runtime::stall::RelayProgress::default());
         let mut wakeup = self.wakeup;
         let dispatchers: Vec<Dispatcher> = (0..self.dispatch.pipelines.max(1))
             .map(|i| {
@@ -280,7 +281,7 @@ impl RelayBuilder {
         // whatever happens.
         let watchdog = supervise(
             "stall watchdog",
-            crate::stall::watch(
+            outbox_runtime::stall::watch(
                 Arc::clone(&progress),
                 Some(watch_store),
                 self.stall_after,

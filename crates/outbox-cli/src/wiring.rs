@@ -20,9 +20,9 @@ use outbox_ports::{
 };
 
 use crate::config::{CoordinationKind, PublisherKind, RelayConfig, StoreKind};
+use outbox_relay::dispatcher::Wakeup;
 /// Kept here too, where it was first public.
-pub use crate::pg_wakeup::PgWakeupSource;
-use crate::relay::Wakeup;
+pub use outbox_relay::pg_wakeup::PgWakeupSource;
 
 /// The adapters a configuration asks for.
 pub struct Wired {

@@ -52,17 +52,23 @@ impl ServiceHealth {
     }
 }
 
-/// The text of a panic's payload.
-fn panic_text(e: tokio::task::JoinError) -> String {
-    if !e.is_panic() {
-        return e.to_string();
-    }
-    let payload = e.into_panic();
+/// The text of a panic's payload (a `&str` or `String` message).
+#[must_use]
+pub fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
     payload
         .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "a panic without a message".to_owned())
+}
+
+/// Why a task ended abnormally: its panic's text, or the join error.
+fn join_error_text(e: tokio::task::JoinError) -> String {
+    if e.is_panic() {
+        panic_text(e.into_panic().as_ref())
+    } else {
+        e.to_string()
+    }
 }
 
 /// Runs `task` as `name`: a panic, or an end before `cancel` fired, marks `health`
@@ -81,7 +87,7 @@ where
         match inner.await {
             Ok(()) if cancel.is_cancelled() => {}
             Ok(()) => health.fail(name, "stopped on its own"),
-            Err(e) => health.fail(name, &format!("panicked: {}", panic_text(e))),
+            Err(e) => health.fail(name, &format!("panicked: {}", join_error_text(e))),
         }
     })
 }

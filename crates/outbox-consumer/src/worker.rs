@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -29,7 +29,10 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
-use crate::{LeaseFactory, Random, SweepTask, sleep_or_cancel};
+pub use crate::counters::ConsumerCounters;
+use crate::retention::ConsumerRetention;
+use outbox_runtime::supervision::panic_text;
+use outbox_runtime::{LeaseFactory, Random, SweepTask, sleep_or_cancel};
 
 /// What a handler returns on failure.
 pub type HandlerError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -178,14 +181,6 @@ impl Handlers<dyn Handler> {
     }
 }
 
-pub(crate) fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "non-text panic payload".to_owned())
-}
-
 /// Settings of a consumer.
 #[derive(Debug, Clone)]
 pub struct ConsumerConfig {
@@ -243,7 +238,7 @@ pub struct ConsumerConfig {
     pub settle_timeout: Duration,
     /// Deleting old consumed inbox rows; run by [`crate::PgConsumerWorker`] (the
     /// backend-neutral inbox port has no deletion).
-    pub retention: crate::ConsumerRetention,
+    pub retention: ConsumerRetention,
     /// The queue the broker dead-letters `queue`'s deliveries into when it gives
     /// up on them (a quorum queue's delivery limit: the topology's
     /// `dead_letter_queue`). The worker drains it beside `queue`: each delivery is
@@ -273,9 +268,9 @@ impl ConsumerConfig {
             store_error_backoff: Duration::from_secs(1),
             max_payload_bytes: outbox_core::message::DEFAULT_MAX_PAYLOAD_BYTES,
             settle_timeout: Duration::from_secs(10),
-            retention: crate::ConsumerRetention::default(),
+            retention: ConsumerRetention::default(),
             dead_letter_queue: None,
-            stall_after: crate::stall::DEFAULT_STALL_AFTER,
+            stall_after: outbox_runtime::stall::DEFAULT_STALL_AFTER,
         }
     }
 
@@ -285,27 +280,6 @@ impl ConsumerConfig {
     pub fn lease_ttl(&self) -> Duration {
         self.handler_timeout + Duration::from_secs(10)
     }
-}
-
-/// Totals of a consumer, for metrics and the demo.
-#[derive(Debug, Default)]
-pub struct ConsumerCounters {
-    /// Deliveries handled successfully (first attempt or retry).
-    pub consumed: AtomicU64,
-    /// Handler attempts that failed.
-    pub consume_failures: AtomicU64,
-    /// Redeliveries recognised by the inbox and skipped.
-    pub duplicates: AtomicU64,
-    /// Deliveries that went dead.
-    pub dead: AtomicU64,
-    /// Deliveries that could not be decoded, kept as dead letters.
-    pub dead_letters: AtomicU64,
-    /// Consumed inbox rows deleted by retention.
-    pub retention_deleted: AtomicU64,
-    /// Deliveries recorded to wait behind an earlier unfinished delivery of their
-    /// ordering key (with [`ConsumerConfig::ordered_by_key`]); the consume sweep
-    /// handles them in order.
-    pub held_behind_key: AtomicU64,
 }
 
 /// The longest pause between two tries of an unreachable inbox by a delivery in
@@ -500,7 +474,7 @@ pub trait InboxPath: Send + Sync + 'static {
     fn retention(
         &self,
         _consumer: &str,
-        _retention: crate::ConsumerRetention,
+        _retention: ConsumerRetention,
         _counters: &Arc<ConsumerCounters>,
         _cancel: &CancellationToken,
     ) -> Option<Pin<Box<dyn Future<Output = ()> + Send + 'static>>> {
@@ -608,7 +582,7 @@ struct Shared<P> {
     counters: Arc<ConsumerCounters>,
     /// Shut while the inbox does not answer: the consuming loop waits on it.
     gate: StoreGate,
-    progress: Arc<crate::stall::RelayProgress>,
+    progress: Arc<outbox_runtime::stall::RelayProgress>,
 }
 
 impl<P: InboxPath> Shared<P> {
@@ -853,10 +827,12 @@ impl<P: InboxPath> InboxWorker<P> {
                 clock,
                 config,
                 leases,
-                random: crate::default_random,
+                random: outbox_runtime::default_random,
                 counters: Arc::default(),
                 gate: StoreGate::default(),
-                progress: Arc::new(crate::stall::RelayProgress::for_consumer(&config_name)),
+                progress: Arc::new(outbox_runtime::stall::RelayProgress::for_consumer(
+                    &config_name,
+                )),
             }),
         }
     }
@@ -866,7 +842,7 @@ impl<P: InboxPath> InboxWorker<P> {
     /// recorded for `config.stall_after`, and clears by itself; served as `/readyz`
     /// by [`crate::http::serve_consumer_ready`].
     #[must_use]
-    pub fn progress(&self) -> Arc<crate::stall::RelayProgress> {
+    pub fn progress(&self) -> Arc<outbox_runtime::stall::RelayProgress> {
         Arc::clone(&self.shared.progress)
     }
 
@@ -904,7 +880,7 @@ impl<P: InboxPath> InboxWorker<P> {
             };
             // Only spawned when the inbox has retention.
             make().map(|first| {
-                tokio::spawn(crate::consumer_retention::supervise(
+                tokio::spawn(crate::retention::supervise(
                     config.name.clone(),
                     config.retention.interval(),
                     first,
@@ -914,7 +890,7 @@ impl<P: InboxPath> InboxWorker<P> {
             })
         };
         let stop_watch = cancel.child_token();
-        let watchdog = tokio::spawn(crate::stall::watch(
+        let watchdog = tokio::spawn(outbox_runtime::stall::watch(
             Arc::clone(&self.shared.progress),
             None,
             config.stall_after.max(Duration::from_millis(1)),

@@ -19,9 +19,9 @@ use outbox_ports::{Clock, InboxStore, OutboxStore, SystemClock};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::{
-    ConsumerConfig, ConsumerWorker, Dispatcher, DispatcherConfig, HandlerError, HandlerRegistry,
-    LeaseFactory, PublishRetryTask, RelayCounters, RetrySweeper, handler_fn,
+use outbox_consumer::{ConsumerConfig, ConsumerWorker, HandlerError, HandlerRegistry, handler_fn};
+use outbox_relay::{
+    Dispatcher, DispatcherConfig, LeaseFactory, PublishRetryTask, RelayCounters, RetrySweeper,
 };
 
 const EXCHANGE: &str = "demo.orders";

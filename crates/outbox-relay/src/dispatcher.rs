@@ -12,7 +12,7 @@ use outbox_ports::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::{LeaseFactory, Random, SweepTask, sleep_or_cancel};
+use outbox_runtime::{LeaseFactory, Random, SweepTask, sleep_or_cancel};
 
 mod overlap;
 use overlap::ClaimOverlap;
@@ -400,7 +400,7 @@ struct Relay {
     random: Random,
     counters: Arc<RelayCounters>,
     /// What the stall watchdog reads (the dispatcher's claims and marks).
-    progress: Arc<crate::stall::RelayProgress>,
+    progress: Arc<outbox_runtime::stall::RelayProgress>,
 }
 
 impl Relay {
@@ -416,7 +416,7 @@ impl Relay {
             publisher,
             leases: LeaseFactory::new(instance, lease_ttl),
             policy,
-            random: crate::default_random,
+            random: outbox_runtime::default_random,
             counters: Arc::default(),
             progress: Arc::default(),
         }
@@ -537,9 +537,9 @@ impl Dispatcher {
     }
 
     /// Reports its claims and marks to `progress` (read by the stall watchdog,
-    /// [`crate::stall::watch`]).
+    /// [`outbox_runtime::stall::watch`]).
     #[must_use]
-    pub fn with_progress(mut self, progress: Arc<crate::stall::RelayProgress>) -> Self {
+    pub fn with_progress(mut self, progress: Arc<outbox_runtime::stall::RelayProgress>) -> Self {
         self.relay.progress = progress;
         self
     }

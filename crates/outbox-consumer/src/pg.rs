@@ -17,13 +17,14 @@ use outbox_core::Message;
 use outbox_ports::{ClaimedDelivery, Clock, InboxConsumerPath, Lease, Subscriber};
 use tokio_util::sync::CancellationToken;
 
-use crate::consumer::{
-    AttemptContext, ConsumerConfig, ConsumerCounters, Failure, Handled, Handlers, InboxPath,
-    InboxRetryTask, InboxWorker, Unrecorded, no_handler, panic_text,
-};
-use crate::consumer_retention::run_retention;
 use crate::pg_batch::GroupCommit;
+use crate::retention::run_retention;
+use crate::worker::{
+    AttemptContext, ConsumerConfig, ConsumerCounters, Failure, Handled, Handlers, InboxPath,
+    InboxRetryTask, InboxWorker, Unrecorded, no_handler,
+};
 use crate::{ConsumerRetention, HandlerError};
+use outbox_runtime::supervision::panic_text;
 
 /// Handles one message with the inbox transaction's connection: its writes commit
 /// with the inbox row.

@@ -17,7 +17,8 @@ use tracing_subscriber::EnvFilter;
 use crate::admin_cli::{self, ConsumersAction, DeadLettersAction, MessagesAction, OrderingAction};
 use crate::config::{CoordinationKind, RelayConfig, StoreKind};
 use crate::demo::{self, DemoOptions};
-use crate::{DispatcherConfig, LeaseFactory, RelayBuilder, http, wiring};
+use crate::{http, wiring};
+use outbox_relay::{DispatcherConfig, LeaseFactory, RelayBuilder};
 
 /// Transactional outbox, idempotent inbox and retry relay for RabbitMQ.
 #[derive(Debug, Parser)]

@@ -19,7 +19,7 @@ use outbox_ports::{DistributedLock, OutboxStore, Publisher};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::RelayCounters;
+use outbox_relay::RelayCounters;
 
 /// What the endpoints read.
 #[derive(Clone)]
@@ -37,10 +37,10 @@ pub struct HttpState {
     /// Bearer token, if required.
     pub token: Option<String>,
     /// The relay's tasks: a panicked or stopped one fails readiness.
-    pub health: Arc<crate::ServiceHealth>,
+    pub health: Arc<outbox_runtime::ServiceHealth>,
     /// The stall watchdog's verdict (`RelayHandles::progress`): a stalled relay
     /// fails readiness; `None` checks nothing.
-    pub progress: Option<Arc<crate::stall::RelayProgress>>,
+    pub progress: Option<Arc<outbox_runtime::stall::RelayProgress>>,
 }
 
 /// The process-wide Prometheus recorder (installed once).
@@ -213,7 +213,7 @@ async fn metrics_text(State(state): State<HttpState>, headers: HeaderMap) -> Res
 }
 
 /// Publishes a consumer's counters as Prometheus metrics (labelled by consumer).
-pub fn record_consumer(name: &str, c: &crate::ConsumerCounters) {
+pub fn record_consumer(name: &str, c: &outbox_consumer::ConsumerCounters) {
     let _ = prometheus();
     let label = [("consumer", name.to_owned())];
     metrics::counter!("outbox_consumed_total", &label).absolute(c.consumed.load(Ordering::Relaxed));
@@ -238,7 +238,7 @@ pub fn record_consumer(name: &str, c: &crate::ConsumerCounters) {
 pub async fn serve_consumer(
     address: SocketAddr,
     name: String,
-    counters: Arc<crate::ConsumerCounters>,
+    counters: Arc<outbox_consumer::ConsumerCounters>,
     cancel: CancellationToken,
 ) -> std::io::Result<()> {
     serve_consumer_router(address, name, counters, None, cancel).await
@@ -254,8 +254,8 @@ pub async fn serve_consumer(
 pub async fn serve_consumer_ready(
     address: SocketAddr,
     name: String,
-    counters: Arc<crate::ConsumerCounters>,
-    progress: Arc<crate::stall::RelayProgress>,
+    counters: Arc<outbox_consumer::ConsumerCounters>,
+    progress: Arc<outbox_runtime::stall::RelayProgress>,
     cancel: CancellationToken,
 ) -> std::io::Result<()> {
     serve_consumer_router(address, name, counters, Some(progress), cancel).await
@@ -264,8 +264,8 @@ pub async fn serve_consumer_ready(
 async fn serve_consumer_router(
     address: SocketAddr,
     name: String,
-    counters: Arc<crate::ConsumerCounters>,
-    progress: Option<Arc<crate::stall::RelayProgress>>,
+    counters: Arc<outbox_consumer::ConsumerCounters>,
+    progress: Option<Arc<outbox_runtime::stall::RelayProgress>>,
     cancel: CancellationToken,
 ) -> std::io::Result<()> {
     let mut app = axum::Router::new().route("/healthz", get(healthz));

@@ -5,7 +5,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use outbox_adapters_postgres::{PgPool, PgSchema, PgWakeup};
 
-use crate::relay::Wakeup;
+use crate::dispatcher::Wakeup;
 
 /// [`Wakeup`] over [`PgWakeup`]: listens on the schema's channel, reconnecting when
 /// the listener fails (then it sleeps the timeout, which doubles as a rescan).

@@ -17,10 +17,10 @@ use outbox_core::config::ConfigError;
 use tokio_util::sync::CancellationToken;
 // The loop runs only over the PostgreSQL inbox (the inbox port has no deletion).
 #[cfg(feature = "postgres")]
-use {crate::consumer::ConsumerCounters, std::sync::Arc, std::sync::atomic::Ordering};
+use {crate::counters::ConsumerCounters, std::sync::Arc, std::sync::atomic::Ordering};
 
-use crate::VacuumMode;
-use crate::sleep_or_cancel;
+use outbox_runtime::sleep_or_cancel;
+use outbox_runtime::vacuum::VacuumMode;
 
 /// The shortest `consumed_after` accepted: one hour.
 pub const MIN_CONSUMED_AFTER: Duration = Duration::from_secs(3600);
@@ -158,7 +158,7 @@ pub(crate) async fn run_retention(
     if !retention.enabled() {
         return;
     }
-    let mut vacuum = crate::sent_retention::VacuumLog::default();
+    let mut vacuum = outbox_runtime::vacuum::VacuumLog::default();
     loop {
         let mut deleted = 0u64;
         while !cancel.is_cancelled() {
@@ -219,7 +219,7 @@ pub(crate) async fn supervise(
         match tokio::spawn(run).await {
             Ok(()) => return,
             Err(e) if e.is_panic() => {
-                let panic = crate::consumer::panic_text(e.into_panic().as_ref());
+                let panic = outbox_runtime::supervision::panic_text(e.into_panic().as_ref());
                 tracing::error!(%consumer, %panic, ?pause, "inbox retention panicked; starting it again after a pause");
             }
             Err(e) => {

@@ -53,7 +53,7 @@ impl Default for RelayProgress {
 
 /// One delivery in a consumer worker's hands, until dropped.
 #[derive(Debug)]
-pub(crate) struct Held<'a>(&'a RelayProgress);
+pub struct Held<'a>(&'a RelayProgress);
 
 impl Drop for Held<'_> {
     fn drop(&mut self) {
@@ -74,14 +74,14 @@ impl RelayProgress {
     }
 
     /// A delivery taken in hand (a consumer's), until the guard is dropped.
-    pub(crate) fn hold(&self) -> Held<'_> {
+    pub fn hold(&self) -> Held<'_> {
         self.in_hand.fetch_add(1, Ordering::Relaxed);
         Held(self)
     }
 
     /// A consumer's try at recording a delivery in its inbox: recorded, or not
     /// (the inbox refused or could not be reached).
-    pub(crate) fn recorded(&self, ok: bool) {
+    pub fn recorded(&self, ok: bool) {
         self.claim_failing.store(!ok, Ordering::Relaxed);
         if ok {
             self.completed();
@@ -93,14 +93,14 @@ impl RelayProgress {
     }
 
     /// A claim or a mark completed.
-    pub(crate) fn completed(&self) {
+    pub fn completed(&self) {
         let ms = u64::try_from(self.now().as_millis()).unwrap_or(u64::MAX - 1);
         self.last.fetch_max(ms + 1, Ordering::Relaxed);
     }
 
     /// A claim completed (`took`: it returned rows, now held until marked or given
     /// back), or failed.
-    pub(crate) fn claimed(&self, outcome: Result<bool, ()>) {
+    pub fn claimed(&self, outcome: Result<bool, ()>) {
         match outcome {
             Ok(took) => {
                 self.claim_failing.store(false, Ordering::Relaxed);
@@ -114,7 +114,7 @@ impl RelayProgress {
     }
 
     /// A batch held was marked (or its mark given up) or given back.
-    pub(crate) fn let_go(&self) {
+    pub fn let_go(&self) {
         let _ = self
             .in_hand
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));

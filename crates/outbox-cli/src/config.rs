@@ -433,7 +433,7 @@ pub struct HealthConfig {
 impl Default for HealthConfig {
     fn default() -> Self {
         Self {
-            stall_after: crate::DEFAULT_STALL_AFTER,
+            stall_after: outbox_runtime::DEFAULT_STALL_AFTER,
         }
     }
 }
@@ -453,7 +453,7 @@ impl HealthConfig {
 
 /// Retention of sent messages (`[retention]`); defined beside its task, so that
 /// embedding the relay needs no configuration file.
-pub use crate::sent_retention::RetentionConfig;
+pub use outbox_relay::sent_retention::RetentionConfig;
 
 /// The admin API's tokens and redaction lists (`[admin]`); defined beside the code
 /// that serves it.

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use outbox_app::config::{CoordinationKind, RelayConfig, StoreKind};
+use outbox_cli::config::{CoordinationKind, RelayConfig, StoreKind};
 
 const GOOD: &str = r#"
 [adapters]
@@ -220,7 +220,7 @@ fn retention_is_on_by_default_and_set_from_file_or_environment() {
     assert_eq!(r.sent_after, Duration::from_secs(7 * 24 * 3600));
     assert_eq!(r.interval, Duration::from_secs(60));
     assert_eq!(r.batch_size, 5000);
-    assert_eq!(r.vacuum, outbox_app::VacuumMode::Auto);
+    assert_eq!(r.vacuum, outbox_relay::VacuumMode::Auto);
 
     let from_file = RelayConfig::load_with_env(
         &file(&format!(
@@ -252,7 +252,7 @@ fn retention_is_on_by_default_and_set_from_file_or_environment() {
     )
     .expect("any positive duration is accepted");
     let r = &from_env.retention;
-    assert_eq!(r.vacuum, outbox_app::VacuumMode::Never);
+    assert_eq!(r.vacuum, outbox_relay::VacuumMode::Never);
     assert_eq!(
         (r.enabled, r.sent_after, r.interval, r.batch_size),
         (false, Duration::from_secs(1), Duration::from_millis(250), 7)
@@ -297,7 +297,7 @@ role = "write"
 
 #[test]
 fn admin_tokens_load_from_the_file_and_debug_hides_their_secrets() {
-    use outbox_app::admin_api::Role;
+    use outbox_cli::admin_api::Role;
     let cfg = RelayConfig::load_with_env(
         &file(&format!("{GOOD}{ADMIN}")),
         env(&[("OUTBOX__ADMIN__REDACT_HEADERS", "authorization,x-api-key")]),
@@ -397,7 +397,7 @@ fn the_example_topology_loads_when_uncommented_and_needs_the_rabbitmq_publisher(
 
 #[test]
 fn log_and_telemetry_default_to_text_and_no_exporter_and_load_from_file_or_environment() {
-    use outbox_app::config::LogFormat;
+    use outbox_cli::config::LogFormat;
     let cfg = RelayConfig::load_with_env(&file(GOOD), env(&[])).expect("loads");
     assert_eq!(cfg.log.format, LogFormat::Text);
     assert_eq!(cfg.log.filter, None);

@@ -1,0 +1,97 @@
+//! A transactional outbox, an idempotent inbox and a retry relay for RabbitMQ.
+//!
+//! This is the crate to depend on. It re-exports the domain ([`outbox_core`]'s
+//! types at the root), the ports ([`ports`]), the relay ([`relay`]) and the
+//! consumers ([`consumer`]), and, by feature, the adapters:
+//!
+//! | feature | module | brings |
+//! |---|---|---|
+//! | `postgres` (default) | [`postgres`] | outbox and inbox stores, lock, sweep state, migrations; `PgConsumerWorker`, `PgHandler` (exactly once in effect), `PgWakeupSource` |
+//! | `rabbitmq` (default) | [`rabbitmq`] | publisher with confirms, subscriber, topology |
+//! | `redis` | [`redis`] | lock and sweep state |
+//! | `memory` | [`memory`] | every port in memory, with fault injection |
+//! | `admin` | [`admin`] | the admin API and dashboard as an axum `Router` |
+//! | `otel` | | `send` and `process` spans continuing the trace stored at enqueue |
+//!
+//! With `default-features = false` it pulls no database, broker or cache driver.
+//! `use outbox::prelude::*;` brings the names an application uses and every port
+//! trait (anonymously, so their methods can be called).
+//!
+//! ```
+//! use outbox::prelude::*;
+//!
+//! let message = NewMessage::new("orders", "order.created", br#"{"order":42}"#.to_vec())
+//!     .with_type("order.created");
+//! assert!(message.validate(1 << 20).is_ok());
+//! let _config = DispatcherConfig::default();
+//! ```
+
+pub use outbox_core::*;
+
+/// The ports: the traits every adapter implements.
+pub use outbox_ports as ports;
+
+/// The relay: dispatcher, publish retries, retention, `RelayBuilder`.
+pub use outbox_relay as relay;
+
+/// The consumers: handlers, the inbox worker, consume retries, retention.
+pub use outbox_consumer as consumer;
+
+/// What the relay and the consumers run on: sweeper, leases, stall watchdog.
+pub use outbox_runtime as runtime;
+
+/// The PostgreSQL adapter.
+#[cfg(feature = "postgres")]
+pub use outbox_adapters_postgres as postgres;
+
+/// The RabbitMQ adapter.
+#[cfg(feature = "rabbitmq")]
+pub use outbox_adapters_rabbitmq as rabbitmq;
+
+/// The Redis adapter.
+#[cfg(feature = "redis")]
+pub use outbox_adapters_redis as redis;
+
+/// The in-memory adapters, with fault injection.
+#[cfg(feature = "memory")]
+pub use outbox_adapters_memory as memory;
+
+/// The admin API and dashboard.
+#[cfg(feature = "admin")]
+pub use outbox_admin as admin;
+
+/// For implementing [`consumer::Handler`] and the ports without a dependency of
+/// your own.
+pub use async_trait::async_trait;
+
+pub use outbox_consumer::{
+    ConsumeRetryTask, ConsumerConfig, ConsumerRetention, ConsumerWorker, Handler, HandlerError,
+    HandlerRegistry, handler_fn,
+};
+#[cfg(feature = "postgres")]
+pub use outbox_consumer::{PgConsumeRetryTask, PgConsumerWorker, PgHandler, PgHandlerRegistry};
+#[cfg(feature = "postgres")]
+pub use outbox_relay::PgWakeupSource;
+pub use outbox_relay::{
+    Dispatcher, DispatcherConfig, PublishRetryTask, RelayBuilder, RelayHandles, RetentionConfig,
+};
+pub use outbox_runtime::{CancellationToken, LeaseFactory, RetrySweeper, new_message_id};
+
+/// The names an application uses, and every port trait anonymously.
+pub mod prelude {
+    pub use outbox_ports::prelude::*;
+    pub use outbox_ports::{Clock, InboxStore, OutboxStore, PortError, Publisher, SystemClock};
+
+    pub use crate::{
+        CancellationToken, ConsumerConfig, ConsumerWorker, Dispatcher, DispatcherConfig, Handler,
+        HandlerError, HandlerRegistry, Message, MessageId, NewMessage, PublishRetryTask,
+        RelayBuilder, RetryPolicy, RetrySweeper, Status, SweepConfig, async_trait, handler_fn,
+        new_message_id,
+    };
+    #[cfg(feature = "postgres")]
+    pub use crate::{
+        PgConsumeRetryTask, PgConsumerWorker, PgHandler, PgHandlerRegistry, PgWakeupSource,
+    };
+    #[cfg(feature = "postgres")]
+    pub use outbox_adapters_postgres::{PgOutbox, PgOutboxStore, PgPool};
+}

@@ -263,3 +263,111 @@ async fn a_mark_behind_another_sessions_row_lock_fails_readiness_then_recovers_a
     assert_eq!(broker.confirmed(), MESSAGES as u64);
     assert_eq!(broker.queue_depth(QUEUE).0, MESSAGES);
 }
+
+/// Rows that are due but locked by another session before any relay claims them:
+/// the relay's claims skip them and come back empty, quickly and without error.
+/// An empty claim is no progress while the store says work is due, so readiness
+/// fails within the bound (it stayed green before: every empty claim counted as
+/// progress), clears once the lock is gone, and every message is then sent once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn due_rows_another_session_keeps_locked_fail_readiness_though_every_claim_answers() {
+    let Some((pool, schema, url)) = database().await else {
+        return;
+    };
+    let bounded = connect_bounded(
+        &url,
+        4,
+        Duration::from_secs(5),
+        &SessionBounds {
+            statement_timeout: Some(Duration::from_secs(2)),
+            lock_timeout: Some(Duration::from_millis(300)),
+            ..SessionBounds::NONE
+        },
+    )
+    .await
+    .expect("bounded pool");
+    let store: Arc<dyn OutboxStore> = Arc::new(PgOutboxStore::new(bounded, schema.clone()));
+    let broker = MemoryBroker::new();
+    broker.declare_exchange("contract", ExchangeKind::Topic);
+    broker.declare_queue(QUEUE);
+    broker.bind(QUEUE, "contract", "#");
+    let messages = outbox_testkit::messages(MESSAGES);
+    store.enqueue(messages.clone()).await.expect("enqueue");
+    let mut holder = pool.begin().await.expect("begin");
+    let locked: Vec<sqlx::types::Uuid> = sqlx::query_scalar(&format!(
+        "SELECT id FROM {}.outbox_messages ORDER BY seq FOR UPDATE",
+        schema.quoted()
+    ))
+    .fetch_all(&mut *holder)
+    .await
+    .expect("row locks");
+    assert_eq!(locked.len(), MESSAGES);
+
+    let publisher: Arc<dyn Publisher> = Arc::new(broker.clone());
+    let lock = Arc::new(MemoryLock::new());
+    let cancel = CancellationToken::new();
+    let stall_after = Duration::from_secs(1);
+    let relay = RelayBuilder::new(
+        store.clone(),
+        publisher.clone(),
+        lock.clone(),
+        Arc::new(MemorySweepState::new(Arc::new(SystemClock))),
+    )
+    .dispatch(DispatcherConfig {
+        batch_size: 100,
+        idle_poll: Duration::from_millis(20),
+        error_backoff: Duration::from_millis(100),
+        ..DispatcherConfig::default()
+    })
+    .throughput(Arc::new(MemoryThroughputLog::new(Arc::new(SystemClock))))
+    .stall_after(stall_after)
+    .start(&cancel);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let address = listener.local_addr().expect("address");
+    drop(listener);
+    let state = http::HttpState {
+        store: store.clone(),
+        publisher,
+        lock,
+        lock_probe_key: outbox_testkit::unique_key("stall.readyz"),
+        counters: relay.counters.clone(),
+        token: None,
+        health: relay.health.clone(),
+        progress: Some(relay.progress.clone()),
+    };
+    let server = tokio::spawn(http::serve(address, state, cancel.clone()));
+    let port = address.port();
+
+    let body = readyz_until(port, 503, stall_after + Duration::from_secs(4))
+        .await
+        .expect("readiness fails while every due row is locked elsewhere");
+    assert!(
+        body.contains("progress: stalled"),
+        "the reason is in the body: {body}"
+    );
+    assert_eq!(broker.confirmed(), 0, "nothing could be claimed meanwhile");
+
+    holder.rollback().await.expect("release the locks");
+    readyz_until(port, 200, Duration::from_secs(10))
+        .await
+        .expect("readiness clears once the rows can be claimed");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while broker.confirmed() < MESSAGES as u64 {
+        assert!(
+            Instant::now() < deadline,
+            "{} of {MESSAGES} sent",
+            broker.confirmed()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for m in &messages {
+        let r = store.get(m.id).await.expect("get").expect("row");
+        assert_eq!(r.status, Status::Sent, "{}", m.id);
+        assert_eq!(r.publish.attempts, 1, "{}", m.id);
+    }
+    cancel.cancel();
+    relay.join().await;
+    let _ = server.await;
+    assert_eq!(broker.confirmed(), MESSAGES as u64, "nothing doubled");
+    assert_eq!(broker.queue_depth(QUEUE).0, MESSAGES);
+}

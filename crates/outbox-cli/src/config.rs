@@ -423,8 +423,9 @@ impl fmt::Debug for HttpConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HealthConfig {
-    /// `/readyz` fails when work is due and no claim or mark has completed for this
-    /// long (the relay is stuck, e.g. behind another session's lock); it clears by
+    /// `/readyz` fails when work is due and no claim has taken rows and no mark has
+    /// completed for this long (the relay is stuck, e.g. behind another session's
+    /// lock, or the due rows are locked by another session); it clears by
     /// itself once work moves again.
     #[serde(with = "outbox_core::duration")]
     pub stall_after: Duration,

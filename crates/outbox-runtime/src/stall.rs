@@ -99,15 +99,18 @@ impl RelayProgress {
     }
 
     /// A claim completed (`took`: it returned rows, now held until marked or given
-    /// back), or failed.
+    /// back), or failed. Only a claim that took rows is progress: an empty claim
+    /// also answers when every due row is locked by another session (the claim
+    /// skips locked rows), and while the store says work is due, that is a relay
+    /// that moves nothing.
     pub fn claimed(&self, outcome: Result<bool, ()>) {
         match outcome {
             Ok(took) => {
                 self.claim_failing.store(false, Ordering::Relaxed);
                 if took {
                     self.in_hand.fetch_add(1, Ordering::Relaxed);
+                    self.completed();
                 }
-                self.completed();
             }
             Err(()) => self.claim_failing.store(true, Ordering::Relaxed),
         }
@@ -145,7 +148,7 @@ impl RelayProgress {
     fn set(&self, verdict: Progress, stall_after: Duration) {
         let why = match (verdict, &self.consumer) {
             (Progress::Stalled { quiet }, None) => Some(format!(
-                "stalled: work is due and no claim or mark has completed for {}s (health.stall_after {:?}); is a statement waiting on another session's lock?",
+                "stalled: work is due and no claim has taken rows and no mark has completed for {}s (health.stall_after {:?}); is a statement waiting on another session's lock, or are the due rows locked by another session?",
                 quiet.as_secs(),
                 stall_after
             )),

@@ -25,7 +25,7 @@
 //! parallel index workers, and cancelling a running vacuum at shutdown.
 
 use outbox_ports::{PortError, SpaceReclaim};
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 
 use crate::PgSchema;
 use crate::error::port;
@@ -147,7 +147,7 @@ fn reloption_int(text: &str) -> Option<i64> {
 
 /// Reads the table's upkeep; `table` is one of this crate's own table names.
 pub(crate) async fn read(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     schema: &PgSchema,
     table: &'static str,
 ) -> Result<TableUpkeep, PortError> {
@@ -165,7 +165,7 @@ pub(crate) async fn read(
     );
     let row: Option<Row> = sqlx::query_as(READ_UPKEEP)
         .bind(format!("{}.{table}", schema.quoted()))
-        .fetch_optional(pool)
+        .fetch_optional(&mut *conn)
         .await
         .map_err(|e| port("vacuum", e))?;
     let Some((
@@ -211,12 +211,39 @@ pub(crate) async fn read(
 }
 
 /// Vacuums `schema.table` if that falls to us and enough of it is dead.
+///
+/// On a connection of `pool`'s taken out of it for good, with its
+/// `statement_timeout` lifted: a vacuum takes as long as the table needs, and a
+/// pool bounded for the relay's short statements (`SessionBounds`) would cancel it
+/// on every round, so the table would never be vacuumed. Nothing here waits on a
+/// lock (`SKIP_LOCKED`). The connection is closed afterwards, also when this future
+/// is dropped half way: an unbounded session never goes back into the pool (the
+/// pool opens a new one when it needs it; this runs once per retention round).
 pub(crate) async fn reclaim(
     pool: &PgPool,
     schema: &PgSchema,
     table: &'static str,
 ) -> Result<SpaceReclaim, PortError> {
-    let upkeep = read(pool, schema, table).await?;
+    let mut conn = pool
+        .acquire()
+        .await
+        .map_err(|e| port("vacuum", e))?
+        .detach();
+    sqlx::query("SET statement_timeout = 0")
+        .execute(&mut conn)
+        .await
+        .map_err(|e| port("vacuum", e))?;
+    let result = reclaim_on(&mut conn, schema, table).await;
+    let _ = sqlx::Connection::close(conn).await;
+    result
+}
+
+async fn reclaim_on(
+    conn: &mut PgConnection,
+    schema: &PgSchema,
+    table: &'static str,
+) -> Result<SpaceReclaim, PortError> {
+    let upkeep = read(&mut *conn, schema, table).await?;
     match plan(&upkeep) {
         Plan::LeaveToServer => Ok(SpaceReclaim::ByTheStore),
         Plan::NotPermitted => Ok(SpaceReclaim::NotPermitted),
@@ -228,18 +255,19 @@ pub(crate) async fn reclaim(
             // A table another session is vacuuming is skipped with a WARNING
             // notice (logged by the client at warning level); the dead rows read
             // after it say so too.
-            sqlx::raw_sql(&format!(
-                "VACUUM (SKIP_LOCKED, ANALYZE) {}.{table}",
-                schema.quoted()
-            ))
-            .execute(pool)
-            .await
-            .map_err(|e| port("vacuum", e))?;
+            // One statement, not a transaction block (a vacuum cannot run in one), not
+            // kept prepared (it runs once a round on a connection closed after it).
+            let vacuum = format!("VACUUM (SKIP_LOCKED, ANALYZE) {}.{table}", schema.quoted());
+            sqlx::query(&vacuum)
+                .persistent(false)
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| port("vacuum", e))?;
             // What is dead still: a vacuum that reclaims little (another session
             // was vacuuming, `SKIP_LOCKED`; rows still seen by running
             // transactions; an old transaction or replication slot holding the
             // horizon back) shows here.
-            let left = read(pool, schema, table)
+            let left = read(&mut *conn, schema, table)
                 .await
                 .map_err(|e| {
                     PortError::transient(

@@ -284,3 +284,39 @@ async fn the_tables_own_scale_factor_counts_its_live_rows() {
         );
     });
 }
+
+/// A store on a pool whose statements are bounded far below what a vacuum takes
+/// (`SessionBounds`, as `outbox run` builds its pools): the vacuum still runs to
+/// its end. Before, `statement_timeout` cancelled it on every round and the table
+/// was never vacuumed. And the pool's connections keep their bound afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_timeout_on_the_pool_does_not_cancel_the_vacuum() {
+    with_db!(|pool, schema| {
+        let bounded = outbox_adapters_postgres::connect_bounded(
+            &common::url(),
+            2,
+            Duration::from_secs(5),
+            &outbox_adapters_postgres::SessionBounds {
+                statement_timeout: Some(Duration::from_millis(1)),
+                ..outbox_adapters_postgres::SessionBounds::NONE
+            },
+        )
+        .await
+        .expect("bounded pool");
+        let store = PgOutboxStore::new(bounded.clone(), schema.clone());
+        let fill = format!(
+            "INSERT INTO {}.outbox_messages (id, exchange, routing_key, payload) \
+             SELECT gen_random_uuid(), 'x', 'k', '\\x00'::bytea FROM generate_series(1, 2000)",
+            schema.quoted()
+        );
+        vacuumed_past_the_threshold(&pool, &schema, "outbox_messages", &fill, || {
+            store.reclaim_space()
+        })
+        .await;
+        let bound: String = sqlx::query_scalar("SELECT current_setting('statement_timeout')")
+            .fetch_one(&bounded)
+            .await
+            .expect("a pooled connection's bound");
+        assert_eq!(bound, "1ms", "the pool's connections keep their bound");
+    });
+}

@@ -123,6 +123,20 @@ pub enum TopologyError {
         /// The queue.
         queue: String,
     },
+    /// Two queues dead-lettering into one dead-letter queue: the consumer draining
+    /// it would keep another queue's given-up deliveries as its own dead letters,
+    /// and a reconsume would run the wrong handler.
+    #[error(
+        "queue {queue}: dead_letter_queue {dead_letter_queue} is also queue {other}'s; give each queue a dead-letter queue of its own"
+    )]
+    SharedDeadLetterQueue {
+        /// The queue.
+        queue: String,
+        /// The other queue with the same dead-letter queue.
+        other: String,
+        /// The dead-letter queue both name.
+        dead_letter_queue: String,
+    },
     /// With a delivery limit, dead-lettering is at least once, which RabbitMQ
     /// allows only with `overflow = reject-publish`.
     #[error(
@@ -147,7 +161,9 @@ impl TopologyError {
             }
             Self::DeliveryLimitWithoutDeadLetters { missing, .. } => missing,
             Self::DeadLetterQueueWithoutExchange { .. } => "dead_letter_exchange",
-            Self::DeadLetterQueueIsItself { .. } => "dead_letter_queue",
+            Self::DeadLetterQueueIsItself { .. } | Self::SharedDeadLetterQueue { .. } => {
+                "dead_letter_queue"
+            }
             Self::DeliveryLimitNeedsRejectPublish { .. } => "overflow",
         }
     }
@@ -351,7 +367,23 @@ impl Topology {
     /// # Errors
     /// The first [`TopologyError`].
     pub fn validate(&self) -> Result<(), TopologyError> {
-        self.queues.iter().try_for_each(QueueSpec::validate)
+        self.queues.iter().try_for_each(QueueSpec::validate)?;
+        for (i, q) in self.queues.iter().enumerate() {
+            let Some(dlq) = &q.dead_letter_queue else {
+                continue;
+            };
+            if let Some(other) = self.queues[..i]
+                .iter()
+                .find(|o| o.dead_letter_queue.as_ref() == Some(dlq))
+            {
+                return Err(TopologyError::SharedDeadLetterQueue {
+                    queue: q.name.clone(),
+                    other: other.name.clone(),
+                    dead_letter_queue: dlq.clone(),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Declares everything (idempotent: declaring what exists with the same settings
@@ -500,6 +532,40 @@ mod tests {
         assert!(
             topology.validate().is_err(),
             "one bad queue refuses the whole topology"
+        );
+    }
+
+    #[test]
+    fn two_queues_may_not_share_a_dead_letter_queue() {
+        let billing = QueueSpec::quorum_with_limit("billing", 3, "dlx", "dead");
+        let shipping = QueueSpec::quorum_with_limit("shipping", 3, "dlx", "dead");
+        let shared = Topology {
+            queues: vec![billing.clone(), shipping.clone()],
+            ..Topology::default()
+        };
+        let err = shared
+            .validate()
+            .expect_err("one dead-letter queue for two");
+        assert_eq!(
+            err,
+            TopologyError::SharedDeadLetterQueue {
+                queue: "shipping".into(),
+                other: "billing".into(),
+                dead_letter_queue: "dead".into(),
+            }
+        );
+        assert_eq!(err.field(), "dead_letter_queue");
+        let own = Topology {
+            queues: vec![
+                billing,
+                QueueSpec::quorum_with_limit("shipping", 3, "dlx", "shipping.dead"),
+            ],
+            ..Topology::default()
+        };
+        assert_eq!(
+            own.validate(),
+            Ok(()),
+            "one exchange, two dead-letter queues"
         );
     }
 

@@ -28,6 +28,7 @@
 
 use outbox_adapters_rabbitmq::{
     BindingSpec, ExchangeKind, ExchangeSpec, Overflow, QueueSpec, QueueType, Topology,
+    TopologyError,
 };
 use outbox_core::config::ConfigError;
 use serde::Deserialize;
@@ -265,11 +266,24 @@ impl TopologyConfig {
                 routing_key: b.routing_key.clone(),
             });
         }
-        Ok(Topology {
+        let topology = Topology {
             exchanges,
             queues,
             bindings,
-        })
+        };
+        // What only the queues together can break (a dead-letter queue two of
+        // them name), at load, not first at declare.
+        topology.validate().map_err(|e| {
+            let queue = match &e {
+                TopologyError::SharedDeadLetterQueue { queue, .. } => Some(queue),
+                _ => None,
+            };
+            let i = queue
+                .and_then(|name| topology.queues.iter().rposition(|q| &q.name == name))
+                .unwrap_or_default();
+            ConfigError::new("topology", &format!("queues[{i}].{}", e.field()), e)
+        })?;
+        Ok(topology)
     }
 }
 
@@ -377,6 +391,10 @@ routing_key = "order.*"
             (
                 "[[topology.queues]]\nname = \"q\"\ndead_letter_queue = \"\"",
                 "topology.queues[0].dead_letter_queue",
+            ),
+            (
+                "[[topology.queues]]\nname = \"a\"\ndead_letter_exchange = \"x\"\ndead_letter_queue = \"d\"\n[[topology.queues]]\nname = \"b\"\ndead_letter_exchange = \"x\"\ndead_letter_queue = \"d\"",
+                "topology.queues[1].dead_letter_queue",
             ),
         ];
         for (text, field) in cases {

@@ -687,13 +687,10 @@ impl<P: InboxPath> Shared<P> {
             message.ordering_key = None;
         }
         let death = delivery.envelope.death.as_ref();
-        let reason = match death {
-            Some(d) => format!("the broker gave up on this delivery and dead-lettered it: {d}"),
-            None => format!(
-                "arrived on dead-letter queue {:?} without an x-death header",
-                delivery_queue(&self.config)
-            ),
-        };
+        let reason = given_up_reason(&self.config, death);
+        if death.is_some_and(|d| d.queue != self.config.queue) {
+            tracing::warn!(consumer = %name, message_id = %message.id, %reason, "a delivery another queue dead-lettered; stored as dead here, for an operator to see");
+        }
         // As it was published, not as it was dead-lettered (to the dead-letter
         // exchange, with the source queue's name as routing key): so a reconsume
         // finds its handler by routing key too.
@@ -772,6 +769,26 @@ impl<P: InboxPath> Shared<P> {
 }
 
 /// The dead-letter queue a consumer drains, for messages.
+/// Why a delivery of the dead-letter queue is dead. One the broker dead-lettered
+/// from another queue than this consumer's (a dead-letter queue several queues
+/// share) is still kept, visibly: acknowledged without a row it would be lost, and
+/// sent back it would come round forever. Its reason names both queues.
+fn given_up_reason(config: &ConsumerConfig, death: Option<&outbox_ports::Death>) -> String {
+    match death {
+        Some(d) if d.queue != config.queue => format!(
+            "the broker dead-lettered this delivery from queue {:?}, not from this consumer's queue {:?} (is dead-letter queue {:?} shared?): {d}",
+            d.queue,
+            config.queue,
+            delivery_queue(config)
+        ),
+        Some(d) => format!("the broker gave up on this delivery and dead-lettered it: {d}"),
+        None => format!(
+            "arrived on dead-letter queue {:?} without an x-death header",
+            delivery_queue(config)
+        ),
+    }
+}
+
 fn delivery_queue(config: &ConsumerConfig) -> &str {
     config.dead_letter_queue.as_deref().unwrap_or_default()
 }
@@ -1300,5 +1317,41 @@ impl<P: InboxPath> SweepTask for InboxRetryTask<P> {
             }
         }
         Ok(counts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use outbox_ports::Death;
+
+    use super::{ConsumerConfig, given_up_reason};
+
+    fn death(queue: &str) -> Death {
+        Death {
+            reason: "delivery_limit".to_owned(),
+            count: 1,
+            queue: queue.to_owned(),
+            exchange: "orders".to_owned(),
+            routing_keys: vec!["order.created".to_owned()],
+            delivery_count: Some(20),
+        }
+    }
+
+    #[test]
+    fn a_delivery_dead_lettered_from_another_queue_says_so() {
+        let mut config = ConsumerConfig::new("billing", "billing.orders");
+        config.dead_letter_queue = Some("shared.dlq".to_owned());
+        let own = given_up_reason(&config, Some(&death("billing.orders")));
+        assert!(own.starts_with("the broker gave up"), "{own}");
+        assert!(!own.contains("not from this consumer's queue"), "{own}");
+        let other = given_up_reason(&config, Some(&death("shipping.orders")));
+        assert!(
+            other
+                .contains("\"shipping.orders\", not from this consumer's queue \"billing.orders\"")
+                && other.contains("\"shared.dlq\" shared"),
+            "{other}"
+        );
+        let none = given_up_reason(&config, None);
+        assert!(none.contains("without an x-death header"), "{none}");
     }
 }

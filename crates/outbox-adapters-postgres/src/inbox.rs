@@ -448,10 +448,27 @@ async fn run_and_commit(
             }
         }
     };
-    // Outside a transaction (the handler ended it), PostgreSQL answers this with a
-    // warning only.
+    if matches!(failure, Attempt::Ended(_)) {
+        return end_what_the_handler_left(tx)
+            .await
+            .map(|()| failure)
+            .map_err(|e| port("rollback", e));
+    }
     tx.rollback().await.map_err(|e| port("rollback", e))?;
     Ok(failure)
+}
+
+/// After a handler ended the inbox transaction itself: ends whatever transaction
+/// it left open (outside one, PostgreSQL answers `ROLLBACK` with a warning only),
+/// then sets the session back ([`SESSION_RESET`]) outside any transaction. What
+/// the handler `SET` after its own `COMMIT` was not undone by any rollback and
+/// would otherwise go back into the pool with the connection, and the consumer's
+/// own marks on it would be committed under the handler's `synchronous_commit`.
+async fn end_what_the_handler_left(mut tx: Transaction<'_, Postgres>) -> Result<(), sqlx::Error> {
+    batch::simple_query(&mut tx, "ROLLBACK").await?;
+    batch::simple_query(&mut tx, SESSION_RESET).await?;
+    // sqlx's own bookkeeping of the transaction: its ROLLBACK now only warns.
+    tx.rollback().await
 }
 
 /// The failure text when the handler returned `Ok` but its savepoint could not be

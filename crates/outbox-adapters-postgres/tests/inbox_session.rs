@@ -204,3 +204,102 @@ async fn a_handlers_session_settings_reach_neither_its_commit_nor_the_next_deliv
         assert_eq!(after, default);
     })
 }
+
+/// A handler that ends the inbox transaction itself and then changes its session
+/// (`ROLLBACK; SET synchronous_commit = off`): the delivery is not retried (it is
+/// dead: what a handler does after ending the transaction takes effect), and the setting does not go back into the pool with the
+/// connection, on the single path nor in a batch. Before, the ROLLBACK that
+/// follows an ended transaction left the session as the handler made it, and the
+/// consumer's own marks on that connection were then committed without waiting
+/// for the WAL.
+#[tokio::test]
+async fn a_handler_that_ends_the_transaction_leaves_no_session_setting_behind() {
+    with_db!(|setup, schema| {
+        let default: String = sqlx::query_scalar("SELECT current_setting('synchronous_commit')")
+            .fetch_one(&setup)
+            .await
+            .expect("default");
+        assert_ne!(default, "off", "the server's default must be durable");
+        // Every commit that writes an inbox row (the consumer's own marks too)
+        // notes the durability it was made with.
+        let s = schema.quoted();
+        for sql in [
+            format!("CREATE TABLE {s}.inbox_commits (setting text)"),
+            format!(
+                "CREATE FUNCTION {s}.inbox_commit() RETURNS trigger LANGUAGE plpgsql AS $$ \
+                 BEGIN INSERT INTO {s}.inbox_commits VALUES \
+                   (current_setting('synchronous_commit')); RETURN NULL; END $$"
+            ),
+            format!(
+                "CREATE CONSTRAINT TRIGGER inbox_commit AFTER INSERT OR UPDATE ON {s}.outbox_inbox \
+                 DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {s}.inbox_commit()"
+            ),
+        ] {
+            sqlx::query(&sql).execute(&setup).await.expect(&sql);
+        }
+        let one = connect(&common::url(), 1, Duration::from_secs(5))
+            .await
+            .expect("a pool of one connection");
+        let inbox = PgInboxStore::new(one.clone(), &schema);
+        let retry_now = |_| Decision::RetryAfter(Duration::ZERO);
+        let ends_and_sets = || -> TxHandler<'static> {
+            Box::new(|conn: &mut sqlx::PgConnection| {
+                Box::pin(async move {
+                    for sql in ["ROLLBACK", "SET synchronous_commit = off"] {
+                        sqlx::query(sql)
+                            .execute(&mut *conn)
+                            .await
+                            .map_err(|e| format!("{sql}: {e}"))?;
+                    }
+                    Ok(())
+                })
+            })
+        };
+        let setting = || async {
+            sqlx::query_scalar::<_, String>("SELECT current_setting('synchronous_commit')")
+                .fetch_one(&one)
+                .await
+                .expect("setting")
+        };
+
+        let out = inbox
+            .consume_in_transaction(
+                "billing",
+                &message(1, None),
+                &lease("w"),
+                retry_now,
+                ends_and_sets(),
+            )
+            .await
+            .expect("consume");
+        assert!(
+            matches!(out, ConsumeOutcome::Dead(_)),
+            "an ended transaction is never retried: {out:?}"
+        );
+        assert_eq!(setting().await, default, "single path");
+
+        let batch: Vec<Message> = (2..=3).map(|n| message(n, None)).collect();
+        let leases: Vec<Lease> = batch.iter().map(|_| lease("w")).collect();
+        let deliveries: Vec<BatchDelivery<'_>> = batch
+            .iter()
+            .zip(&leases)
+            .map(|(message, lease)| BatchDelivery { message, lease })
+            .collect();
+        let handler_for = move |_: &Message| ends_and_sets();
+        let outs = inbox
+            .consume_batch_in_transaction("billing", &deliveries, &retry_now, &handler_for)
+            .await;
+        assert_eq!(outs.len(), 2);
+        assert_eq!(setting().await, default, "batch path");
+        let commits: Vec<String> =
+            sqlx::query_scalar(&format!("SELECT setting FROM {s}.inbox_commits"))
+                .fetch_all(&setup)
+                .await
+                .expect("commits");
+        assert!(!commits.is_empty(), "the marks of the ended deliveries");
+        assert!(
+            commits.iter().all(|c| *c == default),
+            "an inbox row was committed under the handler's setting: {commits:?}"
+        );
+    })
+}

@@ -28,7 +28,7 @@ use sqlx::{PgConnection, Postgres, Transaction};
 
 use super::{
     ConsumeOutcome, HANDLER_SAVEPOINT, PgInboxStore, SESSION_RESET, TxHandler, aborted_reason,
-    bind_message, ended_by_handler, ended_reason, rollback_to_savepoint,
+    bind_message, end_what_the_handler_left, ended_by_handler, ended_reason, rollback_to_savepoint,
 };
 use crate::error::{port, refused_by_database};
 use crate::storable;
@@ -289,7 +289,7 @@ impl PgInboxStore {
     }
 
     /// The handler of delivery `n` ended the transaction: whatever is left of it is
-    /// rolled back (outside a transaction PostgreSQL answers with a warning only).
+    /// rolled back and the session set back ([`end_what_the_handler_left`]).
     async fn ended(
         &self,
         tx: Transaction<'_, Postgres>,
@@ -297,7 +297,7 @@ impl PgInboxStore {
         n: usize,
         reason: String,
     ) -> (Vec<Step>, End) {
-        match tx.rollback().await {
+        match end_what_the_handler_left(tx).await {
             Ok(()) => (
                 steps,
                 End::Singly {

@@ -523,12 +523,8 @@ async fn run_relay(cfg: RelayConfig) -> anyhow::Result<ExitCode> {
         wired.state,
     )
     .dispatch(DispatcherConfig {
-        batch_size: cfg.dispatch.batch_size,
-        lease_ttl: cfg.dispatch.lease_ttl,
-        idle_poll: cfg.dispatch.idle_poll,
-        pipelines: cfg.dispatch.pipelines,
         retry: cfg.retry,
-        ..DispatcherConfig::default()
+        ..cfg.dispatch.clone()
     })
     .sweep(cfg.sweep.clone())
     .retention(cfg.retention.clone())

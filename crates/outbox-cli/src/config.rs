@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use outbox_core::config::{ConfigError, redact_url};
 use outbox_core::{RetryPolicy, SweepConfig};
+use outbox_relay::DispatcherConfig;
 use serde::Deserialize;
 
 /// Where messages are stored.
@@ -360,33 +361,6 @@ impl fmt::Debug for RedisConfig {
     }
 }
 
-/// Dispatcher settings.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct DispatchConfig {
-    /// Messages per batch.
-    pub batch_size: u32,
-    /// Claim lease.
-    #[serde(with = "outbox_core::duration")]
-    pub lease_ttl: Duration,
-    /// Poll fallback when idle (a commit wakes the relay sooner with PostgreSQL).
-    #[serde(with = "outbox_core::duration")]
-    pub idle_poll: Duration,
-    /// Batches claimed and published at once, each on its own broker connection.
-    pub pipelines: usize,
-}
-
-impl Default for DispatchConfig {
-    fn default() -> Self {
-        Self {
-            batch_size: 500,
-            lease_ttl: Duration::from_secs(60),
-            idle_poll: Duration::from_secs(1),
-            pipelines: 1,
-        }
-    }
-}
-
 /// HTTP endpoints.
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -631,7 +605,7 @@ pub struct RelayConfig {
     pub redis: Option<RedisConfig>,
     /// Dispatcher.
     #[serde(default)]
-    pub dispatch: DispatchConfig,
+    pub dispatch: DispatcherConfig,
     /// Retry policy of publish failures.
     #[serde(default)]
     pub retry: RetryPolicy,

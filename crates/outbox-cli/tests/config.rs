@@ -83,6 +83,51 @@ fn a_good_file_loads_with_defaults_and_env_overrides() {
     }
 }
 
+/// One dispatcher configuration: `[dispatch]` is the embedders' `DispatcherConfig`,
+/// with the binary's defaults on both sides; what is not a setting of the file
+/// (`error_backoff`, `retry`) is refused there.
+#[test]
+fn dispatch_is_the_embedders_dispatcher_config_with_the_binarys_defaults() {
+    let cfg = RelayConfig::load_with_env(&file(GOOD), env(&[])).expect("loads");
+    let embedded = outbox_relay::DispatcherConfig::default();
+    for (name, file_side, embedder_side) in [
+        (
+            "batch_size",
+            u64::from(cfg.dispatch.batch_size),
+            u64::from(embedded.batch_size),
+        ),
+        (
+            "pipelines",
+            cfg.dispatch.pipelines as u64,
+            embedded.pipelines as u64,
+        ),
+    ] {
+        assert_eq!(file_side, embedder_side, "{name}");
+    }
+    assert_eq!(cfg.dispatch.batch_size, 500);
+    assert_eq!(cfg.dispatch.lease_ttl, Duration::from_secs(60));
+    assert_eq!(cfg.dispatch.idle_poll, Duration::from_secs(1));
+    assert_eq!(embedded.lease_ttl, cfg.dispatch.lease_ttl);
+    assert_eq!(embedded.idle_poll, cfg.dispatch.idle_poll);
+    let loaded = RelayConfig::load_with_env(
+        &file(&format!(
+            "{GOOD}\n[dispatch]\nlease_ttl = \"90s\"\nidle_poll = \"250ms\"\npipelines = 2\n"
+        )),
+        env(&[]),
+    )
+    .expect("loads");
+    assert_eq!(loaded.dispatch.lease_ttl, Duration::from_secs(90));
+    assert_eq!(loaded.dispatch.idle_poll, Duration::from_millis(250));
+    assert_eq!(loaded.dispatch.pipelines, 2);
+    for key in ["error_backoff = \"1s\"", "retry = 3"] {
+        let err = error_of(&format!("{GOOD}\n[dispatch]\n{key}\n"), &[]);
+        assert!(
+            err.contains(key.split(' ').next().unwrap_or_default()),
+            "{key}: {err}"
+        );
+    }
+}
+
 fn error_of(text: &str, vars: &[(&str, &str)]) -> String {
     RelayConfig::load_with_env(&file(text), env(vars))
         .expect_err("invalid")

@@ -351,18 +351,27 @@ const DUE_MARGIN: Duration = Duration::from_millis(5);
 /// The longest pause between tries of a dispatcher that finds the broker unreachable.
 pub const MAX_OUTAGE_PAUSE: Duration = Duration::from_secs(30);
 
-/// Settings of the [`Dispatcher`].
-#[derive(Debug, Clone)]
+/// Settings of the [`Dispatcher`]: one type, one set of defaults, for embedders
+/// and for `outbox run`, whose `[dispatch]` section it is (`batch_size`,
+/// `lease_ttl`, `idle_poll`, `pipelines`; `retry` comes from `[retry]`, and
+/// `error_backoff` is not a setting of the file).
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct DispatcherConfig {
     /// Messages claimed and published per batch.
     pub batch_size: u32,
     /// How long a claim lasts before other relays may take the rows.
+    #[serde(with = "outbox_core::duration")]
     pub lease_ttl: Duration,
-    /// Pause when nothing is pending, before looking again.
+    /// Pause when nothing is pending, before looking again (a commit wakes the
+    /// relay sooner with a wake-up source, e.g. `PgWakeupSource`).
+    #[serde(with = "outbox_core::duration")]
     pub idle_poll: Duration,
     /// Pause after a store error.
+    #[serde(skip)]
     pub error_backoff: Duration,
     /// When failed publishes are retried, and when they are dead.
+    #[serde(skip)]
     pub retry: RetryPolicy,
     /// Dispatch loops run by [`crate::RelayBuilder`], each claiming and publishing
     /// its own batches (give the publisher as many connections).
@@ -370,11 +379,14 @@ pub struct DispatcherConfig {
 }
 
 impl Default for DispatcherConfig {
+    /// `outbox run`'s defaults: 500 messages a batch, a 60 s lease, a 1 s poll when
+    /// idle (with a wake-up source, new messages are claimed within about a
+    /// millisecond anyway).
     fn default() -> Self {
         Self {
-            batch_size: 100,
-            lease_ttl: Duration::from_secs(30),
-            idle_poll: Duration::from_millis(100),
+            batch_size: 500,
+            lease_ttl: Duration::from_secs(60),
+            idle_poll: Duration::from_secs(1),
             error_backoff: Duration::from_secs(1),
             retry: RetryPolicy::default(),
             pipelines: 1,

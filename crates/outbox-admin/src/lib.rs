@@ -16,22 +16,24 @@
 //! Architecture Invariant: this crate reaches the stores through the ports only,
 //! never an adapter, sqlx, lapin or redis (`cargo xtask guard`).
 
+mod api;
 mod auth;
 mod error;
 pub mod model;
 mod openapi;
 pub mod params;
 mod redact;
+mod responses;
 mod routes;
 mod service;
 #[cfg(feature = "ui")]
 mod ui;
 
+pub use api::router;
 pub use auth::{Actor, AdminAuth, AdminToken, Role, Secret};
 pub use error::AdminError;
 pub use openapi::document as openapi_document;
 pub use redact::{REDACTED, Redaction, ShownBytes};
-pub use routes::router;
 pub use service::{AdminPorts, AdminService, DEFAULT_BULK_BATCH, OnBatch};
 #[cfg(feature = "ui")]
 pub use ui::{OneTimeLogin, UiOptions, random_secret, ui_router};

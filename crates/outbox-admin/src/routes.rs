@@ -6,24 +6,21 @@ use std::sync::Arc;
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::routing::{get, post};
-use axum::{Extension, Json, Router};
+use axum::{Extension, Json};
 
-use crate::auth::{Actor, AdminAuth, require_token};
+use crate::auth::Actor;
 use crate::model::{
     AuditPage, BlockedKeyPage, BlockedKeysQuery, BulkDeleteRequest, BulkRequest, BulkResponse,
     ConsumerList, DeadLetterPage, DeadLetterQuery, DeadLetterView, DeleteQuery, DeliveryQuery,
     MessageDetail, MessagePage, MessageQuery, PageQuery, ReconsumeOneRequest, ReconsumeRequest,
     StatsResponse,
 };
-#[allow(unused_imports)] // Named by the OpenAPI annotations only.
-use crate::openapi::{
-    DeliveryDetail, DeliveryPage, DocumentErrors, QueryErrors, ReadErrors, WriteErrors,
-};
 use crate::params::{
     Side, filter_from_body, list_from_query, parse_cursor, parse_dead_letter_id, parse_limit,
     parse_max, parse_message_id, text,
 };
+#[allow(unused_imports)] // Named by the OpenAPI annotations only.
+use crate::responses::{DeliveryDetail, DeliveryPage, QueryErrors, ReadErrors, WriteErrors};
 use crate::{AdminError, AdminService};
 
 type Service = State<Arc<AdminService>>;
@@ -304,58 +301,4 @@ pub(crate) async fn audit(
     let limit = parse_limit(q.limit.as_deref())?;
     let cursor = parse_cursor(q.cursor.as_deref())?;
     Ok(Json(s.audit_log(cursor, limit).await?))
-}
-
-/// This document.
-#[utoipa::path(get, path = "/openapi.json", tag = "meta",
-    responses((status = 200, description = "The OpenAPI 3.1 document", content_type = "application/json"), DocumentErrors))]
-pub(crate) async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
-    Json(crate::openapi::document())
-}
-
-async fn no_route() -> AdminError {
-    AdminError::NoRoute
-}
-
-async fn method_not_allowed() -> AdminError {
-    AdminError::MethodNotAllowed
-}
-
-/// The admin API, to be nested (e.g. under `/api/v1`) into any axum service.
-/// Every request, unknown routes included, needs a configured token.
-pub fn router(service: AdminService, auth: AdminAuth) -> Router {
-    Router::new()
-        .route("/stats", get(stats))
-        .route("/messages", get(list_messages))
-        .route("/messages/requeue", post(requeue_matching))
-        .route("/messages/delete", post(delete_matching))
-        .route("/messages/{id}", get(get_message).delete(delete_message))
-        .route("/messages/{id}/requeue", post(requeue_message))
-        .route("/messages/{id}/publish-now", post(publish_now))
-        .route("/ordering/blocked-keys", get(blocked_keys))
-        .route("/consumers", get(consumers))
-        .route("/consumers/{name}/deliveries", get(list_deliveries))
-        .route(
-            "/consumers/{name}/deliveries/reconsume",
-            post(reconsume_matching),
-        )
-        .route("/consumers/{name}/deliveries/{id}", get(get_delivery))
-        .route(
-            "/consumers/{name}/deliveries/{id}/reconsume",
-            post(reconsume),
-        )
-        .route("/dead-letters", get(list_dead_letters))
-        .route(
-            "/dead-letters/{id}",
-            get(get_dead_letter).delete(delete_dead_letter),
-        )
-        .route("/audit", get(audit))
-        .route("/openapi.json", get(openapi_json))
-        .fallback(no_route)
-        .method_not_allowed_fallback(method_not_allowed)
-        .layer(axum::middleware::from_fn_with_state(
-            Arc::new(auth),
-            require_token,
-        ))
-        .with_state(Arc::new(service))
 }

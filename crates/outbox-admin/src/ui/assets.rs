@@ -16,7 +16,7 @@ pub(crate) async fn serve(Path(file): Path<String>) -> Response {
     let (body, content_type) = match file.as_str() {
         "htmx.min.js" => (HTMX, "text/javascript; charset=utf-8"),
         "style.css" => (STYLE, "text/css; charset=utf-8"),
-        _ => return super::pages::error_page(StatusCode::NOT_FOUND, "no such file"),
+        _ => return super::render::error_page(StatusCode::NOT_FOUND, "no such file"),
     };
     (
         [

@@ -12,6 +12,8 @@
 //!   HttpOnly, SameSite=Strict, Secure when configured), logout, expiry, CSRF.
 //! - `pages`: overview, messages, message detail, consumers and deliveries, dead
 //!   letters, audit log; the actions (requeue, delete, reconsume, bulk).
+//! - `render`: HTML responses from templates, and the error page, for `pages` and
+//!   `session` alike.
 //! - `filters`: the list filters as they travel in URLs and forms.
 //! - `view`: status badges, payload views, the per-minute chart as inline SVG.
 //! - `assets`: the vendored htmx and the stylesheet, embedded in the binary.
@@ -22,6 +24,7 @@
 mod assets;
 mod filters;
 mod pages;
+mod render;
 mod session;
 mod view;
 
@@ -152,7 +155,7 @@ impl IntoResponse for UiError {
         if status.is_server_error() {
             tracing::warn!(%status, error = %message, "dashboard request failed");
         }
-        pages::error_page(status, &message)
+        render::error_page(status, &message)
     }
 }
 
@@ -211,7 +214,7 @@ pub fn ui_router(service: AdminService, auth: AdminAuth, options: UiOptions) -> 
 }
 
 async fn not_found() -> Response {
-    pages::error_page(StatusCode::NOT_FOUND, "no such page")
+    render::error_page(StatusCode::NOT_FOUND, "no such page")
 }
 
 /// The headers of every dashboard response: nothing from elsewhere, no framing,

@@ -10,14 +10,15 @@ use std::sync::Arc;
 use askama::Template;
 use axum::extract::rejection::{FormRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
 use axum::{Extension, Form};
 use outbox_core::Status;
 use outbox_ports::{deletable_statuses, requeueable_statuses};
 use serde::Deserialize;
 
 use super::filters::{ListQuery, encode};
+use super::render::render;
 use super::session::{Session, check_write, redirect};
 use super::view::{self, Badge, PayloadView, StatusOption};
 use super::{Page, Ui, UiError};
@@ -26,40 +27,6 @@ use crate::params::{DEFAULT_BULK_MAX, Side, parse_cursor, parse_dead_letter_id, 
 use crate::{AdminError, Role};
 
 type UiState = State<Arc<Ui>>;
-
-/// `body` as an HTML response.
-pub(crate) fn html(body: String) -> Response {
-    ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], body).into_response()
-}
-
-fn render(status: StatusCode, page: &impl Template) -> Page {
-    let body = page.render().map_err(|e| {
-        tracing::error!(error = %e, "template failed");
-        UiError::Render
-    })?;
-    Ok((status, html(body)).into_response())
-}
-
-#[derive(Template)]
-#[template(path = "error.html")]
-struct ErrorPage<'a> {
-    status: u16,
-    reason: &'a str,
-    message: &'a str,
-}
-
-/// A page that says what went wrong (no navigation: it may be shown before login).
-pub(crate) fn error_page(status: StatusCode, message: &str) -> Response {
-    let page = ErrorPage {
-        status: status.as_u16(),
-        reason: status.canonical_reason().unwrap_or(""),
-        message,
-    };
-    let body = page
-        .render()
-        .unwrap_or_else(|_| format!("{} {message}", status.as_u16()));
-    (status, html(body)).into_response()
-}
 
 /// What every page's frame shows.
 pub(crate) struct Chrome {

@@ -199,7 +199,7 @@ pub(crate) async fn require_session(
             } else if request.method() == Method::GET || request.method() == Method::HEAD {
                 redirect(&login)
             } else {
-                super::pages::error_page(
+                super::render::error_page(
                     StatusCode::UNAUTHORIZED,
                     "no session: log in again (sessions end at logout and expire)",
                 )
@@ -284,7 +284,7 @@ fn login_page(
         closed: (!is_open(ui)).then(|| AdminError::NotConfigured.to_string()),
     };
     let body = page.render().map_err(|_| UiError::Render)?;
-    let mut response = (status, super::pages::html(body)).into_response();
+    let mut response = (status, super::render::html(body)).into_response();
     if let Ok(v) = set_cookie(ui, LOGIN_COOKIE, &nonce, 3600).parse() {
         response.headers_mut().append(header::SET_COOKIE, v);
     }

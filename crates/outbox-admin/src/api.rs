@@ -1,0 +1,63 @@
+//! The admin API's router: the endpoints of `routes` and the document of
+//! `openapi` (which describes those endpoints), behind the bearer token check.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::routing::{get, post};
+
+use crate::auth::{AdminAuth, require_token};
+use crate::openapi::openapi_json;
+use crate::routes::{
+    audit, blocked_keys, consumers, delete_dead_letter, delete_matching, delete_message,
+    get_dead_letter, get_delivery, get_message, list_dead_letters, list_deliveries, list_messages,
+    publish_now, reconsume, reconsume_matching, requeue_matching, requeue_message, stats,
+};
+use crate::{AdminError, AdminService};
+
+async fn no_route() -> AdminError {
+    AdminError::NoRoute
+}
+
+async fn method_not_allowed() -> AdminError {
+    AdminError::MethodNotAllowed
+}
+
+/// The admin API, to be nested (e.g. under `/api/v1`) into any axum service.
+/// Every request, unknown routes included, needs a configured token.
+pub fn router(service: AdminService, auth: AdminAuth) -> Router {
+    Router::new()
+        .route("/stats", get(stats))
+        .route("/messages", get(list_messages))
+        .route("/messages/requeue", post(requeue_matching))
+        .route("/messages/delete", post(delete_matching))
+        .route("/messages/{id}", get(get_message).delete(delete_message))
+        .route("/messages/{id}/requeue", post(requeue_message))
+        .route("/messages/{id}/publish-now", post(publish_now))
+        .route("/ordering/blocked-keys", get(blocked_keys))
+        .route("/consumers", get(consumers))
+        .route("/consumers/{name}/deliveries", get(list_deliveries))
+        .route(
+            "/consumers/{name}/deliveries/reconsume",
+            post(reconsume_matching),
+        )
+        .route("/consumers/{name}/deliveries/{id}", get(get_delivery))
+        .route(
+            "/consumers/{name}/deliveries/{id}/reconsume",
+            post(reconsume),
+        )
+        .route("/dead-letters", get(list_dead_letters))
+        .route(
+            "/dead-letters/{id}",
+            get(get_dead_letter).delete(delete_dead_letter),
+        )
+        .route("/audit", get(audit))
+        .route("/openapi.json", get(openapi_json))
+        .fallback(no_route)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::new(auth),
+            require_token,
+        ))
+        .with_state(Arc::new(service))
+}

@@ -5,7 +5,8 @@
 //!   alone), the dependency guard, and the whole test suite.
 //! - `guard`: the dependency guard alone (the architecture invariants that a
 //!   dependency graph can prove), and every path ARCHITECTURE.md's code map names
-//!   exists ([`code_map_problems`] has the rule).
+//!   exists ([`code_map_problems`] has the rule), and no modules of a library crate
+//!   import each other in a circle (`module_cycles`, issue 31).
 //! - `it`: only the tests that need the real PostgreSQL, RabbitMQ and Redis (URLs
 //!   from `OUTBOX_TEST_*`, else the local defaults). `ci` runs them too, once.
 //! - `bench [--quick]`: builds release binaries and runs `outbox-bench`, which prints
@@ -29,6 +30,7 @@
 //! Only the standard library is used, so that xtask builds fast and never breaks.
 
 mod api_fuzz;
+mod module_cycles;
 mod ui_test;
 
 use std::path::Path;
@@ -129,7 +131,7 @@ fn main() -> ExitCode {
         Some("ui-test") => ui_test::ui_test(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask <ci|guard|it|bench [--quick]|chaos [--quick] [--only NAME,...]|soak [--duration 60m] [--rate 1000] [--seed N]|api-fuzz|ui-test [--docs DIR]>\n\n  ci     fmt check, clippy -D warnings, dependency guard, all tests, quick chaos, api-fuzz\n  guard  dependency guard and the paths of ARCHITECTURE.md's code map\n  it     tests against the real PostgreSQL, RabbitMQ and Redis only\n  bench  the relay side by side with the raw limits (target/bench/summary.json)\n  chaos  the fault suite against the local services (target/chaos/summary.json)\n  soak   an endurance run with random faults (target/soak/summary.json, soak.svg)\n  api-fuzz  Schemathesis against the admin API of a live `outbox run`\n  ui-test  the dashboard's browser tests in headless chromium (target/ui-screenshots on failure)"
+                "usage: cargo xtask <ci|guard|it|bench [--quick]|chaos [--quick] [--only NAME,...]|soak [--duration 60m] [--rate 1000] [--seed N]|api-fuzz|ui-test [--docs DIR]>\n\n  ci     fmt check, clippy -D warnings, dependency guard, all tests, quick chaos, api-fuzz\n  guard  dependency guard, the paths of ARCHITECTURE.md's code map, circles of modules\n  it     tests against the real PostgreSQL, RabbitMQ and Redis only\n  bench  the relay side by side with the raw limits (target/bench/summary.json)\n  chaos  the fault suite against the local services (target/chaos/summary.json)\n  soak   an endurance run with random faults (target/soak/summary.json, soak.svg)\n  api-fuzz  Schemathesis against the admin API of a live `outbox run`\n  ui-test  the dashboard's browser tests in headless chromium (target/ui-screenshots on failure)"
             );
             return ExitCode::from(2);
         }
@@ -495,9 +497,10 @@ fn guard() -> Result<(), String> {
     problems.extend(app_feature_problems()?);
     problems.extend(tls_problems()?);
     problems.extend(code_map_problems()?);
+    problems.extend(module_cycles::module_cycle_problems()?);
     if problems.is_empty() {
         eprintln!(
-            "xtask: guard passed (outbox-core: {} normal dependencies, none doing I/O; adapters independent; outbox-admin on ports only; clap, config and anyhow in outbox-cli only; the facade without features pulls no driver; one binary `outbox`; outbox-app's features bring only their own stacks; TLS on rustls with ring only, no OpenSSL; every path of ARCHITECTURE.md's code map exists)",
+            "xtask: guard passed (outbox-core: {} normal dependencies, none doing I/O; adapters independent; outbox-admin on ports only; clap, config and anyhow in outbox-cli only; the facade without features pulls no driver; one binary `outbox`; outbox-app's features bring only their own stacks; TLS on rustls with ring only, no OpenSSL; every path of ARCHITECTURE.md's code map exists; no new circle of modules in a library crate)",
             core.len()
         );
         Ok(())

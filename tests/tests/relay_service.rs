@@ -1113,7 +1113,7 @@ async fn the_operator_commands_filter_requeue_delete_and_are_audited() {
         "{stderr}"
     );
     let in_progress: i64 = sqlx::query_scalar(&format!(
-        "SELECT count(*) FROM {}.outbox_inbox WHERE status = 'sent'",
+        "SELECT count(*) FROM {}.outbox_inbox WHERE status = 'received'",
         w.schema.quoted()
     ))
     .fetch_one(&w.pool)

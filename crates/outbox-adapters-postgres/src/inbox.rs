@@ -17,7 +17,7 @@ use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use crate::PgSchema;
 use crate::error::{port, refused_by_database};
 use crate::rows::{
-    ClaimedRow, MESSAGE_COLUMNS, MessageRow, in_claim_order, millis, read_columns, sources_of,
+    ClaimedRow, MESSAGE_COLUMNS, MessageRow, in_claim_order, millis, read_columns, Side,
 };
 use crate::storable;
 
@@ -49,7 +49,7 @@ fn first_unfinished(
     format!(
         "(SELECT {columns} FROM {t} e WHERE e.consumer = {consumer} \
            AND e.ordering_key >= {key} AND e.ordering_key <= {key}{after} \
-           AND e.status IN ('sent', 'consume_failed') ORDER BY e.ordering_key, e.seq LIMIT 1)"
+           AND e.status IN ('received', 'consume_failed') ORDER BY e.ordering_key, e.seq LIMIT 1)"
     )
 }
 
@@ -110,11 +110,11 @@ impl Sql {
             // next attempt time: should this attempt end unrecorded, the sweep's
             // claim finds it once the lease runs out.
             arrive: format!(
-                "{insert}, 'sent', now(), $13, now() + $14 * interval '1 millisecond') \
+                "{insert}, 'received', now(), $13, now() + $14 * interval '1 millisecond') \
                  ON CONFLICT (consumer, message_id) DO UPDATE \
                    SET locked_by = EXCLUDED.locked_by, locked_until = EXCLUDED.locked_until, \
                      next_attempt_at = COALESCE({t}.next_attempt_at, now()) \
-                   WHERE {t}.status = 'sent' AND ({t}.locked_until IS NULL OR {t}.locked_until < now()) \
+                   WHERE {t}.status = 'received' AND ({t}.locked_until IS NULL OR {t}.locked_until < now()) \
                    AND {} \
                  RETURNING 1",
                 head_of_key(t.as_str())
@@ -134,7 +134,7 @@ impl Sql {
             // or by `release_held` if neither ran (a crash in between).
             arrive_held: format!(
                 "INSERT INTO {t} (consumer, message_id, {MESSAGE_COLUMNS}, ordering_key, status, next_attempt_at) \
-                 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'sent', NULL \
+                 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'received', NULL \
                  WHERE {} IS NOT NULL \
                  ON CONFLICT (consumer, message_id) DO NOTHING RETURNING 1",
                 first_unfinished(&t, "e.seq", "$1", "$12", None)
@@ -149,7 +149,7 @@ impl Sql {
             ),
             give_up_lease: format!(
                 "UPDATE {t} SET locked_by = NULL, locked_until = NULL \
-                 WHERE consumer = $1 AND message_id = $2 AND locked_by = $3 AND status = 'sent'"
+                 WHERE consumer = $1 AND message_id = $2 AND locked_by = $3 AND status = 'received'"
             ),
             // Right after `arrive_held` commits, in a statement of its own (a new
             // snapshot): the held row, made due if it leads its key now. A mark
@@ -158,7 +158,7 @@ impl Sql {
             // (seen there): one of the two makes the row due, without locks.
             release_if_head: format!(
                 "UPDATE {t} SET next_attempt_at = now() \
-                 WHERE consumer = $1 AND message_id = $2 AND status = 'sent' \
+                 WHERE consumer = $1 AND message_id = $2 AND status = 'received' \
                    AND next_attempt_at IS NULL AND {} \
                  RETURNING 1",
                 head_of_key(t.as_str())
@@ -189,7 +189,7 @@ impl Sql {
             ),
             claim_due: format!(
                 "WITH picked AS (SELECT c.seq FROM {t} c WHERE c.consumer = $1 \
-                   AND c.status IN ('sent', 'consume_failed') AND c.next_attempt_at <= now() \
+                   AND c.status IN ('received', 'consume_failed') AND c.next_attempt_at <= now() \
                    AND (c.locked_until IS NULL OR c.locked_until < now()) AND {} \
                    ORDER BY c.next_attempt_at, c.seq LIMIT $2 FOR UPDATE SKIP LOCKED) \
                  UPDATE {t} m SET locked_by = $3, locked_until = now() + $4 * interval '1 millisecond' \
@@ -202,7 +202,7 @@ impl Sql {
             // the row is made due early; the claim's head rule still holds it.
             promote_next: format!(
                 "UPDATE {t} SET next_attempt_at = now() \
-                 WHERE seq = {} AND status = 'sent' AND next_attempt_at IS NULL",
+                 WHERE seq = {} AND status = 'received' AND next_attempt_at IS NULL",
                 first_unfinished(&t, "e.seq", "$1", "$2", Some("$3"))
             ),
             // The safety net: every held row that is its key's head is made due. The
@@ -212,15 +212,15 @@ impl Sql {
             release_held: format!(
                 "WITH RECURSIVE keys(k) AS ( \
                    (SELECT ordering_key FROM {t} WHERE consumer = $1 AND ordering_key IS NOT NULL \
-                      AND status = 'sent' AND next_attempt_at IS NULL ORDER BY ordering_key LIMIT 1) \
+                      AND status = 'received' AND next_attempt_at IS NULL ORDER BY ordering_key LIMIT 1) \
                    UNION ALL \
                    SELECT (SELECT ordering_key FROM {t} WHERE consumer = $1 AND ordering_key > keys.k \
-                      AND status = 'sent' AND next_attempt_at IS NULL ORDER BY ordering_key LIMIT 1) \
+                      AND status = 'received' AND next_attempt_at IS NULL ORDER BY ordering_key LIMIT 1) \
                    FROM keys WHERE keys.k IS NOT NULL), \
                  held_heads(seq) AS (SELECT h.seq FROM keys CROSS JOIN LATERAL {} h \
-                   WHERE keys.k IS NOT NULL AND h.status = 'sent' AND h.next_attempt_at IS NULL) \
+                   WHERE keys.k IS NOT NULL AND h.status = 'received' AND h.next_attempt_at IS NULL) \
                  UPDATE {t} SET next_attempt_at = now() \
-                 WHERE seq IN (SELECT seq FROM held_heads) AND status = 'sent' AND next_attempt_at IS NULL",
+                 WHERE seq IN (SELECT seq FROM held_heads) AND status = 'received' AND next_attempt_at IS NULL",
                 first_unfinished(
                     &t,
                     "e.seq, e.status, e.next_attempt_at",
@@ -236,7 +236,7 @@ impl Sql {
             ),
             stats: format!(
                 "SELECT \
-                   count(*) FILTER (WHERE status = 'sent'), \
+                   count(*) FILTER (WHERE status = 'received'), \
                    count(*) FILTER (WHERE status = 'consumed'), \
                    count(*) FILTER (WHERE status = 'consume_failed'), \
                    count(*) FILTER (WHERE status = 'dead'), \
@@ -255,7 +255,7 @@ impl Sql {
             // UPDATE that waited would re-check `status = ANY($3)` against that new
             // version and, with `consumed` among the sources, run the handler twice.
             reconsume: format!(
-                "UPDATE {t} SET status = 'sent', attempts = 0, next_attempt_at = now(), consumed_at = NULL, \
+                "UPDATE {t} SET status = 'received', attempts = 0, next_attempt_at = now(), consumed_at = NULL, \
                  locked_by = NULL, locked_until = NULL \
                  WHERE seq = (SELECT seq FROM {t} WHERE consumer = $1 AND message_id = $2 \
                    AND status = ANY($3) AND (locked_until IS NULL OR locked_until < now()) \
@@ -861,7 +861,7 @@ impl PgInboxStore {
             .bind(consumer)
             .bind(message.id.as_uuid())
             .bind(&lease.holder)
-            .bind(sources_of(Status::Consumed))
+            .bind(Side::Inbox.sources_of(Status::Consumed))
             .fetch_optional(&mut *tx)
             .await
             .map_err(|e| port("mark consumed", e))?;
@@ -993,8 +993,9 @@ impl PgInboxStore {
             .await
             .map_err(|e| port("read status", e))?
             .map(|s| {
-                s.parse()
-                    .map_err(|e: String| PortError::fatal("read status", e))
+                Side::Inbox
+                    .status(&s)
+                    .map_err(|e| PortError::fatal("read status", e))
             })
             .transpose()
     }
@@ -1083,7 +1084,7 @@ impl InboxConsumerPath for PgInboxStore {
             .bind(consumer)
             .bind(id.as_uuid())
             .bind(&lease.holder)
-            .bind(sources_of(Status::Consumed))
+            .bind(Side::Inbox.sources_of(Status::Consumed))
             .fetch_optional(&self.pool)
             .await
             .map_err(|e| port("mark consumed", e))?;
@@ -1108,9 +1109,9 @@ impl InboxConsumerPath for PgInboxStore {
             Decision::RetryAfter(d) => Some(millis(d)),
             Decision::Dead => None,
         };
-        let from: Vec<String> = sources_of(Status::ConsumeFailed)
+        let from: Vec<String> = Side::Inbox.sources_of(Status::ConsumeFailed)
             .into_iter()
-            .filter(|s| sources_of(Status::Dead).contains(s))
+            .filter(|s| Side::Inbox.sources_of(Status::Dead).contains(s))
             .collect();
         let marked: Option<(i64, Option<String>, String)> = sqlx::query_as(&self.sql.mark_failed)
             .bind(consumer)
@@ -1126,7 +1127,7 @@ impl InboxConsumerPath for PgInboxStore {
             return Ok(false);
         };
         // A dead row no longer holds its key back; a failed one still does.
-        if let (Some(key), true) = (key, status == Status::Dead.as_str()) {
+        if let (Some(key), true) = (key, status == Side::Inbox.name(Status::Dead)) {
             self.promote_next(consumer, &key, seq).await;
         }
         Ok(true)
@@ -1209,7 +1210,7 @@ impl InboxStore for PgInboxStore {
     ) -> Result<Vec<InboxRecord>, PortError> {
         sqlx::query_as::<_, MessageRow>(&self.sql.list)
             .bind(consumer)
-            .bind(status.as_str())
+            .bind(Side::Inbox.name(status))
             .bind(i64::from(limit))
             .fetch_all(&self.pool)
             .await
@@ -1224,7 +1225,7 @@ impl InboxStore for PgInboxStore {
         let n = sqlx::query(&self.sql.reconsume)
             .bind(consumer)
             .bind(id.as_uuid())
-            .bind(sources.iter().map(|s| s.as_str()).collect::<Vec<_>>())
+            .bind(Side::Inbox.names(&sources))
             .execute(&self.pool)
             .await
             .map_err(|e| port("reconsume", e))?

@@ -13,10 +13,10 @@ use outbox_ports::{
 use crate::PgInboxStore;
 use crate::error::port;
 use crate::listing::{
-    Where, batch_statement, count_at_most, in_batches, names, page_of, per_minute, summary_columns,
+    Where, batch_statement, count_at_most, in_batches, page_of, per_minute, summary_columns,
     summary_page,
 };
-use crate::rows::{MessageRow, read_columns, readable_time};
+use crate::rows::{MessageRow, Side, read_columns, readable_time};
 
 #[derive(sqlx::FromRow)]
 struct LetterRow {
@@ -80,16 +80,16 @@ impl PgInboxStore {
         let mut w = Where::new();
         let c = w.bind(consumer.to_owned())?;
         w.and(format!("consumer = {c}"));
-        w.filter(filter, "message_id")
+        w.filter(filter, "message_id", Side::Inbox)
     }
 }
 
 impl PgInboxStore {
-    /// One consumer's counts of the unsent states and its dead letters.
+    /// One consumer's counts of the unfinished states and its dead letters.
     fn consumer_counts_sql(&self) -> String {
         format!(
             "SELECT \
-               (SELECT count(*) FROM {inbox} WHERE consumer = $1 AND status = 'sent'), \
+               (SELECT count(*) FROM {inbox} WHERE consumer = $1 AND status = 'received'), \
                (SELECT count(*) FROM {inbox} WHERE consumer = $1 AND status = 'consume_failed'), \
                (SELECT count(*) FROM {inbox} WHERE consumer = $1 AND status = 'dead'), \
                (SELECT count(*) FROM {letters} WHERE consumer = $1)",
@@ -142,8 +142,8 @@ impl InboxOperator for PgInboxStore {
             .fetch_all(&self.pool)
             .await
             .map_err(|e| port("consumers", e))?;
-        // The unsent states through their partial indexes (inbox_due, inbox_dead) and
-        // the dead letters through theirs: O(unsent) a consumer. Consumed rows are
+        // The unfinished states through their partial indexes (inbox_due, inbox_dead) and
+        // the dead letters through theirs: O(unfinished) a consumer. Consumed rows are
         // not counted: that would read every row the consumer ever handled.
         let counts = self.consumer_counts_sql();
         let n = |v: i64| u64::try_from(v).unwrap_or(0);
@@ -183,7 +183,7 @@ impl InboxOperator for PgInboxStore {
             self.inbox()
         );
         let w = Self::of_consumer(consumer, filter)?.below(after.map(|c| c.0))?;
-        summary_page(&self.pool, &select, w, limit).await
+        summary_page(&self.pool, &select, w, limit, Side::Inbox).await
     }
 
     async fn deliveries_of(&self, id: MessageId) -> Result<Vec<InboxRecord>, PortError> {
@@ -215,7 +215,7 @@ impl InboxOperator for PgInboxStore {
         max: u64,
     ) -> Result<BulkOutcome, PortError> {
         let t = self.inbox();
-        let reconsumable = names(&reconsumable_statuses(filter));
+        let reconsumable = Side::Inbox.names(&reconsumable_statuses(filter));
         in_batches(&self.pool, "reconsume", max, |cursor, batch| {
             let mut w = Self::of_consumer(consumer, filter)?.below(cursor)?;
             let guard = w.bind(reconsumable.clone())?;
@@ -225,7 +225,7 @@ impl InboxOperator for PgInboxStore {
             // A row a retry's transaction locks is waited for and re-checked: it is
             // consumed by then, which the bulk guard leaves out unless asked for.
             let action = format!(
-                "UPDATE {t} SET status = 'sent', attempts = 0, next_attempt_at = now(), \
+                "UPDATE {t} SET status = 'received', attempts = 0, next_attempt_at = now(), \
                  consumed_at = NULL, locked_by = NULL, locked_until = NULL \
                  WHERE seq IN (SELECT seq FROM picked) AND status = ANY({guard}) \
                  AND (locked_until IS NULL OR locked_until < now()) RETURNING 1"

@@ -5,13 +5,13 @@
 //! with its bound values: a generic plan could not use the partial indexes by status
 //! (`status = $1` proves no index predicate), a plan for the values does.
 
-use outbox_core::{MessageId, Status, Timestamp};
+use outbox_core::{MessageId, Timestamp};
 use outbox_ports::{BulkOutcome, MessageFilter, MessageSummary, PREVIEW_BYTES, PortError};
 use sqlx::postgres::PgArguments;
 use sqlx::{Arguments, PgPool, Postgres};
 
 use crate::error::port;
-use crate::rows::readable_time;
+use crate::rows::{Side, readable_time};
 
 /// Rows selected and changed per statement by a bulk action.
 pub(crate) const BULK_BATCH: u64 = 1_000;
@@ -65,10 +65,15 @@ impl Where {
         self.clauses.push(clause);
     }
 
-    /// The filter's clauses; `id` names the message id column.
-    pub(crate) fn filter(mut self, filter: &MessageFilter, id: &str) -> Result<Self, PortError> {
+    /// The filter's clauses; `id` names the message id column, `side` the table.
+    pub(crate) fn filter(
+        mut self,
+        filter: &MessageFilter,
+        id: &str,
+        side: Side,
+    ) -> Result<Self, PortError> {
         if let Some(s) = filter.status {
-            let p = self.bind(s.as_str().to_owned())?;
+            let p = self.bind(side.name(s).to_owned())?;
             self.and(format!("status = {p}"));
         }
         for (column, value) in [
@@ -149,12 +154,11 @@ pub(crate) struct SummaryRow {
 }
 
 impl SummaryRow {
-    pub(crate) fn summary(self) -> Result<MessageSummary, PortError> {
+    pub(crate) fn summary(self, side: Side) -> Result<MessageSummary, PortError> {
         Ok(MessageSummary {
             id: MessageId::from_uuid(self.id),
-            status: self
-                .status
-                .parse::<Status>()
+            status: side
+                .status(&self.status)
                 .map_err(|e| PortError::fatal("read row", e))?,
             exchange: self.exchange,
             routing_key: self.routing_key,
@@ -216,11 +220,6 @@ pub(crate) fn batch_statement(table: &str, where_: &str, limit: &str, action: &s
     )
 }
 
-/// Statuses as stored, for `status = ANY($n)`.
-pub(crate) fn names(statuses: &[Status]) -> Vec<String> {
-    statuses.iter().map(|s| s.as_str().to_owned()).collect()
-}
-
 /// Completions per minute since `window` ago: `sql` binds the window in ms.
 pub(crate) async fn per_minute(
     pool: &PgPool,
@@ -268,6 +267,7 @@ pub(crate) async fn summary_page(
     select: &str,
     mut where_: Where,
     limit: u32,
+    side: Side,
 ) -> Result<outbox_ports::Page<MessageSummary>, PortError> {
     let limit = outbox_ports::page_limit(limit);
     let lp = where_.bind(i64::from(limit) + 1)?;
@@ -277,7 +277,7 @@ pub(crate) async fn summary_page(
         .fetch_all(pool)
         .await
         .map_err(|e| port("list", e))?;
-    page_of(rows, limit, |r| r.seq, SummaryRow::summary)
+    page_of(rows, limit, |r| r.seq, |r| r.summary(side))
 }
 
 /// The first `limit` rows as a page, with a cursor when one more was fetched.

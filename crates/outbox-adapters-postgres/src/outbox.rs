@@ -16,7 +16,7 @@ use crate::PgSchema;
 use crate::error::port;
 use crate::rows::{
     ClaimedRow, MESSAGE_COLUMNS, MessageRow, decode_in_claim_order, delete_in_batches, millis,
-    outbox_extra_columns, read_columns, readable_time, sources_of,
+    outbox_extra_columns, read_columns, readable_time, Side,
 };
 
 /// Enqueues messages inside the caller's transaction. Cheap to clone; holds no pool.
@@ -1064,7 +1064,7 @@ impl OutboxRelayPath for PgOutboxStore {
         Ok(sqlx::query(&self.sql.mark_sent)
             .bind(ids.iter().map(|i| *i.as_uuid()).collect::<Vec<_>>())
             .bind(&lease.holder)
-            .bind(sources_of(Status::Sent))
+            .bind(Side::Outbox.sources_of(Status::Sent))
             .execute(&self.pool)
             .await
             .map_err(|e| port("mark sent", e))?
@@ -1087,9 +1087,9 @@ impl OutboxRelayPath for PgOutboxStore {
             })
             .collect();
         // Both outcomes start from the same statuses (the core's table).
-        let from: Vec<String> = sources_of(Status::PublishFailed)
+        let from: Vec<String> = Side::Outbox.sources_of(Status::PublishFailed)
             .into_iter()
-            .filter(|s| sources_of(Status::Dead).contains(s))
+            .filter(|s| Side::Outbox.sources_of(Status::Dead).contains(s))
             .collect();
         Ok(sqlx::query(&self.sql.mark_failed)
             .bind(failures.iter().map(|f| *f.id.as_uuid()).collect::<Vec<_>>())
@@ -1222,7 +1222,7 @@ impl OutboxStore for PgOutboxStore {
     async fn requeue(&self, id: MessageId) -> Result<(), PortError> {
         let n = sqlx::query(&self.sql.requeue)
             .bind(id.as_uuid())
-            .bind(sources_of(Status::Pending))
+            .bind(Side::Outbox.sources_of(Status::Pending))
             .execute(&self.pool)
             .await
             .map_err(|e| port("requeue", e))?

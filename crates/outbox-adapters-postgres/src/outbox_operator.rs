@@ -13,10 +13,10 @@ use outbox_ports::{
 use crate::PgOutboxStore;
 use crate::error::port;
 use crate::listing::{
-    SummaryRow, Where, batch_statement, count_at_most, in_batches, names, page_of, per_minute,
+    SummaryRow, Where, batch_statement, count_at_most, in_batches, page_of, per_minute,
     summary_columns,
 };
-use crate::rows::readable_time;
+use crate::rows::{Side, readable_time};
 
 impl PgOutboxStore {
     /// What a page of [`OutboxOperator::list_messages`] does: `EXPLAIN (ANALYZE)`
@@ -50,7 +50,7 @@ impl PgOutboxStore {
         limit: u32,
     ) -> Result<(String, sqlx::postgres::PgArguments), PortError> {
         let mut w = Where::new()
-            .filter(filter, "id")?
+            .filter(filter, "id", Side::Outbox)?
             .below(after.map(|c| c.0))?;
         let lp = w.bind(i64::from(page_limit(limit)) + 1)?;
         let sql = format!(
@@ -75,8 +75,8 @@ impl PgOutboxStore {
             .into_iter()
             .filter(|s| !always.contains(s))
             .collect();
-        let a = w.bind(names(&always))?;
-        let f = w.bind(names(&forced))?;
+        let a = w.bind(Side::Outbox.names(&always))?;
+        let f = w.bind(Side::Outbox.names(&forced))?;
         Ok(format!(
             "(status = ANY({a}) OR (status = ANY({f}) \
               AND (locked_until IS NULL OR locked_until < now())))"
@@ -110,7 +110,7 @@ impl OutboxOperator for PgOutboxStore {
             .fetch_all(self.pool())
             .await
             .map_err(|e| port("list", e))?;
-        page_of(rows, page_limit(limit), |r| r.seq, SummaryRow::summary)
+        page_of(rows, page_limit(limit), |r| r.seq, |r| r.summary(Side::Outbox))
     }
 
     async fn get_message(&self, id: MessageId) -> Result<Option<OutboxRecord>, PortError> {
@@ -207,7 +207,7 @@ impl OutboxOperator for PgOutboxStore {
     }
 
     async fn count_messages(&self, filter: &MessageFilter, max: u64) -> Result<u64, PortError> {
-        let w = Where::new().filter(filter, "id")?;
+        let w = Where::new().filter(filter, "id", Side::Outbox)?;
         count_at_most(self.pool(), &self.table(), w, max).await
     }
 
@@ -218,8 +218,8 @@ impl OutboxOperator for PgOutboxStore {
     ) -> Result<BulkOutcome, PortError> {
         let t = self.table();
         in_batches(self.pool(), "requeue", max, |cursor, batch| {
-            let mut w = Where::new().filter(filter, "id")?.below(cursor)?;
-            let guard = w.bind(names(&requeueable_statuses()))?;
+            let mut w = Where::new().filter(filter, "id", Side::Outbox)?.below(cursor)?;
+            let guard = w.bind(Side::Outbox.names(&requeueable_statuses()))?;
             let limit = w.bind(i64::try_from(batch).unwrap_or(i64::MAX))?;
             // As the single requeue: pending, due now, a fresh retry budget.
             let action = format!(
@@ -244,7 +244,7 @@ impl OutboxOperator for PgOutboxStore {
     ) -> Result<BulkOutcome, PortError> {
         let t = self.table();
         in_batches(self.pool(), "delete", max, |cursor, batch| {
-            let mut w = Where::new().filter(filter, "id")?.below(cursor)?;
+            let mut w = Where::new().filter(filter, "id", Side::Outbox)?.below(cursor)?;
             let guard = Self::delete_guard(&mut w, force)?;
             let limit = w.bind(i64::try_from(batch).unwrap_or(i64::MAX))?;
             let action = format!(

@@ -130,10 +130,9 @@ impl MessageRow {
         u32::try_from(self.attempts).unwrap_or(0)
     }
 
-    pub(crate) fn status(&self) -> Result<Status, PortError> {
-        self.status
-            .parse()
-            .map_err(|e: String| PortError::fatal("read row", e))
+    pub(crate) fn status(&self, side: Side) -> Result<Status, PortError> {
+        side.status(&self.status)
+            .map_err(|e| PortError::fatal("read row", e))
     }
 
     fn state(&self) -> SideState {
@@ -149,7 +148,7 @@ impl MessageRow {
     pub(crate) fn outbox_record(&self) -> Result<OutboxRecord, PortError> {
         Ok(OutboxRecord {
             message: self.message(),
-            status: self.status()?,
+            status: self.status(Side::Outbox)?,
             publish: self.state(),
         })
     }
@@ -158,7 +157,7 @@ impl MessageRow {
         Ok(InboxRecord {
             consumer: consumer.to_owned(),
             message: self.message(),
-            status: self.status()?,
+            status: self.status(Side::Inbox)?,
             consume: self.state(),
         })
     }
@@ -205,14 +204,56 @@ pub(crate) fn decode_in_claim_order(mut rows: Vec<ClaimedRow>) -> DecodedClaim {
     (good, bad)
 }
 
-/// Statuses from which `target` may be reached, by the core's transition table: the
-/// `WHERE status = ANY(..)` of every status-changing statement.
-pub(crate) fn sources_of(target: Status) -> Vec<String> {
-    Status::ALL
-        .into_iter()
-        .filter(|s| s.can_become(target))
-        .map(|s| s.as_str().to_owned())
-        .collect()
+/// Which table a status is stored in, and so its name there. The outbox stores
+/// [`Status::as_str`]. The inbox calls a delivery received and not yet handled
+/// `received` (in Rust still `Status::Sent` until each side has a status type of
+/// its own): on the outbox, `sent` means confirmed by the broker, and one word
+/// must not mean two things.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Side {
+    /// `outbox_messages`.
+    Outbox,
+    /// `outbox_inbox`.
+    Inbox,
+}
+
+impl Side {
+    /// `status` as this side stores it.
+    pub(crate) const fn name(self, status: Status) -> &'static str {
+        match (self, status) {
+            (Self::Inbox, Status::Sent) => "received",
+            (_, s) => s.as_str(),
+        }
+    }
+
+    /// The status a stored name stands for on this side.
+    pub(crate) fn status(self, name: &str) -> Result<Status, String> {
+        match (self, name) {
+            (Self::Inbox, "received") => Ok(Status::Sent),
+            (Self::Inbox, "sent") => Err(
+                "an inbox row with status 'sent' (before `outbox migrate`: it is 'received' now)"
+                    .to_owned(),
+            ),
+            (Self::Outbox, "received") => Err("an outbox row with status 'received'".to_owned()),
+            (_, other) => other.parse(),
+        }
+    }
+
+    /// `statuses` as this side stores them, for `status = ANY($n)`.
+    pub(crate) fn names(self, statuses: &[Status]) -> Vec<String> {
+        statuses.iter().map(|s| self.name(*s).to_owned()).collect()
+    }
+
+    /// Statuses from which `target` may be reached, by the core's transition
+    /// table, as stored: the `WHERE status = ANY(..)` of every status-changing
+    /// statement.
+    pub(crate) fn sources_of(self, target: Status) -> Vec<String> {
+        let sources: Vec<Status> = Status::ALL
+            .into_iter()
+            .filter(|s| s.can_become(target))
+            .collect();
+        self.names(&sources)
+    }
 }
 
 /// Milliseconds of a duration, for `$n * interval '1 millisecond'`.

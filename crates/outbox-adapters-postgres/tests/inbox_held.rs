@@ -49,7 +49,7 @@ async fn fill_held(pool: &sqlx::PgPool, t: &str, consumer: &str, key: &str, n: i
     sqlx::query(&format!(
         "INSERT INTO {t} (consumer, message_id, exchange, routing_key, headers, payload, \
            created_at, ordering_key, status, next_attempt_at) \
-         SELECT $1, gen_random_uuid(), 'held', 'k', '{{}}'::jsonb, '\\x00'::bytea, now(), $2, 'sent', NULL \
+         SELECT $1, gen_random_uuid(), 'held', 'k', '{{}}'::jsonb, '\\x00'::bytea, now(), $2, 'received', NULL \
          FROM generate_series(1, $3)"
     ))
     .bind(consumer)
@@ -450,7 +450,7 @@ async fn the_safety_net_costs_the_keys_with_held_rows() {
             "INSERT INTO {t} (consumer, message_id, exchange, routing_key, headers, payload, \
                created_at, ordering_key, status, next_attempt_at, locked_by, locked_until) \
              SELECT $1, gen_random_uuid(), 'held', 'k', '{{}}'::jsonb, '\\x00'::bytea, now(), \
-               'busy' || i, 'sent', now(), 'w', now() + interval '1 hour' \
+               'busy' || i, 'received', now(), 'w', now() + interval '1 hour' \
              FROM generate_series(1, 20000) i"
         ))
         .bind(&c)

@@ -884,7 +884,7 @@ async fn inbox_retention_never_deletes_a_row_reconsumed_while_it_ran() {
         // An operator's reconsume, not yet committed when retention looks.
         let mut reconsume = pool.begin().await.expect("begin");
         sqlx::query(&format!(
-            "UPDATE {}.outbox_inbox SET status = 'sent', attempts = 0, next_attempt_at = now(), \
+            "UPDATE {}.outbox_inbox SET status = 'received', attempts = 0, next_attempt_at = now(), \
              consumed_at = NULL WHERE consumer = 'billing' AND message_id = $1",
             schema.quoted()
         ))

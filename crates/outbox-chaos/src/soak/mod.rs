@@ -427,7 +427,7 @@ async fn settle(w: &World, t0: Instant) -> anyhow::Result<(crate::world::Tally, 
     loop {
         let backlog: Option<i64> = sqlx::query_scalar(&format!(
             "SELECT (SELECT count(*) FROM {o}.outbox_messages WHERE status IN ('pending', 'publish_failed'))
-                  + (SELECT count(*) FROM {o}.outbox_inbox WHERE status IN ('sent', 'consume_failed'))"
+                  + (SELECT count(*) FROM {o}.outbox_inbox WHERE status IN ('received', 'consume_failed'))"
         ))
         .fetch_one(&w.pool)
         .await

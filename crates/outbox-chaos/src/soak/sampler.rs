@@ -240,7 +240,7 @@ impl<'a> Reader<'a> {
             .await;
         let unfinished = self
             .scalar(&format!(
-                "SELECT count(*) FROM {o}.outbox_inbox WHERE consumer = '{}' AND status IN ('sent', 'consume_failed')",
+                "SELECT count(*) FROM {o}.outbox_inbox WHERE consumer = '{}' AND status IN ('received', 'consume_failed')",
                 outbox_examples::billing::CONSUMER
             ))
             .await;

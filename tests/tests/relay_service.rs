@@ -1101,7 +1101,7 @@ async fn the_operator_commands_filter_requeue_delete_and_are_audited() {
     let reconsume = ["consumers", "reconsume", "billing", "--filter", "--status"];
     let (code, _, stderr) = operator(&cfg, &[&reconsume[..], &["pending"]].concat());
     assert_ne!(code, Some(0));
-    assert!(stderr.contains("in_progress"), "{stderr}");
+    assert!(stderr.contains("received"), "{stderr}");
     let (code, stdout, stderr) = operator(&cfg, &[&reconsume[..], &["dead", "--json"]].concat());
     assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(
@@ -1112,14 +1112,14 @@ async fn the_operator_commands_filter_requeue_delete_and_are_audited() {
         !stderr.contains('\u{2588}') && !stderr.contains("reconsumed ("),
         "{stderr}"
     );
-    let in_progress: i64 = sqlx::query_scalar(&format!(
+    let received: i64 = sqlx::query_scalar(&format!(
         "SELECT count(*) FROM {}.outbox_inbox WHERE status = 'received'",
         w.schema.quoted()
     ))
     .fetch_one(&w.pool)
     .await
     .expect("count");
-    assert_eq!(in_progress, 4);
+    assert_eq!(received, 4);
     w.cleanup().await;
 }
 

@@ -308,7 +308,7 @@ impl InboxStore for MemoryInboxStore {
                 Status::Consumed => s.consumed += 1,
                 Status::ConsumeFailed => s.consume_failed += 1,
                 Status::Dead => s.dead += 1,
-                _ => s.in_progress += 1,
+                _ => s.received += 1,
             }
         }
         Ok(s)

@@ -17,7 +17,7 @@ use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use crate::PgSchema;
 use crate::error::{port, refused_by_database};
 use crate::rows::{
-    ClaimedRow, MESSAGE_COLUMNS, MessageRow, in_claim_order, millis, read_columns, Side,
+    ClaimedRow, MESSAGE_COLUMNS, MessageRow, Side, in_claim_order, millis, read_columns,
 };
 use crate::storable;
 
@@ -1109,7 +1109,8 @@ impl InboxConsumerPath for PgInboxStore {
             Decision::RetryAfter(d) => Some(millis(d)),
             Decision::Dead => None,
         };
-        let from: Vec<String> = Side::Inbox.sources_of(Status::ConsumeFailed)
+        let from: Vec<String> = Side::Inbox
+            .sources_of(Status::ConsumeFailed)
             .into_iter()
             .filter(|s| Side::Inbox.sources_of(Status::Dead).contains(s))
             .collect();
@@ -1175,7 +1176,7 @@ impl InboxConsumerPath for PgInboxStore {
 #[async_trait]
 impl InboxStore for PgInboxStore {
     async fn stats(&self, consumer: &str) -> Result<InboxStats, PortError> {
-        let (in_progress, consumed, consume_failed, dead, dead_letters): (i64, i64, i64, i64, i64) =
+        let (received, consumed, consume_failed, dead, dead_letters): (i64, i64, i64, i64, i64) =
             sqlx::query_as(&self.sql.stats)
                 .bind(consumer)
                 .fetch_one(&self.pool)
@@ -1183,7 +1184,7 @@ impl InboxStore for PgInboxStore {
                 .map_err(|e| port("inbox stats", e))?;
         let n = |v: i64| u64::try_from(v).unwrap_or(0);
         Ok(InboxStats {
-            in_progress: n(in_progress),
+            received: n(received),
             consumed: n(consumed),
             consume_failed: n(consume_failed),
             dead: n(dead),

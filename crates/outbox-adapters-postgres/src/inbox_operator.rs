@@ -149,7 +149,7 @@ impl InboxOperator for PgInboxStore {
         let n = |v: i64| u64::try_from(v).unwrap_or(0);
         let mut consumers = Vec::with_capacity(names.len());
         for name in names {
-            let (in_progress, consume_failed, dead, dead_letters): (i64, i64, i64, i64) =
+            let (received, consume_failed, dead, dead_letters): (i64, i64, i64, i64) =
                 sqlx::query_as(&counts)
                     .bind(&name)
                     .fetch_one(&self.pool)
@@ -158,7 +158,7 @@ impl InboxOperator for PgInboxStore {
             consumers.push(ConsumerSummary {
                 name,
                 stats: InboxStats {
-                    in_progress: n(in_progress),
+                    received: n(received),
                     consumed: 0,
                     consume_failed: n(consume_failed),
                     dead: n(dead),

@@ -15,8 +15,8 @@ use sqlx::{PgConnection, PgPool};
 use crate::PgSchema;
 use crate::error::port;
 use crate::rows::{
-    ClaimedRow, MESSAGE_COLUMNS, MessageRow, decode_in_claim_order, delete_in_batches, millis,
-    outbox_extra_columns, read_columns, readable_time, Side,
+    ClaimedRow, MESSAGE_COLUMNS, MessageRow, Side, decode_in_claim_order, delete_in_batches,
+    millis, outbox_extra_columns, read_columns, readable_time,
 };
 
 /// Enqueues messages inside the caller's transaction. Cheap to clone; holds no pool.
@@ -1087,7 +1087,8 @@ impl OutboxRelayPath for PgOutboxStore {
             })
             .collect();
         // Both outcomes start from the same statuses (the core's table).
-        let from: Vec<String> = Side::Outbox.sources_of(Status::PublishFailed)
+        let from: Vec<String> = Side::Outbox
+            .sources_of(Status::PublishFailed)
             .into_iter()
             .filter(|s| Side::Outbox.sources_of(Status::Dead).contains(s))
             .collect();

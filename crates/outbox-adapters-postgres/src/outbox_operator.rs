@@ -110,7 +110,12 @@ impl OutboxOperator for PgOutboxStore {
             .fetch_all(self.pool())
             .await
             .map_err(|e| port("list", e))?;
-        page_of(rows, page_limit(limit), |r| r.seq, |r| r.summary(Side::Outbox))
+        page_of(
+            rows,
+            page_limit(limit),
+            |r| r.seq,
+            |r| r.summary(Side::Outbox),
+        )
     }
 
     async fn get_message(&self, id: MessageId) -> Result<Option<OutboxRecord>, PortError> {
@@ -218,7 +223,9 @@ impl OutboxOperator for PgOutboxStore {
     ) -> Result<BulkOutcome, PortError> {
         let t = self.table();
         in_batches(self.pool(), "requeue", max, |cursor, batch| {
-            let mut w = Where::new().filter(filter, "id", Side::Outbox)?.below(cursor)?;
+            let mut w = Where::new()
+                .filter(filter, "id", Side::Outbox)?
+                .below(cursor)?;
             let guard = w.bind(Side::Outbox.names(&requeueable_statuses()))?;
             let limit = w.bind(i64::try_from(batch).unwrap_or(i64::MAX))?;
             // As the single requeue: pending, due now, a fresh retry budget.
@@ -244,7 +251,9 @@ impl OutboxOperator for PgOutboxStore {
     ) -> Result<BulkOutcome, PortError> {
         let t = self.table();
         in_batches(self.pool(), "delete", max, |cursor, batch| {
-            let mut w = Where::new().filter(filter, "id", Side::Outbox)?.below(cursor)?;
+            let mut w = Where::new()
+                .filter(filter, "id", Side::Outbox)?
+                .below(cursor)?;
             let guard = Self::delete_guard(&mut w, force)?;
             let limit = w.bind(i64::try_from(batch).unwrap_or(i64::MAX))?;
             let action = format!(

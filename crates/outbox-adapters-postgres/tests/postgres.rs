@@ -823,7 +823,7 @@ async fn inbox_retention_deletes_only_old_consumed_deliveries() {
         );
         let s = inbox.stats("billing").await.expect("stats");
         assert_eq!(
-            (s.consumed, s.consume_failed, s.in_progress),
+            (s.consumed, s.consume_failed, s.received),
             (0, 1, 1),
             "unfinished deliveries are kept"
         );

@@ -37,7 +37,7 @@ pub enum OutboxStatusName {
 #[serde(rename_all = "snake_case")]
 pub enum InboxStatusName {
     /// Received, not yet handled.
-    InProgress,
+    Received,
     /// Handled.
     Consumed,
     /// The handler failed; a retry is due later.
@@ -114,7 +114,7 @@ pub struct MessageQuery {
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct DeliveryQuery {
-    /// A status name (in_progress, consumed, consume_failed, dead).
+    /// A status name (received, consumed, consume_failed, dead).
     #[param(value_type = Option<InboxStatusName>)]
     #[schema(value_type = Option<InboxStatusName>)]
     pub status: Option<String>,
@@ -510,7 +510,7 @@ pub struct MessagePage {
 pub struct ConsumeSide {
     /// The consumer.
     pub consumer: String,
-    /// in_progress, consumed, consume_failed or dead.
+    /// received, consumed, consume_failed or dead.
     #[schema(value_type = InboxStatusName)]
     pub status: String,
     /// Handler attempts.
@@ -606,7 +606,7 @@ pub struct ConsumerItem {
     /// Its name.
     pub name: String,
     /// Received, not yet handled.
-    pub in_progress: u64,
+    pub received: u64,
     /// Handled; null when the store does not count them (PostgreSQL: that would
     /// read every row the consumer ever handled; see `consumed_per_minute`).
     pub consumed: Option<u64>,

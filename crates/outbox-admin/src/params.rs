@@ -22,16 +22,16 @@ pub const DEFAULT_BULK_MAX: u64 = 10_000;
 pub enum Side {
     /// pending, sent, publish_failed, dead.
     Outbox,
-    /// in_progress, consumed, consume_failed, dead.
+    /// received, consumed, consume_failed, dead.
     Inbox,
 }
 
 impl Side {
-    /// The API name of `status` on this side (the inbox's `Sent` is in progress).
+    /// The API name of `status` on this side (the inbox's `Sent` is `received`).
     #[must_use]
     pub fn status_name(self, status: Status) -> &'static str {
         match (self, status) {
-            (Self::Inbox, Status::Sent) => "in_progress",
+            (Self::Inbox, Status::Sent) => "received",
             (_, s) => s.as_str(),
         }
     }
@@ -45,14 +45,14 @@ impl Side {
             (Self::Outbox, "pending") => Status::Pending,
             (Self::Outbox, "sent") => Status::Sent,
             (Self::Outbox, "publish_failed") => Status::PublishFailed,
-            (Self::Inbox, "in_progress") => Status::Sent,
+            (Self::Inbox, "received") => Status::Sent,
             (Self::Inbox, "consumed") => Status::Consumed,
             (Self::Inbox, "consume_failed") => Status::ConsumeFailed,
             (_, "dead") => Status::Dead,
             _ => {
                 let known = match self {
                     Self::Outbox => "pending, sent, publish_failed, dead",
-                    Self::Inbox => "in_progress, consumed, consume_failed, dead",
+                    Self::Inbox => "received, consumed, consume_failed, dead",
                 };
                 return Err(AdminError::bad(
                     "bad_status",
@@ -272,15 +272,15 @@ mod tests {
 
     #[test]
     fn each_side_knows_only_its_own_statuses() {
-        assert!(Side::Outbox.parse_status("in_progress").is_err());
+        assert!(Side::Outbox.parse_status("received").is_err());
         assert!(Side::Outbox.parse_status("consumed").is_err());
         assert!(Side::Inbox.parse_status("pending").is_err());
         assert!(Side::Inbox.parse_status("sent").is_err());
         assert_eq!(
-            Side::Inbox.parse_status("in_progress").ok(),
+            Side::Inbox.parse_status("received").ok(),
             Some(Status::Sent)
         );
-        assert_eq!(Side::Inbox.status_name(Status::Sent), "in_progress");
+        assert_eq!(Side::Inbox.status_name(Status::Sent), "received");
         assert_eq!(Side::Outbox.status_name(Status::Sent), "sent");
     }
 

@@ -684,7 +684,7 @@ impl AdminService {
             .into_iter()
             .map(|c| ConsumerItem {
                 name: c.name,
-                in_progress: c.stats.in_progress,
+                received: c.stats.received,
                 consumed: c.consumed_counted.then_some(c.stats.consumed),
                 consume_failed: c.stats.consume_failed,
                 dead: c.stats.dead,

@@ -143,7 +143,7 @@ async fn bad_inputs_are_400_with_a_code() {
         ("/messages?cursor=AAAA", "bad_cursor"),
         ("/messages?status=bogus", "bad_status"),
         ("/messages?status=consumed", "bad_status"),
-        ("/messages?status=in_progress", "bad_status"),
+        ("/messages?status=received", "bad_status"),
         ("/consumers/billing/deliveries?status=pending", "bad_status"),
         (
             "/consumers/billing/deliveries?status=publish_failed",
@@ -425,7 +425,7 @@ async fn consumers_deliveries_and_reconsume() {
     let (_, detail) = h
         .get(&format!("/consumers/billing/deliveries/{}", a.id))
         .await;
-    assert_eq!(detail["status"], "in_progress");
+    assert_eq!(detail["status"], "received");
     let (_, answer) = h
         .write(
             "POST",
@@ -434,9 +434,7 @@ async fn consumers_deliveries_and_reconsume() {
         )
         .await;
     assert_eq!(answer, serde_json::json!({"matched": 1, "changed": 1}));
-    let (_, page) = h
-        .get("/consumers/billing/deliveries?status=in_progress")
-        .await;
+    let (_, page) = h.get("/consumers/billing/deliveries?status=received").await;
     assert_eq!(page["items"].as_array().unwrap().len(), 2);
     let actions: Vec<String> = h
         .audit_entries()
@@ -837,7 +835,7 @@ async fn the_openapi_document_is_exact_about_inputs_and_answers() {
     );
     assert_eq!(
         schemas["InboxStatusName"]["enum"],
-        serde_json::json!(["in_progress", "consumed", "consume_failed", "dead"])
+        serde_json::json!(["received", "consumed", "consume_failed", "dead"])
     );
     let param = |path: &str, name: &str| -> serde_json::Value {
         doc["paths"][path]["get"]["parameters"]

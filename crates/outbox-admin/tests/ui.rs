@@ -571,7 +571,7 @@ async fn a_consumed_delivery_is_reconsumed_only_from_a_dialog_that_showed_it_con
     assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
     let shown = b.get(&here).await;
     assert!(
-        shown.body.contains("in_progress") || shown.body.contains("in progress"),
+        shown.body.contains("received") || shown.body.contains("in progress"),
         "{}",
         shown.body
     );

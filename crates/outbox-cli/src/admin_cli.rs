@@ -162,7 +162,7 @@ pub(crate) enum ConsumersAction {
     /// Run a consumer's handler again for one delivery (a dead or consume_failed
     /// one; a consumed one only with --again), or with --filter for its failed and
     /// dead deliveries matching the filter flags (consumed ones only with
-    /// `--status consumed`); --status takes in_progress, consumed, consume_failed,
+    /// `--status consumed`); --status takes received, consumed, consume_failed,
     /// dead. A delivery a worker or a retry holds right now is refused.
     Reconsume {
         /// The consumer.

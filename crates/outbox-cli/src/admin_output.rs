@@ -186,9 +186,9 @@ pub(crate) fn message_detail(m: &MessageDetail) {
 pub(crate) fn consumers(items: &[ConsumerItem]) {
     for c in items {
         println!(
-            "{}\tin_progress={}\tconsumed={}\tconsume_failed={}\tdead={}\tdead_letters={}",
+            "{}\treceived={}\tconsumed={}\tconsume_failed={}\tdead={}\tdead_letters={}",
             c.name,
-            c.in_progress,
+            c.received,
             c.consumed
                 .map_or_else(|| "not counted".to_owned(), |n| n.to_string()),
             c.consume_failed,
@@ -251,9 +251,9 @@ pub(crate) fn stats(s: &StatsResponse) {
     );
     for c in &s.consumers {
         println!(
-            "consumer {}\tin_progress={}\tconsumed={}\tconsume_failed={}\tdead={}\tdead_letters={}",
+            "consumer {}\treceived={}\tconsumed={}\tconsume_failed={}\tdead={}\tdead_letters={}",
             c.name,
-            c.in_progress,
+            c.received,
             c.consumed
                 .map_or_else(|| "not counted".to_owned(), |n| n.to_string()),
             c.consume_failed,

@@ -58,7 +58,7 @@ pub struct DeadLetter {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct InboxStats {
     /// Received and not yet handled.
-    pub in_progress: u64,
+    pub received: u64,
     /// Handled.
     pub consumed: u64,
     /// Waiting for a consume retry.

@@ -170,11 +170,11 @@ pub async fn bulk_reconsume_honours_max_and_status(i: InboxUnderTest) {
     let consumed = msgs(2);
     let dead = msgs(3);
     let failed = msgs(1);
-    let in_progress = msgs(1);
+    let received = msgs(1);
     put(&i, &c, &consumed, Status::Consumed).await;
     put(&i, &c, &dead, Status::Dead).await;
     put(&i, &c, &failed, Status::ConsumeFailed).await;
-    put(&i, &c, &in_progress, Status::Sent).await;
+    put(&i, &c, &received, Status::Sent).await;
     let other = unique_key("other");
     put(&i, &other, &dead, Status::Dead).await;
     let all = MessageFilter::default();

@@ -337,7 +337,7 @@ impl Scenarios<'_> {
         ensure!(!consumers.is_empty(), "seeded consumer missing: {stats}");
         for consumer in consumers {
             let name = consumer["name"].as_str().unwrap_or_default();
-            for key in ["in_progress", "consume_failed", "dead", "dead_letters"] {
+            for key in ["received", "consume_failed", "dead", "dead_letters"] {
                 let shown = self
                     .text(&format!(
                         "tr[data-consumer='{name}'] td[data-count='{key}']"

@@ -29,7 +29,7 @@ pub(crate) fn meaning(status: &str) -> &'static str {
         "sent" => "published: the broker confirmed it (this says nothing about consumers)",
         "publish_failed" => "publishing failed; a retry is scheduled",
         "dead" => "out of retries; nothing more happens until an operator acts",
-        "in_progress" => "received by the consumer; the handler has not succeeded yet",
+        "received" => "received by the consumer; the handler has not succeeded yet",
         "consumed" => "the handler succeeded",
         "consume_failed" => "the handler failed; a retry is scheduled",
         _ => "",
@@ -67,7 +67,7 @@ pub(crate) fn badge(status: &str) -> Badge {
 pub(crate) fn statuses(side: Side) -> &'static [&'static str] {
     match side {
         Side::Outbox => &["pending", "sent", "publish_failed", "dead"],
-        Side::Inbox => &["in_progress", "consumed", "consume_failed", "dead"],
+        Side::Inbox => &["received", "consumed", "consume_failed", "dead"],
     }
 }
 

@@ -59,8 +59,8 @@ pub async fn sleep_or_cancel(d: std::time::Duration, cancel: &CancellationToken)
 mod tests {
     #[test]
     fn new_message_ids_are_version_7_distinct_and_ordered_by_time() {
-        let early = outbox_core::Timestamp::from_unix_timestamp(1_700_000_000).unwrap();
-        let late = outbox_core::Timestamp::from_unix_timestamp(1_700_000_001).unwrap();
+        let early = outbox_core::Timestamp::from_unix_timestamp(1_700_000_000).expect("a time");
+        let late = outbox_core::Timestamp::from_unix_timestamp(1_700_000_001).expect("a time");
         let a = super::new_message_id(early);
         let b = super::new_message_id(early);
         assert_ne!(a, b, "two ids made in the same millisecond must differ");

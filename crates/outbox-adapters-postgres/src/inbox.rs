@@ -449,10 +449,11 @@ async fn run_and_commit(
         }
     };
     if matches!(failure, Attempt::Ended(_)) {
-        return end_what_the_handler_left(tx)
-            .await
-            .map(|()| failure)
-            .map_err(|e| port("rollback", e));
+        // Ended stays Ended whatever the clean-up does: an error here would be
+        // taken for a store that could not be reached, and the delivery tried
+        // again, repeating what the handler wrote outside the transaction.
+        end_what_the_handler_left(tx).await;
+        return Ok(failure);
     }
     tx.rollback().await.map_err(|e| port("rollback", e))?;
     Ok(failure)
@@ -464,11 +465,21 @@ async fn run_and_commit(
 /// the handler `SET` after its own `COMMIT` was not undone by any rollback and
 /// would otherwise go back into the pool with the connection, and the consumer's
 /// own marks on it would be committed under the handler's `synchronous_commit`.
-async fn end_what_the_handler_left(mut tx: Transaction<'_, Postgres>) -> Result<(), sqlx::Error> {
-    batch::simple_query(&mut tx, "ROLLBACK").await?;
-    batch::simple_query(&mut tx, SESSION_RESET).await?;
+/// Neither statement fails on a working connection; on a broken one the pool
+/// discards the connection, so a failure is logged and nothing else.
+pub(super) async fn end_what_the_handler_left(mut tx: Transaction<'_, Postgres>) {
+    let cleaned = async {
+        batch::simple_query(&mut tx, "ROLLBACK").await?;
+        batch::simple_query(&mut tx, SESSION_RESET).await
+    }
+    .await;
+    if let Err(e) = cleaned {
+        tracing::warn!(error = %e, "could not set the session back after a handler ended the inbox transaction");
+    }
     // sqlx's own bookkeeping of the transaction: its ROLLBACK now only warns.
-    tx.rollback().await
+    if let Err(e) = tx.rollback().await {
+        tracing::warn!(error = %e, "rollback after a handler ended the inbox transaction");
+    }
 }
 
 /// The failure text when the handler returned `Ok` but its savepoint could not be

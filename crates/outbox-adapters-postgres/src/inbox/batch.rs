@@ -289,7 +289,8 @@ impl PgInboxStore {
     }
 
     /// The handler of delivery `n` ended the transaction: whatever is left of it is
-    /// rolled back and the session set back ([`end_what_the_handler_left`]).
+    /// rolled back and the session set back ([`end_what_the_handler_left`]). The
+    /// delivery is never tried again, whatever the clean-up does.
     async fn ended(
         &self,
         tx: Transaction<'_, Postgres>,
@@ -297,15 +298,13 @@ impl PgInboxStore {
         n: usize,
         reason: String,
     ) -> (Vec<Step>, End) {
-        match end_what_the_handler_left(tx).await {
-            Ok(()) => (
-                steps,
-                End::Singly {
-                    ended: Some((n, reason)),
-                },
-            ),
-            Err(e) => (steps, End::Unreachable(port("rollback", e).to_string())),
-        }
+        end_what_the_handler_left(tx).await;
+        (
+            steps,
+            End::Singly {
+                ended: Some((n, reason)),
+            },
+        )
     }
 }
 

@@ -212,13 +212,16 @@ pub(crate) async fn read(
 
 /// Vacuums `schema.table` if that falls to us and enough of it is dead.
 ///
-/// On a connection of `pool`'s taken out of it for good, with its
-/// `statement_timeout` lifted: a vacuum takes as long as the table needs, and a
-/// pool bounded for the relay's short statements (`SessionBounds`) would cancel it
-/// on every round, so the table would never be vacuumed. Nothing here waits on a
-/// lock (`SKIP_LOCKED`). The connection is closed afterwards, also when this future
-/// is dropped half way: an unbounded session never goes back into the pool (the
-/// pool opens a new one when it needs it; this runs once per retention round).
+/// On a connection of `pool`'s taken out of it for good, with a bound of its
+/// own: a vacuum takes as long as the table needs, and a pool bounded for the
+/// relay's short statements (`SessionBounds`) would cancel it on every round, so
+/// the table would never be vacuumed. [`VACUUM_BOUND`] still ends one that waits
+/// without end (`SKIP_LOCKED` skips a table another session locks, but a vacuum
+/// also waits for pins on the pages it cleans, which no `lock_timeout` bounds).
+/// The connection is closed afterwards, also when this future is dropped half way
+/// (the server then ends the vacuum within `client_connection_check_interval`):
+/// an unbounded session never goes back into the pool (the pool opens a new one
+/// when it needs it; this runs once per retention round).
 pub(crate) async fn reclaim(
     pool: &PgPool,
     schema: &PgSchema,
@@ -229,14 +232,26 @@ pub(crate) async fn reclaim(
         .await
         .map_err(|e| port("vacuum", e))?
         .detach();
-    sqlx::query("SET statement_timeout = 0")
+    sqlx::query(&format!(
+        "SET statement_timeout = '{}s'",
+        VACUUM_BOUND.as_secs()
+    ))
+    .execute(&mut conn)
+    .await
+    .map_err(|e| port("vacuum", e))?;
+    // PostgreSQL 14 and later notice a client gone in the middle of a statement
+    // (a relay that stopped, this future dropped); older servers refuse the
+    // setting and end the vacuum at its bound instead.
+    let _ = sqlx::query("SET client_connection_check_interval = '5s'")
         .execute(&mut conn)
-        .await
-        .map_err(|e| port("vacuum", e))?;
+        .await;
     let result = reclaim_on(&mut conn, schema, table).await;
     let _ = sqlx::Connection::close(conn).await;
     result
 }
+
+/// How long one vacuum of a retention round may take.
+pub(crate) const VACUUM_BOUND: std::time::Duration = std::time::Duration::from_secs(3600);
 
 async fn reclaim_on(
     conn: &mut PgConnection,

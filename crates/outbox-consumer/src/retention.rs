@@ -189,7 +189,12 @@ pub(crate) async fn run_retention(
         // The inbox is shared by the schema's consumers: each one's loop checks it
         // (a check is one small read; `SKIP_LOCKED` keeps two vacuums from queueing).
         if retention.vacuum() == VacuumMode::Auto && !cancel.is_cancelled() {
-            vacuum.note("outbox_inbox", inbox.reclaim_space().await);
+            // Raced with `cancel`: a vacuum may take long, and stopping the
+            // relay must not wait for it (dropped, its connection closes).
+            tokio::select! {
+                outcome = inbox.reclaim_space() => vacuum.note("outbox_inbox", outcome),
+                () = cancel.cancelled() => return,
+            }
         }
         if !sleep_or_cancel(retention.interval(), &cancel).await {
             return;

@@ -139,7 +139,12 @@ impl SentRetentionTask {
                 }
             }
             if self.config.vacuum == VacuumMode::Auto && !cancel.is_cancelled() {
-                vacuum.note("outbox_messages", self.store.reclaim_space().await);
+                // Raced with `cancel`: a vacuum may take long, and stopping the
+                // relay must not wait for it (dropped, its connection closes).
+                tokio::select! {
+                    outcome = self.store.reclaim_space() => vacuum.note("outbox_messages", outcome),
+                    () = cancel.cancelled() => return,
+                }
             }
             if !sleep_or_cancel(self.config.interval, &cancel).await {
                 return;

@@ -337,3 +337,116 @@ async fn a_delivery_returned_past_the_limit_ends_as_a_dead_inbox_row_that_can_be
     swept.expect("sweep");
     assert_eq!(effects, (1, 1), "reconsumed, it took effect once");
 }
+
+/// The loss the review of 4b9d3c5 found: a dead-letter queue shared with another
+/// service's queue brings this consumer that queue's given-up copy of a message
+/// it has handled itself. Stored as an inbox row it met the consumed row, was
+/// taken for a duplicate and acknowledged: gone from both services. It is kept as
+/// a dead letter of this consumer now, its reason naming both queues, and no
+/// handler runs for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_another_queue_dead_lettered_is_kept_as_a_dead_letter() {
+    use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+    use lapin::types::{AMQPValue, FieldArray};
+
+    let w = world("quorum-foreign").await;
+    let msg = w.publish(1).await.remove(0);
+    let inbox = PgInboxStore::new(w.pool.clone(), &w.schema);
+    let worker = PgConsumerWorker::new(
+        inbox.clone(),
+        Arc::new(RabbitSubscriber::new(TestUrls::from_env().amqp)),
+        w.handlers(),
+        Arc::new(SystemClock),
+        w.config(),
+    );
+    let cancel = CancellationToken::new();
+    let running = tokio::spawn(worker.run(cancel.clone()));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while w.effects().await != (1, 1) {
+        assert!(Instant::now() < deadline, "the message is handled first");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Its copy, as the broker dead-letters it from another service's queue.
+    let other = format!("{}.shipping", w.queue);
+    let mut entry = FieldTable::default();
+    entry.insert("queue".into(), AMQPValue::LongString(other.as_str().into()));
+    entry.insert(
+        "reason".into(),
+        AMQPValue::LongString("delivery_limit".into()),
+    );
+    entry.insert("count".into(), AMQPValue::LongLongInt(1));
+    entry.insert(
+        "exchange".into(),
+        AMQPValue::LongString(w.exchange.as_str().into()),
+    );
+    entry.insert(
+        "routing-keys".into(),
+        AMQPValue::FieldArray(FieldArray::from(vec![AMQPValue::LongString(
+            "order.created".into(),
+        )])),
+    );
+    let mut headers = FieldTable::default();
+    headers.insert(
+        "x-death".into(),
+        AMQPValue::FieldArray(FieldArray::from(vec![AMQPValue::FieldTable(entry)])),
+    );
+    let ch = w.amqp.create_channel().await.expect("channel");
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .expect("confirms");
+    let confirm = ch
+        .basic_publish(
+            "".into(),
+            w.dlq.as_str().into(),
+            BasicPublishOptions::default(),
+            &msg.payload,
+            lapin::BasicProperties::default()
+                .with_message_id(msg.id.to_string().as_str().into())
+                .with_headers(headers)
+                .with_delivery_mode(2),
+        )
+        .await
+        .expect("publish")
+        .await
+        .expect("confirm");
+    assert!(confirm.is_ack());
+
+    let letters = format!(
+        "SELECT message_id, reason FROM {}.outbox_dead_letters WHERE consumer = $1",
+        w.schema.quoted()
+    );
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let kept: Vec<(Option<String>, String)> = loop {
+        let kept = sqlx::query_as(&letters)
+            .bind(NAME)
+            .fetch_all(&w.pool)
+            .await
+            .expect("dead letters");
+        if !kept.is_empty() || Instant::now() > deadline {
+            break kept;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let left_in_dlq = w.messages_in(&w.dlq).await;
+    let record = inbox.get(NAME, msg.id).await.expect("get");
+    let effects = w.effects().await;
+    cancel.cancel();
+    running.await.expect("worker");
+    let queue = w.queue.clone();
+    w.cleanup().await;
+    assert_eq!(kept.len(), 1, "kept as one dead letter: {kept:?}");
+    assert_eq!(kept[0].0.as_deref(), Some(msg.id.to_string().as_str()));
+    assert!(
+        kept[0].1.contains(&other) && kept[0].1.contains(&queue),
+        "the reason names both queues: {}",
+        kept[0].1
+    );
+    assert_eq!(left_in_dlq, 0, "drained from the dead-letter queue");
+    assert_eq!(
+        record.map(|r| r.status),
+        Some(Status::Consumed),
+        "this consumer's own row is left as it is"
+    );
+    assert_eq!(effects, (1, 1), "no handler ran for the other queue's copy");
+}

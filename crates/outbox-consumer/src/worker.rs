@@ -670,6 +670,32 @@ impl<P: InboxPath> Shared<P> {
     /// [`Shared::handle_delivery`] does.
     async fn handle_given_up(&self, delivery: Delivery, cancel: &CancellationToken) {
         let name = &self.config.name;
+        // Another queue's given-up delivery (a dead-letter queue shared with a
+        // queue of another service): not this consumer's message. As an inbox row
+        // it would be lost whenever this consumer holds the same id (the row is
+        // there, so the delivery would be acknowledged and gone), and a reconsume
+        // would run this consumer's handler on it. Kept raw as a dead letter
+        // instead, its reason naming both queues.
+        if let Some(d) = delivery
+            .envelope
+            .death
+            .as_ref()
+            .filter(|d| is_foreign(&self.config, d))
+        {
+            let reason = given_up_reason(&self.config, Some(d));
+            tracing::warn!(consumer = %name, message_id = ?delivery.envelope.message_id, %reason, "a delivery another queue dead-lettered; kept as a dead letter");
+            keep_as_dead_letter(
+                self.path.inbox(),
+                &self.config,
+                &self.counters,
+                &self.gate,
+                cancel,
+                &delivery,
+                reason,
+            )
+            .await;
+            return;
+        }
         let Some(mut message) = decode_or_dead_letter(
             self.path.inbox(),
             &self.config,
@@ -688,9 +714,6 @@ impl<P: InboxPath> Shared<P> {
         }
         let death = delivery.envelope.death.as_ref();
         let reason = given_up_reason(&self.config, death);
-        if death.is_some_and(|d| d.queue != self.config.queue) {
-            tracing::warn!(consumer = %name, message_id = %message.id, %reason, "a delivery another queue dead-lettered; stored as dead here, for an operator to see");
-        }
         // As it was published, not as it was dead-lettered (to the dead-letter
         // exchange, with the source queue's name as routing key): so a reconsume
         // finds its handler by routing key too.
@@ -769,10 +792,17 @@ impl<P: InboxPath> Shared<P> {
 }
 
 /// The dead-letter queue a consumer drains, for messages.
+/// Whether the broker dead-lettered `death`'s delivery from another queue than
+/// this consumer's (an `x-death` without a queue is taken as this one's).
+fn is_foreign(config: &ConsumerConfig, death: &outbox_ports::Death) -> bool {
+    !death.queue.is_empty() && death.queue != config.queue
+}
+
 /// Why a delivery of the dead-letter queue is dead. One the broker dead-lettered
 /// from another queue than this consumer's (a dead-letter queue several queues
-/// share) is still kept, visibly: acknowledged without a row it would be lost, and
-/// sent back it would come round forever. Its reason names both queues.
+/// share) is still kept, visibly, as a dead letter: acknowledged without a record
+/// it would be lost, and sent back it would come round forever. Its reason names
+/// both queues.
 fn given_up_reason(config: &ConsumerConfig, death: Option<&outbox_ports::Death>) -> String {
     match death {
         Some(d) if d.queue != config.queue => format!(
@@ -1184,29 +1214,45 @@ pub(crate) async fn decode_or_dead_letter(
                 None => reason,
             };
             tracing::warn!(%consumer, message_id = ?env.message_id, %reason, "delivery kept as a dead letter");
-            let letter = DeadLetter {
-                message_id: env.message_id.clone(),
-                routing_key: env.routing_key.clone(),
-                headers: env.headers.clone(),
-                body: env.body.clone(),
-                reason,
-            };
-            let kept = until_stored(
-                config,
-                gate,
-                cancel,
-                "keep the dead letter",
-                env.message_id.as_deref(),
-                || inbox.record_dead_letter(consumer, letter.clone()),
-            )
-            .await;
-            if kept.is_some() {
-                counters.dead_letters.fetch_add(1, Ordering::Relaxed);
-            }
-            settle(delivery, kept.is_some(), config.settle_timeout).await;
+            keep_as_dead_letter(inbox, config, counters, gate, cancel, delivery, reason).await;
             None
         }
     }
+}
+
+/// Keeps `delivery` raw (body, headers) as a dead letter of this consumer with
+/// `reason`, then acknowledges it; while the inbox cannot be reached it is held
+/// and tried again, and returned to the broker if the worker stops first.
+async fn keep_as_dead_letter(
+    inbox: &dyn InboxConsumerPath,
+    config: &ConsumerConfig,
+    counters: &ConsumerCounters,
+    gate: &StoreGate,
+    cancel: &CancellationToken,
+    delivery: &Delivery,
+    reason: String,
+) {
+    let env = &delivery.envelope;
+    let letter = DeadLetter {
+        message_id: env.message_id.clone(),
+        routing_key: env.routing_key.clone(),
+        headers: env.headers.clone(),
+        body: env.body.clone(),
+        reason,
+    };
+    let kept = until_stored(
+        config,
+        gate,
+        cancel,
+        "keep the dead letter",
+        env.message_id.as_deref(),
+        || inbox.record_dead_letter(&config.name, letter.clone()),
+    )
+    .await;
+    if kept.is_some() {
+        counters.dead_letters.fetch_add(1, Ordering::Relaxed);
+    }
+    settle(delivery, kept.is_some(), config.settle_timeout).await;
 }
 
 /// Acknowledges (`true`) or returns (`false`) a delivery, waiting at most

@@ -188,7 +188,7 @@ fn tick(stall_after: Duration) -> Duration {
 
 /// Watches `progress` until `cancel` fires: while the dispatcher holds no batch, asks
 /// `store` whether a claim would find work (a question bounded like every other
-/// statement; no answer keeps the last one), and records the [`StallWatch`]'s
+/// statement; no answer is no work, since the dispatcher's own claims answer), and records the [`StallWatch`]'s
 /// verdict for readiness and the `outbox_relay_stalled` gauge. Without a store (a
 /// consumer's worker), work is due exactly while deliveries are in hand or the
 /// inbox refuses them.
@@ -206,13 +206,18 @@ pub async fn watch(
         } else if let Some(store) = &store {
             // A store that does not answer within the bound is no answer: the
             // watchdog itself must never be the one stuck.
+            // The dispatcher holds nothing and its claims answer (a failing one
+            // would make it busy): a store that does not answer this question
+            // is no due work. Keeping an earlier "due" instead would turn an idle
+            // relay red once the question fails for stall_after, as empty claims
+            // are no progress.
             match tokio::time::timeout(stall_after.max(every), store.pending_claimable()).await {
                 Ok(Ok(due)) => due,
                 Ok(Err(e)) => {
                     tracing::debug!(error = %e, "stall watchdog: the store did not say whether work is due");
-                    None
+                    Some(false)
                 }
-                Err(_) => None,
+                Err(_) => Some(false),
             }
         } else {
             Some(false)
@@ -222,5 +227,70 @@ pub async fn watch(
         if !sleep_or_cancel(every, &cancel).await {
             break;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use outbox_ports::{MockOutboxRelayPath, PortError};
+    use tokio_util::sync::CancellationToken;
+
+    use super::{RelayProgress, watch};
+
+    /// An idle relay (nothing in hand, claims answering) whose store said once that
+    /// work was due and then stops answering the watchdog's question: it stays
+    /// ready. It turned red after stall_after when the last answer was kept.
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_relay_stays_ready_when_the_store_stops_answering_the_watchdog() {
+        let mut store = MockOutboxRelayPath::new();
+        let mut asked = 0;
+        store.expect_pending_claimable().returning(move || {
+            asked += 1;
+            if asked == 1 {
+                Ok(Some(true))
+            } else {
+                Err(PortError::transient("look for claimable messages", "gone"))
+            }
+        });
+        let progress = Arc::new(RelayProgress::default());
+        progress.claimed(Ok(false));
+        let cancel = CancellationToken::new();
+        let watching = tokio::spawn(watch(
+            progress.clone(),
+            Some(Arc::new(store)),
+            Duration::from_secs(1),
+            cancel.clone(),
+        ));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let stalled = progress.stalled();
+        cancel.cancel();
+        watching.await.expect("watchdog");
+        assert_eq!(stalled, None);
+    }
+
+    /// The watchdog still turns red while the dispatcher's claims fail.
+    #[tokio::test(start_paused = true)]
+    async fn failing_claims_turn_readiness_red_whatever_the_store_answers() {
+        let mut store = MockOutboxRelayPath::new();
+        store
+            .expect_pending_claimable()
+            .returning(|| Err(PortError::transient("look for claimable messages", "gone")));
+        let progress = Arc::new(RelayProgress::default());
+        progress.claimed(Err(()));
+        let cancel = CancellationToken::new();
+        let watching = tokio::spawn(watch(
+            progress.clone(),
+            Some(Arc::new(store)),
+            Duration::from_secs(1),
+            cancel.clone(),
+        ));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let stalled = progress.stalled();
+        cancel.cancel();
+        watching.await.expect("watchdog");
+        assert!(stalled.is_some());
     }
 }

@@ -16,10 +16,16 @@
 -- migration leaves is valid, as it rewrote the 'sent' ones) and validated by the
 -- next migration, under a lock that lets reads and writes go on.
 --
--- Going back to a release before this one: stop the consumers and run
+-- Going back to a release before this one: stop the consumers, then
+--   ALTER TABLE outbox_inbox DROP CONSTRAINT outbox_inbox_status_check;
 --   UPDATE outbox_inbox SET status = 'sent' WHERE status = 'received';
--- after putting back the old CHECK and indexes (20261130000001, 20261208000001,
--- 20261210000001).
+--   ALTER TABLE outbox_inbox ADD CONSTRAINT outbox_inbox_status_check
+--       CHECK (status IN ('sent', 'consumed', 'consume_failed', 'dead'));
+--   ALTER TABLE outbox_inbox ALTER COLUMN status SET DEFAULT 'sent';
+-- build inbox_due, inbox_ordered and inbox_held again as 20261130000001,
+-- 20261208000001 and 20261210000001 define them (on 'sent'), and
+--   DELETE FROM _sqlx_migrations WHERE version IN (20261215000001, 20261215000002);
+-- (the older release refuses to start on a migration it does not know).
 
 SET LOCAL lock_timeout = '5s';
 
@@ -37,6 +43,23 @@ ALTER TABLE outbox_inbox ALTER COLUMN status SET DEFAULT 'received';
 
 -- Found through the old inbox_due (the rows in progress and failed ones).
 UPDATE outbox_inbox SET status = 'received' WHERE status = 'sent';
+
+-- An index a failed CREATE INDEX CONCURRENTLY left INVALID has the name but not
+-- the content: refuse it rather than rename it into place (claims would scan).
+DO $$
+DECLARE
+    bad text;
+BEGIN
+    SELECT string_agg(c.relname::text, ', ') INTO bad
+      FROM pg_index i
+      JOIN pg_class c ON c.oid = i.indexrelid
+     WHERE c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema())
+       AND c.relname IN ('inbox_due_received', 'inbox_ordered_received', 'inbox_held_received')
+       AND NOT (i.indisvalid AND i.indisready);
+    IF bad IS NOT NULL THEN
+        RAISE EXCEPTION 'index % is not valid (left by a CREATE INDEX CONCURRENTLY that failed?): drop it and migrate again', bad;
+    END IF;
+END $$;
 
 DROP INDEX IF EXISTS inbox_due;
 DROP INDEX IF EXISTS inbox_ordered;

@@ -130,3 +130,49 @@ async fn the_migration_rewrites_an_inbox_of_the_release_before() {
         );
     })
 }
+
+/// An index a failed `CREATE INDEX CONCURRENTLY` left INVALID under the name the
+/// migration looks for is refused, naming it, not renamed into place; dropped,
+/// the migration goes through.
+#[tokio::test]
+async fn an_invalid_index_built_ahead_is_refused_not_renamed_into_place() {
+    with_db!(|pool, schema| {
+        let s = schema.quoted();
+        let t = format!("{s}.outbox_inbox");
+        for sql in [
+            format!("DELETE FROM {s}._sqlx_migrations WHERE version >= 20261215000001"),
+            insert_two_of_one_consumer(&t),
+        ] {
+            exec(&pool, &sql).await;
+        }
+        // UNIQUE over two rows of one consumer fails half way: INVALID is left.
+        let failed = sqlx::query(&format!(
+            "CREATE UNIQUE INDEX CONCURRENTLY inbox_due_received ON {t} (consumer)"
+        ))
+        .execute(&pool)
+        .await;
+        assert!(failed.is_err(), "the concurrent build fails");
+        let refused = migrate(&pool, &schema).await.expect_err("an invalid index");
+        assert!(
+            refused.to_string().contains("inbox_due_received"),
+            "{refused}"
+        );
+        exec(&pool, &format!("DROP INDEX {s}.inbox_due_received")).await;
+        migrate(&pool, &schema).await.expect("migrate");
+        let def: String = sqlx::query_scalar("SELECT pg_get_indexdef($1::regclass)")
+            .bind(format!("{}.inbox_due", schema.as_str()))
+            .fetch_one(&pool)
+            .await
+            .expect("inbox_due");
+        assert!(def.contains("'received'"), "{def}");
+    })
+}
+
+fn insert_two_of_one_consumer(t: &str) -> String {
+    format!(
+        "INSERT INTO {t} (consumer, message_id, exchange, routing_key, headers, payload, \
+         created_at, status) \
+         SELECT 'billing', gen_random_uuid(), 'x', 'k', '{{}}'::jsonb, '\\x00'::bytea, now(), \
+         'consumed' FROM generate_series(1, 2)"
+    )
+}

@@ -791,7 +791,6 @@ impl<P: InboxPath> Shared<P> {
     }
 }
 
-/// The dead-letter queue a consumer drains, for messages.
 /// Whether the broker dead-lettered `death`'s delivery from another queue than
 /// this consumer's (an `x-death` without a queue is taken as this one's).
 fn is_foreign(config: &ConsumerConfig, death: &outbox_ports::Death) -> bool {
@@ -819,6 +818,7 @@ fn given_up_reason(config: &ConsumerConfig, death: Option<&outbox_ports::Death>)
     }
 }
 
+/// The dead-letter queue a consumer drains, for messages.
 fn delivery_queue(config: &ConsumerConfig) -> &str {
     config.dead_letter_queue.as_deref().unwrap_or_default()
 }

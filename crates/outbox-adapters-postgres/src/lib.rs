@@ -15,9 +15,12 @@
 //!   taxing producers: producers notify only while a relay has declared itself idle.
 //!
 //! Everything lives in one schema chosen by configuration ([`PgSchema`], validated as
-//! a plain identifier); [`migrate`] creates it and its tables.
+//! a plain identifier); [`migrate`] creates it and its tables. [`PgDatabase`] is one
+//! handle on a pool and a schema that hands out every store, the lock and the sweep
+//! state of it.
 
 mod audit;
+mod database;
 mod error;
 mod inbox;
 mod inbox_operator;
@@ -34,6 +37,7 @@ mod vacuum;
 mod wakeup;
 
 pub use audit::PgAuditLog;
+pub use database::PgDatabase;
 pub use error::PgConfigError;
 pub use inbox::{BatchDelivery, ConsumeOutcome, HELD_CHECK_EVERY, PgInboxStore, TxHandler};
 pub use lock::PgLock;

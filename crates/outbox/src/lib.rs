@@ -93,5 +93,5 @@ pub mod prelude {
         PgConsumeRetryTask, PgConsumerWorker, PgHandler, PgHandlerRegistry, PgWakeupSource,
     };
     #[cfg(feature = "postgres")]
-    pub use outbox_adapters_postgres::{PgOutbox, PgOutboxStore, PgPool};
+    pub use outbox_adapters_postgres::{PgDatabase, PgOutbox, PgOutboxStore, PgPool, PgSchema};
 }

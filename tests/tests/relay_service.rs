@@ -1098,6 +1098,28 @@ async fn the_operator_commands_filter_requeue_delete_and_are_audited() {
     .execute(&w.pool)
     .await
     .expect("dead deliveries");
+    let (code, stdout, stderr) = operator(
+        &cfg,
+        &[
+            "consumers",
+            "deliveries",
+            "billing",
+            "--status",
+            "dead",
+            "--json",
+        ],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    let items = parse_json(&stdout)["items"].clone();
+    assert_eq!(items.as_array().map(Vec::len), Some(4), "{stdout}");
+    assert!(
+        items
+            .as_array()
+            .into_iter()
+            .flatten()
+            .all(|i| i["status"] == "dead"),
+        "{stdout}"
+    );
     let reconsume = ["consumers", "reconsume", "billing", "--filter", "--status"];
     let (code, _, stderr) = operator(&cfg, &[&reconsume[..], &["pending"]].concat());
     assert_ne!(code, Some(0));

@@ -159,6 +159,19 @@ pub(crate) enum ConsumersAction {
         #[arg(long)]
         json: bool,
     },
+    /// One consumer's deliveries, newest first; --status takes received, consumed,
+    /// consume_failed, dead (`outbox dead list --consumer` was this, with dead).
+    Deliveries {
+        /// The consumer.
+        consumer: String,
+        #[command(flatten)]
+        filter: FilterArgs,
+        #[command(flatten)]
+        page: PageArgs,
+        /// Print the page as JSON (as `GET /api/v1/consumers/{name}/deliveries`).
+        #[arg(long)]
+        json: bool,
+    },
     /// Run a consumer's handler again for one delivery (a dead or consume_failed
     /// one; a consumed one only with --again), or with --filter for its failed and
     /// dead deliveries matching the filter flags (consumed ones only with
@@ -378,6 +391,23 @@ pub(crate) async fn consumers(
                 out::json(&outbox_admin::model::ConsumerList { items: consumers })?;
             } else {
                 out::consumers(&consumers);
+            }
+        }
+        ConsumersAction::Deliveries {
+            consumer,
+            filter,
+            page,
+            json,
+        } => {
+            let (filter, _) = filter.parse_on(Side::Inbox)?;
+            let (cursor, limit) = page.parse()?;
+            let page = service
+                .list_deliveries(&consumer, &filter, cursor, limit)
+                .await?;
+            if json {
+                out::json(&page)?;
+            } else {
+                out::message_page(&page);
             }
         }
         ConsumersAction::Reconsume {

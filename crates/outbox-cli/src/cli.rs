@@ -39,7 +39,9 @@ enum Command {
     Run(ConfigArg),
     /// Create or update the PostgreSQL tables of the configured schema.
     Migrate(ConfigArg),
-    /// Inspect and handle dead messages (publish side).
+    /// Dead messages (deprecated spellings, kept for one release: `messages list
+    /// --status dead`, `messages requeue`, `messages delete`, `consumers deliveries
+    /// <name> --status dead`, `consumers reconsume <name> <id>`).
     Dead {
         #[command(flatten)]
         config: ConfigArg,

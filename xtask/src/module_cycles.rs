@@ -26,8 +26,6 @@ use std::path::{Path, PathBuf};
 ///
 /// issue 31: to break.
 const KNOWN_CYCLES: &[(&str, &[&str])] = &[
-    // worker calls crate::otel's spans; otel uses worker's ConsumerConfig, Handled.
-    ("outbox-consumer", &["otel", "worker"]),
     // config re-exports crate::retry::RetryPolicy; retry uses config's ConfigError.
     ("outbox-core", &["config", "retry"]),
     // containers uses crate::services::TestUrls; services calls crate::containers.

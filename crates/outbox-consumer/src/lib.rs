@@ -19,9 +19,13 @@
 //!   retention.
 //! - `otel`: `process <queue>` spans continuing the delivery's trace ([`otel`]).
 
+pub mod config;
 pub mod counters;
+pub mod handler;
+mod lanes;
 #[cfg(feature = "otel")]
 pub mod otel;
+pub mod outcome;
 #[cfg(feature = "postgres")]
 pub mod pg;
 #[cfg(feature = "postgres")]

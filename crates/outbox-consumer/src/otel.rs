@@ -8,7 +8,8 @@ use outbox_core::Message;
 use outbox_ports::trace_context;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
-use crate::worker::{ConsumerConfig, Handled, Unrecorded};
+use crate::config::ConsumerConfig;
+use crate::outcome::{Handled, Unrecorded};
 
 /// The `process <queue>` span of one handling. A first delivery continues the
 /// delivery's trace; a retry by the consume sweep (`retry`, also a reconsume)

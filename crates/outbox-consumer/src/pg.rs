@@ -17,11 +17,12 @@ use outbox_core::Message;
 use outbox_ports::{ClaimedDelivery, Clock, InboxConsumerPath, Lease, Subscriber};
 use tokio_util::sync::CancellationToken;
 
+use crate::handler::no_handler;
 use crate::pg_batch::GroupCommit;
 use crate::retention::run_retention;
 use crate::worker::{
     AttemptContext, ConsumerConfig, ConsumerCounters, Failure, Handled, Handlers, InboxPath,
-    InboxRetryTask, InboxWorker, Unrecorded, no_handler,
+    InboxRetryTask, InboxWorker, Unrecorded,
 };
 use crate::{ConsumerRetention, HandlerError};
 use outbox_runtime::supervision::panic_text;

@@ -11,7 +11,6 @@
 //! PostgreSQL inbox offers handlers that write in the inbox's own transaction, which
 //! makes the effect exactly once.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -19,7 +18,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use outbox_core::{BatchCounts, Decision, Message, RetryPolicy};
+use outbox_core::{BatchCounts, Decision, Message};
 use outbox_ports::{
     Arrival, ClaimedDelivery, Clock, DeadLetter, Delivery, InboxConsumerPath, Lease, PortError,
     Subscriber,
@@ -27,260 +26,16 @@ use outbox_ports::{
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+#[cfg(feature = "otel")]
 use tracing::Instrument as _;
 
+pub use crate::config::ConsumerConfig;
 pub use crate::counters::ConsumerCounters;
+pub use crate::handler::{Handler, HandlerError, HandlerRegistry, Handlers, handler_fn};
+use crate::lanes::Lanes;
+pub use crate::outcome::{Failure, Handled, Unrecorded};
 use crate::retention::ConsumerRetention;
-use outbox_runtime::supervision::panic_text;
 use outbox_runtime::{LeaseFactory, Random, SweepTask, sleep_or_cancel};
-
-/// What a handler returns on failure.
-pub type HandlerError = Box<dyn std::error::Error + Send + Sync + 'static>;
-
-/// Handles one message. Must tolerate being called again for the same message after
-/// a failure (that is what a retry is).
-#[async_trait]
-pub trait Handler: Send + Sync {
-    /// Handles `message`.
-    ///
-    /// # Errors
-    /// Any error: the delivery is stored as failed and retried with backoff.
-    async fn handle(&self, message: &Message) -> Result<(), HandlerError>;
-}
-
-type BoxFuture = Pin<Box<dyn Future<Output = Result<(), HandlerError>> + Send>>;
-
-struct FnHandler<F>(F);
-
-#[async_trait]
-impl<F> Handler for FnHandler<F>
-where
-    F: Fn(Message) -> BoxFuture + Send + Sync,
-{
-    async fn handle(&self, message: &Message) -> Result<(), HandlerError> {
-        (self.0)(message.clone()).await
-    }
-}
-
-/// A handler from an async closure taking the message by value.
-pub fn handler_fn<F, Fut>(f: F) -> Arc<dyn Handler>
-where
-    F: Fn(Message) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
-{
-    Arc::new(FnHandler(move |m| Box::pin(f(m)) as BoxFuture))
-}
-
-/// Handlers by message type, by routing key, and a fallback. Lookup order: type,
-/// then routing key, then fallback. `H` is the kind of handler: [`Handler`]
-/// ([`HandlerRegistry`]) or a transactional one.
-pub struct Handlers<H: ?Sized> {
-    by_type: HashMap<String, Arc<H>>,
-    by_routing_key: HashMap<String, Arc<H>>,
-    fallback: Option<Arc<H>>,
-}
-
-/// Backend-neutral handlers.
-pub type HandlerRegistry = Handlers<dyn Handler>;
-
-impl<H: ?Sized> Default for Handlers<H> {
-    fn default() -> Self {
-        Self {
-            by_type: HashMap::new(),
-            by_routing_key: HashMap::new(),
-            fallback: None,
-        }
-    }
-}
-
-impl<H: ?Sized> Clone for Handlers<H> {
-    fn clone(&self) -> Self {
-        Self {
-            by_type: self.by_type.clone(),
-            by_routing_key: self.by_routing_key.clone(),
-            fallback: self.fallback.clone(),
-        }
-    }
-}
-
-impl<H: ?Sized> Handlers<H> {
-    /// An empty registry.
-    #[must_use]
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Handles messages whose type is `message_type`.
-    #[must_use]
-    pub fn on_type(mut self, message_type: &str, handler: Arc<H>) -> Self {
-        self.by_type.insert(message_type.to_owned(), handler);
-        self
-    }
-
-    /// Handles messages routed with `routing_key`.
-    #[must_use]
-    pub fn on_routing_key(mut self, routing_key: &str, handler: Arc<H>) -> Self {
-        self.by_routing_key.insert(routing_key.to_owned(), handler);
-        self
-    }
-
-    /// Handles everything else.
-    #[must_use]
-    pub fn fallback(mut self, handler: Arc<H>) -> Self {
-        self.fallback = Some(handler);
-        self
-    }
-
-    /// The handler for `message`, if any.
-    #[must_use]
-    pub fn find(&self, message: &Message) -> Option<Arc<H>> {
-        message
-            .message_type
-            .as_ref()
-            .and_then(|t| self.by_type.get(t))
-            .or_else(|| self.by_routing_key.get(&message.routing_key))
-            .or(self.fallback.as_ref())
-            .cloned()
-    }
-}
-
-/// The failure text of a message no handler is registered for.
-pub(crate) fn no_handler(message: &Message) -> String {
-    format!(
-        "no handler for message type {:?} or routing key {:?}",
-        message.message_type, message.routing_key
-    )
-}
-
-impl Handlers<dyn Handler> {
-    /// Runs the handler for `message` in its own task, so that a panic or a timeout
-    /// becomes an error message instead of taking the worker down.
-    ///
-    /// # Errors
-    /// The failure as text: no handler, the handler's error, a panic, or a timeout.
-    pub async fn run(&self, message: &Message, timeout: Duration) -> Result<(), String> {
-        let Some(handler) = self.find(message) else {
-            return Err(no_handler(message));
-        };
-        let owned = message.clone();
-        // In the caller's span (with `otel`: the delivery's `process` span).
-        let mut task = tokio::spawn(async move { handler.handle(&owned).await }.in_current_span());
-        match tokio::time::timeout(timeout, &mut task).await {
-            Ok(Ok(Ok(()))) => Ok(()),
-            Ok(Ok(Err(e))) => Err(e.to_string()),
-            Ok(Err(join)) if join.is_panic() => Err(format!(
-                "handler panicked: {}",
-                panic_text(join.into_panic().as_ref())
-            )),
-            Ok(Err(join)) => Err(format!("handler task ended: {join}")),
-            Err(_) => {
-                task.abort();
-                Err(format!("handler timed out after {timeout:?}"))
-            }
-        }
-    }
-}
-
-/// Settings of a consumer.
-#[derive(Debug, Clone)]
-pub struct ConsumerConfig {
-    /// The consumer's name: its inbox rows and its sweep keys are its own.
-    pub name: String,
-    /// The queue to consume.
-    pub queue: String,
-    /// Unacknowledged deliveries the broker may send ahead.
-    pub prefetch: u16,
-    /// Deliveries handled at once.
-    pub concurrency: usize,
-    /// With the PostgreSQL inbox ([`crate::PgConsumerWorker`]): the most first
-    /// deliveries recorded and handled in one inbox transaction. Deliveries without
-    /// an ordering key that wait while the consumer's transactions are busy are
-    /// gathered and committed together, each handler under a savepoint of its own
-    /// (a failure rolls back its own writes only); up to
-    /// `concurrency / inbox_batch` (rounded up) transactions run at once, each
-    /// running its handlers one after another. So handlers that mostly wait on
-    /// something other than this database (a remote call) run fewer at a time:
-    /// for those, set 1, one transaction per delivery, `concurrency` at once.
-    /// Keyed deliveries and retries always have a transaction each. At most 32 (each
-    /// delivery's savepoint is a subtransaction, of which PostgreSQL keeps 64 a
-    /// transaction in shared memory). Default: 4.
-    pub inbox_batch: usize,
-    /// Keep order by key: deliveries with an ordering key (the
-    /// [`outbox_ports::ORDERING_KEY_HEADER`] the relay sets from
-    /// `NewMessage::with_ordering_key`) are handled one after another per key, in
-    /// the order they arrive (a lane per key; other keys and deliveries without a
-    /// key run concurrently, up to `concurrency`). A delivery that arrives while an
-    /// earlier one of its key is unfinished in the inbox (failed and waiting for its
-    /// retry, or being handled by the sweep) is recorded and acknowledged without
-    /// running its handler; the consume sweep runs it once every earlier one of its
-    /// key is consumed or dead. So a failure holds back its own key only. Order
-    /// holds within one consuming process; with several processes on one queue, use
-    /// a single-active-consumer queue (or a consistent-hash exchange and a queue
-    /// per process) so that one key reaches one process. Default: off.
-    pub ordered_by_key: bool,
-    /// Longest a handler may run before it counts as failed.
-    pub handler_timeout: Duration,
-    /// When failed deliveries are retried, and when they are dead.
-    pub retry: RetryPolicy,
-    /// First pause before a delivery in hand tries the inbox again when it cannot
-    /// be reached; the pause doubles up to [`STORE_RETRY_MAX`] (or this, if
-    /// longer). Meanwhile the delivery stays in hand, unacknowledged, and the
-    /// consumer takes no more: returning it would count against a quorum queue's
-    /// delivery limit each time, and the broker drops or dead-letters a message
-    /// past it. Deliveries go back to the broker only when the consumer stops.
-    pub store_error_backoff: Duration,
-    /// Largest body handled; a larger delivery is kept as a dead letter (with its
-    /// message id) instead of reaching a handler.
-    pub max_payload_bytes: usize,
-    /// Longest wait for the broker to take an ack or nack. A connection that dies
-    /// under an ack can leave it unanswered; without a bound, the delivery's slot
-    /// (and a clean shutdown) would wait forever. The broker redelivers it.
-    pub settle_timeout: Duration,
-    /// Deleting old consumed inbox rows; run by [`crate::PgConsumerWorker`] (the
-    /// backend-neutral inbox port has no deletion).
-    pub retention: ConsumerRetention,
-    /// The queue the broker dead-letters `queue`'s deliveries into when it gives
-    /// up on them (a quorum queue's delivery limit: the topology's
-    /// `dead_letter_queue`). The worker drains it beside `queue`: each delivery is
-    /// stored as this consumer's dead inbox row, its last error naming the
-    /// broker's `x-death` reason and count (or kept as a dead letter when it cannot
-    /// be decoded), so nothing the broker gives up on vanishes and an operator can
-    /// reconsume it. Default: none.
-    pub dead_letter_queue: Option<String>,
-    /// The worker counts as stalled (see [`InboxWorker::progress`]) once deliveries
-    /// are in hand, or the inbox refuses them, and none has been recorded for this
-    /// long. Keep it above `handler_timeout`: a handler's own time counts.
-    pub stall_after: Duration,
-}
-
-impl ConsumerConfig {
-    /// Defaults for consumer `name` on `queue`.
-    pub fn new(name: impl Into<String>, queue: impl Into<String>) -> Self {
-        Self {
-            name: name.into(),
-            queue: queue.into(),
-            prefetch: 64,
-            concurrency: 16,
-            inbox_batch: 4,
-            ordered_by_key: false,
-            handler_timeout: Duration::from_secs(30),
-            retry: RetryPolicy::default(),
-            store_error_backoff: Duration::from_secs(1),
-            max_payload_bytes: outbox_core::message::DEFAULT_MAX_PAYLOAD_BYTES,
-            settle_timeout: Duration::from_secs(10),
-            retention: ConsumerRetention::default(),
-            dead_letter_queue: None,
-            stall_after: outbox_runtime::stall::DEFAULT_STALL_AFTER,
-        }
-    }
-
-    /// The inbox lease of one handling: the handler timeout plus a margin, so a live
-    /// worker never loses its delivery to the sweep.
-    #[must_use]
-    pub fn lease_ttl(&self) -> Duration {
-        self.handler_timeout + Duration::from_secs(10)
-    }
-}
 
 /// The longest pause between two tries of an unreachable inbox by a delivery in
 /// hand (unless [`ConsumerConfig::store_error_backoff`] is longer).
@@ -374,48 +129,6 @@ where
             }
         }
     }
-}
-
-/// What became of one handling of a recorded delivery.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Handled {
-    /// A redelivery of a message the inbox already holds: no handler ran.
-    Duplicate,
-    /// The handler succeeded and the row was marked consumed. `counted`: the mark
-    /// applied to this attempt's lease (false when another holder took the row over
-    /// meanwhile).
-    Consumed {
-        /// Whether this attempt's mark applied.
-        counted: bool,
-    },
-    /// The handler failed; the failure is stored with its next attempt, or dead.
-    Failed(Failure),
-}
-
-/// A failed handler attempt.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failure {
-    /// What the handler (or its timeout, panic, missing registration) reported.
-    pub error: String,
-    /// The retry policy gave up: the row is dead.
-    pub dead: bool,
-}
-
-/// A handling whose result the inbox could not record.
-#[derive(Debug)]
-pub enum Unrecorded {
-    /// Nothing was recorded (the inbox could not be reached, or the transaction
-    /// holding everything did not commit): the delivery goes back to the broker.
-    Nothing(PortError),
-    /// The delivery is held in the inbox and its handler ran (`failure`: it failed),
-    /// but the outcome could not be recorded: the row is left to its lease and the
-    /// consume sweep.
-    Outcome {
-        /// Why the outcome was not recorded.
-        error: PortError,
-        /// The handler's failure, when it failed.
-        failure: Option<Failure>,
-    },
 }
 
 /// What one attempt needs to know: who consumes, the handler timeout, the retry
@@ -1107,78 +820,6 @@ pub(crate) async fn consume<F, Fut>(
     drop(stream);
     while in_hand.join_next().await.is_some() {}
     tracing::info!(consumer = %name, "consumer stopped");
-}
-
-/// The lanes of a consumer that keeps order by key: each delivery with a key waits
-/// for the one before it with the same key to finish. A chain of one-shot signals
-/// per key, in the order deliveries are taken from the stream (which is the order
-/// the broker delivers them), so no scheduling of tasks can reorder a key.
-/// Per key: the signal its last delivery fires when it finishes, and that
-/// delivery's number.
-type LastOfKey = HashMap<String, (u64, tokio::sync::watch::Receiver<bool>)>;
-
-#[derive(Default, Clone)]
-struct Lanes {
-    /// Per key: the signal the key's last delivery fires when it finishes, and that
-    /// delivery's number (so a finished last delivery removes its own entry only).
-    last: Arc<std::sync::Mutex<LastOfKey>>,
-    next: Arc<std::sync::atomic::AtomicU64>,
-}
-
-/// A delivery's place in its key's lane: [`Turn::wait`] returns when every earlier
-/// delivery of the key finished; dropping it (after handling, or when the task is
-/// cancelled) lets the next one go.
-struct Turn {
-    lanes: Lanes,
-    key: String,
-    number: u64,
-    before: Option<tokio::sync::watch::Receiver<bool>>,
-    done: tokio::sync::watch::Sender<bool>,
-}
-
-impl Lanes {
-    fn join(&self, key: &str) -> Turn {
-        let number = self.next.fetch_add(1, Ordering::Relaxed);
-        let (done, finished) = tokio::sync::watch::channel(false);
-        let before = self
-            .last
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(key.to_owned(), (number, finished))
-            .map(|(_, rx)| rx);
-        Turn {
-            lanes: self.clone(),
-            key: key.to_owned(),
-            number,
-            before,
-            done,
-        }
-    }
-}
-
-impl Turn {
-    async fn wait(&mut self) {
-        if let Some(rx) = &mut self.before {
-            // Fires `true` when the earlier one finished; an error means its sender
-            // is gone, which also means it finished (or was dropped on shutdown).
-            let _ = rx.wait_for(|done| *done).await;
-        }
-        self.before = None;
-    }
-}
-
-impl Drop for Turn {
-    fn drop(&mut self) {
-        let _ = self.done.send(true);
-        let mut last = self
-            .lanes
-            .last
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if last.get(&self.key).is_some_and(|(n, _)| *n == self.number) {
-            last.remove(&self.key);
-        }
-    }
 }
 
 /// The message of a delivery; an undecodable or oversized one is kept as a dead

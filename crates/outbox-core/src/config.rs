@@ -5,8 +5,6 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::retry::RetryPolicy as RetryPolicyConfig;
-
 /// A configuration value that cannot be used. `field` is the dotted path of the
 /// setting (e.g. `relay.sweep.batch_size`), so the message points at the line to fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

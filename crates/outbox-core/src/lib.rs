@@ -18,7 +18,7 @@ pub mod stall;
 pub mod status;
 pub mod sweep;
 
-pub use config::{ConfigError, RetryPolicyConfig, SweepConfig};
+pub use config::{ConfigError, SweepConfig};
 pub use message::{Due, Headers, LATEST_DUE, Message, MessageError, MessageId, NewMessage};
 pub use retry::{Decision, RetryPolicy};
 pub use status::{DeleteRefused, SideState, Status, TransitionError};

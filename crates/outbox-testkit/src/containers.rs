@@ -52,7 +52,7 @@ pub fn choose(
 pub fn docker_answers() -> bool {
     let host = std::env::var("DOCKER_HOST").unwrap_or_default();
     if let Some(addr) = host.strip_prefix("tcp://") {
-        return crate::services::answering(addr);
+        return crate::urls::answering(addr);
     }
     let socket = host
         .strip_prefix("unix://")
@@ -72,7 +72,7 @@ mod started {
     use testcontainers::{ImageExt, ReuseDirective, runners::SyncRunner};
     use testcontainers_modules::{postgres::Postgres, rabbitmq::RabbitMq, redis::Redis};
 
-    use crate::services::TestUrls;
+    use crate::urls::TestUrls;
 
     static URLS: OnceLock<Result<TestUrls, String>> = OnceLock::new();
 

@@ -32,6 +32,7 @@ pub mod state;
 pub mod through;
 pub mod throughput;
 pub mod tls;
+pub mod urls;
 
 /// A short lease used by the cases; a test that waits for expiry sleeps longer.
 pub const SHORT_TTL: Duration = Duration::from_millis(300);

@@ -4,9 +4,10 @@
 //! never leaves a service down. Only the local servers are ever stopped
 //! ([`is_local`]); the commands are the machine's documented ones.
 
-use std::net::TcpStream;
 use std::process::Command;
 use std::time::{Duration, Instant};
+
+pub use crate::urls::{TestUrls, answering};
 
 /// The local PostgreSQL.
 pub const PG_ADDR: &str = "127.0.0.1:5432";
@@ -14,17 +15,6 @@ pub const PG_ADDR: &str = "127.0.0.1:5432";
 pub const AMQP_ADDR: &str = "127.0.0.1:5672";
 /// The local Redis.
 pub const REDIS_ADDR: &str = "127.0.0.1:6379";
-
-/// Connection URLs of the services under test.
-#[derive(Debug, Clone)]
-pub struct TestUrls {
-    /// `OUTBOX_TEST_DATABASE_URL`, else `postgres://postgres@127.0.0.1:5432/test`.
-    pub pg: String,
-    /// `OUTBOX_TEST_AMQP_URL`, else `amqp://guest:guest@127.0.0.1:5672/%2f`.
-    pub amqp: String,
-    /// `OUTBOX_TEST_REDIS_URL`, else `redis://127.0.0.1:6379/`.
-    pub redis: String,
-}
 
 impl TestUrls {
     /// Reads the environment; with the `containers` feature, when no
@@ -56,15 +46,6 @@ impl TestUrls {
             redis: var("OUTBOX_TEST_REDIS_URL", "redis://127.0.0.1:6379/"),
         }
     }
-}
-
-/// Whether something accepts TCP connections at `addr`.
-#[must_use]
-pub fn answering(addr: &str) -> bool {
-    addr.parse()
-        .ok()
-        .and_then(|a| TcpStream::connect_timeout(&a, Duration::from_millis(500)).ok())
-        .is_some()
 }
 
 fn run(program: &str, args: &[&str]) -> bool {

@@ -193,14 +193,27 @@ impl Scenarios<'_> {
         })
     }
 
+    /// The first element `locator` finds, looked for again until [`WAIT`] runs
+    /// out: while it is not there yet, and while a navigation a click started is
+    /// still under way (chromedriver then answers "aborted by navigation", which
+    /// fantoccini's own wait does not retry; CI failed on it under load).
+    async fn find(
+        &self,
+        locator: Locator<'_>,
+    ) -> Result<fantoccini::elements::Element, fantoccini::error::CmdError> {
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            match self.c.find(locator).await {
+                Err(_) if std::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                found => return found,
+            }
+        }
+    }
+
     async fn wait_for(&self, css: &str) -> anyhow::Result<fantoccini::elements::Element> {
-        let found = self
-            .c
-            .wait()
-            .at_most(WAIT)
-            .for_element(Locator::Css(css))
-            .await;
-        match found {
+        match self.find(Locator::Css(css)).await {
             Ok(element) => Ok(element),
             Err(e) => {
                 let at = self.path().await.unwrap_or_default();
@@ -215,10 +228,7 @@ impl Scenarios<'_> {
 
     async fn button(&self, name: &str) -> anyhow::Result<fantoccini::elements::Element> {
         let xpath = format!("//button[normalize-space()='{name}']");
-        self.c
-            .wait()
-            .at_most(WAIT)
-            .for_element(Locator::XPath(&xpath))
+        self.find(Locator::XPath(&xpath))
             .await
             .with_context(|| format!("no button named `{name}`"))
     }

@@ -218,14 +218,17 @@ pub(crate) async fn reconsume(
     State(s): Service,
     Extension(actor): Extension<Actor>,
     p: Result<Path<(String, String)>, PathRejection>,
-    b: Result<Option<Json<ReconsumeOneRequest>>, JsonRejection>,
+    b: Result<Option<Json<Option<ReconsumeOneRequest>>>, JsonRejection>,
 ) -> Result<StatusCode, AdminError> {
     let (name, id) = path(p)?;
     let name = text("name", name)?;
     let id = parse_message_id(&id)?;
+    // No body, and a body of `null` (the document's optional body allows it),
+    // are both no options.
     let again = b
         .map_err(|e| AdminError::bad("bad_body", e.body_text()))?
-        .is_some_and(|Json(b)| b.again);
+        .and_then(|Json(b)| b)
+        .is_some_and(|b| b.again);
     s.reconsume(&actor.name, &name, id, again).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -411,11 +411,16 @@ async fn consumers_deliveries_and_reconsume() {
         (StatusCode::CONFLICT, "illegal_transition"),
         "{body}"
     );
-    let (status, body) = h.write("POST", &uri, Some(r#"{"again":false}"#)).await;
-    assert_eq!(
-        (status, code(&body)),
-        (StatusCode::CONFLICT, "illegal_transition")
-    );
+    // The body is optional, and `null` is no body (the OpenAPI document allows
+    // it; Schemathesis found it answered 400).
+    for empty in [r#"{"again":false}"#, "null"] {
+        let (status, body) = h.write("POST", &uri, Some(empty)).await;
+        assert_eq!(
+            (status, code(&body)),
+            (StatusCode::CONFLICT, "illegal_transition"),
+            "{empty}: {body}"
+        );
+    }
     let (status, body) = h.write("POST", &uri, Some(r#"{"again":1}"#)).await;
     assert_eq!((status, code(&body)), (StatusCode::BAD_REQUEST, "bad_body"));
     assert_eq!(

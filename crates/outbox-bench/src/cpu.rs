@@ -4,19 +4,23 @@
 //! say where a gap to the raw limit goes. Linux only; elsewhere every figure is 0
 //! and the bench says so.
 //!
-//! Processes that start and end inside a phase are missed (their time is never
-//! sampled); the bench keeps its connections pooled, so PostgreSQL's backends live
-//! through each phase.
+//! A party's time is summed per process: each process's ticks after less its own
+//! before (a process that started inside the phase counts whole). A process that
+//! ends inside the phase (a backend whose connection closed: the retention vacuum
+//! takes one out of the pool and closes it) takes its phase time with it, which is
+//! missed; summing the party's totals instead let such a process's whole lifetime
+//! be subtracted, and the consumer phases' PostgreSQL time read 0.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-/// Cumulative clock ticks at one moment.
-#[derive(Debug, Clone, Copy, Default)]
+/// Cumulative clock ticks at one moment, per process for the servers.
+#[derive(Debug, Clone, Default)]
 pub(crate) struct CpuSample {
     machine_busy: u64,
     this_process: u64,
-    postgres: u64,
-    rabbitmq: u64,
+    postgres: BTreeMap<u32, u64>,
+    rabbitmq: BTreeMap<u32, u64>,
 }
 
 /// Microseconds of CPU per message over a phase.
@@ -56,16 +60,25 @@ fn process_ticks(pid: &str) -> u64 {
     field(11) + field(12)
 }
 
-/// Summed ticks of every process whose command name is `name`.
-fn ticks_named(name: &str) -> u64 {
+/// Ticks of every process whose command name is `name`, by pid.
+fn ticks_named(name: &str) -> BTreeMap<u32, u64> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
-        return 0;
+        return BTreeMap::new();
     };
     dir.filter_map(Result::ok)
         .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|pid| pid.bytes().all(|b| b.is_ascii_digit()))
+        .filter_map(|pid| pid.parse::<u32>().ok())
         .filter(|pid| read(&format!("/proc/{pid}/comm")).is_some_and(|c| c.trim() == name))
-        .map(|pid| process_ticks(&pid))
+        .map(|pid| (pid, process_ticks(&pid.to_string())))
+        .collect()
+}
+
+/// Ticks the processes of `after` spent since `before`: each one's own difference
+/// (a process absent from `before` started since, and counts whole).
+fn spent(before: &BTreeMap<u32, u64>, after: &BTreeMap<u32, u64>) -> u64 {
+    after
+        .iter()
+        .map(|(pid, t)| t.saturating_sub(before.get(pid).copied().unwrap_or(0)))
         .sum()
 }
 
@@ -115,18 +128,27 @@ fn ticks_per_second() -> f64 {
 pub(crate) fn per_message(before: CpuSample, after: CpuSample, messages: u64) -> CpuPerMessage {
     let us_per_tick = Duration::from_secs(1).as_micros() as f64 / ticks_per_second();
     let n = messages.max(1) as f64;
-    let us = |a: u64, b: u64| a.saturating_sub(b) as f64 * us_per_tick / n;
+    let us = |ticks: u64| ticks as f64 * us_per_tick / n;
     CpuPerMessage {
-        machine: us(after.machine_busy, before.machine_busy),
-        this_process: us(after.this_process, before.this_process),
-        postgres: us(after.postgres, before.postgres),
-        rabbitmq: us(after.rabbitmq, before.rabbitmq),
+        machine: us(after.machine_busy.saturating_sub(before.machine_busy)),
+        this_process: us(after.this_process.saturating_sub(before.this_process)),
+        postgres: us(spent(&before.postgres, &after.postgres)),
+        rabbitmq: us(spent(&before.rabbitmq, &after.rabbitmq)),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A backend that ends inside the phase must not cancel what the others did:
+    /// summed totals (1,010 before, 110 after) read 0 ticks spent.
+    #[test]
+    fn a_process_that_ends_during_the_phase_does_not_hide_the_others() {
+        let before = BTreeMap::from([(1, 1_000), (2, 10)]);
+        let after = BTreeMap::from([(2, 110), (3, 5)]);
+        assert_eq!(spent(&before, &after), 100 + 5);
+    }
 
     #[test]
     fn busy_work_in_this_process_is_counted() {

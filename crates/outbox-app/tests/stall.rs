@@ -51,6 +51,81 @@ async fn database() -> Option<(PgPool, PgSchema, String)> {
     Some((pool, schema, url))
 }
 
+/// A store on a pool bounded as `outbox run` bounds it (statements 2 s, locks
+/// 300 ms), and a memory broker with the test's queue bound.
+async fn bounded_store_and_broker(
+    url: &str,
+    schema: &PgSchema,
+) -> (Arc<dyn OutboxStore>, MemoryBroker) {
+    let bounded = connect_bounded(
+        url,
+        4,
+        Duration::from_secs(5),
+        &SessionBounds {
+            statement_timeout: Some(Duration::from_secs(2)),
+            lock_timeout: Some(Duration::from_millis(300)),
+            ..SessionBounds::NONE
+        },
+    )
+    .await
+    .expect("bounded pool");
+    let broker = MemoryBroker::new();
+    broker.declare_exchange("contract", ExchangeKind::Topic);
+    broker.declare_queue(QUEUE);
+    broker.bind(QUEUE, "contract", "#");
+    (
+        Arc::new(PgOutboxStore::new(bounded, schema.clone())),
+        broker,
+    )
+}
+
+/// A relay on `store` with the stall watchdog at `stall_after`, and its HTTP
+/// endpoints on a free port: (relay, server, port).
+fn relay_with_readyz(
+    store: Arc<dyn OutboxStore>,
+    publisher: Arc<dyn Publisher>,
+    stall_after: Duration,
+    cancel: &CancellationToken,
+) -> (
+    outbox_app::RelayHandles,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+    u16,
+) {
+    let lock = Arc::new(MemoryLock::new());
+    let relay = RelayBuilder::new(
+        store.clone(),
+        publisher.clone(),
+        lock.clone(),
+        Arc::new(MemorySweepState::new(Arc::new(SystemClock))),
+    )
+    .dispatch(DispatcherConfig {
+        batch_size: 100,
+        // Longer than any lock a test holds: no other claim may take the rows.
+        lease_ttl: Duration::from_secs(30),
+        idle_poll: Duration::from_millis(20),
+        error_backoff: Duration::from_millis(100),
+        ..DispatcherConfig::default()
+    })
+    .throughput(Arc::new(MemoryThroughputLog::new(Arc::new(SystemClock))))
+    .stall_after(stall_after)
+    .start(cancel);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let address = listener.local_addr().expect("address");
+    drop(listener);
+    let state = http::HttpState {
+        store,
+        publisher,
+        lock,
+        lock_probe_key: outbox_testkit::unique_key("stall.readyz"),
+        counters: relay.counters.clone(),
+        token: None,
+        health: relay.health.clone(),
+        progress: Some(relay.progress.clone()),
+    };
+    let server = tokio::spawn(http::serve(address, state, cancel.clone()));
+    (relay, server, address.port())
+}
+
 /// The memory broker, holding the first batch until `open` is notified, so that
 /// the test can lock the rows of a batch claimed and not yet marked.
 struct Gated {
@@ -124,23 +199,7 @@ async fn a_mark_behind_another_sessions_row_lock_fails_readiness_then_recovers_a
     let Some((pool, schema, url)) = database().await else {
         return;
     };
-    let bounded = connect_bounded(
-        &url,
-        4,
-        Duration::from_secs(5),
-        &SessionBounds {
-            statement_timeout: Some(Duration::from_secs(2)),
-            lock_timeout: Some(Duration::from_millis(300)),
-            ..SessionBounds::NONE
-        },
-    )
-    .await
-    .expect("bounded pool");
-    let store: Arc<dyn OutboxStore> = Arc::new(PgOutboxStore::new(bounded, schema.clone()));
-    let broker = MemoryBroker::new();
-    broker.declare_exchange("contract", ExchangeKind::Topic);
-    broker.declare_queue(QUEUE);
-    broker.bind(QUEUE, "contract", "#");
+    let (store, broker) = bounded_store_and_broker(&url, &schema).await;
     let messages = outbox_testkit::messages(MESSAGES);
     store.enqueue(messages.clone()).await.expect("enqueue");
     let gated = Arc::new(Gated {
@@ -150,41 +209,9 @@ async fn a_mark_behind_another_sessions_row_lock_fails_readiness_then_recovers_a
         first: false.into(),
     });
     let publisher: Arc<dyn Publisher> = gated.clone();
-    let lock = Arc::new(MemoryLock::new());
     let cancel = CancellationToken::new();
     let stall_after = Duration::from_secs(1);
-    let relay = RelayBuilder::new(
-        store.clone(),
-        publisher.clone(),
-        lock.clone(),
-        Arc::new(MemorySweepState::new(Arc::new(SystemClock))),
-    )
-    .dispatch(DispatcherConfig {
-        batch_size: 100,
-        // Longer than the lock is held: no other claim may take the rows meanwhile.
-        lease_ttl: Duration::from_secs(30),
-        idle_poll: Duration::from_millis(20),
-        error_backoff: Duration::from_millis(100),
-        ..DispatcherConfig::default()
-    })
-    .throughput(Arc::new(MemoryThroughputLog::new(Arc::new(SystemClock))))
-    .stall_after(stall_after)
-    .start(&cancel);
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-    let address = listener.local_addr().expect("address");
-    drop(listener);
-    let state = http::HttpState {
-        store: store.clone(),
-        publisher,
-        lock,
-        lock_probe_key: outbox_testkit::unique_key("stall.readyz"),
-        counters: relay.counters.clone(),
-        token: None,
-        health: relay.health.clone(),
-        progress: Some(relay.progress.clone()),
-    };
-    let server = tokio::spawn(http::serve(address, state, cancel.clone()));
-    let port = address.port();
+    let (relay, server, port) = relay_with_readyz(store.clone(), publisher, stall_after, &cancel);
     readyz_until(port, 200, Duration::from_secs(5))
         .await
         .expect("ready at start");
@@ -274,23 +301,7 @@ async fn due_rows_another_session_keeps_locked_fail_readiness_though_every_claim
     let Some((pool, schema, url)) = database().await else {
         return;
     };
-    let bounded = connect_bounded(
-        &url,
-        4,
-        Duration::from_secs(5),
-        &SessionBounds {
-            statement_timeout: Some(Duration::from_secs(2)),
-            lock_timeout: Some(Duration::from_millis(300)),
-            ..SessionBounds::NONE
-        },
-    )
-    .await
-    .expect("bounded pool");
-    let store: Arc<dyn OutboxStore> = Arc::new(PgOutboxStore::new(bounded, schema.clone()));
-    let broker = MemoryBroker::new();
-    broker.declare_exchange("contract", ExchangeKind::Topic);
-    broker.declare_queue(QUEUE);
-    broker.bind(QUEUE, "contract", "#");
+    let (store, broker) = bounded_store_and_broker(&url, &schema).await;
     let messages = outbox_testkit::messages(MESSAGES);
     store.enqueue(messages.clone()).await.expect("enqueue");
     let mut holder = pool.begin().await.expect("begin");
@@ -304,39 +315,9 @@ async fn due_rows_another_session_keeps_locked_fail_readiness_though_every_claim
     assert_eq!(locked.len(), MESSAGES);
 
     let publisher: Arc<dyn Publisher> = Arc::new(broker.clone());
-    let lock = Arc::new(MemoryLock::new());
     let cancel = CancellationToken::new();
     let stall_after = Duration::from_secs(1);
-    let relay = RelayBuilder::new(
-        store.clone(),
-        publisher.clone(),
-        lock.clone(),
-        Arc::new(MemorySweepState::new(Arc::new(SystemClock))),
-    )
-    .dispatch(DispatcherConfig {
-        batch_size: 100,
-        idle_poll: Duration::from_millis(20),
-        error_backoff: Duration::from_millis(100),
-        ..DispatcherConfig::default()
-    })
-    .throughput(Arc::new(MemoryThroughputLog::new(Arc::new(SystemClock))))
-    .stall_after(stall_after)
-    .start(&cancel);
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-    let address = listener.local_addr().expect("address");
-    drop(listener);
-    let state = http::HttpState {
-        store: store.clone(),
-        publisher,
-        lock,
-        lock_probe_key: outbox_testkit::unique_key("stall.readyz"),
-        counters: relay.counters.clone(),
-        token: None,
-        health: relay.health.clone(),
-        progress: Some(relay.progress.clone()),
-    };
-    let server = tokio::spawn(http::serve(address, state, cancel.clone()));
-    let port = address.port();
+    let (relay, server, port) = relay_with_readyz(store.clone(), publisher, stall_after, &cancel);
 
     let body = readyz_until(port, 503, stall_after + Duration::from_secs(4))
         .await

@@ -306,6 +306,26 @@ impl<P: InboxPath> Shared<P> {
         }
     }
 
+    /// The message of `delivery` ([`decode_or_dead_letter`]: `None` when it was
+    /// kept as a dead letter), stored without its key unless this consumer keeps
+    /// order by key, so the inbox holds nothing back for it.
+    async fn decode(&self, delivery: &Delivery, cancel: &CancellationToken) -> Option<Message> {
+        let mut message = decode_or_dead_letter(
+            self.path.inbox(),
+            &self.config,
+            &self.counters,
+            &self.gate,
+            cancel,
+            self.clock.now(),
+            delivery,
+        )
+        .await?;
+        if !self.config.ordered_by_key {
+            message.ordering_key = None;
+        }
+        Some(message)
+    }
+
     fn count_failure(&self, failure: &Failure) {
         let c = &self.counters;
         c.consume_failures.fetch_add(1, Ordering::Relaxed);
@@ -339,23 +359,9 @@ impl<P: InboxPath> Shared<P> {
     async fn handle_delivery(&self, delivery: Delivery, cancel: &CancellationToken) {
         // In hand until this returns, whichever way: the stall watchdog's due work.
         let _held = self.progress.hold();
-        let Some(mut message) = decode_or_dead_letter(
-            self.path.inbox(),
-            &self.config,
-            &self.counters,
-            &self.gate,
-            cancel,
-            self.clock.now(),
-            &delivery,
-        )
-        .await
-        else {
+        let Some(message) = self.decode(&delivery, cancel).await else {
             return;
         };
-        if !self.config.ordered_by_key {
-            // Stored without its key, so the inbox holds nothing back for it.
-            message.ordering_key = None;
-        }
         if message.ordering_key.is_some() && cancel.is_cancelled() {
             settle(&delivery, false, self.config.settle_timeout).await;
             return;
@@ -409,22 +415,9 @@ impl<P: InboxPath> Shared<P> {
             .await;
             return;
         }
-        let Some(mut message) = decode_or_dead_letter(
-            self.path.inbox(),
-            &self.config,
-            &self.counters,
-            &self.gate,
-            cancel,
-            self.clock.now(),
-            &delivery,
-        )
-        .await
-        else {
+        let Some(mut message) = self.decode(&delivery, cancel).await else {
             return;
         };
-        if !self.config.ordered_by_key {
-            message.ordering_key = None;
-        }
         let death = delivery.envelope.death.as_ref();
         let reason = given_up_reason(&self.config, death);
         // As it was published, not as it was dead-lettered (to the dead-letter

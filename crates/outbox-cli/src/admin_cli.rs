@@ -289,19 +289,11 @@ pub(crate) async fn messages(
             let (filter, _) = filter.parse()?;
             let (cursor, limit) = page.parse()?;
             let page = service.list_messages(&filter, cursor, limit).await?;
-            if json {
-                out::json(&page)?;
-            } else {
-                out::message_page(&page);
-            }
+            out::either(json, &page, out::message_page)?;
         }
         MessagesAction::Show { id, json } => {
             let detail = service.get_message(parse_message_id(&id)?).await?;
-            if json {
-                out::json(&detail)?;
-            } else {
-                out::message_detail(&detail);
-            }
+            out::either(json, &detail, out::message_detail)?;
         }
         MessagesAction::PublishNow { id } => {
             let id = parse_message_id(&id)?;
@@ -404,11 +396,7 @@ pub(crate) async fn consumers(
             let page = service
                 .list_deliveries(&consumer, &filter, cursor, limit)
                 .await?;
-            if json {
-                out::json(&page)?;
-            } else {
-                out::message_page(&page);
-            }
+            out::either(json, &page, out::message_page)?;
         }
         ConsumersAction::Reconsume {
             consumer,
@@ -459,19 +447,11 @@ pub(crate) async fn dead_letters(
         } => {
             let (cursor, limit) = page.parse()?;
             let page = service.list_dead_letters(consumer, cursor, limit).await?;
-            if json {
-                out::json(&page)?;
-            } else {
-                out::dead_letter_page(&page);
-            }
+            out::either(json, &page, out::dead_letter_page)?;
         }
         DeadLettersAction::Show { id, json } => {
             let letter = service.get_dead_letter(parse_dead_letter_id(&id)?).await?;
-            if json {
-                out::json(&letter)?;
-            } else {
-                out::dead_letter_detail(&letter);
-            }
+            out::either(json, &letter, out::dead_letter_detail)?;
         }
         DeadLettersAction::Delete { id } => {
             let id = parse_dead_letter_id(&id)?;
@@ -515,11 +495,7 @@ pub(crate) async fn ordering(
             let limit = parse_limit(Some(&limit.to_string()))?;
             let after = after.map(|a| text("after", a)).transpose()?;
             let page = service.blocked_keys(after, limit).await?;
-            if json {
-                out::json(&page)?;
-            } else {
-                out::blocked_key_page(&page);
-            }
+            out::either(json, &page, out::blocked_key_page)?;
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -531,11 +507,7 @@ pub(crate) async fn ordering(
 /// What the stores say.
 pub(crate) async fn stats(service: &AdminService, json: bool) -> anyhow::Result<ExitCode> {
     let stats = service.stats().await?;
-    if json {
-        out::json(&stats)?;
-    } else {
-        out::stats(&stats);
-    }
+    out::either(json, &stats, out::stats)?;
     Ok(ExitCode::SUCCESS)
 }
 

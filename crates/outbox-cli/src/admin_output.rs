@@ -54,6 +54,23 @@ impl BulkBar {
     }
 }
 
+/// `value` as JSON with `--json`, else as `text` prints it.
+///
+/// # Errors
+/// When it cannot be serialized (never for the API's types).
+pub(crate) fn either<T: serde::Serialize>(
+    json: bool,
+    value: &T,
+    text: impl FnOnce(&T),
+) -> anyhow::Result<()> {
+    if json {
+        self::json(value)
+    } else {
+        text(value);
+        Ok(())
+    }
+}
+
 /// `value` as pretty JSON on stdout.
 ///
 /// # Errors

@@ -29,6 +29,37 @@ pub const DEFAULT_BULK_BATCH: u64 = 1_000;
 /// A bulk action's progress callback.
 pub type OnBatch<'a> = &'a mut (dyn FnMut(BulkProgress) + Send);
 
+/// What a bulk action does to each entry it picks.
+#[derive(Clone, Copy)]
+enum BulkAction<'a> {
+    /// Outbox messages back to pending.
+    Requeue,
+    /// Outbox messages removed (`force`: also those not yet sent).
+    Delete { force: bool },
+    /// One consumer's deliveries run through their handler again.
+    Reconsume { consumer: &'a str },
+}
+
+/// Which entries a bulk action picks, and how the caller wrote it (for the audit
+/// log).
+struct Bulk<'a> {
+    filter: &'a MessageFilter,
+    target: String,
+    dry_run: bool,
+    max: u64,
+}
+
+impl<'a> Bulk<'a> {
+    fn new(filter: &'a MessageFilter, target: String, dry_run: bool, max: u64) -> Self {
+        Self {
+            filter,
+            target,
+            dry_run,
+            max,
+        }
+    }
+}
+
 /// How far back the per-minute counts of `stats` go.
 const CHART_WINDOW: Duration = Duration::from_secs(3600);
 
@@ -500,7 +531,8 @@ impl AdminService {
         dry_run: bool,
         max: u64,
     ) -> Result<BulkResponse, AdminError> {
-        self.requeue_matching_with_progress(actor, filter, target, dry_run, max, &mut |_| {})
+        let bulk = Bulk::new(filter, target, dry_run, max);
+        self.run_bulk(actor, BulkAction::Requeue, bulk, &mut |_| {})
             .await
     }
 
@@ -519,25 +551,8 @@ impl AdminService {
         max: u64,
         on_batch: OnBatch<'_>,
     ) -> Result<BulkResponse, AdminError> {
-        let matched = self.ports.outbox.count_messages(filter, max).await?;
-        if dry_run {
-            return Ok(BulkResponse {
-                matched,
-                changed: 0,
-            });
-        }
-        let outbox = &self.ports.outbox;
-        let applied = self
-            .in_batches(
-                filter,
-                &requeueable_statuses(),
-                matched,
-                max,
-                on_batch,
-                |f, n| async move { outbox.requeue_matching(&f, n).await },
-            )
-            .await;
-        self.finish_bulk(actor, "requeue_matching", target, matched, applied)
+        let bulk = Bulk::new(filter, target, dry_run, max);
+        self.run_bulk(actor, BulkAction::Requeue, bulk, on_batch)
             .await
     }
 
@@ -554,7 +569,8 @@ impl AdminService {
         max: u64,
         force: bool,
     ) -> Result<BulkResponse, AdminError> {
-        self.delete_matching_with_progress(actor, filter, target, dry_run, max, force, &mut |_| {})
+        let bulk = Bulk::new(filter, target, dry_run, max);
+        self.run_bulk(actor, BulkAction::Delete { force }, bulk, &mut |_| {})
             .await
     }
 
@@ -575,31 +591,124 @@ impl AdminService {
         force: bool,
         on_batch: OnBatch<'_>,
     ) -> Result<BulkResponse, AdminError> {
-        let matched = self.ports.outbox.count_messages(filter, max).await?;
+        let bulk = Bulk::new(filter, target, dry_run, max);
+        self.run_bulk(actor, BulkAction::Delete { force }, bulk, on_batch)
+            .await
+    }
+
+    /// Reconsumes up to `max` of a consumer's deliveries matching `filter`.
+    ///
+    /// # Errors
+    /// What the stores say.
+    pub async fn reconsume_matching(
+        &self,
+        actor: &str,
+        consumer: &str,
+        filter: &MessageFilter,
+        target: String,
+        dry_run: bool,
+        max: u64,
+    ) -> Result<BulkResponse, AdminError> {
+        let bulk = Bulk::new(filter, target, dry_run, max);
+        self.run_bulk(actor, BulkAction::Reconsume { consumer }, bulk, &mut |_| {})
+            .await
+    }
+
+    /// [`Self::reconsume_matching`], calling `on_batch` after each batch (see
+    /// [`Self::requeue_matching_with_progress`]).
+    ///
+    /// # Errors
+    /// What the stores say; what was changed before an error stays changed and
+    /// is recorded in the audit log.
+    #[allow(clippy::too_many_arguments)] // The existing action's, plus the callback.
+    pub async fn reconsume_matching_with_progress(
+        &self,
+        actor: &str,
+        consumer: &str,
+        filter: &MessageFilter,
+        target: String,
+        dry_run: bool,
+        max: u64,
+        on_batch: OnBatch<'_>,
+    ) -> Result<BulkResponse, AdminError> {
+        let bulk = Bulk::new(filter, target, dry_run, max);
+        self.run_bulk(actor, BulkAction::Reconsume { consumer }, bulk, on_batch)
+            .await
+    }
+
+    /// The one path of every bulk action: counts up to `max` matching entries
+    /// (all a dry run does), changes them in batches telling `on_batch` after
+    /// each, and records what was changed in the audit log (also when an error
+    /// stopped it).
+    async fn run_bulk(
+        &self,
+        actor: &str,
+        action: BulkAction<'_>,
+        bulk: Bulk<'_>,
+        on_batch: OnBatch<'_>,
+    ) -> Result<BulkResponse, AdminError> {
+        let Bulk {
+            filter,
+            target,
+            dry_run,
+            max,
+        } = bulk;
+        let matched = match action {
+            BulkAction::Reconsume { consumer } => {
+                self.ports
+                    .inbox
+                    .count_deliveries(consumer, filter, max)
+                    .await?
+            }
+            BulkAction::Requeue | BulkAction::Delete { .. } => {
+                self.ports.outbox.count_messages(filter, max).await?
+            }
+        };
         if dry_run {
             return Ok(BulkResponse {
                 matched,
                 changed: 0,
             });
         }
-        let outbox = &self.ports.outbox;
-        let applied = self
-            .in_batches(
-                filter,
-                &deletable_statuses(force),
-                matched,
-                max,
-                on_batch,
-                |f, n| async move { outbox.delete_matching(&f, n, force).await },
-            )
-            .await;
-        let action = if force {
-            "delete_matching_forced"
-        } else {
-            "delete_matching"
+        let statuses = match action {
+            BulkAction::Requeue => requeueable_statuses(),
+            BulkAction::Delete { force } => deletable_statuses(force),
+            BulkAction::Reconsume { .. } => reconsumable_statuses(filter),
         };
-        self.finish_bulk(actor, action, target, matched, applied)
+        let applied = self
+            .in_batches(action, filter, &statuses, matched, max, on_batch)
+            .await;
+        let (audited, target) = match action {
+            BulkAction::Requeue => ("requeue_matching", target),
+            BulkAction::Delete { force: false } => ("delete_matching", target),
+            BulkAction::Delete { force: true } => ("delete_matching_forced", target),
+            BulkAction::Reconsume { consumer } => {
+                ("reconsume_matching", format!("{consumer} {target}"))
+            }
+        };
+        self.finish_bulk(actor, audited, target, matched, applied)
             .await
+    }
+
+    /// One batch of a bulk action: changes up to `max` entries matching `filter`.
+    async fn apply_batch(
+        &self,
+        action: BulkAction<'_>,
+        filter: &MessageFilter,
+        max: u64,
+    ) -> Result<BulkOutcome, PortError> {
+        match action {
+            BulkAction::Requeue => self.ports.outbox.requeue_matching(filter, max).await,
+            BulkAction::Delete { force } => {
+                self.ports.outbox.delete_matching(filter, max, force).await
+            }
+            BulkAction::Reconsume { consumer } => {
+                self.ports
+                    .inbox
+                    .reconsume_matching(consumer, filter, max)
+                    .await
+            }
+        }
     }
 
     /// Applies a bulk action in batches of at most `self.bulk_batch`, up to `max`
@@ -608,19 +717,15 @@ impl AdminService {
     /// the next entries, without a cursor; a batch that changes nothing (what it
     /// picked is held or moved on meanwhile) ends that status. Returns the count
     /// changed, and the error that stopped it if one did.
-    async fn in_batches<F, Fut>(
+    async fn in_batches(
         &self,
+        action: BulkAction<'_>,
         filter: &MessageFilter,
         statuses: &[Status],
         matched: u64,
         max: u64,
         on_batch: OnBatch<'_>,
-        mut apply: F,
-    ) -> (u64, Option<PortError>)
-    where
-        F: FnMut(MessageFilter, u64) -> Fut,
-        Fut: std::future::Future<Output = Result<BulkOutcome, PortError>>,
-    {
+    ) -> (u64, Option<PortError>) {
         let mut progress = BulkProgress {
             matched,
             changed: 0,
@@ -636,7 +741,7 @@ impl AdminService {
             };
             while progress.changed < max {
                 let batch = self.bulk_batch.min(max - progress.changed);
-                let outcome = match apply(narrowed.clone(), batch).await {
+                let outcome = match self.apply_batch(action, &narrowed, batch).await {
                     Ok(outcome) => outcome,
                     Err(e) => return (progress.changed, Some(e)),
                 };
@@ -760,80 +865,6 @@ impl AdminService {
             format!("{consumer}/{id}")
         };
         self.audit(actor, "reconsume", target, 1).await
-    }
-
-    /// Reconsumes up to `max` of a consumer's deliveries matching `filter`.
-    ///
-    /// # Errors
-    /// What the stores say.
-    pub async fn reconsume_matching(
-        &self,
-        actor: &str,
-        consumer: &str,
-        filter: &MessageFilter,
-        target: String,
-        dry_run: bool,
-        max: u64,
-    ) -> Result<BulkResponse, AdminError> {
-        self.reconsume_matching_with_progress(
-            actor,
-            consumer,
-            filter,
-            target,
-            dry_run,
-            max,
-            &mut |_| {},
-        )
-        .await
-    }
-
-    /// [`Self::reconsume_matching`], calling `on_batch` after each batch (see
-    /// [`Self::requeue_matching_with_progress`]).
-    ///
-    /// # Errors
-    /// What the stores say; what was changed before an error stays changed and
-    /// is recorded in the audit log.
-    #[allow(clippy::too_many_arguments)] // The existing action's, plus the callback.
-    pub async fn reconsume_matching_with_progress(
-        &self,
-        actor: &str,
-        consumer: &str,
-        filter: &MessageFilter,
-        target: String,
-        dry_run: bool,
-        max: u64,
-        on_batch: OnBatch<'_>,
-    ) -> Result<BulkResponse, AdminError> {
-        let matched = self
-            .ports
-            .inbox
-            .count_deliveries(consumer, filter, max)
-            .await?;
-        if dry_run {
-            return Ok(BulkResponse {
-                matched,
-                changed: 0,
-            });
-        }
-        let inbox = &self.ports.inbox;
-        let applied = self
-            .in_batches(
-                filter,
-                &reconsumable_statuses(filter),
-                matched,
-                max,
-                on_batch,
-                |f, n| async move { inbox.reconsume_matching(consumer, &f, n).await },
-            )
-            .await;
-        self.finish_bulk(
-            actor,
-            "reconsume_matching",
-            format!("{consumer} {target}"),
-            matched,
-            applied,
-        )
-        .await
     }
 
     /// A page of dead letters (bodies cut to a preview).

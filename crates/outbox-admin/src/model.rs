@@ -64,192 +64,152 @@ pub struct ErrorDetail {
     pub message: String,
 }
 
-/// The filters of a list of outbox messages, as query parameters.
-#[derive(Debug, Default, Deserialize, Serialize, IntoParams, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
-pub struct MessageQuery {
+/// Declares one side's filters: a list's query parameters (`$query`, with `limit`
+/// and `cursor`) and a bulk action's JSON filter (`$body`). The outbox and the
+/// inbox take the same filters and differ only in their status names
+/// (`$status`); `into` makes the inbox's into the outbox's, which the parsing
+/// takes.
+macro_rules! side_filters {
+    (
+        $(#[doc = $query_doc:literal])*
+        query $query:ident,
+        $(#[doc = $status_doc:literal])*
+        status $status:ident,
+        $(#[doc = $body_doc:literal])*
+        body $body:ident
+        $(, into $into_query:ident, $into_body:ident)?
+    ) => {
+        $(#[doc = $query_doc])*
+        #[derive(Debug, Default, Deserialize, Serialize, IntoParams, ToSchema)]
+        #[serde(deny_unknown_fields)]
+        #[into_params(parameter_in = Query)]
+        pub struct $query {
+            $(#[doc = $status_doc])*
+            #[param(value_type = Option<$status>)]
+            #[schema(value_type = Option<$status>)]
+            pub status: Option<String>,
+            /// Exact exchange.
+            #[param(pattern = "^[^\\u0000]*$")]
+            #[schema(pattern = "^[^\\u0000]*$")]
+            pub exchange: Option<String>,
+            /// Exact routing key.
+            #[param(pattern = "^[^\\u0000]*$")]
+            #[schema(pattern = "^[^\\u0000]*$")]
+            pub routing_key: Option<String>,
+            /// Exact message type.
+            #[serde(rename = "type")]
+            #[param(rename = "type", pattern = "^[^\\u0000]*$")]
+            #[schema(pattern = "^[^\\u0000]*$")]
+            pub message_type: Option<String>,
+            /// RFC 3339; created at or after.
+            #[param(format = DateTime)]
+            #[schema(format = DateTime)]
+            pub created_after: Option<String>,
+            /// RFC 3339; created before.
+            #[param(format = DateTime)]
+            #[schema(format = DateTime)]
+            pub created_before: Option<String>,
+            /// A message id or a correlation id, exactly.
+            #[param(pattern = "^[^\\u0000]*$")]
+            #[schema(pattern = "^[^\\u0000]*$")]
+            pub q: Option<String>,
+            /// Page size, 1 to 1000 (default 50).
+            #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
+            #[schema(value_type = Option<u32>, minimum = 1, maximum = 1000)]
+            pub limit: Option<String>,
+            /// The previous page's `next_cursor`.
+            #[param(pattern = "^[A-Za-z0-9_-]{10}[AEIMQUYcgkosw048]$")]
+            #[schema(pattern = "^[A-Za-z0-9_-]{10}[AEIMQUYcgkosw048]$")]
+            pub cursor: Option<String>,
+        }
+
+        $(#[doc = $body_doc])*
+        #[derive(Debug, Default, Clone, Deserialize, Serialize, ToSchema)]
+        #[serde(deny_unknown_fields)]
+        pub struct $body {
+            /// A status name of the side acted on.
+            #[serde(skip_serializing_if = "Option::is_none")]
+            #[schema(value_type = Option<$status>)]
+            pub status: Option<String>,
+            /// Exact exchange.
+            #[serde(skip_serializing_if = "Option::is_none")]
+            #[schema(pattern = "^[^\\u0000]*$")]
+            pub exchange: Option<String>,
+            /// Exact routing key.
+            #[serde(skip_serializing_if = "Option::is_none")]
+            #[schema(pattern = "^[^\\u0000]*$")]
+            pub routing_key: Option<String>,
+            /// Exact message type.
+            #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+            #[schema(pattern = "^[^\\u0000]*$")]
+            pub message_type: Option<String>,
+            /// RFC 3339; created at or after.
+            #[serde(skip_serializing_if = "Option::is_none")]
+            #[schema(format = DateTime)]
+            pub created_after: Option<String>,
+            /// RFC 3339; created before.
+            #[serde(skip_serializing_if = "Option::is_none")]
+            #[schema(format = DateTime)]
+            pub created_before: Option<String>,
+            /// A message id or a correlation id, exactly.
+            #[serde(skip_serializing_if = "Option::is_none")]
+            #[schema(pattern = "^[^\\u0000]*$")]
+            pub q: Option<String>,
+        }
+
+        $(
+            impl From<$query> for $into_query {
+                fn from(q: $query) -> Self {
+                    Self {
+                        status: q.status,
+                        exchange: q.exchange,
+                        routing_key: q.routing_key,
+                        message_type: q.message_type,
+                        created_after: q.created_after,
+                        created_before: q.created_before,
+                        q: q.q,
+                        limit: q.limit,
+                        cursor: q.cursor,
+                    }
+                }
+            }
+
+            impl From<$body> for $into_body {
+                fn from(f: $body) -> Self {
+                    Self {
+                        status: f.status,
+                        exchange: f.exchange,
+                        routing_key: f.routing_key,
+                        message_type: f.message_type,
+                        created_after: f.created_after,
+                        created_before: f.created_before,
+                        q: f.q,
+                    }
+                }
+            }
+        )?
+    };
+}
+
+side_filters! {
+    /// The filters of a list of outbox messages, as query parameters.
+    query MessageQuery,
     /// A status name (pending, sent, publish_failed, dead).
-    #[param(value_type = Option<OutboxStatusName>)]
-    #[schema(value_type = Option<OutboxStatusName>)]
-    pub status: Option<String>,
-    /// Exact exchange.
-    #[param(pattern = "^[^\\u0000]*$")]
-    #[schema(pattern = "^[^\\u0000]*$")]
-    pub exchange: Option<String>,
-    /// Exact routing key.
-    #[param(pattern = "^[^\\u0000]*$")]
-    #[schema(pattern = "^[^\\u0000]*$")]
-    pub routing_key: Option<String>,
-    /// Exact message type.
-    #[serde(rename = "type")]
-    #[param(rename = "type", pattern = "^[^\\u0000]*$")]
-    #[schema(pattern = "^[^\\u0000]*$")]
-    pub message_type: Option<String>,
-    /// RFC 3339; created at or after.
-    #[param(format = DateTime)]
-    #[schema(format = DateTime)]
-    pub created_after: Option<String>,
-    /// RFC 3339; created before.
-    #[param(format = DateTime)]
-    #[schema(format = DateTime)]
-    pub created_before: Option<String>,
-    /// A message id or a correlation id, exactly.
-    #[param(pattern = "^[^\\u0000]*$")]
-    #[schema(pattern = "^[^\\u0000]*$")]
-    pub q: Option<String>,
-    /// Page size, 1 to 1000 (default 50).
-    #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
-    #[schema(value_type = Option<u32>, minimum = 1, maximum = 1000)]
-    pub limit: Option<String>,
-    /// The previous page's `next_cursor`.
-    #[param(pattern = "^[A-Za-z0-9_-]{10}[AEIMQUYcgkosw048]$")]
-    #[schema(pattern = "^[A-Za-z0-9_-]{10}[AEIMQUYcgkosw048]$")]
-    pub cursor: Option<String>,
+    status OutboxStatusName,
+    /// The filter of a bulk action on outbox messages (the list filters, as JSON).
+    body FilterBody
 }
 
-/// The filters of a list of a consumer's deliveries, as query parameters (as
-/// [`MessageQuery`], with the inbox's statuses).
-#[derive(Debug, Default, Deserialize, Serialize, IntoParams, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
-pub struct DeliveryQuery {
+side_filters! {
+    /// The filters of a list of a consumer's deliveries, as query parameters (as
+    /// [`MessageQuery`], with the inbox's statuses).
+    query DeliveryQuery,
     /// A status name (received, consumed, consume_failed, dead).
-    #[param(value_type = Option<InboxStatusName>)]
-    #[schema(value_type = Option<InboxStatusName>)]
-    pub status: Option<String>,
-    /// Exact exchange.
-    #[param(pattern = "^[^\\u0000]*$")]
-    #[schema(pattern = "^[^\\u0000]*$")]
-    pub exchange: Option<String>,
-    /// Exact routing key.
-    #[param(pattern = "^[^\\u0000]*$")]
-    #[schema(pattern = "^[^\\u0000]*$")]
-    pub routing_key: Option<String>,
-    /// Exact message type.
-    #[serde(rename = "type")]
-    #[param(rename = "type", pattern = "^[^\\u0000]*$")]
-    #[schema(pattern = "^[^\\u0000]*$")]
-    pub message_type: Option<String>,
-    /// RFC 3339; created at or after.
-    #[param(format = DateTime)]
-    #[schema(format = DateTime)]
-    pub created_after: Option<String>,
-    /// RFC 3339; created before.
-    #[param(format = DateTime)]
-    #[schema(format = DateTime)]
-    pub created_before: Option<String>,
-    /// A message id or a correlation id, exactly.
-    #[param(pattern = "^[^\\u0000]*$")]
-    #[schema(pattern = "^[^\\u0000]*$")]
-    pub q: Option<String>,
-    /// Page size, 1 to 1000 (default 50).
-    #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
-    #[schema(value_type = Option<u32>, minimum = 1, maximum = 1000)]
-    pub limit: Option<String>,
-    /// The previous page's `next_cursor`.
-    #[param(pattern = "^[A-Za-z0-9_-]{10}[AEIMQUYcgkosw048]$")]
-    #[schema(pattern = "^[A-Za-z0-9_-]{10}[AEIMQUYcgkosw048]$")]
-    pub cursor: Option<String>,
-}
-
-impl From<DeliveryQuery> for MessageQuery {
-    fn from(q: DeliveryQuery) -> Self {
-        Self {
-            status: q.status,
-            exchange: q.exchange,
-            routing_key: q.routing_key,
-            message_type: q.message_type,
-            created_after: q.created_after,
-            created_before: q.created_before,
-            q: q.q,
-            limit: q.limit,
-            cursor: q.cursor,
-        }
-    }
-}
-
-/// The filter of a bulk action on outbox messages (the list filters, as JSON).
-#[derive(Debug, Default, Clone, Deserialize, Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct FilterBody {
-    /// A status name of the side acted on.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<OutboxStatusName>)]
-    pub status: Option<String>,
-    /// Exact exchange.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(pattern = "^[^\\u0000]*$")]
-    pub exchange: Option<String>,
-    /// Exact routing key.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(pattern = "^[^\\u0000]*$")]
-    pub routing_key: Option<String>,
-    /// Exact message type.
-    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
-    #[schema(pattern = "^[^\\u0000]*$")]
-    pub message_type: Option<String>,
-    /// RFC 3339; created at or after.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(format = DateTime)]
-    pub created_after: Option<String>,
-    /// RFC 3339; created before.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(format = DateTime)]
-    pub created_before: Option<String>,
-    /// A message id or a correlation id, exactly.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(pattern = "^[^\\u0000]*$")]
-    pub q: Option<String>,
-}
-
-/// The filter of a bulk reconsume of a consumer's deliveries (as [`FilterBody`],
-/// with the inbox's statuses).
-#[derive(Debug, Default, Clone, Deserialize, Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct DeliveryFilterBody {
-    /// A status name of the side acted on.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<InboxStatusName>)]
-    pub status: Option<String>,
-    /// Exact exchange.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(pattern = "^[^\\u0000]*$")]
-    pub exchange: Option<String>,
-    /// Exact routing key.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(pattern = "^[^\\u0000]*$")]
-    pub routing_key: Option<String>,
-    /// Exact message type.
-    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
-    #[schema(pattern = "^[^\\u0000]*$")]
-    pub message_type: Option<String>,
-    /// RFC 3339; created at or after.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(format = DateTime)]
-    pub created_after: Option<String>,
-    /// RFC 3339; created before.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(format = DateTime)]
-    pub created_before: Option<String>,
-    /// A message id or a correlation id, exactly.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(pattern = "^[^\\u0000]*$")]
-    pub q: Option<String>,
-}
-
-impl From<DeliveryFilterBody> for FilterBody {
-    fn from(f: DeliveryFilterBody) -> Self {
-        Self {
-            status: f.status,
-            exchange: f.exchange,
-            routing_key: f.routing_key,
-            message_type: f.message_type,
-            created_after: f.created_after,
-            created_before: f.created_before,
-            q: f.q,
-        }
-    }
+    status InboxStatusName,
+    /// The filter of a bulk reconsume of a consumer's deliveries (as [`FilterBody`],
+    /// with the inbox's statuses).
+    body DeliveryFilterBody,
+    into MessageQuery, FilterBody
 }
 
 /// A JSON whole number as JSON Schema counts them: `331` and also `331.0` (an
@@ -273,20 +233,42 @@ fn whole_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D
     }
 }
 
-/// A bulk requeue of outbox messages.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct BulkRequest {
-    /// What to act on; an empty filter matches everything.
-    #[serde(default)]
-    pub filter: FilterBody,
-    /// Count only, change nothing.
-    #[serde(default)]
-    pub dry_run: bool,
-    /// At most this many (default 10000; raise it explicitly for more).
-    #[serde(default, deserialize_with = "whole_number")]
-    #[schema(minimum = 1)]
-    pub max: Option<u64>,
+/// Declares a bulk action's request: its `filter` (of type `$filter`), `dry_run`
+/// and `max`, then the action's own fields.
+macro_rules! bulk_request {
+    (
+        $(#[doc = $doc:literal])*
+        $name:ident {
+            $(#[doc = $filter_doc:literal])*
+            filter: $filter:ident,
+            $($own:tt)*
+        }
+    ) => {
+        $(#[doc = $doc])*
+        #[derive(Debug, Deserialize, ToSchema)]
+        #[serde(deny_unknown_fields)]
+        pub struct $name {
+            $(#[doc = $filter_doc])*
+            #[serde(default)]
+            pub filter: $filter,
+            /// Count only, change nothing.
+            #[serde(default)]
+            pub dry_run: bool,
+            /// At most this many (default 10000; raise it explicitly for more).
+            #[serde(default, deserialize_with = "whole_number")]
+            #[schema(minimum = 1)]
+            pub max: Option<u64>,
+            $($own)*
+        }
+    };
+}
+
+bulk_request! {
+    /// A bulk requeue of outbox messages.
+    BulkRequest {
+        /// What to act on; an empty filter matches everything.
+        filter: FilterBody,
+    }
 }
 
 /// A single reconsume (the body is optional: without one, `again` is false).
@@ -299,39 +281,23 @@ pub struct ReconsumeOneRequest {
     pub again: bool,
 }
 
-/// A bulk reconsume of a consumer's deliveries.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ReconsumeRequest {
-    /// What to act on; an empty filter matches everything.
-    #[serde(default)]
-    pub filter: DeliveryFilterBody,
-    /// Count only, change nothing.
-    #[serde(default)]
-    pub dry_run: bool,
-    /// At most this many (default 10000; raise it explicitly for more).
-    #[serde(default, deserialize_with = "whole_number")]
-    #[schema(minimum = 1)]
-    pub max: Option<u64>,
+bulk_request! {
+    /// A bulk reconsume of a consumer's deliveries.
+    ReconsumeRequest {
+        /// What to act on; an empty filter matches everything.
+        filter: DeliveryFilterBody,
+    }
 }
 
-/// A bulk delete.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct BulkDeleteRequest {
-    /// What to delete; an empty filter matches everything.
-    #[serde(default)]
-    pub filter: FilterBody,
-    /// Count only, change nothing.
-    #[serde(default)]
-    pub dry_run: bool,
-    /// At most this many (default 10000; raise it explicitly for more).
-    #[serde(default, deserialize_with = "whole_number")]
-    #[schema(minimum = 1)]
-    pub max: Option<u64>,
-    /// Also delete pending and failed messages no relay holds (default: dead only).
-    #[serde(default)]
-    pub force: bool,
+bulk_request! {
+    /// A bulk delete.
+    BulkDeleteRequest {
+        /// What to delete; an empty filter matches everything.
+        filter: FilterBody,
+        /// Also delete pending and failed messages no relay holds (default: dead only).
+        #[serde(default)]
+        pub force: bool,
+    }
 }
 
 /// What a bulk action found and did.

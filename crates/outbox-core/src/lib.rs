@@ -10,6 +10,7 @@
 //! or cache client (checked by `cargo xtask ci`).
 
 pub mod config;
+pub mod dispatch;
 pub mod duration;
 pub mod lease;
 pub mod message;

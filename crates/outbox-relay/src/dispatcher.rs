@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use outbox_core::dispatch::{ClaimTaken, DispatchMachine, DispatchStep, PublishedBatch};
 use outbox_core::lease::publish_budget;
 use outbox_core::{BatchCounts, Decision, MessageId, RetryPolicy};
 use outbox_ports::{
@@ -13,9 +14,6 @@ use outbox_ports::{
 use tokio_util::sync::CancellationToken;
 
 use outbox_runtime::{LeaseFactory, Random, SweepTask, sleep_or_cancel};
-
-mod overlap;
-use overlap::ClaimOverlap;
 
 /// What publishing one claimed batch did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -322,34 +320,23 @@ pub trait Wakeup: Send {
 
 /// How long an idle dispatcher waits before claiming again: `idle_poll`, or less
 /// when a delayed message falls due sooner (a timer for the next due time, so a
-/// delayed message goes out within milliseconds of it, not only at the next poll).
-/// A due time already past waits [`MIN_DUE_WAIT`]: the row is about to be claimed
-/// by someone, and a zero wait would spin.
+/// delayed message goes out within milliseconds of it, not only at the next poll;
+/// see [`outbox_core::dispatch::idle_wait`]).
 /// The time left comes from the store, by its clock: the relay's own clock is never
 /// read, so a relay whose clock runs ahead of the database's does not claim in a
 /// loop, nor one behind it publish late.
 pub async fn idle_wait(store: &dyn OutboxRelayPath, idle_poll: Duration) -> Duration {
-    let until = match store.next_due_in().await {
-        Ok(Some(until)) => until,
-        Ok(None) => return idle_poll,
+    let next_due = match store.next_due_in().await {
+        Ok(next_due) => next_due,
         Err(e) => {
             tracing::debug!(error = %e, "next due time unknown; polling");
-            return idle_poll;
+            None
         }
     };
-    // A little after the due time, so the first claim finds the row due.
-    idle_poll.min((until + DUE_MARGIN).max(MIN_DUE_WAIT))
+    outbox_core::dispatch::idle_wait(next_due, idle_poll)
 }
 
-/// The shortest idle wait for a delayed message that is due already.
-pub const MIN_DUE_WAIT: Duration = Duration::from_millis(20);
-
-/// Added to the time left before claiming (the round trip that measured it, and
-/// timer granularity).
-const DUE_MARGIN: Duration = Duration::from_millis(5);
-
-/// The longest pause between tries of a dispatcher that finds the broker unreachable.
-pub const MAX_OUTAGE_PAUSE: Duration = Duration::from_secs(30);
+pub use outbox_core::dispatch::{MAX_OUTAGE_PAUSE, MIN_DUE_WAIT};
 
 /// Settings of the [`Dispatcher`]: one type, one set of defaults, for embedders
 /// and for `outbox run`, whose `[dispatch]` section it is (`batch_size`,
@@ -459,17 +446,15 @@ impl Relay {
 }
 
 /// A batch claimed by the dispatcher, not yet published.
-struct ClaimedAhead {
+struct ClaimedBatch {
     lease: Lease,
     /// Before the claim was sent: the lease ends no earlier than this plus its ttl.
     claimed_at: tokio::time::Instant,
     claimed: Vec<ClaimedMessage>,
-    /// Claimed while an earlier batch was in flight (being published or marked).
-    overlapped: bool,
 }
 
-impl ClaimedAhead {
-    async fn claim(relay: &Relay, limit: u32, overlapped: bool) -> Result<Self, PortError> {
+impl ClaimedBatch {
+    async fn claim(relay: &Relay, limit: u32) -> Result<Self, PortError> {
         let lease = relay.leases.next();
         let claimed_at = tokio::time::Instant::now();
         let claimed = relay.store.claim_pending(&lease, limit).await;
@@ -481,14 +466,15 @@ impl ClaimedAhead {
             lease,
             claimed_at,
             claimed,
-            overlapped,
         })
     }
 
-    /// Whether at least half of a fresh batch's publish budget is left.
-    fn has_time_left(&self) -> bool {
-        publish_budget(self.lease.ttl, self.claimed_at.elapsed())
-            >= publish_budget(self.lease.ttl, Duration::ZERO) / 2
+    /// What the dispatch machine needs to know of it.
+    fn taken(&self) -> ClaimTaken {
+        ClaimTaken {
+            rows: self.claimed.len(),
+            claimed_at: self.claimed_at.into_std(),
+        }
     }
 
     /// Gives the rows back untouched (no attempt spent). If the store cannot be
@@ -512,7 +498,7 @@ impl ClaimedAhead {
 /// batch is what the mark releases (the next messages of ordering keys whose heads
 /// it marks sent), the claims are halved so that two batches hold different keys
 /// and overlap again, or, with very few keys, the mark is finished first, with
-/// full batches (see `relay/overlap.rs`).
+/// full batches (see [`outbox_core::dispatch::ClaimOverlap`]).
 pub struct Dispatcher {
     relay: Relay,
     config: DispatcherConfig,
@@ -568,185 +554,191 @@ impl Dispatcher {
 
     /// Runs until `cancel` fires. A batch in flight is finished (its confirms awaited
     /// and marked) before returning, and one claimed ahead is given back untouched;
-    /// nothing is left half done.
+    /// nothing is left half done. What to do next is
+    /// [`DispatchMachine`](outbox_core::dispatch::DispatchMachine)'s decision; this
+    /// loop only carries it out.
     pub async fn run(mut self, cancel: CancellationToken) {
         tracing::info!(batch_size = self.config.batch_size, "dispatcher started");
         let relay = Arc::new(self.relay);
+        let mut machine = DispatchMachine::new(
+            self.config.batch_size,
+            self.config.lease_ttl,
+            self.config.error_backoff,
+        );
+        // The batch claimed and not yet published: the one just claimed, or the
+        // one claimed ahead while the previous batch was published (never both).
+        // Empty claims are not kept: nothing to publish or give back.
+        let mut unpublished: Option<ClaimedBatch> = None;
+        // The mark in flight (at most one).
         let mut marking: Option<tokio::task::JoinHandle<Result<PublishCounts, PortError>>> = None;
-        // The next batch, claimed while the previous one was being published.
-        let mut ahead: Option<ClaimedAhead> = None;
-        // While the broker cannot be reached, batches come back unsent: wait before
-        // claiming again, doubling up to `MAX_OUTAGE_PAUSE`.
-        let mut outage_pause: Option<Duration> = None;
-        let mut overlap = ClaimOverlap::new(self.config.batch_size);
-        while !cancel.is_cancelled() {
-            // A batch claimed ahead that waited through half its lease's publish
-            // budget is given back and a fresh one claimed: published with a
-            // sliver of time, its confirms could be cut short (attempts spent,
-            // duplicates published on the retry).
-            let fresh = match ahead.take() {
-                Some(a) if a.has_time_left() => Some(a),
-                Some(a) => {
-                    a.give_back(&relay).await;
-                    None
-                }
-                None => None,
-            };
-            let batch = match fresh {
-                Some(a) => a,
-                None => {
-                    // Claim while the previous batch is being marked, unless
-                    // overlapped claims have been coming back empty: then that mark
-                    // is finished first.
-                    if !overlap.overlaps() {
-                        if let Some(previous) = marking.take() {
-                            Self::finish_mark(&relay, previous).await;
-                            // A stop asked for during that mark: no new batch.
-                            if cancel.is_cancelled() {
-                                break;
-                            }
+        loop {
+            if cancel.is_cancelled() {
+                machine.stop();
+            }
+            match machine.step(tokio::time::Instant::now().into_std()) {
+                DispatchStep::Claim { limit, .. } => {
+                    match ClaimedBatch::claim(&relay, limit).await {
+                        Ok(batch) => {
+                            machine.claimed(batch.taken());
+                            unpublished = (!batch.claimed.is_empty()).then_some(batch);
                         }
-                    }
-                    let overlapped = marking.is_some();
-                    match ClaimedAhead::claim(&relay, overlap.limit(), overlapped).await {
-                        Ok(b) => b,
                         Err(e) => {
                             tracing::warn!(error = %e, "claim failed; retrying");
-                            if !sleep_or_cancel(self.config.error_backoff, &cancel).await {
-                                break;
-                            }
-                            continue;
+                            machine.claim_failed();
                         }
                     }
                 }
-            };
-            overlap.claimed(batch.overlapped, batch.claimed.len());
-            if batch.claimed.is_empty() {
-                // Nothing to publish: the previous batch's mark is finished now.
-                if let Some(previous) = marking.take() {
-                    Self::finish_mark(&relay, previous).await;
-                }
-                if batch.overlapped {
-                    // The claim ran while an earlier batch was in flight: what its
-                    // mark releases (the next message of an ordering key whose head
-                    // it marks sent) was not claimable yet. Claim once more before
-                    // sleeping; that mark is finished now and nothing else is in
-                    // flight, so this never spins.
-                    continue;
-                }
-                let wait = idle_wait(&*relay.store, self.config.idle_poll).await;
-                let keep_going = match self.wakeup.as_mut() {
-                    Some(w) => tokio::select! {
-                        () = cancel.cancelled() => false,
-                        () = w.wait(wait) => true,
-                    },
-                    None => sleep_or_cancel(wait, &cancel).await,
-                };
-                if !keep_going {
-                    break;
-                }
-                continue;
-            }
-            // Publish this batch. Meanwhile the previous batch's mark is finished
-            // (at most one mark in flight, so a failing store slows the loop down
-            // instead of piling up) and, while claims overlap, the next batch is
-            // claimed: the broker is not left idle while a claim runs. Claimed
-            // while this batch is in flight, the next one never holds a later
-            // message of a key whose message is in this one (that key's head is
-            // leased until this batch is marked).
-            // Not while the broker is out: a batch claimed then would only be given
-            // back at the next pause.
-            let claim_ahead = overlap.overlaps() && outage_pause.is_none();
-            let limit = overlap.limit();
-            let previous = marking.take();
-            let budget = publish_budget(batch.lease.ttl, batch.claimed_at.elapsed());
-            let (previous_marked, previous_mark_finished) = tokio::sync::oneshot::channel::<()>();
-            let ((mark, unsent, broker_unavailable), next) = tokio::join!(
-                async {
-                    let published = publish_batch(
-                        &*relay.publisher,
-                        batch.lease,
-                        batch.claimed,
-                        &relay.policy,
-                        relay.random,
+                DispatchStep::Publish {
+                    budget,
+                    claim_ahead,
+                } => {
+                    let Some(batch) = unpublished.take() else {
+                        unreachable!("the dispatch machine publishes only a batch with rows")
+                    };
+                    let (mark, published, ahead) = Self::publish(
+                        &relay,
+                        batch,
                         budget,
+                        claim_ahead,
+                        marking.take(),
+                        &cancel,
+                        self.config.error_backoff,
                     )
                     .await;
-                    // This batch's mark starts as soon as it is published and the
-                    // previous one's is finished (one mark in flight at a time), not
-                    // after the claim ahead: confirmed rows are marked without delay.
-                    let _ = previous_mark_finished.await;
-                    let unsent = published.counts.unsent;
-                    let broker_unavailable = published.counts.broker_unavailable();
-                    let r = Arc::clone(&relay);
-                    let (c, backoff) = (cancel.clone(), self.config.error_backoff);
-                    let mark = tokio::spawn(async move {
-                        record_retrying(&*r.store, published, Some((&c, backoff))).await
-                    });
-                    (mark, unsent, broker_unavailable)
-                },
-                async {
-                    if let Some(previous) = previous {
+                    marking = Some(mark);
+                    if published.broker_unavailable {
+                        tracing::warn!(
+                            unsent = published.unsent,
+                            "the broker cannot be reached; messages given back without spending an attempt"
+                        );
+                    } else if published.unsent > 0 {
+                        tracing::info!(
+                            unsent = published.unsent,
+                            "the lease's publish budget ran out; the rest of the batch is given back without spending an attempt"
+                        );
+                    } else if published.unsent == 0 && machine.in_outage() {
+                        tracing::info!("the broker takes messages again");
+                    }
+                    machine.published(published, ahead.as_ref().map(ClaimedBatch::taken));
+                    unpublished = ahead.filter(|a| !a.claimed.is_empty());
+                }
+                DispatchStep::FinishMark => {
+                    if let Some(previous) = marking.take() {
                         Self::finish_mark(&relay, previous).await;
                     }
-                    let _ = previous_marked.send(());
-                    if !claim_ahead || cancel.is_cancelled() {
-                        return None;
+                    machine.mark_finished();
+                }
+                DispatchStep::GiveBack => {
+                    if let Some(batch) = unpublished.take() {
+                        batch.give_back(&relay).await;
                     }
-                    match ClaimedAhead::claim(&relay, limit, true).await {
-                        Ok(b) => Some(b),
-                        Err(e) => {
-                            tracing::warn!(error = %e, "claiming ahead failed; claiming again after this batch");
-                            None
-                        }
+                    machine.gave_back();
+                }
+                DispatchStep::Idle => {
+                    let wait = idle_wait(&*relay.store, self.config.idle_poll).await;
+                    let keep_going = match self.wakeup.as_mut() {
+                        Some(w) => tokio::select! {
+                            () = cancel.cancelled() => false,
+                            () = w.wait(wait) => true,
+                        },
+                        None => sleep_or_cancel(wait, &cancel).await,
+                    };
+                    if keep_going {
+                        machine.waited();
+                    } else {
+                        machine.stop();
                     }
                 }
-            );
-            marking = Some(mark);
-            ahead = next;
-            if unsent > 0 && !broker_unavailable {
-                // The batch outlasted its lease's budget: the rest is given back
-                // and claimed again at once; the broker is not at fault. So is the
-                // batch claimed ahead, whose lease ran nearly as long meanwhile.
-                tracing::info!(
-                    unsent,
-                    "the lease's publish budget ran out; the rest of the batch is given back without spending an attempt"
-                );
-                if let Some(a) = ahead.take() {
-                    a.give_back(&relay).await;
+                DispatchStep::Pause(pause) => {
+                    tracing::debug!(?pause, "pausing before claiming again");
+                    if sleep_or_cancel(pause, &cancel).await {
+                        machine.waited();
+                    } else {
+                        machine.stop();
+                    }
                 }
-                continue;
-            }
-            if unsent == 0 {
-                if outage_pause.take().is_some() {
-                    tracing::info!("the broker takes messages again");
-                }
-                continue;
-            }
-            // The broker cannot be reached: the batch claimed ahead is given back
-            // now rather than held through the pause (other relays may take it).
-            if let Some(a) = ahead.take() {
-                a.give_back(&relay).await;
-            }
-            let pause =
-                outage_pause.map_or(self.config.error_backoff, |d| (d * 2).min(MAX_OUTAGE_PAUSE));
-            tracing::warn!(
-                unsent,
-                ?pause,
-                "the broker cannot be reached; messages given back without spending an attempt"
-            );
-            outage_pause = Some(pause);
-            if !sleep_or_cancel(pause, &cancel).await {
-                break;
+                // `Done`: nothing held, nothing in flight. (Or a step this loop
+                // does not know, should the machine grow one: stop cleanly rather
+                // than guess.)
+                _ => break,
             }
         }
-        if let Some(a) = ahead.take() {
-            a.give_back(&relay).await;
+        // The machine stops only with nothing held; these are belts and braces.
+        if let Some(batch) = unpublished.take() {
+            batch.give_back(&relay).await;
         }
         if let Some(previous) = marking.take() {
             Self::finish_mark(&relay, previous).await;
         }
         tracing::info!("dispatcher stopped");
+    }
+
+    /// Publishes `batch` within `budget`. Meanwhile the previous batch's mark is
+    /// finished (at most one mark in flight, so a failing store slows the loop down
+    /// instead of piling up) and, with `claim_ahead`, the next batch is claimed: the
+    /// broker is not left idle while a claim runs. Claimed while this batch is in
+    /// flight, the next one never holds a later message of a key whose message is
+    /// in this one (that key's head is leased until this batch is marked). Returns
+    /// this batch's mark, started as soon as it is published and the previous
+    /// mark is finished (not after the claim ahead: confirmed rows are marked
+    /// without delay), how it came out, and the batch claimed ahead.
+    async fn publish(
+        relay: &Arc<Relay>,
+        batch: ClaimedBatch,
+        budget: Duration,
+        claim_ahead: Option<u32>,
+        previous: Option<tokio::task::JoinHandle<Result<PublishCounts, PortError>>>,
+        cancel: &CancellationToken,
+        error_backoff: Duration,
+    ) -> (
+        tokio::task::JoinHandle<Result<PublishCounts, PortError>>,
+        PublishedBatch,
+        Option<ClaimedBatch>,
+    ) {
+        let (previous_marked, previous_mark_finished) = tokio::sync::oneshot::channel::<()>();
+        let ((mark, published), ahead) = tokio::join!(
+            async {
+                let published = publish_batch(
+                    &*relay.publisher,
+                    batch.lease,
+                    batch.claimed,
+                    &relay.policy,
+                    relay.random,
+                    budget,
+                )
+                .await;
+                let _ = previous_mark_finished.await;
+                let outcome = PublishedBatch {
+                    unsent: published.counts.unsent,
+                    broker_unavailable: published.counts.broker_unavailable(),
+                };
+                let r = Arc::clone(relay);
+                let c = cancel.clone();
+                let mark = tokio::spawn(async move {
+                    record_retrying(&*r.store, published, Some((&c, error_backoff))).await
+                });
+                (mark, outcome)
+            },
+            async {
+                if let Some(previous) = previous {
+                    Self::finish_mark(relay, previous).await;
+                }
+                let _ = previous_marked.send(());
+                let limit = claim_ahead?;
+                // A stop asked for meanwhile: no new batch.
+                if cancel.is_cancelled() {
+                    return None;
+                }
+                match ClaimedBatch::claim(relay, limit).await {
+                    Ok(b) => Some(b),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "claiming ahead failed; claiming again after this batch");
+                        None
+                    }
+                }
+            }
+        );
+        (mark, published, ahead)
     }
 
     async fn finish_mark(

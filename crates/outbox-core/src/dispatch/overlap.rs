@@ -15,10 +15,10 @@
 /// as many keys as the batch holds, that claim is full every time (each key's
 /// next message is claimable once its head is marked), so it would probe, and
 /// waste the claim, every batch.
-pub(super) const PROBE_AFTER: u32 = 16;
+pub const PROBE_AFTER: u32 = 16;
 
 /// Halvings of the claim's limit at the most: down to 1/16 of the batch size.
-pub(super) const MAX_SPLIT: u32 = 4;
+pub const MAX_SPLIT: u32 = 4;
 
 /// The dispatcher's choice for its next claim: how many rows it asks for
 /// ([`limit`](Self::limit)), and whether it claims while an earlier batch is in
@@ -57,7 +57,7 @@ pub(super) const MAX_SPLIT: u32 = 4;
 /// Left alone: halves of very unequal size (251 keys and a batch of 500 alternate
 /// batches of 250 and 1) are not rebalanced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct ClaimOverlap {
+pub struct ClaimOverlap {
     /// The dispatcher's batch size: the most a claim asks for.
     batch_size: u32,
     /// How many halvings this batch size allows (up to [`MAX_SPLIT`]).
@@ -76,7 +76,7 @@ pub(super) struct ClaimOverlap {
 
 impl ClaimOverlap {
     /// The choice for a dispatcher claiming at most `batch_size` rows.
-    pub(super) const fn new(batch_size: u32) -> Self {
+    pub const fn new(batch_size: u32) -> Self {
         // As many halvings as leave at least one row.
         let mut max_split = 0;
         while max_split < MAX_SPLIT && batch_size >> (max_split + 1) > 0 {
@@ -95,18 +95,18 @@ impl ClaimOverlap {
     /// Whether the next claim may run while an earlier batch is in flight (being
     /// published, with the one before it marked first; or being marked); if not,
     /// that batch is published and marked before claiming.
-    pub(super) const fn overlaps(self) -> bool {
+    pub const fn overlaps(self) -> bool {
         self.finishing_first.is_none()
     }
 
     /// How many rows the next claim asks for.
-    pub(super) const fn limit(self) -> u32 {
+    pub const fn limit(self) -> u32 {
         self.batch_size >> self.split
     }
 
     /// Records a claim: whether it ran while an earlier batch was in flight, and
     /// how many rows it took.
-    pub(super) fn claimed(&mut self, overlapped: bool, rows: usize) {
+    pub fn claimed(&mut self, overlapped: bool, rows: usize) {
         if rows == 0 {
             if !overlapped {
                 *self = Self::new(self.batch_size);

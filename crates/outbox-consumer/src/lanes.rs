@@ -1,77 +1,125 @@
-//! Per-key lanes of a consumer that keeps order by key.
+//! Per-key lanes of a consumer that keeps order by key: each delivery with a key
+//! waits until every earlier one of the same key has left. Who goes next is
+//! [`KeyLanes`]'s decision (outbox-core, tested there); this only wakes the one
+//! whose turn it is.
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, PoisonError};
 
-/// The lanes of a consumer that keeps order by key: each delivery with a key waits
-/// for the one before it with the same key to finish. A chain of one-shot signals
-/// per key, in the order deliveries are taken from the stream (which is the order
-/// the broker delivers them), so no scheduling of tasks can reorder a key.
-/// Per key: the signal its last delivery fires when it finishes, and that
-/// delivery's number.
-type LastOfKey = HashMap<String, (u64, tokio::sync::watch::Receiver<bool>)>;
+use outbox_core::lanes::{KeyLanes, Ticket};
+use tokio::sync::oneshot;
 
+/// The lanes and, per waiting delivery, the signal that its turn came: under
+/// one lock, so a turn given is never given before its waiter is there.
+#[derive(Default)]
+struct Shared {
+    lanes: KeyLanes,
+    waiting: HashMap<Ticket, oneshot::Sender<()>>,
+}
+
+/// The lanes of one consumer, in the order deliveries are taken from the stream
+/// (the order the broker delivers them), so no scheduling of tasks can reorder
+/// a key.
 #[derive(Default, Clone)]
 pub(crate) struct Lanes {
-    /// Per key: the signal the key's last delivery fires when it finishes, and that
-    /// delivery's number (so a finished last delivery removes its own entry only).
-    last: Arc<std::sync::Mutex<LastOfKey>>,
-    next: Arc<std::sync::atomic::AtomicU64>,
+    shared: Arc<Mutex<Shared>>,
 }
 
 /// A delivery's place in its key's lane: [`Turn::wait`] returns when every earlier
-/// delivery of the key finished; dropping it (after handling, or when the task is
-/// cancelled) lets the next one go.
+/// delivery of the key has left; dropping it (after handling, or when the task is
+/// cancelled, waiting or not) lets the next one go if it was its turn.
 pub(crate) struct Turn {
     lanes: Lanes,
     key: String,
-    number: u64,
-    before: Option<tokio::sync::watch::Receiver<bool>>,
-    done: tokio::sync::watch::Sender<bool>,
+    ticket: Ticket,
+    /// Fires when the turn comes; `None` once it has.
+    turn: Option<oneshot::Receiver<()>>,
 }
 
 impl Lanes {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Shared> {
+        self.shared.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     pub(crate) fn join(&self, key: &str) -> Turn {
-        let number = self.next.fetch_add(1, Ordering::Relaxed);
-        let (done, finished) = tokio::sync::watch::channel(false);
-        let before = self
-            .last
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(key.to_owned(), (number, finished))
-            .map(|(_, rx)| rx);
+        let mut shared = self.lock();
+        let (ticket, now) = shared.lanes.join(key);
+        let turn = if now {
+            None
+        } else {
+            let (tx, rx) = oneshot::channel();
+            shared.waiting.insert(ticket, tx);
+            Some(rx)
+        };
         Turn {
             lanes: self.clone(),
             key: key.to_owned(),
-            number,
-            before,
-            done,
+            ticket,
+            turn,
         }
     }
 }
 
 impl Turn {
     pub(crate) async fn wait(&mut self) {
-        if let Some(rx) = &mut self.before {
-            // Fires `true` when the earlier one finished; an error means its sender
-            // is gone, which also means it finished (or was dropped on shutdown).
-            let _ = rx.wait_for(|done| *done).await;
+        if let Some(rx) = self.turn.take() {
+            // An error means the sender is gone without a turn given: only when
+            // the lanes are dropped, at shutdown.
+            let _ = rx.await;
         }
-        self.before = None;
     }
 }
 
 impl Drop for Turn {
     fn drop(&mut self) {
-        let _ = self.done.send(true);
-        let mut last = self
-            .lanes
-            .last
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if last.get(&self.key).is_some_and(|(n, _)| *n == self.number) {
-            last.remove(&self.key);
+        let mut shared = self.lanes.lock();
+        shared.waiting.remove(&self.ticket);
+        if let Some(next) = shared.lanes.leave(&self.key, self.ticket) {
+            if let Some(tx) = shared.waiting.remove(&next) {
+                // The next one's task may have been dropped meanwhile: then its own
+                // drop, waiting on this lock, leaves the lane and passes the turn on.
+                let _ = tx.send(());
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    async fn goes_within(turn: &mut Turn, within: Duration) -> bool {
+        tokio::time::timeout(within, turn.wait()).await.is_ok()
+    }
+
+    #[tokio::test]
+    async fn the_next_of_a_key_goes_when_the_one_before_leaves() {
+        let lanes = Lanes::default();
+        let mut a1 = lanes.join("a");
+        let mut a2 = lanes.join("a");
+        let mut b1 = lanes.join("b");
+        assert!(goes_within(&mut a1, Duration::from_millis(10)).await);
+        assert!(goes_within(&mut b1, Duration::from_millis(10)).await);
+        assert!(!goes_within(&mut a2, Duration::from_millis(20)).await);
+        drop(a1);
+        assert!(goes_within(&mut a2, Duration::from_millis(100)).await);
+    }
+
+    #[tokio::test]
+    async fn one_dropped_while_waiting_does_not_let_the_next_past_the_running_one() {
+        let lanes = Lanes::default();
+        let mut a1 = lanes.join("a");
+        let a2 = lanes.join("a");
+        let mut a3 = lanes.join("a");
+        assert!(goes_within(&mut a1, Duration::from_millis(10)).await);
+        drop(a2);
+        assert!(
+            !goes_within(&mut a3, Duration::from_millis(20)).await,
+            "a1 still runs"
+        );
+        drop(a1);
+        assert!(goes_within(&mut a3, Duration::from_millis(100)).await);
     }
 }

@@ -12,6 +12,7 @@
 pub mod config;
 pub mod dispatch;
 pub mod duration;
+pub mod lanes;
 pub mod lease;
 pub mod message;
 pub mod retry;

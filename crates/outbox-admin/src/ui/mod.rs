@@ -10,8 +10,9 @@
 //!
 //! - `session`: login with an admin token into a server-side session (cookie
 //!   HttpOnly, SameSite=Strict, Secure when configured), logout, expiry, CSRF.
-//! - `pages`: overview, messages, message detail, consumers and deliveries, dead
-//!   letters, audit log; the actions (requeue, delete, reconsume, bulk).
+//! - `pages`: one module per area (overview, lists of messages and deliveries,
+//!   detail, consumers, blocked keys, dead letters, audit log, and the actions:
+//!   requeue, delete, reconsume, bulk), sharing the page frame.
 //! - `render`: HTML responses from templates, and the error page, for `pages` and
 //!   `session` alike.
 //! - `filters`: the list filters as they travel in URLs and forms.

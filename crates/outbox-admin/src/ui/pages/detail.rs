@@ -1,0 +1,240 @@
+//! One message (with every consumer's side) or one delivery, with the actions its
+//! status allows.
+
+use askama::Template;
+use axum::Extension;
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use outbox_core::Status;
+use outbox_ports::{deletable_statuses, requeueable_statuses};
+
+use super::{Chrome, Confirm, DetailQuery, UiState, chrome, notice_text, path, query};
+use crate::model::MessageDetail;
+use crate::params::{Side, parse_message_id};
+use crate::ui::filters::encode;
+use crate::ui::render::render;
+use crate::ui::session::Session;
+use crate::ui::view::{self, Badge, PayloadView};
+use crate::ui::{Page, Ui};
+
+struct DeliveryRow {
+    consumer: String,
+    href: String,
+    badge: Badge,
+    attempts: u32,
+    last_error: String,
+    consumed_at: String,
+}
+
+struct ActionButton {
+    verb: &'static str,
+    danger: bool,
+}
+
+#[derive(Template)]
+#[template(path = "message.html")]
+struct DetailPage {
+    chrome: Chrome,
+    /// The head a waiting keyed message waits behind.
+    waits_behind_href: Option<String>,
+    title: String,
+    here: String,
+    back: String,
+    back_label: String,
+    d: MessageDetail,
+    badge: Badge,
+    headers: Vec<(String, String)>,
+    payload: PayloadView,
+    show_all: Option<String>,
+    deliveries: Vec<DeliveryRow>,
+    actions: Vec<ActionButton>,
+    confirm: Option<Confirm>,
+    notice: Option<String>,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn detail_page(
+    ui: &Ui,
+    session: &Session,
+    d: MessageDetail,
+    side: Side,
+    here: String,
+    back: (String, String),
+    post: String,
+    q: DetailQuery,
+) -> Page {
+    let status = side.parse_status(&d.status).ok();
+    let mut actions = Vec::new();
+    if session.can_write() {
+        let can = |set: Vec<Status>| status.is_some_and(|s| set.contains(&s));
+        match side {
+            Side::Outbox => {
+                if status == Some(Status::Pending) && d.due_at.is_some() {
+                    actions.push(ActionButton {
+                        verb: "Publish now",
+                        danger: false,
+                    });
+                }
+                if can(requeueable_statuses()) {
+                    actions.push(ActionButton {
+                        verb: "Requeue",
+                        danger: false,
+                    });
+                }
+                if can(deletable_statuses(false)) {
+                    actions.push(ActionButton {
+                        verb: "Delete",
+                        danger: true,
+                    });
+                }
+            }
+            Side::Inbox => {
+                if status.is_some_and(|s| s.can_become(Status::Sent)) {
+                    actions.push(ActionButton {
+                        verb: "Reconsume",
+                        danger: false,
+                    });
+                }
+            }
+        }
+    }
+    let mut released = String::new();
+    let confirm = q.confirm.as_deref().and_then(|verb| {
+        let action = actions.iter().find(|a| a.verb.eq_ignore_ascii_case(verb))?;
+        let what = match side {
+            Side::Outbox => format!("message {}", d.id),
+            Side::Inbox => format!("delivery {} of {}", d.id, back.1),
+        };
+        let text = match action.verb {
+            "Requeue" => "It goes back to pending and is published again.",
+            "Publish now" => {
+                "It is published at the relay's next claim, without waiting for its due time."
+            }
+            "Delete" => match (d.ordering_key.as_deref(), d.waiting_behind) {
+                (Some(key), Some(n)) if n > 0 => {
+                    released = format!(
+                        "It is removed from the outbox for good. It heads ordering key {key}: \
+                         the {n}{} message(s) waiting behind it are released and published, in order.",
+                        if n >= outbox_ports::BLOCKED_WAITING_CAP { " or more" } else { "" }
+                    );
+                    released.as_str()
+                }
+                _ => "It is removed from the outbox for good.",
+            },
+            _ if status == Some(Status::Consumed) => {
+                "It was consumed: its handler runs once more at the consumer's next retry sweep."
+            }
+            _ => "Its handler runs again at the consumer's next retry sweep.",
+        };
+        let mut hidden = vec![("csrf", session.csrf.clone())];
+        // The operator acts on the status shown: a consumed delivery is reconsumed
+        // again only because the page showed it consumed; a failed one the page
+        // showed is never run again if its retry consumes it meanwhile.
+        if side == Side::Inbox && status == Some(Status::Consumed) {
+            hidden.push(("again", "true".to_owned()));
+        }
+        Some(Confirm {
+            title: format!("{} {what}?", action.verb),
+            text: text.to_owned(),
+            action: format!(
+                "{post}/{}",
+                action.verb.to_ascii_lowercase().replace(' ', "-")
+            ),
+            hidden,
+            cancel: here.clone(),
+            danger: action.danger,
+        })
+    });
+    let all = q.all.as_deref() == Some("1");
+    let payload = view::payload(&d.payload, d.payload_base64, all);
+    let show_all = (payload.cut && !all).then(|| format!("{here}?all=1"));
+    let deliveries = match side {
+        Side::Outbox => d
+            .deliveries
+            .iter()
+            .map(|c| DeliveryRow {
+                href: ui.at(&format!(
+                    "/consumers/{}/deliveries/{}",
+                    encode(&c.consumer),
+                    d.id
+                )),
+                consumer: c.consumer.clone(),
+                badge: view::badge(&c.status),
+                attempts: c.attempts,
+                last_error: c.last_error.clone().unwrap_or_default(),
+                consumed_at: c.consumed_at.clone().unwrap_or_default(),
+            })
+            .collect(),
+        Side::Inbox => Vec::new(),
+    };
+    let waits_behind_href = d
+        .waits_behind
+        .as_deref()
+        .map(|head| ui.at(&format!("/messages/{head}")));
+    let page = DetailPage {
+        waits_behind_href,
+        chrome: chrome(
+            ui,
+            session,
+            if side == Side::Outbox {
+                "messages"
+            } else {
+                "consumers"
+            },
+        ),
+        title: match side {
+            Side::Outbox => format!("Message {}", d.id),
+            Side::Inbox => format!("Delivery {} to {}", d.id, back.1),
+        },
+        here,
+        back: back.0,
+        back_label: back.1,
+        badge: view::message_badge(&d.status, d.due_at.as_deref()),
+        headers: d
+            .headers
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        payload,
+        show_all,
+        deliveries,
+        actions,
+        confirm,
+        notice: notice_text(q.notice.as_deref()),
+        d,
+    };
+    render(StatusCode::OK, &page)
+}
+
+/// `GET <base>/messages/{id}`.
+pub(crate) async fn message(
+    State(ui): UiState,
+    Extension(session): Extension<Session>,
+    id: Result<Path<String>, PathRejection>,
+    q: Result<Query<DetailQuery>, QueryRejection>,
+) -> Page {
+    let id = parse_message_id(&path(id)?)?;
+    let q = query(q)?;
+    let d = ui.service.get_message(id).await?;
+    let here = ui.at(&format!("/messages/{id}"));
+    let back = (ui.at("/messages"), "Messages".to_owned());
+    detail_page(&ui, &session, d, Side::Outbox, here.clone(), back, here, q)
+}
+
+/// `GET <base>/consumers/{name}/deliveries/{id}`.
+pub(crate) async fn delivery(
+    State(ui): UiState,
+    Extension(session): Extension<Session>,
+    p: Result<Path<(String, String)>, PathRejection>,
+    q: Result<Query<DetailQuery>, QueryRejection>,
+) -> Page {
+    let (name, id) = path(p)?;
+    let name = crate::params::text("consumer", name)?;
+    let id = parse_message_id(&id)?;
+    let q = query(q)?;
+    let d = ui.service.get_delivery(&name, id).await?;
+    let here = ui.at(&format!("/consumers/{}/deliveries/{id}", encode(&name)));
+    let back = (ui.at(&format!("/consumers/{}", encode(&name))), name);
+    detail_page(&ui, &session, d, Side::Inbox, here.clone(), back, here, q)
+}

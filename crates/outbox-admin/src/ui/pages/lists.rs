@@ -1,0 +1,281 @@
+//! The lists: the outbox's messages and one consumer's deliveries, filtered by
+//! the query string, with their bulk actions behind a dry-run confirmation.
+
+use askama::Template;
+use axum::Extension;
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+
+use super::{Chrome, Confirm, UiState, chrome, notice_text, path, query};
+use crate::model::MessagePage;
+use crate::params::{DEFAULT_BULK_MAX, Side};
+use crate::ui::filters::{ListQuery, encode};
+use crate::ui::render::render;
+use crate::ui::session::Session;
+use crate::ui::view::{self, Badge, StatusOption};
+use crate::ui::{Page, Ui};
+
+struct Row {
+    href: String,
+    id: String,
+    badge: Badge,
+    exchange: String,
+    routing_key: String,
+    message_type: String,
+    created_at: String,
+    attempts: u32,
+    preview: String,
+    last_error: String,
+}
+
+struct BulkButton {
+    verb: &'static str,
+    label: &'static str,
+}
+
+/// The inputs' current values.
+#[derive(Default)]
+struct FilterValues {
+    exchange: String,
+    routing_key: String,
+    message_type: String,
+    created_after: String,
+    created_before: String,
+    q: String,
+}
+
+#[derive(Template)]
+#[template(path = "messages.html")]
+struct ListPage {
+    chrome: Chrome,
+    title: String,
+    intro: String,
+    list_href: String,
+    statuses: Vec<StatusOption>,
+    legend: Vec<(&'static str, &'static str)>,
+    values: FilterValues,
+    rows: Vec<Row>,
+    next: Option<String>,
+    first: Option<String>,
+    hidden: Vec<(&'static str, String)>,
+    bulk: Vec<BulkButton>,
+    confirm: Option<Confirm>,
+    notice: Option<String>,
+    error: Option<String>,
+}
+
+fn values(q: &ListQuery) -> FilterValues {
+    let v = |o: &Option<String>| o.clone().unwrap_or_default();
+    FilterValues {
+        exchange: v(&q.exchange),
+        routing_key: v(&q.routing_key),
+        message_type: v(&q.message_type),
+        created_after: v(&q.created_after),
+        created_before: v(&q.created_before),
+        q: v(&q.q),
+    }
+}
+
+/// What differs between the outbox's list and a consumer's.
+struct ListKind {
+    side: Side,
+    title: String,
+    intro: String,
+    list_href: String,
+    /// Where a row links: this plus `/<id>`.
+    item_href: String,
+    bulk: Vec<BulkButton>,
+    /// Where each bulk verb posts.
+    bulk_href: String,
+}
+
+fn rows(kind: &ListKind, page: MessagePage) -> Vec<Row> {
+    page.items
+        .into_iter()
+        .map(|m| Row {
+            href: format!("{}/{}", kind.item_href, m.id),
+            badge: view::message_badge(&m.status, m.due_at.as_deref()),
+            exchange: m.exchange,
+            routing_key: m.routing_key,
+            message_type: m.message_type.unwrap_or_default(),
+            created_at: m.created_at,
+            attempts: m.attempts,
+            preview: view::preview(&m.payload_preview, m.payload_preview_base64, 80),
+            last_error: m
+                .last_error
+                .map(|e| view::preview(&e, false, 80))
+                .unwrap_or_default(),
+            id: m.id,
+        })
+        .collect()
+}
+
+/// A list of messages (`consumer: None`) or of one consumer's deliveries.
+async fn list(
+    ui: &Ui,
+    session: &Session,
+    mut kind: ListKind,
+    consumer: Option<&str>,
+    q: Result<Query<ListQuery>, QueryRejection>,
+) -> Page {
+    let nav = if consumer.is_some() {
+        "consumers"
+    } else {
+        "messages"
+    };
+    let q = query(q)?;
+    let mut page = ListPage {
+        chrome: chrome(ui, session, nav),
+        title: kind.title.clone(),
+        intro: kind.intro.clone(),
+        list_href: kind.list_href.clone(),
+        statuses: view::status_options(kind.side, q.status.as_deref()),
+        legend: view::statuses(kind.side)
+            .iter()
+            .map(|s| (*s, view::meaning(s)))
+            .collect(),
+        values: values(&q),
+        rows: Vec::new(),
+        next: None,
+        first: None,
+        hidden: q.pairs(),
+        bulk: if session.can_write() {
+            std::mem::take(&mut kind.bulk)
+        } else {
+            Vec::new()
+        },
+        confirm: None,
+        notice: notice_text(q.notice.as_deref()),
+        error: None,
+    };
+    let parsed = q
+        .filter(kind.side)
+        .and_then(|filter| q.page().map(|(cursor, limit)| (filter, cursor, limit)));
+    let (filter, cursor, limit) = match parsed {
+        Ok(parsed) => parsed,
+        Err(e) => {
+            page.error = Some(e.to_string());
+            page.bulk = Vec::new();
+            return render(e.status_and_code().0, &page);
+        }
+    };
+    let result = match consumer {
+        None => ui.service.list_messages(&filter, cursor, limit).await?,
+        Some(name) => {
+            ui.service
+                .list_deliveries(name, &filter, cursor, limit)
+                .await?
+        }
+    };
+    page.next = result
+        .next_cursor
+        .as_deref()
+        .map(|c| format!("{}?{}", kind.list_href, q.query_string(&[("cursor", c)])));
+    if cursor.is_some() {
+        page.first = Some(format!("{}?{}", kind.list_href, q.query_string(&[])));
+    }
+    page.rows = rows(&kind, result);
+    let verb = q.confirm.as_deref();
+    if let Some(button) = page.bulk.iter().find(|b| Some(b.verb) == verb) {
+        // A dry run: counted, nothing changed, nothing audited.
+        let actor = session.actor.name.as_str();
+        let matched = match consumer {
+            None => {
+                ui.service
+                    .requeue_matching(actor, &filter, String::new(), true, DEFAULT_BULK_MAX)
+                    .await?
+            }
+            Some(name) => {
+                ui.service
+                    .reconsume_matching(actor, name, &filter, String::new(), true, DEFAULT_BULK_MAX)
+                    .await?
+            }
+        }
+        .matched;
+        let what = if consumer.is_some() {
+            "deliveries"
+        } else {
+            "messages"
+        };
+        let scope = if page.hidden.iter().any(|(k, _)| *k != "limit") {
+            "match this filter"
+        } else {
+            "exist (no filter: every one)"
+        };
+        let capped = if matched >= DEFAULT_BULK_MAX {
+            format!(" At most {DEFAULT_BULK_MAX} are acted on at once.")
+        } else {
+            String::new()
+        };
+        let only = match button.verb {
+            "requeue" => " Only dead and publish-failed ones are requeued.",
+            "delete" => " Only dead ones are deleted.",
+            _ => {
+                " Only dead and consume-failed ones are reconsumed (consumed ones too when the filter says status consumed)."
+            }
+        };
+        let mut hidden = page.hidden.clone();
+        hidden.push(("csrf", session.csrf.clone()));
+        page.confirm = Some(Confirm {
+            title: format!("{} every matching {what}?", button.label),
+            text: format!("Dry run: {matched} {what} {scope}.{only}{capped}"),
+            action: format!("{}/{}", kind.bulk_href, button.verb),
+            hidden,
+            cancel: format!("{}?{}", kind.list_href, q.query_string(&[])),
+            danger: button.verb == "delete",
+        });
+    }
+    render(StatusCode::OK, &page)
+}
+
+/// `GET <base>/messages`: the outbox, filtered by the query string.
+pub(crate) async fn messages(
+    State(ui): UiState,
+    Extension(session): Extension<Session>,
+    q: Result<Query<ListQuery>, QueryRejection>,
+) -> Page {
+    let kind = ListKind {
+        side: Side::Outbox,
+        title: "Messages".to_owned(),
+        intro: "The outbox, newest first.".to_owned(),
+        list_href: ui.at("/messages"),
+        item_href: ui.at("/messages"),
+        bulk: vec![
+            BulkButton {
+                verb: "requeue",
+                label: "Requeue",
+            },
+            BulkButton {
+                verb: "delete",
+                label: "Delete",
+            },
+        ],
+        bulk_href: ui.at("/messages"),
+    };
+    list(&ui, &session, kind, None, q).await
+}
+
+/// `GET <base>/consumers/{name}`: one consumer's deliveries.
+pub(crate) async fn deliveries(
+    State(ui): UiState,
+    Extension(session): Extension<Session>,
+    name: Result<Path<String>, PathRejection>,
+    q: Result<Query<ListQuery>, QueryRejection>,
+) -> Page {
+    let name = crate::params::text("consumer", path(name)?)?;
+    let at = ui.at(&format!("/consumers/{}", encode(&name)));
+    let kind = ListKind {
+        side: Side::Inbox,
+        title: format!("Deliveries of {name}"),
+        intro: format!("What consumer `{name}` received, newest first."),
+        list_href: at.clone(),
+        item_href: format!("{at}/deliveries"),
+        bulk: vec![BulkButton {
+            verb: "reconsume",
+            label: "Reconsume",
+        }],
+        bulk_href: at,
+    };
+    list(&ui, &session, kind, Some(&name), q).await
+}

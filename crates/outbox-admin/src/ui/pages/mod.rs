@@ -1,0 +1,133 @@
+//! The pages and the actions, by area. Each page reads through the
+//! [`crate::AdminService`] as the JSON API does; each action is a POST that carries
+//! the session's CSRF token, needs a write session, goes through the same service
+//! (so it is audited under the token's name) and redirects back with a notice.
+//! Actions are offered behind a confirmation: an in-page dialog whose button is
+//! "Confirm"; bulk actions show the dry-run count of what the filter matches first.
+//!
+//! - `overview`: the counts, the chart and the sweeps, and their live fragment.
+//! - `lists`: the outbox's messages and a consumer's deliveries, filtered.
+//! - `detail`: one message or delivery, with its actions.
+//! - `actions`: the POSTs (single and bulk requeue, delete, reconsume, ...).
+//! - `consumers`, `blocked_keys`, `dead_letters`, `audit`: those pages.
+//!
+//! Here: what every page shares (the frame, notices, the confirmation dialog, the
+//! path and query extraction). Templates become responses in `super::render`.
+
+mod actions;
+mod audit;
+mod blocked_keys;
+mod consumers;
+mod dead_letters;
+mod detail;
+mod lists;
+mod overview;
+
+pub(crate) use actions::{
+    bulk_delete, bulk_reconsume, bulk_requeue, delete, delete_dead_letter, publish_now, reconsume,
+    requeue,
+};
+pub(crate) use audit::audit;
+pub(crate) use blocked_keys::blocked_keys;
+pub(crate) use consumers::consumers;
+pub(crate) use dead_letters::{dead_letter, dead_letters};
+pub(crate) use detail::{delivery, message};
+pub(crate) use lists::{deliveries, messages};
+pub(crate) use overview::{overview, overview_live};
+
+use std::sync::Arc;
+
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use serde::Deserialize;
+
+use super::session::Session;
+use super::{Ui, UiError};
+use crate::{AdminError, Role};
+
+type UiState = State<Arc<Ui>>;
+
+/// What every page's frame shows.
+pub(crate) struct Chrome {
+    pub(crate) base: String,
+    pub(crate) home: String,
+    pub(crate) csrf: String,
+    pub(crate) actor: String,
+    pub(crate) role: &'static str,
+    pub(crate) can_write: bool,
+    pub(crate) theme: &'static str,
+    pub(crate) nav: &'static str,
+}
+
+fn chrome(ui: &Ui, session: &Session, nav: &'static str) -> Chrome {
+    Chrome {
+        base: ui.options.base.clone(),
+        home: ui.home(),
+        csrf: session.csrf.clone(),
+        actor: session.actor.name.clone(),
+        role: match session.actor.role {
+            Role::Read => "read",
+            Role::Write => "write",
+        },
+        can_write: session.can_write(),
+        theme: session.theme,
+        nav,
+    }
+}
+
+fn notice_text(notice: Option<&str>) -> Option<String> {
+    let text = match notice? {
+        "requeued" => "Requeued: the message is pending again.",
+        "published-now" => "Due now: the relay publishes it at its next claim.",
+        "deleted" => "Deleted.",
+        "reconsumed" => {
+            "Reconsumed: the delivery goes through the handler again at the next sweep."
+        }
+        other => {
+            // Bulk results come as `<verb>-<changed>`.
+            let (verb, n) = other.split_once('-')?;
+            let n: u64 = n.parse().ok()?;
+            let verb = match verb {
+                "requeued" => "Requeued",
+                "deleted" => "Deleted",
+                "reconsumed" => "Reconsumed",
+                _ => return None,
+            };
+            return Some(format!("{verb} {n}."));
+        }
+    };
+    Some(text.to_owned())
+}
+
+/// The confirmation dialog of an action.
+struct Confirm {
+    title: String,
+    text: String,
+    action: String,
+    hidden: Vec<(&'static str, String)>,
+    cancel: String,
+    danger: bool,
+}
+
+fn opt_num(n: Option<u64>) -> String {
+    n.map_or_else(|| "–".to_owned(), |n| n.to_string())
+}
+
+fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, UiError> {
+    p.map(|Path(p)| p)
+        .map_err(|e| AdminError::bad("bad_path", e.body_text()).into())
+}
+
+/// What a detail page (a message's, a delivery's, a dead letter's) is asked.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct DetailQuery {
+    confirm: Option<String>,
+    notice: Option<String>,
+    all: Option<String>,
+}
+
+/// The query string as `T`, or a `bad_query` error.
+fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, UiError> {
+    q.map(|Query(q)| q)
+        .map_err(|e| AdminError::bad("bad_query", e.body_text()).into())
+}

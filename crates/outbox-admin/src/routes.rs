@@ -7,13 +7,14 @@ use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
+use outbox_ports::MessageFilter;
 
 use crate::auth::Actor;
 use crate::model::{
     AuditPage, BlockedKeyPage, BlockedKeysQuery, BulkDeleteRequest, BulkRequest, BulkResponse,
     ConsumerList, DeadLetterPage, DeadLetterQuery, DeadLetterView, DeleteQuery, DeliveryQuery,
-    MessageDetail, MessagePage, MessageQuery, PageQuery, ReconsumeOneRequest, ReconsumeRequest,
-    StatsResponse,
+    FilterBody, MessageDetail, MessagePage, MessageQuery, PageQuery, ReconsumeOneRequest,
+    ReconsumeRequest, StatsResponse,
 };
 use crate::params::{
     Side, filter_from_body, list_from_query, parse_cursor, parse_dead_letter_id, parse_limit,
@@ -41,8 +42,17 @@ fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, AdminError> {
         .map_err(|e| AdminError::bad("bad_path", e.body_text()))
 }
 
-fn filter_json(filter: &crate::model::FilterBody) -> String {
-    serde_json::to_string(filter).unwrap_or_else(|_| "{}".to_owned())
+/// A bulk request's filter parsed for `side`, its `max`, and the filter as the
+/// audit log records it.
+fn bulk_input(
+    side: Side,
+    filter: &FilterBody,
+    max: Option<u64>,
+) -> Result<(MessageFilter, u64, String), AdminError> {
+    let parsed = filter_from_body(side, filter)?;
+    let max = parse_max(max)?;
+    let target = serde_json::to_string(filter).unwrap_or_else(|_| "{}".to_owned());
+    Ok((parsed, max, target))
 }
 
 /// Counts, throughput and sweep reports.
@@ -125,9 +135,7 @@ pub(crate) async fn requeue_matching(
     b: Result<Json<BulkRequest>, JsonRejection>,
 ) -> Answer<BulkResponse> {
     let b = body(b)?;
-    let filter = filter_from_body(Side::Outbox, &b.filter)?;
-    let max = parse_max(b.max)?;
-    let target = filter_json(&b.filter);
+    let (filter, max, target) = bulk_input(Side::Outbox, &b.filter, b.max)?;
     Ok(Json(
         s.requeue_matching(&actor.name, &filter, target, b.dry_run, max)
             .await?,
@@ -143,9 +151,7 @@ pub(crate) async fn delete_matching(
     b: Result<Json<BulkDeleteRequest>, JsonRejection>,
 ) -> Answer<BulkResponse> {
     let b = body(b)?;
-    let filter = filter_from_body(Side::Outbox, &b.filter)?;
-    let max = parse_max(b.max)?;
-    let target = filter_json(&b.filter);
+    let (filter, max, target) = bulk_input(Side::Outbox, &b.filter, b.max)?;
     Ok(Json(
         s.delete_matching(&actor.name, &filter, target, b.dry_run, max, b.force)
             .await?,
@@ -245,10 +251,7 @@ pub(crate) async fn reconsume_matching(
 ) -> Answer<BulkResponse> {
     let name = text("name", path(name)?)?;
     let b = body(b)?;
-    let filter_body = crate::model::FilterBody::from(b.filter);
-    let filter = filter_from_body(Side::Inbox, &filter_body)?;
-    let max = parse_max(b.max)?;
-    let target = filter_json(&filter_body);
+    let (filter, max, target) = bulk_input(Side::Inbox, &b.filter.into(), b.max)?;
     Ok(Json(
         s.reconsume_matching(&actor.name, &name, &filter, target, b.dry_run, max)
             .await?,

@@ -15,7 +15,7 @@ use outbox_adapters_rabbitmq::{BindingSpec, QueueSpec, Topology};
 use outbox_app::{CancellationToken, Dispatcher, DispatcherConfig};
 use outbox_core::NewMessage;
 
-use crate::{Bench, EXCHANGE};
+use crate::bench::{Bench, EXCHANGE, Sizes};
 
 /// The queue the lateness phase reads (bound to the relay's exchange by its own
 /// routing key, so nothing else lands there).
@@ -210,4 +210,18 @@ impl Bench {
             max: late[late.len() - 1],
         })
     }
+}
+
+/// How late delayed messages are published after their due time.
+pub(crate) async fn record_delayed_lateness(b: &mut Bench, sizes: &Sizes) -> anyhow::Result<()> {
+    let d = b
+        .delayed_lateness(sizes.delayed, sizes.delayed_over)
+        .await?;
+    b.record("delayed_lateness_p50_ms", d.p50, "ms");
+    b.record("delayed_lateness_p99_ms", d.p99, "ms");
+    b.record("delayed_lateness_max_ms", d.max, "ms");
+    let _ = sqlx::query("DROP SCHEMA IF EXISTS bench_delayed_lateness CASCADE")
+        .execute(&b.pool)
+        .await;
+    Ok(())
 }

@@ -13,7 +13,11 @@ use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions, Queu
 use lapin::types::FieldTable;
 use outbox_adapters_postgres::PgSchema;
 
-use crate::{Bench, QUEUE, cpu};
+use crate::bench::{Bench, QUEUE};
+use crate::cpu;
+
+/// Ordering keys of the `relay_ordered` backlog.
+pub(crate) const ORDERING_KEYS: i64 = 1_000;
 
 impl Bench {
     /// Drains `n` pending rows of `keys` ordering keys with one dispatcher (batch

@@ -1,0 +1,105 @@
+//! The bench's harness: the connections to PostgreSQL and RabbitMQ and the figures
+//! so far, the exchange and queue every phase uses, the sizes of a run, and what
+//! the phases share (a fresh schema, a backlog of pending rows, counts by status,
+//! a purge of the queue, a publisher).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lapin::options::QueuePurgeOptions;
+use outbox_adapters_postgres::{PgPool, PgSchema, migrate};
+use outbox_adapters_rabbitmq::{RabbitPublisher, RabbitPublisherConfig};
+
+pub(crate) const EXCHANGE: &str = "outbox-bench.x";
+pub(crate) const QUEUE: &str = "outbox-bench.q";
+
+pub(crate) struct Sizes {
+    pub(crate) backlog: i64,
+    pub(crate) naive: i64,
+    pub(crate) latency: Duration,
+    /// Delayed messages for the lateness phase, and the time they are enqueued over.
+    pub(crate) delayed: usize,
+    pub(crate) delayed_over: Duration,
+    pub(crate) claim_rows: i64,
+    pub(crate) consume: usize,
+    pub(crate) memory_backlog: i64,
+    pub(crate) enqueue_for: Duration,
+}
+
+pub(crate) struct Bench {
+    pub(crate) pg_url: String,
+    pub(crate) amqp_url: String,
+    pub(crate) pool: PgPool,
+    pub(crate) amqp: lapin::Connection,
+    pub(crate) results: Vec<(String, f64, &'static str)>,
+}
+
+impl Bench {
+    pub(crate) async fn fresh_schema(&self, name: &str) -> anyhow::Result<PgSchema> {
+        let schema = PgSchema::new(name)?;
+        sqlx::query(&format!(
+            "DROP SCHEMA IF EXISTS {} CASCADE",
+            schema.quoted()
+        ))
+        .execute(&self.pool)
+        .await?;
+        migrate(&self.pool, &schema).await?;
+        Ok(schema)
+    }
+
+    pub(crate) async fn purge(&self) -> anyhow::Result<()> {
+        let ch = self.amqp.create_channel().await?;
+        ch.queue_purge(QUEUE.into(), QueuePurgeOptions::default())
+            .await?;
+        Ok(())
+    }
+
+    /// `n` pending 1 KiB messages, by SQL, then VACUUM ANALYZE. With `keys`, row
+    /// `i` (in `seq` order) has ordering key `key-{i % keys}`: round-robin, so each
+    /// key's messages are interleaved with every other key's.
+    pub(crate) async fn backlog(
+        &self,
+        schema: &PgSchema,
+        n: i64,
+        keys: Option<i64>,
+    ) -> anyhow::Result<()> {
+        sqlx::query(&format!(
+            "INSERT INTO {}.outbox_messages (exchange, routing_key, payload, ordering_key) \
+             SELECT $1, 'k', convert_to(repeat('x', 1024), 'UTF8'), 'key-' || (g % $3) \
+             FROM generate_series(0, $2 - 1) AS g ORDER BY g",
+            schema.quoted()
+        ))
+        .bind(EXCHANGE)
+        .bind(n)
+        .bind(keys)
+        .execute(&self.pool)
+        .await?;
+        sqlx::query(&format!(
+            "VACUUM ANALYZE {}.outbox_messages",
+            schema.quoted()
+        ))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    pub(crate) async fn count(&self, schema: &PgSchema, status: &str) -> anyhow::Result<i64> {
+        Ok(sqlx::query_scalar(&format!(
+            "SELECT count(*) FROM {}.outbox_messages WHERE status = $1",
+            schema.quoted()
+        ))
+        .bind(status)
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
+    pub(crate) fn publisher(&self) -> Arc<RabbitPublisher> {
+        Arc::new(RabbitPublisher::new(RabbitPublisherConfig::new(
+            &self.amqp_url,
+        )))
+    }
+}
+
+pub(crate) fn time_now() -> outbox_core::Timestamp {
+    outbox_core::Timestamp::now_utc()
+}

@@ -1,0 +1,143 @@
+//! `consume_*`: a raw RabbitMQ consumer acknowledging each delivery, then the
+//! transactional inbox worker over the same messages, batched and with a
+//! transaction a delivery.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use futures::StreamExt as _;
+use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions};
+use lapin::types::FieldTable;
+use outbox_adapters_postgres::{PgConnection, PgInboxStore};
+use outbox_adapters_rabbitmq::RabbitSubscriber;
+use outbox_app::{
+    CancellationToken, ConsumerConfig, HandlerError, PgConsumerWorker, PgHandler, PgHandlerRegistry,
+};
+use outbox_core::{Message, NewMessage};
+use outbox_ports::SystemClock;
+use outbox_ports::prelude::*;
+
+use crate::bench::{Bench, EXCHANGE, QUEUE, time_now};
+use crate::cpu;
+
+impl Bench {
+    async fn publish_raw(&self, n: usize) -> anyhow::Result<Vec<Message>> {
+        let msgs: Vec<Message> = (0..n)
+            .map(|_| {
+                NewMessage::new(EXCHANGE, "k", vec![b'x'; 1024])
+                    .with_type("bench")
+                    .into_message(
+                        outbox_core::MessageId::from_uuid(uuid::Uuid::now_v7()),
+                        time_now(),
+                    )
+            })
+            .collect();
+        let p = self.publisher();
+        for chunk in msgs.chunks(1000) {
+            anyhow::ensure!(
+                p.publish(chunk).await.iter().all(|o| o.is_confirmed()),
+                "setup publish failed"
+            );
+        }
+        Ok(msgs)
+    }
+
+    async fn consume_raw(&mut self, n: usize) -> anyhow::Result<(f64, cpu::CpuPerMessage)> {
+        self.publish_raw(n).await?;
+        let ch = self.amqp.create_channel().await?;
+        ch.basic_qos(200, BasicQosOptions::default()).await?;
+        let mut consumer = ch
+            .basic_consume(
+                QUEUE.into(),
+                "bench-raw".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+        let cpu_before = cpu::sample();
+        let started = Instant::now();
+        let mut got = 0;
+        while got < n {
+            let d = consumer.next().await.context("consumer ended")??;
+            d.acker.ack(BasicAckOptions::default()).await?;
+            got += 1;
+        }
+        let rate = n as f64 / started.elapsed().as_secs_f64();
+        let cpu = cpu::per_message(cpu_before, cpu::sample(), n as u64);
+        ch.close(200, "done".into()).await?;
+        Ok((rate, cpu))
+    }
+
+    /// The raw consumer, then the inbox worker, and their ratio.
+    pub(crate) async fn consume_side_by_side(&mut self, n: usize) -> anyhow::Result<()> {
+        let (raw, raw_cpu) = self.consume_raw(n).await?;
+        self.record("consume_raw", raw, "msg/s");
+        self.record_cpu("consume_raw", raw_cpu);
+        let defaults = ConsumerConfig::new("bench", QUEUE).inbox_batch;
+        let (inbox, inbox_cpu) = self.consume_inbox(n, defaults).await?;
+        self.record("consume_inbox", inbox, "msg/s");
+        self.record_cpu("consume_inbox", inbox_cpu);
+        self.record("consume_inbox/consume_raw", inbox / raw, "ratio");
+        // The same worker with a transaction per delivery, what batching buys.
+        let (single, single_cpu) = self.consume_inbox(n, 1).await?;
+        self.record("consume_inbox_unbatched", single, "msg/s");
+        self.record_cpu("consume_inbox_unbatched", single_cpu);
+        self.record(
+            "consume_inbox/consume_inbox_unbatched",
+            inbox / single,
+            "ratio",
+        );
+        Ok(())
+    }
+
+    async fn consume_inbox(
+        &mut self,
+        n: usize,
+        inbox_batch: usize,
+    ) -> anyhow::Result<(f64, cpu::CpuPerMessage)> {
+        let schema = self.fresh_schema("bench_consume").await?;
+        self.publish_raw(n).await?;
+        let inbox = PgInboxStore::new(self.pool.clone(), &schema);
+        let worker = PgConsumerWorker::new(
+            inbox.clone(),
+            Arc::new(RabbitSubscriber::new(&self.amqp_url)),
+            PgHandlerRegistry::new().fallback(Arc::new(Noop)),
+            Arc::new(SystemClock),
+            ConsumerConfig {
+                prefetch: 200,
+                concurrency: 16,
+                inbox_batch,
+                ..ConsumerConfig::new("bench", QUEUE)
+            },
+        );
+        let cancel = CancellationToken::new();
+        // Progress from the worker's own counter: polling the inbox's totals would
+        // scan the growing table every few milliseconds while it is measured.
+        let counters = worker.counters();
+        let cpu_before = cpu::sample();
+        let started = Instant::now();
+        let task = tokio::spawn(worker.run(cancel.clone()));
+        while (counters.consumed.load(std::sync::atomic::Ordering::Relaxed) as usize) < n {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let rate = n as f64 / started.elapsed().as_secs_f64();
+        let cpu = cpu::per_message(cpu_before, cpu::sample(), n as u64);
+        cancel.cancel();
+        task.await?;
+        anyhow::ensure!(
+            inbox.stats("bench").await?.consumed as usize == n,
+            "the worker's count and the inbox disagree"
+        );
+        Ok((rate, cpu))
+    }
+}
+
+struct Noop;
+
+#[async_trait::async_trait]
+impl PgHandler for Noop {
+    async fn handle(&self, _conn: &mut PgConnection, _m: &Message) -> Result<(), HandlerError> {
+        Ok(())
+    }
+}

@@ -21,6 +21,7 @@
 
 mod audit;
 mod database;
+mod diagnostics;
 mod error;
 mod inbox;
 mod inbox_operator;

@@ -1,10 +1,32 @@
 //! Rows as read from the tables, and their conversion to domain types.
 
-use outbox_core::{Headers, Message, MessageId, SideState, Status, Timestamp};
+use outbox_core::{Decision, Headers, Message, MessageId, SideState, Status, Timestamp};
 use outbox_ports::{InboxRecord, OutboxRecord, PortError};
+use sqlx::Postgres;
+use sqlx::postgres::PgArguments;
+use sqlx::query::Query;
+use sqlx::types::Json;
 
 /// The message columns, in the order both tables share (for INSERTs).
 pub(crate) const MESSAGE_COLUMNS: &str = "exchange, routing_key, message_type, headers, payload, content_type, source, correlation_id, created_at";
+
+/// Binds `m`'s id and then its [`MESSAGE_COLUMNS`], in that order: the values every
+/// insert of a message into either table lists first (after the inbox's consumer).
+pub(crate) fn bind_message_columns<'q>(
+    q: Query<'q, Postgres, PgArguments>,
+    m: &'q Message,
+) -> Query<'q, Postgres, PgArguments> {
+    q.bind(m.id.as_uuid())
+        .bind(&m.exchange)
+        .bind(&m.routing_key)
+        .bind(&m.message_type)
+        .bind(Json(&m.headers))
+        .bind(&m.payload)
+        .bind(&m.content_type)
+        .bind(&m.source)
+        .bind(&m.correlation_id)
+        .bind(m.created_at)
+}
 
 /// `column` where a [`Timestamp`] can hold it, else NULL. sqlx panics decoding a
 /// timestamptz outside the `time` crate's years (±9999), and `'infinity'` is one:
@@ -244,6 +266,16 @@ impl Side {
         statuses.iter().map(|s| self.name(*s).to_owned()).collect()
     }
 
+    /// The statuses a failure mark takes a row from, whether it ends `failed`
+    /// (tried again later) or dead: both outcomes of the one statement start from
+    /// the same statuses, those from which the core's table allows either.
+    pub(crate) fn failure_sources(self, failed: Status) -> Vec<String> {
+        self.sources_of(failed)
+            .into_iter()
+            .filter(|s| self.sources_of(Status::Dead).contains(s))
+            .collect()
+    }
+
     /// Statuses from which `target` may be reached, by the core's transition
     /// table, as stored: the `WHERE status = ANY(..)` of every status-changing
     /// statement.
@@ -254,6 +286,25 @@ impl Side {
             .collect();
         self.names(&sources)
     }
+}
+
+/// The delay before a failure's next attempt in milliseconds, `None` for a dead
+/// one: the failure marks' `delay_ms`, whose NULL makes the row dead.
+pub(crate) fn retry_delay_ms(decision: Decision) -> Option<i64> {
+    match decision {
+        Decision::RetryAfter(d) => Some(millis(d)),
+        Decision::Dead => None,
+    }
+}
+
+/// Message ids as the `uuid[]` of `id = ANY($n)`.
+pub(crate) fn uuids(ids: &[MessageId]) -> Vec<uuid::Uuid> {
+    ids.iter().map(|i| *i.as_uuid()).collect()
+}
+
+/// A `count(*)` as read (`bigint`), as a `u64`.
+pub(crate) fn count(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
 }
 
 /// Milliseconds of a duration, for `$n * interval '1 millisecond'`.

@@ -1,0 +1,167 @@
+//! The relay's claims: pending rows ([`OutboxRelayPath::claim_pending`]), failed
+//! rows due for a retry ([`OutboxRelayPath::claim_due_retries`]), what an idle relay
+//! asks before it sleeps (`pending_claimable`, `next_due_in`), and the clearing of
+//! leases a vanished relay left behind (`recover_expired_leases`).
+//!
+//! A claim is one statement: the rows are picked `FOR UPDATE SKIP LOCKED` (so
+//! relays never wait on each other) and leased to the claim's holder until the
+//! database's `now()` plus the lease's time to live, and the leased rows are
+//! returned. A claim rewrites a row in place (no index covers the lease columns),
+//! and its picks read partial indexes of unsent rows only (see [`super::sql`]).
+//! Rows come back in claim order (`seq`), decoded one by one: a row that cannot
+//! be decoded never fails the claim, it is made dead at once under the same lease.
+//!
+//! Keyed rows are taken at their key's head only, the keys walked from a cursor
+//! that each claim moves past the keys it took, so successive claims take turns
+//! over the keys instead of always favouring the first ones.
+//!
+//! [`OutboxRelayPath::claim_pending`]: outbox_ports::OutboxRelayPath::claim_pending
+//! [`OutboxRelayPath::claim_due_retries`]: outbox_ports::OutboxRelayPath::claim_due_retries
+
+use std::time::Duration;
+
+use outbox_core::{Decision, MessageId};
+use outbox_ports::{ClaimedMessage, Lease, PortError, PublishFailure};
+
+use super::PgOutboxStore;
+use super::sql::RECOVER_WINDOW;
+use crate::error::port;
+use crate::rows::{ClaimedRow, decode_in_claim_order, millis};
+
+impl PgOutboxStore {
+    /// Claims up to `limit` pending rows under `lease`, keyed ones from the key
+    /// cursor, and moves the cursor past the keys taken.
+    pub(super) async fn claim_pending_rows(
+        &self,
+        lease: &Lease,
+        limit: u32,
+    ) -> Result<Vec<ClaimedMessage>, PortError> {
+        let claimed = self
+            .claim(
+                &self.sql.claim_pending,
+                lease,
+                limit,
+                Some(self.key_cursor()),
+            )
+            .await?;
+        self.advance_key_cursor(&claimed);
+        Ok(claimed)
+    }
+
+    /// Claims up to `limit` failed rows whose next attempt is due, under `lease`.
+    pub(super) async fn claim_retry_rows(
+        &self,
+        lease: &Lease,
+        limit: u32,
+    ) -> Result<Vec<ClaimedMessage>, PortError> {
+        self.claim(&self.sql.claim_retries, lease, limit, None)
+            .await
+    }
+
+    /// The key cursor's value for the next claim.
+    pub(super) fn key_cursor(&self) -> String {
+        self.key_cursor
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Moves the key cursor past the keys a claim took: to the greatest one after
+    /// where it stood, or (the walk wrapped around) the greatest one before it, or
+    /// back to the start when the claim took no keyed row.
+    fn advance_key_cursor(&self, claimed: &[ClaimedMessage]) {
+        let mut cursor = self
+            .key_cursor
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let keys = claimed
+            .iter()
+            .filter_map(|c| c.message.ordering_key.as_ref());
+        let after = keys.clone().filter(|k| **k > *cursor).max();
+        *cursor = after.or_else(|| keys.max()).cloned().unwrap_or_default();
+    }
+
+    /// Runs claim statement `sql`; `cursor` is its fourth parameter, if it has one.
+    async fn claim(
+        &self,
+        sql: &str,
+        lease: &Lease,
+        limit: u32,
+        cursor: Option<String>,
+    ) -> Result<Vec<ClaimedMessage>, PortError> {
+        let mut query = sqlx::query_as(sql)
+            .bind(i64::from(limit))
+            .bind(&lease.holder)
+            .bind(millis(lease.ttl));
+        if let Some(c) = cursor {
+            query = query.bind(c);
+        }
+        let rows: Vec<ClaimedRow> = query
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| port("claim", e))?;
+        let (good, bad) = decode_in_claim_order(rows);
+        if !bad.is_empty() {
+            self.bury_undecodable(lease, bad).await;
+        }
+        Ok(good
+            .into_iter()
+            .map(|(message, attempts, requeued)| ClaimedMessage {
+                message,
+                attempts,
+                requeued,
+            })
+            .collect())
+    }
+
+    /// Marks claimed rows that cannot be decoded (written through plain SQL before
+    /// the table's constraints existed) dead at once, under the claim's lease, with
+    /// why: no retry can make them readable. If the mark fails, the rows stay
+    /// leased, come back when the lease runs out and are tried again; the decoded
+    /// rows of the claim flow either way.
+    async fn bury_undecodable(&self, lease: &Lease, bad: Vec<(MessageId, String)>) {
+        let failures: Vec<PublishFailure> = bad
+            .into_iter()
+            .map(|(id, why)| {
+                tracing::warn!(message_id = %id, reason = %why, "claimed row cannot be decoded; dead at once");
+                PublishFailure {
+                    id,
+                    error: format!("cannot be decoded: {why}"),
+                    decision: Decision::Dead,
+                }
+            })
+            .collect();
+        if let Err(e) = self.mark_failures(lease, &failures).await {
+            tracing::warn!(error = %e, rows = failures.len(), "marking undecodable rows dead failed; they come back when their lease runs out");
+        }
+    }
+
+    /// The time left until the next delayed row is due, by the database's clock.
+    pub(super) async fn next_due(&self) -> Result<Option<Duration>, PortError> {
+        let micros: Option<i64> = sqlx::query_scalar(&self.sql.next_due)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| port("next due", e))?;
+        Ok(micros.map(|us| Duration::from_micros(u64::try_from(us).unwrap_or(0))))
+    }
+
+    /// Whether a claim of pending rows would take anything now.
+    pub(super) async fn claimable(&self) -> Result<Option<bool>, PortError> {
+        sqlx::query_scalar(&self.sql.claimable)
+            .fetch_one(&self.pool)
+            .await
+            .map(Some)
+            .map_err(|e| port("look for claimable messages", e))
+    }
+
+    /// Clears the leases that ran out at the front of each claim's order (the
+    /// first [`RECOVER_WINDOW`] rows of each pick); returns how many.
+    pub(super) async fn recover_leases(&self) -> Result<u64, PortError> {
+        Ok(sqlx::query(&self.sql.recover)
+            .bind(RECOVER_WINDOW)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| port("recover leases", e))?
+            .rows_affected())
+    }
+}

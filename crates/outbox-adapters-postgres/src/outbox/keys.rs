@@ -1,0 +1,214 @@
+//! SQL fragments of the outbox's ordering keys: a key's head, the walk over the
+//! keys, the blocked keys. Kept apart from the statements that paste them in
+//! ([`super::sql`]), because the rule they carry is one rule for every statement:
+//! a keyed message is taken only while no earlier message of its key is unsent.
+//!
+//! How a key's head is read, everywhere: [`first_blocking`], a scalar subquery on
+//! the closed range `>= key AND <= key` ordered by `(ordering_key, seq)`, never
+//! `= key ORDER BY seq` and never inside `EXISTS` (either lets the planner walk
+//! every row of a large key). The keys themselves are walked one index probe each
+//! over `outbox_ordered` (a loose index scan, [`key_walk`]), so the cost of a claim,
+//! a count or a page follows the keys visited, never the rows queued behind heads.
+
+use outbox_core::Status;
+use outbox_ports::DeadHead;
+
+use crate::rows::readable_time;
+
+/// A row `c` no live lease holds.
+pub(super) const LEASE_FREE: &str = "(c.locked_until IS NULL OR c.locked_until < now())";
+
+/// A row `c` of table `t` (quoted) that is its ordering key's head: no key, or no
+/// earlier row of its key still unsent (in flight, delayed, failing, or dead unless
+/// `dead_head` skips them); one probe of outbox_ordered. For a row `c` in a
+/// blocking status itself (a failed one), written as "its key's first such row is
+/// `c`" ([`first_blocking`]), where a NOT EXISTS over a key holding most of the
+/// table could be planned as a sequential scan expecting an early match.
+pub(super) fn head_condition(t: &str, dead_head: DeadHead) -> String {
+    format!(
+        "(c.ordering_key IS NULL OR c.seq = {})",
+        first_blocking(t, dead_head, "e.seq", "c.ordering_key")
+    )
+}
+
+/// A subquery: `columns` of the first row `e` of table `t` (quoted) of ordering
+/// key `key` (a column or parameter: it is pasted in) in a blocking status for
+/// `dead_head`, by seq. The key is written as the closed range `>= key AND <=
+/// key` and the rows ordered by (ordering_key, seq), not as `= key ORDER BY seq`:
+/// with the equality the order reduces to seq, which the primary key and the
+/// partial indexes on seq give as well, and for a key holding most of the table
+/// the planner may price a walk of those (expecting an early match) below the
+/// outbox_ordered probe; it then reads every row of that key (a retry claim read
+/// 50,000 so). Ordered by a column that is not fixed, only outbox_ordered gives
+/// the order without a sort; and a closed range is estimated as narrow, so a
+/// bitmap scan and sort of what a half-open range would match is not chosen
+/// either.
+pub(super) fn first_blocking(t: &str, dead_head: DeadHead, columns: &str, key: &str) -> String {
+    let blocking = blocking_list(dead_head);
+    format!(
+        "(SELECT {columns} FROM {t} e WHERE e.ordering_key >= {key} AND e.ordering_key <= {key} \
+           AND e.status IN ({blocking}) ORDER BY e.ordering_key, e.seq LIMIT 1)"
+    )
+}
+
+/// The statuses (quoted, comma-separated) of an earlier message that hold a keyed
+/// one back.
+pub(super) fn blocking_list(dead_head: DeadHead) -> String {
+    quoted(dead_head.blocking())
+}
+
+/// `statuses` as an SQL list of literals: `'a', 'b'`.
+fn quoted(statuses: &[Status]) -> String {
+    statuses
+        .iter()
+        .map(|s| format!("'{}'", s.as_str()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// CTEs of table `t` (quoted) ending in `heads(seq)`: the head row of each ordering
+/// key (its first unsent row) that a claim may take now (pending, due, no live
+/// lease), keys in key order. The keys are walked one index probe each over
+/// outbox_ordered (a loose index scan), never the rows queued behind their heads,
+/// so the cost follows the number of keys visited, not the backlog. With
+/// `cursor` (a parameter like `$4`), the walk starts after that key and wraps
+/// around, so successive claims take turns over the keys instead of always
+/// favouring the first ones. Evaluated lazily: a `LIMIT` on `heads` stops the walk.
+pub(super) fn keyed_heads(t: &str, dead_head: DeadHead, cursor: Option<&str>) -> String {
+    format!(
+        "{}, \
+         heads(seq) AS (SELECT h.seq FROM keys CROSS JOIN LATERAL {} h \
+           WHERE h.status = 'pending' \
+           AND (h.not_before IS NULL OR h.not_before <= now()) \
+           AND (h.locked_until IS NULL OR h.locked_until < now()))",
+        key_walk(t, dead_head, cursor),
+        first_blocking(
+            t,
+            dead_head,
+            "e.seq, e.status, e.not_before, e.locked_until",
+            "keys.k"
+        )
+    )
+}
+
+/// CTEs of table `t` (quoted) ending in `keys(k)`: every ordering key with an
+/// unsent row, one index probe each over outbox_ordered (see [`keyed_heads`]).
+pub(super) fn key_walk(t: &str, dead_head: DeadHead, cursor: Option<&str>) -> String {
+    let blocking = blocking_list(dead_head);
+    let next_key = |after: &str, upto: &str| {
+        format!(
+            "(SELECT ordering_key FROM {t} WHERE ordering_key > {after}{upto} \
+               AND status IN ({blocking}) ORDER BY ordering_key LIMIT 1)"
+        )
+    };
+    let walk = |name: &str, first: String, upto: &str| {
+        format!(
+            "{name}(k) AS ({first} UNION ALL SELECT {} FROM {name} WHERE {name}.k IS NOT NULL)",
+            next_key(&format!("{name}.k"), upto)
+        )
+    };
+    let first_key = |cond: &str| {
+        format!(
+            "(SELECT ordering_key FROM {t} WHERE ordering_key IS NOT NULL{cond} \
+               AND status IN ({blocking}) ORDER BY ordering_key LIMIT 1)"
+        )
+    };
+    let (walks, keys) = match cursor {
+        Some(c) => (
+            format!(
+                "{}, {}",
+                walk(
+                    "keys_after",
+                    first_key(&format!(" AND ordering_key > {c}")),
+                    ""
+                ),
+                walk(
+                    "keys_before",
+                    first_key(&format!(" AND ordering_key <= {c}")),
+                    &format!(" AND ordering_key <= {c}")
+                ),
+            ),
+            "SELECT k FROM keys_after WHERE k IS NOT NULL \
+             UNION ALL SELECT k FROM keys_before WHERE k IS NOT NULL"
+                .to_owned(),
+        ),
+        None => (
+            walk("keys_all", first_key(""), ""),
+            "SELECT k FROM keys_all WHERE k IS NOT NULL".to_owned(),
+        ),
+    };
+    format!("{walks}, keys(k) AS ({keys})")
+}
+
+/// The statuses (quoted, comma-separated) of a key's head that block the key
+/// ([`DeadHead::stuck`]).
+pub(super) fn stuck_list(dead_head: DeadHead) -> String {
+    quoted(dead_head.stuck())
+}
+
+/// The blocked keys of table `t` (quoted), in key order: `$1` the page size, `$2`
+/// the cap of the waiting count plus one, with `cursor` (a parameter like `$3`)
+/// only keys after it. The walk visits only keys with a failing (or, blocking,
+/// dead) row, one index probe each over outbox_keyed_stuck (a loose index scan),
+/// and reads each one's head with one more probe of outbox_ordered; it stops as
+/// soon as `$1` blocked keys are found. So a page costs the stuck keys it passes,
+/// never the healthy keys nor the rows queued behind the heads (the waiting count
+/// reads at most `$2` index entries of a key, in seq order). The walk carries
+/// the number of blocked keys found so far; the final ORDER BY sorts only the
+/// keys walked. The rows behind a head are read as [`first_blocking`] reads a
+/// key's head (a closed key range in outbox_ordered's order), for its reason.
+pub(super) fn blocked_keys(t: &str, dead_head: DeadHead, cursor: Option<&str>) -> String {
+    let blocking = blocking_list(dead_head);
+    let stuck = stuck_list(dead_head);
+    let next_key = |cond: &str| {
+        format!(
+            "(SELECT ordering_key FROM {t} WHERE {cond} \
+               AND status IN ({stuck}) ORDER BY ordering_key LIMIT 1)"
+        )
+    };
+    let first = next_key(&match cursor {
+        Some(c) => format!("ordering_key > {c}"),
+        None => "ordering_key IS NOT NULL".to_owned(),
+    });
+    let head_status = |k: &str| first_blocking(t, dead_head, "e.status", k);
+    format!(
+        "WITH RECURSIVE walk(k, found) AS (\
+           SELECT {first}, 0 \
+           UNION ALL \
+           SELECT {}, walk.found + CASE WHEN {} IN ({stuck}) THEN 1 ELSE 0 END \
+           FROM walk WHERE walk.k IS NOT NULL AND walk.found < $1) \
+         SELECT walk.k AS key, h.id, h.status, h.attempts, h.last_error, \
+           {} AS next_attempt_at, \
+           (SELECT count(*) FROM (SELECT 1 FROM {t} w \
+              WHERE w.ordering_key >= walk.k AND w.ordering_key <= walk.k AND w.seq > h.seq \
+              AND w.status IN ({blocking}) ORDER BY w.ordering_key, w.seq LIMIT $2) behind) AS waiting \
+         FROM walk CROSS JOIN LATERAL {} h \
+         WHERE walk.k IS NOT NULL AND h.status IN ({stuck}) \
+         ORDER BY walk.k LIMIT $1",
+        next_key("ordering_key > walk.k"),
+        head_status("walk.k"),
+        readable_time("h.next_attempt_at"),
+        first_blocking(
+            t,
+            dead_head,
+            "e.seq, e.id, e.status, e.attempts, e.last_error, e.next_attempt_at",
+            "walk.k"
+        ),
+    )
+}
+
+/// Whether a claim of pending rows of table `t` (quoted) would take anything: a
+/// row pending and not leased that is due and its key's head, exactly what the
+/// claim's three picks look for (so an idle relay is never told there is work the
+/// claim will not take).
+pub(crate) fn claimable_pending_exists(t: &str, dead_head: DeadHead) -> String {
+    format!(
+        "WITH RECURSIVE {} \
+         SELECT EXISTS (SELECT 1 FROM {t} c WHERE c.status = 'pending' \
+           AND c.not_before IS NULL AND c.ordering_key IS NULL AND {LEASE_FREE}) \
+         OR EXISTS (SELECT 1 FROM {t} c WHERE c.status = 'pending' AND c.ordering_key IS NULL \
+           AND c.not_before IS NOT NULL AND c.not_before <= now() AND {LEASE_FREE}) \
+         OR EXISTS (SELECT 1 FROM heads)",
+        keyed_heads(t, dead_head, None)
+    )
+}

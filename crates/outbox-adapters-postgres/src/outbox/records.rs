@@ -1,0 +1,140 @@
+//! The record-level calls of the [`OutboxStore`] port: one message by id, a list
+//! by status, requeue and delete. The operator's interface
+//! ([`crate::PgOutboxStore`]'s `OutboxOperator`) answers with them too.
+//!
+//! Kept together because they are expected to leave the port trait as one piece
+//! (the operator's interface then calls them here directly). Requeue and delete
+//! carry their status guard in the statement (`status = ANY($n)` from the core's
+//! rules), never a read and then a write, and never touch a row under a relay's
+//! live lease; when nothing changed, the answer says why from the row as it is
+//! now.
+//!
+//! [`OutboxStore`]: outbox_ports::OutboxStore
+
+use outbox_core::{MessageId, Status, TransitionError};
+use outbox_ports::{OutboxRecord, PortError};
+
+use super::PgOutboxStore;
+use crate::error::port;
+use crate::rows::{MessageRow, Side};
+
+impl PgOutboxStore {
+    /// [`outbox_ports::OutboxStore::get`].
+    pub(super) async fn record(&self, id: MessageId) -> Result<Option<OutboxRecord>, PortError> {
+        sqlx::query_as::<_, MessageRow>(&self.sql.get)
+            .bind(id.as_uuid())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| port("get", e))?
+            .map(|r| r.outbox_record())
+            .transpose()
+    }
+
+    /// [`outbox_ports::OutboxStore::list`].
+    pub(super) async fn records(
+        &self,
+        status: Status,
+        limit: u32,
+    ) -> Result<Vec<OutboxRecord>, PortError> {
+        sqlx::query_as::<_, MessageRow>(&self.sql.list)
+            .bind(status.as_str())
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| port("list", e))?
+            .iter()
+            .map(MessageRow::outbox_record)
+            .collect()
+    }
+
+    /// [`outbox_ports::OutboxStore::requeue`].
+    pub(super) async fn requeue_record(&self, id: MessageId) -> Result<(), PortError> {
+        let n = sqlx::query(&self.sql.requeue)
+            .bind(id.as_uuid())
+            .bind(Side::Outbox.sources_of(Status::Pending))
+            .execute(&self.pool)
+            .await
+            .map_err(|e| port("requeue", e))?
+            .rows_affected();
+        if n == 1 {
+            Ok(())
+        } else {
+            Err(self.revive_error(id, Status::Pending).await)
+        }
+    }
+
+    /// [`outbox_ports::OutboxStore::delete`].
+    pub(super) async fn delete_record(&self, id: MessageId) -> Result<(), PortError> {
+        // The status guard is in the statement: reading the status first and then
+        // deleting by id would delete a message requeued in between.
+        let n = sqlx::query(&self.sql.delete)
+            .bind(id.as_uuid())
+            .bind(deletable_statuses())
+            .execute(&self.pool)
+            .await
+            .map_err(|e| port("delete", e))?
+            .rows_affected();
+        if n == 1 {
+            return Ok(());
+        }
+        // Nothing deleted: say why (the row may have changed since; the answer then
+        // describes its status now, and nothing was deleted either way).
+        match sqlx::query_scalar::<_, String>(&self.sql.status_of)
+            .bind(id.as_uuid())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| port("delete", e))?
+        {
+            None => Err(PortError::NotFound {
+                what: "message",
+                id: id.to_string(),
+            }),
+            Some(s) => {
+                let status = s
+                    .parse::<Status>()
+                    .map_err(|e| PortError::fatal("delete", e))?;
+                match status.check_delete() {
+                    Err(refused) => Err(refused.into()),
+                    // It became dead after the delete looked: not deleted, try again.
+                    Ok(()) => Err(PortError::transient(
+                        "delete",
+                        format!("message {id} changed status meanwhile; try again"),
+                    )),
+                }
+            }
+        }
+    }
+
+    /// Why a requeue of `id` to `target` changed nothing, from the row as it is
+    /// now: gone, held by a relay's lease, or in a status that cannot become
+    /// `target`.
+    async fn revive_error(&self, id: MessageId, target: Status) -> PortError {
+        match sqlx::query_scalar::<_, String>(&self.sql.status_of)
+            .bind(id.as_uuid())
+            .fetch_optional(&self.pool)
+            .await
+        {
+            Ok(None) => PortError::NotFound {
+                what: "message",
+                id: id.to_string(),
+            },
+            Ok(Some(s)) => match s.parse::<Status>() {
+                // In a status the requeue takes, only a relay's lease kept it out.
+                Ok(from) if from.can_become(target) => PortError::Busy {
+                    what: "message",
+                    id: id.to_string(),
+                    holder: "a relay is publishing it",
+                },
+                Ok(from) => TransitionError { from, to: target }.into(),
+                Err(e) => PortError::fatal("requeue", e),
+            },
+            Err(e) => port("requeue", e),
+        }
+    }
+}
+
+/// The statuses an operator may delete, from the core's rule: the `status = ANY($2)`
+/// of the delete statement.
+fn deletable_statuses() -> Vec<String> {
+    Status::deletable().map(|s| s.as_str().to_owned()).collect()
+}

@@ -675,3 +675,63 @@ async fn a_row_whose_outcome_cannot_be_recorded_does_not_end_the_sweep() {
         "the rows after the failing one were handled and marked"
     );
 }
+
+/// A handling as a layer saw it: message, attempt, whether a retry, and whether
+/// the handling it awaited consumed the message.
+type Seen = (MessageId, u32, bool, bool);
+
+/// A handling layer that writes down each handling it wraps.
+#[derive(Default)]
+struct Recording {
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl outbox_consumer::HandlingLayer for Recording {
+    fn layer<'a>(
+        &self,
+        of: outbox_consumer::layer::HandlingOf<'_>,
+        handling: outbox_consumer::layer::Handling<'a>,
+    ) -> outbox_consumer::layer::Handling<'a> {
+        let seen = Arc::clone(&self.seen);
+        let (id, attempt, retry) = (of.message.id, of.attempt, of.retry);
+        Box::pin(async move {
+            let result = handling.await;
+            let consumed = matches!(result, Ok(outbox_consumer::Handled::Consumed { .. }));
+            seen.lock()
+                .expect("lock")
+                .push((id, attempt, retry, consumed));
+            result
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_handling_layer_wraps_each_delivery_and_each_retry() {
+    let b = broker();
+    let inbox = Arc::new(MemoryInboxStore::new(Arc::new(SystemClock)));
+    let layer = Recording::default();
+    let seen = Arc::clone(&layer.seen);
+    let worker = ConsumerWorker::new(
+        inbox.clone(),
+        Arc::new(b.clone()),
+        counting(Effects::default(), |_, n| (n < 2).then_some("not yet")),
+        Arc::new(SystemClock),
+        config(5),
+    )
+    .with_handling_layer(Some(Arc::new(layer)));
+    let task = worker.retry_task();
+    let m = outbox_testkit::message("contract", "k");
+    b.publish(std::slice::from_ref(&m)).await;
+    let r = run(worker);
+    wait_for("failure", async || {
+        inbox.stats(NAME).await.expect("stats").consume_failed == 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    task.run_batch(10).await.expect("retry");
+    r.stop().await;
+    assert_eq!(
+        *seen.lock().expect("lock"),
+        [(m.id, 1, false, false), (m.id, 2, true, true)]
+    );
+}

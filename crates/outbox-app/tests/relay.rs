@@ -1109,3 +1109,83 @@ async fn the_idle_wait_for_a_delayed_message_follows_the_stores_clock() {
         );
     }
 }
+
+/// A publish layer that stamps each message and counts the outcomes it is told.
+#[derive(Default)]
+struct Stamping {
+    told: Arc<std::sync::Mutex<Vec<bool>>>,
+}
+
+impl outbox_relay::PublishLayer for Stamping {
+    fn before_publish(
+        &self,
+        messages: &mut [Message],
+        attempts: &[u32],
+        _requeued: &[bool],
+    ) -> outbox_relay::layer::AfterPublish {
+        assert_eq!(messages.len(), attempts.len());
+        for m in messages.iter_mut() {
+            m.headers.insert("x-stamped".to_owned(), "yes".to_owned());
+        }
+        let told = Arc::clone(&self.told);
+        Box::new(move |outcomes| {
+            let mut told = told
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            told.extend(
+                outcomes
+                    .iter()
+                    .map(outbox_ports::PublishOutcome::is_confirmed),
+            );
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_publish_layer_changes_what_goes_out_and_is_told_each_outcome() {
+    use outbox_ports::Subscriber as _;
+    let (store, broker) = setup();
+    store
+        .enqueue(outbox_testkit::messages(3))
+        .await
+        .expect("enqueue");
+    let layer = Stamping::default();
+    let told = Arc::clone(&layer.told);
+    let d = dispatcher(&store, &broker, fast_retry(5)).with_publish_layer(Some(Arc::new(layer)));
+    let counts = d.run_once().await.expect("batch");
+    assert_eq!(counts.sent, 3);
+    assert_eq!(
+        *told
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+        [true, true, true]
+    );
+    let mut stream = broker.subscribe(QUEUE, 10).await.expect("subscribe");
+    for _ in 0..3 {
+        let delivery = stream.next().await.expect("a delivery").expect("ok");
+        assert_eq!(
+            delivery
+                .envelope
+                .headers
+                .get("x-stamped")
+                .map(String::as_str),
+            Some("yes")
+        );
+        // Acknowledged: a delivery dropped unacknowledged would come again.
+        delivery.acker.ack().await.expect("ack");
+    }
+    // Without a layer, messages go out as stored.
+    store
+        .enqueue(outbox_testkit::messages(1))
+        .await
+        .expect("enqueue");
+    let plain = dispatcher(&store, &broker, fast_retry(5)).with_publish_layer(None);
+    assert_eq!(plain.run_once().await.expect("batch").sent, 1);
+    let delivery = stream.next().await.expect("a delivery").expect("ok");
+    assert!(
+        !delivery.envelope.headers.contains_key("x-stamped"),
+        "{:?} {:?}",
+        delivery.envelope.message_id,
+        delivery.envelope.headers
+    );
+}

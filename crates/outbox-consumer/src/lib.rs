@@ -23,6 +23,7 @@ pub mod config;
 pub mod counters;
 pub mod handler;
 mod lanes;
+pub mod layer;
 #[cfg(feature = "otel")]
 pub mod otel;
 pub mod outcome;
@@ -34,6 +35,7 @@ pub mod retention;
 pub mod worker;
 
 pub use counters::ConsumerCounters;
+pub use layer::HandlingLayer;
 pub use outbox_runtime::{
     CancellationToken, LeaseFactory, RetrySweeper, SweepTask, ThroughputRecorder,
 };

@@ -73,3 +73,9 @@ pub fn handled(span: &tracing::Span, result: &Result<Handled, Unrecorded>) {
         span.set_status(Status::error(text));
     }
 }
+
+/// The consumer's tracing layer: each handling under its `process` span
+/// ([`process_span`]), which is told the outcome ([`handled`]); it is a
+/// [`crate::layer::HandlingLayer`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProcessSpans;

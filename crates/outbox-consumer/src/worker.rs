@@ -26,13 +26,12 @@ use outbox_ports::{
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-#[cfg(feature = "otel")]
-use tracing::Instrument as _;
 
 pub use crate::config::ConsumerConfig;
 pub use crate::counters::ConsumerCounters;
 pub use crate::handler::{Handler, HandlerError, HandlerRegistry, Handlers, handler_fn};
 use crate::lanes::Lanes;
+use crate::layer::{self, HandlingLayer, HandlingOf};
 pub use crate::outcome::{Failure, Handled, Unrecorded};
 use crate::retention::ConsumerRetention;
 use outbox_runtime::{LeaseFactory, Random, SweepTask, sleep_or_cancel};
@@ -296,6 +295,8 @@ struct Shared<P> {
     /// Shut while the inbox does not answer: the consuming loop waits on it.
     gate: StoreGate,
     progress: Arc<outbox_runtime::stall::RelayProgress>,
+    /// Around each handling (e.g. `process` spans).
+    layer: Option<Arc<dyn HandlingLayer>>,
 }
 
 impl<P: InboxPath> Shared<P> {
@@ -473,13 +474,13 @@ impl<P: InboxPath> Shared<P> {
         // worker handling the same message, nor theirs ours.
         let lease = self.leases.next();
         let handling = self.path.handle(self.cx(), message, &lease);
-        #[cfg(feature = "otel")]
-        let span = crate::otel::process_span(&self.config, message, 1, false);
-        #[cfg(feature = "otel")]
-        let handling = handling.instrument(span.clone());
-        let result = handling.await;
-        #[cfg(feature = "otel")]
-        crate::otel::handled(&span, &result);
+        let of = HandlingOf {
+            config: &self.config,
+            message,
+            attempt: 1,
+            retry: false,
+        };
+        let result = layer::run(self.layer.as_deref(), of, handling).await;
         match result {
             Ok(handled) => self.count(&handled),
             Err(Unrecorded::Nothing(e)) => return Err(e),
@@ -586,8 +587,25 @@ impl<P: InboxPath> InboxWorker<P> {
                 progress: Arc::new(outbox_runtime::stall::RelayProgress::for_consumer(
                     &config_name,
                 )),
+                layer: layer::default_handling_layer(),
             }),
         }
+    }
+
+    /// Runs `layer` around each handling instead of the default one (`process`
+    /// spans with the `otel` feature); `None`: no layer. Call it before
+    /// [`retry_task`](Self::retry_task), whose task shares the worker's layer as
+    /// it is then (afterwards this only logs a warning and changes nothing).
+    #[must_use]
+    pub fn with_handling_layer(mut self, layer: Option<Arc<dyn HandlingLayer>>) -> Self {
+        match Arc::get_mut(&mut self.shared) {
+            Some(shared) => shared.layer = layer,
+            None => tracing::warn!(
+                consumer = %self.shared.config.name,
+                "with_handling_layer after retry_task: the layer is left as it was"
+            ),
+        }
+        self
     }
 
     /// The worker's progress: while it runs, a watchdog finds it stalled when
@@ -958,19 +976,15 @@ impl<P: InboxPath> SweepTask for InboxRetryTask<P> {
             };
             counts.claimed += 1;
             let retrying = s.path.retry(s.cx(), &c, &lease);
-            // A retry (also a reconsume) starts a new trace linked to the stored one.
-            #[cfg(feature = "otel")]
-            let span = crate::otel::process_span(
-                &s.config,
-                &c.message,
-                c.attempts.saturating_add(1),
-                true,
-            );
-            #[cfg(feature = "otel")]
-            let retrying = retrying.instrument(span.clone());
-            let result = retrying.await;
-            #[cfg(feature = "otel")]
-            crate::otel::handled(&span, &result);
+            // With tracing, a retry (also a reconsume) starts a new trace linked to
+            // the stored one.
+            let of = HandlingOf {
+                config: &s.config,
+                message: &c.message,
+                attempt: c.attempts.saturating_add(1),
+                retry: true,
+            };
+            let result = layer::run(s.layer.as_deref(), of, retrying).await;
             match result {
                 Ok(handled) => {
                     s.count(&handled);

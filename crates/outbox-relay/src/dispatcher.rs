@@ -13,6 +13,7 @@ use outbox_ports::{
 };
 use tokio_util::sync::CancellationToken;
 
+use crate::layer::PublishLayer;
 use outbox_runtime::{LeaseFactory, Random, SweepTask, sleep_or_cancel};
 
 /// What publishing one claimed batch did.
@@ -85,6 +86,7 @@ pub struct Published {
 /// once); or failed with the retry policy's decision (retry later, or dead).
 pub async fn publish_batch(
     publisher: &dyn Publisher,
+    layer: Option<&dyn PublishLayer>,
     lease: Lease,
     claimed: Vec<ClaimedMessage>,
     policy: &RetryPolicy,
@@ -118,25 +120,25 @@ pub async fn publish_batch(
             .map_or_else(String::new, |e| e.to_string());
         failures.push(permanent_failure(c.message.id, &why, &mut counts));
     }
-    #[cfg_attr(not(feature = "otel"), allow(unused_variables))]
-    let requeued: Vec<bool> = publishable.iter().map(|c| c.requeued).collect();
-    #[cfg_attr(not(feature = "otel"), allow(unused_mut))]
+    let requeued: Vec<bool> = match layer {
+        Some(_) => publishable.iter().map(|c| c.requeued).collect(),
+        None => Vec::new(),
+    };
     let (mut messages, attempts): (Vec<_>, Vec<_>) = publishable
         .into_iter()
         .map(|c| (c.message, c.attempts))
         .unzip();
-    // Each message published under a `send` span continuing its stored trace (a
-    // requeued one: a new trace linked to it), the span's context in the headers
-    // that go to the broker.
-    #[cfg(feature = "otel")]
-    let spans = crate::otel::send_spans(&mut messages, &attempts, &requeued);
+    // E.g. each message published under a `send` span continuing its stored trace,
+    // the span's context in the headers that go to the broker.
+    let after = layer.map(|l| l.before_publish(&mut messages, &attempts, &requeued));
     let outcomes = if messages.is_empty() {
         Vec::new()
     } else {
         publisher.publish_within(&messages, budget).await
     };
-    #[cfg(feature = "otel")]
-    crate::otel::publish_outcomes(&spans, &outcomes);
+    if let Some(after) = after {
+        after(&outcomes);
+    }
     let mut sent: Vec<MessageId> = Vec::with_capacity(messages.len());
     let mut unsent = Vec::new();
     for (i, message) in messages.iter().enumerate() {
@@ -306,7 +308,17 @@ pub async fn publish_claimed(
     random: Random,
 ) -> Result<PublishCounts, PortError> {
     let budget = publish_budget(lease.ttl, Duration::ZERO);
-    let published = publish_batch(publisher, lease.clone(), claimed, policy, random, budget).await;
+    let layer = crate::layer::default_publish_layer();
+    let published = publish_batch(
+        publisher,
+        layer.as_deref(),
+        lease.clone(),
+        claimed,
+        policy,
+        random,
+        budget,
+    )
+    .await;
     record(store, published).await
 }
 
@@ -394,6 +406,8 @@ enum Claim {
 struct Relay {
     store: Arc<dyn OutboxRelayPath>,
     publisher: Arc<dyn Publisher>,
+    /// Around each batch handed to the publisher (e.g. `send` spans).
+    layer: Option<Arc<dyn PublishLayer>>,
     leases: LeaseFactory,
     policy: RetryPolicy,
     random: Random,
@@ -413,6 +427,7 @@ impl Relay {
         Self {
             store,
             publisher,
+            layer: crate::layer::default_publish_layer(),
             leases: LeaseFactory::new(instance, lease_ttl),
             policy,
             random: outbox_runtime::default_random,
@@ -432,6 +447,7 @@ impl Relay {
         let budget = publish_budget(lease.ttl, claimed_at.elapsed());
         let published = publish_batch(
             &*self.publisher,
+            self.layer.as_deref(),
             lease,
             claimed,
             &self.policy,
@@ -531,6 +547,14 @@ impl Dispatcher {
     #[must_use]
     pub fn with_counters(mut self, counters: Arc<RelayCounters>) -> Self {
         self.relay.counters = counters;
+        self
+    }
+
+    /// Runs `layer` around each batch it publishes instead of the default one
+    /// (`send` spans with the `otel` feature); `None`: no layer.
+    #[must_use]
+    pub fn with_publish_layer(mut self, layer: Option<Arc<dyn PublishLayer>>) -> Self {
+        self.relay.layer = layer;
         self
     }
 
@@ -700,6 +724,7 @@ impl Dispatcher {
             async {
                 let published = publish_batch(
                     &*relay.publisher,
+                    relay.layer.as_deref(),
                     batch.lease,
                     batch.claimed,
                     &relay.policy,
@@ -789,6 +814,13 @@ impl PublishRetryTask {
     #[must_use]
     pub fn with_counters(mut self, counters: Arc<RelayCounters>) -> Self {
         self.relay.counters = counters;
+        self
+    }
+
+    /// As [`Dispatcher::with_publish_layer`].
+    #[must_use]
+    pub fn with_publish_layer(mut self, layer: Option<Arc<dyn PublishLayer>>) -> Self {
+        self.relay.layer = layer;
         self
     }
 }

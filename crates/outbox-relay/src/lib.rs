@@ -20,6 +20,7 @@
 //!   ([`otel`]). Without it no opentelemetry crate is built.
 
 pub mod dispatcher;
+pub mod layer;
 #[cfg(feature = "otel")]
 pub mod otel;
 #[cfg(feature = "postgres")]
@@ -30,6 +31,7 @@ pub mod service;
 pub use dispatcher::{
     Dispatcher, DispatcherConfig, PublishCounts, PublishRetryTask, RelayCounters,
 };
+pub use layer::PublishLayer;
 pub use outbox_runtime::{
     CancellationToken, LeaseFactory, RetrySweeper, ServiceHealth, SweepTask, ThroughputRecorder,
 };

@@ -140,3 +140,9 @@ mod tests {
         assert_eq!(continued.span_kind, opentelemetry::trace::SpanKind::Client);
     }
 }
+
+/// The relay's tracing layer: a `send <exchange>` span per message
+/// ([`send_spans`]), each told its outcome ([`publish_outcomes`]); it is a
+/// [`crate::layer::PublishLayer`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SendSpans;

@@ -24,12 +24,15 @@
 
 use outbox_core::{Decision, Message};
 use outbox_ports::{Lease, PortError};
-use sqlx::{PgConnection, Postgres, Transaction};
+use sqlx::{Postgres, Transaction};
 
-use super::{
-    ConsumeOutcome, HANDLER_SAVEPOINT, PgInboxStore, SESSION_RESET, TxHandler, aborted_reason,
-    bind_message, end_what_the_handler_left, ended_by_handler, ended_reason, rollback_to_savepoint,
+use super::PgInboxStore;
+use super::arrival::bind_delivery;
+use super::session::{
+    HANDLER_SAVEPOINT, SESSION_RESET, TxHandler, aborted_reason, end_what_the_handler_left,
+    ended_by_handler, ended_reason, rollback_to_savepoint, simple_query,
 };
+use super::transaction::ConsumeOutcome;
 use crate::error::{port, refused_by_database};
 use crate::storable;
 
@@ -204,7 +207,7 @@ impl PgInboxStore {
         // since.
         for (n, d) in batch.iter().enumerate() {
             let stored = storable::message(d.message);
-            let inserted = bind_message(sqlx::query(&self.sql.arrive_consumed), consumer, &stored)
+            let inserted = bind_delivery(&self.sql.arrive_consumed, consumer, &stored)
                 .fetch_optional(&mut *tx)
                 .await;
             match inserted {
@@ -317,10 +320,4 @@ impl PgInboxStore {
 /// flushed; and the next delivery's savepoint.
 fn release_and_next() -> String {
     format!("RELEASE SAVEPOINT {HANDLER_SAVEPOINT}; {SESSION_RESET}; SAVEPOINT {HANDLER_SAVEPOINT}")
-}
-
-/// `sql` (statements without parameters, `;`-separated) in one round trip, by the
-/// simple query protocol.
-pub(super) async fn simple_query(conn: &mut PgConnection, sql: &str) -> Result<(), sqlx::Error> {
-    sqlx::Executor::execute(conn, sql).await.map(|_| ())
 }

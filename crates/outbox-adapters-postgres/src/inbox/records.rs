@@ -1,0 +1,94 @@
+//! The record-level calls of the [`InboxStore`] port: one delivery, a list by
+//! status, and reconsume. The operator's interface (`InboxOperator`) lists and acts
+//! in bulk through [`crate::listing`] instead.
+//!
+//! Reconsume carries its status guard in the statement and takes only a row no one
+//! holds (no live lease, no transaction's row lock: `SKIP LOCKED`), so a retry
+//! whose handler is running is never run twice; when nothing changed, the answer
+//! says why from the row as it is now.
+//!
+//! [`InboxStore`]: outbox_ports::InboxStore
+
+use outbox_core::{MessageId, Status, TransitionError};
+use outbox_ports::{InboxRecord, PortError};
+
+use super::PgInboxStore;
+use crate::error::port;
+use crate::rows::{MessageRow, Side};
+
+impl PgInboxStore {
+    /// [`outbox_ports::InboxStore::get`].
+    pub(super) async fn record(
+        &self,
+        consumer: &str,
+        id: MessageId,
+    ) -> Result<Option<InboxRecord>, PortError> {
+        sqlx::query_as::<_, MessageRow>(&self.sql.get)
+            .bind(consumer)
+            .bind(id.as_uuid())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| port("get delivery", e))?
+            .map(|r| r.inbox_record(consumer))
+            .transpose()
+    }
+
+    /// [`outbox_ports::InboxStore::list`].
+    pub(super) async fn records(
+        &self,
+        consumer: &str,
+        status: Status,
+        limit: u32,
+    ) -> Result<Vec<InboxRecord>, PortError> {
+        sqlx::query_as::<_, MessageRow>(&self.sql.list)
+            .bind(consumer)
+            .bind(Side::Inbox.name(status))
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| port("list deliveries", e))?
+            .iter()
+            .map(|r| r.inbox_record(consumer))
+            .collect()
+    }
+
+    /// [`outbox_ports::InboxStore::reconsume`].
+    pub(super) async fn reconsume_record(
+        &self,
+        consumer: &str,
+        id: MessageId,
+        again: bool,
+    ) -> Result<(), PortError> {
+        let sources = outbox_ports::reconsumable_from(again);
+        let n = sqlx::query(&self.sql.reconsume)
+            .bind(consumer)
+            .bind(id.as_uuid())
+            .bind(Side::Inbox.names(&sources))
+            .execute(&self.pool)
+            .await
+            .map_err(|e| port("reconsume", e))?
+            .rows_affected();
+        if n == 1 {
+            return Ok(());
+        }
+        // Nothing changed: say why, from the row as it is now. In a status the
+        // reconsume takes, only a holder (a lease, a transaction's row lock) can
+        // have kept it out; a holder that finished meanwhile shows as its outcome.
+        match self.status_of(consumer, id).await? {
+            None => Err(PortError::NotFound {
+                what: "delivery",
+                id: id.to_string(),
+            }),
+            Some(from) if sources.contains(&from) => Err(PortError::Busy {
+                what: "delivery",
+                id: id.to_string(),
+                holder: "a worker or a consume retry is handling it",
+            }),
+            Some(from) => Err(TransitionError {
+                from,
+                to: Status::Sent,
+            }
+            .into()),
+        }
+    }
+}

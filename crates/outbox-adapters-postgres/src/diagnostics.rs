@@ -23,6 +23,9 @@ pub(crate) enum Explain {
     /// The plan as run, with the rows each step read, without times and costs
     /// (`EXPLAIN (ANALYZE, TIMING OFF, COSTS OFF)`): the statement runs.
     Analyze,
+    /// As [`Explain::Analyze`], with the planner's costs (`EXPLAIN (ANALYZE,
+    /// TIMING OFF)`).
+    AnalyzeWithCosts,
 }
 
 impl Explain {
@@ -31,6 +34,7 @@ impl Explain {
         match self {
             Self::Plan => format!("EXPLAIN {sql}"),
             Self::Analyze => format!("EXPLAIN (ANALYZE, TIMING OFF, COSTS OFF) {sql}"),
+            Self::AnalyzeWithCosts => format!("EXPLAIN (ANALYZE, TIMING OFF) {sql}"),
         }
     }
 }

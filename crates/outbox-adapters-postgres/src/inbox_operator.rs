@@ -11,9 +11,10 @@ use outbox_ports::{
 };
 
 use crate::PgInboxStore;
+use crate::diagnostics::{self, Explain};
 use crate::error::port;
 use crate::listing::{
-    Where, batch_statement, count_at_most, in_batches, page_of, per_minute, summary_columns,
+    Where, count_at_most, in_batches, page_of, per_minute, revive_batch, summary_columns,
     summary_page,
 };
 use crate::rows::{MessageRow, Side, read_columns, readable_time};
@@ -105,15 +106,9 @@ impl PgInboxStore {
     /// # Errors
     /// A database error.
     pub async fn explain_consumer_counts(&self, consumer: &str) -> Result<String, PortError> {
-        let lines: Vec<String> = sqlx::query_scalar(&format!(
-            "EXPLAIN (ANALYZE, TIMING OFF) {}",
-            self.consumer_counts_sql()
-        ))
-        .bind(consumer)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(|e| port("explain consumer counts", e))?;
-        Ok(lines.join("\n"))
+        let explain = Explain::AnalyzeWithCosts.of(&self.consumer_counts_sql());
+        let query = sqlx::query(&explain).bind(consumer);
+        diagnostics::plan(&self.pool, "explain consumer counts", query).await
     }
 }
 
@@ -224,15 +219,13 @@ impl InboxOperator for PgInboxStore {
             // never a row under a live lease (a worker or the consume sweep has it).
             // A row a retry's transaction locks is waited for and re-checked: it is
             // consumed by then, which the bulk guard leaves out unless asked for.
-            let action = format!(
-                "UPDATE {t} SET status = 'received', attempts = 0, next_attempt_at = now(), \
-                 consumed_at = NULL, locked_by = NULL, locked_until = NULL \
-                 WHERE seq IN (SELECT seq FROM picked) AND status = ANY({guard}) \
-                 AND (locked_until IS NULL OR locked_until < now()) RETURNING 1"
-            );
-            Ok((
-                batch_statement(&t, &w.sql(), &limit, &action),
-                w.into_args(),
+            Ok(revive_batch(
+                &t,
+                w,
+                &limit,
+                &guard,
+                "status = 'received', attempts = 0, next_attempt_at = now(), \
+                 consumed_at = NULL, locked_by = NULL, locked_until = NULL",
             ))
         })
         .await
@@ -250,13 +243,7 @@ impl InboxOperator for PgInboxStore {
 
     async fn consumed_per_minute(&self, window: Duration) -> Result<Vec<MinuteCount>, PortError> {
         // Served by inbox_consumed_at (consumed_at) WHERE status = 'consumed'.
-        let sql = format!(
-            "SELECT date_trunc('minute', consumed_at) AS minute, count(*) FROM {} \
-             WHERE status = 'consumed' AND consumed_at >= now() - $1 * interval '1 millisecond' \
-             GROUP BY 1 ORDER BY 1",
-            self.inbox()
-        );
-        per_minute(&self.pool, &sql, window).await
+        per_minute(&self.pool, &self.inbox(), "consumed", "consumed_at", window).await
     }
 
     async fn list_dead_letters(

@@ -220,13 +220,43 @@ pub(crate) fn batch_statement(table: &str, where_: &str, limit: &str, action: &s
     )
 }
 
-/// Completions per minute since `window` ago: `sql` binds the window in ms.
+/// A bulk requeue's or reconsume's batch statement ([`batch_statement`]) with
+/// `where_`'s values: `set` on the picked rows still in a status of `guard` (a
+/// bound list) and under no live lease, as the single requeue and reconsume do.
+pub(crate) fn revive_batch(
+    table: &str,
+    where_: Where,
+    limit: &str,
+    guard: &str,
+    set: &str,
+) -> (String, PgArguments) {
+    let action = format!(
+        "UPDATE {table} SET {set} \
+         WHERE seq IN (SELECT seq FROM picked) AND status = ANY({guard}) \
+         AND (locked_until IS NULL OR locked_until < now()) RETURNING 1"
+    );
+    (
+        batch_statement(table, &where_.sql(), limit, &action),
+        where_.into_args(),
+    )
+}
+
+/// Completions per minute since `window` ago: the rows of `table` in `status`
+/// (a literal) by their completion time `completed`, which the partial index on
+/// `completed` for that status serves.
 pub(crate) async fn per_minute(
     pool: &PgPool,
-    sql: &str,
+    table: &str,
+    status: &str,
+    completed: &str,
     window: std::time::Duration,
 ) -> Result<Vec<outbox_ports::MinuteCount>, PortError> {
-    let rows: Vec<(Timestamp, i64)> = sqlx::query_as(sql)
+    let sql = format!(
+        "SELECT date_trunc('minute', {completed}) AS minute, count(*) FROM {table} \
+         WHERE status = '{status}' AND {completed} >= now() - $1 * interval '1 millisecond' \
+         GROUP BY 1 ORDER BY 1"
+    );
+    let rows: Vec<(Timestamp, i64)> = sqlx::query_as(&sql)
         .bind(crate::rows::millis(window))
         .fetch_all(pool)
         .await

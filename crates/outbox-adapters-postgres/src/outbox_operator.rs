@@ -11,10 +11,11 @@ use outbox_ports::{
 };
 
 use crate::PgOutboxStore;
+use crate::diagnostics::{self, Explain};
 use crate::error::port;
 use crate::listing::{
     SummaryRow, Where, batch_statement, count_at_most, in_batches, page_of, per_minute,
-    summary_columns,
+    revive_batch, summary_columns,
 };
 use crate::rows::{Side, readable_time};
 
@@ -32,15 +33,9 @@ impl PgOutboxStore {
         limit: u32,
     ) -> Result<String, PortError> {
         let (sql, args) = self.list_statement(filter, after, limit)?;
-        let lines: Vec<String> = sqlx::query_scalar_with(
-            &format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {sql}"),
-            args,
-        )
-        .persistent(false)
-        .fetch_all(self.pool())
-        .await
-        .map_err(|e| port("explain list", e))?;
-        Ok(lines.join("\n"))
+        let explain = Explain::Analyze.of(&sql);
+        let query = sqlx::query_with(&explain, args).persistent(false);
+        diagnostics::plan(self.pool(), "explain list", query).await
     }
 
     fn list_statement(
@@ -229,15 +224,13 @@ impl OutboxOperator for PgOutboxStore {
             let guard = w.bind(Side::Outbox.names(&requeueable_statuses()))?;
             let limit = w.bind(i64::try_from(batch).unwrap_or(i64::MAX))?;
             // As the single requeue: pending, due now, a fresh retry budget.
-            let action = format!(
-                "UPDATE {t} SET status = 'pending', attempts = 0, next_attempt_at = NULL, \
-                 sent_at = NULL, locked_by = NULL, locked_until = NULL \
-                 WHERE seq IN (SELECT seq FROM picked) AND status = ANY({guard}) \
-                 AND (locked_until IS NULL OR locked_until < now()) RETURNING 1"
-            );
-            Ok((
-                batch_statement(&t, &w.sql(), &limit, &action),
-                w.into_args(),
+            Ok(revive_batch(
+                &t,
+                w,
+                &limit,
+                &guard,
+                "status = 'pending', attempts = 0, next_attempt_at = NULL, sent_at = NULL, \
+                 locked_by = NULL, locked_until = NULL",
             ))
         })
         .await
@@ -269,12 +262,6 @@ impl OutboxOperator for PgOutboxStore {
 
     async fn published_per_minute(&self, window: Duration) -> Result<Vec<MinuteCount>, PortError> {
         // Served by outbox_sent_at (sent_at) WHERE status = 'sent'.
-        let sql = format!(
-            "SELECT date_trunc('minute', sent_at) AS minute, count(*) FROM {} \
-             WHERE status = 'sent' AND sent_at >= now() - $1 * interval '1 millisecond' \
-             GROUP BY 1 ORDER BY 1",
-            self.table()
-        );
-        per_minute(self.pool(), &sql, window).await
+        per_minute(self.pool(), &self.table(), "sent", "sent_at", window).await
     }
 }

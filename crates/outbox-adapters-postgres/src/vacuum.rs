@@ -232,13 +232,22 @@ pub(crate) async fn reclaim(
         .await
         .map_err(|e| port("vacuum", e))?
         .detach();
-    sqlx::query(&format!(
-        "SET statement_timeout = '{}s'",
-        VACUUM_BOUND.as_secs()
-    ))
-    .execute(&mut conn)
-    .await
-    .map_err(|e| port("vacuum", e))?;
+    // The SET runs under the pool's own bound: one far below a millisecond's
+    // scheduling delay (a busy host) may cancel even it, so it is tried a few
+    // times before the round gives up.
+    let raise = format!("SET statement_timeout = '{}s'", VACUUM_BOUND.as_secs());
+    let mut tries = 0;
+    loop {
+        match sqlx::query(&raise).execute(&mut conn).await {
+            Ok(_) => break,
+            Err(e) => {
+                tries += 1;
+                if tries >= 5 {
+                    return Err(port("vacuum", e));
+                }
+            }
+        }
+    }
     // PostgreSQL 14 and later notice a client gone in the middle of a statement
     // (a relay that stopped, this future dropped); older servers refuse the
     // setting and end the vacuum at its bound instead.

@@ -15,9 +15,10 @@ use outbox_adapters_memory::{
 use outbox_adapters_postgres::{
     PgOutboxStore, PgPool, PgSchema, SessionBounds, connect, connect_bounded, migrate,
 };
-use outbox_app::{CancellationToken, DispatcherConfig, RelayBuilder, http};
+use outbox_cli::http;
 use outbox_core::{Message, Status};
 use outbox_ports::{OutboxStore, PortError, PublishOutcome, Publisher, SystemClock};
+use outbox_relay::{CancellationToken, DispatcherConfig, RelayBuilder};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::sync::Notify;
 
@@ -87,7 +88,7 @@ fn relay_with_readyz(
     stall_after: Duration,
     cancel: &CancellationToken,
 ) -> (
-    outbox_app::RelayHandles,
+    outbox_relay::RelayHandles,
     tokio::task::JoinHandle<std::io::Result<()>>,
     u16,
 ) {

@@ -9,12 +9,12 @@ use async_trait::async_trait;
 use outbox_adapters_memory::{
     ExchangeKind, MemoryBroker, MemoryLock, MemoryOutboxStore, MemorySweepState,
 };
-use outbox_app::{CancellationToken, DispatcherConfig, LeaseFactory, RelayBuilder};
 use outbox_core::{Decision, Message, MessageId, RetryPolicy, Status, SweepConfig};
 use outbox_ports::{
     ClaimedMessage, Lease, OutboxRecord, OutboxRelayPath, OutboxRetention, OutboxStats,
     OutboxStore, PortError, PublishFailure, SystemClock,
 };
+use outbox_relay::{CancellationToken, DispatcherConfig, LeaseFactory, RelayBuilder};
 
 /// An outbox store that remembers the holder of every claim it served.
 struct RecordingStore {

@@ -4,7 +4,8 @@
 //! The relay runs under a span of another trace, as a relay does: if it did not
 //! continue the stored context, its `send` span (and the consumer's `process`
 //! span after it) would be in that other trace.
-#![cfg(all(feature = "otel", feature = "postgres"))]
+// `cli` is what brings the PostgreSQL paths of the relay and the consumers here.
+#![cfg(all(feature = "otel", feature = "cli"))]
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,13 +20,13 @@ use outbox_adapters_rabbitmq::{
     BindingSpec, ExchangeKind, ExchangeSpec, QueueSpec, RabbitPublisher, RabbitPublisherConfig,
     RabbitSubscriber, Topology,
 };
-use outbox_app::{
-    CancellationToken, ConsumerConfig, Dispatcher, DispatcherConfig, HandlerError,
-    PgConsumerWorker, PgHandler, PgHandlerRegistry,
+use outbox_consumer::{
+    CancellationToken, ConsumerConfig, HandlerError, PgConsumerWorker, PgHandler, PgHandlerRegistry,
 };
 use outbox_core::{Message, NewMessage, Status};
 use outbox_ports::SystemClock;
 use outbox_ports::prelude::*;
+use outbox_relay::{Dispatcher, DispatcherConfig};
 use tracing::Instrument as _;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 use tracing_subscriber::layer::SubscriberExt as _;
@@ -88,7 +89,7 @@ async fn one_trace_from_enqueue_through_rabbitmq_to_the_handler() {
     let provider = SdkTracerProvider::builder()
         .with_simple_exporter(exporter.clone())
         .build();
-    outbox_app::otel::install_propagator();
+    outbox_cli::otel::install_propagator();
     // The enqueue's `create` span goes to the global provider (as `outbox run` sets it).
     opentelemetry::global::set_tracer_provider(provider.clone());
     tracing::subscriber::set_global_default(

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use outbox_adapters_memory::MemoryThroughputLog;
-use outbox_app::{CancellationToken, ThroughputRecorder};
 use outbox_ports::{MinuteCount, PortError, SystemClock, ThroughputKind, ThroughputLog};
+use outbox_runtime::{CancellationToken, ThroughputRecorder};
 
 /// A log that refuses adds while `down` is set.
 struct Flaky {

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_adapters_memory::{MemoryLock, MemoryOutboxStore, MemorySweepState};
-use outbox_app::{CancellationToken, DispatcherConfig, RelayBuilder};
 use outbox_ports::{ClaimedMessage, MockOutboxStore, MockPublisher, OutboxStore, SystemClock};
+use outbox_relay::{CancellationToken, DispatcherConfig, RelayBuilder};
 
 #[tokio::test]
 async fn a_panicking_dispatcher_makes_the_relay_report_failure() {

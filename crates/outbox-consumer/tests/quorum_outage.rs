@@ -15,7 +15,7 @@ use outbox_adapters_rabbitmq::{
     BindingSpec, ExchangeKind, ExchangeSpec, QueueSpec, RabbitPublisher, RabbitPublisherConfig,
     RabbitSubscriber, Topology,
 };
-use outbox_app::{
+use outbox_consumer::{
     CancellationToken, ConsumerConfig, HandlerError, PgConsumerWorker, PgHandler, PgHandlerRegistry,
 };
 use outbox_core::{Message, Status};
@@ -309,7 +309,7 @@ async fn a_delivery_returned_past_the_limit_ends_as_a_dead_inbox_row_that_can_be
     let record = inbox.get(NAME, msg.id).await.expect("get");
     // An operator's reconsume, then the consume sweep: it takes effect once.
     let reconsumed = inbox.reconsume(NAME, msg.id, false).await;
-    let swept = outbox_app::SweepTask::run_batch(&retry, 10).await;
+    let swept = outbox_consumer::SweepTask::run_batch(&retry, 10).await;
     let effects = w.effects().await;
     cancel.cancel();
     running.await.expect("worker");

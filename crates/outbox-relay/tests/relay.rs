@@ -6,13 +6,13 @@ use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::time::Duration;
 
 use outbox_adapters_memory::{ExchangeKind, MemoryBroker, MemoryOutboxStore};
-use outbox_app::relay::publish_claimed;
-use outbox_app::{CancellationToken, Dispatcher, DispatcherConfig, PublishRetryTask, SweepTask};
 use outbox_core::{Message, MessageId, RetryPolicy, Status, Timestamp};
 use outbox_ports::{
     ClaimedMessage, Lease, MockPublisher, OutboxRelayPath, OutboxStore, PortError, PublishFailure,
     SystemClock,
 };
+use outbox_relay::dispatcher::publish_claimed;
+use outbox_relay::{CancellationToken, Dispatcher, DispatcherConfig, PublishRetryTask, SweepTask};
 
 const QUEUE: &str = "relay.test";
 
@@ -271,7 +271,7 @@ async fn a_broker_outage_spends_no_attempt_and_everything_is_sent_once_it_is_bac
         },
         "relay-test",
     );
-    let counters = Arc::new(outbox_app::RelayCounters::default());
+    let counters = Arc::new(outbox_relay::RelayCounters::default());
     let running = tokio::spawn(d.with_counters(counters.clone()).run(cancel.clone()));
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(store.count(Status::Pending), 120, "all still pending");
@@ -326,7 +326,7 @@ async fn several_pipelines_send_each_message_exactly_once() {
     let msgs: Vec<Message> = outbox_testkit::messages(3_000);
     store.enqueue(msgs.clone()).await.expect("enqueue");
     let cancel = CancellationToken::new();
-    let relay = outbox_app::RelayBuilder::new(
+    let relay = outbox_relay::RelayBuilder::new(
         store.clone(),
         Arc::new(broker.clone()),
         Arc::new(outbox_adapters_memory::MemoryLock::new()),
@@ -1102,7 +1102,7 @@ async fn the_idle_wait_for_a_delayed_message_follows_the_stores_clock() {
         let mut m = outbox_testkit::message("orders", "later");
         m.not_before = Some(outbox_ports::Clock::now(&*clock) + time::Duration::seconds(1));
         store.enqueue(vec![m]).await.expect("enqueue");
-        let wait = outbox_app::relay::idle_wait(&store, Duration::from_secs(30)).await;
+        let wait = outbox_relay::dispatcher::idle_wait(&store, Duration::from_secs(30)).await;
         assert!(
             wait >= Duration::from_millis(900) && wait <= Duration::from_millis(1100),
             "the store's clock {skew} from the relay's: waited {wait:?} for a message due in 1 s"

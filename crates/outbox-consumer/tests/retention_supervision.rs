@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use outbox_adapters_memory::{ExchangeKind, MemoryBroker, MemoryInboxStore};
-use outbox_app::{
+use outbox_consumer::{
     AttemptContext, CancellationToken, ConsumerConfig, ConsumerCounters, ConsumerRetention,
     Handled, HandlerRegistry, InboxPath, InboxWorker, NeutralInbox, Unrecorded, handler_fn,
 };

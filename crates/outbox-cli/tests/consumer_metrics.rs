@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use outbox_app::{CancellationToken, ConsumerCounters};
+use outbox_consumer::{CancellationToken, ConsumerCounters};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 async fn get(addr: std::net::SocketAddr, path: &str) -> String {
@@ -38,7 +38,7 @@ async fn consumer_metrics_export_the_retention_counter() {
         l.local_addr().expect("addr")
     };
     let cancel = CancellationToken::new();
-    let serving = tokio::spawn(outbox_app::http::serve_consumer(
+    let serving = tokio::spawn(outbox_cli::http::serve_consumer(
         addr,
         "metrics-test".to_owned(),
         Arc::clone(&counters),
@@ -63,7 +63,7 @@ async fn a_consumer_whose_inbox_records_nothing_fails_readiness_and_recovers() {
     use std::sync::atomic::AtomicBool;
 
     use outbox_adapters_memory::MemoryBroker;
-    use outbox_app::{ConsumerConfig, ConsumerWorker, HandlerRegistry, handler_fn};
+    use outbox_consumer::{ConsumerConfig, ConsumerWorker, HandlerRegistry, handler_fn};
     use outbox_core::{Message, Status};
     use outbox_ports::{Arrival, MockInboxStore, PortError, SystemClock};
 
@@ -104,7 +104,7 @@ async fn a_consumer_whose_inbox_records_nothing_fails_readiness_and_recovers() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("port");
         l.local_addr().expect("addr")
     };
-    let serving = tokio::spawn(outbox_app::http::serve_consumer_ready(
+    let serving = tokio::spawn(outbox_cli::http::serve_consumer_ready(
         addr,
         "stall-test".to_owned(),
         counters,

@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use outbox_adapters_memory::{MemoryLock, MemorySweepState, TokioClock};
-use outbox_app::{CancellationToken, RetrySweeper, SweepTask};
 use outbox_core::{BatchCounts, SweepConfig, SweepReport, Timestamp};
 use outbox_ports::{
     Clock, DistributedLock, LockGuard, MockDistributedLock, MockLockGuard, MockSweepStateStore,
     PortError, StateWrite, SweepStateStore,
 };
+use outbox_runtime::{CancellationToken, RetrySweeper, SweepTask};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 

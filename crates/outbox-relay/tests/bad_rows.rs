@@ -10,9 +10,9 @@ use outbox_adapters_rabbitmq::{
     BindingSpec, ExchangeKind, ExchangeSpec, QueueSpec, RabbitPublisher, RabbitPublisherConfig,
     Topology,
 };
-use outbox_app::{Dispatcher, DispatcherConfig};
 use outbox_core::{MessageId, NewMessage, Status};
 use outbox_ports::OutboxStore;
+use outbox_relay::{Dispatcher, DispatcherConfig};
 use std::sync::Arc;
 
 fn in_ci() -> bool {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use outbox_adapters_memory::{ExchangeKind, MemoryBroker};
 use outbox_adapters_postgres::{PgConnection, PgInboxStore, PgSchema, connect, migrate};
-use outbox_app::{
+use outbox_consumer::{
     CancellationToken, ConsumerConfig, HandlerError, PgConsumerWorker, PgHandler,
     PgHandlerRegistry, SweepTask,
 };
@@ -750,17 +750,17 @@ async fn the_neutral_worker_on_the_postgres_inbox_stores_nul_bytes_too() {
     let inbox = PgInboxStore::new(pool.clone(), &schema);
     let b = broker();
     let failing = messages_with(NUL_ERROR, 1).remove(0);
-    let handler = outbox_app::handler_fn(|m: Message| async move {
+    let handler = outbox_consumer::handler_fn(|m: Message| async move {
         if m.payload == NUL_ERROR {
             Err("a\0b".into())
         } else {
             Ok(())
         }
     });
-    let worker = outbox_app::ConsumerWorker::new(
+    let worker = outbox_consumer::ConsumerWorker::new(
         Arc::new(inbox.clone()),
         Arc::new(b.clone()),
-        outbox_app::HandlerRegistry::new().fallback(handler),
+        outbox_consumer::HandlerRegistry::new().fallback(handler),
         Arc::new(SystemClock),
         config(3),
     );

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use outbox_adapters_memory::{ExchangeKind, MemoryBroker, MemoryInboxStore};
-use outbox_app::{
+use outbox_consumer::{
     CancellationToken, ConsumerConfig, ConsumerWorker, HandlerError, HandlerRegistry, SweepTask,
     handler_fn,
 };

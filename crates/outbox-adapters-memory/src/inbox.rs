@@ -7,8 +7,8 @@ use async_trait::async_trait;
 use outbox_core::status::Tracked;
 use outbox_core::{Decision, Message, MessageId, Status, Timestamp, TransitionError};
 use outbox_ports::{
-    Arrival, ClaimedDelivery, Clock, DeadLetter, InboxConsumerPath, InboxRecord, InboxStats,
-    InboxStore, Lease, PortError,
+    Arrival, ClaimedDelivery, Clock, DeadLetter, InboxConsumerPath, InboxRecord, InboxRetention,
+    InboxStats, InboxStore, Lease, PortError,
 };
 
 use crate::{LeaseSlot, lock};
@@ -313,15 +313,60 @@ impl InboxStore for MemoryInboxStore {
         }
         Ok(s)
     }
+}
 
-    async fn get(&self, consumer: &str, id: MessageId) -> Result<Option<InboxRecord>, PortError> {
+#[async_trait]
+impl InboxRetention for MemoryInboxStore {
+    async fn delete_consumed_batch(
+        &self,
+        consumer: &str,
+        age: std::time::Duration,
+        limit: u32,
+    ) -> Result<u64, PortError> {
+        let Some(before) = self
+            .clock
+            .now()
+            .checked_sub(time::Duration::try_from(age).unwrap_or(time::Duration::MAX))
+        else {
+            return Ok(0);
+        };
+        let mut t = lock(&self.table);
+        let mut old: Vec<(Timestamp, u64, Key)> = t
+            .rows
+            .iter()
+            .filter(|((c, _), r)| c == consumer && r.tracked.status == Status::Consumed)
+            .filter_map(|(k, r)| {
+                r.tracked
+                    .state
+                    .completed_at
+                    .map(|at| (at, r.seq, k.clone()))
+            })
+            .filter(|(at, _, _)| *at < before)
+            .collect();
+        old.sort_unstable();
+        old.truncate(limit.max(1) as usize);
+        for (_, seq, key) in &old {
+            t.rows.remove(key);
+            t.order.remove(seq);
+        }
+        Ok(old.len() as u64)
+    }
+}
+
+/// The record-level calls of the operator's interface ([`outbox_ports::InboxOperator`]).
+impl MemoryInboxStore {
+    pub(crate) async fn record(
+        &self,
+        consumer: &str,
+        id: MessageId,
+    ) -> Result<Option<InboxRecord>, PortError> {
         let t = lock(&self.table);
         Ok(t.rows
             .get(&(consumer.to_owned(), id))
             .map(|r| record(consumer, r)))
     }
 
-    async fn list(
+    pub(crate) async fn records(
         &self,
         consumer: &str,
         status: Status,
@@ -338,7 +383,12 @@ impl InboxStore for MemoryInboxStore {
             .collect())
     }
 
-    async fn reconsume(&self, consumer: &str, id: MessageId, again: bool) -> Result<(), PortError> {
+    pub(crate) async fn reconsume_record(
+        &self,
+        consumer: &str,
+        id: MessageId,
+        again: bool,
+    ) -> Result<(), PortError> {
         let now = self.clock.now();
         let mut t = lock(&self.table);
         let row =

@@ -39,6 +39,32 @@ fn stored(id: u64, k: &KeptLetter, preview: bool) -> StoredDeadLetter {
 
 #[async_trait]
 impl InboxOperator for MemoryInboxStore {
+    async fn get_delivery(
+        &self,
+        consumer: &str,
+        id: MessageId,
+    ) -> Result<Option<InboxRecord>, PortError> {
+        self.record(consumer, id).await
+    }
+
+    async fn oldest_deliveries(
+        &self,
+        consumer: &str,
+        status: Status,
+        limit: u32,
+    ) -> Result<Vec<InboxRecord>, PortError> {
+        self.records(consumer, status, limit).await
+    }
+
+    async fn reconsume_delivery(
+        &self,
+        consumer: &str,
+        id: MessageId,
+        again: bool,
+    ) -> Result<(), PortError> {
+        self.reconsume_record(consumer, id, again).await
+    }
+
     async fn consumers(&self) -> Result<Vec<ConsumerSummary>, PortError> {
         let names: BTreeSet<String> = {
             let t = lock(&self.table);

@@ -394,8 +394,11 @@ impl OutboxStore for MemoryOutboxStore {
         }
         Ok(s)
     }
+}
 
-    async fn get(&self, id: MessageId) -> Result<Option<OutboxRecord>, PortError> {
+/// The record-level calls of the operator's interface ([`outbox_ports::OutboxOperator`]).
+impl MemoryOutboxStore {
+    pub(crate) async fn record(&self, id: MessageId) -> Result<Option<OutboxRecord>, PortError> {
         let t = lock(&self.table);
         Ok(t.by_id
             .get(&id)
@@ -403,7 +406,11 @@ impl OutboxStore for MemoryOutboxStore {
             .map(Row::record))
     }
 
-    async fn list(&self, status: Status, limit: u32) -> Result<Vec<OutboxRecord>, PortError> {
+    pub(crate) async fn records(
+        &self,
+        status: Status,
+        limit: u32,
+    ) -> Result<Vec<OutboxRecord>, PortError> {
         let t = lock(&self.table);
         Ok(t.rows
             .values()
@@ -413,7 +420,7 @@ impl OutboxStore for MemoryOutboxStore {
             .collect())
     }
 
-    async fn requeue(&self, id: MessageId) -> Result<(), PortError> {
+    pub(crate) async fn requeue_record(&self, id: MessageId) -> Result<(), PortError> {
         let now = self.clock.now();
         self.with_row(id, |t, seq| {
             let row = t.rows.get_mut(&seq).ok_or_else(|| PortError::NotFound {
@@ -433,7 +440,7 @@ impl OutboxStore for MemoryOutboxStore {
         })
     }
 
-    async fn delete(&self, id: MessageId) -> Result<(), PortError> {
+    pub(crate) async fn delete_record(&self, id: MessageId) -> Result<(), PortError> {
         self.with_row(id, |t, seq| {
             if let Some(row) = t.rows.get(&seq) {
                 row.tracked.status.check_delete()?;

@@ -7,8 +7,8 @@ use async_trait::async_trait;
 use outbox_core::{MessageId, Status};
 use outbox_ports::{
     BLOCKED_WAITING_CAP, BlockedKey, BulkOutcome, KeyHead, MessageFilter, MessageSummary,
-    MinuteCount, OutboxOperator, OutboxRecord, OutboxStore, Page, PageCursor, PortError,
-    deletable_statuses, page_limit, requeueable_statuses,
+    MinuteCount, OutboxOperator, OutboxRecord, Page, PageCursor, PortError, deletable_statuses,
+    page_limit, requeueable_statuses,
 };
 
 use crate::listing::{BULK_BATCH, below, matches, page, per_minute, summary, window_start};
@@ -62,7 +62,7 @@ fn apply(t: &mut Table, seq: u64, action: &Action, now: outbox_core::Timestamp) 
     };
     match action {
         Action::Requeue => {
-            // Never a row a relay's live lease holds (see OutboxStore::requeue).
+            // Never a row a relay's live lease holds (see OutboxOperator::requeue_message).
             if !requeueable_statuses().contains(&row.tracked.status) || row.lease.is_live(now) {
                 return false;
             }
@@ -160,11 +160,19 @@ impl OutboxOperator for MemoryOutboxStore {
     }
 
     async fn get_message(&self, id: MessageId) -> Result<Option<OutboxRecord>, PortError> {
-        self.get(id).await
+        self.record(id).await
+    }
+
+    async fn oldest_messages(
+        &self,
+        status: Status,
+        limit: u32,
+    ) -> Result<Vec<OutboxRecord>, PortError> {
+        self.records(status, limit).await
     }
 
     async fn requeue_message(&self, id: MessageId) -> Result<(), PortError> {
-        self.requeue(id).await
+        self.requeue_record(id).await
     }
 
     async fn publish_now(&self, id: MessageId) -> Result<(), PortError> {
@@ -187,7 +195,7 @@ impl OutboxOperator for MemoryOutboxStore {
 
     async fn delete_message(&self, id: MessageId, force: bool) -> Result<(), PortError> {
         if !force {
-            return self.delete(id).await;
+            return self.delete_record(id).await;
         }
         let now = self.clock.now();
         let mut t = lock(&self.table);

@@ -3,13 +3,13 @@
 use std::sync::Arc;
 
 use outbox_adapters_memory::{MemoryInboxStore, MemoryLock, MemoryOutboxStore, MemorySweepState};
-use outbox_ports::{DistributedLock, InboxStore, OutboxStore, SweepStateStore, SystemClock};
+use outbox_ports::{DistributedLock, SweepStateStore, SystemClock};
 
-async fn outbox() -> Arc<dyn OutboxStore> {
+async fn outbox() -> Arc<dyn outbox_testkit::outbox::OutboxSubject> {
     Arc::new(MemoryOutboxStore::new(Arc::new(SystemClock)))
 }
 
-async fn inbox() -> Arc<dyn InboxStore> {
+async fn inbox() -> Arc<dyn outbox_testkit::inbox::InboxSubject> {
     Arc::new(MemoryInboxStore::new(Arc::new(SystemClock)))
 }
 
@@ -67,7 +67,7 @@ async fn a_dead_head_blocks_its_key_by_default() {
 
 #[tokio::test]
 async fn a_dead_head_is_skipped_when_configured() {
-    let store: Arc<dyn OutboxStore> = Arc::new(
+    let store: Arc<dyn outbox_testkit::outbox::OutboxSubject> = Arc::new(
         MemoryOutboxStore::new(Arc::new(SystemClock)).with_dead_head(outbox_ports::DeadHead::Skip),
     );
     outbox_testkit::outbox::a_dead_head_blocks_its_key_unless_skipped(store, true).await;

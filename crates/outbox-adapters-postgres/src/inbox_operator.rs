@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use outbox_core::{Headers, MessageId, Timestamp};
+use outbox_core::{Headers, MessageId, Status, Timestamp};
 use outbox_ports::{
     BulkOutcome, ConsumerSummary, InboxOperator, InboxRecord, InboxStats, MessageFilter,
     MessageSummary, MinuteCount, PREVIEW_BYTES, Page, PageCursor, PortError, StoredDeadLetter,
@@ -179,6 +179,32 @@ impl InboxOperator for PgInboxStore {
         );
         let w = Self::of_consumer(consumer, filter)?.below(after.map(|c| c.0))?;
         summary_page(&self.pool, &select, w, limit, Side::Inbox).await
+    }
+
+    async fn get_delivery(
+        &self,
+        consumer: &str,
+        id: MessageId,
+    ) -> Result<Option<InboxRecord>, PortError> {
+        self.record(consumer, id).await
+    }
+
+    async fn oldest_deliveries(
+        &self,
+        consumer: &str,
+        status: Status,
+        limit: u32,
+    ) -> Result<Vec<InboxRecord>, PortError> {
+        self.records(consumer, status, limit).await
+    }
+
+    async fn reconsume_delivery(
+        &self,
+        consumer: &str,
+        id: MessageId,
+        again: bool,
+    ) -> Result<(), PortError> {
+        self.reconsume_record(consumer, id, again).await
     }
 
     async fn deliveries_of(&self, id: MessageId) -> Result<Vec<InboxRecord>, PortError> {

@@ -6,8 +6,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use outbox_core::{MessageId, Status};
 use outbox_ports::{
-    BulkOutcome, MessageFilter, MessageSummary, MinuteCount, OutboxOperator, OutboxRecord,
-    OutboxStore, Page, PageCursor, PortError, deletable_statuses, page_limit, requeueable_statuses,
+    BulkOutcome, MessageFilter, MessageSummary, MinuteCount, OutboxOperator, OutboxRecord, Page,
+    PageCursor, PortError, deletable_statuses, page_limit, requeueable_statuses,
 };
 
 use crate::PgOutboxStore;
@@ -114,11 +114,19 @@ impl OutboxOperator for PgOutboxStore {
     }
 
     async fn get_message(&self, id: MessageId) -> Result<Option<OutboxRecord>, PortError> {
-        self.get(id).await
+        self.record(id).await
+    }
+
+    async fn oldest_messages(
+        &self,
+        status: Status,
+        limit: u32,
+    ) -> Result<Vec<OutboxRecord>, PortError> {
+        self.records(status, limit).await
     }
 
     async fn requeue_message(&self, id: MessageId) -> Result<(), PortError> {
-        self.requeue(id).await
+        self.requeue_record(id).await
     }
 
     async fn publish_now(&self, id: MessageId) -> Result<(), PortError> {
@@ -158,7 +166,7 @@ impl OutboxOperator for PgOutboxStore {
 
     async fn delete_message(&self, id: MessageId, force: bool) -> Result<(), PortError> {
         if !force {
-            return self.delete(id).await;
+            return self.delete_record(id).await;
         }
         let t = self.table();
         let mut w = Where::new();

@@ -83,7 +83,7 @@ async fn a_row_whose_headers_cannot_be_decoded_is_dead_and_the_others_are_claime
             assert_eq!(store.mark_sent(&holder, &ids).await.expect("mark"), 105);
 
             let record = store
-                .get(outbox_core::MessageId::from_uuid(bad))
+                .get_message(outbox_core::MessageId::from_uuid(bad))
                 .await
                 .expect("get");
             // `get` decodes the row too: the bad row reads back, with its reason.
@@ -130,7 +130,7 @@ async fn a_bad_row_claimed_by_a_retry_is_dead_too() {
             .expect("claim retries");
         assert!(claimed.is_empty());
         let r = store
-            .get(outbox_core::MessageId::from_uuid(bad))
+            .get_message(outbox_core::MessageId::from_uuid(bad))
             .await
             .expect("get")
             .expect("row");
@@ -287,11 +287,14 @@ async fn rows_whose_values_cannot_be_read_are_dead_and_reads_never_fail() {
         assert_eq!(stats.pending, 26);
         let oldest = stats.oldest_unsent_at.expect("an oldest readable row");
         assert!(oldest.year() < 10000, "{oldest}");
-        let listed = store.list(Status::Pending, 100).await.expect("list");
+        let listed = store
+            .oldest_messages(Status::Pending, 100)
+            .await
+            .expect("list");
         assert_eq!(listed.len(), 26);
         for (id, _) in &bad {
             store
-                .get(outbox_core::MessageId::from_uuid(*id))
+                .get_message(outbox_core::MessageId::from_uuid(*id))
                 .await
                 .expect("get an unreadable row")
                 .expect("it is there");
@@ -305,7 +308,7 @@ async fn rows_whose_values_cannot_be_read_are_dead_and_reads_never_fail() {
 
         for (id, column) in &bad {
             let r = store
-                .get(outbox_core::MessageId::from_uuid(*id))
+                .get_message(outbox_core::MessageId::from_uuid(*id))
                 .await
                 .expect("get")
                 .expect("row");
@@ -313,7 +316,14 @@ async fn rows_whose_values_cannot_be_read_are_dead_and_reads_never_fail() {
             let reason = r.publish.last_error.unwrap_or_default();
             assert!(reason.contains(column), "reason names {column}: {reason}");
         }
-        assert_eq!(store.list(Status::Dead, 100).await.expect("list").len(), 6);
+        assert_eq!(
+            store
+                .oldest_messages(Status::Dead, 100)
+                .await
+                .expect("list")
+                .len(),
+            6
+        );
         let stats = store.stats().await.expect("stats");
         assert_eq!((stats.pending, stats.dead), (0, 6));
         assert!(
@@ -505,7 +515,7 @@ async fn the_limits_migration_waits_briefly_for_its_lock_adds_constraints_withou
         assert!(claimed.iter().any(|c| c.message.id.as_uuid() == &long_key));
         for (id, column) in [(bad_headers, "headers"), (infinite, "created_at")] {
             let r = store
-                .get(outbox_core::MessageId::from_uuid(id))
+                .get_message(outbox_core::MessageId::from_uuid(id))
                 .await
                 .expect("get")
                 .expect("row");

@@ -6,9 +6,9 @@ mod common;
 use std::sync::Arc;
 
 use outbox_adapters_postgres::{PgInboxStore, PgLock, PgOutboxStore, PgSweepState};
-use outbox_ports::{DistributedLock, InboxStore, OutboxStore, SweepStateStore};
+use outbox_ports::{DistributedLock, SweepStateStore};
 
-async fn outbox() -> Arc<dyn OutboxStore> {
+async fn outbox() -> Arc<dyn outbox_testkit::outbox::OutboxSubject> {
     let pool = common::pool()
         .await
         .expect("contract tests need PostgreSQL: set OUTBOX_TEST_DATABASE_URL");
@@ -16,7 +16,7 @@ async fn outbox() -> Arc<dyn OutboxStore> {
     Arc::new(PgOutboxStore::new(pool, schema))
 }
 
-async fn inbox() -> Arc<dyn InboxStore> {
+async fn inbox() -> Arc<dyn outbox_testkit::inbox::InboxSubject> {
     let pool = common::pool()
         .await
         .expect("contract tests need PostgreSQL: set OUTBOX_TEST_DATABASE_URL");
@@ -104,7 +104,7 @@ async fn a_dead_head_is_skipped_when_configured() {
         .await
         .expect("contract tests need PostgreSQL: set OUTBOX_TEST_DATABASE_URL");
     let schema = common::fresh(&pool).await;
-    let store: Arc<dyn OutboxStore> =
+    let store: Arc<dyn outbox_testkit::outbox::OutboxSubject> =
         Arc::new(PgOutboxStore::new(pool, schema).with_dead_head(outbox_ports::DeadHead::Skip));
     outbox_testkit::outbox::a_dead_head_blocks_its_key_unless_skipped(store, true).await;
 }

@@ -7,6 +7,7 @@
 
 mod common;
 
+use outbox_ports::InboxOperator as _;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -15,7 +16,7 @@ use outbox_adapters_postgres::{
     BatchDelivery, ConsumeOutcome, PgInboxStore, PgPool, PgSchema, TxHandler,
 };
 use outbox_core::{Decision, Message, MessageId, Status};
-use outbox_ports::{InboxStore, Lease};
+use outbox_ports::Lease;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::TestRunner;
@@ -270,7 +271,7 @@ async fn check_batch(
         let at = format!("{kind:?} at {n} of {kinds:?}: {outcome:?}");
         let outcome = outcome.as_ref().unwrap_or_else(|e| panic!("{at}: {e}"));
         let row = inbox
-            .get(CONSUMER, m.id)
+            .get_delivery(CONSUMER, m.id)
             .await
             .expect("get")
             .unwrap_or_else(|| panic!("{at}: no inbox row, the delivery is lost"));
@@ -516,7 +517,11 @@ async fn a_handler_that_ended_the_batch_is_not_run_again_through_a_copy_of_its_m
             fails_then_rolls_back(&s, Arc::clone(&r), m)
         })
         .await;
-        let row = inbox.get(CONSUMER, m.id).await.expect("get").expect("row");
+        let row = inbox
+            .get_delivery(CONSUMER, m.id)
+            .await
+            .expect("get")
+            .expect("row");
         assert_eq!(row.status, Status::Dead, "{outcomes:?}");
         assert_eq!(*runs.lock().expect("runs"), 2, "{outcomes:?}");
         assert_eq!(effects_of(&pool, &schema, m.id).await, 1, "{outcomes:?}");

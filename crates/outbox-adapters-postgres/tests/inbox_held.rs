@@ -393,7 +393,7 @@ async fn the_transactional_path_holds_and_promotes() {
         };
         let mut seen = false;
         for _ in 0..500 {
-            if inbox.get(&c, a.id).await.expect("get a").is_some() {
+            if inbox.get_delivery(&c, a.id).await.expect("get a").is_some() {
                 seen = true;
                 break;
             }

@@ -78,7 +78,7 @@ async fn enqueue_commits_and_rolls_back_with_the_business_transaction() {
         assert_eq!(ids, [kept]);
         for id in rolled_back {
             assert!(
-                store.get(id).await.expect("get").is_none(),
+                store.get_message(id).await.expect("get").is_none(),
                 "rolled back message exists"
             );
         }
@@ -207,7 +207,11 @@ async fn a_handler_in_the_inbox_transaction_takes_effect_exactly_once() {
             0,
             "the failed handler's write was rolled back"
         );
-        let rec = inbox.get("billing", m.id).await.expect("get").expect("row");
+        let rec = inbox
+            .get_delivery("billing", m.id)
+            .await
+            .expect("get")
+            .expect("row");
         assert_eq!(rec.status, Status::ConsumeFailed);
         assert_eq!(
             rec.consume.last_error.as_deref(),
@@ -252,7 +256,7 @@ async fn a_handler_in_the_inbox_transaction_takes_effect_exactly_once() {
         assert_eq!(count().await, 1, "effect exactly once");
         assert_eq!(
             inbox
-                .get("billing", m2.id)
+                .get_delivery("billing", m2.id)
                 .await
                 .expect("get")
                 .expect("row")
@@ -392,8 +396,8 @@ async fn a_reconsume_racing_a_retry_does_not_run_the_handler_twice() {
             tokio::time::sleep(Duration::from_millis(300)).await;
             let _ = go_tx.send(());
         });
-        let reconsumed = operator.reconsume("billing", m.id, false).await;
-        let reconsumed_again = operator.reconsume("billing", m.id, true).await;
+        let reconsumed = operator.reconsume_delivery("billing", m.id, false).await;
+        let reconsumed_again = operator.reconsume_delivery("billing", m.id, true).await;
         release.await.expect("release");
         let out = retry.await.expect("retry task").expect("retry");
         assert_eq!(out, ConsumeOutcome::Consumed);
@@ -403,7 +407,11 @@ async fn a_reconsume_racing_a_retry_does_not_run_the_handler_twice() {
                 other => panic!("reconsume (again={again}) while held: {other:?}"),
             }
         }
-        let rec = inbox.get("billing", m.id).await.expect("get").expect("row");
+        let rec = inbox
+            .get_delivery("billing", m.id)
+            .await
+            .expect("get")
+            .expect("row");
         assert_eq!(rec.status, Status::Consumed);
         tokio::time::sleep(Duration::from_millis(20)).await;
         let handler = {
@@ -450,7 +458,11 @@ async fn a_handler_that_rolls_back_the_inbox_transaction_and_writes_goes_dead_at
             1,
             "the autocommitted write"
         );
-        let rec = inbox.get("billing", m.id).await.expect("get").expect("row");
+        let rec = inbox
+            .get_delivery("billing", m.id)
+            .await
+            .expect("get")
+            .expect("row");
         assert_eq!(rec.status, Status::Dead, "dead at once, not retried");
         assert_eq!(rec.consume.last_error.as_deref(), Some(reason.as_str()));
 
@@ -504,7 +516,11 @@ async fn a_retry_whose_handler_rolls_back_the_inbox_transaction_goes_dead_at_onc
             reason.contains("ended the inbox transaction itself"),
             "reason: {reason}"
         );
-        let rec = inbox.get("billing", m.id).await.expect("get").expect("row");
+        let rec = inbox
+            .get_delivery("billing", m.id)
+            .await
+            .expect("get")
+            .expect("row");
         assert_eq!(rec.status, Status::Dead);
         assert_eq!(rec.consume.attempts, 2);
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -538,7 +554,11 @@ async fn a_handler_that_commits_the_inbox_transaction_then_fails_is_reported_con
             .await
             .expect("consume");
         assert_eq!(out, ConsumeOutcome::Consumed, "the row is consumed: say so");
-        let rec = inbox.get("billing", m.id).await.expect("get").expect("row");
+        let rec = inbox
+            .get_delivery("billing", m.id)
+            .await
+            .expect("get")
+            .expect("row");
         assert_eq!(rec.status, Status::Consumed);
         assert_eq!(effect_rows(&pool, &effects).await, 1);
 
@@ -557,7 +577,7 @@ async fn a_handler_that_commits_the_inbox_transaction_then_fails_is_reported_con
         let outcomes = retry_all_due(&inbox, "billing", handler).await;
         assert_eq!(outcomes, [ConsumeOutcome::Consumed]);
         let rec = inbox
-            .get("billing", m2.id)
+            .get_delivery("billing", m2.id)
             .await
             .expect("get")
             .expect("row");
@@ -905,7 +925,7 @@ async fn inbox_retention_never_deletes_a_row_reconsumed_while_it_ran() {
         let deleted = retention.await.expect("task").expect("retention");
         assert_eq!(deleted, 0, "the reconsumed row was deleted");
         let r = inbox
-            .get("billing", m.id)
+            .get_delivery("billing", m.id)
             .await
             .expect("get")
             .expect("row kept");
@@ -950,7 +970,7 @@ async fn sent_retention_never_deletes_a_row_requeued_while_it_ran() {
         assert_eq!(deleted, 0, "the requeued row was deleted");
         assert_eq!(
             store
-                .get(m.id)
+                .get_message(m.id)
                 .await
                 .expect("get")
                 .expect("row kept")

@@ -8,6 +8,7 @@
 
 mod common;
 
+use outbox_ports::InboxRetention as _;
 use std::future::Future;
 use std::str::FromStr;
 use std::time::{Duration, Instant};

@@ -8,9 +8,9 @@ use std::time::Duration;
 use outbox_core::{Message, MessageId, SideState, Status};
 use outbox_ports::{
     AuditEntry, AuditLog, BulkOutcome, Clock, DistributedLock, InboxOperator, InboxRecord,
-    InboxStore, MessageFilter, MessageSummary, MinuteCount, OutboxOperator, OutboxStore,
-    PREVIEW_BYTES, Page, PageCursor, PortError, StoredDeadLetter, SweepStateStore, SystemClock,
-    ThroughputKind, ThroughputLog, deletable_statuses, reconsumable_statuses, requeueable_statuses,
+    MessageFilter, MessageSummary, MinuteCount, OutboxOperator, OutboxStore, PREVIEW_BYTES, Page,
+    PageCursor, PortError, StoredDeadLetter, SweepStateStore, SystemClock, ThroughputKind,
+    ThroughputLog, deletable_statuses, reconsumable_statuses, requeueable_statuses,
 };
 
 use crate::AdminError;
@@ -74,8 +74,6 @@ pub struct AdminPorts {
     pub audit: Arc<dyn AuditLog>,
     /// The outbox's cheap counts (`stats`).
     pub outbox_store: Arc<dyn OutboxStore>,
-    /// One delivery's reconsume (status-guarded in the store).
-    pub inbox_store: Arc<dyn InboxStore>,
 }
 
 /// The operator's actions.
@@ -856,8 +854,8 @@ impl AdminService {
         again: bool,
     ) -> Result<(), AdminError> {
         self.ports
-            .inbox_store
-            .reconsume(consumer, id, again)
+            .inbox
+            .reconsume_delivery(consumer, id, again)
             .await?;
         let target = if again {
             format!("{consumer}/{id} (again)")

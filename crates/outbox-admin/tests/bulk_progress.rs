@@ -15,7 +15,6 @@ fn service(h: &Harness, batch: u64) -> AdminService {
         inbox: h.inbox.clone(),
         audit: h.audit.clone(),
         outbox_store: h.outbox.clone(),
-        inbox_store: h.inbox.clone(),
     })
     .with_bulk_batch(batch)
 }

@@ -32,7 +32,6 @@ fn ui_harness(tokens: Vec<AdminToken>, options: UiOptions) -> Harness {
         inbox: inbox.clone(),
         audit: audit.clone(),
         outbox_store: outbox.clone(),
-        inbox_store: inbox.clone(),
     })
     .with_sweep_reports(state.clone(), vec!["relay-sweep".into()]);
     let app = Router::new().nest("/ui", ui_router(service, AdminAuth::new(tokens), options));

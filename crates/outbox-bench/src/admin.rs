@@ -47,7 +47,6 @@ impl Bench {
                 schema,
             )),
             outbox_store: outbox,
-            inbox_store: inbox,
         });
         // As `outbox run` serves it: charts from the per-minute totals the relays and
         // consumers record (here a minute's worth, as a relay would have added).

@@ -327,7 +327,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                         wired.state.clone(),
                         vec![cfg.sweep.state_key.clone()],
                     );
-                    dead(&*wired.store, &service, action).await
+                    dead(&*wired.store, &*wired.admin.outbox, &service, action).await
                 }
             }
         }
@@ -600,12 +600,13 @@ async fn run_relay(cfg: RelayConfig) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// `outbox dead ...` on the outbox: lists read the store; every write goes
-/// through the admin service, so it is audited as `cli:<os user>` like the
+/// `outbox dead ...` on the outbox: lists read the operator's port; every write
+/// goes through the admin service, so it is audited as `cli:<os user>` like the
 /// `outbox messages` commands.
 #[allow(clippy::print_stdout)]
 async fn dead(
     store: &dyn OutboxStore,
+    operator: &dyn outbox_ports::OutboxOperator,
     service: &outbox_admin::AdminService,
     action: DeadAction,
 ) -> anyhow::Result<ExitCode> {
@@ -627,7 +628,7 @@ async fn dead(
     let actor = admin_cli::cli_actor();
     match action {
         DeadAction::List { limit, .. } => {
-            let dead = store.list(Status::Dead, limit).await?;
+            let dead = operator.oldest_messages(Status::Dead, limit).await?;
             for r in &dead {
                 println!(
                     "{}\t{}\t{}\t{}\tattempts={}\t{}",
@@ -702,7 +703,7 @@ async fn consumer_dead(
     reconsume: Option<String>,
     limit: u32,
 ) -> anyhow::Result<ExitCode> {
-    use outbox_ports::InboxStore as _;
+    use outbox_ports::InboxOperator as _;
     let Some((pool, schema)) = wiring::postgres(cfg).await? else {
         eprintln!(
             "error: invalid configuration `postgres.url`: consumer dead letters live in the PostgreSQL inbox"
@@ -727,7 +728,9 @@ async fn consumer_dead(
             eprintln!("reconsume {id} for {consumer}: queued for its consume sweep");
         }
         None => {
-            let dead = inbox.list(consumer, Status::Dead, limit).await?;
+            let dead = inbox
+                .oldest_deliveries(consumer, Status::Dead, limit)
+                .await?;
             for r in &dead {
                 println!(
                     "{}\t{}\t{}\tattempts={}\t{}",

@@ -25,7 +25,6 @@ pub fn demo_service(world: &DemoWorld) -> AdminService {
         inbox: world.inbox.clone(),
         audit,
         outbox_store: world.outbox.clone(),
-        inbox_store: world.inbox.clone(),
     })
     .with_sweep_reports(world.state.clone(), world.sweep_keys.clone())
     .with_locks(world.lock.clone(), world.lock_keys.clone())

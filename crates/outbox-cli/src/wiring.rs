@@ -122,7 +122,6 @@ pub async fn wire(cfg: &RelayConfig, instance: &str) -> anyhow::Result<Wired> {
                     inbox: inbox.clone(),
                     audit: Arc::new(MemoryAuditLog::new(memory_clock.clone())),
                     outbox_store: outbox,
-                    inbox_store: inbox,
                 },
                 wakeup: None,
                 throughput: Arc::new(MemoryThroughputLog::new(memory_clock.clone())),
@@ -207,6 +206,5 @@ pub fn postgres_admin_ports(
         inbox: inbox.clone(),
         audit: Arc::new(PgAuditLog::new(pool, schema)),
         outbox_store: outbox,
-        inbox_store: inbox,
     }
 }

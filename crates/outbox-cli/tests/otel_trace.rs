@@ -168,7 +168,11 @@ async fn one_trace_from_enqueue_through_rabbitmq_to_the_handler() {
     }
 
     let store = Arc::new(PgOutboxStore::new(pool.clone(), schema.clone()));
-    let stored = store.get(message_id).await.expect("get").expect("row");
+    let stored = store
+        .get_message(message_id)
+        .await
+        .expect("get")
+        .expect("row");
     let traceparent = stored
         .message
         .headers
@@ -200,7 +204,7 @@ async fn one_trace_from_enqueue_through_rabbitmq_to_the_handler() {
     assert_eq!(counts.sent, 1 + OTHERS as u64, "{counts:?}");
     assert_eq!(
         store
-            .get(message_id)
+            .get_message(message_id)
             .await
             .expect("get")
             .expect("row")

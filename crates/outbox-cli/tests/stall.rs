@@ -17,7 +17,9 @@ use outbox_adapters_postgres::{
 };
 use outbox_cli::http;
 use outbox_core::{Message, Status};
-use outbox_ports::{OutboxStore, PortError, PublishOutcome, Publisher, SystemClock};
+use outbox_ports::{
+    OutboxOperator as _, OutboxStore, PortError, PublishOutcome, Publisher, SystemClock,
+};
 use outbox_relay::{CancellationToken, DispatcherConfig, RelayBuilder};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::sync::Notify;
@@ -57,7 +59,7 @@ async fn database() -> Option<(PgPool, PgSchema, String)> {
 async fn bounded_store_and_broker(
     url: &str,
     schema: &PgSchema,
-) -> (Arc<dyn OutboxStore>, MemoryBroker) {
+) -> (Arc<PgOutboxStore>, MemoryBroker) {
     let bounded = connect_bounded(
         url,
         4,
@@ -270,7 +272,7 @@ async fn a_mark_behind_another_sessions_row_lock_fails_readiness_then_recovers_a
     let deadline = Instant::now() + Duration::from_secs(10);
     for m in &messages {
         loop {
-            let r = store.get(m.id).await.expect("get").expect("row");
+            let r = store.get_message(m.id).await.expect("get").expect("row");
             if r.status == Status::Sent {
                 assert_eq!(r.publish.attempts, 1, "{}", m.id);
                 break;
@@ -343,7 +345,7 @@ async fn due_rows_another_session_keeps_locked_fail_readiness_though_every_claim
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     for m in &messages {
-        let r = store.get(m.id).await.expect("get").expect("row");
+        let r = store.get_message(m.id).await.expect("get").expect("row");
         assert_eq!(r.status, Status::Sent, "{}", m.id);
         assert_eq!(r.publish.attempts, 1, "{}", m.id);
     }

@@ -4,9 +4,7 @@
 //! does not run; a failure rolls the handler's writes back and is stored for the
 //! consume sweep ([`PgConsumeRetryTask`]), which retries in a transaction too.
 
-use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,17 +12,15 @@ use async_trait::async_trait;
 use futures::FutureExt as _;
 use outbox_adapters_postgres::{ConsumeOutcome, PgConnection, PgInboxStore, TxHandler};
 use outbox_core::Message;
-use outbox_ports::{ClaimedDelivery, Clock, InboxConsumerPath, Lease, Subscriber};
-use tokio_util::sync::CancellationToken;
+use outbox_ports::{ClaimedDelivery, Clock, InboxConsumerPath, InboxRetention, Lease, Subscriber};
 
+use crate::HandlerError;
 use crate::handler::no_handler;
 use crate::pg_batch::GroupCommit;
-use crate::retention::run_retention;
 use crate::worker::{
-    AttemptContext, ConsumerConfig, ConsumerCounters, Failure, Handled, Handlers, InboxPath,
-    InboxRetryTask, InboxWorker, Unrecorded,
+    AttemptContext, ConsumerConfig, Failure, Handled, Handlers, InboxPath, InboxRetryTask,
+    InboxWorker, Unrecorded,
 };
-use crate::{ConsumerRetention, HandlerError};
 use outbox_runtime::supervision::panic_text;
 
 /// Handles one message with the inbox transaction's connection: its writes commit
@@ -190,20 +186,8 @@ impl InboxPath for PgTxInbox {
         Ok(handled(outcome))
     }
 
-    fn retention(
-        &self,
-        consumer: &str,
-        retention: ConsumerRetention,
-        counters: &Arc<ConsumerCounters>,
-        cancel: &CancellationToken,
-    ) -> Option<Pin<Box<dyn Future<Output = ()> + Send + 'static>>> {
-        Some(Box::pin(run_retention(
-            self.inbox.clone(),
-            consumer.to_owned(),
-            retention,
-            Arc::clone(counters),
-            cancel.clone(),
-        )))
+    fn retention(&self) -> Option<Arc<dyn InboxRetention>> {
+        Some(Arc::new(self.inbox.clone()))
     }
 }
 

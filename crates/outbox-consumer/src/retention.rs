@@ -13,11 +13,14 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
 use outbox_core::config::ConfigError;
+use outbox_ports::InboxRetention;
 use tokio_util::sync::CancellationToken;
-// The loop runs only over the PostgreSQL inbox (the inbox port has no deletion).
-#[cfg(feature = "postgres")]
-use {crate::counters::ConsumerCounters, std::sync::Arc, std::sync::atomic::Ordering};
+
+use crate::counters::ConsumerCounters;
 
 use outbox_runtime::sleep_or_cancel;
 use outbox_runtime::vacuum::VacuumMode;
@@ -147,9 +150,8 @@ impl ConsumerRetention {
 /// fires. One loop per worker, so at most one delete loop at a time in a process;
 /// it stops between batches when cancelled. Errors are logged and the next interval
 /// tries again.
-#[cfg(feature = "postgres")]
 pub(crate) async fn run_retention(
-    inbox: outbox_adapters_postgres::PgInboxStore,
+    inbox: Arc<dyn InboxRetention>,
     consumer: String,
     retention: ConsumerRetention,
     counters: Arc<ConsumerCounters>,

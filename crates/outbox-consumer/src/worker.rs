@@ -12,7 +12,6 @@
 //! makes the effect exactly once.
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -20,8 +19,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use outbox_core::{BatchCounts, Decision, Message};
 use outbox_ports::{
-    Arrival, ClaimedDelivery, Clock, DeadLetter, Delivery, InboxConsumerPath, Lease, PortError,
-    Subscriber,
+    Arrival, ClaimedDelivery, Clock, DeadLetter, Delivery, InboxConsumerPath, InboxRetention,
+    Lease, PortError, Subscriber,
 };
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -33,7 +32,6 @@ pub use crate::handler::{Handler, HandlerError, HandlerRegistry, Handlers, handl
 use crate::lanes::Lanes;
 use crate::layer::{self, HandlingLayer, HandlingOf};
 pub use crate::outcome::{Failure, Handled, Unrecorded};
-use crate::retention::ConsumerRetention;
 use outbox_runtime::{LeaseFactory, Random, SweepTask, sleep_or_cancel};
 
 /// The longest pause between two tries of an unreachable inbox by a delivery in
@@ -180,16 +178,10 @@ pub trait InboxPath: Send + Sync + 'static {
         lease: &Lease,
     ) -> Result<Handled, Unrecorded>;
 
-    /// The inbox retention loop to run beside the consumer, if this inbox has one:
-    /// deletes `consumer`'s old consumed rows, adds them to `counters`, returns when
-    /// `cancel` fires. Called again when a run of it panicked.
-    fn retention(
-        &self,
-        _consumer: &str,
-        _retention: ConsumerRetention,
-        _counters: &Arc<ConsumerCounters>,
-        _cancel: &CancellationToken,
-    ) -> Option<Pin<Box<dyn Future<Output = ()> + Send + 'static>>> {
+    /// The inbox's retention, if it has one: the worker runs its loop beside the
+    /// consumer (`config.retention`: old consumed rows deleted, the table vacuumed
+    /// when that falls to it).
+    fn retention(&self) -> Option<Arc<dyn InboxRetention>> {
         None
     }
 }
@@ -199,13 +191,26 @@ pub trait InboxPath: Send + Sync + 'static {
 pub struct NeutralInbox {
     inbox: Arc<dyn InboxConsumerPath>,
     handlers: HandlerRegistry,
+    retention: Option<Arc<dyn InboxRetention>>,
 }
 
 impl NeutralInbox {
     /// Records in `inbox`, runs `handlers`.
     #[must_use]
     pub fn new(inbox: Arc<dyn InboxConsumerPath>, handlers: HandlerRegistry) -> Self {
-        Self { inbox, handlers }
+        Self {
+            inbox,
+            handlers,
+            retention: None,
+        }
+    }
+
+    /// Runs `config.retention` over `retention` (usually the same store as the
+    /// inbox) beside the consumer; without it, nothing is deleted.
+    #[must_use]
+    pub fn with_retention(mut self, retention: Arc<dyn InboxRetention>) -> Self {
+        self.retention = Some(retention);
+        self
     }
 
     /// Runs the handler on a delivery held by `lease` and records the outcome.
@@ -254,6 +259,10 @@ impl NeutralInbox {
 impl InboxPath for NeutralInbox {
     fn inbox(&self) -> &dyn InboxConsumerPath {
         &*self.inbox
+    }
+
+    fn retention(&self) -> Option<Arc<dyn InboxRetention>> {
+        self.retention.clone()
     }
 
     async fn handle(
@@ -646,8 +655,16 @@ impl<P: InboxPath> InboxWorker<P> {
             let stop = stop_retention.clone();
             let make = move || {
                 let s = &shared;
-                s.path
-                    .retention(&s.config.name, s.config.retention, &s.counters, &stop)
+                let store = s.path.retention()?;
+                let run: crate::retention::RetentionLoop =
+                    Box::pin(crate::retention::run_retention(
+                        store,
+                        s.config.name.clone(),
+                        s.config.retention,
+                        Arc::clone(&s.counters),
+                        stop.clone(),
+                    ));
+                Some(run)
             };
             // Only spawned when the inbox has retention.
             make().map(|first| {

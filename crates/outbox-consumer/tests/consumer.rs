@@ -2,6 +2,7 @@
 //! inbox, failures stored and retried, panics and timeouts contained, undecodable
 //! deliveries kept as dead letters, graceful stop.
 
+use outbox_ports::InboxOperator as _;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -171,7 +172,11 @@ async fn a_failed_handler_is_stored_and_retried_until_consumed() {
         inbox.stats(NAME).await.expect("stats").consume_failed == 1
     })
     .await;
-    let rec = inbox.get(NAME, m.id).await.expect("get").expect("row");
+    let rec = inbox
+        .get_delivery(NAME, m.id)
+        .await
+        .expect("get")
+        .expect("row");
     assert_eq!(rec.status, Status::ConsumeFailed);
     assert_eq!(rec.consume.last_error.as_deref(), Some("not yet"));
     assert_eq!(
@@ -184,7 +189,11 @@ async fn a_failed_handler_is_stored_and_retried_until_consumed() {
         task.run_batch(10).await.expect("retry");
     }
     r.stop().await;
-    let rec = inbox.get(NAME, m.id).await.expect("get").expect("row");
+    let rec = inbox
+        .get_delivery(NAME, m.id)
+        .await
+        .expect("get")
+        .expect("row");
     assert_eq!(rec.status, Status::Consumed);
     assert_eq!(rec.consume.attempts, 3);
     assert_eq!(effects.lock().expect("lock").get(&m.id), Some(&1));
@@ -267,17 +276,21 @@ async fn a_poison_message_ends_dead_while_the_rest_flows() {
         task.run_batch(10).await.expect("retry");
     }
     r.stop().await;
-    let rec = inbox.get(NAME, poison).await.expect("get").expect("row");
+    let rec = inbox
+        .get_delivery(NAME, poison)
+        .await
+        .expect("get")
+        .expect("row");
     assert_eq!(rec.status, Status::Dead);
     assert_eq!(rec.consume.attempts, 3);
     assert_eq!(rec.consume.last_error.as_deref(), Some("always fails"));
     inbox
-        .reconsume(NAME, poison, false)
+        .reconsume_delivery(NAME, poison, false)
         .await
         .expect("reconsume");
     assert_eq!(
         inbox
-            .get(NAME, poison)
+            .get_delivery(NAME, poison)
             .await
             .expect("get")
             .expect("row")
@@ -316,7 +329,7 @@ async fn panics_and_timeouts_are_failures_not_dead_workers() {
     .await;
     r.stop().await;
     let panicked = inbox
-        .get(NAME, special[0].id)
+        .get_delivery(NAME, special[0].id)
         .await
         .expect("get")
         .expect("row");
@@ -329,7 +342,7 @@ async fn panics_and_timeouts_are_failures_not_dead_workers() {
         "{panicked:?}"
     );
     let hung = inbox
-        .get(NAME, special[1].id)
+        .get_delivery(NAME, special[1].id)
         .await
         .expect("get")
         .expect("row");
@@ -380,7 +393,7 @@ async fn undecodable_deliveries_become_dead_letters_and_unhandled_types_fail() {
     assert!(letters[1].reason.contains("order-42"));
     assert_eq!(letters[1].message_id.as_deref(), Some("order-42"));
     let rec = inbox
-        .get(NAME, unknown_type.id)
+        .get_delivery(NAME, unknown_type.id)
         .await
         .expect("get")
         .expect("row");

@@ -2,6 +2,7 @@
 //! redeliveries, failures (rolled back, retried by the sweep task) and panics.
 #![cfg(feature = "postgres")]
 
+use outbox_ports::InboxOperator as _;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -177,12 +178,16 @@ async fn effects_happen_exactly_once_despite_redeliveries_failures_and_panics() 
         rows.iter().all(|(id, _)| *id != *poison.as_uuid()),
         "the poison message's writes were rolled back"
     );
-    let dead = inbox.get(NAME, poison).await.expect("get").expect("row");
+    let dead = inbox
+        .get_delivery(NAME, poison)
+        .await
+        .expect("get")
+        .expect("row");
     assert_eq!(dead.status, Status::Dead);
     assert_eq!(dead.consume.attempts, 3);
     assert_eq!(dead.consume.last_error.as_deref(), Some("always fails"));
     let panicked = inbox
-        .get(NAME, msgs[7].id)
+        .get_delivery(NAME, msgs[7].id)
         .await
         .expect("get")
         .expect("row");
@@ -362,7 +367,7 @@ async fn through_worker_then_sweep(
     let records = async || {
         let mut out = Vec::new();
         for m in msgs {
-            if let Some(r) = inbox.get(NAME, m.id).await.expect("get") {
+            if let Some(r) = inbox.get_delivery(NAME, m.id).await.expect("get") {
                 out.push(r);
             }
         }
@@ -502,7 +507,7 @@ async fn one_row_failing_at_commit_does_not_stop_the_sweep_for_the_others() {
             "published"
         );
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while inbox.get(NAME, m.id).await.expect("get").is_none() {
+        while inbox.get_delivery(NAME, m.id).await.expect("get").is_none() {
             assert!(tokio::time::Instant::now() < deadline, "first attempt");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
@@ -518,10 +523,18 @@ async fn one_row_failing_at_commit_does_not_stop_the_sweep_for_the_others() {
     assert_eq!(counts.consume_retried, 5, "{counts:?}");
     assert_eq!(counts.consume_failed, 1, "{counts:?}");
     for m in &msgs[1..] {
-        let r = inbox.get(NAME, m.id).await.expect("get").expect("row");
+        let r = inbox
+            .get_delivery(NAME, m.id)
+            .await
+            .expect("get")
+            .expect("row");
         assert_eq!(r.status, Status::Consumed, "{r:?}");
     }
-    let r = inbox.get(NAME, bad).await.expect("get").expect("row");
+    let r = inbox
+        .get_delivery(NAME, bad)
+        .await
+        .expect("get")
+        .expect("row");
     assert_eq!(r.status, Status::ConsumeFailed, "{r:?}");
     assert_eq!(r.consume.attempts, 2, "{r:?}");
     assert!(
@@ -560,7 +573,7 @@ async fn the_worker_deletes_old_consumed_rows_and_keeps_the_rest() {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         for m in msgs {
             while inbox
-                .get(NAME, m.id)
+                .get_delivery(NAME, m.id)
                 .await
                 .expect("get")
                 .is_none_or(|r| r.status == Status::Sent)
@@ -729,7 +742,11 @@ async fn foreign_deliveries_with_nul_bytes_are_consumed_or_dead_lettered_not_red
     }
     cancel.cancel();
     running.await.expect("worker");
-    let r = inbox.get(NAME, m.id).await.expect("get").expect("row");
+    let r = inbox
+        .get_delivery(NAME, m.id)
+        .await
+        .expect("get")
+        .expect("row");
     assert_eq!(r.status, Status::Consumed);
     assert_eq!(r.message.routing_key, "order.\u{FFFD}created");
     assert_eq!(
@@ -795,7 +812,7 @@ async fn the_neutral_worker_on_the_postgres_inbox_stores_nul_bytes_too() {
         tokio::time::sleep(Duration::from_millis(30)).await;
         retries.run_batch(50).await.expect("retry batch");
         let r = inbox
-            .get(NAME, failing.id)
+            .get_delivery(NAME, failing.id)
             .await
             .expect("get")
             .expect("row");
@@ -807,7 +824,7 @@ async fn the_neutral_worker_on_the_postgres_inbox_stores_nul_bytes_too() {
         assert!(tokio::time::Instant::now() < deadline, "not dead: {r:?}");
     }
     let r = inbox
-        .get(NAME, foreign.id)
+        .get_delivery(NAME, foreign.id)
         .await
         .expect("get")
         .expect("row");
@@ -841,7 +858,7 @@ async fn a_handler_that_ends_the_inbox_transaction_is_counted_dead_and_runs_once
     loop {
         let mut dead = 0;
         for m in &msgs {
-            if let Some(r) = inbox.get(NAME, m.id).await.expect("get") {
+            if let Some(r) = inbox.get_delivery(NAME, m.id).await.expect("get") {
                 if r.status == Status::Dead {
                     dead += 1;
                 }
@@ -906,7 +923,11 @@ async fn consume_all(
     running.await.expect("worker");
     assert_eq!(b.queue_depth(QUEUE), (0, 0), "every delivery acknowledged");
     for m in msgs {
-        let r = inbox.get(NAME, m.id).await.expect("get").expect("row");
+        let r = inbox
+            .get_delivery(NAME, m.id)
+            .await
+            .expect("get")
+            .expect("row");
         assert_eq!(r.status, Status::Consumed, "{r:?}");
     }
     assert_eq!(

@@ -19,7 +19,7 @@ use outbox_consumer::{
     CancellationToken, ConsumerConfig, HandlerError, PgConsumerWorker, PgHandler, PgHandlerRegistry,
 };
 use outbox_core::{Message, Status};
-use outbox_ports::{InboxStore, PublishOutcome, Publisher, SystemClock};
+use outbox_ports::{InboxOperator as _, PublishOutcome, Publisher, SystemClock};
 use outbox_testkit::proxy::TcpProxy;
 use outbox_testkit::services::TestUrls;
 
@@ -306,9 +306,9 @@ async fn a_delivery_returned_past_the_limit_ends_as_a_dead_inbox_row_that_can_be
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let left_in_dlq = w.messages_in(&w.dlq).await;
-    let record = inbox.get(NAME, msg.id).await.expect("get");
+    let record = inbox.get_delivery(NAME, msg.id).await.expect("get");
     // An operator's reconsume, then the consume sweep: it takes effect once.
-    let reconsumed = inbox.reconsume(NAME, msg.id, false).await;
+    let reconsumed = inbox.reconsume_delivery(NAME, msg.id, false).await;
     let swept = outbox_consumer::SweepTask::run_batch(&retry, 10).await;
     let effects = w.effects().await;
     cancel.cancel();
@@ -429,7 +429,7 @@ async fn a_delivery_another_queue_dead_lettered_is_kept_as_a_dead_letter() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let left_in_dlq = w.messages_in(&w.dlq).await;
-    let record = inbox.get(NAME, msg.id).await.expect("get");
+    let record = inbox.get_delivery(NAME, msg.id).await.expect("get");
     let effects = w.effects().await;
     cancel.cancel();
     running.await.expect("worker");

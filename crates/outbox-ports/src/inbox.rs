@@ -170,8 +170,9 @@ pub trait InboxConsumerPath: Send + Sync {
     -> Result<(), PortError>;
 }
 
-/// Storage of a consumer's inbox: the consumer's path (its supertrait) plus what
-/// health checks and operators read and change.
+/// Storage of a consumer's inbox: the consumer's path (its supertrait) plus the
+/// counts health checks and metrics read. What operators read and change is
+/// [`crate::InboxOperator`]'s alone.
 #[async_trait]
 pub trait InboxStore: InboxConsumerPath {
     /// Counts of `consumer`'s inbox.
@@ -179,33 +180,35 @@ pub trait InboxStore: InboxConsumerPath {
     /// # Errors
     /// [`PortError::Transient`] when the store cannot be reached.
     async fn stats(&self, consumer: &str) -> Result<InboxStats, PortError>;
+}
 
-    /// One delivery.
+/// Retention of a consumer's consumed deliveries: the one delete a consumer itself
+/// does, kept apart from its path and from the operator's views.
+#[cfg_attr(feature = "mocks", mockall::automock)]
+#[async_trait]
+pub trait InboxRetention: Send + Sync {
+    /// Deletes up to `limit` of `consumer`'s `Consumed` deliveries consumed more
+    /// than `age` ago (by the store's clock), oldest first; returns how many.
+    /// Nothing in another status is ever deleted here. One call is one short
+    /// operation; callers repeat it while it returns `limit`.
     ///
     /// # Errors
-    /// [`PortError::Transient`] when the store cannot be reached.
-    async fn get(&self, consumer: &str, id: MessageId) -> Result<Option<InboxRecord>, PortError>;
-
-    /// Up to `limit` deliveries in `status`, oldest first.
-    ///
-    /// # Errors
-    /// [`PortError::Transient`] when the store cannot be reached.
-    async fn list(
+    /// [`PortError::Transient`] when the store cannot be reached (what was deleted
+    /// before stays deleted).
+    async fn delete_consumed_batch(
         &self,
         consumer: &str,
-        status: Status,
+        age: std::time::Duration,
         limit: u32,
-    ) -> Result<Vec<InboxRecord>, PortError>;
+    ) -> Result<u64, PortError>;
 
-    /// Operator: a failed or dead delivery (with `again`, a consumed one too; see
-    /// [`crate::reconsumable_from`]) back to `Sent`, due now, so the consume sweep
-    /// runs its handler again. Never one a worker or a retry holds: the status is
-    /// checked on the row as it is when no one else holds it, so a retry that
-    /// commits meanwhile is not followed by a second run.
+    /// Reclaims the space of deleted and rewritten rows, as
+    /// [`crate::OutboxRetention::reclaim_space`] does for the outbox. The default:
+    /// the store needs no help.
     ///
     /// # Errors
-    /// [`PortError::NotFound`] for an unknown id; [`PortError::Busy`] while a worker
-    /// or a retry holds it (its lease, or its transaction's row lock);
-    /// [`PortError::IllegalTransition`] from any other status.
-    async fn reconsume(&self, consumer: &str, id: MessageId, again: bool) -> Result<(), PortError>;
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn reclaim_space(&self) -> Result<crate::SpaceReclaim, PortError> {
+        Ok(crate::SpaceReclaim::ByTheStore)
+    }
 }

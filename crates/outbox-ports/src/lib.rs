@@ -31,7 +31,8 @@ pub use broker::{
 pub use clock::{Clock, SystemClock};
 pub use error::{BoxError, PortError};
 pub use inbox::{
-    Arrival, ClaimedDelivery, DeadLetter, InboxConsumerPath, InboxRecord, InboxStats, InboxStore,
+    Arrival, ClaimedDelivery, DeadLetter, InboxConsumerPath, InboxRecord, InboxRetention,
+    InboxStats, InboxStore,
 };
 pub use lock::{DistributedLock, LockGuard};
 pub use operator::{
@@ -66,8 +67,8 @@ pub use {
 pub mod prelude {
     pub use crate::{
         Acker as _, AuditLog as _, Clock as _, DistributedLock as _, InboxConsumerPath as _,
-        InboxOperator as _, InboxStore as _, LockGuard as _, OutboxOperator as _,
-        OutboxRelayPath as _, OutboxRetention as _, OutboxStore as _, Publisher as _,
-        Subscriber as _, SweepStateStore as _, ThroughputLog as _,
+        InboxOperator as _, InboxRetention as _, InboxStore as _, LockGuard as _,
+        OutboxOperator as _, OutboxRelayPath as _, OutboxRetention as _, OutboxStore as _,
+        Publisher as _, Subscriber as _, SweepStateStore as _, ThroughputLog as _,
     };
 }

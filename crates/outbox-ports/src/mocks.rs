@@ -5,12 +5,12 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use outbox_core::{Decision, Message, MessageId, Status};
+use outbox_core::{Decision, Message, MessageId};
 
 use crate::{
-    Arrival, ClaimedDelivery, ClaimedMessage, DeadLetter, InboxConsumerPath, InboxRecord,
-    InboxStats, InboxStore, Lease, OutboxRecord, OutboxRelayPath, OutboxRetention, OutboxStats,
-    OutboxStore, PortError, PublishFailure,
+    Arrival, ClaimedDelivery, ClaimedMessage, DeadLetter, InboxConsumerPath, InboxStats,
+    InboxStore, Lease, OutboxRelayPath, OutboxRetention, OutboxStats, OutboxStore, PortError,
+    PublishFailure,
 };
 
 mockall::mock! {
@@ -37,10 +37,6 @@ mockall::mock! {
     impl OutboxStore for OutboxStore {
         async fn enqueue(&self, messages: Vec<Message>) -> Result<(), PortError>;
         async fn stats(&self) -> Result<OutboxStats, PortError>;
-        async fn get(&self, id: MessageId) -> Result<Option<OutboxRecord>, PortError>;
-        async fn list(&self, status: Status, limit: u32) -> Result<Vec<OutboxRecord>, PortError>;
-        async fn requeue(&self, id: MessageId) -> Result<(), PortError>;
-        async fn delete(&self, id: MessageId) -> Result<(), PortError>;
     }
 }
 
@@ -62,8 +58,5 @@ mockall::mock! {
     #[async_trait]
     impl InboxStore for InboxStore {
         async fn stats(&self, consumer: &str) -> Result<InboxStats, PortError>;
-        async fn get(&self, consumer: &str, id: MessageId) -> Result<Option<InboxRecord>, PortError>;
-        async fn list(&self, consumer: &str, status: Status, limit: u32) -> Result<Vec<InboxRecord>, PortError>;
-        async fn reconsume(&self, consumer: &str, id: MessageId, again: bool) -> Result<(), PortError>;
     }
 }

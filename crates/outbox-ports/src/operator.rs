@@ -263,17 +263,31 @@ pub trait OutboxOperator: Send + Sync {
         limit: u32,
     ) -> Result<Page<MessageSummary>, PortError>;
 
-    /// One message with its publish side (as [`crate::OutboxStore::get`]).
+    /// One message with its publish side.
     ///
     /// # Errors
     /// [`PortError::Transient`] when the store cannot be reached.
     async fn get_message(&self, id: MessageId) -> Result<Option<OutboxRecord>, PortError>;
 
-    /// A `Dead` or `PublishFailed` message back to `Pending`, due now, with a fresh
-    /// retry budget (guarded by status in the store).
+    /// Up to `limit` messages in `status`, oldest first, with their publish side.
     ///
     /// # Errors
-    /// [`PortError::NotFound`]; [`PortError::IllegalTransition`] in another status.
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn oldest_messages(
+        &self,
+        status: Status,
+        limit: u32,
+    ) -> Result<Vec<OutboxRecord>, PortError>;
+
+    /// A `Dead` or `PublishFailed` message back to `Pending`, due now, with a fresh
+    /// retry budget. Never one a relay holds (a live lease: it may be on its way to
+    /// the broker), and never one that was sent meanwhile: the status is checked
+    /// on the row as it is once no one else holds it.
+    ///
+    /// # Errors
+    /// [`PortError::NotFound`] for an unknown id; [`PortError::Busy`] while a relay's
+    /// lease holds it; [`PortError::IllegalTransition`] when the message is in
+    /// another status.
     async fn requeue_message(&self, id: MessageId) -> Result<(), PortError>;
 
     /// A delayed `Pending` message due now: its due time is cleared, so the next
@@ -286,6 +300,8 @@ pub trait OutboxOperator: Send + Sync {
 
     /// Removes a message: a `Dead` one, or with `force` also a `Pending` or
     /// `PublishFailed` one that no relay holds right now (guarded in the statement).
+    /// The status check is part of the delete itself, so a requeue racing it either
+    /// wins (nothing is deleted) or comes too late (nothing to requeue).
     ///
     /// # Errors
     /// [`PortError::NotFound`]; [`PortError::NotDeletable`] in another status;
@@ -376,6 +392,44 @@ pub trait InboxOperator: Send + Sync {
         after: Option<PageCursor>,
         limit: u32,
     ) -> Result<Page<MessageSummary>, PortError>;
+
+    /// One delivery of `consumer`'s.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn get_delivery(
+        &self,
+        consumer: &str,
+        id: MessageId,
+    ) -> Result<Option<InboxRecord>, PortError>;
+
+    /// Up to `limit` of `consumer`'s deliveries in `status`, oldest first.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn oldest_deliveries(
+        &self,
+        consumer: &str,
+        status: Status,
+        limit: u32,
+    ) -> Result<Vec<InboxRecord>, PortError>;
+
+    /// A failed or dead delivery (with `again`, a consumed one too; see
+    /// [`reconsumable_from`]) back to `Received`, due now, so the consume sweep
+    /// runs its handler again. Never one a worker or a retry holds: the status is
+    /// checked on the row as it is when no one else holds it, so a retry that
+    /// commits meanwhile is not followed by a second run.
+    ///
+    /// # Errors
+    /// [`PortError::NotFound`] for an unknown id; [`PortError::Busy`] while a worker
+    /// or a retry holds it (its lease, or its transaction's row lock);
+    /// [`PortError::IllegalTransition`] from any other status.
+    async fn reconsume_delivery(
+        &self,
+        consumer: &str,
+        id: MessageId,
+        again: bool,
+    ) -> Result<(), PortError>;
 
     /// The consume side of message `id` for every consumer that received it.
     ///

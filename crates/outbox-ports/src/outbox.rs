@@ -272,9 +272,10 @@ pub enum SpaceReclaim {
 }
 
 /// Storage of the outbox: the relay's path and retention (its supertraits), plus
-/// enqueueing and what health checks and operators read and change. A service that
-/// needs one capability takes the small trait; an `Arc<dyn OutboxStore>` coerces
-/// to each of them.
+/// enqueueing and the counts health checks and metrics read. What operators read
+/// and change is [`crate::OutboxOperator`]'s alone. A service that needs one
+/// capability takes the small trait; an `Arc<dyn OutboxStore>` coerces to each of
+/// them.
 #[async_trait]
 pub trait OutboxStore: OutboxRelayPath + OutboxRetention {
     /// Stores messages as `Pending`, all or none. (Adapters with transactions also
@@ -291,37 +292,4 @@ pub trait OutboxStore: OutboxRelayPath + OutboxRetention {
     /// # Errors
     /// [`PortError::Transient`] when the store cannot be reached.
     async fn stats(&self) -> Result<OutboxStats, PortError>;
-
-    /// One message with its state.
-    ///
-    /// # Errors
-    /// [`PortError::Transient`] when the store cannot be reached.
-    async fn get(&self, id: MessageId) -> Result<Option<OutboxRecord>, PortError>;
-
-    /// Up to `limit` messages in `status`, oldest first.
-    ///
-    /// # Errors
-    /// [`PortError::Transient`] when the store cannot be reached.
-    async fn list(&self, status: Status, limit: u32) -> Result<Vec<OutboxRecord>, PortError>;
-
-    /// Operator: a `Dead` or `PublishFailed` message back to `Pending`, due now, with
-    /// a fresh retry budget. Never one a relay holds (a live lease: it may be on its
-    /// way to the broker), and never one that was sent meanwhile: the status is
-    /// checked on the row as it is once no one else holds it.
-    ///
-    /// # Errors
-    /// [`PortError::NotFound`] for an unknown id; [`PortError::Busy`] while a relay's
-    /// lease holds it; [`PortError::IllegalTransition`] when the message is in
-    /// another status.
-    async fn requeue(&self, id: MessageId) -> Result<(), PortError>;
-
-    /// Operator: removes a `Dead` message for good. Only `Dead` is deletable (see
-    /// [`Status::can_be_deleted`]): a pending, failed or sent message is refused,
-    /// and the status check is part of the delete itself, so a `requeue` racing
-    /// it either wins (nothing is deleted) or comes too late (nothing to requeue).
-    ///
-    /// # Errors
-    /// [`PortError::NotFound`] for an unknown id; [`PortError::NotDeletable`] when
-    /// the message is not `Dead` (it is left as it is).
-    async fn delete(&self, id: MessageId) -> Result<(), PortError>;
 }

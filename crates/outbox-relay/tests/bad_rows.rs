@@ -3,6 +3,7 @@
 //! at once with a reason naming its column, every other row is confirmed and sent,
 //! and nothing panics.
 
+use outbox_ports::OutboxOperator as _;
 use std::time::Duration;
 
 use outbox_adapters_postgres::{PgOutbox, PgOutboxStore, PgPool, PgSchema, connect, migrate};
@@ -11,7 +12,6 @@ use outbox_adapters_rabbitmq::{
     Topology,
 };
 use outbox_core::{MessageId, NewMessage, Status};
-use outbox_ports::OutboxStore;
 use outbox_relay::{Dispatcher, DispatcherConfig};
 use std::sync::Arc;
 
@@ -155,11 +155,11 @@ async fn rows_amqp_cannot_carry_are_dead_at_once_and_the_others_are_sent() {
     assert_eq!(counts.sent, 103, "{counts:?}");
     assert_eq!(counts.dead, 4, "{counts:?}");
     for id in &good_ids {
-        let r = store.get(*id).await.expect("get").expect("row");
+        let r = store.get_message(*id).await.expect("get").expect("row");
         assert_eq!(r.status, Status::Sent);
     }
     for (column, id) in bad {
-        let r = store.get(id).await.expect("get").expect("row");
+        let r = store.get_message(id).await.expect("get").expect("row");
         assert_eq!(r.status, Status::Dead, "the {column} row");
         let reason = r.publish.last_error.unwrap_or_default();
         assert!(

@@ -11,8 +11,8 @@ use outbox_adapters_memory::{
 };
 use outbox_core::{Decision, Message, MessageId, RetryPolicy, Status, SweepConfig};
 use outbox_ports::{
-    ClaimedMessage, Lease, OutboxRecord, OutboxRelayPath, OutboxRetention, OutboxStats,
-    OutboxStore, PortError, PublishFailure, SystemClock,
+    ClaimedMessage, Lease, OutboxRelayPath, OutboxRetention, OutboxStats, OutboxStore, PortError,
+    PublishFailure, SystemClock,
 };
 use outbox_relay::{CancellationToken, DispatcherConfig, LeaseFactory, RelayBuilder};
 
@@ -66,22 +66,6 @@ impl OutboxStore for RecordingStore {
 
     async fn stats(&self) -> Result<OutboxStats, PortError> {
         self.inner.stats().await
-    }
-
-    async fn get(&self, id: MessageId) -> Result<Option<OutboxRecord>, PortError> {
-        self.inner.get(id).await
-    }
-
-    async fn list(&self, s: Status, n: u32) -> Result<Vec<OutboxRecord>, PortError> {
-        self.inner.list(s, n).await
-    }
-
-    async fn requeue(&self, id: MessageId) -> Result<(), PortError> {
-        self.inner.requeue(id).await
-    }
-
-    async fn delete(&self, id: MessageId) -> Result<(), PortError> {
-        self.inner.delete(id).await
     }
 }
 

@@ -1,6 +1,7 @@
 //! The relay (dispatcher and publish-retry task) on memory adapters: every message
 //! ends sent, failed-and-scheduled or dead; none is lost or marked twice.
 
+use outbox_ports::OutboxOperator as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::time::Duration;
@@ -114,7 +115,10 @@ async fn every_outcome_is_recorded_and_nothing_is_lost() {
         6,
         "only confirmed ones reached the queue"
     );
-    let failed = store.list(Status::PublishFailed, 10).await.expect("list");
+    let failed = store
+        .oldest_messages(Status::PublishFailed, 10)
+        .await
+        .expect("list");
     let errors: Vec<_> = failed
         .iter()
         .filter_map(|r| r.publish.last_error.clone())
@@ -137,7 +141,7 @@ async fn a_message_no_queue_is_bound_for_is_a_failure_not_a_send() {
         .run_once()
         .await
         .expect("batch");
-    let rec = store.get(m.id).await.expect("get").expect("row");
+    let rec = store.get_message(m.id).await.expect("get").expect("row");
     assert_eq!(rec.status, Status::PublishFailed);
     assert!(
         rec.publish
@@ -222,7 +226,7 @@ async fn the_retry_task_brings_failures_to_sent() {
     assert_eq!((c.claimed, c.publish_retried, c.publish_failed), (5, 5, 0));
     assert_eq!(store.count(Status::Sent), 20);
     assert_eq!(broker.queue_depth(QUEUE).0, 20);
-    let rec = store.list(Status::Sent, 50).await.expect("list");
+    let rec = store.oldest_messages(Status::Sent, 50).await.expect("list");
     assert_eq!(rec.iter().filter(|r| r.publish.attempts == 2).count(), 5);
 }
 
@@ -277,7 +281,7 @@ async fn a_broker_outage_spends_no_attempt_and_everything_is_sent_once_it_is_bac
     assert_eq!(store.count(Status::Pending), 120, "all still pending");
     assert_eq!(store.count(Status::Dead), 0);
     for m in &msgs {
-        let r = store.get(m.id).await.expect("get").expect("row");
+        let r = store.get_message(m.id).await.expect("get").expect("row");
         assert_eq!(r.publish.attempts, 0, "an outage spends no attempt");
     }
     assert!(
@@ -309,7 +313,10 @@ async fn a_broker_outage_spends_no_attempt_and_everything_is_sent_once_it_is_bac
     let task = retry_task(&store, &broker);
     let e = task.run_batch(50).await.expect_err("the sweep stops");
     assert!(e.to_string().contains("cannot be reached"), "{e}");
-    let failed = store.list(Status::PublishFailed, 50).await.expect("list");
+    let failed = store
+        .oldest_messages(Status::PublishFailed, 50)
+        .await
+        .expect("list");
     assert_eq!(failed.len(), 5);
     assert!(
         failed.iter().all(|r| r.publish.attempts == 1),
@@ -362,7 +369,7 @@ async fn several_pipelines_send_each_message_exactly_once() {
         "each marked sent once"
     );
     for m in msgs.iter().step_by(97) {
-        let r = store.get(m.id).await.expect("get").expect("row");
+        let r = store.get_message(m.id).await.expect("get").expect("row");
         assert_eq!(r.publish.attempts, 1, "{r:?}");
     }
 }
@@ -409,7 +416,10 @@ async fn a_batch_outlasting_its_lease_hands_nothing_over_after_the_lease_and_spe
         "8 handed over before the lease's margin, the rest given back: {counts:?}"
     );
     assert_eq!(broker.queue_depth(QUEUE).0, 8);
-    let pending = store.list(Status::Pending, 10).await.expect("list");
+    let pending = store
+        .oldest_messages(Status::Pending, 10)
+        .await
+        .expect("list");
     assert_eq!(pending.len(), 2);
     assert!(
         pending.iter().all(|r| r.publish.attempts == 0),
@@ -438,7 +448,7 @@ async fn a_message_amqp_cannot_carry_is_dead_at_once_and_the_others_are_sent() {
         (4, 1, 0),
         "{counts:?}"
     );
-    let r = store.get(bad).await.expect("get").expect("row");
+    let r = store.get_message(bad).await.expect("get").expect("row");
     assert_eq!(r.status, Status::Dead);
     assert!(
         r.publish
@@ -488,7 +498,7 @@ async fn batches_outlasting_their_lease_do_not_pause_the_dispatcher_as_an_outage
         took < Duration::from_millis(1_000),
         "the dispatcher paused as for an outage: {took:?}"
     );
-    let pending = store.list(Status::Sent, 40).await.expect("list");
+    let pending = store.oldest_messages(Status::Sent, 40).await.expect("list");
     assert!(
         pending.iter().all(|r| r.publish.attempts == 1),
         "one attempt each"
@@ -521,7 +531,7 @@ async fn a_delayed_message_is_published_at_its_due_time_by_an_idle_relay() {
     );
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     let published = loop {
-        let record = store.get(m.id).await.expect("get").expect("stored");
+        let record = store.get_message(m.id).await.expect("get").expect("stored");
         if record.status == Status::Sent {
             break record.publish.completed_at.expect("sent at");
         }

@@ -4,9 +4,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_core::{Decision, Status};
-use outbox_ports::{Arrival, DeadLetter, InboxStore, Lease, PortError};
+use outbox_ports::{
+    Arrival, DeadLetter, InboxOperator, InboxRetention, InboxStore, Lease, PortError,
+};
 
 use crate::{LONG_TTL, SHORT_TTL, message, unique_key};
+
+/// What a case drives (the store, its retention) and checks (the operator's reads
+/// of the same inbox): every adapter's inbox store is all three.
+pub trait InboxSubject: InboxStore + InboxOperator + InboxRetention {}
+
+impl<T: InboxStore + InboxOperator + InboxRetention + ?Sized> InboxSubject for T {}
 
 fn lease() -> Lease {
     Lease::new(unique_key("worker"), LONG_TTL)
@@ -17,7 +25,7 @@ fn consumer() -> String {
 }
 
 /// The first arrival is new; every later one is a duplicate, whatever its status.
-pub async fn first_arrival_is_new_and_the_next_a_duplicate(inbox: Arc<dyn InboxStore>) {
+pub async fn first_arrival_is_new_and_the_next_a_duplicate(inbox: Arc<dyn InboxSubject>) {
     let c = consumer();
     let m = message("contract", "k");
     let l = lease();
@@ -40,7 +48,11 @@ pub async fn first_arrival_is_new_and_the_next_a_duplicate(inbox: Arc<dyn InboxS
             .expect("redelivery"),
         Arrival::Duplicate(Status::Consumed)
     );
-    let rec = inbox.get(&c, m.id).await.expect("get").expect("row");
+    let rec = inbox
+        .get_delivery(&c, m.id)
+        .await
+        .expect("get")
+        .expect("row");
     assert_eq!(rec.status, Status::Consumed);
     assert_eq!(rec.consume.attempts, 1);
     assert!(rec.consume.completed_at.is_some());
@@ -52,7 +64,7 @@ pub async fn first_arrival_is_new_and_the_next_a_duplicate(inbox: Arc<dyn InboxS
 /// the broker's reason, which can be reconsumed; one the inbox holds already is
 /// left as it is.
 pub async fn a_delivery_the_broker_gave_up_on_is_dead_unless_held_already(
-    inbox: Arc<dyn InboxStore>,
+    inbox: Arc<dyn InboxSubject>,
 ) {
     let c = consumer();
     let given_up = message("contract", "k");
@@ -63,7 +75,11 @@ pub async fn a_delivery_the_broker_gave_up_on_is_dead_unless_held_already(
             .await
             .expect("new")
     );
-    let rec = inbox.get(&c, given_up.id).await.expect("get").expect("row");
+    let rec = inbox
+        .get_delivery(&c, given_up.id)
+        .await
+        .expect("get")
+        .expect("row");
     assert_eq!(rec.status, Status::Dead);
     assert_eq!(rec.consume.last_error.as_deref(), Some(reason));
     assert_eq!(rec.consume.attempts, 0, "no handler ran");
@@ -85,7 +101,7 @@ pub async fn a_delivery_the_broker_gave_up_on_is_dead_unless_held_already(
         "a dead row is not retried by itself"
     );
     inbox
-        .reconsume(&c, given_up.id, false)
+        .reconsume_delivery(&c, given_up.id, false)
         .await
         .expect("reconsume");
     let claimed = inbox.claim_due(&c, &lease(), 10).await.expect("claim");
@@ -109,7 +125,11 @@ pub async fn a_delivery_the_broker_gave_up_on_is_dead_unless_held_already(
             .await
             .expect("consumed before")
     );
-    let rec = inbox.get(&c, consumed.id).await.expect("get").expect("row");
+    let rec = inbox
+        .get_delivery(&c, consumed.id)
+        .await
+        .expect("get")
+        .expect("row");
     assert_eq!(
         rec.status,
         Status::Consumed,
@@ -118,7 +138,7 @@ pub async fn a_delivery_the_broker_gave_up_on_is_dead_unless_held_already(
 }
 
 /// Two consumers of one message each get it once.
-pub async fn consumers_are_isolated(inbox: Arc<dyn InboxStore>) {
+pub async fn consumers_are_isolated(inbox: Arc<dyn InboxSubject>) {
     let m = message("contract", "k");
     let (a, b) = (consumer(), consumer());
     assert_eq!(
@@ -132,7 +152,7 @@ pub async fn consumers_are_isolated(inbox: Arc<dyn InboxStore>) {
 }
 
 /// A failure is stored with its error and claimed by the sweep only when due.
-pub async fn a_failed_delivery_is_claimed_when_due(inbox: Arc<dyn InboxStore>) {
+pub async fn a_failed_delivery_is_claimed_when_due(inbox: Arc<dyn InboxSubject>) {
     let c = consumer();
     let m = message("contract", "k");
     let l = lease();
@@ -144,7 +164,11 @@ pub async fn a_failed_delivery_is_claimed_when_due(inbox: Arc<dyn InboxStore>) {
             .await
             .expect("fail")
     );
-    let rec = inbox.get(&c, m.id).await.expect("get").expect("row");
+    let rec = inbox
+        .get_delivery(&c, m.id)
+        .await
+        .expect("get")
+        .expect("row");
     assert_eq!(rec.status, Status::ConsumeFailed);
     assert_eq!(rec.consume.last_error.as_deref(), Some("handler blew up"));
     assert_eq!(
@@ -183,7 +207,7 @@ pub async fn a_failed_delivery_is_claimed_when_due(inbox: Arc<dyn InboxStore>) {
     );
     assert_eq!(
         inbox
-            .get(&c, m.id)
+            .get_delivery(&c, m.id)
             .await
             .expect("get")
             .expect("row")
@@ -194,7 +218,7 @@ pub async fn a_failed_delivery_is_claimed_when_due(inbox: Arc<dyn InboxStore>) {
 }
 
 /// After a `Dead` decision the delivery is listed as dead and never claimed.
-pub async fn dead_after_the_last_failure(inbox: Arc<dyn InboxStore>) {
+pub async fn dead_after_the_last_failure(inbox: Arc<dyn InboxSubject>) {
     let c = consumer();
     let m = message("contract", "k");
     let l = lease();
@@ -203,7 +227,10 @@ pub async fn dead_after_the_last_failure(inbox: Arc<dyn InboxStore>) {
         .mark_consume_failed(&c, m.id, &l, "poison", Decision::Dead)
         .await
         .expect("dead");
-    let dead = inbox.list(&c, Status::Dead, 10).await.expect("list");
+    let dead = inbox
+        .oldest_deliveries(&c, Status::Dead, 10)
+        .await
+        .expect("list");
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].consume.last_error.as_deref(), Some("poison"));
     assert!(
@@ -218,7 +245,7 @@ pub async fn dead_after_the_last_failure(inbox: Arc<dyn InboxStore>) {
 
 /// A worker that recorded an arrival and vanished: the sweep, or the broker's
 /// redelivery, takes the delivery over once the lease runs out.
-pub async fn an_abandoned_arrival_is_claimed_after_its_lease(inbox: Arc<dyn InboxStore>) {
+pub async fn an_abandoned_arrival_is_claimed_after_its_lease(inbox: Arc<dyn InboxSubject>) {
     let c = consumer();
     let (m1, m2) = (message("contract", "k"), message("contract", "k"));
     let gone = Lease::new(unique_key("gone"), SHORT_TTL);
@@ -252,7 +279,7 @@ pub async fn an_abandoned_arrival_is_claimed_after_its_lease(inbox: Arc<dyn Inbo
 }
 
 /// Marks by anyone but the holder change nothing.
-pub async fn marks_are_fenced_by_the_lease_holder(inbox: Arc<dyn InboxStore>) {
+pub async fn marks_are_fenced_by_the_lease_holder(inbox: Arc<dyn InboxSubject>) {
     let c = consumer();
     let m = message("contract", "k");
     let l = lease();
@@ -266,26 +293,34 @@ pub async fn marks_are_fenced_by_the_lease_holder(inbox: Arc<dyn InboxStore>) {
             .expect("other")
     );
     assert_eq!(
-        inbox.get(&c, m.id).await.expect("get").expect("row").status,
+        inbox
+            .get_delivery(&c, m.id)
+            .await
+            .expect("get")
+            .expect("row")
+            .status,
         Status::Sent
     );
 }
 
 /// Reconsume brings a consumed delivery back for the sweep; unknown ids are an
 /// error.
-pub async fn reconsume_brings_a_consumed_delivery_back(inbox: Arc<dyn InboxStore>) {
+pub async fn reconsume_brings_a_consumed_delivery_back(inbox: Arc<dyn InboxSubject>) {
     let c = consumer();
     let m = message("contract", "k");
     let l = lease();
     inbox.record_arrival(&c, &m, &l).await.expect("arrive");
     inbox.mark_consumed(&c, m.id, &l).await.expect("consumed");
-    inbox.reconsume(&c, m.id, true).await.expect("reconsume");
+    inbox
+        .reconsume_delivery(&c, m.id, true)
+        .await
+        .expect("reconsume");
     let due = inbox.claim_due(&c, &lease(), 10).await.expect("claim");
     assert_eq!(due.len(), 1);
     assert_eq!(due[0].attempts, 0, "fresh budget");
     let unknown = message("contract", "k").id;
     assert!(matches!(
-        inbox.reconsume(&c, unknown, false).await,
+        inbox.reconsume_delivery(&c, unknown, false).await,
         Err(PortError::NotFound { .. })
     ));
 }
@@ -293,13 +328,13 @@ pub async fn reconsume_brings_a_consumed_delivery_back(inbox: Arc<dyn InboxStore
 /// A single reconsume changes a delivery only from the status the operator acted
 /// on: a consumed one only with `again`, and never one a worker or a retry holds
 /// (its live lease), so a retry that consumes it meanwhile is not run twice.
-pub async fn reconsume_takes_only_the_status_acted_on(inbox: Arc<dyn InboxStore>) {
+pub async fn reconsume_takes_only_the_status_acted_on(inbox: Arc<dyn InboxSubject>) {
     let c = consumer();
     let m = message("contract", "k");
     let worker = lease();
     inbox.record_arrival(&c, &m, &worker).await.expect("arrive");
     let err = inbox
-        .reconsume(&c, m.id, true)
+        .reconsume_delivery(&c, m.id, true)
         .await
         .expect_err("in progress");
     assert!(matches!(err, PortError::IllegalTransition(_)), "{err}");
@@ -319,7 +354,7 @@ pub async fn reconsume_takes_only_the_status_acted_on(inbox: Arc<dyn InboxStore>
     assert_eq!(due.len(), 1);
     for again in [false, true] {
         let err = inbox
-            .reconsume(&c, m.id, again)
+            .reconsume_delivery(&c, m.id, again)
             .await
             .expect_err("held by the retry");
         assert!(
@@ -330,7 +365,7 @@ pub async fn reconsume_takes_only_the_status_acted_on(inbox: Arc<dyn InboxStore>
     assert!(inbox.mark_consumed(&c, m.id, &sweep).await.expect("retry"));
     // The operator acted on a failed delivery; it is consumed now.
     let err = inbox
-        .reconsume(&c, m.id, false)
+        .reconsume_delivery(&c, m.id, false)
         .await
         .expect_err("consumed meanwhile");
     assert!(
@@ -346,7 +381,10 @@ pub async fn reconsume_takes_only_the_status_acted_on(inbox: Arc<dyn InboxStore>
         "nothing to run again"
     );
     // Asked for explicitly, a consumed delivery runs once more.
-    inbox.reconsume(&c, m.id, true).await.expect("again");
+    inbox
+        .reconsume_delivery(&c, m.id, true)
+        .await
+        .expect("again");
     assert_eq!(
         inbox
             .claim_due(&c, &lease(), 10)
@@ -358,7 +396,7 @@ pub async fn reconsume_takes_only_the_status_acted_on(inbox: Arc<dyn InboxStore>
 }
 
 /// Undecodable deliveries are kept with their body and reason.
-pub async fn dead_letters_are_kept(inbox: Arc<dyn InboxStore>) {
+pub async fn dead_letters_are_kept(inbox: Arc<dyn InboxSubject>) {
     let c = consumer();
     let letter = DeadLetter {
         message_id: None,
@@ -385,7 +423,7 @@ fn ids(claimed: &[outbox_ports::ClaimedDelivery]) -> Vec<outbox_core::MessageId>
 /// its key is unfinished is held (recorded, not handed out); the sweep hands the
 /// key's deliveries out one after another, in arrival order; other keys, other
 /// consumers and messages without a key are not held.
-pub async fn keyed_deliveries_wait_behind_an_unfinished_one(inbox: Arc<dyn InboxStore>) {
+pub async fn keyed_deliveries_wait_behind_an_unfinished_one(inbox: Arc<dyn InboxSubject>) {
     let c = consumer();
     let key = unique_key("key");
     let (a, b, d) = (keyed(&key), keyed(&key), keyed(&key));
@@ -396,7 +434,7 @@ pub async fn keyed_deliveries_wait_behind_an_unfinished_one(inbox: Arc<dyn Inbox
         "nothing earlier: not held"
     );
     assert!(
-        inbox.get(&c, a.id).await.expect("get").is_none(),
+        inbox.get_delivery(&c, a.id).await.expect("get").is_none(),
         "not held, not recorded"
     );
     assert_eq!(
@@ -430,7 +468,11 @@ pub async fn keyed_deliveries_wait_behind_an_unfinished_one(inbox: Arc<dyn Inbox
         !inbox.hold_behind_key(&c, &b).await.expect("again"),
         "a redelivery of a held one is left to record_arrival"
     );
-    let held = inbox.get(&c, b.id).await.expect("get").expect("held row");
+    let held = inbox
+        .get_delivery(&c, b.id)
+        .await
+        .expect("get")
+        .expect("held row");
     assert_eq!(held.status, Status::Sent);
     assert_eq!(held.message.ordering_key.as_deref(), Some(key.as_str()));
     assert_eq!(
@@ -490,7 +532,7 @@ pub async fn keyed_deliveries_wait_behind_an_unfinished_one(inbox: Arc<dyn Inbox
 }
 
 /// A dead delivery does not hold its key back.
-pub async fn a_dead_delivery_does_not_hold_its_key(inbox: Arc<dyn InboxStore>) {
+pub async fn a_dead_delivery_does_not_hold_its_key(inbox: Arc<dyn InboxSubject>) {
     let c = consumer();
     let key = unique_key("key");
     let (a, b) = (keyed(&key), keyed(&key));
@@ -512,4 +554,102 @@ pub async fn a_dead_delivery_does_not_hold_its_key(inbox: Arc<dyn InboxStore>) {
             .expect("later"),
         "b is claimed by the sweep, unfinished: a later one is held behind it"
     );
+}
+
+/// Retention deletes one consumer's deliveries consumed longer ago than the age,
+/// oldest first, a batch at a time; never a younger one, one in another status,
+/// or another consumer's.
+pub async fn retention_deletes_only_old_consumed_deliveries(inbox: Arc<dyn InboxSubject>) {
+    let (c, other) = (consumer(), consumer());
+    let l = lease();
+    let ms: Vec<_> = (0..5).map(|_| message("contract", "k")).collect();
+    for m in &ms {
+        inbox.record_arrival(&c, m, &l).await.expect("arrive");
+    }
+    let theirs = message("contract", "k");
+    inbox
+        .record_arrival(&other, &theirs, &l)
+        .await
+        .expect("arrive");
+    inbox
+        .mark_consumed(&c, ms[0].id, &l)
+        .await
+        .expect("consumed");
+    inbox
+        .mark_consumed(&c, ms[1].id, &l)
+        .await
+        .expect("consumed");
+    inbox
+        .mark_consumed(&other, theirs.id, &l)
+        .await
+        .expect("consumed");
+    inbox
+        .mark_consume_failed(&c, ms[2].id, &l, "e", Decision::Dead)
+        .await
+        .expect("dead");
+    inbox
+        .mark_consume_failed(
+            &c,
+            ms[3].id,
+            &l,
+            "e",
+            Decision::RetryAfter(Duration::from_secs(60)),
+        )
+        .await
+        .expect("failed");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    // Consumed just now: younger than the age (ms[4] stays received).
+    let young = message("contract", "k");
+    inbox.record_arrival(&c, &young, &l).await.expect("arrive");
+    inbox
+        .mark_consumed(&c, young.id, &l)
+        .await
+        .expect("consumed");
+    let age = Duration::from_millis(500);
+    assert_eq!(
+        inbox
+            .delete_consumed_batch(&c, age, 1)
+            .await
+            .expect("batch"),
+        1
+    );
+    assert!(
+        inbox
+            .get_delivery(&c, ms[0].id)
+            .await
+            .expect("get")
+            .is_none(),
+        "the oldest goes first"
+    );
+    assert_eq!(
+        inbox
+            .delete_consumed_batch(&c, age, 10)
+            .await
+            .expect("batch"),
+        1
+    );
+    assert_eq!(
+        inbox
+            .delete_consumed_batch(&c, age, 10)
+            .await
+            .expect("batch"),
+        0
+    );
+    for (consumer, id, status) in [
+        (&c, ms[2].id, Status::Dead),
+        (&c, ms[3].id, Status::ConsumeFailed),
+        (&c, ms[4].id, Status::Sent),
+        (&c, young.id, Status::Consumed),
+        (&other, theirs.id, Status::Consumed),
+    ] {
+        assert_eq!(
+            inbox
+                .get_delivery(consumer, id)
+                .await
+                .expect("get")
+                .map(|r| r.status),
+            Some(status),
+            "retention removed a {status} delivery"
+        );
+    }
 }

@@ -69,8 +69,8 @@ fn ids(ms: &[Message]) -> Vec<MessageId> {
 }
 
 async fn status_of(i: &InboxUnderTest, consumer: &str, id: MessageId) -> Option<Status> {
-    i.store
-        .get(consumer, id)
+    i.operator
+        .get_delivery(consumer, id)
         .await
         .expect("get")
         .map(|r| r.status)
@@ -198,8 +198,8 @@ pub async fn bulk_reconsume_honours_max_and_status(i: InboxUnderTest) {
         "other consumer"
     );
     let rec = i
-        .store
-        .get(&c, dead[1].id)
+        .operator
+        .get_delivery(&c, dead[1].id)
         .await
         .expect("get")
         .expect("row");

@@ -5,7 +5,7 @@
 //! fresh, isolated instance of its adapter:
 //!
 //! ```text
-//! async fn fresh_outbox() -> std::sync::Arc<dyn outbox_ports::OutboxStore> { ... }
+//! async fn fresh_outbox() -> std::sync::Arc<dyn outbox_testkit::outbox::OutboxSubject> { ... }
 //! outbox_testkit::outbox_store_contract!(crate::fresh_outbox);
 //! ```
 //!
@@ -79,7 +79,8 @@ macro_rules! __contract_cases {
 }
 
 /// Runs the [`OutboxStore`](outbox_ports::OutboxStore) contract; `$make` is the
-/// path of an async fn returning a fresh `Arc<dyn OutboxStore>`.
+/// path of an async fn returning a fresh `Arc<dyn outbox::OutboxSubject>` (the
+/// store, checked through the operator's reads of it).
 #[macro_export]
 macro_rules! outbox_store_contract {
     ($make:path) => {
@@ -108,8 +109,9 @@ macro_rules! outbox_store_contract {
     };
 }
 
-/// Runs the [`InboxStore`](outbox_ports::InboxStore) contract; `$make` is the path
-/// of an async fn returning a fresh `Arc<dyn InboxStore>`.
+/// Runs the [`InboxStore`](outbox_ports::InboxStore) and
+/// [`InboxRetention`](outbox_ports::InboxRetention) contract; `$make` is the path
+/// of an async fn returning a fresh `Arc<dyn inbox::InboxSubject>`.
 #[macro_export]
 macro_rules! inbox_store_contract {
     ($make:path) => {
@@ -129,6 +131,7 @@ macro_rules! inbox_store_contract {
                 a_delivery_the_broker_gave_up_on_is_dead_unless_held_already,
                 keyed_deliveries_wait_behind_an_unfinished_one,
                 a_dead_delivery_does_not_hold_its_key,
+                retention_deletes_only_old_consumed_deliveries,
             ]
         );
     };

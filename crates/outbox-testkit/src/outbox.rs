@@ -5,9 +5,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_core::{Decision, MessageId, Status};
-use outbox_ports::{Lease, OutboxStore, PortError, PublishFailure};
+use outbox_ports::{Lease, OutboxOperator, OutboxStore, PortError, PublishFailure};
 
 use crate::{LONG_TTL, SHORT_TTL, message, messages};
+
+/// What a case drives (the store) and checks (the operator's reads of the same
+/// outbox): every adapter's outbox store is both.
+pub trait OutboxSubject: OutboxStore + OutboxOperator {}
+
+impl<T: OutboxStore + OutboxOperator + ?Sized> OutboxSubject for T {}
 
 fn lease(name: &str) -> Lease {
     Lease::new(format!("{name}-{}", crate::unique_key("lease")), LONG_TTL)
@@ -18,7 +24,7 @@ fn ids(claimed: &[outbox_ports::ClaimedMessage]) -> Vec<MessageId> {
 }
 
 /// Claims come in enqueue order, carry the message intact, and never repeat.
-pub async fn claims_pending_in_enqueue_order(store: Arc<dyn OutboxStore>) {
+pub async fn claims_pending_in_enqueue_order(store: Arc<dyn OutboxSubject>) {
     let msgs = messages(5);
     let expected: Vec<_> = msgs.iter().map(|m| m.id).collect();
     store.enqueue(msgs.clone()).await.expect("enqueue");
@@ -35,7 +41,7 @@ pub async fn claims_pending_in_enqueue_order(store: Arc<dyn OutboxStore>) {
 /// A delayed message stays pending (counted as scheduled, not as waiting) and is
 /// not claimed before its due time; then it is claimed like any other. One whose
 /// due time has passed already is claimed at once.
-pub async fn a_delayed_message_is_claimed_only_once_due(store: Arc<dyn OutboxStore>) {
+pub async fn a_delayed_message_is_claimed_only_once_due(store: Arc<dyn OutboxSubject>) {
     let before = store.stats().await.expect("stats");
     let now = time::OffsetDateTime::now_utc();
     let due = now + time::Duration::milliseconds(1500);
@@ -106,7 +112,7 @@ async fn assert_time_left(store: &dyn OutboxStore, later: &outbox_core::Message,
 }
 
 /// A row under a live lease is invisible to other claimers.
-pub async fn a_leased_row_is_not_claimed_twice(store: Arc<dyn OutboxStore>) {
+pub async fn a_leased_row_is_not_claimed_twice(store: Arc<dyn OutboxSubject>) {
     store.enqueue(messages(3)).await.expect("enqueue");
     assert_eq!(
         store.claim_pending(&lease("a"), 10).await.expect("a").len(),
@@ -129,7 +135,7 @@ pub async fn a_leased_row_is_not_claimed_twice(store: Arc<dyn OutboxStore>) {
 }
 
 /// Only the holder's marks apply; a mark records the attempt and the sent time.
-pub async fn marks_are_fenced_by_the_lease_holder(store: Arc<dyn OutboxStore>) {
+pub async fn marks_are_fenced_by_the_lease_holder(store: Arc<dyn OutboxSubject>) {
     let m = message("contract", "k");
     store.enqueue(vec![m.clone()]).await.expect("enqueue");
     let holder = lease("holder");
@@ -149,11 +155,16 @@ pub async fn marks_are_fenced_by_the_lease_holder(store: Arc<dyn OutboxStore>) {
         0
     );
     assert_eq!(
-        store.get(m.id).await.expect("get").expect("row").status,
+        store
+            .get_message(m.id)
+            .await
+            .expect("get")
+            .expect("row")
+            .status,
         Status::Pending
     );
     assert_eq!(store.mark_sent(&holder, &[m.id]).await.expect("mark"), 1);
-    let rec = store.get(m.id).await.expect("get").expect("row");
+    let rec = store.get_message(m.id).await.expect("get").expect("row");
     assert_eq!(rec.status, Status::Sent);
     assert_eq!(rec.publish.attempts, 1);
     assert!(rec.publish.completed_at.is_some());
@@ -169,7 +180,7 @@ pub async fn marks_are_fenced_by_the_lease_holder(store: Arc<dyn OutboxStore>) {
 }
 
 /// A failed publish is stored with its error and comes back only when due.
-pub async fn a_failed_publish_waits_for_its_backoff(store: Arc<dyn OutboxStore>) {
+pub async fn a_failed_publish_waits_for_its_backoff(store: Arc<dyn OutboxSubject>) {
     let m = message("contract", "k");
     store.enqueue(vec![m.clone()]).await.expect("enqueue");
     let l = lease("a");
@@ -186,7 +197,7 @@ pub async fn a_failed_publish_waits_for_its_backoff(store: Arc<dyn OutboxStore>)
             .expect("mark"),
         1
     );
-    let rec = store.get(m.id).await.expect("get").expect("row");
+    let rec = store.get_message(m.id).await.expect("get").expect("row");
     assert_eq!(rec.status, Status::PublishFailed);
     assert_eq!(rec.publish.attempts, 1);
     assert_eq!(rec.publish.last_error.as_deref(), Some("broker said no"));
@@ -213,7 +224,7 @@ pub async fn a_failed_publish_waits_for_its_backoff(store: Arc<dyn OutboxStore>)
 
 /// `Dead` is listed, and requeue makes it pending with a fresh budget; other
 /// statuses and unknown ids are refused.
-pub async fn dead_messages_can_be_requeued(store: Arc<dyn OutboxStore>) {
+pub async fn dead_messages_can_be_requeued(store: Arc<dyn OutboxSubject>) {
     let m = message("contract", "k");
     store.enqueue(vec![m.clone()]).await.expect("enqueue");
     let l = lease("a");
@@ -227,31 +238,31 @@ pub async fn dead_messages_can_be_requeued(store: Arc<dyn OutboxStore>) {
         .mark_publish_failed(&l, &[failure])
         .await
         .expect("mark");
-    let dead = store.list(Status::Dead, 10).await.expect("list");
+    let dead = store.oldest_messages(Status::Dead, 10).await.expect("list");
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].message.id, m.id);
     assert_eq!(dead[0].publish.last_error.as_deref(), Some("poison"));
     let fresh = message("contract", "fresh");
     store.enqueue(vec![fresh.clone()]).await.expect("enqueue");
-    store.requeue(m.id).await.expect("requeue");
+    store.requeue_message(m.id).await.expect("requeue");
     let again = store.claim_pending(&lease("b"), 10).await.expect("claim");
     assert_eq!(ids(&again), [m.id, fresh.id]);
     assert_eq!(again[0].attempts, 0);
     assert!(again[0].requeued, "a claim says it was requeued");
     assert!(!again[1].requeued, "a first publish is not a requeue");
     let err = store
-        .requeue(m.id)
+        .requeue_message(m.id)
         .await
         .expect_err("pending cannot be requeued");
     assert!(matches!(err, PortError::IllegalTransition(_)), "{err}");
     let unknown = message("contract", "k").id;
-    let err = store.requeue(unknown).await.expect_err("unknown");
+    let err = store.requeue_message(unknown).await.expect_err("unknown");
     assert!(matches!(err, PortError::NotFound { .. }), "{err}");
 }
 
 /// A requeue never takes a message a relay holds (its live lease: it may be on its
 /// way to the broker), nor one that was sent meanwhile.
-pub async fn requeue_refuses_a_message_a_relay_holds(store: Arc<dyn OutboxStore>) {
+pub async fn requeue_refuses_a_message_a_relay_holds(store: Arc<dyn OutboxSubject>) {
     let m = message("contract", "k");
     store.enqueue(vec![m.clone()]).await.expect("enqueue");
     let first = lease("a");
@@ -274,10 +285,16 @@ pub async fn requeue_refuses_a_message_a_relay_holds(store: Arc<dyn OutboxStore>
             .expect("retry claim")),
         [m.id]
     );
-    let err = store.requeue(m.id).await.expect_err("held by the relay");
+    let err = store
+        .requeue_message(m.id)
+        .await
+        .expect_err("held by the relay");
     assert!(matches!(err, PortError::Busy { .. }), "{err}");
     assert_eq!(store.mark_sent(&retry, &[m.id]).await.expect("sent"), 1);
-    let err = store.requeue(m.id).await.expect_err("sent meanwhile");
+    let err = store
+        .requeue_message(m.id)
+        .await
+        .expect_err("sent meanwhile");
     assert!(
         matches!(err, PortError::IllegalTransition(ref t) if t.from == Status::Sent),
         "{err}"
@@ -294,7 +311,7 @@ pub async fn requeue_refuses_a_message_a_relay_holds(store: Arc<dyn OutboxStore>
 
 /// Rows of a claimer that vanished come back after its lease; its late marks are
 /// fenced off.
-pub async fn an_expired_lease_brings_rows_back(store: Arc<dyn OutboxStore>) {
+pub async fn an_expired_lease_brings_rows_back(store: Arc<dyn OutboxSubject>) {
     store.enqueue(messages(2)).await.expect("enqueue");
     let gone = Lease::new(crate::unique_key("gone"), SHORT_TTL);
     let taken = store.claim_pending(&gone, 10).await.expect("claim");
@@ -313,7 +330,7 @@ pub async fn an_expired_lease_brings_rows_back(store: Arc<dyn OutboxStore>) {
     );
     assert_eq!(
         store
-            .get(again[0].message.id)
+            .get_message(again[0].message.id)
             .await
             .expect("get")
             .expect("row")
@@ -332,7 +349,7 @@ pub async fn an_expired_lease_brings_rows_back(store: Arc<dyn OutboxStore>) {
 }
 
 /// Released rows are claimable again and no attempt is counted.
-pub async fn release_returns_rows_unchanged(store: Arc<dyn OutboxStore>) {
+pub async fn release_returns_rows_unchanged(store: Arc<dyn OutboxSubject>) {
     let msgs = messages(2);
     store.enqueue(msgs.clone()).await.expect("enqueue");
     let l = lease("a");
@@ -351,7 +368,7 @@ pub async fn release_returns_rows_unchanged(store: Arc<dyn OutboxStore>) {
 }
 
 /// Stats count each unsent status and the oldest unsent message.
-pub async fn stats_count_by_status(store: Arc<dyn OutboxStore>) {
+pub async fn stats_count_by_status(store: Arc<dyn OutboxSubject>) {
     let msgs = messages(4);
     store.enqueue(msgs.clone()).await.expect("enqueue");
     let l = lease("a");
@@ -374,14 +391,14 @@ pub async fn stats_count_by_status(store: Arc<dyn OutboxStore>) {
         .expect("failed");
     let s = store.stats().await.expect("stats");
     assert_eq!((s.pending, s.publish_failed, s.dead), (1, 1, 1));
-    let sent = store.list(Status::Sent, 10).await.expect("list");
+    let sent = store.oldest_messages(Status::Sent, 10).await.expect("list");
     assert_eq!(sent.len(), 1);
     let oldest = s.oldest_unsent_at.expect("oldest");
     assert!(oldest <= msgs[3].created_at);
 }
 
 /// A batch with one message over the limits stores none of them.
-pub async fn an_invalid_message_stores_nothing(store: Arc<dyn OutboxStore>) {
+pub async fn an_invalid_message_stores_nothing(store: Arc<dyn OutboxSubject>) {
     let good = message("contract", "k");
     let mut huge = message("contract", "k");
     huge.payload = vec![b'x'; 2 << 20];
@@ -390,7 +407,7 @@ pub async fn an_invalid_message_stores_nothing(store: Arc<dyn OutboxStore>) {
         .await
         .expect_err("oversized payload");
     assert!(matches!(err, PortError::InvalidMessage(_)), "{err}");
-    assert!(store.get(good.id).await.expect("get").is_none());
+    assert!(store.get_message(good.id).await.expect("get").is_none());
     let mut long = message("contract", "k");
     long.routing_key = "k".repeat(300);
     assert!(matches!(
@@ -404,7 +421,7 @@ pub async fn an_invalid_message_stores_nothing(store: Arc<dyn OutboxStore>) {
 /// pending, failed or sent message stays (an operator's `delete` racing a `requeue`
 /// must not remove a message that is about to be published). Unknown ids are an
 /// error.
-pub async fn only_dead_messages_are_deleted(store: Arc<dyn OutboxStore>) {
+pub async fn only_dead_messages_are_deleted(store: Arc<dyn OutboxSubject>) {
     let msgs = messages(4);
     store.enqueue(msgs.clone()).await.expect("enqueue");
     let (pending, sent, failed, dead) = (msgs[0].id, msgs[1].id, msgs[2].id, msgs[3].id);
@@ -434,21 +451,27 @@ pub async fn only_dead_messages_are_deleted(store: Arc<dyn OutboxStore>) {
         (sent, Status::Sent),
         (failed, Status::PublishFailed),
     ] {
-        let err = store.delete(id).await.expect_err("not dead: refused");
+        let err = store
+            .delete_message(id, false)
+            .await
+            .expect_err("not dead: refused");
         assert!(
             matches!(err, PortError::NotDeletable(ref e) if e.status == status),
             "{status}: {err}"
         );
         assert_eq!(
-            store.get(id).await.expect("get").map(|r| r.status),
+            store.get_message(id).await.expect("get").map(|r| r.status),
             Some(status),
             "a {status} message was deleted"
         );
     }
-    store.delete(dead).await.expect("delete dead");
-    assert!(store.get(dead).await.expect("get").is_none());
+    store
+        .delete_message(dead, false)
+        .await
+        .expect("delete dead");
+    assert!(store.get_message(dead).await.expect("get").is_none());
     assert!(matches!(
-        store.delete(dead).await,
+        store.delete_message(dead, false).await,
         Err(PortError::NotFound { .. })
     ));
     // Requeued, a dead message is pending again and no longer deletable.
@@ -459,20 +482,24 @@ pub async fn only_dead_messages_are_deleted(store: Arc<dyn OutboxStore>) {
         .mark_publish_failed(&l, &[fail(m.id, Decision::Dead)])
         .await
         .expect("dead");
-    store.requeue(m.id).await.expect("requeue");
+    store.requeue_message(m.id).await.expect("requeue");
     assert!(matches!(
-        store.delete(m.id).await,
+        store.delete_message(m.id, false).await,
         Err(PortError::NotDeletable(_))
     ));
     assert_eq!(
-        store.get(m.id).await.expect("get").map(|r| r.status),
+        store
+            .get_message(m.id)
+            .await
+            .expect("get")
+            .map(|r| r.status),
         Some(Status::Pending)
     );
 }
 
 /// Retention deletes only `Sent` messages older than the age, oldest first, at most
 /// `limit` per call; pending, failed, dead and recently sent messages stay.
-pub async fn retention_deletes_only_old_sent_messages(store: Arc<dyn OutboxStore>) {
+pub async fn retention_deletes_only_old_sent_messages(store: Arc<dyn OutboxSubject>) {
     let msgs = messages(6);
     store.enqueue(msgs.clone()).await.expect("enqueue");
     let l = lease("a");
@@ -502,7 +529,7 @@ pub async fn retention_deletes_only_old_sent_messages(store: Arc<dyn OutboxStore
     let age = Duration::from_millis(500);
     assert_eq!(store.delete_sent_batch(age, 1).await.expect("batch"), 1);
     assert!(
-        store.get(msgs[0].id).await.expect("get").is_none(),
+        store.get_message(msgs[0].id).await.expect("get").is_none(),
         "the oldest goes first"
     );
     assert_eq!(store.delete_sent_batch(age, 10).await.expect("batch"), 1);
@@ -514,7 +541,11 @@ pub async fn retention_deletes_only_old_sent_messages(store: Arc<dyn OutboxStore
         (&msgs[5], Status::Pending),
     ] {
         assert_eq!(
-            store.get(m.id).await.expect("get").map(|r| r.status),
+            store
+                .get_message(m.id)
+                .await
+                .expect("get")
+                .map(|r| r.status),
             Some(status),
             "retention removed a {status} message"
         );
@@ -522,7 +553,7 @@ pub async fn retention_deletes_only_old_sent_messages(store: Arc<dyn OutboxStore
 }
 
 /// Four claimers racing over the same rows take each row exactly once.
-pub async fn concurrent_claimers_take_each_row_once(store: Arc<dyn OutboxStore>) {
+pub async fn concurrent_claimers_take_each_row_once(store: Arc<dyn OutboxSubject>) {
     let msgs = messages(400);
     let all: HashSet<_> = msgs.iter().map(|m| m.id).collect();
     store.enqueue(msgs).await.expect("enqueue");
@@ -573,7 +604,7 @@ fn failure(id: MessageId, decision: Decision) -> PublishFailure {
 /// Per-key ordering: a keyed message is claimed only when no earlier message of its
 /// key is still unsent: not while one is in flight (claimed), failing and waiting
 /// for its retry, delayed, or dead; other keys and unkeyed messages flow meanwhile.
-pub async fn keyed_messages_are_claimed_one_at_a_time_in_order(store: Arc<dyn OutboxStore>) {
+pub async fn keyed_messages_are_claimed_one_at_a_time_in_order(store: Arc<dyn OutboxSubject>) {
     let (a, b, c) = (
         crate::unique_key("a"),
         crate::unique_key("b"),
@@ -663,7 +694,7 @@ pub async fn keyed_messages_are_claimed_one_at_a_time_in_order(store: Arc<dyn Ou
 
 /// With [`outbox_ports::DeadHead::Skip`] a dead message no longer holds its key
 /// back; with the default it does until an operator deletes or requeues it.
-pub async fn a_dead_head_blocks_its_key_unless_skipped(store: Arc<dyn OutboxStore>, skip: bool) {
+pub async fn a_dead_head_blocks_its_key_unless_skipped(store: Arc<dyn OutboxSubject>, skip: bool) {
     let k = crate::unique_key("k");
     let (k1, k2, k3) = (
         keyed("contract", &k),
@@ -706,7 +737,10 @@ pub async fn a_dead_head_blocks_its_key_unless_skipped(store: Arc<dyn OutboxStor
             "the oldest unsent is the first one waiting: {oldest} against {}",
             k2.created_at
         );
-        store.delete(k1.id).await.expect("delete the dead head");
+        store
+            .delete_message(k1.id, false)
+            .await
+            .expect("delete the dead head");
         assert_eq!(
             ids(&store.claim_pending(&l, 100).await.expect("claim")),
             [k2.id],
@@ -737,7 +771,7 @@ impl Steps {
 /// relay got is the next unsent one of its key. At the end, one relay drains the
 /// rest; every key's messages were sent once each, in order.
 pub async fn keyed_order_holds_under_interleaved_relays(
-    store: Arc<dyn OutboxStore>,
+    store: Arc<dyn OutboxSubject>,
     seeds: std::ops::Range<u64>,
 ) {
     use std::collections::HashMap;
@@ -872,6 +906,6 @@ pub async fn keyed_order_holds_under_interleaved_relays(
 }
 
 /// [`keyed_order_holds_under_interleaved_relays`] over 10 seeds, as a contract case (each seed adds its rows to the same table).
-pub async fn keyed_order_holds_under_interleaved_relays_10_seeds(store: Arc<dyn OutboxStore>) {
+pub async fn keyed_order_holds_under_interleaved_relays_10_seeds(store: Arc<dyn OutboxSubject>) {
     keyed_order_holds_under_interleaved_relays(store, 0..10).await;
 }

@@ -84,7 +84,11 @@ async fn put(o: &OutboxUnderTest, messages: Vec<Message>, status: Status) -> Vec
 }
 
 async fn status_of(o: &OutboxUnderTest, id: MessageId) -> Option<Status> {
-    o.store.get(id).await.expect("get").map(|r| r.status)
+    o.operator
+        .get_message(id)
+        .await
+        .expect("get")
+        .map(|r| r.status)
 }
 
 /// Every page of `filter` with `limit`, walking the cursors.
@@ -354,7 +358,12 @@ pub async fn bulk_requeue_honours_max_and_status(o: OutboxUnderTest) {
         "beyond max"
     );
     assert_eq!(status_of(&o, sent[0]).await, Some(Status::Sent));
-    let rec = o.store.get(old_dead[2]).await.expect("get").expect("row");
+    let rec = o
+        .operator
+        .get_message(old_dead[2])
+        .await
+        .expect("get")
+        .expect("row");
     assert_eq!(rec.publish.attempts, 0, "a fresh retry budget");
 
     let dead_only = MessageFilter {

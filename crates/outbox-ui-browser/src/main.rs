@@ -96,7 +96,6 @@ async fn seeded_app() -> anyhow::Result<axum::Router> {
         inbox: inbox.clone(),
         audit,
         outbox_store: outbox,
-        inbox_store: inbox,
     })
     .with_sweep_reports(state, vec!["outbox.publish-retry.last-state".into()])
     .with_locks(lock, vec!["outbox.publish-retry.run-lock".into()]);

@@ -40,10 +40,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use outbox_core::{Decision, Message, MessageId, Status};
+use outbox_core::{Decision, Message, MessageId};
 use outbox_ports::{
-    Arrival, ClaimedDelivery, DeadLetter, InboxConsumerPath, InboxRecord, InboxStats, InboxStore,
-    Lease, PortError,
+    Arrival, ClaimedDelivery, DeadLetter, InboxConsumerPath, InboxRetention, InboxStats,
+    InboxStore, Lease, PortError,
 };
 use sqlx::PgPool;
 
@@ -165,21 +165,20 @@ impl InboxStore for PgInboxStore {
     async fn stats(&self, consumer: &str) -> Result<InboxStats, PortError> {
         self.read_stats(consumer).await
     }
+}
 
-    async fn get(&self, consumer: &str, id: MessageId) -> Result<Option<InboxRecord>, PortError> {
-        self.record(consumer, id).await
-    }
-
-    async fn list(
+#[async_trait]
+impl InboxRetention for PgInboxStore {
+    async fn delete_consumed_batch(
         &self,
         consumer: &str,
-        status: Status,
+        age: std::time::Duration,
         limit: u32,
-    ) -> Result<Vec<InboxRecord>, PortError> {
-        self.records(consumer, status, limit).await
+    ) -> Result<u64, PortError> {
+        self.delete_consumed_rows(consumer, age, limit).await
     }
 
-    async fn reconsume(&self, consumer: &str, id: MessageId, again: bool) -> Result<(), PortError> {
-        self.reconsume_record(consumer, id, again).await
+    async fn reclaim_space(&self) -> Result<outbox_ports::SpaceReclaim, PortError> {
+        self.reclaim_inbox_space().await
     }
 }

@@ -1,13 +1,13 @@
-//! The record-level calls of the [`InboxStore`] port: one delivery, a list by
-//! status, and reconsume. The operator's interface (`InboxOperator`) lists and acts
-//! in bulk through [`crate::listing`] instead.
+//! The record-level calls of the [`InboxOperator`] port: one delivery, the oldest
+//! in a status, and a single reconsume (lists and bulk actions go through
+//! [`crate::listing`]).
 //!
 //! Reconsume carries its status guard in the statement and takes only a row no one
 //! holds (no live lease, no transaction's row lock: `SKIP LOCKED`), so a retry
 //! whose handler is running is never run twice; when nothing changed, the answer
 //! says why from the row as it is now.
 //!
-//! [`InboxStore`]: outbox_ports::InboxStore
+//! [`InboxOperator`]: outbox_ports::InboxOperator
 
 use outbox_core::{MessageId, Status, TransitionError};
 use outbox_ports::{InboxRecord, PortError};
@@ -17,8 +17,8 @@ use crate::error::port;
 use crate::rows::{MessageRow, Side};
 
 impl PgInboxStore {
-    /// [`outbox_ports::InboxStore::get`].
-    pub(super) async fn record(
+    /// [`outbox_ports::InboxOperator::get_delivery`].
+    pub(crate) async fn record(
         &self,
         consumer: &str,
         id: MessageId,
@@ -33,8 +33,8 @@ impl PgInboxStore {
             .transpose()
     }
 
-    /// [`outbox_ports::InboxStore::list`].
-    pub(super) async fn records(
+    /// [`outbox_ports::InboxOperator::oldest_deliveries`].
+    pub(crate) async fn records(
         &self,
         consumer: &str,
         status: Status,
@@ -52,8 +52,8 @@ impl PgInboxStore {
             .collect()
     }
 
-    /// [`outbox_ports::InboxStore::reconsume`].
-    pub(super) async fn reconsume_record(
+    /// [`outbox_ports::InboxOperator::reconsume_delivery`].
+    pub(crate) async fn reconsume_record(
         &self,
         consumer: &str,
         id: MessageId,

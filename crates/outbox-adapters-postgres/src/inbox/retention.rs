@@ -22,7 +22,9 @@ impl PgInboxStore {
     ///
     /// # Errors
     /// A database error.
-    pub async fn reclaim_space(&self) -> Result<outbox_ports::SpaceReclaim, PortError> {
+    pub(super) async fn reclaim_inbox_space(
+        &self,
+    ) -> Result<outbox_ports::SpaceReclaim, PortError> {
         crate::vacuum::reclaim(&self.pool, &self.schema, "outbox_inbox").await
     }
 
@@ -40,7 +42,7 @@ impl PgInboxStore {
     ) -> Result<u64, PortError> {
         let mut total = 0;
         loop {
-            let n = self.delete_consumed_batch(consumer, age, batch).await?;
+            let n = self.delete_consumed_rows(consumer, age, batch).await?;
             total += n;
             if n < u64::from(batch.max(1)) {
                 return Ok(total);
@@ -48,12 +50,13 @@ impl PgInboxStore {
         }
     }
 
-    /// One statement of [`Self::delete_consumed_older_than`]: deletes at most `batch`
-    /// rows and returns how many, so a caller can stop between batches.
+    /// One statement of [`Self::delete_consumed_older_than`] (and
+    /// [`outbox_ports::InboxRetention::delete_consumed_batch`]): deletes at most
+    /// `batch` rows and returns how many, so a caller can stop between batches.
     ///
     /// # Errors
     /// A database error.
-    pub async fn delete_consumed_batch(
+    pub(super) async fn delete_consumed_rows(
         &self,
         consumer: &str,
         age: std::time::Duration,

@@ -31,10 +31,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use outbox_core::{Message, MessageId, Status};
+use outbox_core::{Message, MessageId};
 use outbox_ports::{
-    ClaimedMessage, DeadHead, Lease, OutboxRecord, OutboxRelayPath, OutboxStats, OutboxStore,
-    PortError, PublishFailure,
+    ClaimedMessage, DeadHead, Lease, OutboxRelayPath, OutboxStats, OutboxStore, PortError,
+    PublishFailure,
 };
 use sqlx::PgPool;
 
@@ -150,21 +150,5 @@ impl OutboxStore for PgOutboxStore {
 
     async fn stats(&self) -> Result<OutboxStats, PortError> {
         self.read_stats().await
-    }
-
-    async fn get(&self, id: MessageId) -> Result<Option<OutboxRecord>, PortError> {
-        self.record(id).await
-    }
-
-    async fn list(&self, status: Status, limit: u32) -> Result<Vec<OutboxRecord>, PortError> {
-        self.records(status, limit).await
-    }
-
-    async fn requeue(&self, id: MessageId) -> Result<(), PortError> {
-        self.requeue_record(id).await
-    }
-
-    async fn delete(&self, id: MessageId) -> Result<(), PortError> {
-        self.delete_record(id).await
     }
 }

@@ -1,15 +1,13 @@
-//! The record-level calls of the [`OutboxStore`] port: one message by id, a list
-//! by status, requeue and delete. The operator's interface
-//! ([`crate::PgOutboxStore`]'s `OutboxOperator`) answers with them too.
+//! The record-level calls of the [`OutboxOperator`] port: one message by id, the
+//! oldest in a status, requeue and delete.
 //!
-//! Kept together because they are expected to leave the port trait as one piece
-//! (the operator's interface then calls them here directly). Requeue and delete
+//! Requeue and delete
 //! carry their status guard in the statement (`status = ANY($n)` from the core's
 //! rules), never a read and then a write, and never touch a row under a relay's
 //! live lease; when nothing changed, the answer says why from the row as it is
 //! now.
 //!
-//! [`OutboxStore`]: outbox_ports::OutboxStore
+//! [`OutboxOperator`]: outbox_ports::OutboxOperator
 
 use outbox_core::{MessageId, Status, TransitionError};
 use outbox_ports::{OutboxRecord, PortError};
@@ -19,8 +17,8 @@ use crate::error::port;
 use crate::rows::{MessageRow, Side};
 
 impl PgOutboxStore {
-    /// [`outbox_ports::OutboxStore::get`].
-    pub(super) async fn record(&self, id: MessageId) -> Result<Option<OutboxRecord>, PortError> {
+    /// [`outbox_ports::OutboxOperator::get_message`].
+    pub(crate) async fn record(&self, id: MessageId) -> Result<Option<OutboxRecord>, PortError> {
         sqlx::query_as::<_, MessageRow>(&self.sql.get)
             .bind(id.as_uuid())
             .fetch_optional(&self.pool)
@@ -30,8 +28,8 @@ impl PgOutboxStore {
             .transpose()
     }
 
-    /// [`outbox_ports::OutboxStore::list`].
-    pub(super) async fn records(
+    /// [`outbox_ports::OutboxOperator::oldest_messages`].
+    pub(crate) async fn records(
         &self,
         status: Status,
         limit: u32,
@@ -47,8 +45,8 @@ impl PgOutboxStore {
             .collect()
     }
 
-    /// [`outbox_ports::OutboxStore::requeue`].
-    pub(super) async fn requeue_record(&self, id: MessageId) -> Result<(), PortError> {
+    /// [`outbox_ports::OutboxOperator::requeue_message`].
+    pub(crate) async fn requeue_record(&self, id: MessageId) -> Result<(), PortError> {
         let n = sqlx::query(&self.sql.requeue)
             .bind(id.as_uuid())
             .bind(Side::Outbox.sources_of(Status::Pending))
@@ -63,8 +61,8 @@ impl PgOutboxStore {
         }
     }
 
-    /// [`outbox_ports::OutboxStore::delete`].
-    pub(super) async fn delete_record(&self, id: MessageId) -> Result<(), PortError> {
+    /// [`outbox_ports::OutboxOperator::delete_message`] without `force`.
+    pub(crate) async fn delete_record(&self, id: MessageId) -> Result<(), PortError> {
         // The status guard is in the statement: reading the status first and then
         // deleting by id would delete a message requeued in between.
         let n = sqlx::query(&self.sql.delete)

@@ -62,7 +62,6 @@ pub fn harness_configured(
         inbox: inbox.clone(),
         audit: audit.clone(),
         outbox_store: outbox.clone(),
-        inbox_store: inbox.clone(),
     })
     .with_sweep_reports(state.clone(), vec!["relay-sweep".into()]);
     let app = outbox_admin::router(configure(service), AdminAuth::new(tokens));

@@ -10,7 +10,7 @@ use super::support::{readyz, report, wait_committed};
 use crate::world::{Coordination, SweepOpts, World, free_port, metric};
 use crate::{Ctx, Report, conclude};
 use outbox_core::Status;
-use outbox_ports::OutboxStore;
+use outbox_ports::OutboxOperator;
 
 /// A row written through the documented SQL contract before the table's AMQP
 /// constraints existed.
@@ -189,7 +189,10 @@ pub(crate) async fn bad_rows(ctx: &Ctx) -> anyhow::Result<Report> {
     }
     let mut dead_as_expected = 0;
     for (BadRow { label, column, .. }, id) in BAD_ROWS.iter().zip(&ids) {
-        let rec = w.outbox.get(outbox_core::MessageId::from_uuid(*id)).await?;
+        let rec = w
+            .outbox
+            .get_message(outbox_core::MessageId::from_uuid(*id))
+            .await?;
         match rec
             .as_ref()
             .map(|r| (r.status, r.publish.last_error.as_deref()))

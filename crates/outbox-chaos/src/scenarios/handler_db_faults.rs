@@ -9,7 +9,7 @@ use crate::world::{Coordination, SweepOpts, World};
 use crate::{Ctx, Report, conclude};
 use outbox_core::Status;
 use outbox_examples::billing::CONSUMER;
-use outbox_ports::InboxStore;
+use outbox_ports::InboxOperator;
 
 /// Orders of [`handler_db_faults`] whose handler swallows a failed statement.
 const SWALLOW_ERROR_ORDERS: [i64; 4] = [13, 113, 213, 413];
@@ -65,7 +65,7 @@ pub(crate) async fn handler_db_faults(ctx: &Ctx) -> anyhow::Result<Report> {
     let mut r = conclude(ctx, &w, r, produced, fault_end, vec![relay, consumer]).await?;
     let dead: std::collections::HashMap<i64, (u32, String)> = w
         .inbox
-        .list(CONSUMER, Status::Dead, 10_000)
+        .oldest_deliveries(CONSUMER, Status::Dead, 10_000)
         .await?
         .into_iter()
         .filter_map(|rec| {

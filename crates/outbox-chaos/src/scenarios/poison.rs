@@ -12,7 +12,7 @@ use crate::world::{Coordination, SweepOpts, World};
 use crate::{Ctx, Report, conclude};
 use outbox_core::Status;
 use outbox_examples::billing::CONSUMER;
-use outbox_ports::InboxStore;
+use outbox_ports::InboxOperator;
 
 /// Scenario 7: Poison orders (the handler always fails) and a foreign publisher's
 /// deliveries: no message id, an undecodable payload, an oversized body.
@@ -98,7 +98,7 @@ pub(crate) async fn poison(ctx: &Ctx) -> anyhow::Result<Report> {
     }
     let undecodable_row = w
         .inbox
-        .get(CONSUMER, undecodable.parse()?)
+        .get_delivery(CONSUMER, undecodable.parse()?)
         .await?
         .map(|rec| (rec.status, rec.consume.last_error));
     match &undecodable_row {
@@ -113,7 +113,7 @@ pub(crate) async fn poison(ctx: &Ctx) -> anyhow::Result<Report> {
     r.lost += 3 - foreign_found;
     let poisoned = w
         .inbox
-        .list(CONSUMER, Status::Dead, 1_000)
+        .oldest_deliveries(CONSUMER, Status::Dead, 1_000)
         .await?
         .iter()
         .filter(|rec| {

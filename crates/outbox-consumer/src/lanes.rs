@@ -61,25 +61,33 @@ impl Lanes {
 }
 
 impl Turn {
+    /// Returns when the turn came. Cancel-safe: a wait cut short (a timeout,
+    /// a `select!`) leaves the turn to be waited for again.
     pub(crate) async fn wait(&mut self) {
-        if let Some(rx) = self.turn.take() {
+        if let Some(rx) = &mut self.turn {
             // An error means the sender is gone without a turn given: only when
             // the lanes are dropped, at shutdown.
             let _ = rx.await;
+            self.turn = None;
         }
     }
 }
 
 impl Drop for Turn {
     fn drop(&mut self) {
-        let mut shared = self.lanes.lock();
-        shared.waiting.remove(&self.ticket);
-        if let Some(next) = shared.lanes.leave(&self.key, self.ticket) {
-            if let Some(tx) = shared.waiting.remove(&next) {
-                // The next one's task may have been dropped meanwhile: then its own
-                // drop, waiting on this lock, leaves the lane and passes the turn on.
-                let _ = tx.send(());
-            }
+        let next = {
+            let mut shared = self.lanes.lock();
+            shared.waiting.remove(&self.ticket);
+            shared
+                .lanes
+                .leave(&self.key, self.ticket)
+                .and_then(|next| shared.waiting.remove(&next))
+        };
+        // Sent outside the lock (waking a task under it would hold up every other
+        // delivery's join). Should the next one be dropped meanwhile, it is the
+        // first of its lane by now, so its own drop passes the turn on.
+        if let Some(tx) = next {
+            let _ = tx.send(());
         }
     }
 }

@@ -305,10 +305,20 @@ struct Shared<P> {
     gate: StoreGate,
     progress: Arc<outbox_runtime::stall::RelayProgress>,
     /// Around each handling (e.g. `process` spans).
-    layer: Option<Arc<dyn HandlingLayer>>,
+    /// Behind a lock so the worker and a retry task taken from it earlier always
+    /// share the same one (read once per handling).
+    layer: std::sync::RwLock<Option<Arc<dyn HandlingLayer>>>,
 }
 
 impl<P: InboxPath> Shared<P> {
+    /// The handling layer now.
+    fn layer(&self) -> Option<Arc<dyn HandlingLayer>> {
+        self.layer
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
     fn cx(&self) -> AttemptContext<'_> {
         AttemptContext {
             config: &self.config,
@@ -489,7 +499,7 @@ impl<P: InboxPath> Shared<P> {
             attempt: 1,
             retry: false,
         };
-        let result = layer::run(self.layer.as_deref(), of, handling).await;
+        let result = layer::run(self.layer().as_deref(), of, handling).await;
         match result {
             Ok(handled) => self.count(&handled),
             Err(Unrecorded::Nothing(e)) => return Err(e),
@@ -596,24 +606,21 @@ impl<P: InboxPath> InboxWorker<P> {
                 progress: Arc::new(outbox_runtime::stall::RelayProgress::for_consumer(
                     &config_name,
                 )),
-                layer: layer::default_handling_layer(),
+                layer: std::sync::RwLock::new(layer::default_handling_layer()),
             }),
         }
     }
 
     /// Runs `layer` around each handling instead of the default one (`process`
-    /// spans with the `otel` feature); `None`: no layer. Call it before
-    /// [`retry_task`](Self::retry_task), whose task shares the worker's layer as
-    /// it is then (afterwards this only logs a warning and changes nothing).
+    /// spans with the `otel` feature); `None`: no layer. The worker's retry task
+    /// ([`retry_task`](Self::retry_task)) shares it, whenever it was taken.
     #[must_use]
-    pub fn with_handling_layer(mut self, layer: Option<Arc<dyn HandlingLayer>>) -> Self {
-        match Arc::get_mut(&mut self.shared) {
-            Some(shared) => shared.layer = layer,
-            None => tracing::warn!(
-                consumer = %self.shared.config.name,
-                "with_handling_layer after retry_task: the layer is left as it was"
-            ),
-        }
+    pub fn with_handling_layer(self, layer: Option<Arc<dyn HandlingLayer>>) -> Self {
+        *self
+            .shared
+            .layer
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = layer;
         self
     }
 
@@ -1001,7 +1008,7 @@ impl<P: InboxPath> SweepTask for InboxRetryTask<P> {
                 attempt: c.attempts.saturating_add(1),
                 retry: true,
             };
-            let result = layer::run(s.layer.as_deref(), of, retrying).await;
+            let result = layer::run(s.layer().as_deref(), of, retrying).await;
             match result {
                 Ok(handled) => {
                     s.count(&handled);

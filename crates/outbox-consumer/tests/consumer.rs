@@ -730,9 +730,10 @@ async fn a_handling_layer_wraps_each_delivery_and_each_retry() {
         counting(Effects::default(), |_, n| (n < 2).then_some("not yet")),
         Arc::new(SystemClock),
         config(5),
-    )
-    .with_handling_layer(Some(Arc::new(layer)));
+    );
+    // Taken before the layer is set: it shares the worker's layer all the same.
     let task = worker.retry_task();
+    let worker = worker.with_handling_layer(Some(Arc::new(layer)));
     let m = outbox_testkit::message("contract", "k");
     b.publish(std::slice::from_ref(&m)).await;
     let r = run(worker);

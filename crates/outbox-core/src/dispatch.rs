@@ -58,9 +58,9 @@ pub fn idle_wait(next_due: Option<Duration>, idle_poll: Duration) -> Duration {
     }
 }
 
-/// What the dispatcher does next.
+/// What the dispatcher does next. Exhaustive on purpose: a step added here must
+/// fail to compile in every executor until it carries the step out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum DispatchStep {
     /// Claim up to `limit` pending rows under a fresh lease; `overlapped` when a
     /// mark is in flight meanwhile. Answer with [`DispatchMachine::claimed`] or

@@ -130,11 +130,18 @@ pub async fn publish_batch(
         .unzip();
     // E.g. each message published under a `send` span continuing its stored trace,
     // the span's context in the headers that go to the broker.
-    let after = layer.map(|l| l.before_publish(&mut messages, &attempts, &requeued));
-    let outcomes = if messages.is_empty() {
-        Vec::new()
-    } else {
-        publisher.publish_within(&messages, budget).await
+    let after = layer.map(|l| {
+        l.before_publish(&mut crate::layer::outgoing(
+            &mut messages,
+            &attempts,
+            &requeued,
+        ))
+    });
+    let outcomes = match after {
+        // Checked again: a layer's headers may break AMQP's limits.
+        Some(_) => publish_checked(publisher, &messages, budget).await,
+        None if messages.is_empty() => Vec::new(),
+        None => publisher.publish_within(&messages, budget).await,
     };
     if let Some(after) = after {
         after(&outcomes);
@@ -184,6 +191,57 @@ pub async fn publish_batch(
         unsent,
         counts,
     }
+}
+
+/// Publishes `messages` after a layer changed their headers: one whose headers
+/// now break AMQP's limits never reaches the publisher (a client library may
+/// panic on it) and is rejected (dead at once, the reason naming the layer); the
+/// outcomes come back in the batch's order, as many as the publisher gave.
+async fn publish_checked(
+    publisher: &dyn Publisher,
+    messages: &[outbox_core::Message],
+    budget: Duration,
+) -> Vec<PublishOutcome> {
+    let broken: Vec<Option<String>> = messages
+        .iter()
+        .map(|m| {
+            m.check_amqp()
+                .err()
+                .map(|e| format!("headers added by a publish layer: {e}"))
+        })
+        .collect();
+    if broken.iter().all(Option::is_none) {
+        return if messages.is_empty() {
+            Vec::new()
+        } else {
+            publisher.publish_within(messages, budget).await
+        };
+    }
+    // Rare: only then are the good ones copied out.
+    let good: Vec<outbox_core::Message> = messages
+        .iter()
+        .zip(&broken)
+        .filter(|(_, b)| b.is_none())
+        .map(|(m, _)| m.clone())
+        .collect();
+    let mut published = if good.is_empty() {
+        Vec::new()
+    } else {
+        publisher.publish_within(&good, budget).await
+    }
+    .into_iter();
+    let mut outcomes = Vec::with_capacity(messages.len());
+    for b in broken {
+        match b {
+            Some(why) => outcomes.push(PublishOutcome::Rejected(why)),
+            None => match published.next() {
+                Some(o) => outcomes.push(o),
+                // Too few outcomes: the rest count as "no outcome".
+                None => break,
+            },
+        }
+    }
+    outcomes
 }
 
 /// The failure of a message that can never be published: dead at once, `why`
@@ -681,10 +739,8 @@ impl Dispatcher {
                         machine.stop();
                     }
                 }
-                // `Done`: nothing held, nothing in flight. (Or a step this loop
-                // does not know, should the machine grow one: stop cleanly rather
-                // than guess.)
-                _ => break,
+                // Nothing held, nothing in flight.
+                DispatchStep::Done => break,
             }
         }
         // The machine stops only with nothing held; these are belts and braces.

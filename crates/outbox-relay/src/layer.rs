@@ -5,24 +5,41 @@
 
 use std::sync::Arc;
 
-use outbox_core::Message;
+use outbox_core::{Headers, Message, MessageId};
 use outbox_ports::PublishOutcome;
 
 /// What a layer does once the publisher answered: it is told each message's
 /// outcome, in the batch's order.
 pub type AfterPublish = Box<dyn FnOnce(&[PublishOutcome]) + Send>;
 
+/// One message about to be published, as a layer sees it: what it is, read only,
+/// and its headers, which the layer may change (e.g. add a trace context). The
+/// id and the rest cannot change: the relay marks outcomes by id.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Outgoing<'a> {
+    /// The message's id.
+    pub id: MessageId,
+    /// Where it is published.
+    pub exchange: &'a str,
+    /// Its routing key.
+    pub routing_key: &'a str,
+    /// Its body's size in bytes.
+    pub payload_len: usize,
+    /// Attempts already spent on it.
+    pub attempts: u32,
+    /// Whether an operator requeued it.
+    pub requeued: bool,
+    /// Its headers, as they will go to the broker. Headers that break AMQP's
+    /// limits make the message dead at once (the relay checks them again after
+    /// the layer).
+    pub headers: &'a mut Headers,
+}
+
 /// A layer around the publishing of each batch.
 pub trait PublishLayer: Send + Sync {
-    /// Before `messages` go to the publisher: may add headers (e.g. a trace
-    /// context); `attempts` are the attempts already spent on each, `requeued`
-    /// whether an operator requeued it. Returns what is told the outcomes.
-    fn before_publish(
-        &self,
-        messages: &mut [Message],
-        attempts: &[u32],
-        requeued: &[bool],
-    ) -> AfterPublish;
+    /// Before `batch` goes to the publisher; returns what is told the outcomes.
+    fn before_publish(&self, batch: &mut [Outgoing<'_>]) -> AfterPublish;
 }
 
 /// The layer a relay runs unless told otherwise: `send` spans with the `otel`
@@ -38,13 +55,30 @@ pub fn default_publish_layer() -> Option<Arc<dyn PublishLayer>> {
 
 #[cfg(feature = "otel")]
 impl PublishLayer for crate::otel::SendSpans {
-    fn before_publish(
-        &self,
-        messages: &mut [Message],
-        attempts: &[u32],
-        requeued: &[bool],
-    ) -> AfterPublish {
-        let spans = crate::otel::send_spans(messages, attempts, requeued);
+    fn before_publish(&self, batch: &mut [Outgoing<'_>]) -> AfterPublish {
+        let spans = crate::otel::send_spans(batch);
         Box::new(move |outcomes| crate::otel::publish_outcomes(&spans, outcomes))
     }
+}
+
+/// `messages` as a layer sees them (see [`Outgoing`]).
+pub(crate) fn outgoing<'a>(
+    messages: &'a mut [Message],
+    attempts: &[u32],
+    requeued: &[bool],
+) -> Vec<Outgoing<'a>> {
+    messages
+        .iter_mut()
+        .zip(attempts)
+        .zip(requeued)
+        .map(|((m, attempts), requeued)| Outgoing {
+            id: m.id,
+            exchange: &m.exchange,
+            routing_key: &m.routing_key,
+            payload_len: m.payload.len(),
+            attempts: *attempts,
+            requeued: *requeued,
+            headers: &mut m.headers,
+        })
+        .collect()
 }

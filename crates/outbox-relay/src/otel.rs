@@ -7,7 +7,6 @@
 //! layer creates no OpenTelemetry span and leaves the headers as they are.
 
 use opentelemetry::trace::{Status, TraceContextExt as _};
-use outbox_core::Message;
 use outbox_ports::{PortError, PublishOutcome, trace_context};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
@@ -15,16 +14,10 @@ use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 /// stored in its headers (a requeued one: a new trace linked to it), and the
 /// headers given the span's own context (what the broker carries
 /// on). A span that has no OpenTelemetry context (no layer) leaves them untouched.
-pub fn send_spans(
-    messages: &mut [Message],
-    attempts: &[u32],
-    requeued: &[bool],
-) -> Vec<tracing::Span> {
-    messages
+pub fn send_spans(batch: &mut [crate::layer::Outgoing<'_>]) -> Vec<tracing::Span> {
+    batch
         .iter_mut()
-        .zip(attempts)
-        .zip(requeued)
-        .map(|((m, attempts), requeued)| {
+        .map(|m| {
             let span = tracing::info_span!(
                 target: "outbox::relay",
                 "send",
@@ -34,12 +27,12 @@ pub fn send_spans(
                 messaging.destination.name = %m.exchange,
                 messaging.rabbitmq.destination.routing_key = %m.routing_key,
                 messaging.message.id = %m.id,
-                messaging.message.body.size = m.payload.len() as u64,
-                outbox.attempt = attempts.saturating_add(1),
+                messaging.message.body.size = m.payload_len as u64,
+                outbox.attempt = m.attempts.saturating_add(1),
             );
             span.set_attribute("messaging.operation.type", "send");
-            let stored = trace_context::extract(&m.headers);
-            if *requeued {
+            let stored = trace_context::extract(m.headers);
+            if m.requeued {
                 // An operator's requeue is a new piece of work: its own trace,
                 // linked to the one the message was created in.
                 span.set_attribute("outbox.requeued", true);
@@ -50,7 +43,7 @@ pub fn send_spans(
             }
             let cx = span.context();
             if cx.span().span_context().is_valid() {
-                trace_context::inject(&cx, &mut m.headers);
+                trace_context::inject(&cx, m.headers);
             }
             span
         })
@@ -101,7 +94,7 @@ mod tests {
         let subscriber = tracing_subscriber::registry()
             .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test")));
         let stored = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-        let mut messages: Vec<Message> = (0..2)
+        let mut messages: Vec<outbox_core::Message> = (0..2)
             .map(|n| {
                 let mut m = outbox_core::NewMessage::new("x", "k", vec![n])
                     .with_header("traceparent", stored)
@@ -114,7 +107,11 @@ mod tests {
             })
             .collect();
         tracing::subscriber::with_default(subscriber, || {
-            let spans = send_spans(&mut messages, &[0, 0], &[false, true]);
+            let spans = send_spans(&mut crate::layer::outgoing(
+                &mut messages,
+                &[0, 0],
+                &[false, true],
+            ));
             drop(spans);
         });
         let _ = provider.force_flush();

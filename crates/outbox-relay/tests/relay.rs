@@ -1129,12 +1129,9 @@ struct Stamping {
 impl outbox_relay::PublishLayer for Stamping {
     fn before_publish(
         &self,
-        messages: &mut [Message],
-        attempts: &[u32],
-        _requeued: &[bool],
+        batch: &mut [outbox_relay::layer::Outgoing<'_>],
     ) -> outbox_relay::layer::AfterPublish {
-        assert_eq!(messages.len(), attempts.len());
-        for m in messages.iter_mut() {
+        for m in batch.iter_mut() {
             m.headers.insert("x-stamped".to_owned(), "yes".to_owned());
         }
         let told = Arc::clone(&self.told);
@@ -1149,6 +1146,48 @@ impl outbox_relay::PublishLayer for Stamping {
             );
         })
     }
+}
+
+/// A publish layer that adds a header AMQP cannot carry to the messages with
+/// this routing key.
+struct Oversized;
+
+impl outbox_relay::PublishLayer for Oversized {
+    fn before_publish(
+        &self,
+        batch: &mut [outbox_relay::layer::Outgoing<'_>],
+    ) -> outbox_relay::layer::AfterPublish {
+        for m in batch.iter_mut().filter(|m| m.routing_key == "too.big") {
+            m.headers.insert("x-huge".to_owned(), "x".repeat(70_000));
+        }
+        Box::new(|_| {})
+    }
+}
+
+#[tokio::test]
+async fn headers_a_layer_adds_that_amqp_cannot_carry_make_only_that_message_dead() {
+    let (store, broker) = setup();
+    let good = outbox_testkit::message("contract", "fine");
+    let bad = outbox_testkit::message("contract", "too.big");
+    store
+        .enqueue(vec![good.clone(), bad.clone()])
+        .await
+        .expect("enqueue");
+    let d =
+        dispatcher(&store, &broker, fast_retry(5)).with_publish_layer(Some(Arc::new(Oversized)));
+    let counts = d.run_once().await.expect("batch");
+    assert_eq!((counts.sent, counts.dead), (1, 1));
+    let dead = store.get_message(bad.id).await.expect("get").expect("row");
+    assert_eq!(dead.status, Status::Dead);
+    assert!(
+        dead.publish
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("publish layer")),
+        "{:?}",
+        dead.publish.last_error
+    );
+    assert_eq!(broker.queue_depth(QUEUE).0, 1, "only the good one went out");
 }
 
 #[tokio::test]

@@ -326,6 +326,11 @@ struct Model {
     in_outage: bool,
     /// Batches claimed with rows (each must end once).
     claimed_with_rows: usize,
+    /// The pause owed before the next claim (a failed claim: the backoff; an
+    /// unreachable broker: the outage pause), unless a stop comes first.
+    pause_owed: Option<Duration>,
+    /// The outage pause the last unreachable broker called for (doubling).
+    outage_pause: Option<Duration>,
     /// The last claim with nothing in flight came back empty, and no wait since.
     idle_claim_empty: bool,
     steps_since_stop: Option<u32>,
@@ -379,7 +384,13 @@ impl Model {
                 let split = (0..=MAX_SPLIT).find(|k| self.batch_size >> k == limit);
                 prop_assert!(split.is_some(), "limit {} of {}", limit, self.batch_size);
                 prop_assert!(limit > 0 || self.batch_size == 0);
+                prop_assert!(
+                    self.pause_owed.is_none(),
+                    "claimed without the pause owed ({:?})",
+                    self.pause_owed
+                );
                 if answer.claim_fails == 0 {
+                    self.pause_owed = Some(BACKOFF);
                     m.claim_failed();
                     return Ok(());
                 }
@@ -451,6 +462,17 @@ impl Model {
                     1 => self.in_outage,
                     _ => true,
                 };
+                match answer.publish {
+                    0 => self.outage_pause = None,
+                    1 => {}
+                    _ => {
+                        let pause = self
+                            .outage_pause
+                            .map_or(BACKOFF, |d| (d * 2).min(MAX_OUTAGE_PAUSE));
+                        self.outage_pause = Some(pause);
+                        self.pause_owed = Some(pause);
+                    }
+                }
                 m.published(outcome, ahead);
             }
             DispatchStep::FinishMark => {
@@ -458,6 +480,20 @@ impl Model {
                 m.mark_finished();
             }
             DispatchStep::GiveBack => {
+                if let Some(held) = self.unpublished {
+                    // Given back only when stale, claimed ahead of an unsent
+                    // batch, or at a stop: never a fresh one that could go out.
+                    let left =
+                        publish_budget(TTL, self.now.saturating_duration_since(held.claimed_at));
+                    prop_assert!(
+                        held.to_give_back
+                            || self.steps_since_stop.is_some()
+                            || left < full_budget / 2,
+                        "gave back a batch with {:?} of {:?} left",
+                        left,
+                        full_budget
+                    );
+                }
                 if let Some(held) = self.unpublished.take() {
                     self.end(held, "given back")?;
                 }
@@ -471,6 +507,7 @@ impl Model {
             }
             DispatchStep::Pause(pause) => {
                 prop_assert!(pause >= BACKOFF && pause <= MAX_OUTAGE_PAUSE, "{:?}", pause);
+                prop_assert_eq!(Some(pause), self.pause_owed.take(), "a pause not owed");
                 prop_assert!(self.unpublished.is_none(), "paused holding a batch");
                 self.idle_claim_empty = false;
                 m.waited();
@@ -510,6 +547,8 @@ proptest! {
             ended: HashMap::new(),
             in_outage: false,
             claimed_with_rows: 0,
+            pause_owed: None,
+            outage_pause: None,
             idle_claim_empty: false,
             steps_since_stop: None,
         };
@@ -519,6 +558,8 @@ proptest! {
             if i == stop_at {
                 m.stop();
                 model.steps_since_stop = Some(0);
+                // A stop may skip the pause owed.
+                model.pause_owed = None;
             }
             model.now += Duration::from_millis(answer.elapsed_ms);
             let step = m.step(model.now);
@@ -532,6 +573,7 @@ proptest! {
         if model.steps_since_stop.is_none() {
             m.stop();
             model.steps_since_stop = Some(0);
+            model.pause_owed = None;
         }
         let kind = Answer { elapsed_ms: 0, fill: 255, claim_fails: 1, publish: 0, ahead_fails: false };
         while !done {

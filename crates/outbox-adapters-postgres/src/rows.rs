@@ -242,23 +242,26 @@ pub(crate) enum Side {
 impl Side {
     /// `status` as this side stores it.
     pub(crate) const fn name(self, status: Status) -> &'static str {
-        match (self, status) {
-            (Self::Inbox, Status::Sent) => "received",
-            (_, s) => s.as_str(),
+        self.core().name(status)
+    }
+
+    const fn core(self) -> outbox_core::status::Side {
+        match self {
+            Self::Outbox => outbox_core::status::Side::Outbox,
+            Self::Inbox => outbox_core::status::Side::Inbox,
         }
     }
 
     /// The status a stored name stands for on this side.
     pub(crate) fn status(self, name: &str) -> Result<Status, String> {
-        match (self, name) {
-            (Self::Inbox, "received") => Ok(Status::Sent),
-            (Self::Inbox, "sent") => Err(
+        self.core().parse(name).ok_or_else(|| match (self, name) {
+            (Self::Inbox, "sent") => {
                 "an inbox row with status 'sent' (before `outbox migrate`: it is 'received' now)"
-                    .to_owned(),
-            ),
-            (Self::Outbox, "received") => Err("an outbox row with status 'received'".to_owned()),
-            (_, other) => other.parse(),
-        }
+                    .to_owned()
+            }
+            (Self::Outbox, _) => format!("an outbox row with status {name:?}"),
+            (Self::Inbox, _) => format!("an inbox row with status {name:?}"),
+        })
     }
 
     /// `statuses` as this side stores them, for `status = ANY($n)`.

@@ -30,9 +30,13 @@ impl Side {
     /// The API name of `status` on this side (the inbox's `Sent` is `received`).
     #[must_use]
     pub fn status_name(self, status: Status) -> &'static str {
-        match (self, status) {
-            (Self::Inbox, Status::Sent) => "received",
-            (_, s) => s.as_str(),
+        self.core().name(status)
+    }
+
+    const fn core(self) -> outbox_core::status::Side {
+        match self {
+            Self::Outbox => outbox_core::status::Side::Outbox,
+            Self::Inbox => outbox_core::status::Side::Inbox,
         }
     }
 
@@ -41,26 +45,17 @@ impl Side {
     /// # Errors
     /// `bad_status` for a name unknown here (naming the other side's statuses).
     pub fn parse_status(self, name: &str) -> Result<Status, AdminError> {
-        let status = match (self, name) {
-            (Self::Outbox, "pending") => Status::Pending,
-            (Self::Outbox, "sent") => Status::Sent,
-            (Self::Outbox, "publish_failed") => Status::PublishFailed,
-            (Self::Inbox, "received") => Status::Sent,
-            (Self::Inbox, "consumed") => Status::Consumed,
-            (Self::Inbox, "consume_failed") => Status::ConsumeFailed,
-            (_, "dead") => Status::Dead,
-            _ => {
-                let known = match self {
-                    Self::Outbox => "pending, sent, publish_failed, dead",
-                    Self::Inbox => "received, consumed, consume_failed, dead",
-                };
-                return Err(AdminError::bad(
-                    "bad_status",
-                    format!("unknown status `{name}` here; expected one of {known}"),
-                ));
-            }
-        };
-        Ok(status)
+        let side = self.core();
+        side.parse(name).ok_or_else(|| {
+            let known: Vec<&str> = side.statuses().iter().map(|s| side.name(*s)).collect();
+            AdminError::bad(
+                "bad_status",
+                format!(
+                    "unknown status `{name}` here; expected one of {}",
+                    known.join(", ")
+                ),
+            )
+        })
     }
 }
 

@@ -275,7 +275,8 @@ impl InboxPath for NeutralInbox {
         match self.inbox.record_arrival(name, message, lease).await {
             Err(e) => Err(Unrecorded::Nothing(e)),
             Ok(Arrival::Duplicate(status)) => {
-                tracing::debug!(consumer = %name, message_id = %message.id, %status, "duplicate delivery skipped");
+                let status = outbox_core::status::Side::Inbox.name(status);
+                tracing::debug!(consumer = %name, message_id = %message.id, status, "duplicate delivery skipped");
                 Ok(Handled::Duplicate)
             }
             Ok(Arrival::New) => self.handle_recorded(cx, message, lease, 0).await,

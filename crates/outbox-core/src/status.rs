@@ -140,6 +140,56 @@ impl std::str::FromStr for Status {
     }
 }
 
+/// Which side of the lifecycle a row is on: the outbox's (publishing) or an
+/// inbox's (consuming). Each side has its own four statuses, and names them its
+/// own way: the lifecycle's `Sent` is `sent` in the outbox and `received` (not
+/// yet handled) in an inbox. The one place these names are decided: storage, the
+/// admin API, the CLI, the dashboard and logs all ask here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Side {
+    /// `pending`, `sent`, `publish_failed`, `dead`.
+    Outbox,
+    /// `received`, `consumed`, `consume_failed`, `dead`.
+    Inbox,
+}
+
+impl Side {
+    /// This side's statuses, in lifecycle order.
+    #[must_use]
+    pub const fn statuses(self) -> [Status; 4] {
+        match self {
+            Self::Outbox => [
+                Status::Pending,
+                Status::Sent,
+                Status::PublishFailed,
+                Status::Dead,
+            ],
+            Self::Inbox => [
+                Status::Sent,
+                Status::Consumed,
+                Status::ConsumeFailed,
+                Status::Dead,
+            ],
+        }
+    }
+
+    /// `status`'s name on this side.
+    #[must_use]
+    pub const fn name(self, status: Status) -> &'static str {
+        match (self, status) {
+            (Self::Inbox, Status::Sent) => "received",
+            (_, s) => s.as_str(),
+        }
+    }
+
+    /// The status `name` stands for on this side; `None` for a name of the other
+    /// side's (or none at all).
+    #[must_use]
+    pub fn parse(self, name: &str) -> Option<Status> {
+        self.statuses().into_iter().find(|s| self.name(*s) == name)
+    }
+}
+
 /// An illegal status change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("a message cannot go from {from} to {to}")]
@@ -251,6 +301,26 @@ impl Tracked {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_side_names_its_own_four_statuses_and_parses_only_those() {
+        assert_eq!(Side::Inbox.name(Status::Sent), "received");
+        assert_eq!(Side::Outbox.name(Status::Sent), "sent");
+        for side in [Side::Outbox, Side::Inbox] {
+            for s in side.statuses() {
+                assert_eq!(side.parse(side.name(s)), Some(s));
+            }
+        }
+        assert_eq!(Side::Inbox.parse("sent"), None);
+        assert_eq!(Side::Inbox.parse("pending"), None);
+        assert_eq!(Side::Outbox.parse("received"), None);
+        assert_eq!(Side::Outbox.parse("consumed"), None);
+        let all: std::collections::HashSet<Status> = [Side::Outbox, Side::Inbox]
+            .into_iter()
+            .flat_map(Side::statuses)
+            .collect();
+        assert_eq!(all.len(), Status::ALL.len(), "every status is on a side");
+    }
     use std::time::Duration;
 
     fn t0() -> Timestamp {

@@ -157,7 +157,8 @@ impl PgInboxStore {
         status: Status,
         reason: &str,
     ) -> ConsumeOutcome {
-        tracing::error!(consumer, message_id = %id, %status, %reason, "handler ended the inbox transaction itself; the delivery stays as recorded, its writes may have taken effect");
+        let name = outbox_core::status::Side::Inbox.name(status);
+        tracing::error!(consumer, message_id = %id, status = name, %reason, "handler ended the inbox transaction itself; the delivery stays as recorded, its writes may have taken effect");
         if status == Status::Consumed {
             ConsumeOutcome::Consumed
         } else {

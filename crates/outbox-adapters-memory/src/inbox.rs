@@ -323,11 +323,7 @@ impl InboxRetention for MemoryInboxStore {
         age: std::time::Duration,
         limit: u32,
     ) -> Result<u64, PortError> {
-        let Some(before) = self
-            .clock
-            .now()
-            .checked_sub(time::Duration::try_from(age).unwrap_or(time::Duration::MAX))
-        else {
+        let Some(before) = crate::older_than(self.clock.now(), age) else {
             return Ok(0);
         };
         let mut t = lock(&self.table);

@@ -30,6 +30,15 @@ pub use outbox::MemoryOutboxStore;
 pub use state::MemorySweepState;
 pub use throughput::MemoryThroughputLog;
 
+/// The instant `age` before `now`: what retention deletes is older. `None` when
+/// that lies before the calendar's start (nothing is that old).
+fn older_than(
+    now: outbox_core::Timestamp,
+    age: std::time::Duration,
+) -> Option<outbox_core::Timestamp> {
+    now.checked_sub(time::Duration::try_from(age).unwrap_or(time::Duration::MAX))
+}
+
 /// Locks a std mutex, recovering the data if a panicking thread poisoned it: every
 /// critical section here leaves the state consistent before it can panic.
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -6,14 +6,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use outbox::runtime::ThroughputRecorder;
+use outbox::{
+    CancellationToken, ConsumerConfig, ConsumerRetention, HandlerError, LeaseFactory,
+    PgConsumerWorker, PgHandler, PgHandlerRegistry, RetrySweeper,
+};
 use outbox_adapters_postgres::{
     PgConnection, PgInboxStore, PgLock, PgSchema, PgSweepState, PgThroughputLog,
 };
 use outbox_adapters_rabbitmq::RabbitSubscriber;
-use outbox_app::{
-    CancellationToken, ConsumerConfig, ConsumerRetention, HandlerError, LeaseFactory,
-    PgConsumerWorker, PgHandler, PgHandlerRegistry, RetrySweeper, ThroughputRecorder,
-};
 use outbox_core::{Message, RetryPolicy, SweepConfig};
 use outbox_ports::{SystemClock, ThroughputKind};
 
@@ -208,7 +209,7 @@ pub async fn run(
         .ok()
         .and_then(|a| a.parse().ok())
         .map(|addr| {
-            tokio::spawn(outbox_app::http::serve_consumer_ready(
+            tokio::spawn(outbox_cli::http::serve_consumer_ready(
                 addr,
                 CONSUMER.to_owned(),
                 counters,

@@ -237,13 +237,13 @@ impl Shop {
 ///
 /// # Errors
 /// The exporter could not be built.
-pub fn telemetry(service: &str) -> anyhow::Result<outbox_app::logging::Telemetry> {
-    outbox_app::logging::init(
+pub fn telemetry(service: &str) -> anyhow::Result<outbox_cli::logging::Telemetry> {
+    outbox_cli::logging::init(
         "info,lapin=warn",
-        &outbox_app::config::LogConfig::default(),
-        &outbox_app::config::TelemetryConfig {
+        &outbox_cli::config::LogConfig::default(),
+        &outbox_cli::config::TelemetryConfig {
             service_name: service.to_owned(),
-            ..outbox_app::config::TelemetryConfig::default()
+            ..outbox_cli::config::TelemetryConfig::default()
         },
     )
     .map_err(anyhow::Error::msg)

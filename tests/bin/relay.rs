@@ -2,5 +2,5 @@
 //! binary (`CARGO_BIN_EXE_outbox-e2e-relay`).
 
 fn main() -> std::process::ExitCode {
-    outbox_app::cli::main()
+    outbox_cli::cli::main()
 }

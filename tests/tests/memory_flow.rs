@@ -9,12 +9,12 @@ use std::time::Duration;
 use outbox_adapters_memory::{
     ExchangeKind, MemoryBroker, MemoryInboxStore, MemoryLock, MemoryOutboxStore, MemorySweepState,
 };
-use outbox_app::{
-    CancellationToken, ConsumerConfig, ConsumerWorker, Dispatcher, DispatcherConfig, HandlerError,
-    HandlerRegistry, LeaseFactory, PublishRetryTask, RetrySweeper, handler_fn,
-};
+use outbox_consumer::{ConsumerConfig, ConsumerWorker, HandlerError, HandlerRegistry, handler_fn};
 use outbox_core::{MessageId, RetryPolicy, Status, SweepConfig};
 use outbox_ports::{Clock, InboxStore, OutboxStore, SystemClock};
+use outbox_relay::{
+    CancellationToken, Dispatcher, DispatcherConfig, LeaseFactory, PublishRetryTask, RetrySweeper,
+};
 
 const N: usize = 2000;
 const CONSUMER: &str = "e2e";

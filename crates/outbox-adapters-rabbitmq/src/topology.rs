@@ -186,7 +186,7 @@ pub struct QueueSpec {
     /// classic queue has no delivery limit of its own, also on RabbitMQ 4, whose
     /// quorum queues default to 20) and bound to `dead_letter_exchange`. A
     /// consumer drains it into its own dead letters
-    /// (`ConsumerConfig::dead_letter_queue` in outbox-app).
+    /// (`ConsumerConfig::dead_letter_queue` in outbox-consumer).
     pub dead_letter_queue: Option<String>,
     /// `x-delivery-limit` (quorum only): how many times a delivery may be returned
     /// before the broker gives up on it and dead-letters it. Requires

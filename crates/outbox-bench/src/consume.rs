@@ -11,7 +11,7 @@ use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
 use outbox_adapters_postgres::{PgConnection, PgInboxStore};
 use outbox_adapters_rabbitmq::RabbitSubscriber;
-use outbox_app::{
+use outbox_consumer::{
     CancellationToken, ConsumerConfig, HandlerError, PgConsumerWorker, PgHandler, PgHandlerRegistry,
 };
 use outbox_core::{Message, NewMessage};

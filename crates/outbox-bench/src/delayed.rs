@@ -12,8 +12,8 @@ use lapin::options::{BasicConsumeOptions, QueueDeleteOptions};
 use lapin::types::FieldTable;
 use outbox_adapters_postgres::{PgOutbox, PgOutboxStore};
 use outbox_adapters_rabbitmq::{BindingSpec, QueueSpec, Topology};
-use outbox_app::{CancellationToken, Dispatcher, DispatcherConfig};
 use outbox_core::NewMessage;
+use outbox_relay::{CancellationToken, Dispatcher, DispatcherConfig};
 
 use crate::bench::{Bench, EXCHANGE, Sizes};
 

@@ -5,8 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use outbox_adapters_postgres::PgOutboxStore;
-use outbox_app::wiring::PgWakeupSource;
-use outbox_app::{CancellationToken, Dispatcher, DispatcherConfig};
+use outbox_relay::{CancellationToken, Dispatcher, DispatcherConfig, PgWakeupSource};
 
 use crate::bench::{Bench, EXCHANGE};
 

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use outbox_adapters_postgres::{PgOutboxStore, PgSchema};
 use outbox_adapters_rabbitmq::{RabbitPublisher, RabbitPublisherConfig};
-use outbox_app::{CancellationToken, Dispatcher, DispatcherConfig};
+use outbox_relay::{CancellationToken, Dispatcher, DispatcherConfig};
 
 use crate::bench::Bench;
 use crate::cpu;
@@ -43,7 +43,7 @@ impl Bench {
         // Progress from the relay's own counters (rows marked sent): polling the
         // table instead would scan it every few milliseconds and take CPU from the
         // relay and PostgreSQL while they are measured.
-        let counters = Arc::new(outbox_app::RelayCounters::default());
+        let counters = Arc::new(outbox_relay::RelayCounters::default());
         let cpu_before = cpu::sample();
         let started = Instant::now();
         let tasks: Vec<_> = (0..pipelines)
@@ -65,7 +65,7 @@ impl Bench {
                 tokio::spawn(d.run(cancel.clone()))
             })
             .collect();
-        let marked = |c: &outbox_app::RelayCounters| {
+        let marked = |c: &outbox_relay::RelayCounters| {
             i64::try_from(c.published.load(std::sync::atomic::Ordering::Relaxed)).unwrap_or(0)
         };
         while marked(&counters) < n {

@@ -4,7 +4,7 @@
 //! instance's own memory), wait until one interval has passed, take the cluster lock
 //! (giving up after the lock wait), check again under the lock, retry a batch, record
 //! the report. This module makes each of those choices a plain function of its inputs;
-//! `outbox-app`'s `RetrySweeper` performs the I/O they ask for.
+//! `outbox-runtime`'s `RetrySweeper` performs the I/O they ask for.
 //!
 //! Two defects of the seed are fixed here:
 //! - it recorded nothing when a sweep retried nothing, so the next round started at

@@ -2,16 +2,18 @@
 //! every enqueue path and the services read and write it.
 //!
 //! Without the `otel` feature [`inject_current`] does nothing, so adapters call it
-//! unconditionally and pay nothing. With it (turned on by `outbox-app`'s `otel`
-//! feature; Cargo unifies it for every adapter of the build), the current
-//! OpenTelemetry context is written with the global text map propagator
-//! (`opentelemetry::global::set_text_map_propagator`; `outbox-app` installs the W3C
+//! unconditionally and pay nothing. With it (turned on by the `otel` feature of the
+//! `outbox` facade, `outbox-relay`, `outbox-consumer` or `outbox-cli`; Cargo unifies
+//! it for every adapter of the build), the current OpenTelemetry context is written
+//! with the global text map propagator
+//! (`opentelemetry::global::set_text_map_propagator`; `outbox-cli` installs the W3C
 //! one). With `tracing-opentelemetry`'s layer the current context is the entered
 //! `tracing` span's.
 //!
 //! It lives here, not in `outbox-core` (which stays free of everything but serde,
-//! thiserror, uuid and time) nor in `outbox-app` (which adapters must not depend on):
-//! the ports are what both the adapters' enqueue and the services already share.
+//! thiserror, uuid and time) nor in `outbox-relay` or `outbox-consumer` (which
+//! adapters must not depend on): the ports are what both the adapters' enqueue and
+//! the services already share.
 
 use outbox_core::Headers;
 

@@ -17,7 +17,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use outbox_core::config::ConfigError;
-use outbox_ports::InboxRetention;
+use outbox_ports::{InboxRetention, PortError, SpaceReclaim};
+use outbox_runtime::retention::{RetentionRounds, RetentionTarget};
 use tokio_util::sync::CancellationToken;
 
 use crate::counters::ConsumerCounters;
@@ -147,9 +148,9 @@ impl ConsumerRetention {
 }
 
 /// Runs retention for `consumer` at start and then every interval until `cancel`
-/// fires. One loop per worker, so at most one delete loop at a time in a process;
-/// it stops between batches when cancelled. Errors are logged and the next interval
-/// tries again.
+/// fires ([`outbox_runtime::retention::run`], the relay's loop too). One loop per
+/// worker, so at most one delete loop at a time in a process; it stops between
+/// batches when cancelled. Errors are logged and the next interval tries again.
 pub(crate) async fn run_retention(
     inbox: Arc<dyn InboxRetention>,
     consumer: String,
@@ -160,47 +161,52 @@ pub(crate) async fn run_retention(
     if !retention.enabled() {
         return;
     }
-    let mut vacuum = outbox_runtime::vacuum::VacuumLog::default();
-    loop {
-        let mut deleted = 0u64;
-        while !cancel.is_cancelled() {
-            match inbox
-                .delete_consumed_batch(
-                    &consumer,
-                    retention.consumed_after(),
-                    retention.batch_size(),
-                )
-                .await
-            {
-                Ok(n) => {
-                    deleted += n;
-                    counters.retention_deleted.fetch_add(n, Ordering::Relaxed);
-                    if n < u64::from(retention.batch_size()) {
-                        break;
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(%consumer, error = %e, "inbox retention failed; trying again next interval");
-                    break;
-                }
-            }
-        }
-        if deleted > 0 {
-            tracing::info!(%consumer, deleted, "inbox retention deleted old consumed rows");
-        }
+    let target = ConsumedDeliveries {
+        rows: format!("consumer {consumer}'s consumed deliveries"),
+        inbox: &*inbox,
+        consumer: &consumer,
+        age: retention.consumed_after(),
+    };
+    let rounds = RetentionRounds {
+        batch_size: retention.batch_size(),
+        interval: retention.interval(),
         // The inbox is shared by the schema's consumers: each one's loop checks it
         // (a check is one small read; `SKIP_LOCKED` keeps two vacuums from queueing).
-        if retention.vacuum() == VacuumMode::Auto && !cancel.is_cancelled() {
-            // Raced with `cancel`: a vacuum may take long, and stopping the
-            // relay must not wait for it (dropped, its connection closes).
-            tokio::select! {
-                outcome = inbox.reclaim_space() => vacuum.note("outbox_inbox", outcome),
-                () = cancel.cancelled() => return,
-            }
-        }
-        if !sleep_or_cancel(retention.interval(), &cancel).await {
-            return;
-        }
+        vacuum: retention.vacuum(),
+    };
+    let count = |n| {
+        counters.retention_deleted.fetch_add(n, Ordering::Relaxed);
+    };
+    outbox_runtime::retention::run(&target, rounds, &cancel, &count).await;
+}
+
+/// One consumer's consumed deliveries older than `age`, as a retention loop
+/// deletes them.
+struct ConsumedDeliveries<'a> {
+    rows: String,
+    inbox: &'a dyn InboxRetention,
+    consumer: &'a str,
+    age: Duration,
+}
+
+#[async_trait::async_trait]
+impl RetentionTarget for ConsumedDeliveries<'_> {
+    fn rows(&self) -> &str {
+        &self.rows
+    }
+
+    fn table(&self) -> &'static str {
+        "outbox_inbox"
+    }
+
+    async fn delete_batch(&self, limit: u32) -> Result<u64, PortError> {
+        self.inbox
+            .delete_consumed_batch(self.consumer, self.age, limit)
+            .await
+    }
+
+    async fn reclaim_space(&self) -> Result<SpaceReclaim, PortError> {
+        self.inbox.reclaim_space().await
     }
 }
 

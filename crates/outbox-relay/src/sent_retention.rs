@@ -11,8 +11,7 @@ use outbox_ports::OutboxRetention;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
-use outbox_runtime::sleep_or_cancel;
-use outbox_runtime::vacuum::VacuumLog;
+use outbox_runtime::retention::{self, RetentionRounds, RetentionTarget};
 pub use outbox_runtime::vacuum::VacuumMode;
 
 /// The Prometheus counter of rows deleted by retention.
@@ -93,36 +92,19 @@ impl SentRetentionTask {
         &self,
         cancel: &CancellationToken,
     ) -> Result<u64, outbox_ports::PortError> {
-        let batch = self.config.batch_size.max(1);
-        let mut total = 0;
-        // Cancellation is checked between batches: a batch in hand is one short
-        // statement and always finishes.
-        while !cancel.is_cancelled() {
-            let n = self
-                .store
-                .delete_sent_batch(self.config.sent_after, batch)
-                .await;
-            let n = match n {
-                Ok(n) => n,
-                Err(e) => {
-                    metrics::counter!(RETENTION_DELETED_TOTAL).increment(total);
-                    return Err(e);
-                }
-            };
-            total += n;
-            if n < u64::from(batch) {
-                break;
-            }
-        }
-        metrics::counter!(RETENTION_DELETED_TOTAL).increment(total);
-        Ok(total)
+        retention::round(
+            &self.target(),
+            self.config.batch_size,
+            cancel,
+            &count_deleted,
+        )
+        .await
     }
 
     /// Runs a round at start and then every `interval` until `cancel` fires. A
     /// failed round is logged and tried again at the next interval. Each round
     /// then vacuums the table if that falls to it (see [`VacuumMode`]).
     pub async fn run(self, cancel: CancellationToken) {
-        let mut vacuum = VacuumLog::default();
         // Registered at 0, so the counter is on /metrics before anything is deleted.
         metrics::counter!(RETENTION_DELETED_TOTAL).increment(0);
         tracing::info!(
@@ -130,26 +112,48 @@ impl SentRetentionTask {
             interval = ?self.config.interval,
             "retention of sent messages running"
         );
-        loop {
-            match self.run_once(&cancel).await {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(deleted = n, "retention: old sent messages deleted"),
-                Err(e) => {
-                    tracing::warn!(error = %e, "retention failed; trying again next interval")
-                }
-            }
-            if self.config.vacuum == VacuumMode::Auto && !cancel.is_cancelled() {
-                // Raced with `cancel`: a vacuum may take long, and stopping the
-                // relay must not wait for it (dropped, its connection closes).
-                tokio::select! {
-                    outcome = self.store.reclaim_space() => vacuum.note("outbox_messages", outcome),
-                    () = cancel.cancelled() => return,
-                }
-            }
-            if !sleep_or_cancel(self.config.interval, &cancel).await {
-                return;
-            }
+        let rounds = RetentionRounds {
+            batch_size: self.config.batch_size,
+            interval: self.config.interval,
+            vacuum: self.config.vacuum,
+        };
+        retention::run(&self.target(), rounds, &cancel, &count_deleted).await;
+    }
+
+    fn target(&self) -> SentMessages<'_> {
+        SentMessages {
+            store: &*self.store,
+            age: self.config.sent_after,
         }
+    }
+}
+
+fn count_deleted(n: u64) {
+    metrics::counter!(RETENTION_DELETED_TOTAL).increment(n);
+}
+
+/// The outbox's sent messages older than `age`, as a retention loop deletes them.
+struct SentMessages<'a> {
+    store: &'a dyn OutboxRetention,
+    age: Duration,
+}
+
+#[async_trait::async_trait]
+impl RetentionTarget for SentMessages<'_> {
+    fn rows(&self) -> &str {
+        "sent messages"
+    }
+
+    fn table(&self) -> &'static str {
+        "outbox_messages"
+    }
+
+    async fn delete_batch(&self, limit: u32) -> Result<u64, outbox_ports::PortError> {
+        self.store.delete_sent_batch(self.age, limit).await
+    }
+
+    async fn reclaim_space(&self) -> Result<outbox_ports::SpaceReclaim, outbox_ports::PortError> {
+        self.store.reclaim_space().await
     }
 }
 

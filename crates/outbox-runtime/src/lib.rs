@@ -13,6 +13,7 @@
 //! Every task stops cleanly when its [`CancellationToken`] is cancelled.
 
 pub mod lease;
+pub mod retention;
 pub mod stall;
 pub mod supervision;
 pub mod sweeper;

@@ -443,7 +443,7 @@ pub struct LogConfig {
     /// `text` (default) or `json` (one object per line; with the `otel` feature and
     /// a span active, it carries `trace_id` and `span_id`).
     pub format: LogFormat,
-    /// Which events, in `RUST_LOG` syntax (`info,outbox_app=debug`); the `RUST_LOG`
+    /// Which events, in `RUST_LOG` syntax (`info,outbox_relay=debug`); the `RUST_LOG`
     /// variable overrides it. Default `info`.
     pub filter: Option<String>,
 }

@@ -451,13 +451,13 @@ fn log_and_telemetry_default_to_text_and_no_exporter_and_load_from_file_or_envir
     assert!((cfg.telemetry.sampling_ratio - 1.0).abs() < f64::EPSILON);
     let cfg = RelayConfig::load_with_env(
         &file(&format!(
-            "{GOOD}\n[log]\nformat = \"json\"\nfilter = \"warn,outbox_app=debug\"\n\n[telemetry]\nservice_name = \"relay-eu\"\nsampling_ratio = 0.25\n"
+            "{GOOD}\n[log]\nformat = \"json\"\nfilter = \"warn,outbox_relay=debug\"\n\n[telemetry]\nservice_name = \"relay-eu\"\nsampling_ratio = 0.25\n"
         )),
         env(&[("OUTBOX__TELEMETRY__SAMPLING_RATIO", "0.5")]),
     )
     .expect("loads");
     assert_eq!(cfg.log.format, LogFormat::Json);
-    assert_eq!(cfg.log.filter.as_deref(), Some("warn,outbox_app=debug"));
+    assert_eq!(cfg.log.filter.as_deref(), Some("warn,outbox_relay=debug"));
     assert_eq!(cfg.telemetry.service_name, "relay-eu");
     assert!((cfg.telemetry.sampling_ratio - 0.5).abs() < f64::EPSILON);
     if cfg!(feature = "otel") {

@@ -366,7 +366,7 @@ pub async fn publish_claimed(
     random: Random,
 ) -> Result<PublishCounts, PortError> {
     let budget = publish_budget(lease.ttl, Duration::ZERO);
-    let layer = crate::layer::default_publish_layer();
+    let layer = crate::default_publish_layer();
     let published = publish_batch(
         publisher,
         layer.as_deref(),
@@ -485,7 +485,7 @@ impl Relay {
         Self {
             store,
             publisher,
-            layer: crate::layer::default_publish_layer(),
+            layer: crate::default_publish_layer(),
             leases: LeaseFactory::new(instance, lease_ttl),
             policy,
             random: outbox_runtime::default_random,

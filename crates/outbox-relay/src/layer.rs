@@ -1,9 +1,8 @@
 //! Cross-cutting work around each batch the relay hands to its publisher
 //! (tracing today), as a layer the relay calls, so the publish path carries no
-//! feature switches: with the `otel` feature the default layer is
-//! [`crate::otel::SendSpans`]; without it there is none, and nothing is spent.
-
-use std::sync::Arc;
+//! feature switches: with the `otel` feature the default layer
+//! ([`crate::default_publish_layer`]) is `otel::SendSpans`; without it there is
+//! none, and nothing is spent.
 
 use outbox_core::{Headers, Message, MessageId};
 use outbox_ports::PublishOutcome;
@@ -40,25 +39,6 @@ pub struct Outgoing<'a> {
 pub trait PublishLayer: Send + Sync {
     /// Before `batch` goes to the publisher; returns what is told the outcomes.
     fn before_publish(&self, batch: &mut [Outgoing<'_>]) -> AfterPublish;
-}
-
-/// The layer a relay runs unless told otherwise: `send` spans with the `otel`
-/// feature, none without.
-#[must_use]
-pub fn default_publish_layer() -> Option<Arc<dyn PublishLayer>> {
-    #[cfg(feature = "otel")]
-    let layer: Option<Arc<dyn PublishLayer>> = Some(Arc::new(crate::otel::SendSpans));
-    #[cfg(not(feature = "otel"))]
-    let layer = None;
-    layer
-}
-
-#[cfg(feature = "otel")]
-impl PublishLayer for crate::otel::SendSpans {
-    fn before_publish(&self, batch: &mut [Outgoing<'_>]) -> AfterPublish {
-        let spans = crate::otel::send_spans(batch);
-        Box::new(move |outcomes| crate::otel::publish_outcomes(&spans, outcomes))
-    }
 }
 
 /// `messages` as a layer sees them (see [`Outgoing`]).

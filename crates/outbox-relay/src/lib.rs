@@ -32,6 +32,19 @@ pub use dispatcher::{
     Dispatcher, DispatcherConfig, PublishCounts, PublishRetryTask, RelayCounters,
 };
 pub use layer::PublishLayer;
+
+/// The publish layer a relay runs unless told otherwise: `send` spans
+/// ([`otel::SendSpans`]) with the `otel` feature, none without. (Here, not in
+/// `layer`, so that `layer` and `otel` do not import each other.)
+#[must_use]
+pub fn default_publish_layer() -> Option<std::sync::Arc<dyn PublishLayer>> {
+    #[cfg(feature = "otel")]
+    let layer: Option<std::sync::Arc<dyn PublishLayer>> =
+        Some(std::sync::Arc::new(otel::SendSpans));
+    #[cfg(not(feature = "otel"))]
+    let layer = None;
+    layer
+}
 pub use outbox_runtime::{
     CancellationToken, LeaseFactory, RetrySweeper, ServiceHealth, SweepTask, ThroughputRecorder,
 };

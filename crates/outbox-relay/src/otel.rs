@@ -139,7 +139,16 @@ mod tests {
 }
 
 /// The relay's tracing layer: a `send <exchange>` span per message
-/// ([`send_spans`]), each told its outcome ([`publish_outcomes`]); it is a
-/// [`crate::layer::PublishLayer`].
+/// ([`send_spans`]), each told its outcome ([`publish_outcomes`]).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SendSpans;
+
+impl crate::layer::PublishLayer for SendSpans {
+    fn before_publish(
+        &self,
+        batch: &mut [crate::layer::Outgoing<'_>],
+    ) -> crate::layer::AfterPublish {
+        let spans = send_spans(batch);
+        Box::new(move |outcomes| publish_outcomes(&spans, outcomes))
+    }
+}

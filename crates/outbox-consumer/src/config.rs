@@ -61,8 +61,9 @@ pub struct ConsumerConfig {
     /// under an ack can leave it unanswered; without a bound, the delivery's slot
     /// (and a clean shutdown) would wait forever. The broker redelivers it.
     pub settle_timeout: Duration,
-    /// Deleting old consumed inbox rows; run by [`crate::PgConsumerWorker`] (the
-    /// backend-neutral inbox port has no deletion).
+    /// Deleting old consumed inbox rows; run by [`crate::PgConsumerWorker`], and by
+    /// a backend-neutral worker whose inbox has retention
+    /// ([`crate::NeutralInbox::retained`]).
     pub retention: ConsumerRetention,
     /// The queue the broker dead-letters `queue`'s deliveries into when it gives
     /// up on them (a quorum queue's delivery limit: the topology's

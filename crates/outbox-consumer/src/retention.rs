@@ -177,7 +177,13 @@ pub(crate) async fn run_retention(
     let count = |n| {
         counters.retention_deleted.fetch_add(n, Ordering::Relaxed);
     };
-    outbox_runtime::retention::run(&target, rounds, &cancel, &count).await;
+    // Its log lines carry the consumer, as a field, from the span.
+    let span = tracing::info_span!("inbox_retention", consumer = %consumer);
+    tracing::Instrument::instrument(
+        outbox_runtime::retention::run(&target, rounds, &cancel, &count),
+        span,
+    )
+    .await;
 }
 
 /// One consumer's consumed deliveries older than `age`, as a retention loop

@@ -205,8 +205,21 @@ impl NeutralInbox {
         }
     }
 
-    /// Runs `config.retention` over `retention` (usually the same store as the
-    /// inbox) beside the consumer; without it, nothing is deleted.
+    /// Records in `inbox`, runs `handlers`, and runs `config.retention` over the
+    /// same store beside the consumer (what it records, it deletes when old).
+    #[must_use]
+    pub fn retained<S>(inbox: Arc<S>, handlers: HandlerRegistry) -> Self
+    where
+        S: InboxConsumerPath + InboxRetention + 'static,
+    {
+        let retention: Arc<dyn InboxRetention> = inbox.clone();
+        Self::new(inbox, handlers).with_retention(retention)
+    }
+
+    /// Runs `config.retention` over `retention` beside the consumer. It must be
+    /// the store this path records into (prefer [`Self::retained`], which cannot
+    /// be given another): retention deletes the consumer's consumed rows
+    /// wherever it is pointed.
     #[must_use]
     pub fn with_retention(mut self, retention: Arc<dyn InboxRetention>) -> Self {
         self.retention = Some(retention);
@@ -729,9 +742,8 @@ impl<P: InboxPath> InboxWorker<P> {
             None => main.await,
         }
         // The subscription can end before the token fires; retention stops with the
-        // worker either way, after the statement in hand (a delete, or the inbox's
-        // vacuum after a round, which is not cut short and can take a while on a
-        // large inbox).
+        // worker either way: after the delete in hand, or at once during the
+        // inbox's vacuum (dropped, its connection closes and the server ends it).
         stop_retention.cancel();
         stop_watch.cancel();
         if let Err(e) = watchdog.await {

@@ -19,9 +19,11 @@ use outbox_ports::{InboxRetention, InboxStore, PortError, Publisher, SystemClock
 const QUEUE: &str = "retention.supervision";
 const NAME: &str = "retention-supervision";
 
-/// Inbox retention whose first delete panics and whose later ones find nothing.
+/// Inbox retention whose first two deletes panic and whose later ones find
+/// nothing; it notes when each was asked for.
 struct PanickyRetention {
     runs: Arc<AtomicU32>,
+    asked: Arc<std::sync::Mutex<Vec<std::time::Instant>>>,
 }
 
 #[async_trait]
@@ -32,7 +34,11 @@ impl InboxRetention for PanickyRetention {
         _age: Duration,
         _limit: u32,
     ) -> Result<u64, PortError> {
-        if self.runs.fetch_add(1, Ordering::SeqCst) == 0 {
+        self.asked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(std::time::Instant::now());
+        if self.runs.fetch_add(1, Ordering::SeqCst) < 2 {
             panic!("retention bug");
         }
         Ok(0)
@@ -58,12 +64,14 @@ async fn a_panicking_retention_loop_is_restarted_and_the_consumer_goes_on() {
     b.bind(QUEUE, "contract", "#");
     let inbox = Arc::new(MemoryInboxStore::new(Arc::new(SystemClock)));
     let runs = Arc::new(AtomicU32::new(0));
+    let asked = Arc::new(std::sync::Mutex::new(Vec::new()));
     let path = NeutralInbox::new(
         inbox.clone(),
         HandlerRegistry::new().fallback(handler_fn(|_| async { Ok(()) })),
     )
     .with_retention(Arc::new(PanickyRetention {
         runs: Arc::clone(&runs),
+        asked: Arc::clone(&asked),
     }));
     let config = ConsumerConfig {
         retention: ConsumerRetention::default()
@@ -75,10 +83,22 @@ async fn a_panicking_retention_loop_is_restarted_and_the_consumer_goes_on() {
     let cancel = CancellationToken::new();
     let running = tokio::spawn(worker.run(cancel.clone()));
 
-    wait_for("the retention loop to start again after its panic", || {
-        runs.load(Ordering::SeqCst) >= 2
+    wait_for("the retention loop to start again after each panic", || {
+        runs.load(Ordering::SeqCst) >= 3
     })
     .await;
+    // Each restart waited one interval (50 ms) after its panic: never a hot loop.
+    let asked = asked
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    for pair in asked[..3].windows(2) {
+        assert!(
+            pair[1] - pair[0] >= Duration::from_millis(50),
+            "restarted after {:?}",
+            pair[1] - pair[0]
+        );
+    }
     assert!(
         !running.is_finished(),
         "the worker ended with its retention"
@@ -103,7 +123,7 @@ async fn a_panicking_retention_loop_is_restarted_and_the_consumer_goes_on() {
         .expect("worker stops")
         .expect("worker task");
     // The restarted loop went on with its rounds (every 50 ms) until the stop.
-    assert!(runs.load(Ordering::SeqCst) >= 2);
+    assert!(runs.load(Ordering::SeqCst) >= 3);
 }
 
 /// The backend-neutral worker runs its inbox's retention: once the consumed
@@ -120,7 +140,7 @@ async fn the_neutral_workers_retention_deletes_old_consumed_deliveries_only() {
     let inbox = Arc::new(MemoryInboxStore::new(clock.clone()));
     let failing = outbox_testkit::message("contract", "fails");
     let failing_id = failing.id;
-    let path = NeutralInbox::new(
+    let path = NeutralInbox::retained(
         inbox.clone(),
         HandlerRegistry::new().fallback(handler_fn(move |m: outbox_core::Message| async move {
             if m.id == failing_id {
@@ -129,8 +149,7 @@ async fn the_neutral_workers_retention_deletes_old_consumed_deliveries_only() {
                 Ok(())
             }
         })),
-    )
-    .with_retention(inbox.clone());
+    );
     let config = ConsumerConfig {
         retention: ConsumerRetention::default()
             .with_consumed_after(Duration::from_secs(3600))

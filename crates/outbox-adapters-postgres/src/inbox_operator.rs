@@ -17,7 +17,7 @@ use crate::listing::{
     Where, count_at_most, in_batches, page_of, per_minute, revive_batch, summary_columns,
     summary_page,
 };
-use crate::rows::{MessageRow, Side, read_columns, readable_time};
+use crate::rows::{MessageRow, Side, SqlSide, read_columns, readable_time};
 
 #[derive(sqlx::FromRow)]
 struct LetterRow {

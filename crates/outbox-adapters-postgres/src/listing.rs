@@ -11,7 +11,7 @@ use sqlx::postgres::PgArguments;
 use sqlx::{Arguments, PgPool, Postgres};
 
 use crate::error::port;
-use crate::rows::{Side, readable_time};
+use crate::rows::{Side, SqlSide, readable_time};
 
 /// Rows selected and changed per statement by a bulk action.
 pub(crate) const BULK_BATCH: u64 = 1_000;

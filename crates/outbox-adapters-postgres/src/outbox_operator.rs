@@ -17,7 +17,7 @@ use crate::listing::{
     SummaryRow, Where, batch_statement, count_at_most, in_batches, page_of, per_minute,
     revive_batch, summary_columns,
 };
-use crate::rows::{Side, readable_time};
+use crate::rows::{Side, SqlSide, readable_time};
 
 impl PgOutboxStore {
     /// What a page of [`OutboxOperator::list_messages`] does: `EXPLAIN (ANALYZE)`

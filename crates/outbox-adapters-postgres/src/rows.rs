@@ -226,35 +226,35 @@ pub(crate) fn decode_in_claim_order(mut rows: Vec<ClaimedRow>) -> DecodedClaim {
     (good, bad)
 }
 
-/// Which table a status is stored in, and so its name there. The outbox stores
-/// [`Status::as_str`]. The inbox calls a delivery received and not yet handled
-/// `received` (in Rust still `Status::Sent` until each side has a status type of
-/// its own): on the outbox, `sent` means confirmed by the broker, and one word
-/// must not mean two things.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Side {
-    /// `outbox_messages`.
-    Outbox,
-    /// `outbox_inbox`.
-    Inbox,
+/// Which table a status is stored in, and so its name there:
+/// [`outbox_core::status::Side`], which names each side's statuses (the inbox
+/// says `received` where the outbox says `sent`). The SQL-facing helpers are
+/// [`SqlSide`]'s.
+pub(crate) use outbox_core::status::Side;
+
+/// What the statements need of a [`Side`]: stored names read back, and the
+/// `status = ANY($n)` guards, from the core's transition table.
+pub(crate) trait SqlSide: Copy {
+    /// The status a stored name stands for on this side.
+    fn status(self, name: &str) -> Result<Status, String>;
+
+    /// `statuses` as this side stores them, for `status = ANY($n)`.
+    fn names(self, statuses: &[Status]) -> Vec<String>;
+
+    /// The statuses a failure mark takes a row from, whether it ends `failed`
+    /// (tried again later) or dead: both outcomes of the one statement start from
+    /// the same statuses, those from which the core's table allows either.
+    fn failure_sources(self, failed: Status) -> Vec<String>;
+
+    /// Statuses from which `target` may be reached, by the core's transition
+    /// table, as stored: the `WHERE status = ANY(..)` of every status-changing
+    /// statement.
+    fn sources_of(self, target: Status) -> Vec<String>;
 }
 
-impl Side {
-    /// `status` as this side stores it.
-    pub(crate) const fn name(self, status: Status) -> &'static str {
-        self.core().name(status)
-    }
-
-    const fn core(self) -> outbox_core::status::Side {
-        match self {
-            Self::Outbox => outbox_core::status::Side::Outbox,
-            Self::Inbox => outbox_core::status::Side::Inbox,
-        }
-    }
-
-    /// The status a stored name stands for on this side.
-    pub(crate) fn status(self, name: &str) -> Result<Status, String> {
-        self.core().parse(name).ok_or_else(|| match (self, name) {
+impl SqlSide for Side {
+    fn status(self, name: &str) -> Result<Status, String> {
+        self.parse(name).ok_or_else(|| match (self, name) {
             (Self::Inbox, "sent") => {
                 "an inbox row with status 'sent' (before `outbox migrate`: it is 'received' now)"
                     .to_owned()
@@ -264,25 +264,18 @@ impl Side {
         })
     }
 
-    /// `statuses` as this side stores them, for `status = ANY($n)`.
-    pub(crate) fn names(self, statuses: &[Status]) -> Vec<String> {
+    fn names(self, statuses: &[Status]) -> Vec<String> {
         statuses.iter().map(|s| self.name(*s).to_owned()).collect()
     }
 
-    /// The statuses a failure mark takes a row from, whether it ends `failed`
-    /// (tried again later) or dead: both outcomes of the one statement start from
-    /// the same statuses, those from which the core's table allows either.
-    pub(crate) fn failure_sources(self, failed: Status) -> Vec<String> {
+    fn failure_sources(self, failed: Status) -> Vec<String> {
         self.sources_of(failed)
             .into_iter()
             .filter(|s| self.sources_of(Status::Dead).contains(s))
             .collect()
     }
 
-    /// Statuses from which `target` may be reached, by the core's transition
-    /// table, as stored: the `WHERE status = ANY(..)` of every status-changing
-    /// statement.
-    pub(crate) fn sources_of(self, target: Status) -> Vec<String> {
+    fn sources_of(self, target: Status) -> Vec<String> {
         let sources: Vec<Status> = Status::ALL
             .into_iter()
             .filter(|s| s.can_become(target))

@@ -17,37 +17,31 @@ pub const MAX_LIMIT: u32 = 1_000;
 /// A bulk action's cap unless the request raises it.
 pub const DEFAULT_BULK_MAX: u64 = 10_000;
 
-/// Which side a status belongs to: the two sides name their statuses apart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Side {
-    /// pending, sent, publish_failed, dead.
-    Outbox,
-    /// received, consumed, consume_failed, dead.
-    Inbox,
-}
+/// Which side a status belongs to: the two sides name their statuses apart
+/// ([`outbox_core::status::Side`] decides the names).
+pub use outbox_core::status::Side;
 
-impl Side {
+/// What the API needs of a [`Side`]: a status's name there, and a name parsed
+/// into a status with the API's error.
+pub trait ApiSide: Copy {
     /// The API name of `status` on this side (the inbox's `Sent` is `received`).
-    #[must_use]
-    pub fn status_name(self, status: Status) -> &'static str {
-        self.core().name(status)
-    }
-
-    const fn core(self) -> outbox_core::status::Side {
-        match self {
-            Self::Outbox => outbox_core::status::Side::Outbox,
-            Self::Inbox => outbox_core::status::Side::Inbox,
-        }
-    }
+    fn status_name(self, status: Status) -> &'static str;
 
     /// The status named `name` on this side.
     ///
     /// # Errors
-    /// `bad_status` for a name unknown here (naming the other side's statuses).
-    pub fn parse_status(self, name: &str) -> Result<Status, AdminError> {
-        let side = self.core();
-        side.parse(name).ok_or_else(|| {
-            let known: Vec<&str> = side.statuses().iter().map(|s| side.name(*s)).collect();
+    /// `bad_status` for a name unknown here (naming this side's statuses).
+    fn parse_status(self, name: &str) -> Result<Status, AdminError>;
+}
+
+impl ApiSide for Side {
+    fn status_name(self, status: Status) -> &'static str {
+        self.name(status)
+    }
+
+    fn parse_status(self, name: &str) -> Result<Status, AdminError> {
+        self.parse(name).ok_or_else(|| {
+            let known: Vec<&str> = self.statuses().iter().map(|s| self.name(*s)).collect();
             AdminError::bad(
                 "bad_status",
                 format!(

@@ -117,7 +117,7 @@ fn minutes(counts: Vec<MinuteCount>) -> Vec<MinuteItem> {
 fn consume_side(record: &InboxRecord) -> ConsumeSide {
     ConsumeSide {
         consumer: record.consumer.clone(),
-        status: Side::Inbox.status_name(record.status).to_owned(),
+        status: Side::Inbox.name(record.status).to_owned(),
         attempts: record.consume.attempts,
         last_attempt_at: record.consume.last_attempt_at.map(format_time),
         next_attempt_at: record.consume.next_attempt_at.map(format_time),
@@ -218,7 +218,7 @@ impl AdminService {
             .bytes(&summary.payload_preview, truncated, true);
         MessageItem {
             id: summary.id.to_string(),
-            status: side.status_name(summary.status).to_owned(),
+            status: side.name(summary.status).to_owned(),
             exchange: summary.exchange,
             routing_key: summary.routing_key,
             message_type: summary.message_type,
@@ -256,7 +256,7 @@ impl AdminService {
                 .bytes(&message.payload, false, is_textual(&message.content_type));
         MessageDetail {
             id: message.id.to_string(),
-            status: side.status_name(status).to_owned(),
+            status: side.name(status).to_owned(),
             exchange: message.exchange.clone(),
             routing_key: message.routing_key.clone(),
             ordering_key: message.ordering_key.clone(),
@@ -432,7 +432,7 @@ impl AdminService {
                 .map(|k| BlockedKeyItem {
                     key: k.key,
                     head_id: k.head.to_string(),
-                    head_status: Side::Outbox.status_name(k.status).to_owned(),
+                    head_status: Side::Outbox.name(k.status).to_owned(),
                     head_attempts: k.attempts,
                     head_last_error: k.last_error,
                     head_next_attempt_at: k.next_attempt_at.map(format_time),

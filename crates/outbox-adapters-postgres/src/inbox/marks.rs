@@ -16,7 +16,7 @@ use outbox_ports::{Lease, PortError};
 
 use super::PgInboxStore;
 use crate::error::port;
-use crate::rows::{Side, retry_delay_ms};
+use crate::rows::{Side, SqlSide, retry_delay_ms};
 use crate::storable;
 
 impl PgInboxStore {

@@ -9,7 +9,7 @@ use outbox_ports::{InboxStats, PortError};
 
 use super::PgInboxStore;
 use crate::error::port;
-use crate::rows::{Side, count};
+use crate::rows::{Side, SqlSide, count};
 
 impl PgInboxStore {
     /// [`outbox_ports::InboxStore::stats`].

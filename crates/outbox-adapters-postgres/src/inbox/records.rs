@@ -14,7 +14,7 @@ use outbox_ports::{InboxRecord, PortError};
 
 use super::PgInboxStore;
 use crate::error::port;
-use crate::rows::{MessageRow, Side};
+use crate::rows::{MessageRow, Side, SqlSide};
 
 impl PgInboxStore {
     /// [`outbox_ports::InboxOperator::get_delivery`].

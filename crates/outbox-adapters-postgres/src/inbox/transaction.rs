@@ -17,7 +17,7 @@ use super::PgInboxStore;
 use super::arrival::bind_delivery;
 use super::session::{Attempt, TxHandler, run_and_commit};
 use crate::error::port;
-use crate::rows::Side;
+use crate::rows::{Side, SqlSide};
 use crate::storable;
 
 /// What [`PgInboxStore::consume_in_transaction`] did.

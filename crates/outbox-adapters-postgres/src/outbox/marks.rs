@@ -17,7 +17,7 @@ use outbox_ports::{Lease, PortError, PublishFailure};
 
 use super::PgOutboxStore;
 use crate::error::port;
-use crate::rows::{Side, retry_delay_ms, uuids};
+use crate::rows::{Side, SqlSide, retry_delay_ms, uuids};
 
 impl PgOutboxStore {
     /// Marks the rows `ids` that `lease` holds sent; returns how many.

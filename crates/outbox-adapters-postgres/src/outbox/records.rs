@@ -14,7 +14,7 @@ use outbox_ports::{OutboxRecord, PortError};
 
 use super::PgOutboxStore;
 use crate::error::port;
-use crate::rows::{MessageRow, Side};
+use crate::rows::{MessageRow, Side, SqlSide};
 
 impl PgOutboxStore {
     /// [`outbox_ports::OutboxOperator::get_message`].

@@ -64,11 +64,8 @@ pub(crate) fn badge(status: &str) -> Badge {
 }
 
 /// The statuses of a side, in their order, as the API names them.
-pub(crate) fn statuses(side: Side) -> &'static [&'static str] {
-    match side {
-        Side::Outbox => &["pending", "sent", "publish_failed", "dead"],
-        Side::Inbox => &["received", "consumed", "consume_failed", "dead"],
-    }
+pub(crate) fn statuses(side: Side) -> [&'static str; 4] {
+    side.statuses().map(|s| side.name(s))
 }
 
 /// One `<option>` of a status `<select>`.

@@ -64,7 +64,7 @@ fn detail_page(
     post: String,
     q: DetailQuery,
 ) -> Page {
-    let status = side.parse_status(&d.status).ok();
+    let status = side.parse(&d.status);
     let mut actions = Vec::new();
     if session.can_write() {
         let can = |set: Vec<Status>| status.is_some_and(|s| set.contains(&s));

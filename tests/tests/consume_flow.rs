@@ -234,7 +234,7 @@ async fn two_relays_and_two_consumers_bill_every_committed_order_exactly_once() 
             f.pool.clone(),
             f.shop.outbox_schema.clone(),
         );
-        outbox_ports::OutboxOperator::oldest_messages(&store, outbox_core::Status::Sent, 300)
+        outbox_ports::OutboxOperator::oldest_messages(&store, outbox_core::OutboxStatus::Sent, 300)
             .await
             .expect("sent")
             .into_iter()

@@ -10,7 +10,7 @@ use outbox_adapters_memory::{
     ExchangeKind, MemoryBroker, MemoryInboxStore, MemoryLock, MemoryOutboxStore, MemorySweepState,
 };
 use outbox_consumer::{ConsumerConfig, ConsumerWorker, HandlerError, HandlerRegistry, handler_fn};
-use outbox_core::{MessageId, RetryPolicy, Status, SweepConfig};
+use outbox_core::{MessageId, OutboxStatus, RetryPolicy, SweepConfig};
 use outbox_ports::{Clock, InboxStore, OutboxStore, SystemClock};
 use outbox_relay::{
     CancellationToken, Dispatcher, DispatcherConfig, LeaseFactory, PublishRetryTask, RetrySweeper,
@@ -150,8 +150,8 @@ async fn two_of_everything_deliver_each_message_once_in_effect() {
 
     let stats = inbox.stats(CONSUMER).await.expect("stats");
     assert_eq!(stats.consumed as usize, N, "lost messages: {stats:?}");
-    assert_eq!(outbox.count(Status::Sent) as usize, N);
-    assert_eq!(outbox.count(Status::Dead) + stats.dead, 0);
+    assert_eq!(outbox.count(OutboxStatus::Sent) as usize, N);
+    assert_eq!(outbox.count(OutboxStatus::Dead) + stats.dead, 0);
     let fx = effects.lock().expect("lock");
     assert_eq!(fx.len(), N, "every message took effect");
     let doubled: Vec<_> = fx.iter().filter(|(_, n)| **n > 1).collect();

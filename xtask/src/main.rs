@@ -717,10 +717,26 @@ fn code_map_problems() -> Result<Vec<String>, String> {
             "ARCHITECTURE.md has no `## Code map` section, whose paths the guard checks".to_owned(),
         ]);
     }
-    Ok(missing_code_map_paths(&doc, root)
+    let mut problems: Vec<String> = missing_code_map_paths(&doc, root)
         .into_iter()
         .map(|p| format!("ARCHITECTURE.md's code map names `{p}`, which does not exist"))
-        .collect())
+        .collect();
+    // The door and the map stay short (details live in docs/ and the modules' docs).
+    for (file, max) in [("README.md", 300), ("ARCHITECTURE.md", 350)] {
+        let text =
+            std::fs::read_to_string(root.join(file)).map_err(|e| format!("reading {file}: {e}"))?;
+        if let Some(problem) = too_long(file, &text, max) {
+            problems.push(problem);
+        }
+    }
+    Ok(problems)
+}
+
+/// `file` (its `text`) over `max` lines, said as a problem.
+fn too_long(file: &str, text: &str, max: usize) -> Option<String> {
+    let lines = text.lines().count();
+    (lines > max)
+        .then(|| format!("{file} has {lines} lines; at most {max}, the rest goes to docs/"))
 }
 
 /// The paths (see [`code_map_problems`]) of `doc`'s code map missing under `root`.
@@ -770,6 +786,15 @@ mod tests {
             "[package]\nname = \"outbox\"\n",
             "outbox"
         ));
+    }
+
+    #[test]
+    fn a_door_over_its_length_is_a_problem() {
+        assert_eq!(super::too_long("README.md", "a\nb\n", 2), None);
+        assert_eq!(
+            super::too_long("README.md", "a\nb\nc\n", 2).as_deref(),
+            Some("README.md has 3 lines; at most 2, the rest goes to docs/")
+        );
     }
 
     #[test]

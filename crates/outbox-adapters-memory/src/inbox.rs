@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use outbox_core::status::Tracked;
-use outbox_core::{Decision, Message, MessageId, Status, Timestamp, TransitionError};
+use outbox_core::{Decision, InboxStatus, Message, MessageId, Timestamp, TransitionError};
 use outbox_ports::{
     Arrival, ClaimedDelivery, Clock, DeadLetter, InboxConsumerPath, InboxRecord, InboxRetention,
     InboxStats, InboxStore, Lease, PortError,
@@ -18,7 +18,7 @@ pub(crate) struct Row {
     /// Arrival order (the key of [`Table::order`]).
     pub(crate) seq: u64,
     pub(crate) message: Message,
-    pub(crate) tracked: Tracked,
+    pub(crate) tracked: Tracked<InboxStatus>,
     pub(crate) lease: LeaseSlot,
 }
 
@@ -27,7 +27,10 @@ pub(crate) type Key = (String, MessageId);
 /// Received and not yet handled, or failed and waiting for its retry: what holds
 /// later deliveries of its ordering key back.
 fn unfinished(row: &Row) -> bool {
-    matches!(row.tracked.status, Status::Sent | Status::ConsumeFailed)
+    matches!(
+        row.tracked.status,
+        InboxStatus::Received | InboxStatus::ConsumeFailed
+    )
 }
 
 /// A dead letter with the consumer that received it and when.
@@ -96,7 +99,7 @@ impl MemoryInboxStore {
         t.rows.entry(key).or_insert(Row {
             seq,
             message: message.clone(),
-            tracked: Tracked::new(Status::Sent, now),
+            tracked: Tracked::new(now),
             lease: LeaseSlot::default(),
         })
     }
@@ -106,7 +109,7 @@ impl MemoryInboxStore {
         consumer: &str,
         id: MessageId,
         lease: &Lease,
-        apply: impl FnOnce(&mut Tracked, Timestamp) -> Result<(), PortError>,
+        apply: impl FnOnce(&mut Tracked<InboxStatus>, Timestamp) -> Result<(), PortError>,
     ) -> Result<bool, PortError> {
         let now = self.clock.now();
         let mut t = lock(&self.table);
@@ -145,7 +148,7 @@ impl InboxConsumerPath for MemoryInboxStore {
                 .as_deref()
                 .is_some_and(|k| Self::earlier_unfinished(&t, consumer, k, row.seq));
             let status = row.tracked.status;
-            if status == Status::Sent && !row.lease.is_live(now) && !behind {
+            if status == InboxStatus::Received && !row.lease.is_live(now) && !behind {
                 if let Some(row) = t.rows.get_mut(&key) {
                     row.lease.take(lease, now);
                 }
@@ -173,7 +176,7 @@ impl InboxConsumerPath for MemoryInboxStore {
         }
         let row = Self::insert(&mut t, key, message, now);
         row.tracked = Tracked {
-            status: Status::Dead,
+            status: InboxStatus::Dead,
             state: outbox_core::SideState {
                 last_attempt_at: Some(now),
                 last_error: Some(reason.to_owned()),
@@ -209,9 +212,7 @@ impl InboxConsumerPath for MemoryInboxStore {
         id: MessageId,
         lease: &Lease,
     ) -> Result<bool, PortError> {
-        self.mark(consumer, id, lease, |tr, now| {
-            Ok(tr.succeed(Status::Consumed, now)?)
-        })
+        self.mark(consumer, id, lease, |tr, now| Ok(tr.succeed(now)?))
     }
 
     async fn mark_consume_failed(
@@ -223,7 +224,7 @@ impl InboxConsumerPath for MemoryInboxStore {
         decision: Decision,
     ) -> Result<bool, PortError> {
         self.mark(consumer, id, lease, |tr, now| {
-            Ok(tr.fail(Status::ConsumeFailed, now, error, decision)?)
+            Ok(tr.fail(now, error, decision)?)
         })
     }
 
@@ -305,9 +306,9 @@ impl InboxStore for MemoryInboxStore {
                 continue;
             }
             match row.tracked.status {
-                Status::Consumed => s.consumed += 1,
-                Status::ConsumeFailed => s.consume_failed += 1,
-                Status::Dead => s.dead += 1,
+                InboxStatus::Consumed => s.consumed += 1,
+                InboxStatus::ConsumeFailed => s.consume_failed += 1,
+                InboxStatus::Dead => s.dead += 1,
                 _ => s.received += 1,
             }
         }
@@ -330,7 +331,7 @@ impl InboxRetention for MemoryInboxStore {
         let mut old: Vec<(Timestamp, u64, Key)> = t
             .rows
             .iter()
-            .filter(|((c, _), r)| c == consumer && r.tracked.status == Status::Consumed)
+            .filter(|((c, _), r)| c == consumer && r.tracked.status == InboxStatus::Consumed)
             .filter_map(|(k, r)| {
                 r.tracked
                     .state
@@ -365,7 +366,7 @@ impl MemoryInboxStore {
     pub(crate) async fn records(
         &self,
         consumer: &str,
-        status: Status,
+        status: InboxStatus,
         limit: u32,
     ) -> Result<Vec<InboxRecord>, PortError> {
         let t = lock(&self.table);
@@ -396,9 +397,9 @@ impl MemoryInboxStore {
                 })?;
         let from = row.tracked.status;
         if !outbox_ports::reconsumable_from(again).contains(&from) {
-            return Err(TransitionError {
+            return Err(TransitionError::Inbox {
                 from,
-                to: Status::Sent,
+                to: InboxStatus::Received,
             }
             .into());
         }
@@ -409,7 +410,7 @@ impl MemoryInboxStore {
                 holder: "a worker or a consume retry is handling it",
             });
         }
-        row.tracked.revive(Status::Sent, now)?;
+        row.tracked.revive(now)?;
         row.lease.clear();
         Ok(())
     }

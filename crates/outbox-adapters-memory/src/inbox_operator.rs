@@ -4,10 +4,10 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use outbox_core::{MessageId, Status};
+use outbox_core::{InboxStatus, MessageId};
 use outbox_ports::{
-    BulkOutcome, ConsumerSummary, InboxOperator, InboxRecord, InboxStore, MessageFilter,
-    MessageSummary, MinuteCount, PREVIEW_BYTES, Page, PageCursor, PortError, StoredDeadLetter,
+    BulkOutcome, ConsumerSummary, DeliveryFilter, DeliverySummary, InboxOperator, InboxRecord,
+    InboxStore, MinuteCount, PREVIEW_BYTES, Page, PageCursor, PortError, StoredDeadLetter,
     reconsumable_statuses,
 };
 
@@ -50,7 +50,7 @@ impl InboxOperator for MemoryInboxStore {
     async fn oldest_deliveries(
         &self,
         consumer: &str,
-        status: Status,
+        status: InboxStatus,
         limit: u32,
     ) -> Result<Vec<InboxRecord>, PortError> {
         self.records(consumer, status, limit).await
@@ -89,10 +89,10 @@ impl InboxOperator for MemoryInboxStore {
     async fn list_deliveries(
         &self,
         consumer: &str,
-        filter: &MessageFilter,
+        filter: &DeliveryFilter,
         after: Option<PageCursor>,
         limit: u32,
-    ) -> Result<Page<MessageSummary>, PortError> {
+    ) -> Result<Page<DeliverySummary>, PortError> {
         let t = lock(&self.table);
         Ok(page(
             t.order
@@ -121,7 +121,7 @@ impl InboxOperator for MemoryInboxStore {
     async fn reconsume_matching(
         &self,
         consumer: &str,
-        filter: &MessageFilter,
+        filter: &DeliveryFilter,
         max: u64,
     ) -> Result<BulkOutcome, PortError> {
         let reconsumable = reconsumable_statuses(filter);
@@ -157,7 +157,7 @@ impl InboxOperator for MemoryInboxStore {
                 };
                 if reconsumable.contains(&row.tracked.status)
                     && !row.lease.is_live(now)
-                    && row.tracked.revive(Status::Sent, now).is_ok()
+                    && row.tracked.revive(now).is_ok()
                 {
                     row.lease.clear();
                     outcome.changed += 1;
@@ -170,7 +170,7 @@ impl InboxOperator for MemoryInboxStore {
     async fn count_deliveries(
         &self,
         consumer: &str,
-        filter: &MessageFilter,
+        filter: &DeliveryFilter,
         max: u64,
     ) -> Result<u64, PortError> {
         let t = lock(&self.table);
@@ -187,7 +187,7 @@ impl InboxOperator for MemoryInboxStore {
         Ok(per_minute(
             t.rows
                 .values()
-                .filter(|r| r.tracked.status == Status::Consumed)
+                .filter(|r| r.tracked.status == InboxStatus::Consumed)
                 .filter_map(|r| r.tracked.state.completed_at),
             since,
         ))

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use outbox_core::{Message, SideState, Status, Timestamp};
+use outbox_core::{Lifecycle, Message, SideState, Timestamp};
 use outbox_ports::{
     MessageFilter, MessageSummary, MinuteCount, PREVIEW_BYTES, Page, PageCursor, page_limit,
 };
@@ -13,7 +13,11 @@ use outbox_ports::{
 pub(crate) const BULK_BATCH: usize = 1_000;
 
 /// Whether a message in `status` is one `filter` means (see [`MessageFilter`]).
-pub(crate) fn matches(filter: &MessageFilter, message: &Message, status: Status) -> bool {
+pub(crate) fn matches<S: Lifecycle>(
+    filter: &MessageFilter<S>,
+    message: &Message,
+    status: S,
+) -> bool {
     filter.status.is_none_or(|s| s == status)
         && filter
             .exchange
@@ -39,7 +43,11 @@ pub(crate) fn matches(filter: &MessageFilter, message: &Message, status: Status)
 }
 
 /// A list item: the message without its payload, of which a preview.
-pub(crate) fn summary(message: &Message, status: Status, state: &SideState) -> MessageSummary {
+pub(crate) fn summary<S: Lifecycle>(
+    message: &Message,
+    status: S,
+    state: &SideState,
+) -> MessageSummary<S> {
     MessageSummary {
         id: message.id,
         status,

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use outbox_core::message::DEFAULT_MAX_PAYLOAD_BYTES;
 use outbox_core::status::Tracked;
-use outbox_core::{Message, MessageId, Status};
+use outbox_core::{Message, MessageId, OutboxStatus};
 use outbox_ports::{
     ClaimedMessage, Clock, DeadHead, Lease, OutboxRecord, OutboxRelayPath, OutboxRetention,
     OutboxStats, OutboxStore, PortError, PublishFailure,
@@ -17,7 +17,7 @@ use crate::{LeaseSlot, lock};
 #[derive(Debug, Clone)]
 pub(crate) struct Row {
     pub(crate) message: Message,
-    pub(crate) tracked: Tracked,
+    pub(crate) tracked: Tracked<OutboxStatus>,
     pub(crate) lease: LeaseSlot,
 }
 
@@ -78,7 +78,7 @@ impl MemoryOutboxStore {
 
     /// How many messages are in each status.
     #[must_use]
-    pub fn count(&self, status: Status) -> u64 {
+    pub fn count(&self, status: OutboxStatus) -> u64 {
         lock(&self.table)
             .rows
             .values()
@@ -103,7 +103,7 @@ impl MemoryOutboxStore {
                 seq,
                 Row {
                     message,
-                    tracked: Tracked::new(Status::Pending, now),
+                    tracked: Tracked::new(now),
                     lease: LeaseSlot::default(),
                 },
             );
@@ -112,7 +112,12 @@ impl MemoryOutboxStore {
 
     /// Claims up to `limit` rows in `status` for `lease`; without a lease, only
     /// looks: which rows such a claim would take, none of them taken.
-    fn claim(&self, lease: Option<&Lease>, limit: u32, status: Status) -> Vec<ClaimedMessage> {
+    fn claim(
+        &self,
+        lease: Option<&Lease>,
+        limit: u32,
+        status: OutboxStatus,
+    ) -> Vec<ClaimedMessage> {
         let now = self.clock.now();
         let mut t = lock(&self.table);
         let mut claimed = Vec::new();
@@ -132,7 +137,7 @@ impl MemoryOutboxStore {
             let due = row.tracked.state.next_attempt_at.is_none_or(|at| at <= now)
                 // A delayed message waits for its due time (pending only: a failed
                 // one waits for its retry).
-                && (status != Status::Pending || row.message.not_before.is_none_or(|at| at <= now));
+                && (status != OutboxStatus::Pending || row.message.not_before.is_none_or(|at| at <= now));
             if row.tracked.status == status && due && head && !row.lease.is_live(now) {
                 if let Some(lease) = lease {
                     row.lease.take(lease, now);
@@ -141,7 +146,8 @@ impl MemoryOutboxStore {
                     message: row.message.clone(),
                     attempts: row.tracked.state.attempts,
                     // Pending with a last error: failed before, requeued by an operator.
-                    requeued: status == Status::Pending && row.tracked.state.last_error.is_some(),
+                    requeued: status == OutboxStatus::Pending
+                        && row.tracked.state.last_error.is_some(),
                 });
             }
         }
@@ -196,7 +202,7 @@ impl OutboxRelayPath for MemoryOutboxStore {
         lease: &Lease,
         limit: u32,
     ) -> Result<Vec<ClaimedMessage>, PortError> {
-        Ok(self.claim(Some(lease), limit, Status::Pending))
+        Ok(self.claim(Some(lease), limit, OutboxStatus::Pending))
     }
 
     async fn claim_due_retries(
@@ -204,7 +210,7 @@ impl OutboxRelayPath for MemoryOutboxStore {
         lease: &Lease,
         limit: u32,
     ) -> Result<Vec<ClaimedMessage>, PortError> {
-        Ok(self.claim(Some(lease), limit, Status::PublishFailed))
+        Ok(self.claim(Some(lease), limit, OutboxStatus::PublishFailed))
     }
 
     async fn next_due_in(&self) -> Result<Option<std::time::Duration>, PortError> {
@@ -212,7 +218,7 @@ impl OutboxRelayPath for MemoryOutboxStore {
         let t = lock(&self.table);
         Ok(t.rows
             .values()
-            .filter(|r| r.tracked.status == Status::Pending)
+            .filter(|r| r.tracked.status == OutboxStatus::Pending)
             .filter_map(|r| r.message.not_before)
             .filter(|due| *due > now)
             .min()
@@ -220,7 +226,7 @@ impl OutboxRelayPath for MemoryOutboxStore {
     }
 
     async fn pending_claimable(&self) -> Result<Option<bool>, PortError> {
-        Ok(Some(!self.claim(None, 1, Status::Pending).is_empty()))
+        Ok(Some(!self.claim(None, 1, OutboxStatus::Pending).is_empty()))
     }
 
     async fn mark_sent(&self, lease: &Lease, ids: &[MessageId]) -> Result<u64, PortError> {
@@ -232,7 +238,7 @@ impl OutboxRelayPath for MemoryOutboxStore {
                 continue;
             };
             if let Some(row) = t.rows.get_mut(&seq).filter(|r| r.lease.is_held_by(lease)) {
-                row.tracked.succeed(Status::Sent, now)?;
+                row.tracked.succeed(now)?;
                 row.lease.clear();
                 marked += 1;
             }
@@ -253,8 +259,7 @@ impl OutboxRelayPath for MemoryOutboxStore {
                 continue;
             };
             if let Some(row) = t.rows.get_mut(&seq).filter(|r| r.lease.is_held_by(lease)) {
-                row.tracked
-                    .fail(Status::PublishFailed, now, &f.error, f.decision)?;
+                row.tracked.fail(now, &f.error, f.decision)?;
                 row.lease.clear();
                 marked += 1;
             }
@@ -305,7 +310,7 @@ impl OutboxRetention for MemoryOutboxStore {
         let mut old: Vec<(outbox_core::Timestamp, u64)> = t
             .rows
             .iter()
-            .filter(|(_, r)| r.tracked.status == Status::Sent)
+            .filter(|(_, r)| r.tracked.status == OutboxStatus::Sent)
             .filter_map(|(seq, r)| r.tracked.state.completed_at.map(|at| (at, *seq)))
             .filter(|(at, _)| *at < before)
             .collect();
@@ -345,7 +350,7 @@ impl OutboxStore for MemoryOutboxStore {
                 seq,
                 Row {
                     message,
-                    tracked: Tracked::new(Status::Pending, now),
+                    tracked: Tracked::new(now),
                     lease: LeaseSlot::default(),
                 },
             );
@@ -370,18 +375,20 @@ impl OutboxStore for MemoryOutboxStore {
             .count() as u64;
         for row in t.rows.values() {
             match row.tracked.status {
-                Status::Pending => {
+                OutboxStatus::Pending => {
                     s.pending += 1;
                     s.scheduled += u64::from(row.message.not_before.is_some());
                 }
-                Status::PublishFailed => s.publish_failed += 1,
-                Status::Dead => s.dead += 1,
-                Status::Sent | Status::Consumed | Status::ConsumeFailed => {}
+                OutboxStatus::PublishFailed => s.publish_failed += 1,
+                OutboxStatus::Dead => s.dead += 1,
+                OutboxStatus::Sent => {}
             }
             // A delayed message waits from its due time, and only once overdue.
             let waiting_since = match (row.tracked.status, row.message.not_before) {
-                (Status::Pending, Some(due)) => (due <= now).then_some(due),
-                (Status::Pending | Status::PublishFailed, _) => Some(row.message.created_at),
+                (OutboxStatus::Pending, Some(due)) => (due <= now).then_some(due),
+                (OutboxStatus::Pending | OutboxStatus::PublishFailed, _) => {
+                    Some(row.message.created_at)
+                }
                 _ => None,
             };
             if let Some(at) = waiting_since {
@@ -404,7 +411,7 @@ impl MemoryOutboxStore {
 
     pub(crate) async fn records(
         &self,
-        status: Status,
+        status: OutboxStatus,
         limit: u32,
     ) -> Result<Vec<OutboxRecord>, PortError> {
         let t = lock(&self.table);
@@ -423,14 +430,14 @@ impl MemoryOutboxStore {
                 what: "message",
                 id: id.to_string(),
             })?;
-            if row.tracked.status.can_become(Status::Pending) && row.lease.is_live(now) {
+            if row.tracked.status.can_become(OutboxStatus::Pending) && row.lease.is_live(now) {
                 return Err(PortError::Busy {
                     what: "message",
                     id: id.to_string(),
                     holder: "a relay is publishing it",
                 });
             }
-            row.tracked.revive(Status::Pending, now)?;
+            row.tracked.revive(now)?;
             row.lease.clear();
             Ok(())
         })

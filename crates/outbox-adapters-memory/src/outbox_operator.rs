@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use outbox_core::{MessageId, Status};
+use outbox_core::{MessageId, OutboxStatus};
 use outbox_ports::{
     BLOCKED_WAITING_CAP, BlockedKey, BulkOutcome, KeyHead, MessageFilter, MessageSummary,
     MinuteCount, OutboxOperator, OutboxRecord, Page, PageCursor, PortError, deletable_statuses,
@@ -66,7 +66,7 @@ fn apply(t: &mut Table, seq: u64, action: &Action, now: outbox_core::Timestamp) 
             if !requeueable_statuses().contains(&row.tracked.status) || row.lease.is_live(now) {
                 return false;
             }
-            let revived = row.tracked.revive(Status::Pending, now).is_ok();
+            let revived = row.tracked.revive(now).is_ok();
             if revived {
                 row.lease.clear();
             }
@@ -165,7 +165,7 @@ impl OutboxOperator for MemoryOutboxStore {
 
     async fn oldest_messages(
         &self,
-        status: Status,
+        status: OutboxStatus,
         limit: u32,
     ) -> Result<Vec<OutboxRecord>, PortError> {
         self.records(status, limit).await
@@ -183,11 +183,13 @@ impl OutboxOperator for MemoryOutboxStore {
         };
         let seq = *t.by_id.get(&id).ok_or_else(not_found)?;
         let row = t.rows.get_mut(&seq).ok_or_else(not_found)?;
-        if row.tracked.status != Status::Pending {
-            return Err(PortError::IllegalTransition(outbox_core::TransitionError {
-                from: row.tracked.status,
-                to: Status::Pending,
-            }));
+        if row.tracked.status != OutboxStatus::Pending {
+            return Err(PortError::IllegalTransition(
+                outbox_core::TransitionError::Outbox {
+                    from: row.tracked.status,
+                    to: OutboxStatus::Pending,
+                },
+            ));
         }
         row.message.not_before = None;
         Ok(())
@@ -252,7 +254,7 @@ impl OutboxOperator for MemoryOutboxStore {
         Ok(per_minute(
             t.rows
                 .values()
-                .filter(|r| r.tracked.status == Status::Sent)
+                .filter(|r| r.tracked.status == OutboxStatus::Sent)
                 .filter_map(|r| r.tracked.state.completed_at),
             since,
         ))

@@ -3,10 +3,10 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use outbox_core::{Headers, MessageId, Status, Timestamp};
+use outbox_core::{Headers, InboxStatus, MessageId, Timestamp};
 use outbox_ports::{
-    BulkOutcome, ConsumerSummary, InboxOperator, InboxRecord, InboxStats, MessageFilter,
-    MessageSummary, MinuteCount, PREVIEW_BYTES, Page, PageCursor, PortError, StoredDeadLetter,
+    BulkOutcome, ConsumerSummary, DeliveryFilter, DeliverySummary, InboxOperator, InboxRecord,
+    InboxStats, MinuteCount, PREVIEW_BYTES, Page, PageCursor, PortError, StoredDeadLetter,
     reconsumable_statuses,
 };
 
@@ -17,7 +17,7 @@ use crate::listing::{
     Where, count_at_most, in_batches, page_of, per_minute, revive_batch, summary_columns,
     summary_page,
 };
-use crate::rows::{MessageRow, Side, SqlSide, read_columns, readable_time};
+use crate::rows::{MessageRow, names, read_columns, readable_time};
 
 #[derive(sqlx::FromRow)]
 struct LetterRow {
@@ -77,11 +77,11 @@ impl PgInboxStore {
     }
 
     /// The consumer's rows matching `filter`.
-    fn of_consumer(consumer: &str, filter: &MessageFilter) -> Result<Where, PortError> {
+    fn of_consumer(consumer: &str, filter: &DeliveryFilter) -> Result<Where, PortError> {
         let mut w = Where::new();
         let c = w.bind(consumer.to_owned())?;
         w.and(format!("consumer = {c}"));
-        w.filter(filter, "message_id", Side::Inbox)
+        w.filter(filter, "message_id")
     }
 }
 
@@ -168,17 +168,17 @@ impl InboxOperator for PgInboxStore {
     async fn list_deliveries(
         &self,
         consumer: &str,
-        filter: &MessageFilter,
+        filter: &DeliveryFilter,
         after: Option<PageCursor>,
         limit: u32,
-    ) -> Result<Page<MessageSummary>, PortError> {
+    ) -> Result<Page<DeliverySummary>, PortError> {
         let select = format!(
             "SELECT {} FROM {}",
             summary_columns("message_id", "consumed_at"),
             self.inbox()
         );
         let w = Self::of_consumer(consumer, filter)?.below(after.map(|c| c.0))?;
-        summary_page(&self.pool, &select, w, limit, Side::Inbox).await
+        summary_page(&self.pool, &select, w, limit).await
     }
 
     async fn get_delivery(
@@ -192,7 +192,7 @@ impl InboxOperator for PgInboxStore {
     async fn oldest_deliveries(
         &self,
         consumer: &str,
-        status: Status,
+        status: InboxStatus,
         limit: u32,
     ) -> Result<Vec<InboxRecord>, PortError> {
         self.records(consumer, status, limit).await
@@ -232,11 +232,11 @@ impl InboxOperator for PgInboxStore {
     async fn reconsume_matching(
         &self,
         consumer: &str,
-        filter: &MessageFilter,
+        filter: &DeliveryFilter,
         max: u64,
     ) -> Result<BulkOutcome, PortError> {
         let t = self.inbox();
-        let reconsumable = Side::Inbox.names(&reconsumable_statuses(filter));
+        let reconsumable = names(&reconsumable_statuses(filter));
         in_batches(&self.pool, "reconsume", max, |cursor, batch| {
             let mut w = Self::of_consumer(consumer, filter)?.below(cursor)?;
             let guard = w.bind(reconsumable.clone())?;
@@ -260,7 +260,7 @@ impl InboxOperator for PgInboxStore {
     async fn count_deliveries(
         &self,
         consumer: &str,
-        filter: &MessageFilter,
+        filter: &DeliveryFilter,
         max: u64,
     ) -> Result<u64, PortError> {
         let w = Self::of_consumer(consumer, filter)?;

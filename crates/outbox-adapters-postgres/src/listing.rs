@@ -5,13 +5,13 @@
 //! with its bound values: a generic plan could not use the partial indexes by status
 //! (`status = $1` proves no index predicate), a plan for the values does.
 
-use outbox_core::{MessageId, Timestamp};
+use outbox_core::{Lifecycle, MessageId, Timestamp};
 use outbox_ports::{BulkOutcome, MessageFilter, MessageSummary, PREVIEW_BYTES, PortError};
 use sqlx::postgres::PgArguments;
 use sqlx::{Arguments, PgPool, Postgres};
 
 use crate::error::port;
-use crate::rows::{Side, SqlSide, readable_time};
+use crate::rows::{readable_time, stored_status};
 
 /// Rows selected and changed per statement by a bulk action.
 pub(crate) const BULK_BATCH: u64 = 1_000;
@@ -66,14 +66,13 @@ impl Where {
     }
 
     /// The filter's clauses; `id` names the message id column, `side` the table.
-    pub(crate) fn filter(
+    pub(crate) fn filter<S: Lifecycle>(
         mut self,
-        filter: &MessageFilter,
+        filter: &MessageFilter<S>,
         id: &str,
-        side: Side,
     ) -> Result<Self, PortError> {
         if let Some(s) = filter.status {
-            let p = self.bind(side.name(s).to_owned())?;
+            let p = self.bind(s.as_str().to_owned())?;
             self.and(format!("status = {p}"));
         }
         for (column, value) in [
@@ -154,12 +153,10 @@ pub(crate) struct SummaryRow {
 }
 
 impl SummaryRow {
-    pub(crate) fn summary(self, side: Side) -> Result<MessageSummary, PortError> {
+    pub(crate) fn summary<S: Lifecycle>(self) -> Result<MessageSummary<S>, PortError> {
         Ok(MessageSummary {
             id: MessageId::from_uuid(self.id),
-            status: side
-                .status(&self.status)
-                .map_err(|e| PortError::fatal("read row", e))?,
+            status: stored_status(&self.status).map_err(|e| PortError::fatal("read row", e))?,
             exchange: self.exchange,
             routing_key: self.routing_key,
             message_type: self.message_type,
@@ -292,13 +289,12 @@ pub(crate) async fn count_at_most(
 
 /// One keyset page of list rows: `limit + 1` fetched, so the page knows whether
 /// another follows.
-pub(crate) async fn summary_page(
+pub(crate) async fn summary_page<S: Lifecycle>(
     pool: &PgPool,
     select: &str,
     mut where_: Where,
     limit: u32,
-    side: Side,
-) -> Result<outbox_ports::Page<MessageSummary>, PortError> {
+) -> Result<outbox_ports::Page<MessageSummary<S>>, PortError> {
     let limit = outbox_ports::page_limit(limit);
     let lp = where_.bind(i64::from(limit) + 1)?;
     let sql = format!("{select}{} ORDER BY seq DESC LIMIT {lp}", where_.sql());
@@ -307,7 +303,7 @@ pub(crate) async fn summary_page(
         .fetch_all(pool)
         .await
         .map_err(|e| port("list", e))?;
-    page_of(rows, limit, |r| r.seq, |r| r.summary(side))
+    page_of(rows, limit, |r| r.seq, SummaryRow::summary)
 }
 
 /// The first `limit` rows as a page, with a cursor when one more was fetched.

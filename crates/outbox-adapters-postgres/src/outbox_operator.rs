@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use outbox_core::{MessageId, Status};
+use outbox_core::{MessageId, OutboxStatus};
 use outbox_ports::{
     BulkOutcome, MessageFilter, MessageSummary, MinuteCount, OutboxOperator, OutboxRecord, Page,
     PageCursor, PortError, deletable_statuses, page_limit, requeueable_statuses,
@@ -17,7 +17,7 @@ use crate::listing::{
     SummaryRow, Where, batch_statement, count_at_most, in_batches, page_of, per_minute,
     revive_batch, summary_columns,
 };
-use crate::rows::{Side, SqlSide, readable_time};
+use crate::rows::{names, readable_time, stored_status};
 
 impl PgOutboxStore {
     /// What a page of [`OutboxOperator::list_messages`] does: `EXPLAIN (ANALYZE)`
@@ -45,7 +45,7 @@ impl PgOutboxStore {
         limit: u32,
     ) -> Result<(String, sqlx::postgres::PgArguments), PortError> {
         let mut w = Where::new()
-            .filter(filter, "id", Side::Outbox)?
+            .filter(filter, "id")?
             .below(after.map(|c| c.0))?;
         let lp = w.bind(i64::from(page_limit(limit)) + 1)?;
         let sql = format!(
@@ -65,13 +65,13 @@ impl PgOutboxStore {
     /// The delete guard: dead rows always; with `force` also pending and failed
     /// rows that no live lease holds. Binds (always, forced) and returns the clause.
     fn delete_guard(w: &mut Where, force: bool) -> Result<String, PortError> {
-        let always: Vec<Status> = Status::deletable().collect();
-        let forced: Vec<Status> = deletable_statuses(force)
+        let always: Vec<OutboxStatus> = OutboxStatus::deletable().collect();
+        let forced: Vec<OutboxStatus> = deletable_statuses(force)
             .into_iter()
             .filter(|s| !always.contains(s))
             .collect();
-        let a = w.bind(Side::Outbox.names(&always))?;
-        let f = w.bind(Side::Outbox.names(&forced))?;
+        let a = w.bind(names(&always))?;
+        let f = w.bind(names(&forced))?;
         Ok(format!(
             "(status = ANY({a}) OR (status = ANY({f}) \
               AND (locked_until IS NULL OR locked_until < now())))"
@@ -105,12 +105,7 @@ impl OutboxOperator for PgOutboxStore {
             .fetch_all(self.pool())
             .await
             .map_err(|e| port("list", e))?;
-        page_of(
-            rows,
-            page_limit(limit),
-            |r| r.seq,
-            |r| r.summary(Side::Outbox),
-        )
+        page_of(rows, page_limit(limit), |r| r.seq, |r| r.summary())
     }
 
     async fn get_message(&self, id: MessageId) -> Result<Option<OutboxRecord>, PortError> {
@@ -119,7 +114,7 @@ impl OutboxOperator for PgOutboxStore {
 
     async fn oldest_messages(
         &self,
-        status: Status,
+        status: OutboxStatus,
         limit: u32,
     ) -> Result<Vec<OutboxRecord>, PortError> {
         self.records(status, limit).await
@@ -155,12 +150,12 @@ impl OutboxOperator for PgOutboxStore {
                 what: "message",
                 id: id.to_string(),
             }),
-            Some(s) => Err(PortError::IllegalTransition(outbox_core::TransitionError {
-                from: s
-                    .parse()
-                    .map_err(|e: String| PortError::fatal("read row", e))?,
-                to: Status::Pending,
-            })),
+            Some(s) => Err(PortError::IllegalTransition(
+                outbox_core::TransitionError::Outbox {
+                    from: stored_status(&s).map_err(|e| PortError::fatal("read row", e))?,
+                    to: OutboxStatus::Pending,
+                },
+            )),
         }
     }
 
@@ -198,9 +193,8 @@ impl OutboxOperator for PgOutboxStore {
                 id: id.to_string(),
             });
         };
-        let status = status
-            .parse::<Status>()
-            .map_err(|e| PortError::fatal("delete", e))?;
+        let status =
+            stored_status::<OutboxStatus>(&status).map_err(|e| PortError::fatal("delete", e))?;
         if !deletable_statuses(true).contains(&status) {
             status.check_delete()?;
         }
@@ -215,7 +209,7 @@ impl OutboxOperator for PgOutboxStore {
     }
 
     async fn count_messages(&self, filter: &MessageFilter, max: u64) -> Result<u64, PortError> {
-        let w = Where::new().filter(filter, "id", Side::Outbox)?;
+        let w = Where::new().filter(filter, "id")?;
         count_at_most(self.pool(), &self.table(), w, max).await
     }
 
@@ -226,10 +220,8 @@ impl OutboxOperator for PgOutboxStore {
     ) -> Result<BulkOutcome, PortError> {
         let t = self.table();
         in_batches(self.pool(), "requeue", max, |cursor, batch| {
-            let mut w = Where::new()
-                .filter(filter, "id", Side::Outbox)?
-                .below(cursor)?;
-            let guard = w.bind(Side::Outbox.names(&requeueable_statuses()))?;
+            let mut w = Where::new().filter(filter, "id")?.below(cursor)?;
+            let guard = w.bind(names(&requeueable_statuses()))?;
             let limit = w.bind(i64::try_from(batch).unwrap_or(i64::MAX))?;
             // As the single requeue: pending, due now, a fresh retry budget.
             Ok(revive_batch(
@@ -252,9 +244,7 @@ impl OutboxOperator for PgOutboxStore {
     ) -> Result<BulkOutcome, PortError> {
         let t = self.table();
         in_batches(self.pool(), "delete", max, |cursor, batch| {
-            let mut w = Where::new()
-                .filter(filter, "id", Side::Outbox)?
-                .below(cursor)?;
+            let mut w = Where::new().filter(filter, "id")?.below(cursor)?;
             let guard = Self::delete_guard(&mut w, force)?;
             let limit = w.bind(i64::try_from(batch).unwrap_or(i64::MAX))?;
             let action = format!(

@@ -1,6 +1,6 @@
 //! Rows as read from the tables, and their conversion to domain types.
 
-use outbox_core::{Decision, Headers, Message, MessageId, SideState, Status, Timestamp};
+use outbox_core::{Decision, Headers, Lifecycle, Message, MessageId, Side, SideState, Timestamp};
 use outbox_ports::{InboxRecord, OutboxRecord, PortError};
 use sqlx::Postgres;
 use sqlx::postgres::PgArguments;
@@ -152,9 +152,8 @@ impl MessageRow {
         u32::try_from(self.attempts).unwrap_or(0)
     }
 
-    pub(crate) fn status(&self, side: Side) -> Result<Status, PortError> {
-        side.status(&self.status)
-            .map_err(|e| PortError::fatal("read row", e))
+    pub(crate) fn status<S: Lifecycle>(&self) -> Result<S, PortError> {
+        stored_status(&self.status).map_err(|e| PortError::fatal("read row", e))
     }
 
     fn state(&self) -> SideState {
@@ -170,7 +169,7 @@ impl MessageRow {
     pub(crate) fn outbox_record(&self) -> Result<OutboxRecord, PortError> {
         Ok(OutboxRecord {
             message: self.message(),
-            status: self.status(Side::Outbox)?,
+            status: self.status()?,
             publish: self.state(),
         })
     }
@@ -179,7 +178,7 @@ impl MessageRow {
         Ok(InboxRecord {
             consumer: consumer.to_owned(),
             message: self.message(),
-            status: self.status(Side::Inbox)?,
+            status: self.status()?,
             consume: self.state(),
         })
     }
@@ -226,62 +225,44 @@ pub(crate) fn decode_in_claim_order(mut rows: Vec<ClaimedRow>) -> DecodedClaim {
     (good, bad)
 }
 
-/// Which table a status is stored in, and so its name there:
-/// [`outbox_core::status::Side`], which names each side's statuses (the inbox
-/// says `received` where the outbox says `sent`). The SQL-facing helpers are
-/// [`SqlSide`]'s.
-pub(crate) use outbox_core::status::Side;
-
-/// What the statements need of a [`Side`]: stored names read back, and the
-/// `status = ANY($n)` guards, from the core's transition table.
-pub(crate) trait SqlSide: Copy {
-    /// The status a stored name stands for on this side.
-    fn status(self, name: &str) -> Result<Status, String>;
-
-    /// `statuses` as this side stores them, for `status = ANY($n)`.
-    fn names(self, statuses: &[Status]) -> Vec<String>;
-
-    /// The statuses a failure mark takes a row from, whether it ends `failed`
-    /// (tried again later) or dead: both outcomes of the one statement start from
-    /// the same statuses, those from which the core's table allows either.
-    fn failure_sources(self, failed: Status) -> Vec<String>;
-
-    /// Statuses from which `target` may be reached, by the core's transition
-    /// table, as stored: the `WHERE status = ANY(..)` of every status-changing
-    /// statement.
-    fn sources_of(self, target: Status) -> Vec<String>;
+/// The status a stored name stands for on `S`'s side, with a message naming the
+/// side and the name when it is none of that side's (an inbox row still saying
+/// `sent` was written before the migration that renamed it `received`).
+pub(crate) fn stored_status<S: Lifecycle>(name: &str) -> Result<S, String> {
+    S::parse(name).ok_or_else(|| match (S::SIDE, name) {
+        (Side::Inbox, "sent") => {
+            "an inbox row with status 'sent' (before `outbox migrate`: it is 'received' now)"
+                .to_owned()
+        }
+        (Side::Outbox, _) => format!("an outbox row with status {name:?}"),
+        (Side::Inbox, _) => format!("an inbox row with status {name:?}"),
+    })
 }
 
-impl SqlSide for Side {
-    fn status(self, name: &str) -> Result<Status, String> {
-        self.parse(name).ok_or_else(|| match (self, name) {
-            (Self::Inbox, "sent") => {
-                "an inbox row with status 'sent' (before `outbox migrate`: it is 'received' now)"
-                    .to_owned()
-            }
-            (Self::Outbox, _) => format!("an outbox row with status {name:?}"),
-            (Self::Inbox, _) => format!("an inbox row with status {name:?}"),
-        })
-    }
+/// `statuses` as stored, for `status = ANY($n)`.
+pub(crate) fn names<S: Lifecycle>(statuses: &[S]) -> Vec<String> {
+    statuses.iter().map(|s| s.as_str().to_owned()).collect()
+}
 
-    fn names(self, statuses: &[Status]) -> Vec<String> {
-        statuses.iter().map(|s| self.name(*s).to_owned()).collect()
-    }
+/// Statuses from which `target` may be reached, by the core's transition table,
+/// as stored: the `WHERE status = ANY(..)` of every status-changing statement.
+pub(crate) fn sources_of<S: Lifecycle>(target: S) -> Vec<String> {
+    let sources: Vec<S> = S::ALL
+        .into_iter()
+        .filter(|s| s.can_become(target))
+        .collect();
+    names(&sources)
+}
 
-    fn failure_sources(self, failed: Status) -> Vec<String> {
-        self.sources_of(failed)
-            .into_iter()
-            .filter(|s| self.sources_of(Status::Dead).contains(s))
-            .collect()
-    }
-
-    fn sources_of(self, target: Status) -> Vec<String> {
-        let sources: Vec<Status> = Status::ALL
-            .into_iter()
-            .filter(|s| s.can_become(target))
-            .collect();
-        self.names(&sources)
-    }
+/// The statuses a failure mark takes a row from, whether it ends failed (tried
+/// again later) or dead: both outcomes of the one statement start from the same
+/// statuses, those from which the core's table allows either.
+pub(crate) fn failure_sources<S: Lifecycle>() -> Vec<String> {
+    let dead = sources_of(S::DEAD);
+    sources_of(S::FAILED)
+        .into_iter()
+        .filter(|s| dead.contains(s))
+        .collect()
 }
 
 /// The delay before a failure's next attempt in milliseconds, `None` for a dead
@@ -331,5 +312,50 @@ pub(crate) async fn delete_in_batches(
         if n < u64::from(batch) {
             return Ok(total);
         }
+    }
+}
+
+#[cfg(test)]
+mod status_tests {
+    use outbox_core::{InboxStatus, OutboxStatus};
+
+    use super::*;
+
+    #[test]
+    fn guards_come_from_each_sides_own_table() {
+        assert_eq!(
+            sources_of(OutboxStatus::Sent),
+            ["pending", "publish_failed"]
+        );
+        assert_eq!(
+            sources_of(OutboxStatus::Pending),
+            ["publish_failed", "dead"]
+        );
+        assert_eq!(
+            failure_sources::<OutboxStatus>(),
+            ["pending", "publish_failed"]
+        );
+        assert_eq!(
+            sources_of(InboxStatus::Consumed),
+            ["received", "consume_failed"]
+        );
+        assert_eq!(
+            sources_of(InboxStatus::Received),
+            ["consumed", "consume_failed", "dead"]
+        );
+        assert_eq!(
+            failure_sources::<InboxStatus>(),
+            ["received", "consume_failed"]
+        );
+        assert_eq!(
+            stored_status::<InboxStatus>("received"),
+            Ok(InboxStatus::Received)
+        );
+        assert!(
+            stored_status::<InboxStatus>("sent")
+                .expect_err("old name")
+                .contains("outbox migrate")
+        );
+        assert!(stored_status::<OutboxStatus>("received").is_err());
     }
 }

@@ -8,7 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use outbox_adapters_postgres::PgOutboxStore;
-use outbox_core::{MessageId, Status};
+use outbox_core::{MessageId, OutboxStatus};
 use outbox_ports::{MessageFilter, OutboxOperator, OutboxStore, PageCursor};
 
 /// (first call, median of seven calls) of `f`.
@@ -28,7 +28,7 @@ where
     (first, all[all.len() / 2])
 }
 
-fn status(s: Status) -> MessageFilter {
+fn status(s: OutboxStatus) -> MessageFilter {
     MessageFilter {
         status: Some(s),
         ..MessageFilter::default()
@@ -102,10 +102,10 @@ async fn lists_use_indexes_with_a_million_messages() {
             ),
         ];
         for s in [
-            Status::Pending,
-            Status::PublishFailed,
-            Status::Dead,
-            Status::Sent,
+            OutboxStatus::Pending,
+            OutboxStatus::PublishFailed,
+            OutboxStatus::Dead,
+            OutboxStatus::Sent,
         ] {
             plans.push((
                 s.as_str(),
@@ -136,7 +136,7 @@ async fn lists_use_indexes_with_a_million_messages() {
         assert_eq!(found.items[0].payload_size, 300);
         assert_eq!(found.items[0].payload_preview.len(), 256);
         let dead = store
-            .list_messages(&status(Status::Dead), None, 1000)
+            .list_messages(&status(OutboxStatus::Dead), None, 1000)
             .await
             .expect("dead");
         assert_eq!(dead.items.len(), 500);
@@ -150,7 +150,7 @@ async fn lists_use_indexes_with_a_million_messages() {
         let (deep_first, deep_median) = times(|| async {
             let page = store.list_messages(&all, deep, 50).await.expect("deep");
             assert_eq!(page.items.len(), 50);
-            assert!(page.items.iter().all(|s| s.status == Status::Sent));
+            assert!(page.items.iter().all(|s| s.status == OutboxStatus::Sent));
         })
         .await;
         let (stats_first, stats_median) = times(|| async {

@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use outbox_adapters_postgres::{PgOutbox, PgOutboxStore, PgPool, PgSchema};
-use outbox_core::{NewMessage, Status};
+use outbox_core::{NewMessage, OutboxStatus};
 use outbox_ports::prelude::*;
 use outbox_ports::{Lease, OutboxStore};
 
@@ -88,7 +88,7 @@ async fn a_row_whose_headers_cannot_be_decoded_is_dead_and_the_others_are_claime
                 .expect("get");
             // `get` decodes the row too: the bad row reads back, with its reason.
             let record = record.expect("the bad row is still there");
-            assert_eq!(record.status, Status::Dead, "headers {bad_headers}");
+            assert_eq!(record.status, OutboxStatus::Dead, "headers {bad_headers}");
             let reason = record.publish.last_error.unwrap_or_default();
             assert!(
                 reason.contains("headers"),
@@ -134,7 +134,7 @@ async fn a_bad_row_claimed_by_a_retry_is_dead_too() {
             .await
             .expect("get")
             .expect("row");
-        assert_eq!(r.status, Status::Dead);
+        assert_eq!(r.status, OutboxStatus::Dead);
         assert!(r.publish.last_error.unwrap_or_default().contains("headers"));
     });
 }
@@ -288,7 +288,7 @@ async fn rows_whose_values_cannot_be_read_are_dead_and_reads_never_fail() {
         let oldest = stats.oldest_unsent_at.expect("an oldest readable row");
         assert!(oldest.year() < 10000, "{oldest}");
         let listed = store
-            .oldest_messages(Status::Pending, 100)
+            .oldest_messages(OutboxStatus::Pending, 100)
             .await
             .expect("list");
         assert_eq!(listed.len(), 26);
@@ -312,13 +312,13 @@ async fn rows_whose_values_cannot_be_read_are_dead_and_reads_never_fail() {
                 .await
                 .expect("get")
                 .expect("row");
-            assert_eq!(r.status, Status::Dead, "{column}");
+            assert_eq!(r.status, OutboxStatus::Dead, "{column}");
             let reason = r.publish.last_error.unwrap_or_default();
             assert!(reason.contains(column), "reason names {column}: {reason}");
         }
         assert_eq!(
             store
-                .oldest_messages(Status::Dead, 100)
+                .oldest_messages(OutboxStatus::Dead, 100)
                 .await
                 .expect("list")
                 .len(),
@@ -519,7 +519,7 @@ async fn the_limits_migration_waits_briefly_for_its_lock_adds_constraints_withou
                 .await
                 .expect("get")
                 .expect("row");
-            assert_eq!(r.status, Status::Dead, "{column}");
+            assert_eq!(r.status, OutboxStatus::Dead, "{column}");
             assert!(r.publish.last_error.unwrap_or_default().contains(column));
         }
         let failures: Vec<_> = claimed

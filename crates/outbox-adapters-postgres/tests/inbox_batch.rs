@@ -15,7 +15,7 @@ use std::time::Duration;
 use outbox_adapters_postgres::{
     BatchDelivery, ConsumeOutcome, PgInboxStore, PgPool, PgSchema, TxHandler,
 };
-use outbox_core::{Decision, Message, MessageId, Status};
+use outbox_core::{Decision, InboxStatus, Message, MessageId};
 use outbox_ports::Lease;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -286,7 +286,7 @@ async fn check_batch(
                     ),
                     "{at}"
                 );
-                assert_eq!(row.status, Status::Consumed, "{at}");
+                assert_eq!(row.status, InboxStatus::Consumed, "{at}");
                 assert_eq!(effects, 1, "{at}: effects");
             }
             Kind::Fails | Kind::Swallows | Kind::Deferred => {
@@ -299,7 +299,7 @@ async fn check_batch(
                     _ => "deferred_unique_id",
                 };
                 assert!(error.contains(expected), "{at}");
-                assert_eq!(row.status, Status::ConsumeFailed, "{at}");
+                assert_eq!(row.status, InboxStatus::ConsumeFailed, "{at}");
                 assert_eq!(row.consume.attempts, 1, "{at}");
                 assert_eq!(effects, 0, "{at}: its writes were rolled back");
             }
@@ -310,11 +310,11 @@ async fn check_batch(
                 let deferred_before = kinds[..n].contains(&Kind::Deferred);
                 if deferred_before && *outcome != ConsumeOutcome::Consumed {
                     assert!(matches!(outcome, ConsumeOutcome::Dead(_)), "{at}");
-                    assert_eq!(row.status, Status::Dead, "{at}");
+                    assert_eq!(row.status, InboxStatus::Dead, "{at}");
                     assert_eq!(effects, 0, "{at}");
                 } else {
                     assert_eq!(*outcome, ConsumeOutcome::Consumed, "{at}");
-                    assert_eq!(row.status, Status::Consumed, "{at}");
+                    assert_eq!(row.status, InboxStatus::Consumed, "{at}");
                     assert_eq!(effects, 1, "{at}: effects");
                 }
                 assert_eq!(
@@ -324,7 +324,7 @@ async fn check_batch(
             }
             Kind::RollsBack | Kind::Restarts => {
                 assert!(matches!(outcome, ConsumeOutcome::Dead(_)), "{at}");
-                assert_eq!(row.status, Status::Dead, "{at}");
+                assert_eq!(row.status, InboxStatus::Dead, "{at}");
                 assert_eq!(effects, 1, "{at}: its write outside the transaction");
                 assert_eq!(
                     calls, 1,
@@ -333,7 +333,7 @@ async fn check_batch(
             }
             Kind::Redelivered => {
                 assert_eq!(*outcome, ConsumeOutcome::Duplicate, "{at}");
-                assert_eq!(row.status, Status::Consumed, "{at}");
+                assert_eq!(row.status, InboxStatus::Consumed, "{at}");
                 assert_eq!(calls, 0, "{at}");
                 assert_eq!(effects, 0, "{at}");
             }
@@ -522,7 +522,7 @@ async fn a_handler_that_ended_the_batch_is_not_run_again_through_a_copy_of_its_m
             .await
             .expect("get")
             .expect("row");
-        assert_eq!(row.status, Status::Dead, "{outcomes:?}");
+        assert_eq!(row.status, InboxStatus::Dead, "{outcomes:?}");
         assert_eq!(*runs.lock().expect("runs"), 2, "{outcomes:?}");
         assert_eq!(effects_of(&pool, &schema, m.id).await, 1, "{outcomes:?}");
     });

@@ -12,7 +12,7 @@ use outbox_adapters_postgres::{
     ConsumeOutcome, PgInboxStore, PgLock, PgOutbox, PgOutboxStore, PgSchema, PgWakeup, Wake,
     connect, migrate,
 };
-use outbox_core::{Decision, NewMessage, Status};
+use outbox_core::{Decision, InboxStatus, NewMessage, OutboxStatus};
 use outbox_ports::prelude::*;
 use outbox_ports::{DistributedLock, InboxStore, Lease, OutboxStore, PortError};
 
@@ -149,7 +149,10 @@ async fn four_claimers_over_ten_thousand_rows_take_each_once() {
         let unique: HashSet<_> = seen.iter().copied().collect();
         assert_eq!(seen.len(), 10_000, "a row was claimed twice or never");
         assert_eq!(unique.len(), 10_000);
-        assert_eq!(store.count(Status::Sent).await.expect("count"), 10_000);
+        assert_eq!(
+            store.count(OutboxStatus::Sent).await.expect("count"),
+            10_000
+        );
     });
 }
 
@@ -212,7 +215,7 @@ async fn a_handler_in_the_inbox_transaction_takes_effect_exactly_once() {
             .await
             .expect("get")
             .expect("row");
-        assert_eq!(rec.status, Status::ConsumeFailed);
+        assert_eq!(rec.status, InboxStatus::ConsumeFailed);
         assert_eq!(
             rec.consume.last_error.as_deref(),
             Some("downstream refused")
@@ -261,7 +264,7 @@ async fn a_handler_in_the_inbox_transaction_takes_effect_exactly_once() {
                 .expect("get")
                 .expect("row")
                 .status,
-            Status::Consumed
+            InboxStatus::Consumed
         );
     });
 }
@@ -412,7 +415,7 @@ async fn a_reconsume_racing_a_retry_does_not_run_the_handler_twice() {
             .await
             .expect("get")
             .expect("row");
-        assert_eq!(rec.status, Status::Consumed);
+        assert_eq!(rec.status, InboxStatus::Consumed);
         tokio::time::sleep(Duration::from_millis(20)).await;
         let handler = {
             let effects = effects.clone();
@@ -463,7 +466,7 @@ async fn a_handler_that_rolls_back_the_inbox_transaction_and_writes_goes_dead_at
             .await
             .expect("get")
             .expect("row");
-        assert_eq!(rec.status, Status::Dead, "dead at once, not retried");
+        assert_eq!(rec.status, InboxStatus::Dead, "dead at once, not retried");
         assert_eq!(rec.consume.last_error.as_deref(), Some(reason.as_str()));
 
         // A consume sweep finds nothing to retry, so the write is not repeated.
@@ -521,7 +524,7 @@ async fn a_retry_whose_handler_rolls_back_the_inbox_transaction_goes_dead_at_onc
             .await
             .expect("get")
             .expect("row");
-        assert_eq!(rec.status, Status::Dead);
+        assert_eq!(rec.status, InboxStatus::Dead);
         assert_eq!(rec.consume.attempts, 2);
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert!(retry_all_due(&inbox, "billing", handler).await.is_empty());
@@ -559,7 +562,7 @@ async fn a_handler_that_commits_the_inbox_transaction_then_fails_is_reported_con
             .await
             .expect("get")
             .expect("row");
-        assert_eq!(rec.status, Status::Consumed);
+        assert_eq!(rec.status, InboxStatus::Consumed);
         assert_eq!(effect_rows(&pool, &effects).await, 1);
 
         // On a retry.
@@ -581,7 +584,7 @@ async fn a_handler_that_commits_the_inbox_transaction_then_fails_is_reported_con
             .await
             .expect("get")
             .expect("row");
-        assert_eq!(rec.status, Status::Consumed);
+        assert_eq!(rec.status, InboxStatus::Consumed);
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert!(retry_all_due(&inbox, "billing", handler).await.is_empty());
         assert_eq!(effect_rows(&pool, &effects).await, 2, "once per message");
@@ -781,7 +784,7 @@ async fn retention_deletes_old_sent_rows_in_bounded_batches() {
                 .expect("retention"),
             20
         );
-        assert_eq!(store.count(Status::Sent).await.expect("count"), 0);
+        assert_eq!(store.count(OutboxStatus::Sent).await.expect("count"), 0);
         assert_eq!(
             store.stats().await.expect("stats").pending,
             5,
@@ -929,7 +932,7 @@ async fn inbox_retention_never_deletes_a_row_reconsumed_while_it_ran() {
             .await
             .expect("get")
             .expect("row kept");
-        assert_eq!(r.status, Status::Sent);
+        assert_eq!(r.status, InboxStatus::Received);
     });
 }
 
@@ -975,7 +978,7 @@ async fn sent_retention_never_deletes_a_row_requeued_while_it_ran() {
                 .expect("get")
                 .expect("row kept")
                 .status,
-            Status::Pending
+            OutboxStatus::Pending
         );
     });
 }

@@ -3,7 +3,7 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use outbox_core::{MessageId, Status, Timestamp};
+use outbox_core::{Lifecycle, MessageId, Timestamp};
 use outbox_ports::{MessageFilter, PageCursor};
 use time::format_description::well_known::Rfc3339;
 
@@ -17,40 +17,24 @@ pub const MAX_LIMIT: u32 = 1_000;
 /// A bulk action's cap unless the request raises it.
 pub const DEFAULT_BULK_MAX: u64 = 10_000;
 
-/// Which side a status belongs to: the two sides name their statuses apart
-/// ([`outbox_core::status::Side`] decides the names).
-pub use outbox_core::status::Side;
+/// Which side a status belongs to: each side has its own status type
+/// ([`outbox_core::OutboxStatus`], [`outbox_core::InboxStatus`]) and names.
+pub use outbox_core::Side;
 
-/// What the API needs of a [`Side`]: a status's name there, and a name parsed
-/// into a status with the API's error.
-pub trait ApiSide: Copy {
-    /// The API name of `status` on this side (the inbox's `Sent` is `received`).
-    fn status_name(self, status: Status) -> &'static str;
-
-    /// The status named `name` on this side.
-    ///
-    /// # Errors
-    /// `bad_status` for a name unknown here (naming this side's statuses).
-    fn parse_status(self, name: &str) -> Result<Status, AdminError>;
-}
-
-impl ApiSide for Side {
-    fn status_name(self, status: Status) -> &'static str {
-        self.name(status)
-    }
-
-    fn parse_status(self, name: &str) -> Result<Status, AdminError> {
-        self.parse(name).ok_or_else(|| {
-            let known: Vec<&str> = self.statuses().iter().map(|s| self.name(*s)).collect();
-            AdminError::bad(
-                "bad_status",
-                format!(
-                    "unknown status `{name}` here; expected one of {}",
-                    known.join(", ")
-                ),
-            )
-        })
-    }
+/// The status named `name` on `S`'s side.
+///
+/// # Errors
+/// `bad_status` for a name unknown there (naming that side's statuses).
+pub fn parse_status<S: Lifecycle>(name: &str) -> Result<S, AdminError> {
+    S::parse(name).ok_or_else(|| {
+        AdminError::bad(
+            "bad_status",
+            format!(
+                "unknown status `{name}` here; expected one of {}",
+                S::SIDE.status_names().join(", ")
+            ),
+        )
+    })
 }
 
 /// A text filter or a name, refused when it holds a NUL character (see
@@ -191,13 +175,9 @@ pub fn parse_max(value: Option<u64>) -> Result<u64, AdminError> {
 ///
 /// # Errors
 /// `bad_status`, `bad_time`.
-pub fn filter_from_body(side: Side, body: &FilterBody) -> Result<MessageFilter, AdminError> {
+pub fn filter_from_body<S: Lifecycle>(body: &FilterBody) -> Result<MessageFilter<S>, AdminError> {
     Ok(MessageFilter {
-        status: body
-            .status
-            .as_deref()
-            .map(|s| side.parse_status(s))
-            .transpose()?,
+        status: body.status.as_deref().map(parse_status).transpose()?,
         exchange: text_opt("exchange", body.exchange.as_ref())?,
         routing_key: text_opt("routing_key", body.routing_key.as_ref())?,
         message_type: text_opt("type", body.message_type.as_ref())?,
@@ -219,10 +199,9 @@ pub fn filter_from_body(side: Side, body: &FilterBody) -> Result<MessageFilter, 
 ///
 /// # Errors
 /// `bad_status`, `bad_time`, `bad_limit`, `bad_cursor`.
-pub fn list_from_query(
-    side: Side,
+pub fn list_from_query<S: Lifecycle>(
     query: MessageQuery,
-) -> Result<(MessageFilter, Option<PageCursor>, u32), AdminError> {
+) -> Result<(MessageFilter<S>, Option<PageCursor>, u32), AdminError> {
     let limit = parse_limit(query.limit.as_deref())?;
     let cursor = parse_cursor(query.cursor.as_deref())?;
     let body = FilterBody {
@@ -234,7 +213,7 @@ pub fn list_from_query(
         created_before: query.created_before,
         q: query.q,
     };
-    Ok((filter_from_body(side, &body)?, cursor, limit))
+    Ok((filter_from_body(&body)?, cursor, limit))
 }
 
 #[cfg(test)]
@@ -261,16 +240,20 @@ mod tests {
 
     #[test]
     fn each_side_knows_only_its_own_statuses() {
-        assert!(Side::Outbox.parse_status("received").is_err());
-        assert!(Side::Outbox.parse_status("consumed").is_err());
-        assert!(Side::Inbox.parse_status("pending").is_err());
-        assert!(Side::Inbox.parse_status("sent").is_err());
+        use outbox_core::{InboxStatus, OutboxStatus};
+        assert!(parse_status::<OutboxStatus>("received").is_err());
+        assert!(parse_status::<OutboxStatus>("consumed").is_err());
+        assert!(parse_status::<InboxStatus>("pending").is_err());
+        let sent = parse_status::<InboxStatus>("sent").expect_err("an outbox name");
+        assert!(sent.to_string().contains("received, consumed"), "{sent}");
         assert_eq!(
-            Side::Inbox.parse_status("received").ok(),
-            Some(Status::Sent)
+            parse_status::<InboxStatus>("received").ok(),
+            Some(InboxStatus::Received)
         );
-        assert_eq!(Side::Inbox.status_name(Status::Sent), "received");
-        assert_eq!(Side::Outbox.status_name(Status::Sent), "sent");
+        assert_eq!(
+            parse_status::<OutboxStatus>("sent").ok(),
+            Some(OutboxStatus::Sent)
+        );
     }
 
     #[test]

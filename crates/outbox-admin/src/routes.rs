@@ -7,6 +7,7 @@ use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
+use outbox_core::{InboxStatus, Lifecycle, OutboxStatus};
 use outbox_ports::MessageFilter;
 
 use crate::auth::Actor;
@@ -17,8 +18,8 @@ use crate::model::{
     ReconsumeRequest, StatsResponse,
 };
 use crate::params::{
-    Side, filter_from_body, list_from_query, parse_cursor, parse_dead_letter_id, parse_limit,
-    parse_max, parse_message_id, text,
+    filter_from_body, list_from_query, parse_cursor, parse_dead_letter_id, parse_limit, parse_max,
+    parse_message_id, text,
 };
 #[allow(unused_imports)] // Named by the OpenAPI annotations only.
 use crate::responses::{DeliveryDetail, DeliveryPage, QueryErrors, ReadErrors, WriteErrors};
@@ -42,14 +43,13 @@ fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, AdminError> {
         .map_err(|e| AdminError::bad("bad_path", e.body_text()))
 }
 
-/// A bulk request's filter parsed for `side`, its `max`, and the filter as the
-/// audit log records it.
-fn bulk_input(
-    side: Side,
+/// A bulk request's filter parsed for its side `S`, its `max`, and the filter as
+/// the audit log records it.
+fn bulk_input<S: Lifecycle>(
     filter: &FilterBody,
     max: Option<u64>,
-) -> Result<(MessageFilter, u64, String), AdminError> {
-    let parsed = filter_from_body(side, filter)?;
+) -> Result<(MessageFilter<S>, u64, String), AdminError> {
+    let parsed = filter_from_body(filter)?;
     let max = parse_max(max)?;
     let target = serde_json::to_string(filter).unwrap_or_else(|_| "{}".to_owned());
     Ok((parsed, max, target))
@@ -69,7 +69,7 @@ pub(crate) async fn list_messages(
     State(s): Service,
     q: Result<Query<MessageQuery>, QueryRejection>,
 ) -> Answer<MessagePage> {
-    let (filter, cursor, limit) = list_from_query(Side::Outbox, query(q)?)?;
+    let (filter, cursor, limit) = list_from_query::<OutboxStatus>(query(q)?)?;
     Ok(Json(s.list_messages(&filter, cursor, limit).await?))
 }
 
@@ -135,7 +135,7 @@ pub(crate) async fn requeue_matching(
     b: Result<Json<BulkRequest>, JsonRejection>,
 ) -> Answer<BulkResponse> {
     let b = body(b)?;
-    let (filter, max, target) = bulk_input(Side::Outbox, &b.filter, b.max)?;
+    let (filter, max, target) = bulk_input::<OutboxStatus>(&b.filter, b.max)?;
     Ok(Json(
         s.requeue_matching(&actor.name, &filter, target, b.dry_run, max)
             .await?,
@@ -151,7 +151,7 @@ pub(crate) async fn delete_matching(
     b: Result<Json<BulkDeleteRequest>, JsonRejection>,
 ) -> Answer<BulkResponse> {
     let b = body(b)?;
-    let (filter, max, target) = bulk_input(Side::Outbox, &b.filter, b.max)?;
+    let (filter, max, target) = bulk_input::<OutboxStatus>(&b.filter, b.max)?;
     Ok(Json(
         s.delete_matching(&actor.name, &filter, target, b.dry_run, max, b.force)
             .await?,
@@ -191,7 +191,7 @@ pub(crate) async fn list_deliveries(
     q: Result<Query<DeliveryQuery>, QueryRejection>,
 ) -> Answer<MessagePage> {
     let name = text("name", path(name)?)?;
-    let (filter, cursor, limit) = list_from_query(Side::Inbox, query(q)?.into())?;
+    let (filter, cursor, limit) = list_from_query::<InboxStatus>(query(q)?.into())?;
     Ok(Json(
         s.list_deliveries(&name, &filter, cursor, limit).await?,
     ))
@@ -251,7 +251,7 @@ pub(crate) async fn reconsume_matching(
 ) -> Answer<BulkResponse> {
     let name = text("name", path(name)?)?;
     let b = body(b)?;
-    let (filter, max, target) = bulk_input(Side::Inbox, &b.filter.into(), b.max)?;
+    let (filter, max, target) = bulk_input::<InboxStatus>(&b.filter.into(), b.max)?;
     Ok(Json(
         s.reconsume_matching(&actor.name, &name, &filter, target, b.dry_run, max)
             .await?,

@@ -5,12 +5,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_core::{Message, MessageId, SideState, Status};
+use async_trait::async_trait;
+use outbox_core::{InboxStatus, Lifecycle, Message, MessageId, OutboxStatus, Side, SideState};
 use outbox_ports::{
-    AuditEntry, AuditLog, BulkOutcome, Clock, DistributedLock, InboxOperator, InboxRecord,
-    MessageFilter, MessageSummary, MinuteCount, OutboxOperator, OutboxStore, PREVIEW_BYTES, Page,
-    PageCursor, PortError, StoredDeadLetter, SweepStateStore, SystemClock, ThroughputKind,
-    ThroughputLog, deletable_statuses, reconsumable_statuses, requeueable_statuses,
+    AuditEntry, AuditLog, BulkOutcome, Clock, DeliveryFilter, DistributedLock, InboxOperator,
+    InboxRecord, MessageFilter, MessageSummary, MinuteCount, OutboxOperator, OutboxStore,
+    PREVIEW_BYTES, Page, PageCursor, PortError, StoredDeadLetter, SweepStateStore, SystemClock,
+    ThroughputKind, ThroughputLog, deletable_statuses, reconsumable_statuses, requeueable_statuses,
 };
 
 use crate::AdminError;
@@ -19,7 +20,7 @@ use crate::model::{
     ConsumerItem, DeadLetterPage, DeadLetterView, LockItem, MessageDetail, MessageItem,
     MessagePage, MinuteItem, OutboxCounts, StatsPrecision, StatsResponse, SweepItem,
 };
-use crate::params::{Side, encode_cursor, format_time};
+use crate::params::{encode_cursor, format_time};
 use crate::redact::{Redaction, is_textual};
 
 /// Entries a bulk action changes per batch unless [`AdminService::with_bulk_batch`]
@@ -29,28 +30,151 @@ pub const DEFAULT_BULK_BATCH: u64 = 1_000;
 /// A bulk action's progress callback.
 pub type OnBatch<'a> = &'a mut (dyn FnMut(BulkProgress) + Send);
 
-/// What a bulk action does to each entry it picks.
-#[derive(Clone, Copy)]
-enum BulkAction<'a> {
-    /// Outbox messages back to pending.
-    Requeue,
-    /// Outbox messages removed (`force`: also those not yet sent).
-    Delete { force: bool },
-    /// One consumer's deliveries run through their handler again.
-    Reconsume { consumer: &'a str },
+/// What a bulk action does to each entry it picks, on its side `S`: how it
+/// counts, which statuses it changes, one batch of it, and its audit name.
+#[async_trait]
+trait BulkAction<S: Lifecycle>: Sync {
+    /// The audit log's action, and its target from the filter as written.
+    fn audited(&self, target: String) -> (&'static str, String);
+    /// The statuses it changes, each in its own batches.
+    fn statuses(&self, filter: &MessageFilter<S>) -> Vec<S>;
+    /// Entries matching `filter`, counted up to `max`.
+    async fn count(
+        &self,
+        ports: &AdminPorts,
+        filter: &MessageFilter<S>,
+        max: u64,
+    ) -> Result<u64, PortError>;
+    /// One batch: changes up to `max` entries matching `filter`.
+    async fn apply(
+        &self,
+        ports: &AdminPorts,
+        filter: &MessageFilter<S>,
+        max: u64,
+    ) -> Result<BulkOutcome, PortError>;
+}
+
+/// Outbox messages back to pending.
+struct Requeue;
+
+/// Outbox messages removed (`force`: also those not yet sent).
+struct Delete {
+    force: bool,
+}
+
+/// One consumer's deliveries run through their handler again.
+struct Reconsume<'a> {
+    consumer: &'a str,
+}
+
+#[async_trait]
+impl BulkAction<OutboxStatus> for Requeue {
+    fn audited(&self, target: String) -> (&'static str, String) {
+        ("requeue_matching", target)
+    }
+
+    fn statuses(&self, _: &MessageFilter) -> Vec<OutboxStatus> {
+        requeueable_statuses()
+    }
+
+    async fn count(
+        &self,
+        ports: &AdminPorts,
+        filter: &MessageFilter,
+        max: u64,
+    ) -> Result<u64, PortError> {
+        ports.outbox.count_messages(filter, max).await
+    }
+
+    async fn apply(
+        &self,
+        ports: &AdminPorts,
+        filter: &MessageFilter,
+        max: u64,
+    ) -> Result<BulkOutcome, PortError> {
+        ports.outbox.requeue_matching(filter, max).await
+    }
+}
+
+#[async_trait]
+impl BulkAction<OutboxStatus> for Delete {
+    fn audited(&self, target: String) -> (&'static str, String) {
+        if self.force {
+            ("delete_matching_forced", target)
+        } else {
+            ("delete_matching", target)
+        }
+    }
+
+    fn statuses(&self, _: &MessageFilter) -> Vec<OutboxStatus> {
+        deletable_statuses(self.force)
+    }
+
+    async fn count(
+        &self,
+        ports: &AdminPorts,
+        filter: &MessageFilter,
+        max: u64,
+    ) -> Result<u64, PortError> {
+        ports.outbox.count_messages(filter, max).await
+    }
+
+    async fn apply(
+        &self,
+        ports: &AdminPorts,
+        filter: &MessageFilter,
+        max: u64,
+    ) -> Result<BulkOutcome, PortError> {
+        ports.outbox.delete_matching(filter, max, self.force).await
+    }
+}
+
+#[async_trait]
+impl BulkAction<InboxStatus> for Reconsume<'_> {
+    fn audited(&self, target: String) -> (&'static str, String) {
+        ("reconsume_matching", format!("{} {target}", self.consumer))
+    }
+
+    fn statuses(&self, filter: &DeliveryFilter) -> Vec<InboxStatus> {
+        reconsumable_statuses(filter)
+    }
+
+    async fn count(
+        &self,
+        ports: &AdminPorts,
+        filter: &DeliveryFilter,
+        max: u64,
+    ) -> Result<u64, PortError> {
+        ports
+            .inbox
+            .count_deliveries(self.consumer, filter, max)
+            .await
+    }
+
+    async fn apply(
+        &self,
+        ports: &AdminPorts,
+        filter: &DeliveryFilter,
+        max: u64,
+    ) -> Result<BulkOutcome, PortError> {
+        ports
+            .inbox
+            .reconsume_matching(self.consumer, filter, max)
+            .await
+    }
 }
 
 /// Which entries a bulk action picks, and how the caller wrote it (for the audit
 /// log).
-struct Bulk<'a> {
-    filter: &'a MessageFilter,
+struct Bulk<'a, S: Lifecycle> {
+    filter: &'a MessageFilter<S>,
     target: String,
     dry_run: bool,
     max: u64,
 }
 
-impl<'a> Bulk<'a> {
-    fn new(filter: &'a MessageFilter, target: String, dry_run: bool, max: u64) -> Self {
+impl<'a, S: Lifecycle> Bulk<'a, S> {
+    fn new(filter: &'a MessageFilter<S>, target: String, dry_run: bool, max: u64) -> Self {
         Self {
             filter,
             target,
@@ -117,7 +241,7 @@ fn minutes(counts: Vec<MinuteCount>) -> Vec<MinuteItem> {
 fn consume_side(record: &InboxRecord) -> ConsumeSide {
     ConsumeSide {
         consumer: record.consumer.clone(),
-        status: Side::Inbox.name(record.status).to_owned(),
+        status: record.status.as_str().to_owned(),
         attempts: record.consume.attempts,
         last_attempt_at: record.consume.last_attempt_at.map(format_time),
         next_attempt_at: record.consume.next_attempt_at.map(format_time),
@@ -211,14 +335,14 @@ impl AdminService {
             .map_err(AdminError::AuditFailed)
     }
 
-    fn item(&self, side: Side, summary: MessageSummary) -> MessageItem {
+    fn item<S: Lifecycle>(&self, summary: MessageSummary<S>) -> MessageItem {
         let truncated = summary.payload_size > summary.payload_preview.len() as u64;
         let preview = self
             .redaction
             .bytes(&summary.payload_preview, truncated, true);
         MessageItem {
             id: summary.id.to_string(),
-            status: side.name(summary.status).to_owned(),
+            status: summary.status.as_str().to_owned(),
             exchange: summary.exchange,
             routing_key: summary.routing_key,
             message_type: summary.message_type,
@@ -236,18 +360,17 @@ impl AdminService {
         }
     }
 
-    fn page(&self, side: Side, page: Page<MessageSummary>) -> MessagePage {
+    fn page<S: Lifecycle>(&self, page: Page<MessageSummary<S>>) -> MessagePage {
         MessagePage {
-            items: page.items.into_iter().map(|s| self.item(side, s)).collect(),
+            items: page.items.into_iter().map(|s| self.item(s)).collect(),
             next_cursor: page.next.map(encode_cursor),
         }
     }
 
-    fn detail(
+    fn detail<S: Lifecycle>(
         &self,
-        side: Side,
         message: &Message,
-        status: Status,
+        status: S,
         state: &SideState,
         deliveries: Vec<ConsumeSide>,
     ) -> MessageDetail {
@@ -256,7 +379,7 @@ impl AdminService {
                 .bytes(&message.payload, false, is_textual(&message.content_type));
         MessageDetail {
             id: message.id.to_string(),
-            status: side.name(status).to_owned(),
+            status: status.as_str().to_owned(),
             exchange: message.exchange.clone(),
             routing_key: message.routing_key.clone(),
             ordering_key: message.ordering_key.clone(),
@@ -275,7 +398,7 @@ impl AdminService {
             attempts: state.attempts,
             last_attempt_at: state.last_attempt_at.map(format_time),
             next_attempt_at: state.next_attempt_at.map(format_time),
-            due_at: match side {
+            due_at: match S::SIDE {
                 Side::Outbox => message.not_before.map(format_time),
                 Side::Inbox => None,
             },
@@ -407,7 +530,7 @@ impl AdminService {
             .outbox
             .list_messages(filter, after, limit)
             .await?;
-        Ok(self.page(Side::Outbox, page))
+        Ok(self.page(page))
     }
 
     /// A page of the blocked ordering keys, in key order, after key `after`. The
@@ -432,7 +555,7 @@ impl AdminService {
                 .map(|k| BlockedKeyItem {
                     key: k.key,
                     head_id: k.head.to_string(),
-                    head_status: Side::Outbox.name(k.status).to_owned(),
+                    head_status: k.status.as_str().to_owned(),
                     head_attempts: k.attempts,
                     head_last_error: k.last_error,
                     head_next_attempt_at: k.next_attempt_at.map(format_time),
@@ -457,24 +580,18 @@ impl AdminService {
             .ok_or_else(|| not_found("message", id))?;
         let deliveries = self.ports.inbox.deliveries_of(id).await?;
         let sides = deliveries.iter().map(consume_side).collect();
-        let mut detail = self.detail(
-            Side::Outbox,
-            &record.message,
-            record.status,
-            &record.publish,
-            sides,
-        );
+        let mut detail = self.detail(&record.message, record.status, &record.publish, sides);
         // A keyed message that waits: the head it waits behind; the head: what waits
         // behind it (what deleting or requeueing it releases).
         let unsent = matches!(
             record.status,
-            Status::Pending | Status::PublishFailed | Status::Dead
+            OutboxStatus::Pending | OutboxStatus::PublishFailed | OutboxStatus::Dead
         );
         if let (Some(key), true) = (record.message.ordering_key.as_deref(), unsent) {
             if let Some(head) = self.ports.outbox.head_of_key(key).await? {
                 if head.head == id {
                     detail.waiting_behind = Some(head.waiting);
-                } else if record.status == Status::Pending {
+                } else if record.status == OutboxStatus::Pending {
                     detail.waits_behind = Some(head.head.to_string());
                 }
             }
@@ -530,8 +647,7 @@ impl AdminService {
         max: u64,
     ) -> Result<BulkResponse, AdminError> {
         let bulk = Bulk::new(filter, target, dry_run, max);
-        self.run_bulk(actor, BulkAction::Requeue, bulk, &mut |_| {})
-            .await
+        self.run_bulk(actor, Requeue, bulk, &mut |_| {}).await
     }
 
     /// [`Self::requeue_matching`], calling `on_batch` after each batch with the
@@ -550,8 +666,7 @@ impl AdminService {
         on_batch: OnBatch<'_>,
     ) -> Result<BulkResponse, AdminError> {
         let bulk = Bulk::new(filter, target, dry_run, max);
-        self.run_bulk(actor, BulkAction::Requeue, bulk, on_batch)
-            .await
+        self.run_bulk(actor, Requeue, bulk, on_batch).await
     }
 
     /// Deletes up to `max` messages matching `filter` (`dry_run`: counts only).
@@ -568,7 +683,7 @@ impl AdminService {
         force: bool,
     ) -> Result<BulkResponse, AdminError> {
         let bulk = Bulk::new(filter, target, dry_run, max);
-        self.run_bulk(actor, BulkAction::Delete { force }, bulk, &mut |_| {})
+        self.run_bulk(actor, Delete { force }, bulk, &mut |_| {})
             .await
     }
 
@@ -590,8 +705,7 @@ impl AdminService {
         on_batch: OnBatch<'_>,
     ) -> Result<BulkResponse, AdminError> {
         let bulk = Bulk::new(filter, target, dry_run, max);
-        self.run_bulk(actor, BulkAction::Delete { force }, bulk, on_batch)
-            .await
+        self.run_bulk(actor, Delete { force }, bulk, on_batch).await
     }
 
     /// Reconsumes up to `max` of a consumer's deliveries matching `filter`.
@@ -602,13 +716,13 @@ impl AdminService {
         &self,
         actor: &str,
         consumer: &str,
-        filter: &MessageFilter,
+        filter: &DeliveryFilter,
         target: String,
         dry_run: bool,
         max: u64,
     ) -> Result<BulkResponse, AdminError> {
         let bulk = Bulk::new(filter, target, dry_run, max);
-        self.run_bulk(actor, BulkAction::Reconsume { consumer }, bulk, &mut |_| {})
+        self.run_bulk(actor, Reconsume { consumer }, bulk, &mut |_| {})
             .await
     }
 
@@ -623,14 +737,14 @@ impl AdminService {
         &self,
         actor: &str,
         consumer: &str,
-        filter: &MessageFilter,
+        filter: &DeliveryFilter,
         target: String,
         dry_run: bool,
         max: u64,
         on_batch: OnBatch<'_>,
     ) -> Result<BulkResponse, AdminError> {
         let bulk = Bulk::new(filter, target, dry_run, max);
-        self.run_bulk(actor, BulkAction::Reconsume { consumer }, bulk, on_batch)
+        self.run_bulk(actor, Reconsume { consumer }, bulk, on_batch)
             .await
     }
 
@@ -638,11 +752,11 @@ impl AdminService {
     /// (all a dry run does), changes them in batches telling `on_batch` after
     /// each, and records what was changed in the audit log (also when an error
     /// stopped it).
-    async fn run_bulk(
+    async fn run_bulk<S: Lifecycle>(
         &self,
         actor: &str,
-        action: BulkAction<'_>,
-        bulk: Bulk<'_>,
+        action: impl BulkAction<S>,
+        bulk: Bulk<'_, S>,
         on_batch: OnBatch<'_>,
     ) -> Result<BulkResponse, AdminError> {
         let Bulk {
@@ -651,62 +765,20 @@ impl AdminService {
             dry_run,
             max,
         } = bulk;
-        let matched = match action {
-            BulkAction::Reconsume { consumer } => {
-                self.ports
-                    .inbox
-                    .count_deliveries(consumer, filter, max)
-                    .await?
-            }
-            BulkAction::Requeue | BulkAction::Delete { .. } => {
-                self.ports.outbox.count_messages(filter, max).await?
-            }
-        };
+        let matched = action.count(&self.ports, filter, max).await?;
         if dry_run {
             return Ok(BulkResponse {
                 matched,
                 changed: 0,
             });
         }
-        let statuses = match action {
-            BulkAction::Requeue => requeueable_statuses(),
-            BulkAction::Delete { force } => deletable_statuses(force),
-            BulkAction::Reconsume { .. } => reconsumable_statuses(filter),
-        };
+        let statuses = action.statuses(filter);
         let applied = self
-            .in_batches(action, filter, &statuses, matched, max, on_batch)
+            .in_batches(&action, filter, &statuses, matched, max, on_batch)
             .await;
-        let (audited, target) = match action {
-            BulkAction::Requeue => ("requeue_matching", target),
-            BulkAction::Delete { force: false } => ("delete_matching", target),
-            BulkAction::Delete { force: true } => ("delete_matching_forced", target),
-            BulkAction::Reconsume { consumer } => {
-                ("reconsume_matching", format!("{consumer} {target}"))
-            }
-        };
+        let (audited, target) = action.audited(target);
         self.finish_bulk(actor, audited, target, matched, applied)
             .await
-    }
-
-    /// One batch of a bulk action: changes up to `max` entries matching `filter`.
-    async fn apply_batch(
-        &self,
-        action: BulkAction<'_>,
-        filter: &MessageFilter,
-        max: u64,
-    ) -> Result<BulkOutcome, PortError> {
-        match action {
-            BulkAction::Requeue => self.ports.outbox.requeue_matching(filter, max).await,
-            BulkAction::Delete { force } => {
-                self.ports.outbox.delete_matching(filter, max, force).await
-            }
-            BulkAction::Reconsume { consumer } => {
-                self.ports
-                    .inbox
-                    .reconsume_matching(consumer, filter, max)
-                    .await
-            }
-        }
     }
 
     /// Applies a bulk action in batches of at most `self.bulk_batch`, up to `max`
@@ -715,11 +787,11 @@ impl AdminService {
     /// the next entries, without a cursor; a batch that changes nothing (what it
     /// picked is held or moved on meanwhile) ends that status. Returns the count
     /// changed, and the error that stopped it if one did.
-    async fn in_batches(
+    async fn in_batches<S: Lifecycle>(
         &self,
-        action: BulkAction<'_>,
-        filter: &MessageFilter,
-        statuses: &[Status],
+        action: &impl BulkAction<S>,
+        filter: &MessageFilter<S>,
+        statuses: &[S],
         matched: u64,
         max: u64,
         on_batch: OnBatch<'_>,
@@ -739,7 +811,7 @@ impl AdminService {
             };
             while progress.changed < max {
                 let batch = self.bulk_batch.min(max - progress.changed);
-                let outcome = match self.apply_batch(action, &narrowed, batch).await {
+                let outcome = match action.apply(&self.ports, &narrowed, batch).await {
                     Ok(outcome) => outcome,
                     Err(e) => return (progress.changed, Some(e)),
                 };
@@ -803,7 +875,7 @@ impl AdminService {
     pub async fn list_deliveries(
         &self,
         consumer: &str,
-        filter: &MessageFilter,
+        filter: &DeliveryFilter,
         after: Option<PageCursor>,
         limit: u32,
     ) -> Result<MessagePage, AdminError> {
@@ -812,7 +884,7 @@ impl AdminService {
             .inbox
             .list_deliveries(consumer, filter, after, limit)
             .await?;
-        Ok(self.page(Side::Inbox, page))
+        Ok(self.page(page))
     }
 
     /// One delivery of one consumer, with the message as received.
@@ -833,13 +905,7 @@ impl AdminService {
             .find(|r| r.consumer == consumer)
             .ok_or_else(|| not_found("delivery", format!("{consumer}/{id}")))?;
         let side = vec![consume_side(&record)];
-        Ok(self.detail(
-            Side::Inbox,
-            &record.message,
-            record.status,
-            &record.consume,
-            side,
-        ))
+        Ok(self.detail(&record.message, record.status, &record.consume, side))
     }
 
     /// Runs one delivery's handler again (through the consume sweep).

@@ -381,7 +381,7 @@ async fn writes_need_the_csrf_token_and_a_write_session_and_are_audited() {
         .await
         .expect("get")
         .expect("there");
-    assert_eq!(unchanged.status, outbox_core::Status::Dead);
+    assert_eq!(unchanged.status, outbox_core::OutboxStatus::Dead);
 
     // Another session's token is not this one's.
     let other = ops.post(&path, &format!("csrf={viewer_csrf}")).await;
@@ -408,7 +408,7 @@ async fn writes_need_the_csrf_token_and_a_write_session_and_are_audited() {
         .await
         .expect("get")
         .expect("there");
-    assert_eq!(now.status, outbox_core::Status::Pending);
+    assert_eq!(now.status, outbox_core::OutboxStatus::Pending);
     let page = h.audit.list(None, 10).await.expect("audit");
     let entry = &page.items[0];
     assert_eq!(
@@ -523,7 +523,7 @@ async fn bulk_requeue_confirms_with_the_dry_run_count_then_acts_on_the_filter() 
     assert!(after.body.contains("Requeued 3."));
     assert_eq!(rows(&after.body), 0, "none of them is dead now");
     assert_eq!(
-        h.outbox.count(outbox_core::Status::Dead),
+        h.outbox.count(outbox_core::OutboxStatus::Dead),
         1,
         "billing's is untouched"
     );
@@ -534,7 +534,7 @@ async fn bulk_requeue_confirms_with_the_dry_run_count_then_acts_on_the_filter() 
     // No CSRF token, no bulk action.
     let refused = b.post("/ui/messages/delete", "status=dead").await;
     assert_eq!(refused.status, StatusCode::FORBIDDEN);
-    assert_eq!(h.outbox.count(outbox_core::Status::Dead), 1);
+    assert_eq!(h.outbox.count(outbox_core::OutboxStatus::Dead), 1);
 }
 
 /// The dashboard reconsumes a consumed delivery only because it showed it

@@ -59,7 +59,7 @@ impl Bench {
         let service = exact.clone().with_throughput(log);
         let all = MessageFilter::default();
         let sent = MessageFilter {
-            status: Some(outbox_core::Status::Sent),
+            status: Some(outbox_core::OutboxStatus::Sent),
             ..MessageFilter::default()
         };
         let deep = Some(PageCursor(u64::try_from(rows / 100).unwrap_or(1_000)));

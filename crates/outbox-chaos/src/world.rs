@@ -495,7 +495,7 @@ state_key = "{state}"
     /// Messages the relays have marked sent so far.
     pub(crate) async fn sent(&self) -> u64 {
         self.outbox
-            .count(outbox_core::Status::Sent)
+            .count(outbox_core::OutboxStatus::Sent)
             .await
             .unwrap_or(0)
     }

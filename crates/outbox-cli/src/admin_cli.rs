@@ -10,9 +10,10 @@ use clap::{Args, Subcommand};
 use outbox_admin::AdminService;
 use outbox_admin::model::{BulkResponse, FilterBody};
 use outbox_admin::params::{
-    DEFAULT_LIMIT, Side, filter_from_body, parse_cursor, parse_dead_letter_id, parse_limit,
-    parse_max, parse_message_id, text,
+    DEFAULT_LIMIT, filter_from_body, parse_cursor, parse_dead_letter_id, parse_limit, parse_max,
+    parse_message_id, text,
 };
+use outbox_core::{InboxStatus, Lifecycle};
 use outbox_ports::MessageFilter;
 
 use crate::admin_output as out;
@@ -60,13 +61,13 @@ impl FilterArgs {
     /// The filter of outbox messages, and the filter as JSON for the audit log (as
     /// the API records it).
     fn parse(&self) -> anyhow::Result<(MessageFilter, String)> {
-        self.parse_on(Side::Outbox)
+        self.parse_on()
     }
 
-    /// The filter on `side` (its status names), and the filter as JSON.
-    fn parse_on(&self, side: Side) -> anyhow::Result<(MessageFilter, String)> {
+    /// The filter on the side `S` (its status names), and the filter as JSON.
+    fn parse_on<S: Lifecycle>(&self) -> anyhow::Result<(MessageFilter<S>, String)> {
         let body = self.body();
-        let filter = filter_from_body(side, &body)?;
+        let filter = filter_from_body(&body)?;
         Ok((filter, serde_json::to_string(&body)?))
     }
 }
@@ -391,7 +392,7 @@ pub(crate) async fn consumers(
             page,
             json,
         } => {
-            let (filter, _) = filter.parse_on(Side::Inbox)?;
+            let (filter, _) = filter.parse_on::<InboxStatus>()?;
             let (cursor, limit) = page.parse()?;
             let page = service
                 .list_deliveries(&consumer, &filter, cursor, limit)
@@ -410,7 +411,7 @@ pub(crate) async fn consumers(
                     "reconsume {id} for {consumer}: queued for its consume sweep"
                 ));
             } else {
-                let (filter, target) = t.flags.parse_on(Side::Inbox)?;
+                let (filter, target) = t.flags.parse_on::<InboxStatus>()?;
                 let bar = out::BulkBar::new(out::shows_progress(t.json, t.dry_run), "reconsumed");
                 let outcome = service
                     .reconsume_matching_with_progress(

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
-use outbox_core::{MessageId, Status};
+use outbox_core::{InboxStatus, MessageId, OutboxStatus};
 use outbox_ports::{OutboxStore, PortError};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
@@ -628,7 +628,7 @@ async fn dead(
     let actor = admin_cli::cli_actor();
     match action {
         DeadAction::List { limit, .. } => {
-            let dead = operator.oldest_messages(Status::Dead, limit).await?;
+            let dead = operator.oldest_messages(OutboxStatus::Dead, limit).await?;
             for r in &dead {
                 println!(
                     "{}\t{}\t{}\t{}\tattempts={}\t{}",
@@ -653,7 +653,7 @@ async fn dead(
         DeadAction::Requeue { id: None, .. } => {
             // Every dead message, in bounded batches server-side (one audit entry).
             let filter = outbox_ports::MessageFilter {
-                status: Some(Status::Dead),
+                status: Some(OutboxStatus::Dead),
                 ..outbox_ports::MessageFilter::default()
             };
             let total = store.stats().await?.dead;
@@ -729,7 +729,7 @@ async fn consumer_dead(
         }
         None => {
             let dead = inbox
-                .oldest_deliveries(consumer, Status::Dead, limit)
+                .oldest_deliveries(consumer, InboxStatus::Dead, limit)
                 .await?;
             for r in &dead {
                 println!(

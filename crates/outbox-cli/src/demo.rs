@@ -14,7 +14,7 @@ use std::time::Duration;
 use outbox_adapters_memory::{
     ExchangeKind, MemoryBroker, MemoryInboxStore, MemoryLock, MemoryOutboxStore, MemorySweepState,
 };
-use outbox_core::{MessageId, NewMessage, RetryPolicy, Status, SweepConfig};
+use outbox_core::{MessageId, NewMessage, OutboxStatus, RetryPolicy, SweepConfig};
 use outbox_ports::{Clock, InboxStore, OutboxStore, SystemClock};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -333,7 +333,7 @@ pub async fn run_keeping(opts: &DemoOptions) -> anyhow::Result<(DemoSummary, Dem
     }
 
     let stats = inbox.stats(CONSUMER).await?;
-    let outbox_dead = outbox.count(Status::Dead);
+    let outbox_dead = outbox.count(OutboxStatus::Dead);
     let applied = lock_ignoring_poison(&effects.applied);
     let mut sweeps = 0;
     while reports_rx.try_recv().is_ok() {
@@ -341,7 +341,7 @@ pub async fn run_keeping(opts: &DemoOptions) -> anyhow::Result<(DemoSummary, Dem
     }
     let summary = DemoSummary {
         enqueued: opts.messages,
-        sent: outbox.count(Status::Sent),
+        sent: outbox.count(OutboxStatus::Sent),
         consumed: stats.consumed,
         dead: outbox_dead + stats.dead,
         lost: opts
@@ -372,7 +372,7 @@ pub async fn run_keeping(opts: &DemoOptions) -> anyhow::Result<(DemoSummary, Dem
 /// Messages that reached an end: consumed, or dead on either side.
 async fn settled(outbox: &MemoryOutboxStore, inbox: &MemoryInboxStore) -> anyhow::Result<u64> {
     let s = inbox.stats(CONSUMER).await?;
-    Ok(s.consumed + s.dead + outbox.count(Status::Dead))
+    Ok(s.consumed + s.dead + outbox.count(OutboxStatus::Dead))
 }
 
 /// Locks a std mutex even if a panicking thread poisoned it (the data guarded in

@@ -64,7 +64,7 @@ async fn a_consumer_whose_inbox_records_nothing_fails_readiness_and_recovers() {
 
     use outbox_adapters_memory::MemoryBroker;
     use outbox_consumer::{ConsumerConfig, ConsumerWorker, HandlerRegistry, handler_fn};
-    use outbox_core::{Message, Status};
+    use outbox_core::{InboxStatus, Message};
     use outbox_ports::{Arrival, MockInboxStore, PortError, SystemClock};
 
     const QUEUE: &str = "stall.consumer";
@@ -83,7 +83,7 @@ async fn a_consumer_whose_inbox_records_nothing_fails_readiness_and_recovers() {
             ))
         } else {
             // Recorded before (a duplicate): acknowledged without the handler.
-            Ok(Arrival::Duplicate(Status::Consumed))
+            Ok(Arrival::Duplicate(InboxStatus::Consumed))
         }
     });
     let worker = ConsumerWorker::new(

@@ -23,7 +23,7 @@ use outbox_adapters_rabbitmq::{
 use outbox_consumer::{
     CancellationToken, ConsumerConfig, HandlerError, PgConsumerWorker, PgHandler, PgHandlerRegistry,
 };
-use outbox_core::{Message, NewMessage, Status};
+use outbox_core::{Message, NewMessage, OutboxStatus};
 use outbox_ports::SystemClock;
 use outbox_ports::prelude::*;
 use outbox_relay::{Dispatcher, DispatcherConfig};
@@ -209,7 +209,7 @@ async fn one_trace_from_enqueue_through_rabbitmq_to_the_handler() {
             .expect("get")
             .expect("row")
             .status,
-        Status::Sent
+        OutboxStatus::Sent
     );
 
     let seen = Arc::new(Mutex::new(Vec::new()));

@@ -16,7 +16,7 @@ use outbox_adapters_postgres::{
     PgOutboxStore, PgPool, PgSchema, SessionBounds, connect, connect_bounded, migrate,
 };
 use outbox_cli::http;
-use outbox_core::{Message, Status};
+use outbox_core::{Message, OutboxStatus};
 use outbox_ports::{
     OutboxOperator as _, OutboxStore, PortError, PublishOutcome, Publisher, SystemClock,
 };
@@ -273,7 +273,7 @@ async fn a_mark_behind_another_sessions_row_lock_fails_readiness_then_recovers_a
     for m in &messages {
         loop {
             let r = store.get_message(m.id).await.expect("get").expect("row");
-            if r.status == Status::Sent {
+            if r.status == OutboxStatus::Sent {
                 assert_eq!(r.publish.attempts, 1, "{}", m.id);
                 break;
             }
@@ -346,7 +346,7 @@ async fn due_rows_another_session_keeps_locked_fail_readiness_though_every_claim
     }
     for m in &messages {
         let r = store.get_message(m.id).await.expect("get").expect("row");
-        assert_eq!(r.status, Status::Sent, "{}", m.id);
+        assert_eq!(r.status, OutboxStatus::Sent, "{}", m.id);
         assert_eq!(r.publish.attempts, 1, "{}", m.id);
     }
     cancel.cancel();

@@ -288,7 +288,7 @@ impl InboxPath for NeutralInbox {
         match self.inbox.record_arrival(name, message, lease).await {
             Err(e) => Err(Unrecorded::Nothing(e)),
             Ok(Arrival::Duplicate(status)) => {
-                let status = outbox_core::status::Side::Inbox.name(status);
+                let status = status.as_str();
                 tracing::debug!(consumer = %name, message_id = %message.id, status, "duplicate delivery skipped");
                 Ok(Handled::Duplicate)
             }

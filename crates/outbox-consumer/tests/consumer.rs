@@ -13,7 +13,7 @@ use outbox_consumer::{
     CancellationToken, ConsumerConfig, ConsumerWorker, HandlerError, HandlerRegistry, SweepTask,
     handler_fn,
 };
-use outbox_core::{Message, MessageId, RetryPolicy, Status};
+use outbox_core::{InboxStatus, Message, MessageId, RetryPolicy};
 use outbox_ports::{
     Envelope, InboxConsumerPath, InboxStore, MockInboxStore, PortError, Publisher, SystemClock,
 };
@@ -177,7 +177,7 @@ async fn a_failed_handler_is_stored_and_retried_until_consumed() {
         .await
         .expect("get")
         .expect("row");
-    assert_eq!(rec.status, Status::ConsumeFailed);
+    assert_eq!(rec.status, InboxStatus::ConsumeFailed);
     assert_eq!(rec.consume.last_error.as_deref(), Some("not yet"));
     assert_eq!(
         b.queue_depth(QUEUE),
@@ -194,7 +194,7 @@ async fn a_failed_handler_is_stored_and_retried_until_consumed() {
         .await
         .expect("get")
         .expect("row");
-    assert_eq!(rec.status, Status::Consumed);
+    assert_eq!(rec.status, InboxStatus::Consumed);
     assert_eq!(rec.consume.attempts, 3);
     assert_eq!(effects.lock().expect("lock").get(&m.id), Some(&1));
 }
@@ -281,7 +281,7 @@ async fn a_poison_message_ends_dead_while_the_rest_flows() {
         .await
         .expect("get")
         .expect("row");
-    assert_eq!(rec.status, Status::Dead);
+    assert_eq!(rec.status, InboxStatus::Dead);
     assert_eq!(rec.consume.attempts, 3);
     assert_eq!(rec.consume.last_error.as_deref(), Some("always fails"));
     inbox
@@ -295,7 +295,7 @@ async fn a_poison_message_ends_dead_while_the_rest_flows() {
             .expect("get")
             .expect("row")
             .status,
-        Status::Sent
+        InboxStatus::Received
     );
 }
 

@@ -14,7 +14,7 @@ use outbox_consumer::{
     CancellationToken, ConsumerConfig, HandlerError, PgConsumerWorker, PgHandler,
     PgHandlerRegistry, SweepTask,
 };
-use outbox_core::{Message, RetryPolicy, Status};
+use outbox_core::{InboxStatus, Message, RetryPolicy};
 use outbox_ports::{InboxConsumerPath, InboxStore, Publisher, SystemClock};
 
 const QUEUE: &str = "pg-consumer.test";
@@ -183,7 +183,7 @@ async fn effects_happen_exactly_once_despite_redeliveries_failures_and_panics() 
         .await
         .expect("get")
         .expect("row");
-    assert_eq!(dead.status, Status::Dead);
+    assert_eq!(dead.status, InboxStatus::Dead);
     assert_eq!(dead.consume.attempts, 3);
     assert_eq!(dead.consume.last_error.as_deref(), Some("always fails"));
     let panicked = inbox
@@ -191,7 +191,7 @@ async fn effects_happen_exactly_once_despite_redeliveries_failures_and_panics() 
         .await
         .expect("get")
         .expect("row");
-    assert_eq!(panicked.status, Status::Consumed);
+    assert_eq!(panicked.status, InboxStatus::Consumed);
     assert!(
         counters.duplicates.load(Ordering::Relaxed) >= 20,
         "redeliveries were absorbed"
@@ -377,7 +377,7 @@ async fn through_worker_then_sweep(
     let after_worker = loop {
         let rs = records().await;
         if rs.len() == msgs.len()
-            && rs.iter().all(|r| r.status != Status::Sent)
+            && rs.iter().all(|r| r.status != InboxStatus::Received)
             && b.queue_depth(QUEUE) == (0, 0)
         {
             break rs;
@@ -401,7 +401,7 @@ async fn through_worker_then_sweep(
         let rs = records().await;
         if rs
             .iter()
-            .all(|r| matches!(r.status, Status::Consumed | Status::Dead))
+            .all(|r| matches!(r.status, InboxStatus::Consumed | InboxStatus::Dead))
         {
             break rs;
         }
@@ -421,11 +421,11 @@ async fn a_handler_that_swallows_a_failed_statement_is_a_failed_attempt_never_a_
     let msgs = messages_with(SWALLOW, 20);
     let (after_worker, after_sweep) = through_worker_then_sweep(&pool, &schema, &msgs, 3).await;
     for r in &after_worker {
-        assert_eq!(r.status, Status::ConsumeFailed, "{r:?}");
+        assert_eq!(r.status, InboxStatus::ConsumeFailed, "{r:?}");
         assert_eq!(r.consume.attempts, 1, "{r:?}");
     }
     for r in &after_sweep {
-        assert_eq!(r.status, Status::Dead, "{r:?}");
+        assert_eq!(r.status, InboxStatus::Dead, "{r:?}");
         assert_eq!(r.consume.attempts, 3, "{r:?}");
         let error = r.consume.last_error.as_deref().unwrap_or_default();
         assert!(
@@ -450,11 +450,11 @@ async fn a_failure_at_commit_is_a_failed_attempt_then_dead_not_a_redelivery_loop
     let msgs = messages_with(DEFERRED, 5);
     let (after_worker, after_sweep) = through_worker_then_sweep(&pool, &schema, &msgs, 3).await;
     for r in &after_worker {
-        assert_eq!(r.status, Status::ConsumeFailed, "{r:?}");
+        assert_eq!(r.status, InboxStatus::ConsumeFailed, "{r:?}");
         assert_eq!(r.consume.attempts, 1, "{r:?}");
     }
     for r in &after_sweep {
-        assert_eq!(r.status, Status::Dead, "{r:?}");
+        assert_eq!(r.status, InboxStatus::Dead, "{r:?}");
         assert_eq!(r.consume.attempts, 3, "{r:?}");
         let error = r.consume.last_error.as_deref().unwrap_or_default();
         assert!(
@@ -528,14 +528,14 @@ async fn one_row_failing_at_commit_does_not_stop_the_sweep_for_the_others() {
             .await
             .expect("get")
             .expect("row");
-        assert_eq!(r.status, Status::Consumed, "{r:?}");
+        assert_eq!(r.status, InboxStatus::Consumed, "{r:?}");
     }
     let r = inbox
         .get_delivery(NAME, bad)
         .await
         .expect("get")
         .expect("row");
-    assert_eq!(r.status, Status::ConsumeFailed, "{r:?}");
+    assert_eq!(r.status, InboxStatus::ConsumeFailed, "{r:?}");
     assert_eq!(r.consume.attempts, 2, "{r:?}");
     assert!(
         r.consume
@@ -576,7 +576,7 @@ async fn the_worker_deletes_old_consumed_rows_and_keeps_the_rest() {
                 .get_delivery(NAME, m.id)
                 .await
                 .expect("get")
-                .is_none_or(|r| r.status == Status::Sent)
+                .is_none_or(|r| r.status == InboxStatus::Received)
             {
                 assert!(tokio::time::Instant::now() < deadline, "consumed");
                 tokio::time::sleep(Duration::from_millis(20)).await;
@@ -658,7 +658,7 @@ async fn a_handler_that_rolls_back_to_its_own_savepoint_commits() {
     let msgs = messages_with(RECOVERS, 5);
     let (after_worker, _) = through_worker_then_sweep(&pool, &schema, &msgs, 3).await;
     for r in &after_worker {
-        assert_eq!(r.status, Status::Consumed, "{r:?}");
+        assert_eq!(r.status, InboxStatus::Consumed, "{r:?}");
         assert_eq!(r.consume.attempts, 1, "{r:?}");
     }
     assert_eq!(effect_count(&pool, &schema).await, 5);
@@ -673,12 +673,12 @@ async fn a_handler_error_with_a_nul_byte_is_stored_and_retried_until_dead() {
     let msgs = messages_with(NUL_ERROR, 3);
     let (after_worker, after_sweep) = through_worker_then_sweep(&pool, &schema, &msgs, 3).await;
     for r in &after_worker {
-        assert_eq!(r.status, Status::ConsumeFailed, "{r:?}");
+        assert_eq!(r.status, InboxStatus::ConsumeFailed, "{r:?}");
         assert_eq!(r.consume.attempts, 1, "{r:?}");
         assert_eq!(r.consume.last_error.as_deref(), Some("a\u{FFFD}b"), "{r:?}");
     }
     for r in &after_sweep {
-        assert_eq!(r.status, Status::Dead, "{r:?}");
+        assert_eq!(r.status, InboxStatus::Dead, "{r:?}");
         assert_eq!(
             r.consume.attempts, 3,
             "the sweep's attempts were recorded: {r:?}"
@@ -747,7 +747,7 @@ async fn foreign_deliveries_with_nul_bytes_are_consumed_or_dead_lettered_not_red
         .await
         .expect("get")
         .expect("row");
-    assert_eq!(r.status, Status::Consumed);
+    assert_eq!(r.status, InboxStatus::Consumed);
     assert_eq!(r.message.routing_key, "order.\u{FFFD}created");
     assert_eq!(
         r.message.headers.get("tenant\u{FFFD}").map(String::as_str),
@@ -816,7 +816,7 @@ async fn the_neutral_worker_on_the_postgres_inbox_stores_nul_bytes_too() {
             .await
             .expect("get")
             .expect("row");
-        if r.status == Status::Dead {
+        if r.status == InboxStatus::Dead {
             assert_eq!(r.consume.attempts, 3, "{r:?}");
             assert_eq!(r.consume.last_error.as_deref(), Some("a\u{FFFD}b"));
             break;
@@ -828,7 +828,7 @@ async fn the_neutral_worker_on_the_postgres_inbox_stores_nul_bytes_too() {
         .await
         .expect("get")
         .expect("row");
-    assert_eq!(r.status, Status::Consumed);
+    assert_eq!(r.status, InboxStatus::Consumed);
     drop_schema(&pool, &schema).await;
 }
 
@@ -859,7 +859,7 @@ async fn a_handler_that_ends_the_inbox_transaction_is_counted_dead_and_runs_once
         let mut dead = 0;
         for m in &msgs {
             if let Some(r) = inbox.get_delivery(NAME, m.id).await.expect("get") {
-                if r.status == Status::Dead {
+                if r.status == InboxStatus::Dead {
                     dead += 1;
                 }
             }
@@ -928,7 +928,7 @@ async fn consume_all(
             .await
             .expect("get")
             .expect("row");
-        assert_eq!(r.status, Status::Consumed, "{r:?}");
+        assert_eq!(r.status, InboxStatus::Consumed, "{r:?}");
     }
     assert_eq!(
         effect_count(pool, schema).await,

@@ -18,7 +18,7 @@ use outbox_adapters_rabbitmq::{
 use outbox_consumer::{
     CancellationToken, ConsumerConfig, HandlerError, PgConsumerWorker, PgHandler, PgHandlerRegistry,
 };
-use outbox_core::{Message, Status};
+use outbox_core::{InboxStatus, Message};
 use outbox_ports::{InboxOperator as _, PublishOutcome, Publisher, SystemClock};
 use outbox_testkit::proxy::TcpProxy;
 use outbox_testkit::services::TestUrls;
@@ -324,7 +324,7 @@ async fn a_delivery_returned_past_the_limit_ends_as_a_dead_inbox_row_that_can_be
     );
     assert_eq!(left_in_dlq, 0, "the dead-letter queue was drained");
     let record = record.expect("the row");
-    assert_eq!(record.status, Status::Dead);
+    assert_eq!(record.status, InboxStatus::Dead);
     assert_eq!(
         (
             record.message.exchange.as_str(),
@@ -445,7 +445,7 @@ async fn a_delivery_another_queue_dead_lettered_is_kept_as_a_dead_letter() {
     assert_eq!(left_in_dlq, 0, "drained from the dead-letter queue");
     assert_eq!(
         record.map(|r| r.status),
-        Some(Status::Consumed),
+        Some(InboxStatus::Consumed),
         "this consumer's own row is left as it is"
     );
     assert_eq!(effects, (1, 1), "no handler ran for the other queue's copy");

@@ -23,7 +23,10 @@ pub mod sweep;
 pub use config::{ConfigError, SweepConfig};
 pub use message::{Due, Headers, LATEST_DUE, Message, MessageError, MessageId, NewMessage};
 pub use retry::{Decision, RetryPolicy};
-pub use status::{DeleteRefused, SideState, Status, TransitionError};
+pub use status::{
+    DeleteRefused, InboxStatus, Lifecycle, OutboxStatus, Side, SideState, TransitionError,
+    UnknownStatus,
+};
 pub use sweep::{
     BatchCounts, LastCompleted, SweepAction, SweepProgress, SweepReport, SweepSchedule, SweepStep,
 };

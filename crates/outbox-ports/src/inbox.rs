@@ -2,7 +2,7 @@
 //! is recognised and its effect happens once; consume failures are kept and retried.
 
 use async_trait::async_trait;
-use outbox_core::{Decision, Headers, Message, MessageId, SideState, Status};
+use outbox_core::{Decision, Headers, InboxStatus, Message, MessageId, SideState};
 
 use crate::{Lease, PortError};
 
@@ -13,7 +13,7 @@ pub enum Arrival {
     New,
     /// Seen before (already consumed, failed and awaiting its retry, dead, or being
     /// handled under a live lease): acknowledge and skip.
-    Duplicate(Status),
+    Duplicate(InboxStatus),
 }
 
 /// A delivery claimed for a consume retry.
@@ -33,7 +33,7 @@ pub struct InboxRecord {
     /// The message.
     pub message: Message,
     /// `Sent` (received, not yet handled), `ConsumeFailed`, `Consumed` or `Dead`.
-    pub status: Status,
+    pub status: InboxStatus,
     /// Attempts, last error, next attempt, consumed at.
     pub consume: SideState,
 }

@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use outbox_core::{Headers, MessageId, Status, Timestamp};
+use outbox_core::{Headers, InboxStatus, Lifecycle, MessageId, OutboxStatus, Timestamp};
 
 use crate::{InboxRecord, OutboxRecord, PortError};
 
@@ -36,10 +36,10 @@ pub const fn page_limit(limit: u32) -> u32 {
 /// Statuses a requeue (one or in bulk) changes: those the core lets go back to
 /// `Pending` (`Dead`, `PublishFailed`).
 #[must_use]
-pub fn requeueable_statuses() -> Vec<Status> {
-    Status::ALL
+pub fn requeueable_statuses() -> Vec<OutboxStatus> {
+    OutboxStatus::ALL
         .into_iter()
-        .filter(|s| s.can_become(Status::Pending))
+        .filter(|s| s.can_become(OutboxStatus::Pending))
         .collect()
 }
 
@@ -47,11 +47,12 @@ pub fn requeueable_statuses() -> Vec<Status> {
 /// `force` also `Pending` and `PublishFailed` (then only rows no live lease holds;
 /// stores check that in the statement). `Sent` never: retention removes those.
 #[must_use]
-pub fn deletable_statuses(force: bool) -> Vec<Status> {
-    Status::ALL
+pub fn deletable_statuses(force: bool) -> Vec<OutboxStatus> {
+    OutboxStatus::ALL
         .into_iter()
         .filter(|s| {
-            s.can_be_deleted() || (force && matches!(s, Status::Pending | Status::PublishFailed))
+            s.can_be_deleted()
+                || (force && matches!(s, OutboxStatus::Pending | OutboxStatus::PublishFailed))
         })
         .collect()
 }
@@ -60,8 +61,8 @@ pub fn deletable_statuses(force: bool) -> Vec<Status> {
 /// only when the filter asks for `Consumed` explicitly, so that an unfiltered
 /// reconsume never runs every handled delivery's handler again.
 #[must_use]
-pub fn reconsumable_statuses(filter: &MessageFilter) -> Vec<Status> {
-    reconsumable_from(filter.status == Some(Status::Consumed))
+pub fn reconsumable_statuses(filter: &DeliveryFilter) -> Vec<InboxStatus> {
+    reconsumable_from(filter.status == Some(InboxStatus::Consumed))
 }
 
 /// Statuses a reconsume (one or in bulk) changes: `Dead` and `ConsumeFailed`;
@@ -70,11 +71,11 @@ pub fn reconsumable_statuses(filter: &MessageFilter) -> Vec<Status> {
 /// the operator's reconsume waits for it is left consumed: the handler has run, and
 /// running it again is not what the operator asked for.
 #[must_use]
-pub fn reconsumable_from(again: bool) -> Vec<Status> {
-    Status::ALL
+pub fn reconsumable_from(again: bool) -> Vec<InboxStatus> {
+    InboxStatus::ALL
         .into_iter()
-        .filter(|s| s.can_become(Status::Sent))
-        .filter(|s| *s != Status::Consumed || again)
+        .filter(|s| s.can_become(InboxStatus::Received))
+        .filter(|s| *s != InboxStatus::Consumed || again)
         .collect()
 }
 
@@ -92,13 +93,13 @@ pub struct Page<T> {
     pub next: Option<PageCursor>,
 }
 
-/// Which outbox messages (or inbox deliveries) an operator means. Every field
-/// narrows; an empty filter matches everything.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct MessageFilter {
-    /// Only this status (outbox: `Pending`, `PublishFailed`, `Sent`, `Dead`; inbox:
-    /// `Sent` = in progress, `ConsumeFailed`, `Consumed`, `Dead`).
-    pub status: Option<Status>,
+/// Which outbox messages ([`MessageFilter`]) or inbox deliveries
+/// ([`DeliveryFilter`]) an operator means. Every field narrows; an empty filter
+/// matches everything.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageFilter<S: Lifecycle = OutboxStatus> {
+    /// Only this status of the side's.
+    pub status: Option<S>,
     /// Only this exchange.
     pub exchange: Option<String>,
     /// Only this routing key.
@@ -113,13 +114,31 @@ pub struct MessageFilter {
     pub q: Option<String>,
 }
 
-/// A list entry: everything but the payload, of which only a preview.
+/// Which inbox deliveries an operator means.
+pub type DeliveryFilter = MessageFilter<InboxStatus>;
+
+impl<S: Lifecycle> Default for MessageFilter<S> {
+    fn default() -> Self {
+        Self {
+            status: None,
+            exchange: None,
+            routing_key: None,
+            message_type: None,
+            created_after: None,
+            created_before: None,
+            q: None,
+        }
+    }
+}
+
+/// A list entry: everything but the payload, of which only a preview. An outbox
+/// message's ([`MessageSummary`]) or an inbox delivery's ([`DeliverySummary`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MessageSummary {
+pub struct MessageSummary<S: Lifecycle = OutboxStatus> {
     /// The message id.
     pub id: MessageId,
     /// Its status on this side.
-    pub status: Status,
+    pub status: S,
     /// Exchange.
     pub exchange: String,
     /// Routing key.
@@ -145,6 +164,9 @@ pub struct MessageSummary {
     /// The payload's full size in bytes.
     pub payload_size: u64,
 }
+
+/// An inbox delivery's list entry.
+pub type DeliverySummary = MessageSummary<InboxStatus>;
 
 /// What a bulk action found and did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -230,7 +252,7 @@ pub struct BlockedKey {
     /// The head message's id.
     pub head: MessageId,
     /// The head's status: `PublishFailed` or `Dead`.
-    pub status: Status,
+    pub status: OutboxStatus,
     /// The head's publish attempts.
     pub attempts: u32,
     /// The head's last publish error.
@@ -275,7 +297,7 @@ pub trait OutboxOperator: Send + Sync {
     /// [`PortError::Transient`] when the store cannot be reached.
     async fn oldest_messages(
         &self,
-        status: Status,
+        status: OutboxStatus,
         limit: u32,
     ) -> Result<Vec<OutboxRecord>, PortError>;
 
@@ -388,10 +410,10 @@ pub trait InboxOperator: Send + Sync {
     async fn list_deliveries(
         &self,
         consumer: &str,
-        filter: &MessageFilter,
+        filter: &DeliveryFilter,
         after: Option<PageCursor>,
         limit: u32,
-    ) -> Result<Page<MessageSummary>, PortError>;
+    ) -> Result<Page<DeliverySummary>, PortError>;
 
     /// One delivery of `consumer`'s.
     ///
@@ -410,7 +432,7 @@ pub trait InboxOperator: Send + Sync {
     async fn oldest_deliveries(
         &self,
         consumer: &str,
-        status: Status,
+        status: InboxStatus,
         limit: u32,
     ) -> Result<Vec<InboxRecord>, PortError>;
 
@@ -445,7 +467,7 @@ pub trait InboxOperator: Send + Sync {
     async fn reconsume_matching(
         &self,
         consumer: &str,
-        filter: &MessageFilter,
+        filter: &DeliveryFilter,
         max: u64,
     ) -> Result<BulkOutcome, PortError>;
 
@@ -456,7 +478,7 @@ pub trait InboxOperator: Send + Sync {
     async fn count_deliveries(
         &self,
         consumer: &str,
-        filter: &MessageFilter,
+        filter: &DeliveryFilter,
         max: u64,
     ) -> Result<u64, PortError>;
 

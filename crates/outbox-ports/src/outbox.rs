@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use outbox_core::{Decision, Message, MessageId, SideState, Status, Timestamp};
+use outbox_core::{Decision, Message, MessageId, OutboxStatus, SideState, Timestamp};
 
 use crate::PortError;
 
@@ -55,11 +55,14 @@ pub enum DeadHead {
 impl DeadHead {
     /// The statuses of an earlier message that hold a keyed message back.
     #[must_use]
-    pub const fn blocking(self) -> &'static [outbox_core::Status] {
-        use outbox_core::Status;
+    pub const fn blocking(self) -> &'static [OutboxStatus] {
         match self {
-            Self::Block => &[Status::Pending, Status::PublishFailed, Status::Dead],
-            Self::Skip => &[Status::Pending, Status::PublishFailed],
+            Self::Block => &[
+                OutboxStatus::Pending,
+                OutboxStatus::PublishFailed,
+                OutboxStatus::Dead,
+            ],
+            Self::Skip => &[OutboxStatus::Pending, OutboxStatus::PublishFailed],
         }
     }
 
@@ -70,11 +73,10 @@ impl DeadHead {
     /// (due, delayed or in flight) is the key moving on. [`OutboxStats::blocked_keys`]
     /// counts such keys and [`crate::OutboxOperator::blocked_keys`] lists them.
     #[must_use]
-    pub const fn stuck(self) -> &'static [outbox_core::Status] {
-        use outbox_core::Status;
+    pub const fn stuck(self) -> &'static [OutboxStatus] {
         match self {
-            Self::Block => &[Status::PublishFailed, Status::Dead],
-            Self::Skip => &[Status::PublishFailed],
+            Self::Block => &[OutboxStatus::PublishFailed, OutboxStatus::Dead],
+            Self::Skip => &[OutboxStatus::PublishFailed],
         }
     }
 }
@@ -96,7 +98,7 @@ pub struct OutboxRecord {
     /// The message.
     pub message: Message,
     /// `Pending`, `PublishFailed`, `Sent` or `Dead`.
-    pub status: Status,
+    pub status: OutboxStatus,
     /// Attempts, last error, next attempt, sent at.
     pub publish: SideState,
 }

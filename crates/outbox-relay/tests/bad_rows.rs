@@ -11,7 +11,7 @@ use outbox_adapters_rabbitmq::{
     BindingSpec, ExchangeKind, ExchangeSpec, QueueSpec, RabbitPublisher, RabbitPublisherConfig,
     Topology,
 };
-use outbox_core::{MessageId, NewMessage, Status};
+use outbox_core::{MessageId, NewMessage, OutboxStatus};
 use outbox_relay::{Dispatcher, DispatcherConfig};
 use std::sync::Arc;
 
@@ -156,11 +156,11 @@ async fn rows_amqp_cannot_carry_are_dead_at_once_and_the_others_are_sent() {
     assert_eq!(counts.dead, 4, "{counts:?}");
     for id in &good_ids {
         let r = store.get_message(*id).await.expect("get").expect("row");
-        assert_eq!(r.status, Status::Sent);
+        assert_eq!(r.status, OutboxStatus::Sent);
     }
     for (column, id) in bad {
         let r = store.get_message(id).await.expect("get").expect("row");
-        assert_eq!(r.status, Status::Dead, "the {column} row");
+        assert_eq!(r.status, OutboxStatus::Dead, "the {column} row");
         let reason = r.publish.last_error.unwrap_or_default();
         assert!(
             reason.contains(column),

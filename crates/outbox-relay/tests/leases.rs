@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use outbox_adapters_memory::{
     ExchangeKind, MemoryBroker, MemoryLock, MemoryOutboxStore, MemorySweepState,
 };
-use outbox_core::{Decision, Message, MessageId, RetryPolicy, Status, SweepConfig};
+use outbox_core::{Decision, Message, MessageId, OutboxStatus, RetryPolicy, SweepConfig};
 use outbox_ports::{
     ClaimedMessage, Lease, OutboxRelayPath, OutboxRetention, OutboxStats, OutboxStore, PortError,
     PublishFailure, SystemClock,
@@ -117,7 +117,7 @@ async fn two_relays_with_the_same_instance_name_never_share_a_lease_holder() {
         .await
         .expect("enqueue");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while store.inner.count(Status::Sent) < 200 {
+    while store.inner.count(OutboxStatus::Sent) < 200 {
         assert!(tokio::time::Instant::now() < deadline, "all sent in time");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -174,7 +174,7 @@ async fn a_stale_mark_of_one_relay_cannot_touch_the_claim_of_another_with_the_sa
         .expect("mark");
     assert_eq!(late, 0, "the stale mark touched the other relay's claim");
     assert_eq!(store.mark_sent(&fresh, &[id]).await.expect("mark sent"), 1);
-    assert_eq!(store.count(Status::Sent), 1);
+    assert_eq!(store.count(OutboxStatus::Sent), 1);
 }
 
 #[test]

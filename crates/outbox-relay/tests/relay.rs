@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::time::Duration;
 
 use outbox_adapters_memory::{ExchangeKind, MemoryBroker, MemoryOutboxStore};
-use outbox_core::{Message, MessageId, RetryPolicy, Status, Timestamp};
+use outbox_core::{Message, MessageId, OutboxStatus, RetryPolicy, Timestamp};
 use outbox_ports::{
     ClaimedMessage, Lease, MockPublisher, OutboxRelayPath, OutboxStore, PortError, PublishFailure,
     SystemClock,
@@ -75,15 +75,15 @@ async fn enqueue_with_five_failed(store: &Arc<MemoryOutboxStore>, broker: &Memor
         .run_once()
         .await
         .expect("batch");
-    assert_eq!(store.count(Status::PublishFailed), 5);
+    assert_eq!(store.count(OutboxStatus::PublishFailed), 5);
 }
 
 fn total(store: &MemoryOutboxStore) -> u64 {
     [
-        Status::Pending,
-        Status::PublishFailed,
-        Status::Sent,
-        Status::Dead,
+        OutboxStatus::Pending,
+        OutboxStatus::PublishFailed,
+        OutboxStatus::Sent,
+        OutboxStatus::Dead,
     ]
     .into_iter()
     .map(|s| store.count(s))
@@ -108,15 +108,15 @@ async fn every_outcome_is_recorded_and_nothing_is_lost() {
         (counts.claimed, counts.sent, counts.failed, counts.dead),
         (10, 6, 4, 0)
     );
-    assert_eq!(store.count(Status::Sent), 6);
-    assert_eq!(store.count(Status::PublishFailed), 4);
+    assert_eq!(store.count(OutboxStatus::Sent), 6);
+    assert_eq!(store.count(OutboxStatus::PublishFailed), 4);
     assert_eq!(
         broker.queue_depth(QUEUE).0,
         6,
         "only confirmed ones reached the queue"
     );
     let failed = store
-        .oldest_messages(Status::PublishFailed, 10)
+        .oldest_messages(OutboxStatus::PublishFailed, 10)
         .await
         .expect("list");
     let errors: Vec<_> = failed
@@ -142,7 +142,7 @@ async fn a_message_no_queue_is_bound_for_is_a_failure_not_a_send() {
         .await
         .expect("batch");
     let rec = store.get_message(m.id).await.expect("get").expect("row");
-    assert_eq!(rec.status, Status::PublishFailed);
+    assert_eq!(rec.status, OutboxStatus::PublishFailed);
     assert!(
         rec.publish
             .last_error
@@ -164,7 +164,7 @@ async fn the_last_failed_attempt_makes_the_message_dead() {
         .await
         .expect("batch");
     assert_eq!(counts.dead, 1);
-    assert_eq!(store.count(Status::Dead), 1);
+    assert_eq!(store.count(OutboxStatus::Dead), 1);
 }
 
 #[tokio::test]
@@ -184,7 +184,7 @@ async fn a_publisher_that_returns_too_few_outcomes_cannot_mark_anything_sent() {
         .await
         .expect("marks");
     assert_eq!((counts.sent, counts.failed), (0, 3));
-    assert_eq!(store.count(Status::PublishFailed), 3);
+    assert_eq!(store.count(OutboxStatus::PublishFailed), 3);
 }
 
 #[tokio::test]
@@ -207,7 +207,7 @@ async fn outcomes_of_an_expired_claim_are_fenced_off() {
         .expect("marks");
     assert_eq!((counts.sent, counts.fenced), (0, 2));
     assert_eq!(
-        store.count(Status::Pending),
+        store.count(OutboxStatus::Pending),
         2,
         "still the new holder's to mark"
     );
@@ -224,9 +224,12 @@ async fn the_retry_task_brings_failures_to_sent() {
     task.before_sweep().await.expect("housekeeping");
     let c = task.run_batch(50).await.expect("batch");
     assert_eq!((c.claimed, c.publish_retried, c.publish_failed), (5, 5, 0));
-    assert_eq!(store.count(Status::Sent), 20);
+    assert_eq!(store.count(OutboxStatus::Sent), 20);
     assert_eq!(broker.queue_depth(QUEUE).0, 20);
-    let rec = store.oldest_messages(Status::Sent, 50).await.expect("list");
+    let rec = store
+        .oldest_messages(OutboxStatus::Sent, 50)
+        .await
+        .expect("list");
     assert_eq!(rec.iter().filter(|r| r.publish.attempts == 2).count(), 5);
 }
 
@@ -238,7 +241,7 @@ async fn the_dispatcher_loop_sends_each_message_once_and_stops_on_cancel() {
     let cancel = CancellationToken::new();
     let handle = tokio::spawn(dispatcher(&store, &broker, fast_retry(5)).run(cancel.clone()));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while store.count(Status::Sent) < 500 && tokio::time::Instant::now() < deadline {
+    while store.count(OutboxStatus::Sent) < 500 && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     cancel.cancel();
@@ -246,7 +249,7 @@ async fn the_dispatcher_loop_sends_each_message_once_and_stops_on_cancel() {
         .await
         .expect("stops promptly")
         .expect("task");
-    assert_eq!(store.count(Status::Sent), 500);
+    assert_eq!(store.count(OutboxStatus::Sent), 500);
     assert_eq!(
         broker.queue_depth(QUEUE).0,
         500,
@@ -278,8 +281,8 @@ async fn a_broker_outage_spends_no_attempt_and_everything_is_sent_once_it_is_bac
     let counters = Arc::new(outbox_relay::RelayCounters::default());
     let running = tokio::spawn(d.with_counters(counters.clone()).run(cancel.clone()));
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(store.count(Status::Pending), 120, "all still pending");
-    assert_eq!(store.count(Status::Dead), 0);
+    assert_eq!(store.count(OutboxStatus::Pending), 120, "all still pending");
+    assert_eq!(store.count(OutboxStatus::Dead), 0);
     for m in &msgs {
         let r = store.get_message(m.id).await.expect("get").expect("row");
         assert_eq!(r.publish.attempts, 0, "an outage spends no attempt");
@@ -290,7 +293,7 @@ async fn a_broker_outage_spends_no_attempt_and_everything_is_sent_once_it_is_bac
     );
     broker.set_unreachable(false);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while store.count(Status::Sent) < 120 {
+    while store.count(OutboxStatus::Sent) < 120 {
         assert!(
             tokio::time::Instant::now() < deadline,
             "not all sent after the outage"
@@ -314,7 +317,7 @@ async fn a_broker_outage_spends_no_attempt_and_everything_is_sent_once_it_is_bac
     let e = task.run_batch(50).await.expect_err("the sweep stops");
     assert!(e.to_string().contains("cannot be reached"), "{e}");
     let failed = store
-        .oldest_messages(Status::PublishFailed, 50)
+        .oldest_messages(OutboxStatus::PublishFailed, 50)
         .await
         .expect("list");
     assert_eq!(failed.len(), 5);
@@ -351,7 +354,7 @@ async fn several_pipelines_send_each_message_exactly_once() {
     .instance("pipelined")
     .start(&cancel);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while store.count(Status::Sent) < 3_000 {
+    while store.count(OutboxStatus::Sent) < 3_000 {
         assert!(tokio::time::Instant::now() < deadline, "not all sent");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -417,7 +420,7 @@ async fn a_batch_outlasting_its_lease_hands_nothing_over_after_the_lease_and_spe
     );
     assert_eq!(broker.queue_depth(QUEUE).0, 8);
     let pending = store
-        .oldest_messages(Status::Pending, 10)
+        .oldest_messages(OutboxStatus::Pending, 10)
         .await
         .expect("list");
     assert_eq!(pending.len(), 2);
@@ -428,7 +431,7 @@ async fn a_batch_outlasting_its_lease_hands_nothing_over_after_the_lease_and_spe
     // Given back: the next batch takes them at once.
     let counts = d.run_once().await.expect("batch");
     assert_eq!(counts.sent, 2);
-    assert_eq!(store.count(Status::Sent), 10);
+    assert_eq!(store.count(OutboxStatus::Sent), 10);
 }
 
 #[tokio::test]
@@ -449,7 +452,7 @@ async fn a_message_amqp_cannot_carry_is_dead_at_once_and_the_others_are_sent() {
         "{counts:?}"
     );
     let r = store.get_message(bad).await.expect("get").expect("row");
-    assert_eq!(r.status, Status::Dead);
+    assert_eq!(r.status, OutboxStatus::Dead);
     assert!(
         r.publish
             .last_error
@@ -486,19 +489,22 @@ async fn batches_outlasting_their_lease_do_not_pause_the_dispatcher_as_an_outage
     let cancel = CancellationToken::new();
     let task = tokio::spawn(d.run(cancel.clone()));
     let started = std::time::Instant::now();
-    while store.count(Status::Sent) < 40 && started.elapsed() < Duration::from_secs(10) {
+    while store.count(OutboxStatus::Sent) < 40 && started.elapsed() < Duration::from_secs(10) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let took = started.elapsed();
     cancel.cancel();
     task.await.expect("dispatcher");
-    assert_eq!(store.count(Status::Sent), 40);
+    assert_eq!(store.count(OutboxStatus::Sent), 40);
     // 40 messages at 10 ms each is 0.4 s of publishing; one outage pause alone is 1 s.
     assert!(
         took < Duration::from_millis(1_000),
         "the dispatcher paused as for an outage: {took:?}"
     );
-    let pending = store.oldest_messages(Status::Sent, 40).await.expect("list");
+    let pending = store
+        .oldest_messages(OutboxStatus::Sent, 40)
+        .await
+        .expect("list");
     assert!(
         pending.iter().all(|r| r.publish.attempts == 1),
         "one attempt each"
@@ -532,7 +538,7 @@ async fn a_delayed_message_is_published_at_its_due_time_by_an_idle_relay() {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     let published = loop {
         let record = store.get_message(m.id).await.expect("get").expect("stored");
-        if record.status == Status::Sent {
+        if record.status == OutboxStatus::Sent {
             break record.publish.completed_at.expect("sent at");
         }
         assert!(
@@ -795,11 +801,11 @@ fn spawn_counted_dispatcher(
 /// Waits until `n` messages of `store` are sent (10 s at most).
 async fn until_sent(store: &MemoryOutboxStore, n: u64) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while store.count(Status::Sent) < n {
+    while store.count(OutboxStatus::Sent) < n {
         assert!(
             tokio::time::Instant::now() < deadline,
             "{} of {n} sent",
-            store.count(Status::Sent)
+            store.count(OutboxStatus::Sent)
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -983,7 +989,7 @@ async fn a_batch_claimed_ahead_is_given_back_untouched_at_shutdown() {
         .await
         .expect("stops promptly");
     assert_eq!(
-        store.count(Status::Sent),
+        store.count(OutboxStatus::Sent),
         40,
         "the batch in flight is finished"
     );
@@ -1178,7 +1184,7 @@ async fn headers_a_layer_adds_that_amqp_cannot_carry_make_only_that_message_dead
     let counts = d.run_once().await.expect("batch");
     assert_eq!((counts.sent, counts.dead), (1, 1));
     let dead = store.get_message(bad.id).await.expect("get").expect("row");
-    assert_eq!(dead.status, Status::Dead);
+    assert_eq!(dead.status, OutboxStatus::Dead);
     assert!(
         dead.publish
             .last_error

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_core::{Decision, Status};
+use outbox_core::{Decision, InboxStatus, TransitionError};
 use outbox_ports::{
     Arrival, DeadLetter, InboxOperator, InboxRetention, InboxStore, Lease, PortError,
 };
@@ -38,7 +38,7 @@ pub async fn first_arrival_is_new_and_the_next_a_duplicate(inbox: Arc<dyn InboxS
             .record_arrival(&c, &m, &lease())
             .await
             .expect("while handled"),
-        Arrival::Duplicate(Status::Sent)
+        Arrival::Duplicate(InboxStatus::Received)
     );
     assert!(inbox.mark_consumed(&c, m.id, &l).await.expect("consumed"));
     assert_eq!(
@@ -46,14 +46,14 @@ pub async fn first_arrival_is_new_and_the_next_a_duplicate(inbox: Arc<dyn InboxS
             .record_arrival(&c, &m, &lease())
             .await
             .expect("redelivery"),
-        Arrival::Duplicate(Status::Consumed)
+        Arrival::Duplicate(InboxStatus::Consumed)
     );
     let rec = inbox
         .get_delivery(&c, m.id)
         .await
         .expect("get")
         .expect("row");
-    assert_eq!(rec.status, Status::Consumed);
+    assert_eq!(rec.status, InboxStatus::Consumed);
     assert_eq!(rec.consume.attempts, 1);
     assert!(rec.consume.completed_at.is_some());
     assert_eq!(rec.message, m);
@@ -80,7 +80,7 @@ pub async fn a_delivery_the_broker_gave_up_on_is_dead_unless_held_already(
         .await
         .expect("get")
         .expect("row");
-    assert_eq!(rec.status, Status::Dead);
+    assert_eq!(rec.status, InboxStatus::Dead);
     assert_eq!(rec.consume.last_error.as_deref(), Some(reason));
     assert_eq!(rec.consume.attempts, 0, "no handler ran");
     assert_eq!(rec.message, given_up);
@@ -132,7 +132,7 @@ pub async fn a_delivery_the_broker_gave_up_on_is_dead_unless_held_already(
         .expect("row");
     assert_eq!(
         rec.status,
-        Status::Consumed,
+        InboxStatus::Consumed,
         "the consumed row is left as it is"
     );
 }
@@ -169,14 +169,14 @@ pub async fn a_failed_delivery_is_claimed_when_due(inbox: Arc<dyn InboxSubject>)
         .await
         .expect("get")
         .expect("row");
-    assert_eq!(rec.status, Status::ConsumeFailed);
+    assert_eq!(rec.status, InboxStatus::ConsumeFailed);
     assert_eq!(rec.consume.last_error.as_deref(), Some("handler blew up"));
     assert_eq!(
         inbox
             .record_arrival(&c, &m, &lease())
             .await
             .expect("redelivery"),
-        Arrival::Duplicate(Status::ConsumeFailed),
+        Arrival::Duplicate(InboxStatus::ConsumeFailed),
         "a redelivery does not bypass the backoff"
     );
     assert!(
@@ -228,7 +228,7 @@ pub async fn dead_after_the_last_failure(inbox: Arc<dyn InboxSubject>) {
         .await
         .expect("dead");
     let dead = inbox
-        .oldest_deliveries(&c, Status::Dead, 10)
+        .oldest_deliveries(&c, InboxStatus::Dead, 10)
         .await
         .expect("list");
     assert_eq!(dead.len(), 1);
@@ -299,7 +299,7 @@ pub async fn marks_are_fenced_by_the_lease_holder(inbox: Arc<dyn InboxSubject>) 
             .expect("get")
             .expect("row")
             .status,
-        Status::Sent
+        InboxStatus::Received
     );
 }
 
@@ -369,7 +369,13 @@ pub async fn reconsume_takes_only_the_status_acted_on(inbox: Arc<dyn InboxSubjec
         .await
         .expect_err("consumed meanwhile");
     assert!(
-        matches!(err, PortError::IllegalTransition(ref t) if t.from == Status::Consumed),
+        matches!(
+            err,
+            PortError::IllegalTransition(TransitionError::Inbox {
+                from: InboxStatus::Consumed,
+                ..
+            })
+        ),
         "{err}"
     );
     assert!(
@@ -473,7 +479,7 @@ pub async fn keyed_deliveries_wait_behind_an_unfinished_one(inbox: Arc<dyn Inbox
         .await
         .expect("get")
         .expect("held row");
-    assert_eq!(held.status, Status::Sent);
+    assert_eq!(held.status, InboxStatus::Received);
     assert_eq!(held.message.ordering_key.as_deref(), Some(key.as_str()));
     assert_eq!(
         held.consume.next_attempt_at, None,
@@ -492,7 +498,7 @@ pub async fn keyed_deliveries_wait_behind_an_unfinished_one(inbox: Arc<dyn Inbox
             .record_arrival(&c, &b, &lease())
             .await
             .expect("redelivered b"),
-        Arrival::Duplicate(Status::Sent),
+        Arrival::Duplicate(InboxStatus::Received),
         "a redelivery of a held one is not taken over while a is unfinished"
     );
     // a fails: its retry comes first; b and d still wait, also once a is due.
@@ -636,11 +642,11 @@ pub async fn retention_deletes_only_old_consumed_deliveries(inbox: Arc<dyn Inbox
         0
     );
     for (consumer, id, status) in [
-        (&c, ms[2].id, Status::Dead),
-        (&c, ms[3].id, Status::ConsumeFailed),
-        (&c, ms[4].id, Status::Sent),
-        (&c, young.id, Status::Consumed),
-        (&other, theirs.id, Status::Consumed),
+        (&c, ms[2].id, InboxStatus::Dead),
+        (&c, ms[3].id, InboxStatus::ConsumeFailed),
+        (&c, ms[4].id, InboxStatus::Received),
+        (&c, young.id, InboxStatus::Consumed),
+        (&other, theirs.id, InboxStatus::Consumed),
     ] {
         assert_eq!(
             inbox

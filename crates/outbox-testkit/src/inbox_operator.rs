@@ -5,9 +5,9 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_core::{Decision, Headers, Message, MessageId, Status, Timestamp};
+use outbox_core::{Decision, Headers, InboxStatus, Message, MessageId, Timestamp};
 use outbox_ports::{
-    DeadLetter, InboxOperator, InboxStore, Lease, MessageFilter, PREVIEW_BYTES, PageCursor,
+    DeadLetter, DeliveryFilter, InboxOperator, InboxStore, Lease, PREVIEW_BYTES, PageCursor,
     PortError,
 };
 
@@ -27,9 +27,8 @@ fn lease() -> Lease {
     Lease::new(unique_key("op"), LONG_TTL)
 }
 
-/// Records `messages` for `consumer` and brings them to `status` (`Sent` = in
-/// progress, `Consumed`, `ConsumeFailed`, `Dead`) through the consumer's path.
-async fn put(i: &InboxUnderTest, consumer: &str, messages: &[Message], status: Status) {
+/// Records `messages` for `consumer` and brings them to `status`  through the consumer's path.
+async fn put(i: &InboxUnderTest, consumer: &str, messages: &[Message], status: InboxStatus) {
     for m in messages {
         let l = lease();
         i.store
@@ -37,14 +36,14 @@ async fn put(i: &InboxUnderTest, consumer: &str, messages: &[Message], status: S
             .await
             .expect("arrive");
         let marked = match status {
-            Status::Sent => true,
-            Status::Consumed => i
+            InboxStatus::Received => true,
+            InboxStatus::Consumed => i
                 .store
                 .mark_consumed(consumer, m.id, &l)
                 .await
                 .expect("mark"),
-            Status::ConsumeFailed | Status::Dead => {
-                let decision = if status == Status::Dead {
+            InboxStatus::ConsumeFailed | InboxStatus::Dead => {
+                let decision = if status == InboxStatus::Dead {
                     Decision::Dead
                 } else {
                     Decision::RetryAfter(Duration::from_secs(3600))
@@ -54,7 +53,6 @@ async fn put(i: &InboxUnderTest, consumer: &str, messages: &[Message], status: S
                     .await
                     .expect("mark")
             }
-            other => panic!("put: {other} is not an inbox status"),
         };
         assert!(marked);
     }
@@ -68,7 +66,7 @@ fn ids(ms: &[Message]) -> Vec<MessageId> {
     ms.iter().map(|m| m.id).collect()
 }
 
-async fn status_of(i: &InboxUnderTest, consumer: &str, id: MessageId) -> Option<Status> {
+async fn status_of(i: &InboxUnderTest, consumer: &str, id: MessageId) -> Option<InboxStatus> {
     i.operator
         .get_delivery(consumer, id)
         .await
@@ -79,7 +77,7 @@ async fn status_of(i: &InboxUnderTest, consumer: &str, id: MessageId) -> Option<
 async fn all_deliveries(
     i: &InboxUnderTest,
     consumer: &str,
-    filter: &MessageFilter,
+    filter: &DeliveryFilter,
     limit: u32,
 ) -> Vec<MessageId> {
     let mut seen = Vec::new();
@@ -108,29 +106,29 @@ pub async fn deliveries_page_newest_first_per_consumer(i: InboxUnderTest) {
     let mut dead = msgs(3);
     let corr = unique_key("corr");
     dead[1].correlation_id = Some(corr.clone());
-    put(&i, &a, &consumed, Status::Consumed).await;
-    put(&i, &a, &dead, Status::Dead).await;
-    put(&i, &b, &msgs(2), Status::Consumed).await;
-    let all = MessageFilter::default();
+    put(&i, &a, &consumed, InboxStatus::Consumed).await;
+    put(&i, &a, &dead, InboxStatus::Dead).await;
+    put(&i, &b, &msgs(2), InboxStatus::Consumed).await;
+    let all = DeliveryFilter::default();
     let expected: Vec<MessageId> = ids(&consumed).into_iter().chain(ids(&dead)).rev().collect();
     assert_eq!(all_deliveries(&i, &a, &all, 3).await, expected);
     assert_eq!(all_deliveries(&i, &a, &all, 1000).await, expected);
-    let only_dead = MessageFilter {
-        status: Some(Status::Dead),
-        ..MessageFilter::default()
+    let only_dead = DeliveryFilter {
+        status: Some(InboxStatus::Dead),
+        ..DeliveryFilter::default()
     };
     assert_eq!(
         all_deliveries(&i, &a, &only_dead, 2).await,
         ids(&dead).into_iter().rev().collect::<Vec<_>>()
     );
-    let by_corr = MessageFilter {
+    let by_corr = DeliveryFilter {
         q: Some(corr),
-        ..MessageFilter::default()
+        ..DeliveryFilter::default()
     };
     assert_eq!(all_deliveries(&i, &a, &by_corr, 10).await, vec![dead[1].id]);
-    let by_id = MessageFilter {
+    let by_id = DeliveryFilter {
         q: Some(consumed[0].id.to_string()),
-        ..MessageFilter::default()
+        ..DeliveryFilter::default()
     };
     assert_eq!(
         all_deliveries(&i, &a, &by_id, 10).await,
@@ -157,7 +155,7 @@ pub async fn deliveries_page_newest_first_per_consumer(i: InboxUnderTest) {
         .await
         .expect("limit 0");
     assert_eq!(page.items.len(), 1, "limit is clamped to at least 1");
-    assert_eq!(page.items[0].status, Status::Dead);
+    assert_eq!(page.items[0].status, InboxStatus::Dead);
     assert_eq!(page.items[0].attempts, 1);
     assert!(page.items[0].payload_size > 0);
 }
@@ -171,13 +169,13 @@ pub async fn bulk_reconsume_honours_max_and_status(i: InboxUnderTest) {
     let dead = msgs(3);
     let failed = msgs(1);
     let received = msgs(1);
-    put(&i, &c, &consumed, Status::Consumed).await;
-    put(&i, &c, &dead, Status::Dead).await;
-    put(&i, &c, &failed, Status::ConsumeFailed).await;
-    put(&i, &c, &received, Status::Sent).await;
+    put(&i, &c, &consumed, InboxStatus::Consumed).await;
+    put(&i, &c, &dead, InboxStatus::Dead).await;
+    put(&i, &c, &failed, InboxStatus::ConsumeFailed).await;
+    put(&i, &c, &received, InboxStatus::Received).await;
     let other = unique_key("other");
-    put(&i, &other, &dead, Status::Dead).await;
-    let all = MessageFilter::default();
+    put(&i, &other, &dead, InboxStatus::Dead).await;
+    let all = DeliveryFilter::default();
     // Newest first: in progress, failed, dead[2], dead[1] | dead[0], consumed.
     let r = i
         .operator
@@ -185,16 +183,22 @@ pub async fn bulk_reconsume_honours_max_and_status(i: InboxUnderTest) {
         .await
         .expect("reconsume");
     assert_eq!((r.matched, r.changed), (4, 3));
-    assert_eq!(status_of(&i, &c, failed[0].id).await, Some(Status::Sent));
-    assert_eq!(status_of(&i, &c, dead[1].id).await, Some(Status::Sent));
+    assert_eq!(
+        status_of(&i, &c, failed[0].id).await,
+        Some(InboxStatus::Received)
+    );
+    assert_eq!(
+        status_of(&i, &c, dead[1].id).await,
+        Some(InboxStatus::Received)
+    );
     assert_eq!(
         status_of(&i, &c, dead[0].id).await,
-        Some(Status::Dead),
+        Some(InboxStatus::Dead),
         "beyond max"
     );
     assert_eq!(
         status_of(&i, &other, dead[1].id).await,
-        Some(Status::Dead),
+        Some(InboxStatus::Dead),
         "other consumer"
     );
     let rec = i
@@ -217,7 +221,7 @@ pub async fn bulk_reconsume_honours_max_and_status(i: InboxUnderTest) {
     );
     assert_eq!(
         status_of(&i, &c, consumed[0].id).await,
-        Some(Status::Consumed)
+        Some(InboxStatus::Consumed)
     );
     let r = i
         .operator
@@ -226,9 +230,9 @@ pub async fn bulk_reconsume_honours_max_and_status(i: InboxUnderTest) {
         .expect("again");
     assert_eq!(r.changed, 0, "nothing changes twice");
 
-    let only_consumed = MessageFilter {
-        status: Some(Status::Consumed),
-        ..MessageFilter::default()
+    let only_consumed = DeliveryFilter {
+        status: Some(InboxStatus::Consumed),
+        ..DeliveryFilter::default()
     };
     let r = i
         .operator
@@ -256,11 +260,11 @@ pub async fn bulk_reconsume_honours_max_and_status(i: InboxUnderTest) {
 pub async fn deliveries_of_a_message_cover_every_consumer(i: InboxUnderTest) {
     let (a, b) = (unique_key("a"), unique_key("b"));
     let m = msgs(1);
-    put(&i, &a, &m, Status::Consumed).await;
-    put(&i, &b, &m, Status::Dead).await;
+    put(&i, &a, &m, InboxStatus::Consumed).await;
+    put(&i, &b, &m, InboxStatus::Dead).await;
     let mut found = i.operator.deliveries_of(m[0].id).await.expect("of");
     found.sort_by(|x, y| x.consumer.cmp(&y.consumer));
-    let mut expected = vec![(a, Status::Consumed), (b, Status::Dead)];
+    let mut expected = vec![(a, InboxStatus::Consumed), (b, InboxStatus::Dead)];
     expected.sort_by(|x, y| x.0.cmp(&y.0));
     assert_eq!(
         found
@@ -295,7 +299,7 @@ fn letter(n: usize) -> DeadLetter {
 /// letters are listed newest first, read and deleted one by one.
 pub async fn consumers_and_dead_letters(i: InboxUnderTest) {
     let (a, b) = (unique_key("a"), unique_key("b"));
-    put(&i, &a, &msgs(2), Status::Consumed).await;
+    put(&i, &a, &msgs(2), InboxStatus::Consumed).await;
     for n in 0..5 {
         i.store
             .record_dead_letter(&a, letter(n))
@@ -306,7 +310,7 @@ pub async fn consumers_and_dead_letters(i: InboxUnderTest) {
     let mut big = letter(9);
     big.body = vec![b'x'; PREVIEW_BYTES + 100];
     i.store.record_dead_letter(&b, big).await.expect("letter");
-    put(&i, &a, &msgs(3), Status::Dead).await;
+    put(&i, &a, &msgs(3), InboxStatus::Dead).await;
     let consumers = i.operator.consumers().await.expect("consumers");
     let of = |name: &str| consumers.iter().find(|c| c.name == name);
     let sa = of(&a).expect("a listed");
@@ -420,8 +424,8 @@ pub async fn consumed_per_minute_counts_consumed_deliveries(i: InboxUnderTest) {
             .sum::<u64>()
     };
     let before = total(i.clone()).await;
-    put(&i, &unique_key("a"), &msgs(2), Status::Consumed).await;
-    put(&i, &unique_key("b"), &msgs(1), Status::Consumed).await;
-    put(&i, &unique_key("b"), &msgs(2), Status::Dead).await;
+    put(&i, &unique_key("a"), &msgs(2), InboxStatus::Consumed).await;
+    put(&i, &unique_key("b"), &msgs(1), InboxStatus::Consumed).await;
+    put(&i, &unique_key("b"), &msgs(2), InboxStatus::Dead).await;
     assert_eq!(total(i.clone()).await - before, 3);
 }

@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_core::{Decision, MessageId, Status};
+use outbox_core::{Decision, MessageId, OutboxStatus, TransitionError};
 use outbox_ports::{Lease, OutboxOperator, OutboxStore, PortError, PublishFailure};
 
 use crate::{LONG_TTL, SHORT_TTL, message, messages};
@@ -161,11 +161,11 @@ pub async fn marks_are_fenced_by_the_lease_holder(store: Arc<dyn OutboxSubject>)
             .expect("get")
             .expect("row")
             .status,
-        Status::Pending
+        OutboxStatus::Pending
     );
     assert_eq!(store.mark_sent(&holder, &[m.id]).await.expect("mark"), 1);
     let rec = store.get_message(m.id).await.expect("get").expect("row");
-    assert_eq!(rec.status, Status::Sent);
+    assert_eq!(rec.status, OutboxStatus::Sent);
     assert_eq!(rec.publish.attempts, 1);
     assert!(rec.publish.completed_at.is_some());
     // Marked rows are no longer held: a second mark changes nothing.
@@ -198,7 +198,7 @@ pub async fn a_failed_publish_waits_for_its_backoff(store: Arc<dyn OutboxSubject
         1
     );
     let rec = store.get_message(m.id).await.expect("get").expect("row");
-    assert_eq!(rec.status, Status::PublishFailed);
+    assert_eq!(rec.status, OutboxStatus::PublishFailed);
     assert_eq!(rec.publish.attempts, 1);
     assert_eq!(rec.publish.last_error.as_deref(), Some("broker said no"));
     assert!(rec.publish.next_attempt_at.is_some());
@@ -238,7 +238,10 @@ pub async fn dead_messages_can_be_requeued(store: Arc<dyn OutboxSubject>) {
         .mark_publish_failed(&l, &[failure])
         .await
         .expect("mark");
-    let dead = store.oldest_messages(Status::Dead, 10).await.expect("list");
+    let dead = store
+        .oldest_messages(OutboxStatus::Dead, 10)
+        .await
+        .expect("list");
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].message.id, m.id);
     assert_eq!(dead[0].publish.last_error.as_deref(), Some("poison"));
@@ -296,7 +299,13 @@ pub async fn requeue_refuses_a_message_a_relay_holds(store: Arc<dyn OutboxSubjec
         .await
         .expect_err("sent meanwhile");
     assert!(
-        matches!(err, PortError::IllegalTransition(ref t) if t.from == Status::Sent),
+        matches!(
+            err,
+            PortError::IllegalTransition(TransitionError::Outbox {
+                from: OutboxStatus::Sent,
+                ..
+            })
+        ),
         "{err}"
     );
     assert!(
@@ -335,7 +344,7 @@ pub async fn an_expired_lease_brings_rows_back(store: Arc<dyn OutboxSubject>) {
             .expect("get")
             .expect("row")
             .status,
-        Status::Pending,
+        OutboxStatus::Pending,
         "the reclaimed row is not marked by the old holder"
     );
     let stale = Lease::new(crate::unique_key("stale"), SHORT_TTL);
@@ -391,7 +400,10 @@ pub async fn stats_count_by_status(store: Arc<dyn OutboxSubject>) {
         .expect("failed");
     let s = store.stats().await.expect("stats");
     assert_eq!((s.pending, s.publish_failed, s.dead), (1, 1, 1));
-    let sent = store.oldest_messages(Status::Sent, 10).await.expect("list");
+    let sent = store
+        .oldest_messages(OutboxStatus::Sent, 10)
+        .await
+        .expect("list");
     assert_eq!(sent.len(), 1);
     let oldest = s.oldest_unsent_at.expect("oldest");
     assert!(oldest <= msgs[3].created_at);
@@ -447,9 +459,9 @@ pub async fn only_dead_messages_are_deleted(store: Arc<dyn OutboxSubject>) {
         .await
         .expect("dead");
     for (id, status) in [
-        (pending, Status::Pending),
-        (sent, Status::Sent),
-        (failed, Status::PublishFailed),
+        (pending, OutboxStatus::Pending),
+        (sent, OutboxStatus::Sent),
+        (failed, OutboxStatus::PublishFailed),
     ] {
         let err = store
             .delete_message(id, false)
@@ -493,7 +505,7 @@ pub async fn only_dead_messages_are_deleted(store: Arc<dyn OutboxSubject>) {
             .await
             .expect("get")
             .map(|r| r.status),
-        Some(Status::Pending)
+        Some(OutboxStatus::Pending)
     );
 }
 
@@ -535,10 +547,10 @@ pub async fn retention_deletes_only_old_sent_messages(store: Arc<dyn OutboxSubje
     assert_eq!(store.delete_sent_batch(age, 10).await.expect("batch"), 1);
     assert_eq!(store.delete_sent_batch(age, 10).await.expect("batch"), 0);
     for (m, status) in [
-        (&msgs[2], Status::PublishFailed),
-        (&msgs[3], Status::Dead),
-        (&msgs[4], Status::Sent),
-        (&msgs[5], Status::Pending),
+        (&msgs[2], OutboxStatus::PublishFailed),
+        (&msgs[3], OutboxStatus::Dead),
+        (&msgs[4], OutboxStatus::Sent),
+        (&msgs[5], OutboxStatus::Pending),
     ] {
         assert_eq!(
             store

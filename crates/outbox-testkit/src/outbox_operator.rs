@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_core::{Decision, Message, MessageId, Status, Timestamp};
+use outbox_core::{Decision, Message, MessageId, OutboxStatus, Timestamp, TransitionError};
 use outbox_ports::{
     BLOCKED_WAITING_CAP, Lease, MAX_PAGE_LIMIT, MessageFilter, OutboxOperator, OutboxStore,
     PREVIEW_BYTES, PageCursor, PortError, PublishFailure,
@@ -42,10 +42,10 @@ fn by_exchange(exchange: &str) -> MessageFilter {
 /// Enqueues `messages` and brings them to `status` (`Pending`, `Sent`,
 /// `PublishFailed`, `Dead`) through the relay's own path; other pending rows the
 /// claim takes are given back untouched.
-async fn put(o: &OutboxUnderTest, messages: Vec<Message>, status: Status) -> Vec<MessageId> {
+async fn put(o: &OutboxUnderTest, messages: Vec<Message>, status: OutboxStatus) -> Vec<MessageId> {
     let ids: Vec<MessageId> = messages.iter().map(|m| m.id).collect();
     o.store.enqueue(messages).await.expect("enqueue");
-    if status == Status::Pending {
+    if status == OutboxStatus::Pending {
         return ids;
     }
     let l = lease();
@@ -57,9 +57,9 @@ async fn put(o: &OutboxUnderTest, messages: Vec<Message>, status: Status) -> Vec
         .collect();
     o.store.release(&l, &others).await.expect("release");
     let marked = match status {
-        Status::Sent => o.store.mark_sent(&l, &ids).await.expect("sent"),
-        Status::PublishFailed | Status::Dead => {
-            let decision = if status == Status::Dead {
+        OutboxStatus::Sent => o.store.mark_sent(&l, &ids).await.expect("sent"),
+        OutboxStatus::PublishFailed | OutboxStatus::Dead => {
+            let decision = if status == OutboxStatus::Dead {
                 Decision::Dead
             } else {
                 Decision::RetryAfter(Duration::from_secs(3600))
@@ -83,7 +83,7 @@ async fn put(o: &OutboxUnderTest, messages: Vec<Message>, status: Status) -> Vec
     ids
 }
 
-async fn status_of(o: &OutboxUnderTest, id: MessageId) -> Option<Status> {
+async fn status_of(o: &OutboxUnderTest, id: MessageId) -> Option<OutboxStatus> {
     o.operator
         .get_message(id)
         .await
@@ -128,7 +128,7 @@ async fn all_pages(
 /// page says so; a row added meanwhile does not shift the later pages.
 pub async fn pages_are_keyset_newest_first(o: OutboxUnderTest) {
     let ex = unique_key("pages");
-    let ids = put(&o, batch(&ex, 25), Status::Pending).await;
+    let ids = put(&o, batch(&ex, 25), OutboxStatus::Pending).await;
     let newest_first: Vec<MessageId> = ids.iter().rev().copied().collect();
     let (seen, pages) = all_pages(&o, &by_exchange(&ex), 10).await;
     assert_eq!(seen, newest_first);
@@ -145,7 +145,7 @@ pub async fn pages_are_keyset_newest_first(o: OutboxUnderTest) {
         .list_messages(&by_exchange(&ex), None, 10)
         .await
         .expect("first");
-    put(&o, batch(&ex, 3), Status::Pending).await;
+    put(&o, batch(&ex, 3), OutboxStatus::Pending).await;
     let second = o
         .operator
         .list_messages(&by_exchange(&ex), first.next, 10)
@@ -162,7 +162,12 @@ pub async fn pages_are_keyset_newest_first(o: OutboxUnderTest) {
 /// `limit` is clamped to 1..=1,000; list items carry a preview, never the payload.
 pub async fn limit_is_bounded_and_items_carry_a_preview(o: OutboxUnderTest) {
     let ex = unique_key("limit");
-    put(&o, batch(&ex, MAX_PAGE_LIMIT as usize + 1), Status::Pending).await;
+    put(
+        &o,
+        batch(&ex, MAX_PAGE_LIMIT as usize + 1),
+        OutboxStatus::Pending,
+    )
+    .await;
     let f = by_exchange(&ex);
     let huge = o
         .operator
@@ -176,7 +181,7 @@ pub async fn limit_is_bounded_and_items_carry_a_preview(o: OutboxUnderTest) {
 
     let mut big = message(&ex, "big");
     big.payload = vec![b'x'; 1000];
-    put(&o, vec![big.clone()], Status::Pending).await;
+    put(&o, vec![big.clone()], OutboxStatus::Pending).await;
     let page = o
         .operator
         .list_messages(
@@ -209,11 +214,11 @@ pub async fn each_filter_field_narrows(o: OutboxUnderTest) {
     let mut keyed = message(&ex, "other.key");
     keyed.message_type = Some("other.type".into());
     keyed.created_at = base + time::Duration::minutes(60);
-    let plain_ids = put(&o, plain, Status::Pending).await;
-    let keyed_id = put(&o, vec![keyed], Status::Pending).await[0];
-    let dead = put(&o, batch(&ex, 2), Status::Dead).await;
-    let sent = put(&o, batch(&ex, 1), Status::Sent).await;
-    put(&o, batch(&other_ex, 2), Status::Dead).await;
+    let plain_ids = put(&o, plain, OutboxStatus::Pending).await;
+    let keyed_id = put(&o, vec![keyed], OutboxStatus::Pending).await[0];
+    let dead = put(&o, batch(&ex, 2), OutboxStatus::Dead).await;
+    let sent = put(&o, batch(&ex, 1), OutboxStatus::Sent).await;
+    put(&o, batch(&other_ex, 2), OutboxStatus::Dead).await;
 
     let ids = |f: MessageFilter| {
         let o = o.clone();
@@ -229,7 +234,7 @@ pub async fn each_filter_field_narrows(o: OutboxUnderTest) {
     assert_eq!(ids(by_exchange(&ex)).await.len(), 7);
     assert_eq!(
         ids(within(MessageFilter {
-            status: Some(Status::Dead),
+            status: Some(OutboxStatus::Dead),
             ..MessageFilter::default()
         }))
         .await,
@@ -237,7 +242,7 @@ pub async fn each_filter_field_narrows(o: OutboxUnderTest) {
     );
     assert_eq!(
         ids(within(MessageFilter {
-            status: Some(Status::Sent),
+            status: Some(OutboxStatus::Sent),
             ..MessageFilter::default()
         }))
         .await,
@@ -272,21 +277,12 @@ pub async fn each_filter_field_narrows(o: OutboxUnderTest) {
     // Everything in this case's exchanges has a status: a status-only filter sees
     // the other exchange's dead rows too.
     let all_dead = ids(MessageFilter {
-        status: Some(Status::Dead),
+        status: Some(OutboxStatus::Dead),
         ..MessageFilter::default()
     })
     .await;
     assert!(all_dead.len() >= 4);
     assert!(dead.iter().all(|id| all_dead.contains(id)));
-    assert!(
-        ids(within(MessageFilter {
-            status: Some(Status::Consumed),
-            ..MessageFilter::default()
-        }))
-        .await
-        .is_empty(),
-        "an inbox status matches no outbox row"
-    );
 }
 
 /// `q` is a message id or a correlation id, exactly; anything else matches nothing
@@ -298,8 +294,8 @@ pub async fn q_finds_by_id_and_by_correlation_id(o: OutboxUnderTest) {
     for m in &mut with_corr {
         m.correlation_id = Some(corr.clone());
     }
-    let corr_ids = put(&o, with_corr, Status::Pending).await;
-    let lone = put(&o, batch(&ex, 1), Status::Dead).await[0];
+    let corr_ids = put(&o, with_corr, OutboxStatus::Pending).await;
+    let lone = put(&o, batch(&ex, 1), OutboxStatus::Dead).await[0];
     let q = |q: &str| MessageFilter {
         q: Some(q.to_owned()),
         ..MessageFilter::default()
@@ -320,7 +316,7 @@ pub async fn q_finds_by_id_and_by_correlation_id(o: OutboxUnderTest) {
     assert!(found(q("not a uuid ' OR 1=1 --")).await.is_empty());
     assert!(
         found(MessageFilter {
-            status: Some(Status::Pending),
+            status: Some(OutboxStatus::Pending),
             ..q(&lone.to_string())
         })
         .await
@@ -333,7 +329,7 @@ pub async fn q_finds_by_id_and_by_correlation_id(o: OutboxUnderTest) {
         .await
         .expect("get")
         .expect("found");
-    assert_eq!(got.status, Status::Dead);
+    assert_eq!(got.status, OutboxStatus::Dead);
 }
 
 /// Bulk requeue: at most `max` matched, newest first; only dead and failed rows
@@ -341,23 +337,26 @@ pub async fn q_finds_by_id_and_by_correlation_id(o: OutboxUnderTest) {
 pub async fn bulk_requeue_honours_max_and_status(o: OutboxUnderTest) {
     let ex = unique_key("requeue");
     let f = by_exchange(&ex);
-    let old_dead = put(&o, batch(&ex, 3), Status::Dead).await;
-    let failed = put(&o, batch(&ex, 1), Status::PublishFailed).await;
-    let sent = put(&o, batch(&ex, 1), Status::Sent).await;
-    let pending = put(&o, batch(&ex, 2), Status::Pending).await;
+    let old_dead = put(&o, batch(&ex, 3), OutboxStatus::Dead).await;
+    let failed = put(&o, batch(&ex, 1), OutboxStatus::PublishFailed).await;
+    let sent = put(&o, batch(&ex, 1), OutboxStatus::Sent).await;
+    let pending = put(&o, batch(&ex, 2), OutboxStatus::Pending).await;
     // Newest first: 2 pending, sent, failed, dead[2] | dead[1], dead[0].
     assert_eq!(o.operator.count_messages(&f, 100).await.expect("count"), 7);
     assert_eq!(o.operator.count_messages(&f, 4).await.expect("count"), 4);
     let r = o.operator.requeue_matching(&f, 5).await.expect("requeue");
     assert_eq!((r.matched, r.changed), (5, 2));
-    assert_eq!(status_of(&o, failed[0]).await, Some(Status::Pending));
-    assert_eq!(status_of(&o, old_dead[2]).await, Some(Status::Pending));
+    assert_eq!(status_of(&o, failed[0]).await, Some(OutboxStatus::Pending));
+    assert_eq!(
+        status_of(&o, old_dead[2]).await,
+        Some(OutboxStatus::Pending)
+    );
     assert_eq!(
         status_of(&o, old_dead[1]).await,
-        Some(Status::Dead),
+        Some(OutboxStatus::Dead),
         "beyond max"
     );
-    assert_eq!(status_of(&o, sent[0]).await, Some(Status::Sent));
+    assert_eq!(status_of(&o, sent[0]).await, Some(OutboxStatus::Sent));
     let rec = o
         .operator
         .get_message(old_dead[2])
@@ -367,7 +366,7 @@ pub async fn bulk_requeue_honours_max_and_status(o: OutboxUnderTest) {
     assert_eq!(rec.publish.attempts, 0, "a fresh retry budget");
 
     let dead_only = MessageFilter {
-        status: Some(Status::Dead),
+        status: Some(OutboxStatus::Dead),
         ..f.clone()
     };
     let r = o
@@ -405,10 +404,10 @@ pub async fn bulk_requeue_honours_max_and_status(o: OutboxUnderTest) {
 pub async fn bulk_delete_honours_force_and_leases(o: OutboxUnderTest) {
     let ex = unique_key("delete");
     let f = by_exchange(&ex);
-    let sent = put(&o, batch(&ex, 1), Status::Sent).await;
-    let dead = put(&o, batch(&ex, 2), Status::Dead).await;
-    let failed = put(&o, batch(&ex, 1), Status::PublishFailed).await;
-    let held = put(&o, batch(&ex, 1), Status::Pending).await;
+    let sent = put(&o, batch(&ex, 1), OutboxStatus::Sent).await;
+    let dead = put(&o, batch(&ex, 2), OutboxStatus::Dead).await;
+    let failed = put(&o, batch(&ex, 1), OutboxStatus::PublishFailed).await;
+    let held = put(&o, batch(&ex, 1), OutboxStatus::Pending).await;
     let relay = lease();
     let claimed = o.store.claim_pending(&relay, 100_000).await.expect("claim");
     let others: Vec<MessageId> = claimed
@@ -417,7 +416,7 @@ pub async fn bulk_delete_honours_force_and_leases(o: OutboxUnderTest) {
         .filter(|id| *id != held[0])
         .collect();
     o.store.release(&relay, &others).await.expect("release");
-    let pending = put(&o, batch(&ex, 2), Status::Pending).await;
+    let pending = put(&o, batch(&ex, 2), OutboxStatus::Pending).await;
 
     let r = o
         .operator
@@ -428,7 +427,7 @@ pub async fn bulk_delete_honours_force_and_leases(o: OutboxUnderTest) {
     for id in &dead {
         assert_eq!(status_of(&o, *id).await, None);
     }
-    assert_eq!(status_of(&o, pending[0]).await, Some(Status::Pending));
+    assert_eq!(status_of(&o, pending[0]).await, Some(OutboxStatus::Pending));
 
     let r = o
         .operator
@@ -437,7 +436,7 @@ pub async fn bulk_delete_honours_force_and_leases(o: OutboxUnderTest) {
         .expect("forced, max 1");
     assert_eq!((r.matched, r.changed), (1, 1));
     assert_eq!(status_of(&o, pending[1]).await, None, "newest first");
-    assert_eq!(status_of(&o, pending[0]).await, Some(Status::Pending));
+    assert_eq!(status_of(&o, pending[0]).await, Some(OutboxStatus::Pending));
 
     let r = o
         .operator
@@ -449,12 +448,12 @@ pub async fn bulk_delete_honours_force_and_leases(o: OutboxUnderTest) {
     assert_eq!(status_of(&o, failed[0]).await, None);
     assert_eq!(
         status_of(&o, held[0]).await,
-        Some(Status::Pending),
+        Some(OutboxStatus::Pending),
         "a row a relay holds is not deleted, even forced"
     );
     assert_eq!(
         status_of(&o, sent[0]).await,
-        Some(Status::Sent),
+        Some(OutboxStatus::Sent),
         "retention's job"
     );
     // The relay that held it can still mark it.
@@ -464,9 +463,9 @@ pub async fn bulk_delete_honours_force_and_leases(o: OutboxUnderTest) {
 /// The single actions: the same guards, with errors saying why.
 pub async fn single_actions_are_guarded(o: OutboxUnderTest) {
     let ex = unique_key("single");
-    let pending = put(&o, batch(&ex, 1), Status::Pending).await[0];
-    let sent = put(&o, batch(&ex, 1), Status::Sent).await[0];
-    let dead = put(&o, batch(&ex, 1), Status::Dead).await[0];
+    let pending = put(&o, batch(&ex, 1), OutboxStatus::Pending).await[0];
+    let sent = put(&o, batch(&ex, 1), OutboxStatus::Sent).await[0];
+    let dead = put(&o, batch(&ex, 1), OutboxStatus::Dead).await[0];
     assert!(matches!(
         o.operator.delete_message(pending, false).await,
         Err(PortError::NotDeletable(_))
@@ -492,14 +491,14 @@ pub async fn single_actions_are_guarded(o: OutboxUnderTest) {
             .is_none()
     );
     o.operator.requeue_message(dead).await.expect("requeue");
-    assert_eq!(status_of(&o, dead).await, Some(Status::Pending));
+    assert_eq!(status_of(&o, dead).await, Some(OutboxStatus::Pending));
     // Held by a relay: refused even forced, and left as it is.
     let relay = lease();
     let claimed = o.store.claim_pending(&relay, 100_000).await.expect("claim");
     assert!(claimed.iter().any(|c| c.message.id == pending));
     let refused = o.operator.delete_message(pending, true).await;
     assert!(refused.is_err(), "deleted a row under a live lease");
-    assert_eq!(status_of(&o, pending).await, Some(Status::Pending));
+    assert_eq!(status_of(&o, pending).await, Some(OutboxStatus::Pending));
     let ids: Vec<MessageId> = claimed.iter().map(|c| c.message.id).collect();
     o.store.release(&relay, &ids).await.expect("release");
     o.operator
@@ -520,8 +519,8 @@ pub async fn published_per_minute_counts_sent_messages(o: OutboxUnderTest) {
         .map(|m| m.count)
         .sum();
     let ex = unique_key("per-minute");
-    put(&o, batch(&ex, 3), Status::Sent).await;
-    put(&o, batch(&ex, 2), Status::Dead).await;
+    put(&o, batch(&ex, 3), OutboxStatus::Sent).await;
+    put(&o, batch(&ex, 2), OutboxStatus::Dead).await;
     let minutes = o
         .operator
         .published_per_minute(Duration::from_secs(3600))
@@ -558,7 +557,7 @@ pub async fn publish_now_makes_a_delayed_message_due(o: OutboxUnderTest) {
         .await
         .expect("list");
     assert_eq!(page.items.len(), 1);
-    assert_eq!(page.items[0].status, Status::Pending);
+    assert_eq!(page.items[0].status, OutboxStatus::Pending);
     assert_eq!(
         page.items[0].due_at, delayed.not_before,
         "the page shows the due time"
@@ -578,7 +577,7 @@ pub async fn publish_now_makes_a_delayed_message_due(o: OutboxUnderTest) {
         .expect("there");
     assert_eq!(
         (record.status, record.message.not_before),
-        (Status::Pending, None)
+        (OutboxStatus::Pending, None)
     );
     let claimed = o.store.claim_pending(&l, 100_000).await.expect("claim");
     assert!(claimed.iter().any(|c| c.message.id == id), "due at once");
@@ -592,7 +591,10 @@ pub async fn publish_now_makes_a_delayed_message_due(o: OutboxUnderTest) {
 
     assert!(matches!(
         o.operator.publish_now(id).await,
-        Err(PortError::IllegalTransition(t)) if t.from == Status::Sent
+        Err(PortError::IllegalTransition(TransitionError::Outbox {
+            from: OutboxStatus::Sent,
+            ..
+        }))
     ));
     assert!(matches!(
         o.operator
@@ -727,7 +729,7 @@ pub async fn blocked_keys_list_failing_and_dead_heads(o: OutboxUnderTest, skip: 
     assert!(head("none").await.is_none(), "a key with no messages");
     let a_item = &page[0];
     assert_eq!(a_item.head, a[0].id);
-    assert_eq!(a_item.status, Status::PublishFailed);
+    assert_eq!(a_item.status, OutboxStatus::PublishFailed);
     assert_eq!(a_item.attempts, 1);
     assert_eq!(a_item.last_error.as_deref(), Some("broker said no"));
     assert!(
@@ -739,7 +741,7 @@ pub async fn blocked_keys_list_failing_and_dead_heads(o: OutboxUnderTest, skip: 
         let b_item = &page[1];
         assert_eq!(
             (b_item.head, b_item.status, b_item.waiting),
-            (b[0].id, Status::Dead, 1)
+            (b[0].id, OutboxStatus::Dead, 1)
         );
     }
     let e_item = page.iter().find(|k| k.key == key("e")).expect("e");

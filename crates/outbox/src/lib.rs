@@ -84,9 +84,9 @@ pub mod prelude {
 
     pub use crate::{
         CancellationToken, ConsumerConfig, ConsumerWorker, Dispatcher, DispatcherConfig, Handler,
-        HandlerError, HandlerRegistry, Message, MessageId, NewMessage, PublishRetryTask,
-        RelayBuilder, RetryPolicy, RetrySweeper, Status, SweepConfig, async_trait, handler_fn,
-        new_message_id,
+        HandlerError, HandlerRegistry, InboxStatus, Message, MessageId, NewMessage, OutboxStatus,
+        PublishRetryTask, RelayBuilder, RetryPolicy, RetrySweeper, SweepConfig, async_trait,
+        handler_fn, new_message_id,
     };
     #[cfg(feature = "postgres")]
     pub use crate::{

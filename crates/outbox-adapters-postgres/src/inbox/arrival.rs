@@ -12,7 +12,7 @@
 //! [`InboxConsumerPath::record_arrival`]: outbox_ports::InboxConsumerPath::record_arrival
 //! [`InboxConsumerPath::hold_behind_key`]: outbox_ports::InboxConsumerPath::hold_behind_key
 
-use outbox_core::{Message, MessageId, Status};
+use outbox_core::{InboxStatus, Message, MessageId};
 use outbox_ports::{Arrival, Lease, PortError};
 use sqlx::Postgres;
 use sqlx::postgres::PgArguments;
@@ -56,7 +56,7 @@ impl PgInboxStore {
         let status = self
             .status_of(consumer, message.id)
             .await?
-            .unwrap_or(Status::Sent);
+            .unwrap_or(InboxStatus::Received);
         Ok(Arrival::Duplicate(status))
     }
 

@@ -11,12 +11,12 @@
 //! [`InboxConsumerPath::mark_consumed`]: outbox_ports::InboxConsumerPath::mark_consumed
 //! [`InboxConsumerPath::mark_consume_failed`]: outbox_ports::InboxConsumerPath::mark_consume_failed
 
-use outbox_core::{Decision, MessageId, Status};
+use outbox_core::{Decision, InboxStatus, MessageId};
 use outbox_ports::{Lease, PortError};
 
 use super::PgInboxStore;
 use crate::error::port;
-use crate::rows::{Side, SqlSide, retry_delay_ms};
+use crate::rows::{failure_sources, retry_delay_ms, sources_of};
 use crate::storable;
 
 impl PgInboxStore {
@@ -31,7 +31,7 @@ impl PgInboxStore {
             .bind(consumer)
             .bind(id.as_uuid())
             .bind(&lease.holder)
-            .bind(Side::Inbox.sources_of(Status::Consumed))
+            .bind(sources_of(InboxStatus::Consumed))
             .fetch_optional(&self.pool)
             .await
             .map_err(|e| port("mark consumed", e))?;
@@ -53,7 +53,7 @@ impl PgInboxStore {
         error: &str,
         decision: Decision,
     ) -> Result<bool, PortError> {
-        let from = Side::Inbox.failure_sources(Status::ConsumeFailed);
+        let from = failure_sources::<InboxStatus>();
         let marked: Option<(i64, Option<String>, String)> = sqlx::query_as(&self.sql.mark_failed)
             .bind(consumer)
             .bind(id.as_uuid())
@@ -68,7 +68,7 @@ impl PgInboxStore {
             return Ok(false);
         };
         // A dead row no longer holds its key back; a failed one still does.
-        if let (Some(key), true) = (key, status == Side::Inbox.name(Status::Dead)) {
+        if let (Some(key), true) = (key, status == InboxStatus::Dead.as_str()) {
             self.promote_next(consumer, &key, seq).await;
         }
         Ok(true)

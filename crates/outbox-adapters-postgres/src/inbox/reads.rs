@@ -4,12 +4,12 @@
 //!
 //! [`InboxStore::stats`]: outbox_ports::InboxStore::stats
 
-use outbox_core::{MessageId, Status};
+use outbox_core::{InboxStatus, MessageId};
 use outbox_ports::{InboxStats, PortError};
 
 use super::PgInboxStore;
 use crate::error::port;
-use crate::rows::{Side, SqlSide, count};
+use crate::rows::{count, stored_status};
 
 impl PgInboxStore {
     /// [`outbox_ports::InboxStore::stats`].
@@ -34,18 +34,14 @@ impl PgInboxStore {
         &self,
         consumer: &str,
         id: MessageId,
-    ) -> Result<Option<Status>, PortError> {
+    ) -> Result<Option<InboxStatus>, PortError> {
         sqlx::query_scalar::<_, String>(&self.sql.status_of)
             .bind(consumer)
             .bind(id.as_uuid())
             .fetch_optional(&self.pool)
             .await
             .map_err(|e| port("read status", e))?
-            .map(|s| {
-                Side::Inbox
-                    .status(&s)
-                    .map_err(|e| PortError::fatal("read status", e))
-            })
+            .map(|s| stored_status(&s).map_err(|e| PortError::fatal("read status", e)))
             .transpose()
     }
 }

@@ -9,12 +9,12 @@
 //!
 //! [`InboxOperator`]: outbox_ports::InboxOperator
 
-use outbox_core::{MessageId, Status, TransitionError};
+use outbox_core::{InboxStatus, MessageId, TransitionError};
 use outbox_ports::{InboxRecord, PortError};
 
 use super::PgInboxStore;
 use crate::error::port;
-use crate::rows::{MessageRow, Side, SqlSide};
+use crate::rows::{MessageRow, names};
 
 impl PgInboxStore {
     /// [`outbox_ports::InboxOperator::get_delivery`].
@@ -37,12 +37,12 @@ impl PgInboxStore {
     pub(crate) async fn records(
         &self,
         consumer: &str,
-        status: Status,
+        status: InboxStatus,
         limit: u32,
     ) -> Result<Vec<InboxRecord>, PortError> {
         sqlx::query_as::<_, MessageRow>(&self.sql.list)
             .bind(consumer)
-            .bind(Side::Inbox.name(status))
+            .bind(status.as_str())
             .bind(i64::from(limit))
             .fetch_all(&self.pool)
             .await
@@ -63,7 +63,7 @@ impl PgInboxStore {
         let n = sqlx::query(&self.sql.reconsume)
             .bind(consumer)
             .bind(id.as_uuid())
-            .bind(Side::Inbox.names(&sources))
+            .bind(names(&sources))
             .execute(&self.pool)
             .await
             .map_err(|e| port("reconsume", e))?
@@ -84,9 +84,9 @@ impl PgInboxStore {
                 id: id.to_string(),
                 holder: "a worker or a consume retry is handling it",
             }),
-            Some(from) => Err(TransitionError {
+            Some(from) => Err(TransitionError::Inbox {
                 from,
-                to: Status::Sent,
+                to: InboxStatus::Received,
             }
             .into()),
         }

@@ -10,14 +10,14 @@
 //! by the other workers, while the handler runs. After a keyed row finishes, its
 //! key's next held row is made due, after the commit, never inside it.
 
-use outbox_core::{Decision, Message, MessageId, Status};
+use outbox_core::{Decision, InboxStatus, Message, MessageId};
 use outbox_ports::{Arrival, Lease, PortError};
 
 use super::PgInboxStore;
 use super::arrival::bind_delivery;
 use super::session::{Attempt, TxHandler, run_and_commit};
 use crate::error::port;
-use crate::rows::{Side, SqlSide};
+use crate::rows::sources_of;
 use crate::storable;
 
 /// What [`PgInboxStore::consume_in_transaction`] did.
@@ -154,12 +154,12 @@ impl PgInboxStore {
         &self,
         consumer: &str,
         id: MessageId,
-        status: Status,
+        status: InboxStatus,
         reason: &str,
     ) -> ConsumeOutcome {
-        let name = outbox_core::status::Side::Inbox.name(status);
+        let name = status.as_str();
         tracing::error!(consumer, message_id = %id, status = name, %reason, "handler ended the inbox transaction itself; the delivery stays as recorded, its writes may have taken effect");
-        if status == Status::Consumed {
+        if status == InboxStatus::Consumed {
             ConsumeOutcome::Consumed
         } else {
             ConsumeOutcome::Duplicate
@@ -191,7 +191,7 @@ impl PgInboxStore {
             .bind(consumer)
             .bind(message.id.as_uuid())
             .bind(&lease.holder)
-            .bind(Side::Inbox.sources_of(Status::Consumed))
+            .bind(sources_of(InboxStatus::Consumed))
             .fetch_optional(&mut *tx)
             .await
             .map_err(|e| port("mark consumed", e))?;
@@ -202,14 +202,14 @@ impl PgInboxStore {
         // After the commit, not inside it: an arrival of the key that waits on
         // this row's lock sees the row consumed once it commits, and one that was
         // held before is visible to a statement that starts after it.
-        let promote = |status: Status| async move {
-            if let (Some(key), Status::Consumed) = (key.as_deref(), status) {
+        let promote = |status: InboxStatus| async move {
+            if let (Some(key), InboxStatus::Consumed) = (key.as_deref(), status) {
                 self.promote_next(consumer, key, seq).await;
             }
         };
         let (error, decision) = match run_and_commit(tx, handler).await? {
             Attempt::Committed => {
-                promote(Status::Consumed).await;
+                promote(InboxStatus::Consumed).await;
                 return Ok(ConsumeOutcome::Consumed);
             }
             Attempt::Failed(error) => {
@@ -229,7 +229,7 @@ impl PgInboxStore {
                 let status = self
                     .status_of(consumer, message.id)
                     .await?
-                    .unwrap_or(Status::Sent);
+                    .unwrap_or(InboxStatus::Received);
                 promote(status).await;
                 return Ok(self.ended_after_commit(consumer, message.id, status, &error));
             }

@@ -10,7 +10,7 @@
 //! over `outbox_ordered` (a loose index scan, [`key_walk`]), so the cost of a claim,
 //! a count or a page follows the keys visited, never the rows queued behind heads.
 
-use outbox_core::Status;
+use outbox_core::OutboxStatus;
 use outbox_ports::DeadHead;
 
 use crate::rows::readable_time;
@@ -58,7 +58,7 @@ pub(super) fn blocking_list(dead_head: DeadHead) -> String {
 }
 
 /// `statuses` as an SQL list of literals: `'a', 'b'`.
-fn quoted(statuses: &[Status]) -> String {
+fn quoted(statuses: &[OutboxStatus]) -> String {
     statuses
         .iter()
         .map(|s| format!("'{}'", s.as_str()))

@@ -12,12 +12,12 @@
 //! [`OutboxRelayPath::mark_publish_failed`]: outbox_ports::OutboxRelayPath::mark_publish_failed
 //! [`OutboxRelayPath::release`]: outbox_ports::OutboxRelayPath::release
 
-use outbox_core::{MessageId, Status};
+use outbox_core::{MessageId, OutboxStatus};
 use outbox_ports::{Lease, PortError, PublishFailure};
 
 use super::PgOutboxStore;
 use crate::error::port;
-use crate::rows::{Side, SqlSide, retry_delay_ms, uuids};
+use crate::rows::{failure_sources, retry_delay_ms, sources_of, uuids};
 
 impl PgOutboxStore {
     /// Marks the rows `ids` that `lease` holds sent; returns how many.
@@ -32,7 +32,7 @@ impl PgOutboxStore {
         Ok(sqlx::query(&self.sql.mark_sent)
             .bind(uuids(ids))
             .bind(&lease.holder)
-            .bind(Side::Outbox.sources_of(Status::Sent))
+            .bind(sources_of(OutboxStatus::Sent))
             .execute(&self.pool)
             .await
             .map_err(|e| port("mark sent", e))?
@@ -63,7 +63,7 @@ impl PgOutboxStore {
             )
             .bind(delays)
             .bind(&lease.holder)
-            .bind(Side::Outbox.failure_sources(Status::PublishFailed))
+            .bind(failure_sources::<OutboxStatus>())
             .execute(&self.pool)
             .await
             .map_err(|e| port("mark publish failed", e))?

@@ -10,12 +10,12 @@
 //!
 //! [`OutboxStore::stats`]: outbox_ports::OutboxStore::stats
 
-use outbox_core::{MessageId, Status};
+use outbox_core::{MessageId, OutboxStatus};
 use outbox_ports::{OutboxStats, PortError};
 
 use super::PgOutboxStore;
 use crate::error::port;
-use crate::rows::count;
+use crate::rows::{count, stored_status};
 
 impl PgOutboxStore {
     /// [`outbox_ports::OutboxStore::stats`]: the unsent counts and the oldest
@@ -49,7 +49,7 @@ impl PgOutboxStore {
     ///
     /// # Errors
     /// A database error.
-    pub async fn count(&self, status: Status) -> Result<u64, PortError> {
+    pub async fn count(&self, status: OutboxStatus) -> Result<u64, PortError> {
         let n: i64 = sqlx::query_scalar(&self.sql.count)
             .bind(status.as_str())
             .fetch_one(&self.pool)
@@ -162,9 +162,7 @@ impl BlockedRow {
         Ok(outbox_ports::BlockedKey {
             key: self.key,
             head: MessageId::from_uuid(self.id),
-            status: self
-                .status
-                .parse::<Status>()
+            status: stored_status::<OutboxStatus>(&self.status)
                 .map_err(|e| PortError::fatal("blocked keys", e))?,
             attempts: u32::try_from(self.attempts).unwrap_or(0),
             last_error: self.last_error,

@@ -9,12 +9,12 @@
 //!
 //! [`OutboxOperator`]: outbox_ports::OutboxOperator
 
-use outbox_core::{MessageId, Status, TransitionError};
+use outbox_core::{MessageId, OutboxStatus, TransitionError};
 use outbox_ports::{OutboxRecord, PortError};
 
 use super::PgOutboxStore;
 use crate::error::port;
-use crate::rows::{MessageRow, Side, SqlSide};
+use crate::rows::{MessageRow, sources_of, stored_status};
 
 impl PgOutboxStore {
     /// [`outbox_ports::OutboxOperator::get_message`].
@@ -31,7 +31,7 @@ impl PgOutboxStore {
     /// [`outbox_ports::OutboxOperator::oldest_messages`].
     pub(crate) async fn records(
         &self,
-        status: Status,
+        status: OutboxStatus,
         limit: u32,
     ) -> Result<Vec<OutboxRecord>, PortError> {
         sqlx::query_as::<_, MessageRow>(&self.sql.list)
@@ -49,7 +49,7 @@ impl PgOutboxStore {
     pub(crate) async fn requeue_record(&self, id: MessageId) -> Result<(), PortError> {
         let n = sqlx::query(&self.sql.requeue)
             .bind(id.as_uuid())
-            .bind(Side::Outbox.sources_of(Status::Pending))
+            .bind(sources_of(OutboxStatus::Pending))
             .execute(&self.pool)
             .await
             .map_err(|e| port("requeue", e))?
@@ -57,7 +57,7 @@ impl PgOutboxStore {
         if n == 1 {
             Ok(())
         } else {
-            Err(self.revive_error(id, Status::Pending).await)
+            Err(self.revive_error(id, OutboxStatus::Pending).await)
         }
     }
 
@@ -88,9 +88,8 @@ impl PgOutboxStore {
                 id: id.to_string(),
             }),
             Some(s) => {
-                let status = s
-                    .parse::<Status>()
-                    .map_err(|e| PortError::fatal("delete", e))?;
+                let status =
+                    stored_status::<OutboxStatus>(&s).map_err(|e| PortError::fatal("delete", e))?;
                 match status.check_delete() {
                     Err(refused) => Err(refused.into()),
                     // It became dead after the delete looked: not deleted, try again.
@@ -106,7 +105,7 @@ impl PgOutboxStore {
     /// Why a requeue of `id` to `target` changed nothing, from the row as it is
     /// now: gone, held by a relay's lease, or in a status that cannot become
     /// `target`.
-    async fn revive_error(&self, id: MessageId, target: Status) -> PortError {
+    async fn revive_error(&self, id: MessageId, target: OutboxStatus) -> PortError {
         match sqlx::query_scalar::<_, String>(&self.sql.status_of)
             .bind(id.as_uuid())
             .fetch_optional(&self.pool)
@@ -116,14 +115,14 @@ impl PgOutboxStore {
                 what: "message",
                 id: id.to_string(),
             },
-            Ok(Some(s)) => match s.parse::<Status>() {
+            Ok(Some(s)) => match stored_status::<OutboxStatus>(&s) {
                 // In a status the requeue takes, only a relay's lease kept it out.
                 Ok(from) if from.can_become(target) => PortError::Busy {
                     what: "message",
                     id: id.to_string(),
                     holder: "a relay is publishing it",
                 },
-                Ok(from) => TransitionError { from, to: target }.into(),
+                Ok(from) => TransitionError::Outbox { from, to: target }.into(),
                 Err(e) => PortError::fatal("requeue", e),
             },
             Err(e) => port("requeue", e),
@@ -134,5 +133,7 @@ impl PgOutboxStore {
 /// The statuses an operator may delete, from the core's rule: the `status = ANY($2)`
 /// of the delete statement.
 fn deletable_statuses() -> Vec<String> {
-    Status::deletable().map(|s| s.as_str().to_owned()).collect()
+    OutboxStatus::deletable()
+        .map(|s| s.as_str().to_owned())
+        .collect()
 }

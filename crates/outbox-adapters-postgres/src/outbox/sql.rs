@@ -7,7 +7,7 @@
 //! Every claim and sweep is served by a partial index of an unsent status, so
 //! its cost follows the rows it can take; lease, expiry and due times are the
 //! database's `now()`; every status change is guarded by `status = ANY($n)` from
-//! the core's transition table, bound by the caller (`rows::Side::sources_of`).
+//! the core's transition table, bound by the caller (`rows::sources_of`).
 
 use outbox_ports::DeadHead;
 

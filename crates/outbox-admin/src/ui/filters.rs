@@ -3,12 +3,13 @@
 //! browser's `datetime-local` value (read as UTC). They become the same
 //! [`MessageFilter`] as the JSON API's, through the same parsing.
 
+use outbox_core::Lifecycle;
 use outbox_ports::{MessageFilter, PageCursor};
 use serde::Deserialize;
 
 use crate::AdminError;
 use crate::model::FilterBody;
-use crate::params::{Side, filter_from_body, parse_cursor, parse_limit};
+use crate::params::{filter_from_body, parse_cursor, parse_limit};
 
 /// A list's query string (and a bulk form's fields).
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -72,12 +73,12 @@ impl ListQuery {
         }
     }
 
-    /// The filter for `side`.
+    /// The filter for the side `S`.
     ///
     /// # Errors
     /// `bad_status`, `bad_time`.
-    pub(crate) fn filter(&self, side: Side) -> Result<MessageFilter, AdminError> {
-        filter_from_body(side, &self.body())
+    pub(crate) fn filter<S: Lifecycle>(&self) -> Result<MessageFilter<S>, AdminError> {
+        filter_from_body(&self.body())
     }
 
     /// The page position and size.
@@ -143,6 +144,8 @@ pub(crate) fn encode(value: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use outbox_core::{InboxStatus, OutboxStatus};
+
     use super::*;
 
     #[test]
@@ -157,7 +160,7 @@ mod tests {
         let body = q.body();
         assert_eq!(body.exchange, None);
         assert_eq!(body.created_after.as_deref(), Some("2026-01-31T10:00:00Z"));
-        assert!(q.filter(Side::Outbox).is_ok());
+        assert!(q.filter::<OutboxStatus>().is_ok());
         assert_eq!(
             q.query_string(&[("cursor", "x")]),
             "status=dead&created_after=2026-01-31T10%3A00%3A00Z&q=a%20b%26c&cursor=x"
@@ -166,8 +169,8 @@ mod tests {
             status: Some("pending".into()),
             ..ListQuery::default()
         };
-        assert!(pending.filter(Side::Outbox).is_ok());
-        assert!(pending.filter(Side::Inbox).is_err(), "an outbox status");
+        assert!(pending.filter::<OutboxStatus>().is_ok());
+        assert!(pending.filter::<InboxStatus>().is_err(), "an outbox status");
     }
 
     #[test]
@@ -176,12 +179,12 @@ mod tests {
             status: Some("queued".into()),
             ..ListQuery::default()
         };
-        assert!(bad_status.filter(Side::Outbox).is_err());
+        assert!(bad_status.filter::<OutboxStatus>().is_err());
         let bad_time = ListQuery {
             created_before: Some("yesterday".into()),
             ..ListQuery::default()
         };
-        assert!(bad_time.filter(Side::Outbox).is_err());
+        assert!(bad_time.filter::<OutboxStatus>().is_err());
         let bad_limit = ListQuery {
             limit: Some("0".into()),
             ..ListQuery::default()

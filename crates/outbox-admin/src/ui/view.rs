@@ -64,8 +64,8 @@ pub(crate) fn badge(status: &str) -> Badge {
 }
 
 /// The statuses of a side, in their order, as the API names them.
-pub(crate) fn statuses(side: Side) -> [&'static str; 4] {
-    side.statuses().map(|s| side.name(s))
+pub(crate) const fn statuses(side: Side) -> [&'static str; 4] {
+    side.status_names()
 }
 
 /// One `<option>` of a status `<select>`.

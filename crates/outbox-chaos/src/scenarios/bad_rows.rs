@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use super::support::{readyz, report, wait_committed};
 use crate::world::{Coordination, SweepOpts, World, free_port, metric};
 use crate::{Ctx, Report, conclude};
-use outbox_core::Status;
+use outbox_core::OutboxStatus;
 use outbox_ports::OutboxOperator;
 
 /// A row written through the documented SQL contract before the table's AMQP
@@ -197,7 +197,7 @@ pub(crate) async fn bad_rows(ctx: &Ctx) -> anyhow::Result<Report> {
             .as_ref()
             .map(|r| (r.status, r.publish.last_error.as_deref()))
         {
-            Some((Status::Dead, Some(e))) if e.contains(column) => {
+            Some((OutboxStatus::Dead, Some(e))) if e.contains(column) => {
                 dead_as_expected += 1;
                 r.notes.push(format!("{label}: dead, {e}"));
             }

@@ -7,7 +7,7 @@ use std::time::Instant;
 use super::support::report;
 use crate::world::{Coordination, SweepOpts, World};
 use crate::{Ctx, Report, conclude};
-use outbox_core::Status;
+use outbox_core::InboxStatus;
 use outbox_examples::billing::CONSUMER;
 use outbox_ports::InboxOperator;
 
@@ -65,7 +65,7 @@ pub(crate) async fn handler_db_faults(ctx: &Ctx) -> anyhow::Result<Report> {
     let mut r = conclude(ctx, &w, r, produced, fault_end, vec![relay, consumer]).await?;
     let dead: std::collections::HashMap<i64, (u32, String)> = w
         .inbox
-        .oldest_deliveries(CONSUMER, Status::Dead, 10_000)
+        .oldest_deliveries(CONSUMER, InboxStatus::Dead, 10_000)
         .await?
         .into_iter()
         .filter_map(|rec| {

@@ -10,7 +10,7 @@ use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use super::support::report;
 use crate::world::{Coordination, SweepOpts, World};
 use crate::{Ctx, Report, conclude};
-use outbox_core::Status;
+use outbox_core::InboxStatus;
 use outbox_examples::billing::CONSUMER;
 use outbox_ports::InboxOperator;
 
@@ -102,7 +102,7 @@ pub(crate) async fn poison(ctx: &Ctx) -> anyhow::Result<Report> {
         .await?
         .map(|rec| (rec.status, rec.consume.last_error));
     match &undecodable_row {
-        Some((Status::Dead, Some(err))) => {
+        Some((InboxStatus::Dead, Some(err))) => {
             foreign_found += 1;
             r.notes.push(format!("undecodable payload dead: {err}"));
         }
@@ -113,7 +113,7 @@ pub(crate) async fn poison(ctx: &Ctx) -> anyhow::Result<Report> {
     r.lost += 3 - foreign_found;
     let poisoned = w
         .inbox
-        .oldest_deliveries(CONSUMER, Status::Dead, 1_000)
+        .oldest_deliveries(CONSUMER, InboxStatus::Dead, 1_000)
         .await?
         .iter()
         .filter(|rec| {

@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use super::{UiState, path};
 use crate::AdminError;
-use crate::params::{DEFAULT_BULK_MAX, Side, parse_dead_letter_id, parse_message_id};
+use crate::params::{DEFAULT_BULK_MAX, parse_dead_letter_id, parse_message_id};
 use crate::ui::filters::{ListQuery, encode};
 use crate::ui::session::{Session, check_write, redirect};
 use crate::ui::{Page, Ui, UiError};
@@ -157,31 +157,33 @@ enum BulkAction<'a> {
 
 /// A bulk action over the checked form `q`, then back to its filtered list.
 async fn bulk_action(ui: &Ui, session: &Session, q: &ListQuery, action: BulkAction<'_>) -> Page {
-    let side = match action {
-        BulkAction::Requeue | BulkAction::Delete => Side::Outbox,
-        BulkAction::Reconsume { .. } => Side::Inbox,
-    };
-    let filter = q.filter(side)?;
     let (actor, target) = (&session.actor.name, filter_target(q));
     let service = &ui.service;
     let (done, at, verb) = match action {
         BulkAction::Requeue => (
             service
-                .requeue_matching(actor, &filter, target, false, DEFAULT_BULK_MAX)
+                .requeue_matching(actor, &q.filter()?, target, false, DEFAULT_BULK_MAX)
                 .await?,
             ui.at("/messages"),
             "requeued",
         ),
         BulkAction::Delete => (
             service
-                .delete_matching(actor, &filter, target, false, DEFAULT_BULK_MAX, false)
+                .delete_matching(actor, &q.filter()?, target, false, DEFAULT_BULK_MAX, false)
                 .await?,
             ui.at("/messages"),
             "deleted",
         ),
         BulkAction::Reconsume { consumer } => (
             service
-                .reconsume_matching(actor, consumer, &filter, target, false, DEFAULT_BULK_MAX)
+                .reconsume_matching(
+                    actor,
+                    consumer,
+                    &q.filter()?,
+                    target,
+                    false,
+                    DEFAULT_BULK_MAX,
+                )
                 .await?,
             ui.at(&format!("/consumers/{}", encode(consumer))),
             "reconsumed",

@@ -6,7 +6,7 @@ use axum::Extension;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use outbox_core::Status;
+use outbox_core::{InboxStatus, OutboxStatus};
 use outbox_ports::{deletable_statuses, requeueable_statuses};
 
 use super::{Chrome, Confirm, DetailQuery, UiState, chrome, notice_text, path, query};
@@ -64,13 +64,17 @@ fn detail_page(
     post: String,
     q: DetailQuery,
 ) -> Page {
-    let status = side.parse(&d.status);
+    // The status as its side names it (the other side's parse is `None`).
+    let (outbox_status, inbox_status) = match side {
+        Side::Outbox => (d.status.parse::<OutboxStatus>().ok(), None),
+        Side::Inbox => (None, d.status.parse::<InboxStatus>().ok()),
+    };
     let mut actions = Vec::new();
     if session.can_write() {
-        let can = |set: Vec<Status>| status.is_some_and(|s| set.contains(&s));
+        let can = |set: Vec<OutboxStatus>| outbox_status.is_some_and(|s| set.contains(&s));
         match side {
             Side::Outbox => {
-                if status == Some(Status::Pending) && d.due_at.is_some() {
+                if outbox_status == Some(OutboxStatus::Pending) && d.due_at.is_some() {
                     actions.push(ActionButton {
                         verb: "Publish now",
                         danger: false,
@@ -90,7 +94,7 @@ fn detail_page(
                 }
             }
             Side::Inbox => {
-                if status.is_some_and(|s| s.can_become(Status::Sent)) {
+                if inbox_status.is_some_and(|s| s.can_become(InboxStatus::Received)) {
                     actions.push(ActionButton {
                         verb: "Reconsume",
                         danger: false,
@@ -122,7 +126,7 @@ fn detail_page(
                 }
                 _ => "It is removed from the outbox for good.",
             },
-            _ if status == Some(Status::Consumed) => {
+            _ if inbox_status == Some(InboxStatus::Consumed) => {
                 "It was consumed: its handler runs once more at the consumer's next retry sweep."
             }
             _ => "Its handler runs again at the consumer's next retry sweep.",
@@ -131,7 +135,7 @@ fn detail_page(
         // The operator acts on the status shown: a consumed delivery is reconsumed
         // again only because the page showed it consumed; a failed one the page
         // showed is never run again if its retry consumes it meanwhile.
-        if side == Side::Inbox && status == Some(Status::Consumed) {
+        if inbox_status == Some(InboxStatus::Consumed) {
             hidden.push(("again", "true".to_owned()));
         }
         Some(Confirm {

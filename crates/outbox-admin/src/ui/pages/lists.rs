@@ -9,6 +9,8 @@ use axum::http::StatusCode;
 
 use super::{Chrome, Confirm, UiState, chrome, notice_text, path, query};
 use crate::model::MessagePage;
+use outbox_ports::{DeliveryFilter, MessageFilter};
+
 use crate::params::{DEFAULT_BULK_MAX, Side};
 use crate::ui::filters::{ListQuery, encode};
 use crate::ui::render::render;
@@ -75,6 +77,12 @@ fn values(q: &ListQuery) -> FilterValues {
         created_before: v(&q.created_before),
         q: v(&q.q),
     }
+}
+
+/// A list's filter: the outbox's, or a consumer's deliveries'.
+enum SideFilter<'a> {
+    Outbox(MessageFilter),
+    Inbox(&'a str, DeliveryFilter),
 }
 
 /// What differs between the outbox's list and a consumer's.
@@ -149,9 +157,12 @@ async fn list(
         notice: notice_text(q.notice.as_deref()),
         error: None,
     };
-    let parsed = q
-        .filter(kind.side)
-        .and_then(|filter| q.page().map(|(cursor, limit)| (filter, cursor, limit)));
+    // The filter of the list's side: each side parses only its own status names.
+    let filter = match consumer {
+        None => q.filter().map(SideFilter::Outbox),
+        Some(name) => q.filter().map(|f| SideFilter::Inbox(name, f)),
+    };
+    let parsed = filter.and_then(|filter| q.page().map(|(cursor, limit)| (filter, cursor, limit)));
     let (filter, cursor, limit) = match parsed {
         Ok(parsed) => parsed,
         Err(e) => {
@@ -160,13 +171,9 @@ async fn list(
             return render(e.status_and_code().0, &page);
         }
     };
-    let result = match consumer {
-        None => ui.service.list_messages(&filter, cursor, limit).await?,
-        Some(name) => {
-            ui.service
-                .list_deliveries(name, &filter, cursor, limit)
-                .await?
-        }
+    let result = match &filter {
+        SideFilter::Outbox(f) => ui.service.list_messages(f, cursor, limit).await?,
+        SideFilter::Inbox(name, f) => ui.service.list_deliveries(name, f, cursor, limit).await?,
     };
     page.next = result
         .next_cursor
@@ -180,15 +187,15 @@ async fn list(
     if let Some(button) = page.bulk.iter().find(|b| Some(b.verb) == verb) {
         // A dry run: counted, nothing changed, nothing audited.
         let actor = session.actor.name.as_str();
-        let matched = match consumer {
-            None => {
+        let matched = match &filter {
+            SideFilter::Outbox(f) => {
                 ui.service
-                    .requeue_matching(actor, &filter, String::new(), true, DEFAULT_BULK_MAX)
+                    .requeue_matching(actor, f, String::new(), true, DEFAULT_BULK_MAX)
                     .await?
             }
-            Some(name) => {
+            SideFilter::Inbox(name, f) => {
                 ui.service
-                    .reconsume_matching(actor, name, &filter, String::new(), true, DEFAULT_BULK_MAX)
+                    .reconsume_matching(actor, name, f, String::new(), true, DEFAULT_BULK_MAX)
                     .await?
             }
         }

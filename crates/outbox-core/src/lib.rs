@@ -1,5 +1,6 @@
-//! The pure domain of `outbox`: what a message is, which status changes are legal,
-//! when a failed message is retried, and when the retry sweep runs.
+//! The pure domain of `outbox`: what a message is (and a typed one, [`Event`]),
+//! which status changes are legal, when a failed message is retried, and when the
+//! retry sweep runs.
 //!
 //! Nothing here performs I/O, spawns tasks or reads a clock. Time and randomness are
 //! passed in as arguments, so every decision can be tested exhaustively without a
@@ -12,6 +13,7 @@
 pub mod config;
 pub mod dispatch;
 pub mod duration;
+pub mod event;
 pub mod lanes;
 pub mod lease;
 pub mod message;
@@ -21,6 +23,7 @@ pub mod status;
 pub mod sweep;
 
 pub use config::{ConfigError, SweepConfig};
+pub use event::{DecodeError, Event, EventError};
 pub use message::{Due, Headers, LATEST_DUE, Message, MessageError, MessageId, NewMessage};
 pub use retry::{Decision, RetryPolicy};
 pub use status::{

@@ -12,6 +12,7 @@
 //! | `memory` | [`memory`] | every port in memory, with fault injection |
 //! | `admin` | [`admin`] | the admin API and dashboard as an axum `Router` |
 //! | `otel` | | `send` and `process` spans continuing the trace stored at enqueue |
+//! | `derive` (default) | | `#[derive(Event)]` for typed messages |
 //!
 //! With `default-features = false` it pulls no database, broker or cache driver.
 //! `use outbox::prelude::*;` brings the names an application uses and every port
@@ -25,8 +26,50 @@
 //! assert!(message.validate(1 << 20).is_ok());
 //! let _config = DispatcherConfig::default();
 //! ```
+//!
+//! Typed messages: a serde type implementing [`Event`] becomes a [`NewMessage`]
+//! with [`event::to_new_message`], and a received [`Message`] becomes the value
+//! again with [`event::decode`]. A plain impl:
+//!
+//! ```
+//! use outbox::prelude::*;
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Debug, PartialEq, Serialize, Deserialize)]
+//! struct OrderCreated {
+//!     order_id: u64,
+//!     total_cents: u64,
+//! }
+//!
+//! impl Event for OrderCreated {
+//!     const TYPE: &'static str = "order.created";
+//!     const EXCHANGE: &'static str = "shop.orders";
+//! }
+//!
+//! let order = OrderCreated { order_id: 42, total_cents: 1999 };
+//! let message = outbox::event::to_new_message(&order)?;
+//! assert_eq!(message.routing_key, "order.created");
+//! assert_eq!(message.message_type.as_deref(), Some("order.created"));
+//!
+//! // What a consumer receives decodes back into the value.
+//! let now = outbox::Timestamp::now_utc();
+//! let received = message.into_message(new_message_id(now), now);
+//! assert_eq!(outbox::event::decode::<OrderCreated>(&received)?, order);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! With the feature `derive` (on by default) the attribute says the same:
+//! `#[derive(Serialize, Deserialize, outbox::Event)]` and
+//! `#[event(type = "order.created", exchange = "shop.orders")]`, optionally with
+//! `version = 2` and a fixed `routing_key = "..."`.
 
 pub use outbox_core::*;
+
+/// `#[derive(Event)]`: implements [`Event`] from
+/// `#[event(type = "..", exchange = "..", version = N, routing_key = "..")]`
+/// (`version` and `routing_key` optional).
+#[cfg(feature = "derive")]
+pub use outbox_macros::Event;
 
 /// The ports: the traits every adapter implements.
 pub use outbox_ports as ports;
@@ -83,10 +126,10 @@ pub mod prelude {
     pub use outbox_ports::{Clock, InboxStore, OutboxStore, PortError, Publisher, SystemClock};
 
     pub use crate::{
-        CancellationToken, ConsumerConfig, ConsumerWorker, Dispatcher, DispatcherConfig, Handler,
-        HandlerError, HandlerRegistry, InboxStatus, Message, MessageId, NewMessage, OutboxStatus,
-        PublishRetryTask, RelayBuilder, RetryPolicy, RetrySweeper, SweepConfig, async_trait,
-        handler_fn, new_message_id,
+        CancellationToken, ConsumerConfig, ConsumerWorker, Dispatcher, DispatcherConfig, Event,
+        Handler, HandlerError, HandlerRegistry, InboxStatus, Message, MessageId, NewMessage,
+        OutboxStatus, PublishRetryTask, RelayBuilder, RetryPolicy, RetrySweeper, SweepConfig,
+        async_trait, handler_fn, new_message_id,
     };
     #[cfg(feature = "postgres")]
     pub use crate::{

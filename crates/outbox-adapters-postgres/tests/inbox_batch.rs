@@ -15,7 +15,7 @@ use std::time::Duration;
 use outbox_adapters_postgres::{
     BatchDelivery, ConsumeOutcome, PgInboxStore, PgPool, PgSchema, TxHandler,
 };
-use outbox_core::{Decision, InboxStatus, Message, MessageId};
+use outbox_core::{Decision, HandlerFailure, InboxStatus, Message, MessageId};
 use outbox_ports::Lease;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -113,7 +113,7 @@ impl Handlers {
                     .await
                     .map_err(err)?;
                 match kind {
-                    Kind::Fails => return Err("downstream refused".to_owned()),
+                    Kind::Fails => return Err("downstream refused".into()),
                     Kind::Swallows => {
                         // The handler bug under test: the error is ignored.
                         let _ignored = sqlx::query("SELECT 1 / 0").execute(&mut *conn).await;
@@ -185,7 +185,7 @@ fn message(kind: Kind) -> Message {
     m
 }
 
-fn retry(_attempt: u32) -> Decision {
+fn retry(_attempt: u32, _failure: &HandlerFailure) -> Decision {
     Decision::RetryAfter(Duration::from_secs(60))
 }
 
@@ -483,7 +483,7 @@ fn fails_then_rolls_back(
                 *r
             };
             if run == 1 {
-                return Err("not yet".to_owned());
+                return Err("not yet".into());
             }
             let err = |e: sqlx::Error| e.to_string();
             sqlx::query("ROLLBACK")

@@ -385,7 +385,7 @@ async fn the_transactional_path_holds_and_promotes() {
                         &c,
                         &a,
                         &lease(),
-                        |_| Decision::RetryAfter(Duration::ZERO),
+                        |_, _| Decision::RetryAfter(Duration::ZERO),
                         ok_after(a_done),
                     )
                     .await
@@ -427,7 +427,7 @@ async fn the_transactional_path_holds_and_promotes() {
                 &w,
                 &due.message,
                 due.attempts,
-                |_| Decision::RetryAfter(Duration::ZERO),
+                |_, _| Decision::RetryAfter(Duration::ZERO),
                 ok_after(b_done),
             )
             .await
@@ -547,7 +547,7 @@ async fn a_keyed_attempt_lost_with_its_connection_gives_its_lease_up() {
                 &c,
                 &a,
                 &lease(),
-                |_| Decision::RetryAfter(Duration::ZERO),
+                |_, _| Decision::RetryAfter(Duration::ZERO),
                 cut,
             )
             .await;

@@ -91,7 +91,7 @@ async fn a_handlers_session_settings_reach_neither_its_commit_nor_the_next_deliv
             .await
             .expect("a pool of one connection");
         let inbox = PgInboxStore::new(one.clone(), &schema);
-        let retry_now = |_| Decision::RetryAfter(Duration::ZERO);
+        let retry_now = |_, _: &_| Decision::RetryAfter(Duration::ZERO);
         let session_off = Some("SET synchronous_commit = off");
         let local_off = Some("SET LOCAL synchronous_commit = off");
 
@@ -126,7 +126,7 @@ async fn a_handlers_session_settings_reach_neither_its_commit_nor_the_next_deliv
         // A retry of a failed delivery by the consume sweep.
         let failed = message(7, None);
         let failing: TxHandler<'static> =
-            Box::new(|_: &mut sqlx::PgConnection| Box::pin(async { Err("boom".to_owned()) }));
+            Box::new(|_: &mut sqlx::PgConnection| Box::pin(async { Err("boom".into()) }));
         inbox
             .consume_in_transaction("billing", &failed, &lease("w"), retry_now, failing)
             .await
@@ -241,7 +241,7 @@ async fn a_handler_that_ends_the_transaction_leaves_no_session_setting_behind() 
             .await
             .expect("a pool of one connection");
         let inbox = PgInboxStore::new(one.clone(), &schema);
-        let retry_now = |_| Decision::RetryAfter(Duration::ZERO);
+        let retry_now = |_, _: &_| Decision::RetryAfter(Duration::ZERO);
         let ends_and_sets = || -> TxHandler<'static> {
             Box::new(|conn: &mut sqlx::PgConnection| {
                 Box::pin(async move {

@@ -179,13 +179,18 @@ async fn a_handler_in_the_inbox_transaction_takes_effect_exactly_once() {
                             .await
                             .map_err(|e| e.to_string())?;
                         if fail {
-                            Err("downstream refused".to_owned())
+                            Err("downstream refused".into())
                         } else {
                             Ok(())
                         }
                     })
                         as std::pin::Pin<
-                            Box<dyn std::future::Future<Output = Result<(), String>> + Send + '_>,
+                            Box<
+                                dyn std::future::Future<
+                                        Output = Result<(), outbox_core::HandlerFailure>,
+                                    > + Send
+                                    + '_,
+                            >,
                         >
                 },
             ))
@@ -196,7 +201,7 @@ async fn a_handler_in_the_inbox_transaction_takes_effect_exactly_once() {
                 .await
                 .expect("count")
         };
-        let retry = |_| Decision::RetryAfter(Duration::from_millis(10));
+        let retry = |_, _: &_| Decision::RetryAfter(Duration::from_millis(10));
         let lease = lease("worker");
 
         // A failing handler: its write is rolled back, the failure is stored.
@@ -273,7 +278,7 @@ async fn a_handler_in_the_inbox_transaction_takes_effect_exactly_once() {
 /// then returns `result`: to play a handler that ends that transaction itself.
 fn scripted(
     statements: Vec<String>,
-    result: Result<(), String>,
+    result: Result<(), outbox_core::HandlerFailure>,
 ) -> outbox_adapters_postgres::TxHandler<'static> {
     Box::new(move |conn: &mut sqlx::PgConnection| {
         Box::pin(async move {
@@ -321,7 +326,7 @@ async fn retry_all_due(
                     &sweep,
                     &c.message,
                     c.attempts,
-                    |_| Decision::RetryAfter(Duration::ZERO),
+                    |_, _| Decision::RetryAfter(Duration::ZERO),
                     handler(),
                 )
                 .await
@@ -344,7 +349,7 @@ async fn a_reconsume_racing_a_retry_does_not_run_the_handler_twice() {
         let operator_pool = common::pool().await.expect("a second pool");
         let operator = PgInboxStore::new(operator_pool, &schema);
         let m = outbox_testkit::message("orders", "order.created");
-        let retry_now = |_| Decision::RetryAfter(Duration::ZERO);
+        let retry_now = |_, _: &_| Decision::RetryAfter(Duration::ZERO);
         let first = inbox
             .consume_in_transaction(
                 "billing",
@@ -444,7 +449,7 @@ async fn a_handler_that_rolls_back_the_inbox_transaction_and_writes_goes_dead_at
             )
         };
         // The policy would retry at once: only the ended transaction makes it dead.
-        let retry = |_| Decision::RetryAfter(Duration::ZERO);
+        let retry = |_, _: &_| Decision::RetryAfter(Duration::ZERO);
         let out = inbox
             .consume_in_transaction("billing", &m, &lease("worker"), retry, handler())
             .await
@@ -487,7 +492,7 @@ async fn a_retry_whose_handler_rolls_back_the_inbox_transaction_goes_dead_at_onc
         let effects = effects_table(&pool, &schema).await;
         let inbox = PgInboxStore::new(pool.clone(), &schema);
         let m = outbox_testkit::message("orders", "order.created");
-        let retry = |_| Decision::RetryAfter(Duration::ZERO);
+        let retry = |_, _: &_| Decision::RetryAfter(Duration::ZERO);
         // First attempt: an ordinary failure, stored for a retry.
         let out = inbox
             .consume_in_transaction(
@@ -541,7 +546,7 @@ async fn a_handler_that_commits_the_inbox_transaction_then_fails_is_reported_con
     with_db!(|pool, schema| {
         let effects = effects_table(&pool, &schema).await;
         let inbox = PgInboxStore::new(pool.clone(), &schema);
-        let retry = |_| Decision::RetryAfter(Duration::ZERO);
+        let retry = |_, _: &_| Decision::RetryAfter(Duration::ZERO);
         // COMMIT makes the inbox row and the write permanent; the Err comes too late.
         let handler = || {
             scripted(

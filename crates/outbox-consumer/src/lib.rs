@@ -22,6 +22,7 @@
 pub mod config;
 pub mod counters;
 pub mod handler;
+pub mod handler_error;
 mod lanes;
 pub mod layer;
 #[cfg(feature = "otel")]
@@ -32,6 +33,7 @@ pub mod pg;
 #[cfg(feature = "postgres")]
 mod pg_batch;
 pub mod retention;
+pub mod typed;
 pub mod worker;
 
 pub use counters::ConsumerCounters;
@@ -40,8 +42,11 @@ pub use outbox_runtime::{
     CancellationToken, LeaseFactory, RetrySweeper, SweepTask, ThroughputRecorder,
 };
 #[cfg(feature = "postgres")]
-pub use pg::{PgConsumeRetryTask, PgConsumerWorker, PgHandler, PgHandlerRegistry, PgTxInbox};
+pub use pg::{
+    PgConsumeRetryTask, PgConsumerWorker, PgEventHandler, PgHandler, PgHandlerRegistry, PgTxInbox,
+};
 pub use retention::ConsumerRetention;
+pub use typed::{CAUSATION_HEADER, Context, EventHandler};
 pub use worker::{
     AttemptContext, ConsumeRetryTask, ConsumerConfig, ConsumerWorker, Failure, Handled, Handler,
     HandlerError, HandlerRegistry, Handlers, InboxPath, InboxRetryTask, InboxWorker, NeutralInbox,

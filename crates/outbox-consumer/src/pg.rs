@@ -4,6 +4,7 @@
 //! does not run; a failure rolls the handler's writes back and is stored for the
 //! consume sweep ([`PgConsumeRetryTask`]), which retries in a transaction too.
 
+use std::marker::PhantomData;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,12 +12,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::FutureExt as _;
 use outbox_adapters_postgres::{ConsumeOutcome, PgConnection, PgInboxStore, TxHandler};
-use outbox_core::Message;
+use outbox_core::event::decode;
+use outbox_core::{Event, HandlerFailure, Message};
 use outbox_ports::{ClaimedDelivery, Clock, InboxConsumerPath, InboxRetention, Lease, Subscriber};
 
 use crate::HandlerError;
-use crate::handler::no_handler;
 use crate::pg_batch::GroupCommit;
+use crate::typed::Context;
 use crate::worker::{
     AttemptContext, ConsumerConfig, Failure, Handled, Handlers, InboxPath, InboxRetryTask,
     InboxWorker, Unrecorded,
@@ -32,6 +34,22 @@ pub trait PgHandler: Send + Sync {
     /// # Errors
     /// Any error: the transaction rolls back and the delivery is retried later.
     async fn handle(&self, conn: &mut PgConnection, message: &Message) -> Result<(), HandlerError>;
+
+    /// Handles `message` at attempt number `attempt` (1 for the first): what the
+    /// consumer calls. By default [`Self::handle`]; typed handlers pass the number
+    /// on in their context.
+    ///
+    /// # Errors
+    /// As [`Self::handle`].
+    async fn handle_attempt(
+        &self,
+        conn: &mut PgConnection,
+        message: &Message,
+        attempt: u32,
+    ) -> Result<(), HandlerError> {
+        let _ = attempt;
+        self.handle(conn, message).await
+    }
 }
 
 /// Transactional handlers by type, routing key, fallback.
@@ -74,23 +92,30 @@ impl PgTxInbox {
         self
     }
 
-    /// The handler for `message` as the inbox's transactional callback: panics and
-    /// timeouts become errors, a missing handler is an error.
-    fn tx_handler(&self, message: &Message, timeout: Duration) -> TxHandler<'static> {
-        let handler = self.handlers.find(message);
+    /// The handler for `message` (attempt number `attempt`) as the inbox's
+    /// transactional callback: panics and timeouts become retryable failures, a
+    /// missing handler or a version none accepts a failure of its own (see
+    /// [`Handlers::resolve`]); every failure carries the type's retry policy.
+    fn tx_handler(&self, message: &Message, attempt: u32, timeout: Duration) -> TxHandler<'static> {
+        let handler = self.handlers.resolve(message);
+        let policy = self.handlers.policy_for(message);
         let m = message.clone();
         Box::new(move |conn: &mut PgConnection| {
             Box::pin(async move {
-                let Some(h) = handler else {
-                    return Err(no_handler(&m));
+                let h = handler?;
+                let run = AssertUnwindSafe(h.handle_attempt(conn, &m, attempt)).catch_unwind();
+                let failure = match tokio::time::timeout(timeout, run).await {
+                    Ok(Ok(Ok(()))) => return Ok(()),
+                    Ok(Ok(Err(e))) => e.into_failure(),
+                    Ok(Err(panic)) => HandlerFailure::retryable(format!(
+                        "handler panicked: {}",
+                        panic_text(&*panic)
+                    )),
+                    Err(_) => {
+                        HandlerFailure::retryable(format!("handler timed out after {timeout:?}"))
+                    }
                 };
-                let run = AssertUnwindSafe(h.handle(conn, &m)).catch_unwind();
-                match tokio::time::timeout(timeout, run).await {
-                    Ok(Ok(Ok(()))) => Ok(()),
-                    Ok(Ok(Err(e))) => Err(e.to_string()),
-                    Ok(Err(panic)) => Err(format!("handler panicked: {}", panic_text(&*panic))),
-                    Err(_) => Err(format!("handler timed out after {timeout:?}")),
-                }
+                Err(failure.with_policy(policy))
             })
         })
     }
@@ -119,11 +144,11 @@ impl InboxPath for PgTxInbox {
         lease: &Lease,
     ) -> Result<Handled, Unrecorded> {
         let name = &cx.config.name;
-        let decide = |attempt| cx.decide(attempt);
+        let decide = |attempt, failure: &HandlerFailure| cx.decide_failure(attempt, failure);
         let timeout = cx.config.handler_timeout;
         let outcome = match &self.batches {
             Some(batches) if message.ordering_key.is_none() => {
-                let handler_for = |m: &Message| self.tx_handler(m, timeout);
+                let handler_for = |m: &Message| self.tx_handler(m, 1, timeout);
                 batches
                     .consume(
                         &self.inbox,
@@ -142,7 +167,7 @@ impl InboxPath for PgTxInbox {
                         message,
                         lease,
                         decide,
-                        self.tx_handler(message, timeout),
+                        self.tx_handler(message, 1, timeout),
                     )
                     .await
             }
@@ -167,7 +192,8 @@ impl InboxPath for PgTxInbox {
         lease: &Lease,
     ) -> Result<Handled, Unrecorded> {
         let name = &cx.config.name;
-        let decide = |attempt| cx.decide(attempt);
+        let decide = |attempt, failure: &HandlerFailure| cx.decide_failure(attempt, failure);
+        let attempt = due.attempts.saturating_add(1);
         let outcome = self
             .inbox
             .retry_in_transaction(
@@ -176,7 +202,7 @@ impl InboxPath for PgTxInbox {
                 &due.message,
                 due.attempts,
                 decide,
-                self.tx_handler(&due.message, cx.config.handler_timeout),
+                self.tx_handler(&due.message, attempt, cx.config.handler_timeout),
             )
             .await
             .map_err(Unrecorded::Nothing)?;
@@ -212,3 +238,60 @@ impl PgConsumerWorker {
 /// The consume sweep's work with transactional handlers: each due delivery is
 /// retried in a transaction that also marks it consumed.
 pub type PgConsumeRetryTask = InboxRetryTask<PgTxInbox>;
+
+/// Handles decoded values of `E` with the inbox transaction's connection: its
+/// writes, and any message it enqueues through the same connection (see
+/// [`Context::follow_up`]), commit with the inbox row, exactly once in effect.
+#[async_trait]
+pub trait PgEventHandler<E: Event>: Send + Sync + 'static {
+    /// Handles `event`, writing through `conn` only.
+    ///
+    /// # Errors
+    /// A [`HandlerError`]: the transaction rolls back; retried unless it says
+    /// otherwise.
+    async fn handle(
+        &self,
+        conn: &mut PgConnection,
+        event: E,
+        cx: Context,
+    ) -> Result<(), HandlerError>;
+}
+
+/// Decodes, then calls the typed transactional handler.
+struct PgTyped<E, H> {
+    handler: H,
+    event: PhantomData<fn() -> E>,
+}
+
+#[async_trait]
+impl<E: Event, H: PgEventHandler<E>> PgHandler for PgTyped<E, H> {
+    async fn handle(&self, conn: &mut PgConnection, message: &Message) -> Result<(), HandlerError> {
+        self.handle_attempt(conn, message, 1).await
+    }
+
+    async fn handle_attempt(
+        &self,
+        conn: &mut PgConnection,
+        message: &Message,
+        attempt: u32,
+    ) -> Result<(), HandlerError> {
+        let event = decode::<E>(message).map_err(HandlerError::permanent)?;
+        self.handler
+            .handle(conn, event, Context::of(message, attempt))
+            .await
+    }
+}
+
+impl Handlers<dyn PgHandler> {
+    /// Handles messages of type `E::TYPE` and version `E::VERSION`, decoded into
+    /// `E`, in the inbox's transaction (replacing a handler registered for that
+    /// type and version before).
+    #[must_use]
+    pub fn on<E: Event>(self, handler: impl PgEventHandler<E>) -> Self {
+        let typed: Arc<dyn PgHandler> = Arc::new(PgTyped {
+            handler,
+            event: PhantomData::<fn() -> E>,
+        });
+        self.on_version(E::TYPE, E::VERSION, typed)
+    }
+}

@@ -16,7 +16,7 @@ use std::sync::Mutex;
 use outbox_adapters_postgres::{
     BatchDelivery, ConsumeOutcome, PgConnection, PgInboxStore, TxHandler,
 };
-use outbox_core::{Decision, Message, MessageId};
+use outbox_core::{Decision, HandlerFailure, Message, MessageId};
 use outbox_ports::{Lease, PortError};
 use tokio::sync::{Semaphore, oneshot};
 use tracing::Instrument as _;
@@ -71,7 +71,7 @@ impl GroupCommit {
         consumer: &str,
         message: Message,
         lease: Lease,
-        decide: &(dyn Fn(u32) -> Decision + Send + Sync),
+        decide: &(dyn Fn(u32, &HandlerFailure) -> Decision + Send + Sync),
         handler_for: &(dyn Fn(&Message) -> TxHandler<'static> + Send + Sync),
     ) -> Result<ConsumeOutcome, PortError> {
         let (done, mut outcome) = oneshot::channel();

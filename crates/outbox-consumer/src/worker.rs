@@ -17,7 +17,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use outbox_core::{BatchCounts, Decision, Message};
+use outbox_core::{BatchCounts, Decision, HandlerFailure, Message};
 use outbox_ports::{
     Arrival, ClaimedDelivery, Clock, DeadLetter, Delivery, InboxConsumerPath, InboxRetention,
     Lease, PortError, Subscriber,
@@ -138,10 +138,18 @@ pub struct AttemptContext<'a> {
 }
 
 impl AttemptContext<'_> {
-    /// The retry decision for a failure of attempt number `attempt` (1 = first).
+    /// The retry decision for a retryable failure of attempt number `attempt`
+    /// (1 = first), by the consumer's policy.
     #[must_use]
     pub fn decide(&self, attempt: u32) -> Decision {
         self.config.retry.decide(attempt, (self.random)())
+    }
+
+    /// The retry decision for `failure` of attempt number `attempt` (1 = first):
+    /// its class and its type's policy (or the consumer's) decide.
+    #[must_use]
+    pub fn decide_failure(&self, attempt: u32, failure: &HandlerFailure) -> Decision {
+        failure.decide(attempt, (self.random)(), &self.config.retry)
     }
 }
 
@@ -235,7 +243,12 @@ impl NeutralInbox {
         attempts_before: u32,
     ) -> Result<Handled, Unrecorded> {
         let name = &cx.config.name;
-        match self.handlers.run(message, cx.config.handler_timeout).await {
+        let attempt = attempts_before.saturating_add(1);
+        match self
+            .handlers
+            .run(message, attempt, cx.config.handler_timeout)
+            .await
+        {
             Ok(()) => match self.inbox.mark_consumed(name, message.id, lease).await {
                 Ok(counted) => Ok(Handled::Consumed { counted }),
                 Err(error) => Err(Unrecorded::Outcome {
@@ -243,8 +256,9 @@ impl NeutralInbox {
                     failure: None,
                 }),
             },
-            Err(error) => {
-                let decision = cx.decide(attempts_before.saturating_add(1));
+            Err(failure) => {
+                let decision = cx.decide_failure(attempt, &failure);
+                let error = failure.reason;
                 let dead = decision == Decision::Dead;
                 if dead {
                     tracing::warn!(consumer = %name, message_id = %message.id, %error, "delivery is dead after its last attempt");

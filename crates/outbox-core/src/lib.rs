@@ -14,6 +14,7 @@ pub mod config;
 pub mod dispatch;
 pub mod duration;
 pub mod event;
+pub mod failure;
 pub mod lanes;
 pub mod lease;
 pub mod message;
@@ -24,6 +25,7 @@ pub mod sweep;
 
 pub use config::{ConfigError, SweepConfig};
 pub use event::{DecodeError, Event, EventError};
+pub use failure::{FailureClass, HandlerFailure};
 pub use message::{Due, Headers, LATEST_DUE, Message, MessageError, MessageId, NewMessage};
 pub use retry::{Decision, RetryPolicy};
 pub use status::{

@@ -108,11 +108,13 @@ pub use outbox_admin as admin;
 pub use async_trait::async_trait;
 
 pub use outbox_consumer::{
-    ConsumeRetryTask, ConsumerConfig, ConsumerRetention, ConsumerWorker, Handler, HandlerError,
-    HandlerRegistry, handler_fn,
+    ConsumeRetryTask, ConsumerConfig, ConsumerRetention, ConsumerWorker, Context, EventHandler,
+    Handler, HandlerError, HandlerRegistry, handler_fn,
 };
 #[cfg(feature = "postgres")]
-pub use outbox_consumer::{PgConsumeRetryTask, PgConsumerWorker, PgHandler, PgHandlerRegistry};
+pub use outbox_consumer::{
+    PgConsumeRetryTask, PgConsumerWorker, PgEventHandler, PgHandler, PgHandlerRegistry,
+};
 #[cfg(feature = "postgres")]
 pub use outbox_relay::PgWakeupSource;
 pub use outbox_relay::{
@@ -126,14 +128,15 @@ pub mod prelude {
     pub use outbox_ports::{Clock, InboxStore, OutboxStore, PortError, Publisher, SystemClock};
 
     pub use crate::{
-        CancellationToken, ConsumerConfig, ConsumerWorker, Dispatcher, DispatcherConfig, Event,
-        Handler, HandlerError, HandlerRegistry, InboxStatus, Message, MessageId, NewMessage,
-        OutboxStatus, PublishRetryTask, RelayBuilder, RetryPolicy, RetrySweeper, SweepConfig,
-        async_trait, handler_fn, new_message_id,
+        CancellationToken, ConsumerConfig, ConsumerWorker, Context, Dispatcher, DispatcherConfig,
+        Event, EventHandler, Handler, HandlerError, HandlerRegistry, InboxStatus, Message,
+        MessageId, NewMessage, OutboxStatus, PublishRetryTask, RelayBuilder, RetryPolicy,
+        RetrySweeper, SweepConfig, async_trait, handler_fn, new_message_id,
     };
     #[cfg(feature = "postgres")]
     pub use crate::{
-        PgConsumeRetryTask, PgConsumerWorker, PgHandler, PgHandlerRegistry, PgWakeupSource,
+        PgConsumeRetryTask, PgConsumerWorker, PgEventHandler, PgHandler, PgHandlerRegistry,
+        PgWakeupSource,
     };
     #[cfg(feature = "postgres")]
     pub use outbox_adapters_postgres::{PgDatabase, PgOutbox, PgOutboxStore, PgPool, PgSchema};

@@ -22,7 +22,7 @@
 //! (`Err`): the caller returns them to the broker, and a redelivery finds the rows
 //! if the COMMIT did happen.
 
-use outbox_core::{Decision, Message};
+use outbox_core::{Decision, HandlerFailure, Message};
 use outbox_ports::{Lease, PortError};
 use sqlx::{Postgres, Transaction};
 
@@ -54,7 +54,7 @@ enum Step {
     /// Its row was there already: nothing ran.
     Duplicate,
     /// Its handler failed; its row and writes were rolled back to its savepoint.
-    Failed(String),
+    Failed(HandlerFailure),
     /// Its row could not be inserted (a deadlock with another worker inserting the
     /// same message): rolled back to its savepoint, nothing recorded.
     Unrecorded(String),
@@ -87,7 +87,7 @@ impl PgInboxStore {
         &self,
         consumer: &str,
         deliveries: &[BatchDelivery<'_>],
-        decide: &(dyn Fn(u32) -> Decision + Send + Sync),
+        decide: &(dyn Fn(u32, &HandlerFailure) -> Decision + Send + Sync),
         handler_for: &(dyn Fn(&Message) -> TxHandler<'static> + Send + Sync),
     ) -> Vec<Result<ConsumeOutcome, PortError>> {
         let mut out: Vec<Option<Result<ConsumeOutcome, PortError>>> =
@@ -147,7 +147,7 @@ impl PgInboxStore {
                                 consumer,
                                 d.message,
                                 d.lease,
-                                error.clone(),
+                                HandlerFailure::permanent(error.clone()),
                                 Some(Decision::Dead),
                                 decide,
                             )
@@ -180,7 +180,7 @@ impl PgInboxStore {
         &self,
         consumer: &str,
         d: BatchDelivery<'_>,
-        decide: &(dyn Fn(u32) -> Decision + Send + Sync),
+        decide: &(dyn Fn(u32, &HandlerFailure) -> Decision + Send + Sync),
         handler_for: &(dyn Fn(&Message) -> TxHandler<'static> + Send + Sync),
     ) -> Result<ConsumeOutcome, PortError> {
         self.consume_in_transaction(consumer, d.message, d.lease, decide, handler_for(d.message))
@@ -245,7 +245,9 @@ impl PgInboxStore {
                         // Aborted by a statement the handler ignored: back to the
                         // savepoint, which the failed RELEASE left in place.
                         Some(why) => match rollback_to_savepoint(&mut tx).await {
-                            Ok(()) => Step::Failed(aborted_reason(&e, &why)),
+                            Ok(()) => {
+                                Step::Failed(HandlerFailure::retryable(aborted_reason(&e, &why)))
+                            }
                             // Its savepoint is gone too: it ended the transaction
                             // and began another, left aborted.
                             Err(back) if ended_by_handler(&back) => {

@@ -15,16 +15,19 @@
 use std::future::Future;
 use std::pin::Pin;
 
+use outbox_core::HandlerFailure;
 use outbox_ports::PortError;
 use sqlx::{PgConnection, Postgres, Transaction};
 
 use crate::error::{port, refused_by_database};
 
-/// A handler that writes through the inbox's transaction.
+/// A handler that writes through the inbox's transaction; its failure carries
+/// what it says about retrying (see [`HandlerFailure`]).
 pub type TxHandler<'h> = Box<
     dyn for<'c> FnOnce(
             &'c mut PgConnection,
-        ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'c>>
+        )
+            -> Pin<Box<dyn Future<Output = Result<(), HandlerFailure>> + Send + 'c>>
         + Send
         + 'h,
 >;
@@ -60,7 +63,7 @@ pub(super) enum Attempt {
     /// A failed attempt, rolled back: the handler's error, a transaction the handler
     /// left aborted, or a COMMIT the database refused (a deferred constraint, a
     /// serialization failure). Safe to retry.
-    Failed(String),
+    Failed(HandlerFailure),
     /// The handler ended the inbox transaction itself (a raw `COMMIT` or `ROLLBACK`,
     /// or released or rolled back past its savepoint): what it wrote after that was
     /// autocommitted, or its writes and the inbox row were committed before it
@@ -135,9 +138,9 @@ pub(super) async fn run_and_commit(
                     return match tx.commit().await {
                         Ok(()) => Ok(Attempt::Committed),
                         Err(e) => match refused_by_database(&e) {
-                            Some(why) => Ok(Attempt::Failed(format!(
+                            Some(why) => Ok(Attempt::Failed(HandlerFailure::retryable(format!(
                                 "the database refused the commit of the handler's transaction: {why}"
-                            ))),
+                            )))),
                             None => Err(port("commit", e)),
                         },
                     };
@@ -155,7 +158,9 @@ pub(super) async fn run_and_commit(
                             Err(back) if ended_by_handler(&back) => {
                                 Attempt::Ended(ended_reason("returned Ok", &why))
                             }
-                            _ => Attempt::Failed(aborted_reason(&e, &why)),
+                            _ => {
+                                Attempt::Failed(HandlerFailure::retryable(aborted_reason(&e, &why)))
+                            }
                         }
                     }
                     None => return Err(port("release savepoint", e)),

@@ -10,7 +10,7 @@
 //! by the other workers, while the handler runs. After a keyed row finishes, its
 //! key's next held row is made due, after the commit, never inside it.
 
-use outbox_core::{Decision, InboxStatus, Message, MessageId};
+use outbox_core::{Decision, HandlerFailure, InboxStatus, Message, MessageId};
 use outbox_ports::{Arrival, Lease, PortError};
 
 use super::PgInboxStore;
@@ -73,7 +73,7 @@ impl PgInboxStore {
         consumer: &str,
         message: &Message,
         lease: &Lease,
-        decide: impl FnOnce(u32) -> Decision + Send,
+        decide: impl FnOnce(u32, &HandlerFailure) -> Decision + Send,
         handler: TxHandler<'_>,
     ) -> Result<ConsumeOutcome, PortError> {
         if message.ordering_key.is_some() {
@@ -106,12 +106,12 @@ impl PgInboxStore {
             tx.rollback().await.map_err(|e| port("rollback", e))?;
             return Ok(ConsumeOutcome::Duplicate);
         }
-        let (error, decision) = match run_and_commit(tx, handler).await? {
+        let (failure, decision) = match run_and_commit(tx, handler).await? {
             Attempt::Committed => return Ok(ConsumeOutcome::Consumed),
-            Attempt::Failed(error) => (error, None),
-            Attempt::Ended(error) => (error, Some(Decision::Dead)),
+            Attempt::Failed(failure) => (failure, None),
+            Attempt::Ended(error) => (HandlerFailure::permanent(error), Some(Decision::Dead)),
         };
-        self.record_first_attempt_failed(consumer, message, lease, error, decision, decide)
+        self.record_first_attempt_failed(consumer, message, lease, failure, decision, decide)
             .await
     }
 
@@ -124,14 +124,15 @@ impl PgInboxStore {
         consumer: &str,
         message: &Message,
         lease: &Lease,
-        error: String,
+        failure: HandlerFailure,
         decision: Option<Decision>,
-        decide: impl FnOnce(u32) -> Decision + Send,
+        decide: impl FnOnce(u32, &HandlerFailure) -> Decision + Send,
     ) -> Result<ConsumeOutcome, PortError> {
         let ended = decision.is_some();
+        let error = failure.reason.clone();
         match self.arrive(consumer, message, lease).await? {
             Arrival::New => {
-                let decision = decision.unwrap_or_else(|| decide(1));
+                let decision = decision.unwrap_or_else(|| decide(1, &failure));
                 self.mark_failed_row(consumer, message.id, lease, &error, decision)
                     .await?;
                 if ended {
@@ -183,7 +184,7 @@ impl PgInboxStore {
         lease: &Lease,
         message: &Message,
         attempts_before: u32,
-        decide: impl FnOnce(u32) -> Decision + Send,
+        decide: impl FnOnce(u32, &HandlerFailure) -> Decision + Send,
         handler: TxHandler<'_>,
     ) -> Result<ConsumeOutcome, PortError> {
         let mut tx = self.pool.begin().await.map_err(|e| port("begin", e))?;
@@ -212,9 +213,9 @@ impl PgInboxStore {
                 promote(InboxStatus::Consumed).await;
                 return Ok(ConsumeOutcome::Consumed);
             }
-            Attempt::Failed(error) => {
-                let decision = decide(attempts_before.saturating_add(1));
-                (error, decision)
+            Attempt::Failed(failure) => {
+                let decision = decide(attempts_before.saturating_add(1), &failure);
+                (failure.reason, decision)
             }
             Attempt::Ended(error) => {
                 let marked = self

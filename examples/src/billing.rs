@@ -8,17 +8,19 @@ use std::time::Duration;
 use async_trait::async_trait;
 use outbox::runtime::ThroughputRecorder;
 use outbox::{
-    CancellationToken, ConsumerConfig, ConsumerRetention, HandlerError, LeaseFactory,
-    PgConsumerWorker, PgHandler, PgHandlerRegistry, RetrySweeper,
+    CancellationToken, ConsumerConfig, ConsumerRetention, Context, HandlerError, LeaseFactory,
+    PgConsumerWorker, PgEventHandler, PgHandlerRegistry, RetrySweeper,
 };
 use outbox_adapters_postgres::{
     PgConnection, PgInboxStore, PgLock, PgSchema, PgSweepState, PgThroughputLog,
 };
 use outbox_adapters_rabbitmq::RabbitSubscriber;
+use outbox_core::event::decode;
 use outbox_core::{Message, RetryPolicy, SweepConfig};
 use outbox_ports::{SystemClock, ThroughputKind};
 
 use crate::Shop;
+use crate::events::OrderCreated;
 
 /// The consumer's name in the inbox.
 pub const CONSUMER: &str = "billing";
@@ -43,10 +45,10 @@ pub struct Faults {
 /// Attempts the billing consumer makes before a delivery is dead.
 pub const MAX_ATTEMPTS: u32 = 5;
 
-/// The order id in an `order.created` message, if it has one.
+/// The order id in an `order.created` message, if it decodes as one.
 #[must_use]
 pub fn order_id_of(m: &Message) -> Option<i64> {
-    order_of(m).ok().map(|(order_id, _)| order_id)
+    decode::<OrderCreated>(m).ok().map(|o| o.order_id)
 }
 
 struct Billing {
@@ -54,23 +56,21 @@ struct Billing {
     faults: Faults,
 }
 
-fn order_of(m: &Message) -> Result<(i64, i64), HandlerError> {
-    let text = std::str::from_utf8(&m.payload)?;
-    let field = |name: &str| -> Result<i64, HandlerError> {
-        let start = text.find(&format!("\"{name}\":")).ok_or("field missing")? + name.len() + 3;
-        let digits: String = text[start..]
-            .chars()
-            .take_while(char::is_ascii_digit)
-            .collect();
-        Ok(digits.parse()?)
-    };
-    Ok((field("order_id")?, field("total_cents")?))
-}
-
+/// One invoice per order, in the inbox's transaction. A body that is not an
+/// `OrderCreated` never gets here: it is dead after one attempt, its reason naming
+/// the type and what did not decode.
 #[async_trait]
-impl PgHandler for Billing {
-    async fn handle(&self, conn: &mut PgConnection, m: &Message) -> Result<(), HandlerError> {
-        let (order_id, total) = order_of(m)?;
+impl PgEventHandler<OrderCreated> for Billing {
+    async fn handle(
+        &self,
+        conn: &mut PgConnection,
+        order: OrderCreated,
+        cx: Context,
+    ) -> Result<(), HandlerError> {
+        let OrderCreated {
+            order_id,
+            total_cents: total,
+        } = order;
         if self.faults.poison.contains(&order_id) {
             return Err(format!("order {order_id} cannot be billed").into());
         }
@@ -90,7 +90,7 @@ impl PgHandler for Billing {
             self.schema.quoted()
         ))
         .bind(order_id)
-        .bind(m.id.as_uuid())
+        .bind(cx.message_id.as_uuid())
         .bind(total)
         .execute(&mut *conn)
         .await?;
@@ -150,13 +150,10 @@ pub async fn run(
     let pool = shop.pool().await?;
     shop.setup(&pool).await?;
     let inbox = PgInboxStore::new(pool.clone(), &shop.outbox_schema);
-    let handlers = PgHandlerRegistry::new().on_type(
-        "order.created",
-        Arc::new(Billing {
-            schema: shop.schema.clone(),
-            faults,
-        }),
-    );
+    let handlers = PgHandlerRegistry::new().on::<OrderCreated>(Billing {
+        schema: shop.schema.clone(),
+        faults,
+    });
     let config = ConsumerConfig {
         prefetch: 64,
         concurrency: 8,

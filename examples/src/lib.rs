@@ -21,6 +21,7 @@ use outbox_adapters_rabbitmq::{
 };
 
 pub mod billing;
+pub mod events;
 pub mod orders;
 
 /// Settings of both programs.

@@ -1,9 +1,11 @@
 //! The order service: an order row and its `order.created` message, one transaction.
 
 use outbox_adapters_postgres::{PgOutbox, PgPool};
-use outbox_core::{MessageId, NewMessage};
+use outbox_core::MessageId;
+use outbox_core::event::to_new_message;
 
 use crate::Shop;
+use crate::events::OrderCreated;
 
 /// Creates order `id` for `total_cents` and enqueues `order.created`; with
 /// `roll_back` the transaction is rolled back instead (nothing happens at all).
@@ -45,10 +47,13 @@ pub async fn create_keyed(
     .bind(total_cents)
     .execute(&mut *tx)
     .await?;
-    let payload = format!(r#"{{"order_id":{id},"total_cents":{total_cents}}}"#);
-    let mut event = NewMessage::new(&shop.exchange, "order.created", payload.into_bytes())
-        .with_type("order.created")
-        .with_source("order-service");
+    let mut event = to_new_message(&OrderCreated {
+        order_id: id,
+        total_cents,
+    })?
+    .with_source("order-service");
+    // The shop's exchange is a setting (SHOP_EXCHANGE), not the type's default.
+    event.exchange.clone_from(&shop.exchange);
     if let Some(key) = ordering_key {
         event = event.with_ordering_key(key);
     }

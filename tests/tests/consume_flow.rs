@@ -456,3 +456,63 @@ async fn handler_database_faults_end_dead_with_their_reason_while_the_rest_flows
     assert!(terminate(relay).await);
     f.cleanup().await;
 }
+
+/// A producer in another language writes rows through the SQL contract: one whose
+/// body is an `OrderCreated` (no version header: version 1) is billed; one whose
+/// `order_id` is no integer is dead after exactly one attempt, its reason naming
+/// the Rust type and the serde error, its raw body kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_is_not_an_order_is_dead_after_one_attempt_naming_the_type() {
+    let Some(f) = Flow::new("typed").await else {
+        return;
+    };
+    let relay = f.relay("r");
+    let consumer = f.consumer("c", &[]);
+    let o = f.shop.outbox_schema.quoted();
+    let sql = format!(
+        "INSERT INTO {o}.outbox_messages (exchange, routing_key, message_type, payload) \
+         VALUES ($1, 'order.created', 'order.created', convert_to($2, 'UTF8')) RETURNING id"
+    );
+    let insert = |body: &'static str| {
+        sqlx::query_scalar::<_, sqlx::types::Uuid>(&sql)
+            .bind(&f.shop.exchange)
+            .bind(body)
+            .fetch_one(&f.pool)
+    };
+    let good = insert(r#"{"order_id": 5, "total_cents": 1200}"#)
+        .await
+        .expect("good row");
+    let bad = insert(r#"{"order_id": "x"}"#).await.expect("bad row");
+    f.wait_for("the good order billed", 60, async || {
+        f.invoices().await == 1
+    })
+    .await;
+    f.wait_for("the bad one dead", 60, async || f.inbox("dead").await == 1)
+        .await;
+    let (status, attempts, last_error, body): (String, i32, String, String) = sqlx::query_as(
+        &format!(
+            "SELECT status, attempts, last_error, convert_from(payload, 'UTF8') FROM {o}.outbox_inbox \
+             WHERE message_id = $1"
+        ),
+    )
+    .bind(bad)
+    .fetch_one(&f.pool)
+    .await
+    .expect("bad inbox row");
+    assert_eq!((status.as_str(), attempts), ("dead", 1), "{last_error}");
+    assert!(
+        last_error.contains("events::OrderCreated") && last_error.contains("invalid type: string"),
+        "{last_error}"
+    );
+    assert_eq!(body, r#"{"order_id": "x"}"#);
+    let billed: sqlx::types::Uuid = sqlx::query_scalar(&format!(
+        "SELECT message_id FROM {}.invoices WHERE order_id = 5",
+        f.shop.schema.quoted()
+    ))
+    .fetch_one(&f.pool)
+    .await
+    .expect("invoice");
+    assert_eq!(billed, good);
+    assert!(terminate(consumer).await && terminate(relay).await);
+    f.cleanup().await;
+}

@@ -23,6 +23,7 @@ use outbox_adapters_rabbitmq::{
 pub mod billing;
 pub mod events;
 pub mod orders;
+pub mod web;
 
 /// Settings of both programs.
 #[derive(Debug, Clone)]

@@ -516,3 +516,81 @@ async fn a_body_that_is_not_an_order_is_dead_after_one_attempt_naming_the_type()
     assert!(terminate(consumer).await && terminate(relay).await);
     f.cleanup().await;
 }
+
+/// `curl` a JSON body to `url`; the status and the body.
+async fn post_json(url: &str, body: &str) -> (u16, String) {
+    let out = Command::new("curl")
+        .args(["-s", "-X", "POST", "-H", "content-type: application/json"])
+        .args(["-d", body, "-w", "\n%{http_code}", url])
+        .output()
+        .await
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').expect("status line");
+    (code.trim().parse().expect("status"), body.to_owned())
+}
+
+/// The axum example: `POST /orders` writes the order and its `OrderCreated` in one
+/// transaction and answers 201; the relay publishes it and billing bills it once.
+/// A second POST of the same order is 409 and publishes nothing; a malformed body
+/// is 400 and a negative total 422, neither writing anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_order_posted_over_http_is_billed_once_through_the_relay() {
+    let Some(f) = Flow::new("web").await else {
+        return;
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}/orders", listener.local_addr().expect("addr"));
+    let app = outbox_examples::web::router(f.shop.clone(), f.pool.clone());
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let relay = f.relay("r");
+    let consumer = f.consumer("c", &[]);
+
+    let (status, body) = post_json(&url, r#"{"order_id": 42, "total_cents": 1250}"#).await;
+    assert_eq!(status, 201, "{body}");
+    let created: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(created["order_id"], 42);
+    let message_id = created["message_id"]
+        .as_str()
+        .expect("message id")
+        .to_owned();
+    let (status, body) = post_json(&url, r#"{"order_id": 42, "total_cents": 1}"#).await;
+    assert_eq!(status, 409, "{body}");
+    let (status, body) = post_json(&url, r#"{"order_id": "x"}"#).await;
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = post_json(&url, r#"{"order_id": 43, "total_cents": -5}"#).await;
+    assert_eq!(status, 422, "{body}");
+
+    f.wait_for("the order billed", 60, async || f.invoices().await == 1)
+        .await;
+    let (billed, amount): (sqlx::types::Uuid, i64) = sqlx::query_as(&format!(
+        "SELECT message_id, amount_cents FROM {}.invoices WHERE order_id = 42",
+        f.shop.schema.quoted()
+    ))
+    .fetch_one(&f.pool)
+    .await
+    .expect("invoice");
+    assert_eq!((billed.to_string(), amount), (message_id, 1250));
+    let messages = f
+        .scalar(&format!(
+            "SELECT count(*) FROM {}.outbox_messages",
+            f.shop.outbox_schema.quoted()
+        ))
+        .await;
+    let orders = f
+        .scalar(&format!(
+            "SELECT count(*) FROM {}.orders",
+            f.shop.schema.quoted()
+        ))
+        .await;
+    assert_eq!(
+        (messages, orders),
+        (1, 1),
+        "the refused requests wrote nothing"
+    );
+    server.abort();
+    assert!(terminate(consumer).await && terminate(relay).await);
+    f.cleanup().await;
+}

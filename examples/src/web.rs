@@ -51,7 +51,6 @@ pub struct Created {
 }
 
 /// The routes: `POST /orders`.
-#[must_use]
 pub fn router(shop: Shop, pool: PgPool) -> Router {
     let outbox = PgOutbox::new(shop.outbox_schema.clone());
     Router::new()

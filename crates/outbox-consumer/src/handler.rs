@@ -8,12 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use outbox_core::event::version_of;
 use outbox_core::{HandlerFailure, Message, RetryPolicy};
 use outbox_runtime::supervision::panic_text;
 use tracing::Instrument as _;
 
 pub use crate::handler_error::HandlerError;
-use crate::typed::version_of;
 
 /// Handles one message. Must tolerate being called again for the same message after
 /// a failure (that is what a retry is).

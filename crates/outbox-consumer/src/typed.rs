@@ -14,7 +14,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use outbox_core::event::{DEFAULT_VERSION, VERSION_HEADER, decode};
+use outbox_core::event::{DEFAULT_VERSION, decode, version_of};
 use outbox_core::{Event, EventError, Headers, Message, MessageId, NewMessage};
 
 use crate::handler::{Handler, Handlers};
@@ -88,15 +88,6 @@ impl Context {
         message
             .with_correlation_id(correlation)
             .with_header(CAUSATION_HEADER, self.message_id.to_string())
-    }
-}
-
-/// The version a message says it has: its [`VERSION_HEADER`], or 1 without one;
-/// `None` for a header that is no number.
-pub(crate) fn version_of(message: &Message) -> Option<u32> {
-    match message.headers.get(VERSION_HEADER) {
-        None => Some(DEFAULT_VERSION),
-        Some(v) => v.trim().parse().ok(),
     }
 }
 

@@ -324,6 +324,16 @@ pub fn decode<E: Event>(message: &Message) -> Result<E, DecodeError> {
     decode_with::<Json, E>(message)
 }
 
+/// The version `message` says it has: its [`VERSION_HEADER`], or
+/// [`DEFAULT_VERSION`] without one; `None` for a header that is no number.
+#[must_use]
+pub fn version_of(message: &Message) -> Option<u32> {
+    match message.headers.get(VERSION_HEADER) {
+        None => Some(DEFAULT_VERSION),
+        Some(v) => v.trim().parse().ok(),
+    }
+}
+
 /// [`decode`] with another codec.
 ///
 /// # Errors

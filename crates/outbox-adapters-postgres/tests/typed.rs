@@ -181,10 +181,7 @@ async fn a_typed_event_enqueued_in_the_callers_transaction_is_stored_as_the_even
         let mut tx = pool.begin().await.expect("begin");
         insert_order(&mut tx, &schema, 1).await;
         let at_once = outbox.enqueue(&mut tx, &order(1, 0)).await.expect("typed");
-        let delayed = outbox
-            .enqueue(&mut tx, &order(2, 90))
-            .await
-            .expect("typed");
+        let delayed = outbox.enqueue(&mut tx, &order(2, 90)).await.expect("typed");
         // A NewMessage goes through the same call, as before.
         let plain = outbox
             .enqueue(
@@ -477,4 +474,67 @@ fn values_round_trip_through_the_table() {
             })
         })
         .expect("round trips");
+}
+
+/// The event of `docs/typed-messages.md`'s SQL example.
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+struct OrderCreated {
+    order_id: u64,
+    total_cents: u64,
+    customer: String,
+}
+
+impl Event for OrderCreated {
+    const TYPE: &'static str = "order.created";
+    const EXCHANGE: &'static str = "shop.orders";
+}
+
+#[tokio::test]
+async fn a_row_written_in_plain_sql_by_the_documented_contract_decodes_as_the_event() {
+    with_db!(|pool, schema| {
+        let s = schema.quoted();
+        let body = r#"{"order_id": 42, "total_cents": 1999, "customer": "ada"}"#;
+        // As docs/typed-messages.md writes it, with and without the version header
+        // and the content type (the column's default).
+        for sql in [
+            format!(
+                "INSERT INTO {s}.outbox_messages (exchange, routing_key, message_type, headers, payload) \
+                 VALUES ('shop.orders', 'order.created', 'order.created', '{{\"outbox-version\": \"1\"}}', \
+                 convert_to('{body}', 'UTF8'))"
+            ),
+            format!(
+                "INSERT INTO {s}.outbox_messages (exchange, routing_key, message_type, content_type, payload) \
+                 VALUES ('shop.orders', 'order.created', 'order.created', 'application/json; charset=utf-8', \
+                 convert_to('{body}', 'UTF8'))"
+            ),
+        ] {
+            sqlx::query(&sql).execute(&pool).await.expect(&sql);
+        }
+        let store = PgOutboxStore::new(pool.clone(), schema.clone());
+        let claimed = store.claim_pending(&lease(), 10).await.expect("claim");
+        assert_eq!(claimed.len(), 2);
+        let expected = OrderCreated {
+            order_id: 42,
+            total_cents: 1999,
+            customer: "ada".into(),
+        };
+        for c in &claimed {
+            assert_eq!(
+                event::decode::<OrderCreated>(&c.message).expect("decodes"),
+                expected
+            );
+        }
+        // The same row without the header is version 1: a version-2 type refuses it.
+        #[derive(Debug, Serialize, Deserialize)]
+        struct OrderCreatedV2 {
+            order_id: u64,
+        }
+        impl Event for OrderCreatedV2 {
+            const TYPE: &'static str = "order.created";
+            const VERSION: u32 = 2;
+            const EXCHANGE: &'static str = "shop.orders";
+        }
+        let err = event::decode::<OrderCreatedV2>(&claimed[1].message).expect_err("version 1");
+        assert!(err.is_permanent(), "{err}");
+    });
 }

@@ -32,3 +32,7 @@ pub struct TlsDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../docs/admin.md")]
 pub struct AdminDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/typed-messages.md")]
+pub struct TypedMessagesDoctests;

@@ -397,6 +397,10 @@ impl OutboxStore for MemoryOutboxStore {
         }
         Ok(s)
     }
+
+    fn max_payload_bytes(&self) -> usize {
+        self.max_payload_bytes
+    }
 }
 
 /// The record-level calls of the operator's interface ([`outbox_ports::OutboxOperator`]).

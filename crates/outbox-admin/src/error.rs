@@ -73,6 +73,9 @@ impl AdminError {
                 PortError::IllegalTransition(_) => (StatusCode::CONFLICT, "illegal_transition"),
                 PortError::NotDeletable(_) => (StatusCode::CONFLICT, "not_deletable"),
                 PortError::Busy { .. } => (StatusCode::CONFLICT, "busy"),
+                // What the caller sent breaks a limit: an input, never a 500.
+                PortError::InvalidMessage(_) => (StatusCode::BAD_REQUEST, "invalid_message"),
+                PortError::InvalidEvent(_) => (StatusCode::BAD_REQUEST, "invalid_event"),
                 PortError::Transient { .. } => {
                     (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable")
                 }
@@ -103,5 +106,31 @@ impl IntoResponse for AdminError {
             );
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use outbox_core::{EventError, MessageError};
+
+    use super::*;
+
+    #[test]
+    fn a_message_or_event_over_a_limit_is_the_callers_fault() {
+        let too_large = || MessageError::PayloadTooLarge { len: 11, max: 10 };
+        let message = AdminError::Port(PortError::InvalidMessage(too_large()));
+        assert_eq!(
+            message.status_and_code(),
+            (StatusCode::BAD_REQUEST, "invalid_message")
+        );
+        let event = AdminError::Port(PortError::InvalidEvent(EventError::Invalid {
+            message_type: "order.created",
+            rust_type: "shop::OrderCreated",
+            error: too_large(),
+        }));
+        assert_eq!(
+            event.status_and_code(),
+            (StatusCode::BAD_REQUEST, "invalid_event")
+        );
     }
 }

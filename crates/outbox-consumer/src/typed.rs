@@ -20,8 +20,7 @@ use outbox_core::{Event, EventError, Headers, Message, MessageId, NewMessage};
 use crate::handler::{Handler, Handlers};
 use crate::handler_error::HandlerError;
 
-/// The header naming the message whose handling published this one.
-pub const CAUSATION_HEADER: &str = "outbox-causation-id";
+pub use outbox_core::message::CAUSATION_HEADER;
 
 /// What a typed handler knows of the message besides its value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,7 +52,7 @@ impl Context {
             version: version_of(message).unwrap_or(DEFAULT_VERSION),
             attempt,
             correlation_id: message.correlation_id.clone(),
-            causation_id: message.headers.get(CAUSATION_HEADER).cloned(),
+            causation_id: message.causation_id().map(str::to_owned),
             headers: message.headers.clone(),
         }
     }

@@ -4,7 +4,8 @@
 //! version, and where it goes. [`to_new_message`] turns a value into a
 //! [`NewMessage`] (body encoded by a [`Codec`], JSON by default); [`decode`] turns a
 //! received [`Message`] back into the value, or says why it cannot
-//! ([`DecodeError`], always permanent: trying again cannot help).
+//! ([`DecodeError`], always permanent: trying again cannot help). A store's
+//! enqueue takes `&event` as it takes a [`NewMessage`] ([`IntoNewMessage`]).
 //!
 //! What travels with the message, so that a consumer in any language can read it:
 //!
@@ -14,6 +15,7 @@
 //! | [`Event::VERSION`] | the header [`VERSION_HEADER`] (`outbox-version`) |
 //! | the codec's content type | `content_type` (`application/json`) |
 //! | the body | `payload`, as the codec encodes it |
+//! | the message it was sent while handling ([`IntoNewMessage::caused_by`]) | the header [`CAUSATION_HEADER`](crate::message::CAUSATION_HEADER) (`outbox-causation-id`); `correlation_id` kept |
 //!
 //! A producer in another language writes a row a typed consumer accepts with
 //! `message_type` set to the type name and a JSON body; without a version header
@@ -309,6 +311,88 @@ pub fn to_new_message_with<C: Codec, E: Event>(
             error,
         })?;
     Ok(message)
+}
+
+/// What a store's enqueue accepts: a [`NewMessage`] as it is, or a reference to
+/// an [`Event`], which becomes one as [`to_new_message_with`] makes it (JSON,
+/// checked against the store's payload limit). So one `enqueue` takes both:
+///
+/// ```
+/// use outbox_core::event::{Event, IntoNewMessage};
+/// use outbox_core::message::{DEFAULT_MAX_PAYLOAD_BYTES, NewMessage};
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Serialize, Deserialize)]
+/// struct OrderCreated {
+///     order_id: u64,
+/// }
+///
+/// impl Event for OrderCreated {
+///     const TYPE: &'static str = "order.created";
+///     const EXCHANGE: &'static str = "shop.orders";
+/// }
+///
+/// fn enqueue(message: impl IntoNewMessage) -> Result<NewMessage, outbox_core::EventError> {
+///     message.into_new_message(DEFAULT_MAX_PAYLOAD_BYTES)
+/// }
+///
+/// let typed = enqueue(&OrderCreated { order_id: 42 })?;
+/// let plain = enqueue(NewMessage::new("shop.orders", "order.created", br#"{"order_id":42}"#.to_vec()))?;
+/// assert_eq!(typed.payload, plain.payload);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub trait IntoNewMessage {
+    /// The message, or why the value cannot become one (nothing is written).
+    ///
+    /// # Errors
+    /// For an event, [`EventError::Encode`] when it cannot be written as JSON and
+    /// [`EventError::Invalid`] when the message breaks a limit (a payload over
+    /// `max_payload_bytes`, a key longer than AMQP allows). A [`NewMessage`] is
+    /// returned as it is: the store checks it and refuses it with a
+    /// [`MessageError`], as it always has.
+    fn into_new_message(self, max_payload_bytes: usize) -> Result<NewMessage, EventError>;
+
+    /// The same message, sent while handling `cause`: see
+    /// [`NewMessage::caused_by`] (correlation id kept, causation header set).
+    /// `outbox.enqueue(&mut tx, event.caused_by(&incoming))` with an event.
+    #[must_use]
+    fn caused_by(self, cause: &Message) -> CausedBy<'_, Self>
+    where
+        Self: Sized,
+    {
+        CausedBy {
+            message: self,
+            cause,
+        }
+    }
+}
+
+impl IntoNewMessage for NewMessage {
+    fn into_new_message(self, _max_payload_bytes: usize) -> Result<NewMessage, EventError> {
+        Ok(self)
+    }
+}
+
+impl<E: Event> IntoNewMessage for &E {
+    fn into_new_message(self, max_payload_bytes: usize) -> Result<NewMessage, EventError> {
+        to_new_message_with::<Json, E>(self, max_payload_bytes)
+    }
+}
+
+/// A message sent while handling another: made by [`IntoNewMessage::caused_by`].
+#[derive(Debug, Clone, Copy)]
+pub struct CausedBy<'a, M> {
+    message: M,
+    cause: &'a Message,
+}
+
+impl<M: IntoNewMessage> IntoNewMessage for CausedBy<'_, M> {
+    fn into_new_message(self, max_payload_bytes: usize) -> Result<NewMessage, EventError> {
+        Ok(self
+            .message
+            .into_new_message(max_payload_bytes)?
+            .caused_by(self.cause))
+    }
 }
 
 /// The event a received message carries, its body in JSON.
@@ -707,6 +791,76 @@ mod tests {
         assert!(matches!(err, EventError::Encode { .. }), "{err:?}");
         assert!(err.to_string().starts_with("cannot encode "), "{err}");
         assert!(err.to_string().contains("key must be a string"), "{err}");
+    }
+
+    #[test]
+    fn into_new_message_takes_events_as_to_new_message_and_messages_as_they_are() {
+        let order = OrderCreated {
+            order_id: 7,
+            total_cents: 5,
+            customer: "bo".into(),
+            lines: vec![],
+            note: Some("gift".into()),
+        };
+        assert_eq!(
+            (&order)
+                .into_new_message(DEFAULT_MAX_PAYLOAD_BYTES)
+                .expect("valid"),
+            to_new_message(&order).expect("valid")
+        );
+        // The store's own limit, not the default one.
+        let err = (&order).into_new_message(10).expect_err("over 10 bytes");
+        assert!(
+            matches!(
+                err,
+                EventError::Invalid {
+                    error: MessageError::PayloadTooLarge { max: 10, .. },
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        let bad = BadKeys {
+            map: [((1, 2), 3)].into(),
+        };
+        assert!(matches!(
+            (&bad).into_new_message(DEFAULT_MAX_PAYLOAD_BYTES),
+            Err(EventError::Encode { .. })
+        ));
+        // A plain message is not checked here (the store checks it, as before).
+        let plain = NewMessage::new("e", "k", vec![0; 11]);
+        assert_eq!(plain.clone().into_new_message(10).expect("as it is"), plain);
+    }
+
+    #[test]
+    fn caused_by_wraps_an_event_or_a_message() {
+        use crate::message::CAUSATION_HEADER;
+
+        let incoming = received(Some("order.created"), Headers::new(), "", b"{}");
+        let cause = incoming.id.to_string();
+        let order = Minimal { order_id: 3 };
+        // Autoref: the event itself, not a reference, is what the call reads.
+        let m = order
+            .caused_by(&incoming)
+            .into_new_message(DEFAULT_MAX_PAYLOAD_BYTES)
+            .expect("valid");
+        assert_eq!(m.correlation_id.as_deref(), Some(cause.as_str()));
+        assert_eq!(m.headers.get(CAUSATION_HEADER), Some(&cause));
+        assert_eq!(m.headers.get(VERSION_HEADER).map(String::as_str), Some("1"));
+        assert_eq!(m.message_type.as_deref(), Some("order.created"));
+
+        let plain = IntoNewMessage::caused_by(NewMessage::new("e", "k", vec![]), &incoming)
+            .into_new_message(0)
+            .expect("as it is");
+        assert_eq!(plain.correlation_id.as_deref(), Some(cause.as_str()));
+        assert!(
+            (&Blob {
+                bytes: "x".repeat(20)
+            })
+                .caused_by(&incoming)
+                .into_new_message(10)
+                .is_err()
+        );
     }
 
     fn order() -> impl Strategy<Value = OrderCreated> {

@@ -36,6 +36,9 @@ pub use sweep::{
     BatchCounts, LastCompleted, SweepAction, SweepProgress, SweepReport, SweepSchedule, SweepStep,
 };
 
+// What a store's enqueue accepts: a `NewMessage` or `&impl Event`.
+pub use event::IntoNewMessage;
+
 /// A point in time, always UTC in this crate.
 pub type Timestamp = time::OffsetDateTime;
 

@@ -15,6 +15,11 @@ pub type Headers = BTreeMap<String, String>;
 /// The content type a message gets when the producer names none.
 pub const DEFAULT_CONTENT_TYPE: &str = "application/json";
 
+/// The header naming the message that caused this one: set by
+/// [`NewMessage::caused_by`] to the incoming message's id, read by
+/// [`Message::causation_id`].
+pub const CAUSATION_HEADER: &str = "outbox-causation-id";
+
 /// Payload limit used when none is configured: 1 MiB.
 pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 1 << 20;
 
@@ -246,6 +251,33 @@ impl NewMessage {
         self
     }
 
+    /// Marks it as sent while handling `cause`: it keeps the conversation's
+    /// correlation id (`cause`'s correlation id, or `cause`'s own id when it has
+    /// none, so the first message of a conversation names it) and carries `cause`'s
+    /// id as its causation id (the header [`CAUSATION_HEADER`]). Replaces a
+    /// correlation id or causation header set before.
+    ///
+    /// ```
+    /// use outbox_core::message::{CAUSATION_HEADER, MessageId, NewMessage};
+    /// use outbox_core::Timestamp;
+    ///
+    /// let now = Timestamp::UNIX_EPOCH;
+    /// let incoming = NewMessage::new("shop.orders", "order.created", b"{}".to_vec())
+    ///     .into_message(MessageId::v7(now, [1; 10]), now);
+    /// let reply = NewMessage::new("shop.billing", "invoice.created", b"{}".to_vec())
+    ///     .caused_by(&incoming);
+    /// let id = incoming.id.to_string();
+    /// assert_eq!(reply.correlation_id.as_deref(), Some(id.as_str()));
+    /// assert_eq!(reply.headers.get(CAUSATION_HEADER), Some(&id));
+    /// ```
+    #[must_use]
+    pub fn caused_by(mut self, cause: &Message) -> Self {
+        let id = cause.id.to_string();
+        self.correlation_id = Some(cause.correlation_id.clone().unwrap_or_else(|| id.clone()));
+        self.headers.insert(CAUSATION_HEADER.to_owned(), id);
+        self
+    }
+
     /// Checks the limits that the broker or the configuration impose.
     ///
     /// # Errors
@@ -352,6 +384,14 @@ pub struct Message {
 }
 
 impl Message {
+    /// The id of the message this one was sent while handling (the header
+    /// [`CAUSATION_HEADER`], see [`NewMessage::caused_by`]), as written: a foreign
+    /// producer may put any text there. `None` when it has none.
+    #[must_use]
+    pub fn causation_id(&self) -> Option<&str> {
+        self.headers.get(CAUSATION_HEADER).map(String::as_str)
+    }
+
     /// Checks the same limits as [`NewMessage::validate`], e.g. before storing a
     /// message made elsewhere.
     ///
@@ -615,6 +655,49 @@ mod tests {
         let shown = format!("{m:?}");
         assert!(!shown.contains("secret"), "{shown}");
         assert!(shown.contains("payload_len: 18"), "{shown}");
+    }
+
+    #[test]
+    fn caused_by_keeps_the_correlation_and_names_the_cause() {
+        let first = NewMessage::new("shop.orders", "order.created", b"{}".to_vec())
+            .into_message(MessageId::v7(at(1), [1; 10]), at(1));
+        assert_eq!(first.causation_id(), None);
+
+        // The first of a conversation: its id becomes the correlation id.
+        let second = NewMessage::new("shop.billing", "invoice.created", b"{}".to_vec())
+            .with_header("traceparent", "00-abc-def-01")
+            .caused_by(&first);
+        let first_id = first.id.to_string();
+        assert_eq!(second.correlation_id.as_deref(), Some(first_id.as_str()));
+        assert_eq!(second.headers.get(CAUSATION_HEADER), Some(&first_id));
+        assert_eq!(
+            second.headers.get("traceparent").map(String::as_str),
+            Some("00-abc-def-01"),
+            "other headers stay"
+        );
+        let second = second.into_message(MessageId::v7(at(2), [2; 10]), at(2));
+        assert_eq!(second.causation_id(), Some(first_id.as_str()));
+
+        // Later ones keep the conversation's correlation id, and name their own cause
+        // (replacing whatever was set before).
+        let third = NewMessage::new("shop.mail", "mail.sent", b"{}".to_vec())
+            .with_correlation_id("stale")
+            .with_header(CAUSATION_HEADER, "stale")
+            .caused_by(&second);
+        assert_eq!(third.correlation_id.as_deref(), Some(first_id.as_str()));
+        assert_eq!(
+            third.headers.get(CAUSATION_HEADER),
+            Some(&second.id.to_string())
+        );
+        assert_eq!(third.headers.len(), 1);
+
+        // A correlation id of a foreign producer is kept as it is.
+        let foreign = NewMessage::new("", "q", b"{}".to_vec())
+            .with_correlation_id("order-42")
+            .into_message(MessageId::v7(at(3), [3; 10]), at(3));
+        let reply = NewMessage::new("", "r", b"{}".to_vec()).caused_by(&foreign);
+        assert_eq!(reply.correlation_id.as_deref(), Some("order-42"));
+        assert!(reply.validate(DEFAULT_MAX_PAYLOAD_BYTES).is_ok());
     }
 
     #[test]

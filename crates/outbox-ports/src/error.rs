@@ -1,6 +1,6 @@
 //! The error every port returns.
 
-use outbox_core::{DeleteRefused, MessageError, TransitionError};
+use outbox_core::{DeleteRefused, EventError, MessageError, TransitionError};
 
 /// A boxed error source.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -42,6 +42,11 @@ pub enum PortError {
     /// The message breaks a limit.
     #[error(transparent)]
     InvalidMessage(#[from] MessageError),
+    /// A typed event cannot become a message: its value cannot be encoded, or
+    /// the message breaks a limit (names the event's type and Rust type). Nothing
+    /// was written.
+    #[error(transparent)]
+    InvalidEvent(#[from] EventError),
     /// The operation asked for an illegal status change.
     #[error(transparent)]
     IllegalTransition(#[from] TransitionError),
@@ -125,5 +130,19 @@ mod tests {
         };
         assert!(!nf.is_retryable());
         assert_eq!(nf.to_string(), "message x not found");
+    }
+
+    #[test]
+    fn an_invalid_event_is_not_retryable_and_reads_as_its_cause() {
+        let cause = EventError::Invalid {
+            message_type: "order.created",
+            rust_type: "shop::OrderCreated",
+            error: MessageError::PayloadTooLarge { len: 11, max: 10 },
+        };
+        let text = cause.to_string();
+        let err = PortError::from(cause);
+        assert!(matches!(err, PortError::InvalidEvent(_)));
+        assert!(!err.is_retryable());
+        assert_eq!(err.to_string(), text);
     }
 }

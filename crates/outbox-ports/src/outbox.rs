@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+use outbox_core::message::DEFAULT_MAX_PAYLOAD_BYTES;
 use outbox_core::{Decision, Message, MessageId, OutboxStatus, SideState, Timestamp};
 
 use crate::PortError;
@@ -294,4 +295,14 @@ pub trait OutboxStore: OutboxRelayPath + OutboxRetention {
     /// # Errors
     /// [`PortError::Transient`] when the store cannot be reached.
     async fn stats(&self) -> Result<OutboxStats, PortError>;
+
+    /// The payload limit [`enqueue`](Self::enqueue) checks messages against, so
+    /// that a typed enqueue can refuse an event before anything is written,
+    /// naming the event ([`PortError::InvalidEvent`]). The default: the default
+    /// limit ([`DEFAULT_MAX_PAYLOAD_BYTES`], 1 MiB); a store with another limit
+    /// says so (one that does not still refuses what is over its limit, as
+    /// [`PortError::InvalidMessage`]).
+    fn max_payload_bytes(&self) -> usize {
+        DEFAULT_MAX_PAYLOAD_BYTES
+    }
 }

@@ -9,9 +9,12 @@
 //!   ([`ServiceHealth`]).
 //! - [`ThroughputRecorder`]: per-minute totals shared by every instance.
 //! - [`vacuum`]: vacuuming after retention rounds, for both sides' retention.
+//! - [`EnqueueEvents`]: typed enqueue on every outbox store, with ids from
+//!   [`new_message_id`].
 //!
 //! Every task stops cleanly when its [`CancellationToken`] is cancelled.
 
+pub mod enqueue;
 pub mod lease;
 pub mod retention;
 pub mod stall;
@@ -20,6 +23,7 @@ pub mod sweeper;
 pub mod throughput;
 pub mod vacuum;
 
+pub use enqueue::EnqueueEvents;
 pub use lease::LeaseFactory;
 pub use stall::{DEFAULT_STALL_AFTER, RelayProgress};
 pub use supervision::ServiceHealth;

@@ -62,6 +62,37 @@
 //! `#[derive(Serialize, Deserialize, outbox::Event)]` and
 //! `#[event(type = "order.created", exchange = "shop.orders")]`, optionally with
 //! `version = 2` and a fixed `routing_key = "..."`.
+//!
+//! Producing: in your own sqlx transaction, `PgOutbox::enqueue(&mut tx, &event)`
+//! and `PgOutbox::enqueue_all(&mut tx, &events)` (one statement) take events as
+//! they take a [`NewMessage`] ([`IntoNewMessage`]); without one, every
+//! [`ports::OutboxStore`] has [`EnqueueEvents`] (in the prelude). An event that
+//! cannot become a message is refused before anything is written
+//! ([`ports::PortError::InvalidEvent`]). See `docs/typed-messages.md`.
+//!
+//! ```
+//! use outbox::prelude::*;
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Serialize, Deserialize)]
+//! struct OrderCreated {
+//!     order_id: u64,
+//! }
+//!
+//! impl Event for OrderCreated {
+//!     const TYPE: &'static str = "order.created";
+//!     const EXCHANGE: &'static str = "shop.orders";
+//! }
+//!
+//! async fn place(store: &dyn OutboxStore, order: &OrderCreated) -> Result<MessageId, PortError> {
+//!     store.enqueue_event(order).await
+//! }
+//!
+//! /// A message sent while handling another keeps its correlation id.
+//! async fn react(store: &dyn OutboxStore, incoming: &Message) -> Result<MessageId, PortError> {
+//!     store.enqueue_event(OrderCreated { order_id: 7 }.caused_by(incoming)).await
+//! }
+//! ```
 
 pub use outbox_core::*;
 
@@ -120,7 +151,9 @@ pub use outbox_relay::PgWakeupSource;
 pub use outbox_relay::{
     Dispatcher, DispatcherConfig, PublishRetryTask, RelayBuilder, RelayHandles, RetentionConfig,
 };
-pub use outbox_runtime::{CancellationToken, LeaseFactory, RetrySweeper, new_message_id};
+pub use outbox_runtime::{
+    CancellationToken, EnqueueEvents, LeaseFactory, RetrySweeper, new_message_id,
+};
 
 /// The names an application uses, and every port trait anonymously.
 pub mod prelude {
@@ -129,9 +162,10 @@ pub mod prelude {
 
     pub use crate::{
         CancellationToken, ConsumerConfig, ConsumerWorker, Context, Dispatcher, DispatcherConfig,
-        Event, EventHandler, Handler, HandlerError, HandlerRegistry, InboxStatus, Message,
-        MessageId, NewMessage, OutboxStatus, PublishRetryTask, RelayBuilder, RetryPolicy,
-        RetrySweeper, SweepConfig, async_trait, handler_fn, new_message_id,
+        EnqueueEvents, Event, EventHandler, Handler, HandlerError, HandlerRegistry, InboxStatus,
+        IntoNewMessage, Message, MessageId, NewMessage, OutboxStatus, PublishRetryTask,
+        RelayBuilder, RetryPolicy, RetrySweeper, SweepConfig, async_trait, handler_fn,
+        new_message_id,
     };
     #[cfg(feature = "postgres")]
     pub use crate::{

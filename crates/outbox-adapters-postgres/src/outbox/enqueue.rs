@@ -2,13 +2,15 @@
 //! with inside its own transaction (commit publishes, rollback leaves no trace),
 //! and the store's own enqueue on a pooled connection ([`outbox_ports::OutboxStore::enqueue`]).
 //!
-//! Every message is checked against the payload limit before anything is written;
+//! A message is a [`NewMessage`](outbox_core::NewMessage) or a typed event by
+//! reference ([`IntoNewMessage`]: JSON, the event's type, routing and keys). Every
+//! message is made and checked against the payload limit before anything is written;
 //! one message is a plain `VALUES` insert, several are one statement over arrays
 //! (`unnest`), in order. The producer's trace context is stored with the message,
 //! in the same transaction.
 
 use outbox_core::message::DEFAULT_MAX_PAYLOAD_BYTES;
-use outbox_core::{Message, MessageId, NewMessage};
+use outbox_core::{Event, IntoNewMessage, Message, MessageId};
 use outbox_ports::PortError;
 use sqlx::PgConnection;
 use sqlx::types::Json;
@@ -69,35 +71,110 @@ impl PgOutbox {
         &self.schema
     }
 
-    /// Enqueues one message on `conn` (usually `&mut *tx` of the caller's
-    /// transaction), with a new UUIDv7 id, and returns the id. With outbox-ports'
-    /// `otel` feature the current trace context (`traceparent`, `tracestate`) is added
-    /// to its headers unless they carry a `traceparent` already
-    /// ([`outbox_ports::trace_context::record_create`]).
-    ///
-    /// # Errors
-    /// [`PortError::InvalidMessage`] when it breaks a limit (nothing is written);
-    /// a database error otherwise.
-    pub async fn enqueue(
-        &self,
-        conn: &mut PgConnection,
-        message: NewMessage,
-    ) -> Result<MessageId, PortError> {
-        Ok(self.enqueue_batch(conn, vec![message]).await?[0])
+    /// The payload limit messages are checked against.
+    #[must_use]
+    pub const fn max_payload_bytes(&self) -> usize {
+        self.max_payload_bytes
     }
 
-    /// Enqueues several messages in one statement, in order.
+    /// Enqueues one message on `conn` (usually `&mut *tx` of the caller's
+    /// transaction), with a new UUIDv7 id, and returns the id: a
+    /// [`NewMessage`](outbox_core::NewMessage), or a typed event by reference
+    /// (`&event`, any [`Event`]), which is written as JSON with the event's type,
+    /// version header, exchange, routing key, ordering key and delay
+    /// ([`IntoNewMessage`]). With outbox-ports' `otel`
+    /// feature the current trace context (`traceparent`, `tracestate`) is added to
+    /// its headers unless they carry a `traceparent` already
+    /// ([`outbox_ports::trace_context::record_create`]).
+    ///
+    /// ```no_run
+    /// # async fn example(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+    /// use outbox_adapters_postgres::{PgOutbox, PgSchema};
+    /// use outbox_core::Event;
+    /// use serde::{Deserialize, Serialize};
+    ///
+    /// #[derive(Serialize, Deserialize)]
+    /// struct OrderCreated {
+    ///     order_id: u64,
+    /// }
+    ///
+    /// impl Event for OrderCreated {
+    ///     const TYPE: &'static str = "order.created";
+    ///     const EXCHANGE: &'static str = "shop.orders";
+    /// }
+    ///
+    /// let outbox = PgOutbox::new(PgSchema::new("outbox")?);
+    /// let mut tx = pool.begin().await?;
+    /// sqlx::query("INSERT INTO orders (id) VALUES (42)").execute(&mut *tx).await?;
+    /// outbox.enqueue(&mut tx, &OrderCreated { order_id: 42 }).await?;
+    /// tx.commit().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// # Errors
-    /// As [`PgOutbox::enqueue`]; one invalid message fails the batch.
-    pub async fn enqueue_batch(
+    /// [`PortError::InvalidEvent`] when an event cannot be encoded or breaks a
+    /// limit, [`PortError::InvalidMessage`] when a
+    /// [`NewMessage`](outbox_core::NewMessage) breaks one (either way nothing is
+    /// written and the transaction stays usable); a
+    /// database error otherwise.
+    pub async fn enqueue<M: IntoNewMessage>(
         &self,
         conn: &mut PgConnection,
-        messages: Vec<NewMessage>,
+        message: M,
+    ) -> Result<MessageId, PortError> {
+        let made = self.prepare([message])?;
+        self.insert_messages(conn, &made).await?;
+        Ok(made[0].id)
+    }
+
+    /// Enqueues several messages in one statement, in order:
+    /// [`NewMessage`](outbox_core::NewMessage)s, or events by reference
+    /// (`vec![&a, &b]`; a slice of events is [`PgOutbox::enqueue_all`]). Every one
+    /// is made and checked before anything is written.
+    ///
+    /// # Errors
+    /// As [`PgOutbox::enqueue`]; one invalid message fails the batch, and nothing
+    /// of it is written.
+    pub async fn enqueue_batch<M: IntoNewMessage>(
+        &self,
+        conn: &mut PgConnection,
+        messages: Vec<M>,
     ) -> Result<Vec<MessageId>, PortError> {
+        let made = self.prepare(messages)?;
+        self.insert_messages(conn, &made).await?;
+        Ok(made.iter().map(|m| m.id).collect())
+    }
+
+    /// Enqueues typed events in one statement, in order, and returns their ids in
+    /// the same order: [`PgOutbox::enqueue_batch`] of the events by reference. One
+    /// event that cannot be encoded or breaks a limit fails them all
+    /// ([`PortError::InvalidEvent`]), before anything is written.
+    ///
+    /// # Errors
+    /// As [`PgOutbox::enqueue_batch`].
+    pub async fn enqueue_all<E: Event>(
+        &self,
+        conn: &mut PgConnection,
+        events: &[E],
+    ) -> Result<Vec<MessageId>, PortError> {
+        let made = self.prepare(events)?;
+        self.insert_messages(conn, &made).await?;
+        Ok(made.iter().map(|m| m.id).collect())
+    }
+
+    /// The messages to insert: each made (an event encoded), checked, given a
+    /// UUIDv7 id and the trace context. Nothing is written; the first refused one
+    /// fails all.
+    fn prepare<M: IntoNewMessage>(
+        &self,
+        messages: impl IntoIterator<Item = M>,
+    ) -> Result<Vec<Message>, PortError> {
         let now = time::OffsetDateTime::now_utc();
-        let mut made = Vec::with_capacity(messages.len());
+        let messages = messages.into_iter();
+        let mut made = Vec::with_capacity(messages.size_hint().0);
         for m in messages {
+            let m = m.into_new_message(self.max_payload_bytes)?;
             m.validate(self.max_payload_bytes)?;
             let mut m = m.into_message(MessageId::from_uuid(uuid::Uuid::now_v7()), now);
             // The producer's trace context (through a `create` span), stored in this
@@ -105,8 +182,7 @@ impl PgOutbox {
             outbox_ports::trace_context::record_create(&mut m);
             made.push(m);
         }
-        self.insert_messages(conn, &made).await?;
-        Ok(made.iter().map(|m| m.id).collect())
+        Ok(made)
     }
 
     /// Stores complete messages (ids and times chosen by the caller) on `conn`.

@@ -151,4 +151,8 @@ impl OutboxStore for PgOutboxStore {
     async fn stats(&self) -> Result<OutboxStats, PortError> {
         self.read_stats().await
     }
+
+    fn max_payload_bytes(&self) -> usize {
+        self.outbox.max_payload_bytes()
+    }
 }

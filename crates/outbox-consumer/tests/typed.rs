@@ -357,3 +357,71 @@ async fn a_types_own_retry_policy_overrides_the_consumers() {
     let r = &run.records[&m.id];
     assert_eq!((r.status, r.consume.attempts), (InboxStatus::Dead, 1));
 }
+
+/// Arbitrary values of a type with strings (any Unicode), numbers at their limits,
+/// options, lists and maps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Anything {
+    id: u64,
+    amount: i64,
+    name: String,
+    note: Option<String>,
+    tags: Vec<String>,
+    flags: std::collections::BTreeMap<String, bool>,
+}
+
+impl Event for Anything {
+    const TYPE: &'static str = "anything.happened";
+    const EXCHANGE: &'static str = "contract";
+}
+
+fn anything() -> impl proptest::strategy::Strategy<Value = Anything> {
+    use proptest::prelude::*;
+    (
+        any::<u64>(),
+        any::<i64>(),
+        ".{0,40}",
+        proptest::option::of(".{0,20}"),
+        proptest::collection::vec(".{0,10}", 0..5),
+        proptest::collection::btree_map(".{0,8}", any::<bool>(), 0..4),
+    )
+        .prop_map(|(id, amount, name, note, tags, flags)| Anything {
+            id,
+            amount,
+            name,
+            note,
+            tags,
+            flags,
+        })
+}
+
+#[tokio::test]
+async fn arbitrary_values_reach_the_typed_handler_as_they_were_published() {
+    use proptest::strategy::{Strategy as _, ValueTree as _};
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let sent: Vec<Anything> = (0..200)
+        .map(|_| anything().new_tree(&mut runner).expect("value").current())
+        .collect();
+    let messages: Vec<Message> = sent.iter().map(message_of).collect();
+    let got = Arc::new(Mutex::new(HashMap::<MessageId, Anything>::new()));
+    let handlers = {
+        let got = got.clone();
+        HandlerRegistry::new().on::<Anything>(move |value: Anything, cx: Context| {
+            let got = got.clone();
+            async move {
+                got.lock().expect("lock").insert(cx.message_id, value);
+                Ok(())
+            }
+        })
+    };
+    let run = consume(&messages, handlers, 3).await;
+    assert!(
+        run.records
+            .values()
+            .all(|r| r.status == InboxStatus::Consumed)
+    );
+    let got = got.lock().expect("lock");
+    for (m, value) in messages.iter().zip(&sent) {
+        assert_eq!(got.get(&m.id), Some(value));
+    }
+}

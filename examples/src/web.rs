@@ -93,7 +93,14 @@ async fn create_order(
         total_cents: order.total_cents,
     }) {
         Ok(event) => event.with_source("web-shop"),
-        Err(e) => return error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
+        Err(e) => {
+            // The details (type paths, serde's words) go to the log, not the caller.
+            tracing::warn!(error = %e, "an order that cannot become a message");
+            return error(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "the order cannot be published",
+            );
+        }
     };
     event.exchange.clone_from(&app.shop.exchange);
     let mut tx = match app.pool.begin().await {
@@ -123,7 +130,14 @@ async fn create_order(
         Err(e) => return internal(e),
     };
     if let Err(e) = tx.commit().await {
-        return internal(e);
+        // The COMMIT's answer may have been lost after it took effect: the caller
+        // learns that the outcome is unknown (a retry of the same order id then
+        // answers 409 if it was stored), never that nothing was stored.
+        tracing::error!(error = %e, order_id = order.order_id, "the order's commit has no answer");
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the order's outcome is unknown; retry it: 409 means it was stored",
+        );
     }
     (
         StatusCode::CREATED,

@@ -268,8 +268,10 @@ pub(crate) fn failure_sources<S: Lifecycle>() -> Vec<String> {
 /// The delay before a failure's next attempt in milliseconds, `None` for a dead
 /// one: the failure marks' `delay_ms`, whose NULL makes the row dead.
 pub(crate) fn retry_delay_ms(decision: Decision) -> Option<i64> {
+    // Within what `now() + interval` can hold (a thousand years is far inside it).
+    const LONGEST_MS: i64 = 1_000 * 366 * 24 * 3_600 * 1_000;
     match decision {
-        Decision::RetryAfter(d) => Some(millis(d)),
+        Decision::RetryAfter(d) => Some(millis(d).min(LONGEST_MS)),
         Decision::Dead => None,
     }
 }

@@ -185,7 +185,7 @@ fn message(kind: Kind) -> Message {
     m
 }
 
-fn retry(_attempt: u32, _failure: &HandlerFailure) -> Decision {
+fn retry(_message: &Message, _attempt: u32, _failure: &HandlerFailure) -> Decision {
     Decision::RetryAfter(Duration::from_secs(60))
 }
 
@@ -259,7 +259,7 @@ async fn check_batch(
         let none: TxHandler<'static> =
             Box::new(|_c: &mut sqlx::PgConnection| Box::pin(async { Ok(()) }));
         let first = inbox
-            .consume_in_transaction(CONSUMER, m, &lease(), retry, none)
+            .consume_in_transaction(CONSUMER, m, &lease(), |n, f: &_| retry(m, n, f), none)
             .await
             .expect("first delivery");
         assert_eq!(first, ConsumeOutcome::Consumed);

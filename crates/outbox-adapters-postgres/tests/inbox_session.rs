@@ -162,7 +162,12 @@ async fn a_handlers_session_settings_reach_neither_its_commit_nor_the_next_deliv
             handler(&s2, n, (n == 8).then_some("SET synchronous_commit = off"))
         };
         let outs = inbox
-            .consume_batch_in_transaction("billing", &deliveries, &retry_now, &handler_for)
+            .consume_batch_in_transaction(
+                "billing",
+                &deliveries,
+                &|_: &_, n, f: &_| retry_now(n, f),
+                &handler_for,
+            )
             .await;
         for out in outs {
             assert_eq!(out.expect("batch"), ConsumeOutcome::Consumed);
@@ -287,7 +292,12 @@ async fn a_handler_that_ends_the_transaction_leaves_no_session_setting_behind() 
             .collect();
         let handler_for = move |_: &Message| ends_and_sets();
         let outs = inbox
-            .consume_batch_in_transaction("billing", &deliveries, &retry_now, &handler_for)
+            .consume_batch_in_transaction(
+                "billing",
+                &deliveries,
+                &|_: &_, n, f: &_| retry_now(n, f),
+                &handler_for,
+            )
             .await;
         assert_eq!(outs.len(), 2);
         assert_eq!(setting().await, default, "batch path");

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use outbox_core::event::version_of;
-use outbox_core::{HandlerFailure, Message, RetryPolicy};
+use outbox_core::{ConfigError, HandlerFailure, Message, RetryPolicy};
 use outbox_runtime::supervision::panic_text;
 use tracing::Instrument as _;
 
@@ -122,10 +122,18 @@ impl<H: ?Sized> Handlers<H> {
 
     /// Failures of messages of `message_type` are retried by `policy` instead of
     /// the consumer's (`max_attempts`, backoff).
-    #[must_use]
-    pub fn retry_policy(mut self, message_type: &str, policy: RetryPolicy) -> Self {
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming the setting when `policy` is not valid (no attempt,
+    /// a zero backoff, a maximum under the initial one).
+    pub fn retry_policy(
+        mut self,
+        message_type: &str,
+        policy: RetryPolicy,
+    ) -> Result<Self, ConfigError> {
+        policy.validate(&format!("retry policy of {message_type}"))?;
         self.policies.insert(message_type.to_owned(), policy);
-        self
+        Ok(self)
     }
 
     /// Handles messages whose type is `message_type`.

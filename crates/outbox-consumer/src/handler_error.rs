@@ -8,6 +8,7 @@ use std::fmt;
 use std::time::Duration;
 
 use outbox_core::{FailureClass, HandlerFailure};
+use outbox_ports::PortError;
 
 /// A boxed error.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -43,6 +44,18 @@ impl HandlerError {
         Self {
             class: FailureClass::RetryAfter(delay),
             error: error.into(),
+        }
+    }
+
+    /// A store's error as a handler's: permanent when the message can never be
+    /// written (an event that cannot be encoded, a message over a limit: a retry
+    /// writes the same), retryable otherwise. For `outbox.enqueue(..).await` in a
+    /// handler: `.map_err(HandlerError::from_port)?`.
+    #[must_use]
+    pub fn from_port(error: PortError) -> Self {
+        match error {
+            PortError::InvalidEvent(_) | PortError::InvalidMessage(_) => Self::permanent(error),
+            other => Self::retryable(other),
         }
     }
 
@@ -118,6 +131,19 @@ mod tests {
         assert_eq!(
             HandlerError::retry_after(d, String::from("rate limited")).class(),
             FailureClass::RetryAfter(d)
+        );
+        let too_big = PortError::InvalidMessage(outbox_core::MessageError::PayloadTooLarge {
+            len: 2,
+            max: 1,
+        });
+        assert_eq!(
+            HandlerError::from_port(too_big).class(),
+            FailureClass::Permanent
+        );
+        let gone = PortError::transient("insert", "connection reset");
+        assert_eq!(
+            HandlerError::from_port(gone).class(),
+            FailureClass::Retryable
         );
         let boxed: BoxError = "x".into();
         assert_eq!(HandlerError::from(boxed).class(), FailureClass::Retryable);

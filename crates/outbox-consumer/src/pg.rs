@@ -121,6 +121,27 @@ impl PgTxInbox {
     }
 }
 
+impl PgTxInbox {
+    /// The decision for `failure` of `message`'s attempt number `attempt`: a
+    /// failure without a policy (made by the inbox, not the handler's registry) gets
+    /// the message type's own.
+    fn decide(
+        &self,
+        cx: AttemptContext<'_>,
+        message: &Message,
+        attempt: u32,
+        failure: &HandlerFailure,
+    ) -> outbox_core::Decision {
+        if failure.policy.is_none() {
+            if let Some(policy) = self.handlers.policy_for(message) {
+                let failure = failure.clone().with_policy(Some(policy));
+                return cx.decide_failure(attempt, &failure);
+            }
+        }
+        cx.decide_failure(attempt, failure)
+    }
+}
+
 /// The outcome of a transaction, as the worker counts it.
 fn handled(outcome: ConsumeOutcome) -> Handled {
     match outcome {
@@ -144,7 +165,11 @@ impl InboxPath for PgTxInbox {
         lease: &Lease,
     ) -> Result<Handled, Unrecorded> {
         let name = &cx.config.name;
-        let decide = |attempt, failure: &HandlerFailure| cx.decide_failure(attempt, failure);
+        // Failures the inbox makes itself (a refused COMMIT, a transaction left
+        // aborted) are decided by the message type's policy too.
+        let decide_for =
+            |m: &Message, attempt, failure: &HandlerFailure| self.decide(cx, m, attempt, failure);
+        let decide = |attempt, failure: &HandlerFailure| decide_for(message, attempt, failure);
         let timeout = cx.config.handler_timeout;
         let outcome = match &self.batches {
             Some(batches) if message.ordering_key.is_none() => {
@@ -155,7 +180,7 @@ impl InboxPath for PgTxInbox {
                         name,
                         message.clone(),
                         lease.clone(),
-                        &decide,
+                        &decide_for,
                         &handler_for,
                     )
                     .await
@@ -192,7 +217,8 @@ impl InboxPath for PgTxInbox {
         lease: &Lease,
     ) -> Result<Handled, Unrecorded> {
         let name = &cx.config.name;
-        let decide = |attempt, failure: &HandlerFailure| cx.decide_failure(attempt, failure);
+        let decide =
+            |attempt, failure: &HandlerFailure| self.decide(cx, &due.message, attempt, failure);
         let attempt = due.attempts.saturating_add(1);
         let outcome = self
             .inbox

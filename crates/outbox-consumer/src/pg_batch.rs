@@ -71,7 +71,7 @@ impl GroupCommit {
         consumer: &str,
         message: Message,
         lease: Lease,
-        decide: &(dyn Fn(u32, &HandlerFailure) -> Decision + Send + Sync),
+        decide: &(dyn Fn(&Message, u32, &HandlerFailure) -> Decision + Send + Sync),
         handler_for: &(dyn Fn(&Message) -> TxHandler<'static> + Send + Sync),
     ) -> Result<ConsumeOutcome, PortError> {
         let (done, mut outcome) = oneshot::channel();

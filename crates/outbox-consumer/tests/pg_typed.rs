@@ -268,3 +268,96 @@ async fn bad_bodies_die_at_once_and_follow_ups_commit_with_the_inbox_row() {
         .await
         .expect("drop");
 }
+
+/// Leaves the inbox transaction aborted behind an `Ok` (an error it ignored): a
+/// failure the inbox makes itself, not the handler's registry.
+struct Swallows;
+
+#[async_trait]
+impl PgEventHandler<OrderCreated> for Swallows {
+    async fn handle(
+        &self,
+        conn: &mut PgConnection,
+        _order: OrderCreated,
+        _cx: Context,
+    ) -> Result<(), HandlerError> {
+        let _ignored = sqlx::query("SELECT 1 / 0").execute(&mut *conn).await;
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_types_own_policy_also_decides_the_failures_the_inbox_makes() {
+    let Some((pool, schema)) = database().await else {
+        return;
+    };
+    let q = schema.quoted();
+    let m = message_of(
+        &OrderCreated {
+            order_id: 1,
+            total_cents: 1,
+        },
+        None,
+    );
+    let b = MemoryBroker::new();
+    b.declare_exchange("contract", ExchangeKind::Topic);
+    b.declare_queue(QUEUE);
+    b.bind(QUEUE, "contract", "#");
+    assert!(
+        b.publish(std::slice::from_ref(&m))
+            .await
+            .iter()
+            .all(|o| o.is_confirmed())
+    );
+    let inbox = PgInboxStore::new(pool.clone(), &schema);
+    let once = RetryPolicy {
+        max_attempts: 1,
+        ..RetryPolicy::default()
+    };
+    let handlers = PgHandlerRegistry::new()
+        .on::<OrderCreated>(Swallows)
+        .retry_policy(OrderCreated::TYPE, once)
+        .expect("a valid policy");
+    let config = ConsumerConfig {
+        retry: RetryPolicy {
+            initial_backoff: Duration::from_millis(10),
+            max_backoff: Duration::from_millis(20),
+            max_attempts: 5,
+        },
+        ..ConsumerConfig::new(NAME, QUEUE)
+    };
+    let worker = PgConsumerWorker::new(
+        inbox.clone(),
+        Arc::new(b.clone()),
+        handlers,
+        Arc::new(SystemClock),
+        config,
+    );
+    let retries = worker.retry_task();
+    let cancel = CancellationToken::new();
+    let running = tokio::spawn(worker.run(cancel.clone()));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while inbox.stats(NAME).await.expect("stats").dead == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "never dead");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        retries.run_batch(10).await.expect("retry batch");
+    }
+    cancel.cancel();
+    running.await.expect("worker");
+    let (attempts, last_error): (i32, String) = sqlx::query_as(&format!(
+        "SELECT attempts, last_error FROM {q}.outbox_inbox WHERE message_id = $1"
+    ))
+    .bind(m.id.as_uuid())
+    .fetch_one(&pool)
+    .await
+    .expect("row");
+    assert!(last_error.contains("aborted"), "{last_error}");
+    assert_eq!(
+        attempts, 1,
+        "the type's one attempt, not the consumer's five"
+    );
+    sqlx::query(&format!("DROP SCHEMA {q} CASCADE"))
+        .execute(&pool)
+        .await
+        .expect("drop");
+}

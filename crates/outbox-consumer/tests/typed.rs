@@ -352,10 +352,21 @@ async fn a_types_own_retry_policy_overrides_the_consumers() {
         max_attempts: 1,
         ..RetryPolicy::default()
     };
-    let handlers = registry(&seen).retry_policy(OrderCreated::TYPE, once);
+    let handlers = registry(&seen)
+        .retry_policy(OrderCreated::TYPE, once)
+        .expect("a valid policy");
     let run = consume(std::slice::from_ref(&m), handlers, 5).await;
     let r = &run.records[&m.id];
     assert_eq!((r.status, r.consume.attempts), (InboxStatus::Dead, 1));
+    let none = RetryPolicy {
+        max_attempts: 0,
+        ..RetryPolicy::default()
+    };
+    let refused = HandlerRegistry::new()
+        .retry_policy(OrderCreated::TYPE, none)
+        .err()
+        .expect("no attempt at all is refused");
+    assert!(refused.to_string().contains("order.created"), "{refused}");
 }
 
 /// Arbitrary values of a type with strings (any Unicode), numbers at their limits,

@@ -12,6 +12,11 @@ use std::time::Duration;
 
 use crate::{Decision, RetryPolicy};
 
+/// The longest delay a handler's [`FailureClass::RetryAfter`] is kept to: a
+/// longer one (a mistaken `Duration::MAX`, a badly parsed `Retry-After`) is cut to
+/// this, so that every store can write the due time.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(30 * 24 * 3600);
+
 /// What a failure says about retrying.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -20,7 +25,8 @@ pub enum FailureClass {
     Retryable,
     /// Never try again: dead after this attempt.
     Permanent,
-    /// Try again after this delay, while the policy's attempts last.
+    /// Try again after this delay (at most [`MAX_RETRY_AFTER`]), while the policy's
+    /// attempts last.
     RetryAfter(Duration),
 }
 
@@ -75,7 +81,7 @@ impl HandlerFailure {
             FailureClass::Retryable => policy.decide(attempt, random),
             FailureClass::RetryAfter(delay) => match policy.decide(attempt, random) {
                 Decision::Dead => Decision::Dead,
-                Decision::RetryAfter(_) => Decision::RetryAfter(delay),
+                Decision::RetryAfter(_) => Decision::RetryAfter(delay.min(MAX_RETRY_AFTER)),
             },
         }
     }
@@ -135,6 +141,7 @@ mod tests {
                 effective.decide(attempt, random)
             );
             let delay = Duration::from_millis(delay_ms);
+            prop_assert!(delay < MAX_RETRY_AFTER);
             let after = with(FailureClass::RetryAfter(delay)).decide(attempt, random, &default);
             if spent {
                 prop_assert_eq!(after, Decision::Dead, "a named delay never outlives the budget");
@@ -142,6 +149,19 @@ mod tests {
                 prop_assert_eq!(after, Decision::RetryAfter(delay));
             }
         }
+    }
+
+    #[test]
+    fn a_delay_no_store_can_write_is_cut_to_the_maximum() {
+        let f = HandlerFailure {
+            reason: "x".into(),
+            class: FailureClass::RetryAfter(Duration::MAX),
+            policy: None,
+        };
+        assert_eq!(
+            f.decide(1, 0.5, &policy(3)),
+            Decision::RetryAfter(MAX_RETRY_AFTER)
+        );
     }
 
     #[test]

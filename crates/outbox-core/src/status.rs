@@ -363,6 +363,10 @@ pub struct SideState {
     pub completed_at: Option<Timestamp>,
 }
 
+fn time_delay(d: std::time::Duration) -> time::Duration {
+    time::Duration::try_from(d).unwrap_or(time::Duration::MAX)
+}
+
 /// A status with its side's bookkeeping: the state machine that stores drive.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(bound = "")]
@@ -412,7 +416,14 @@ impl<S: Lifecycle> Tracked<S> {
         decision: Decision,
     ) -> Result<(), TransitionError> {
         let (next, at) = match decision {
-            Decision::RetryAfter(delay) => (S::FAILED, Some(now + delay)),
+            // Saturating: a delay past the calendar's end never panics.
+            Decision::RetryAfter(delay) => (
+                S::FAILED,
+                Some(
+                    now.checked_add(time_delay(delay))
+                        .unwrap_or(crate::LATEST_DUE),
+                ),
+            ),
             Decision::Dead => (S::DEAD, None),
         };
         self.status = self.status.transition(next)?;

@@ -87,7 +87,7 @@ impl PgInboxStore {
         &self,
         consumer: &str,
         deliveries: &[BatchDelivery<'_>],
-        decide: &(dyn Fn(u32, &HandlerFailure) -> Decision + Send + Sync),
+        decide: &(dyn Fn(&Message, u32, &HandlerFailure) -> Decision + Send + Sync),
         handler_for: &(dyn Fn(&Message) -> TxHandler<'static> + Send + Sync),
     ) -> Vec<Result<ConsumeOutcome, PortError>> {
         let mut out: Vec<Option<Result<ConsumeOutcome, PortError>>> =
@@ -117,7 +117,12 @@ impl PgInboxStore {
                             Step::Duplicate => Ok(ConsumeOutcome::Duplicate),
                             Step::Failed(error) => {
                                 self.record_first_attempt_failed(
-                                    consumer, d.message, d.lease, error, None, decide,
+                                    consumer,
+                                    d.message,
+                                    d.lease,
+                                    error,
+                                    None,
+                                    |n, f: &HandlerFailure| decide(d.message, n, f),
                                 )
                                 .await
                             }
@@ -149,7 +154,7 @@ impl PgInboxStore {
                                 d.lease,
                                 HandlerFailure::permanent(error.clone()),
                                 Some(Decision::Dead),
-                                decide,
+                                |n, f: &HandlerFailure| decide(d.message, n, f),
                             )
                             .await,
                         );
@@ -180,11 +185,17 @@ impl PgInboxStore {
         &self,
         consumer: &str,
         d: BatchDelivery<'_>,
-        decide: &(dyn Fn(u32, &HandlerFailure) -> Decision + Send + Sync),
+        decide: &(dyn Fn(&Message, u32, &HandlerFailure) -> Decision + Send + Sync),
         handler_for: &(dyn Fn(&Message) -> TxHandler<'static> + Send + Sync),
     ) -> Result<ConsumeOutcome, PortError> {
-        self.consume_in_transaction(consumer, d.message, d.lease, decide, handler_for(d.message))
-            .await
+        self.consume_in_transaction(
+            consumer,
+            d.message,
+            d.lease,
+            |n, f: &HandlerFailure| decide(d.message, n, f),
+            handler_for(d.message),
+        )
+        .await
     }
 
     /// The batch's transaction: each delivery's row and handler under the savepoint,

@@ -594,3 +594,193 @@ async fn an_order_posted_over_http_is_billed_once_through_the_relay() {
     assert!(terminate(consumer).await && terminate(relay).await);
     f.cleanup().await;
 }
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+struct InvoiceIssued {
+    order_id: i64,
+}
+
+impl outbox_core::Event for InvoiceIssued {
+    const TYPE: &'static str = "invoice.issued";
+    const EXCHANGE: &'static str = "set-per-test";
+}
+
+/// Bills an order and publishes `InvoiceIssued` through the inbox's own
+/// transaction; order 3's first attempt fails after both writes.
+struct BillAndAnnounce {
+    invoices: String,
+    outbox: outbox_adapters_postgres::PgOutbox,
+    exchange: String,
+    failed_once: std::sync::Mutex<bool>,
+}
+
+#[async_trait::async_trait]
+impl outbox_consumer::PgEventHandler<outbox_examples::events::OrderCreated> for BillAndAnnounce {
+    async fn handle(
+        &self,
+        conn: &mut outbox_adapters_postgres::PgConnection,
+        order: outbox_examples::events::OrderCreated,
+        cx: outbox_consumer::Context,
+    ) -> Result<(), outbox_consumer::HandlerError> {
+        sqlx::query(&self.invoices)
+            .bind(order.order_id)
+            .bind(cx.message_id.as_uuid())
+            .bind(order.total_cents)
+            .execute(&mut *conn)
+            .await?;
+        let mut next = cx.follow_up(&InvoiceIssued {
+            order_id: order.order_id,
+        })?;
+        next.exchange.clone_from(&self.exchange);
+        self.outbox
+            .enqueue(&mut *conn, next)
+            .await
+            .map_err(outbox_consumer::HandlerError::from_port)?;
+        if order.order_id == 3 {
+            let mut failed = self.failed_once.lock().expect("lock");
+            if !*failed {
+                *failed = true;
+                return Err("the ledger is busy".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// "Consume one event, publish the next", exactly once in effect end to end: the
+/// billing handler writes its invoice and enqueues `InvoiceIssued` in the inbox's
+/// transaction; the real relay publishes it through RabbitMQ; a second consumer
+/// receives one per order, with the order's id as its cause and correlation, and
+/// none from the attempt that failed and rolled back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_published_while_handling_another_goes_out_once_through_the_relay() {
+    use outbox_adapters_rabbitmq::{
+        BindingSpec, ExchangeKind, ExchangeSpec, QueueSpec, RabbitSubscriber, Topology,
+    };
+    use outbox_consumer::{
+        CancellationToken, ConsumerConfig, PgConsumerWorker, PgHandlerRegistry, SweepTask,
+    };
+    use outbox_ports::Subscriber as _;
+
+    let Some(f) = Flow::new("followup").await else {
+        return;
+    };
+    let exchange = format!("{}.billing", f.shop.exchange);
+    let queue = format!("{}.invoices", f.shop.queue);
+    let conn = outbox_adapters_rabbitmq::connect(&f.shop.amqp_url, Duration::from_secs(5))
+        .await
+        .expect("broker");
+    Topology {
+        exchanges: vec![ExchangeSpec {
+            name: exchange.clone(),
+            kind: ExchangeKind::Topic,
+            durable: true,
+        }],
+        queues: vec![QueueSpec::durable(&queue)],
+        bindings: vec![BindingSpec {
+            queue: queue.clone(),
+            exchange: exchange.clone(),
+            routing_key: "invoice.*".into(),
+        }],
+    }
+    .declare(&conn)
+    .await
+    .expect("declare");
+    let relay = f.relay("r");
+    let handler = BillAndAnnounce {
+        invoices: format!(
+            "INSERT INTO {}.invoices (order_id, message_id, amount_cents) VALUES ($1, $2, $3)",
+            f.shop.schema.quoted()
+        ),
+        outbox: outbox_adapters_postgres::PgOutbox::new(f.shop.outbox_schema.clone()),
+        exchange: exchange.clone(),
+        failed_once: std::sync::Mutex::new(false),
+    };
+    let inbox = outbox_adapters_postgres::PgInboxStore::new(f.pool.clone(), &f.shop.outbox_schema);
+    let worker = PgConsumerWorker::new(
+        inbox,
+        Arc::new(RabbitSubscriber::new(&f.shop.amqp_url)),
+        PgHandlerRegistry::new().on::<outbox_examples::events::OrderCreated>(handler),
+        Arc::new(outbox_ports::SystemClock),
+        ConsumerConfig {
+            retry: outbox_core::RetryPolicy {
+                initial_backoff: Duration::from_millis(10),
+                max_backoff: Duration::from_millis(20),
+                max_attempts: 5,
+            },
+            ..ConsumerConfig::new("billing", &f.shop.queue)
+        },
+    );
+    let retries = worker.retry_task();
+    let cancel = CancellationToken::new();
+    let running = tokio::spawn(worker.run(cancel.clone()));
+    let mut causes = std::collections::HashMap::new();
+    for id in 1..=5 {
+        let message_id = orders::create(&f.shop, &f.pool, id, 100 * id, false)
+            .await
+            .expect("order");
+        causes.insert(id, message_id);
+    }
+    let sub = RabbitSubscriber::new(&f.shop.amqp_url);
+    let mut stream = sub.subscribe(&queue, 10).await.expect("subscribe");
+    let mut got = std::collections::HashMap::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while got.len() < 5 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "follow-ups: {got:?}"
+        );
+        retries.run_batch(10).await.expect("retry batch");
+        let Ok(next) = tokio::time::timeout(Duration::from_millis(200), stream.next()).await else {
+            continue;
+        };
+        let d = next.expect("open").expect("delivery");
+        let m = d
+            .envelope
+            .to_message(outbox_core::Timestamp::now_utc())
+            .expect("a message");
+        let invoice: InvoiceIssued = outbox_core::event::decode(&m).expect("decodes");
+        let seen = (
+            m.causation_id().map(str::to_owned),
+            m.correlation_id.clone(),
+        );
+        assert!(
+            got.insert(invoice.order_id, seen).is_none(),
+            "twice: {invoice:?}"
+        );
+        d.acker.ack().await.expect("ack");
+    }
+    // Nothing more arrives: the failed attempt's follow-up was rolled back.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), stream.next())
+            .await
+            .is_err(),
+        "a sixth invoice message"
+    );
+    for (order_id, (cause, correlation)) in &got {
+        let order_message = causes[order_id].to_string();
+        assert_eq!(cause.as_deref(), Some(order_message.as_str()));
+        assert_eq!(correlation.as_deref(), Some(order_message.as_str()));
+    }
+    assert_eq!(f.invoices().await, 5, "each order billed once");
+    cancel.cancel();
+    running.await.expect("worker");
+    drop(stream);
+    if let Ok(ch) = conn.create_channel().await {
+        let _ = ch
+            .queue_delete(
+                queue.as_str().into(),
+                lapin::options::QueueDeleteOptions::default(),
+            )
+            .await;
+        let _ = ch
+            .exchange_delete(
+                exchange.as_str().into(),
+                lapin::options::ExchangeDeleteOptions::default(),
+            )
+            .await;
+    }
+    assert!(terminate(relay).await);
+    f.cleanup().await;
+}

@@ -19,6 +19,7 @@
 //!   retention.
 //! - `otel`: `process <queue>` spans continuing the delivery's trace ([`otel`]).
 
+pub mod builder;
 pub mod config;
 pub mod counters;
 pub mod handler;
@@ -36,6 +37,7 @@ pub mod retention;
 pub mod typed;
 pub mod worker;
 
+pub use builder::{ConsumerBuilder, ConsumerHandles};
 pub use counters::ConsumerCounters;
 pub use layer::HandlingLayer;
 pub use outbox_runtime::{

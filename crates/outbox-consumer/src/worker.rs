@@ -608,6 +608,12 @@ impl ConsumerWorker {
 }
 
 impl<P: InboxPath> InboxWorker<P> {
+    /// The consumer's name (its inbox rows, its sweep's keys).
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.shared.config.name
+    }
+
     /// A worker for `config.queue`, recording and handling through `path` as
     /// `config.name`.
     pub fn with_path(

@@ -139,8 +139,8 @@ pub use outbox_admin as admin;
 pub use async_trait::async_trait;
 
 pub use outbox_consumer::{
-    ConsumeRetryTask, ConsumerConfig, ConsumerRetention, ConsumerWorker, Context, EventHandler,
-    Handler, HandlerError, HandlerRegistry, handler_fn,
+    ConsumeRetryTask, ConsumerBuilder, ConsumerConfig, ConsumerHandles, ConsumerRetention,
+    ConsumerWorker, Context, EventHandler, Handler, HandlerError, HandlerRegistry, handler_fn,
 };
 #[cfg(feature = "postgres")]
 pub use outbox_consumer::{
@@ -161,11 +161,11 @@ pub mod prelude {
     pub use outbox_ports::{Clock, InboxStore, OutboxStore, PortError, Publisher, SystemClock};
 
     pub use crate::{
-        CancellationToken, ConsumerConfig, ConsumerWorker, Context, Dispatcher, DispatcherConfig,
-        EnqueueEvents, Event, EventHandler, Handler, HandlerError, HandlerRegistry, InboxStatus,
-        IntoNewMessage, Message, MessageId, NewMessage, OutboxStatus, PublishRetryTask,
-        RelayBuilder, RetryPolicy, RetrySweeper, SweepConfig, async_trait, handler_fn,
-        new_message_id,
+        CancellationToken, ConsumerBuilder, ConsumerConfig, ConsumerWorker, Context, Dispatcher,
+        DispatcherConfig, EnqueueEvents, Event, EventHandler, Handler, HandlerError,
+        HandlerRegistry, InboxStatus, IntoNewMessage, Message, MessageId, NewMessage, OutboxStatus,
+        PublishRetryTask, RelayBuilder, RetryPolicy, RetrySweeper, SweepConfig, async_trait,
+        handler_fn, new_message_id,
     };
     #[cfg(feature = "postgres")]
     pub use crate::{

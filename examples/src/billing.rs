@@ -258,20 +258,7 @@ pub async fn main_from_env() -> anyhow::Result<()> {
     let cancel = CancellationToken::new();
     let stop = cancel.clone();
     tokio::spawn(async move {
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-        let terminated = async {
-            match term.as_mut() {
-                Some(t) => {
-                    t.recv().await;
-                }
-                None => std::future::pending::<()>().await,
-            }
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            () = terminated => {}
-        }
+        crate::shutdown_signal().await;
         tracing::info!("shutting down");
         stop.cancel();
     });

@@ -251,6 +251,24 @@ pub fn telemetry(service: &str) -> anyhow::Result<outbox_cli::logging::Telemetry
     .map_err(anyhow::Error::msg)
 }
 
+/// Resolves at SIGINT or SIGTERM: when the shop's programs begin their graceful
+/// shutdown.
+pub async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let terminated = async {
+        match term.as_mut() {
+            Some(t) => {
+                t.recv().await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminated => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,22 +16,7 @@ async fn main() -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("WEB_ADDR {addr}: {e}"))?;
     tracing::info!(%addr, "web shop listening");
     let served = axum::serve(listener, web::router(shop, pool))
-        .with_graceful_shutdown(async {
-            let mut term =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-            let terminated = async {
-                match term.as_mut() {
-                    Some(t) => {
-                        t.recv().await;
-                    }
-                    None => std::future::pending::<()>().await,
-                }
-            };
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                () = terminated => {}
-            }
-        })
+        .with_graceful_shutdown(outbox_examples::shutdown_signal())
         .await;
     telemetry.shutdown().await;
     Ok(served?)

@@ -80,13 +80,7 @@ impl Context {
     /// [`Self::follow_up`]).
     #[must_use]
     pub fn caused(&self, message: NewMessage) -> NewMessage {
-        let correlation = self
-            .correlation_id
-            .clone()
-            .unwrap_or_else(|| self.message_id.to_string());
-        message
-            .with_correlation_id(correlation)
-            .with_header(CAUSATION_HEADER, self.message_id.to_string())
+        message.caused_by_id(self.message_id, self.correlation_id.as_deref())
     }
 }
 

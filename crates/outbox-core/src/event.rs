@@ -435,7 +435,7 @@ pub fn decode_with<C: Codec, E: Event>(message: &Message) -> Result<E, DecodeErr
         }
     };
     if let Some(found) = message.headers.get(VERSION_HEADER) {
-        if found.trim().parse::<u32>().ok() != Some(E::VERSION) {
+        if version_of(message) != Some(E::VERSION) {
             return Err(DecodeError::UnsupportedVersion {
                 message_type: message_type.to_owned(),
                 found: found.clone(),

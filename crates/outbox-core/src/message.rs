@@ -271,9 +271,16 @@ impl NewMessage {
     /// assert_eq!(reply.headers.get(CAUSATION_HEADER), Some(&id));
     /// ```
     #[must_use]
-    pub fn caused_by(mut self, cause: &Message) -> Self {
-        let id = cause.id.to_string();
-        self.correlation_id = Some(cause.correlation_id.clone().unwrap_or_else(|| id.clone()));
+    pub fn caused_by(self, cause: &Message) -> Self {
+        self.caused_by_id(cause.id, cause.correlation_id.as_deref())
+    }
+
+    /// [`Self::caused_by`] from the cause's id and correlation id alone (what a
+    /// handler's context keeps of the message it handles).
+    #[must_use]
+    pub fn caused_by_id(mut self, cause: MessageId, correlation_id: Option<&str>) -> Self {
+        let id = cause.to_string();
+        self.correlation_id = Some(correlation_id.map_or_else(|| id.clone(), str::to_owned));
         self.headers.insert(CAUSATION_HEADER.to_owned(), id);
         self
     }

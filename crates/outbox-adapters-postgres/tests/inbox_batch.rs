@@ -304,14 +304,23 @@ async fn check_batch(
                 assert_eq!(effects, 0, "{at}: its writes were rolled back");
             }
             Kind::Commits => {
-                // Its COMMIT is refused when a deferred row before it in the batch
-                // breaks the constraint: then it ended the transaction with nothing
-                // written, and is dead.
-                let deferred_before = kinds[..n].contains(&Kind::Deferred);
-                if deferred_before && *outcome != ConsumeOutcome::Consumed {
+                // In a batch its COMMIT is refused (inbox_batch_sealed): nothing it
+                // wrote stands, and it is dead. Handled singly (alone, or after an
+                // earlier delivery ended the batch) its COMMIT commits its row.
+                let unkeyed: Vec<Kind> = kinds
+                    .iter()
+                    .copied()
+                    .filter(|k| *k != Kind::Keyed)
+                    .collect();
+                let ended_before = kinds[..n]
+                    .iter()
+                    .any(|k| matches!(k, Kind::Commits | Kind::RollsBack | Kind::Restarts));
+                if unkeyed.len() > 1 && !ended_before {
                     assert!(matches!(outcome, ConsumeOutcome::Dead(_)), "{at}");
+                }
+                if matches!(outcome, ConsumeOutcome::Dead(_)) {
                     assert_eq!(row.status, InboxStatus::Dead, "{at}");
-                    assert_eq!(effects, 0, "{at}");
+                    assert_eq!(effects, 0, "{at}: its refused COMMIT wrote nothing");
                 } else {
                     assert_eq!(*outcome, ConsumeOutcome::Consumed, "{at}");
                     assert_eq!(row.status, InboxStatus::Consumed, "{at}");
@@ -503,9 +512,11 @@ fn fails_then_rolls_back(
 /// Found in review: one message twice in a batch, the first copy's handler fails
 /// (rolled back to its savepoint, no row), the second's ends the transaction and
 /// writes outside it. Handled singly in batch order, the first copy found no row
-/// and ran the handler a third time, writing outside the transaction again.
+/// and ran the handler a third time, writing outside the transaction again. Since
+/// the batch records its rows in one statement, the second copy is a duplicate of
+/// the first and its handler never runs: the failure is recorded once, for retry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_handler_that_ended_the_batch_is_not_run_again_through_a_copy_of_its_message() {
+async fn a_copy_of_a_message_in_the_same_batch_never_runs_its_handler() {
     with_db!(|pool, schema| {
         let (inbox, _h) = setup(&pool, &schema).await;
         let m = message(Kind::Good);
@@ -517,14 +528,44 @@ async fn a_handler_that_ended_the_batch_is_not_run_again_through_a_copy_of_its_m
             fails_then_rolls_back(&s, Arc::clone(&r), m)
         })
         .await;
+        assert!(
+            matches!(
+                outcomes.as_slice(),
+                [Ok(ConsumeOutcome::Failed(_)), Ok(ConsumeOutcome::Duplicate)]
+            ),
+            "{outcomes:?}"
+        );
         let row = inbox
             .get_delivery(CONSUMER, m.id)
             .await
             .expect("get")
             .expect("row");
-        assert_eq!(row.status, InboxStatus::Dead, "{outcomes:?}");
-        assert_eq!(*runs.lock().expect("runs"), 2, "{outcomes:?}");
-        assert_eq!(effects_of(&pool, &schema, m.id).await, 1, "{outcomes:?}");
+        assert_eq!(row.status, InboxStatus::ConsumeFailed, "{outcomes:?}");
+        assert_eq!(*runs.lock().expect("runs"), 1, "{outcomes:?}");
+        assert_eq!(effects_of(&pool, &schema, m.id).await, 0, "{outcomes:?}");
+    });
+}
+
+/// The batch's rows are inserted before its handlers run: a handler's own COMMIT
+/// must not commit the rows of the deliveries after it, whose handlers have not
+/// run (they would be found consumed, their effects never written: lost).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handlers_own_commit_never_records_its_batch_mates_unhandled() {
+    with_db!(|pool, schema| {
+        let (inbox, h) = setup(&pool, &schema).await;
+        let kinds = [Kind::Good, Kind::Commits, Kind::Good, Kind::Good];
+        let msgs: Vec<Message> = kinds.iter().map(|&k| message(k)).collect();
+        let leases: Vec<Lease> = msgs.iter().map(|_| lease()).collect();
+        let outcomes = consume(&inbox, &h, &msgs, &leases).await;
+        for (m, outcome) in msgs.iter().zip(&outcomes) {
+            if Kind::of(m) == Kind::Good {
+                assert!(
+                    matches!(outcome, Ok(ConsumeOutcome::Consumed)),
+                    "{outcomes:?}"
+                );
+                assert_eq!(effects_of(&pool, &schema, m.id).await, 1, "{outcomes:?}");
+            }
+        }
     });
 }
 

@@ -2,32 +2,44 @@
 //! COMMIT (and one WAL flush) covers them all, each handler under a savepoint of its
 //! own so that a failure rolls back its own writes only.
 //!
-//! The transaction holds, for each delivery in turn: its inbox row (inserted as
-//! consumed, as [`PgInboxStore::consume_in_transaction`] does) and its handler's
-//! writes, between `SAVEPOINT outbox_handler` and its release. Each row is inserted
-//! right before its handler runs, never ahead: a handler that commits the
-//! transaction itself then commits the rows of the deliveries handled so far and
-//! its own, never one whose handler has not run.
+//! The transaction holds: every delivery's inbox row, inserted as consumed in one
+//! statement (as [`PgInboxStore::consume_in_transaction`] inserts one; the rows
+//! not inserted are duplicates, recorded before); then, for each new delivery in
+//! turn, its handler's writes between `SAVEPOINT outbox_handler` and its release;
+//! then the seal, the rows of the deliveries whose handlers failed taken back, and
+//! the COMMIT. The rows are in the transaction before their handlers ran, so no
+//! COMMIT but the consumer's may end it: the batch is opened (`BATCH_OPEN`) before
+//! its rows are inserted, and a deferred check on each (`inbox_batch_sealed`, see
+//! its migration) refuses any COMMIT before the seal (`BATCH_SEALED`). A handler
+//! that commits the transaction itself so has its COMMIT refused and the batch
+//! rolled back, instead of committing as consumed the rows of deliveries whose
+//! handlers never ran.
 //!
 //! Whenever the batch cannot end as one commit, each delivery is handled again on
 //! its own by [`PgInboxStore::consume_in_transaction`], whose inbox row decides:
-//! - the handler of one delivery ended the transaction itself (a `COMMIT` or
-//!   `ROLLBACK` of its own): that delivery gets the single path's treatment (dead,
-//!   never run again, or consumed if it committed the row); the others go singly,
-//!   and those whose rows the handler committed are found there (duplicates);
-//! - the database refused the COMMIT (a deferred constraint, a serialization
-//!   failure): nothing of the batch stands, and singly the culprit fails alone.
+//! - the handler of one delivery ended the transaction itself (a `COMMIT`, refused,
+//!   or a `ROLLBACK` of its own): that delivery gets the single path's treatment
+//!   (dead, never run again: what it wrote after may have been autocommitted); the
+//!   others go singly;
+//! - the database refused a statement of the consumer's own (the batch's INSERT in
+//!   a deadlock with another worker inserting the same message) or the COMMIT (a
+//!   deferred constraint, a serialization failure): nothing of the batch stands,
+//!   and singly the culprit fails alone.
 //!
 //! A database that cannot be reached leaves every delivery of the batch unrecorded
 //! (`Err`): the caller returns them to the broker, and a redelivery finds the rows
 //! if the COMMIT did happen.
 
+use std::borrow::Cow;
+use std::collections::HashSet;
+
 use outbox_core::{Decision, HandlerFailure, Message};
 use outbox_ports::{Lease, PortError};
-use sqlx::{Postgres, Transaction};
+use sqlx::types::Json;
+use sqlx::{PgConnection, Postgres, Transaction};
+use uuid::Uuid;
 
 use super::PgInboxStore;
-use super::arrival::bind_delivery;
 use super::session::{
     HANDLER_SAVEPOINT, SESSION_RESET, TxHandler, aborted_reason, end_what_the_handler_left,
     ended_by_handler, ended_reason, rollback_to_savepoint, simple_query,
@@ -53,11 +65,9 @@ enum Step {
     Consumed,
     /// Its row was there already: nothing ran.
     Duplicate,
-    /// Its handler failed; its row and writes were rolled back to its savepoint.
+    /// Its handler failed; its writes were rolled back to its savepoint and its
+    /// row is taken back before the COMMIT.
     Failed(HandlerFailure),
-    /// Its row could not be inserted (a deadlock with another worker inserting the
-    /// same message): rolled back to its savepoint, nothing recorded.
-    Unrecorded(String),
 }
 
 /// How the batch's transaction ended.
@@ -125,9 +135,6 @@ impl PgInboxStore {
                                     |n, f: &HandlerFailure| decide(d.message, n, f),
                                 )
                                 .await
-                            }
-                            Step::Unrecorded(error) => {
-                                Err(PortError::transient("record arrival", error))
                             }
                         });
                     }
@@ -198,8 +205,9 @@ impl PgInboxStore {
         .await
     }
 
-    /// The batch's transaction: each delivery's row and handler under the savepoint,
-    /// then one COMMIT. The steps are those of the deliveries reached.
+    /// The batch's transaction: every delivery's row in one INSERT, then each new
+    /// delivery's handler under the savepoint, then the seal and one COMMIT. The
+    /// steps are those of the deliveries reached.
     async fn run_batch(
         &self,
         consumer: &str,
@@ -207,42 +215,39 @@ impl PgInboxStore {
         handler_for: &(dyn Fn(&Message) -> TxHandler<'static> + Send + Sync),
     ) -> (Vec<Step>, End) {
         let mut steps = Vec::with_capacity(batch.len());
-        // The first savepoint with the BEGIN, in one round trip, from a clean
-        // session (see SESSION_RESET).
-        let begin = format!("BEGIN; {SESSION_RESET}; SAVEPOINT {HANDLER_SAVEPOINT}");
+        // From a clean session (see SESSION_RESET), with the batch open: the rows
+        // inserted next can only be committed once sealed (see BATCH_OPEN).
+        let begin = format!("BEGIN; {SESSION_RESET}; {BATCH_OPEN}");
         let mut tx = match self.pool.begin_with(begin).await {
             Ok(tx) => tx,
             Err(e) => return (steps, End::Unreachable(port("begin", e).to_string())),
         };
+        let mut recorded = match self.record_batch(&mut tx, consumer, batch).await {
+            Ok(ids) => ids,
+            // A deadlock with another worker inserting the same messages, say:
+            // nothing of the batch is recorded, and singly each insert waits.
+            Err(e) if refused_by_database(&e).is_some() => {
+                return self.rolled_back(tx, steps).await;
+            }
+            Err(e) => {
+                return (
+                    steps,
+                    End::Unreachable(port("record arrivals", e).to_string()),
+                );
+            }
+        };
+        if let Err(e) = simple_query(&mut tx, &format!("SAVEPOINT {HANDLER_SAVEPOINT}")).await {
+            return (steps, End::Unreachable(port("savepoint", e).to_string()));
+        }
+        let mut failed = Vec::new();
         // At the start of each delivery the savepoint is taken and nothing has run
         // since.
         for (n, d) in batch.iter().enumerate() {
-            let stored = storable::message(d.message);
-            let inserted = bind_delivery(&self.sql.arrive_consumed, consumer, &stored)
-                .fetch_optional(&mut *tx)
-                .await;
-            match inserted {
-                Ok(Some(_)) => {}
-                Ok(None) => {
-                    steps.push(Step::Duplicate);
-                    continue;
-                }
-                Err(e) => {
-                    let Some(why) = refused_by_database(&e) else {
-                        return (
-                            steps,
-                            End::Unreachable(port("record arrival", e).to_string()),
-                        );
-                    };
-                    if let Err(e) = rollback_to_savepoint(&mut tx).await {
-                        return (
-                            steps,
-                            End::Unreachable(port("rollback to savepoint", e).to_string()),
-                        );
-                    }
-                    steps.push(Step::Unrecorded(why));
-                    continue;
-                }
+            // The first copy of each message recorded now runs; a second copy in
+            // the batch, or a message recorded before, is a duplicate.
+            if !recorded.remove(d.message.id.as_uuid()) {
+                steps.push(Step::Duplicate);
+                continue;
             }
             let step = match (handler_for(d.message))(&mut tx).await {
                 Ok(()) => match simple_query(&mut tx, &release_and_next()).await {
@@ -295,12 +300,117 @@ impl PgInboxStore {
                     }
                 },
             };
+            if matches!(step, Step::Failed(_)) {
+                failed.push(*d.message.id.as_uuid());
+            }
             steps.push(step);
+        }
+        // Every handler ran: the batch is sealed, and the rows of those that failed
+        // are taken back (their failures are recorded after the COMMIT, as a
+        // single delivery's are).
+        let sealed = async {
+            simple_query(
+                &mut tx,
+                &format!("RELEASE SAVEPOINT {HANDLER_SAVEPOINT}; {BATCH_SEALED}"),
+            )
+            .await?;
+            if !failed.is_empty() {
+                sqlx::query(&self.sql.forget_consumed)
+                    .bind(consumer)
+                    .bind(&failed)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            Ok::<_, sqlx::Error>(())
+        }
+        .await;
+        match sealed {
+            Ok(()) => {}
+            Err(e) if refused_by_database(&e).is_some() => {
+                return self.rolled_back(tx, steps).await;
+            }
+            Err(e) => return (steps, End::Unreachable(port("seal batch", e).to_string())),
         }
         match tx.commit().await {
             Ok(()) => (steps, End::Committed),
             Err(e) if refused_by_database(&e).is_some() => (steps, End::Singly { ended: None }),
             Err(e) => (steps, End::Unreachable(port("commit", e).to_string())),
+        }
+    }
+
+    /// Every delivery's row in one INSERT; the ids of those inserted (not recorded
+    /// before).
+    async fn record_batch(
+        &self,
+        conn: &mut PgConnection,
+        consumer: &str,
+        batch: &[BatchDelivery<'_>],
+    ) -> Result<HashSet<Uuid>, sqlx::Error> {
+        let stored: Vec<Cow<'_, Message>> =
+            batch.iter().map(|d| storable::message(d.message)).collect();
+        let ids: Vec<Uuid> = stored.iter().map(|m| *m.id.as_uuid()).collect();
+        let rows: Vec<(Uuid,)> = sqlx::query_as(&self.sql.arrive_consumed_many)
+            .bind(consumer)
+            .bind(&ids)
+            .bind(
+                stored
+                    .iter()
+                    .map(|m| m.exchange.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                stored
+                    .iter()
+                    .map(|m| m.routing_key.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                stored
+                    .iter()
+                    .map(|m| m.message_type.as_deref())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(stored.iter().map(|m| Json(&m.headers)).collect::<Vec<_>>())
+            .bind(
+                stored
+                    .iter()
+                    .map(|m| m.payload.as_slice())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                stored
+                    .iter()
+                    .map(|m| m.content_type.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                stored
+                    .iter()
+                    .map(|m| m.source.as_deref())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                stored
+                    .iter()
+                    .map(|m| m.correlation_id.as_deref())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(stored.iter().map(|m| m.created_at).collect::<Vec<_>>())
+            .fetch_all(conn)
+            .await?;
+        Ok(rows.into_iter().map(|(id,)| id).collect())
+    }
+
+    /// The batch's transaction refused a statement of the consumer's own: rolled
+    /// back, nothing of it stands, and each delivery is handled singly.
+    async fn rolled_back(
+        &self,
+        tx: Transaction<'_, Postgres>,
+        steps: Vec<Step>,
+    ) -> (Vec<Step>, End) {
+        match tx.rollback().await {
+            Ok(()) => (steps, End::Singly { ended: None }),
+            Err(e) => (steps, End::Unreachable(port("rollback", e).to_string())),
         }
     }
 
@@ -323,6 +433,17 @@ impl PgInboxStore {
         )
     }
 }
+
+/// Set for the batch's transaction before its rows are inserted: each consumed row
+/// inserted while it is set queues the `inbox_batch_sealed` check (see its
+/// migration), which refuses the COMMIT unless [`BATCH_SEALED`] is set. A handler's
+/// own `COMMIT` is refused (and the batch rolled back) instead of committing the
+/// rows of deliveries whose handlers have not run. [`SESSION_RESET`] clears it,
+/// which leaves the check armed: only the consumer's seal passes it.
+const BATCH_OPEN: &str = "SET LOCAL outbox.inbox_batch = 'open'";
+
+/// Set by the consumer right before its COMMIT, once every handler of the batch ran.
+const BATCH_SEALED: &str = "SET LOCAL outbox.inbox_batch = 'sealed'";
 
 /// What follows a handler that returned `Ok`, in one round trip (a statement does
 /// not run when one before it fails): its savepoint released, which fails if the

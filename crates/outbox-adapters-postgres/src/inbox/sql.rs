@@ -47,6 +47,8 @@ fn first_unfinished(
 pub(super) struct Sql {
     pub(super) arrive: String,
     pub(super) arrive_consumed: String,
+    pub(super) arrive_consumed_many: String,
+    pub(super) forget_consumed: String,
     pub(super) arrive_held: String,
     pub(super) arrive_given_up: String,
     pub(super) release_if_head: String,
@@ -161,6 +163,24 @@ impl Sql {
                  last_attempt_at, consumed_at) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'consumed', 1, now(), now()) \
                  ON CONFLICT (consumer, message_id) DO NOTHING RETURNING 1"
+            ),
+            // A batch's rows in one statement, as arrive_consumed writes each (over
+            // arrays, as the outbox's insert_many): the ids of those inserted come
+            // back; the others were recorded before (duplicates). The batch's
+            // transaction holds them until its handlers ran (see
+            // inbox_batch_sealed in the migrations).
+            arrive_consumed_many: format!(
+                "INSERT INTO {t} (consumer, message_id, {MESSAGE_COLUMNS}, status, attempts, \
+                 last_attempt_at, consumed_at) \
+                 SELECT $1, m.*, 'consumed', 1, now(), now() \
+                 FROM unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::jsonb[], \
+                   $7::bytea[], $8::text[], $9::text[], $10::text[], $11::timestamptz[]) AS m \
+                 ON CONFLICT (consumer, message_id) DO NOTHING RETURNING message_id"
+            ),
+            // The rows of a batch's deliveries whose handlers failed, taken back
+            // before the batch commits (each failure is recorded after it).
+            forget_consumed: format!(
+                "DELETE FROM {t} WHERE consumer = $1 AND message_id = ANY($2) AND status = 'consumed'"
             ),
             status_of: format!("SELECT status FROM {t} WHERE consumer = $1 AND message_id = $2"),
             mark_consumed: format!(

@@ -1,6 +1,7 @@
 //! `consume_*`: a raw RabbitMQ consumer acknowledging each delivery, then the
-//! transactional inbox worker over the same messages, batched and with a
-//! transaction a delivery.
+//! transactional inbox worker over the same messages: batched with a no-op handler,
+//! batched with a handler that inserts a row of its own, and with a transaction a
+//! delivery.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -75,12 +76,17 @@ impl Bench {
         self.record("consume_raw", raw, "msg/s");
         self.record_cpu("consume_raw", raw_cpu);
         let defaults = ConsumerConfig::new("bench", QUEUE).inbox_batch;
-        let (inbox, inbox_cpu) = self.consume_inbox(n, defaults).await?;
+        let (inbox, inbox_cpu) = self.consume_inbox(n, defaults, Effect::None).await?;
         self.record("consume_inbox", inbox, "msg/s");
         self.record_cpu("consume_inbox", inbox_cpu);
         self.record("consume_inbox/consume_raw", inbox / raw, "ratio");
+        // What most handlers do: one row of their own, in the inbox's transaction.
+        let (write, write_cpu) = self.consume_inbox(n, defaults, Effect::InsertRow).await?;
+        self.record("consume_inbox_write", write, "msg/s");
+        self.record_cpu("consume_inbox_write", write_cpu);
+        self.record("consume_inbox_write/consume_raw", write / raw, "ratio");
         // The same worker with a transaction per delivery, what batching buys.
-        let (single, single_cpu) = self.consume_inbox(n, 1).await?;
+        let (single, single_cpu) = self.consume_inbox(n, 1, Effect::None).await?;
         self.record("consume_inbox_unbatched", single, "msg/s");
         self.record_cpu("consume_inbox_unbatched", single_cpu);
         self.record(
@@ -95,18 +101,36 @@ impl Bench {
         &mut self,
         n: usize,
         inbox_batch: usize,
+        effect: Effect,
     ) -> anyhow::Result<(f64, cpu::CpuPerMessage)> {
         let schema = self.fresh_schema("bench_consume").await?;
+        let handler: Arc<dyn PgHandler> = match effect {
+            Effect::None => Arc::new(Noop),
+            Effect::InsertRow => {
+                sqlx::query(&format!(
+                    "CREATE TABLE {}.bench_effects (message_id uuid PRIMARY KEY, routing_key text NOT NULL, \
+                     bytes integer NOT NULL, at timestamptz NOT NULL DEFAULT now())",
+                    schema.quoted()
+                ))
+                .execute(&self.pool)
+                .await?;
+                Arc::new(InsertRow {
+                    sql: format!(
+                        "INSERT INTO {}.bench_effects (message_id, routing_key, bytes) VALUES ($1, $2, $3)",
+                        schema.quoted()
+                    ),
+                })
+            }
+        };
         self.publish_raw(n).await?;
         let inbox = PgInboxStore::new(self.pool.clone(), &schema);
         let worker = PgConsumerWorker::new(
             inbox.clone(),
             Arc::new(RabbitSubscriber::new(&self.amqp_url)),
-            PgHandlerRegistry::new().fallback(Arc::new(Noop)),
+            PgHandlerRegistry::new().fallback(handler),
             Arc::new(SystemClock),
             ConsumerConfig {
                 prefetch: 200,
-                concurrency: 16,
                 inbox_batch,
                 ..ConsumerConfig::new("bench", QUEUE)
             },
@@ -133,11 +157,39 @@ impl Bench {
     }
 }
 
+/// What the measured handler writes.
+#[derive(Debug, Clone, Copy)]
+enum Effect {
+    /// Nothing: the inbox's own cost.
+    None,
+    /// One row of its own a message ([`InsertRow`]).
+    InsertRow,
+}
+
 struct Noop;
 
 #[async_trait::async_trait]
 impl PgHandler for Noop {
     async fn handle(&self, _conn: &mut PgConnection, _m: &Message) -> Result<(), HandlerError> {
+        Ok(())
+    }
+}
+
+/// A handler's typical effect: one row a message in a table of its own, in the
+/// inbox's transaction.
+struct InsertRow {
+    sql: String,
+}
+
+#[async_trait::async_trait]
+impl PgHandler for InsertRow {
+    async fn handle(&self, conn: &mut PgConnection, m: &Message) -> Result<(), HandlerError> {
+        sqlx::query(&self.sql)
+            .bind(m.id.as_uuid())
+            .bind(&m.routing_key)
+            .bind(i32::try_from(m.payload.len()).unwrap_or(i32::MAX))
+            .execute(conn)
+            .await?;
         Ok(())
     }
 }

@@ -13,9 +13,10 @@ pub struct ConsumerConfig {
     pub name: String,
     /// The queue to consume.
     pub queue: String,
-    /// Unacknowledged deliveries the broker may send ahead.
+    /// Unacknowledged deliveries the broker may send ahead. Default: 128.
     pub prefetch: u16,
-    /// Deliveries handled at once.
+    /// Deliveries in hand at once (handled, or waiting for their inbox batch).
+    /// Default: 64.
     pub concurrency: usize,
     /// With the PostgreSQL inbox ([`crate::PgConsumerWorker`]): the most first
     /// deliveries recorded and handled in one inbox transaction. Deliveries without
@@ -28,7 +29,9 @@ pub struct ConsumerConfig {
     /// for those, set 1, one transaction per delivery, `concurrency` at once.
     /// Keyed deliveries and retries always have a transaction each. At most 32 (each
     /// delivery's savepoint is a subtransaction, of which PostgreSQL keeps 64 a
-    /// transaction in shared memory). Default: 4.
+    /// transaction in shared memory). Default: 16, so 4 transactions of up to 16
+    /// deliveries: under load a batch takes what waits, at low load a delivery
+    /// finds a free transaction and is handled at once, alone.
     pub inbox_batch: usize,
     /// Keep order by key: deliveries with an ordering key (the
     /// [`outbox_ports::ORDERING_KEY_HEADER`] the relay sets from
@@ -85,9 +88,9 @@ impl ConsumerConfig {
         Self {
             name: name.into(),
             queue: queue.into(),
-            prefetch: 64,
-            concurrency: 16,
-            inbox_batch: 4,
+            prefetch: 128,
+            concurrency: 64,
+            inbox_batch: 16,
             ordered_by_key: false,
             handler_timeout: Duration::from_secs(30),
             retry: RetryPolicy::default(),

@@ -12,6 +12,14 @@
 --   DELETE FROM _sqlx_migrations WHERE version = 20261216000001;
 -- (a consumer of this release then records batches unguarded: stop it first).
 
+-- A handler that runs SET CONSTRAINTS ALL IMMEDIATE in a batch fires these checks
+-- before the seal: its attempt fails with this error and is retried in a
+-- transaction of its own, where no check is queued.
+--
+-- The trigger takes a lock that waits for inbox transactions in flight: not longer
+-- than 5 s (migrate again if it timed out).
+SET LOCAL lock_timeout = '5s';
+
 CREATE OR REPLACE FUNCTION outbox_inbox_batch_sealed() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN

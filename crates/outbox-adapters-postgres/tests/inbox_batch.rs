@@ -569,6 +569,60 @@ async fn a_handlers_own_commit_never_records_its_batch_mates_unhandled() {
     });
 }
 
+/// Found in review: a handler whose COMMIT is refused (which rolls the batch's rows
+/// and its batch-mates' writes back), and which then begins a transaction and takes
+/// a savepoint of the worker's name itself: the worker's release succeeds there,
+/// and without the seal's check of the transaction the later handlers' writes
+/// committed without inbox rows and every delivery was acknowledged as consumed,
+/// the earlier ones without their writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_that_reopens_the_transaction_never_costs_its_batch_mates_their_writes() {
+    with_db!(|pool, schema| {
+        let (inbox, h) = setup(&pool, &schema).await;
+        let msgs: Vec<Message> = (0..3).map(|_| message(Kind::Good)).collect();
+        let leases: Vec<Lease> = msgs.iter().map(|_| lease()).collect();
+        let reopens = msgs[1].id;
+        let outcomes = consume_with(&inbox, &msgs, &leases, &move |m: &Message| {
+            if m.id != reopens {
+                return h.handler_for(m);
+            }
+            Box::new(|conn: &mut sqlx::PgConnection| {
+                Box::pin(async move {
+                    let _refused = sqlx::query("COMMIT").execute(&mut *conn).await;
+                    for sql in ["BEGIN", "SAVEPOINT outbox_handler"] {
+                        sqlx::query(sql)
+                            .execute(&mut *conn)
+                            .await
+                            .map_err(|e| e.to_string())?;
+                    }
+                    Ok(())
+                })
+            })
+        })
+        .await;
+        for (n, m) in msgs.iter().enumerate() {
+            let row = inbox.get_delivery(CONSUMER, m.id).await.expect("get");
+            if n == 1 {
+                continue;
+            }
+            assert!(
+                matches!(outcomes[n], Ok(ConsumeOutcome::Consumed)),
+                "{n}: {outcomes:?}"
+            );
+            assert_eq!(
+                row.map(|r| r.status),
+                Some(InboxStatus::Consumed),
+                "{n}: {outcomes:?}"
+            );
+            assert_eq!(
+                effects_of(&pool, &schema, m.id).await,
+                1,
+                "{n}: {outcomes:?}"
+            );
+        }
+    });
+}
+
 /// Found in review: a `SET LOCAL` survives its savepoint's release, so one
 /// handler's `synchronous_commit = off` would decide whether the batch's COMMIT,
 /// which all its deliveries are acknowledged after, waits for the WAL flush.

@@ -10,7 +10,8 @@
 //! the COMMIT. The rows are in the transaction before their handlers ran, so no
 //! COMMIT but the consumer's may end it: the batch is opened (`BATCH_OPEN`) before
 //! its rows are inserted, and a deferred check on each (`inbox_batch_sealed`, see
-//! its migration) refuses any COMMIT before the seal (`BATCH_SEALED`). A handler
+//! its migration) refuses any COMMIT before the seal (`seal`), which itself checks
+//! that the transaction is still the one the rows were inserted in. A handler
 //! that commits the transaction itself so has its COMMIT refused and the batch
 //! rolled back, instead of committing as consumed the rows of deliveries whose
 //! handlers never ran.
@@ -222,8 +223,8 @@ impl PgInboxStore {
             Ok(tx) => tx,
             Err(e) => return (steps, End::Unreachable(port("begin", e).to_string())),
         };
-        let mut recorded = match self.record_batch(&mut tx, consumer, batch).await {
-            Ok(ids) => ids,
+        let (xid, mut recorded) = match self.record_batch(&mut tx, consumer, batch).await {
+            Ok(recorded) => recorded,
             // A deadlock with another worker inserting the same messages, say:
             // nothing of the batch is recorded, and singly each insert waits.
             Err(e) if refused_by_database(&e).is_some() => {
@@ -307,13 +308,13 @@ impl PgInboxStore {
         }
         // Every handler ran: the batch is sealed, and the rows of those that failed
         // are taken back (their failures are recorded after the COMMIT, as a
-        // single delivery's are).
+        // single delivery's are). Sealed only in the transaction the rows were
+        // inserted in: a handler that ended it (its COMMIT refused, which rolled
+        // the rows back) and began another with a savepoint of the worker's name
+        // would otherwise have its batch-mates acknowledged with neither rows nor
+        // the writes of those before it.
         let sealed = async {
-            simple_query(
-                &mut tx,
-                &format!("RELEASE SAVEPOINT {HANDLER_SAVEPOINT}; {BATCH_SEALED}"),
-            )
-            .await?;
+            simple_query(&mut tx, &seal(xid)).await?;
             if !failed.is_empty() {
                 sqlx::query(&self.sql.forget_consumed)
                     .bind(consumer)
@@ -338,18 +339,18 @@ impl PgInboxStore {
         }
     }
 
-    /// Every delivery's row in one INSERT; the ids of those inserted (not recorded
-    /// before).
+    /// Every delivery's row in one INSERT; the transaction's id, and the ids of the
+    /// messages inserted (not recorded before).
     async fn record_batch(
         &self,
         conn: &mut PgConnection,
         consumer: &str,
         batch: &[BatchDelivery<'_>],
-    ) -> Result<HashSet<Uuid>, sqlx::Error> {
+    ) -> Result<(u64, HashSet<Uuid>), sqlx::Error> {
         let stored: Vec<Cow<'_, Message>> =
             batch.iter().map(|d| storable::message(d.message)).collect();
         let ids: Vec<Uuid> = stored.iter().map(|m| *m.id.as_uuid()).collect();
-        let rows: Vec<(Uuid,)> = sqlx::query_as(&self.sql.arrive_consumed_many)
+        let (xid, inserted): (String, Vec<Uuid>) = sqlx::query_as(&self.sql.arrive_consumed_many)
             .bind(consumer)
             .bind(&ids)
             .bind(
@@ -396,9 +397,12 @@ impl PgInboxStore {
                     .collect::<Vec<_>>(),
             )
             .bind(stored.iter().map(|m| m.created_at).collect::<Vec<_>>())
-            .fetch_all(conn)
+            .fetch_one(conn)
             .await?;
-        Ok(rows.into_iter().map(|(id,)| id).collect())
+        let xid = xid
+            .parse()
+            .map_err(|e| sqlx::Error::Decode(format!("transaction id {xid:?}: {e}").into()))?;
+        Ok((xid, inserted.into_iter().collect()))
     }
 
     /// The batch's transaction refused a statement of the consumer's own: rolled
@@ -436,14 +440,27 @@ impl PgInboxStore {
 
 /// Set for the batch's transaction before its rows are inserted: each consumed row
 /// inserted while it is set queues the `inbox_batch_sealed` check (see its
-/// migration), which refuses the COMMIT unless [`BATCH_SEALED`] is set. A handler's
+/// migration), which refuses the COMMIT unless the batch is sealed ([`seal`]). A handler's
 /// own `COMMIT` is refused (and the batch rolled back) instead of committing the
 /// rows of deliveries whose handlers have not run. [`SESSION_RESET`] clears it,
 /// which leaves the check armed: only the consumer's seal passes it.
 const BATCH_OPEN: &str = "SET LOCAL outbox.inbox_batch = 'open'";
 
-/// Set by the consumer right before its COMMIT, once every handler of the batch ran.
-const BATCH_SEALED: &str = "SET LOCAL outbox.inbox_batch = 'sealed'";
+/// The seal, set by the consumer right before its COMMIT once every handler of the
+/// batch ran: the last handler's savepoint released, then, if the transaction is
+/// still the one (`xid`, from PostgreSQL, a number) the batch's rows were inserted
+/// in, `outbox.inbox_batch` set to 'sealed'; else an error (SQLSTATE P0001).
+fn seal(xid: u64) -> String {
+    format!(
+        "RELEASE SAVEPOINT {HANDLER_SAVEPOINT}; \
+         DO $outbox$ BEGIN \
+           IF pg_current_xact_id() <> '{xid}'::xid8 THEN \
+             RAISE EXCEPTION 'outbox: the inbox batch''s transaction was ended by a handler and another begun'; \
+           END IF; \
+           PERFORM set_config('outbox.inbox_batch', 'sealed', true); \
+         END $outbox$"
+    )
+}
 
 /// What follows a handler that returned `Ok`, in one round trip (a statement does
 /// not run when one before it fails): its savepoint released, which fails if the

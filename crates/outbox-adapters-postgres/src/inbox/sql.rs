@@ -165,17 +165,19 @@ impl Sql {
                  ON CONFLICT (consumer, message_id) DO NOTHING RETURNING 1"
             ),
             // A batch's rows in one statement, as arrive_consumed writes each (over
-            // arrays, as the outbox's insert_many): the ids of those inserted come
-            // back; the others were recorded before (duplicates). The batch's
+            // arrays, as the outbox's insert_many): the transaction's id and the ids
+            // of those inserted come back; the others were recorded before
+            // (duplicates). The batch's
             // transaction holds them until its handlers ran (see
             // inbox_batch_sealed in the migrations).
             arrive_consumed_many: format!(
-                "INSERT INTO {t} (consumer, message_id, {MESSAGE_COLUMNS}, status, attempts, \
-                 last_attempt_at, consumed_at) \
-                 SELECT $1, m.*, 'consumed', 1, now(), now() \
-                 FROM unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::jsonb[], \
-                   $7::bytea[], $8::text[], $9::text[], $10::text[], $11::timestamptz[]) AS m \
-                 ON CONFLICT (consumer, message_id) DO NOTHING RETURNING message_id"
+                "WITH recorded AS (INSERT INTO {t} (consumer, message_id, {MESSAGE_COLUMNS}, status, \
+                   attempts, last_attempt_at, consumed_at) \
+                   SELECT $1, m.*, 'consumed', 1, now(), now() \
+                   FROM unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::jsonb[], \
+                     $7::bytea[], $8::text[], $9::text[], $10::text[], $11::timestamptz[]) AS m \
+                   ON CONFLICT (consumer, message_id) DO NOTHING RETURNING message_id) \
+                 SELECT pg_current_xact_id()::text, ARRAY(SELECT message_id FROM recorded)"
             ),
             // The rows of a batch's deliveries whose handlers failed, taken back
             // before the batch commits (each failure is recorded after it).

@@ -569,6 +569,36 @@ async fn a_handlers_own_commit_never_records_its_batch_mates_unhandled() {
     });
 }
 
+/// Found in review: a store on a schema not migrated since the batch's COMMIT check
+/// came would batch unguarded; it handles each delivery in a transaction of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_commit_check_a_batch_is_handled_one_transaction_each() {
+    with_db!(|pool, schema| {
+        let (_inbox, h) = setup(&pool, &schema).await;
+        sqlx::query(&format!(
+            "DROP TRIGGER inbox_batch_sealed ON {}.outbox_inbox",
+            schema.quoted()
+        ))
+        .execute(&pool)
+        .await
+        .expect("drop the check");
+        let inbox = PgInboxStore::new(pool.clone(), &schema);
+        let kinds = [Kind::Good, Kind::Commits, Kind::Good, Kind::Good];
+        let msgs: Vec<Message> = kinds.iter().map(|&k| message(k)).collect();
+        let leases: Vec<Lease> = msgs.iter().map(|_| lease()).collect();
+        let outcomes = consume(&inbox, &h, &msgs, &leases).await;
+        for (m, outcome) in msgs.iter().zip(&outcomes) {
+            if Kind::of(m) == Kind::Good {
+                assert!(
+                    matches!(outcome, Ok(ConsumeOutcome::Consumed)),
+                    "{outcomes:?}"
+                );
+                assert_eq!(effects_of(&pool, &schema, m.id).await, 1, "{outcomes:?}");
+            }
+        }
+    });
+}
+
 /// Found in review: a handler whose COMMIT is refused (which rolls the batch's rows
 /// and its batch-mates' writes back), and which then begins a transaction and takes
 /// a savepoint of the worker's name itself: the worker's release succeeds there,

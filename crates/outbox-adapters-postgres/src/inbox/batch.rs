@@ -111,7 +111,14 @@ impl PgInboxStore {
                     .await,
             );
         }
-        if unkeyed.len() == 1 {
+        if unkeyed.len() > 1 && !self.batch_guarded().await {
+            for &i in &unkeyed {
+                out[i] = Some(
+                    self.singly(consumer, deliveries[i], decide, handler_for)
+                        .await,
+                );
+            }
+        } else if unkeyed.len() == 1 {
             out[unkeyed[0]] = Some(
                 self.singly(consumer, deliveries[unkeyed[0]], decide, handler_for)
                     .await,
@@ -186,6 +193,31 @@ impl PgInboxStore {
         out.into_iter()
             .map(|r| r.unwrap_or_else(|| Err(PortError::fatal("consume batch", "no outcome"))))
             .collect()
+    }
+
+    /// Whether the table has the batch's COMMIT check (`inbox_batch_sealed`); without
+    /// it (a schema not migrated since) a handler's own COMMIT would record its
+    /// batch-mates consumed before their handlers ran, so deliveries are handled
+    /// one transaction each. Asked once; a failed question is asked again.
+    async fn batch_guarded(&self) -> bool {
+        let table = format!("{}.outbox_inbox", self.schema.quoted());
+        let known = self
+            .batch_guarded
+            .get_or_try_init(|| async {
+                let guarded: bool = sqlx::query_scalar(
+                    "SELECT EXISTS (SELECT 1 FROM pg_trigger \
+                     WHERE tgname = 'inbox_batch_sealed' AND tgrelid = to_regclass($1))",
+                )
+                .bind(&table)
+                .fetch_one(&self.pool)
+                .await?;
+                if !guarded {
+                    tracing::warn!(table, "the inbox has no inbox_batch_sealed check (run `outbox migrate`): deliveries are handled one transaction each");
+                }
+                Ok::<_, sqlx::Error>(guarded)
+            })
+            .await;
+        known.copied().unwrap_or(false)
     }
 
     /// One delivery in a transaction of its own.

@@ -65,6 +65,9 @@ pub struct PgInboxStore {
     /// by the store's clones.
     held_checked: Arc<Mutex<HashMap<String, Instant>>>,
     held_check_every: Duration,
+    /// Whether the table has the batch's COMMIT check (`inbox_batch_sealed`), once
+    /// known; shared by the store's clones.
+    batch_guarded: Arc<tokio::sync::OnceCell<bool>>,
 }
 
 /// How often a consumer's claims run the held-row safety net (see
@@ -81,6 +84,7 @@ impl PgInboxStore {
             sql: Arc::new(Sql::new(schema)),
             held_checked: Arc::default(),
             held_check_every: HELD_CHECK_EVERY,
+            batch_guarded: Arc::default(),
         }
     }
 

@@ -32,6 +32,19 @@ BEGIN
 END
 $$;
 
+-- The consumer's seal: refused unless the transaction is still the one the batch's
+-- rows were inserted in (a handler may have ended it, its COMMIT refused, and begun
+-- another); a function, so PostgreSQL compiles it once a session, not once a batch.
+CREATE OR REPLACE FUNCTION outbox_inbox_batch_seal(batch_xid xid8) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF pg_current_xact_id() IS DISTINCT FROM batch_xid THEN
+        RAISE EXCEPTION 'outbox: the inbox batch''s transaction was ended by a handler and another begun';
+    END IF;
+    PERFORM set_config('outbox.inbox_batch', 'sealed', true);
+END
+$$;
+
 -- A constraint trigger has no CREATE OR REPLACE: dropped first, so the migration
 -- can run again.
 DROP TRIGGER IF EXISTS inbox_batch_sealed ON outbox_inbox;

@@ -22,6 +22,8 @@ pub(crate) struct Sizes {
     pub(crate) delayed_over: Duration,
     pub(crate) claim_rows: i64,
     pub(crate) consume: usize,
+    /// How long the consume latency phase publishes at 200/s.
+    pub(crate) consume_latency: Duration,
     pub(crate) memory_backlog: i64,
     pub(crate) enqueue_for: Duration,
 }

@@ -10,7 +10,7 @@ use anyhow::Context as _;
 use futures::StreamExt as _;
 use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
-use outbox_adapters_postgres::{PgConnection, PgInboxStore};
+use outbox_adapters_postgres::{PgConnection, PgInboxStore, PgSchema};
 use outbox_adapters_rabbitmq::RabbitSubscriber;
 use outbox_consumer::{
     CancellationToken, ConsumerConfig, HandlerError, PgConsumerWorker, PgHandler, PgHandlerRegistry,
@@ -75,7 +75,7 @@ impl Bench {
         let (raw, raw_cpu) = self.consume_raw(n).await?;
         self.record("consume_raw", raw, "msg/s");
         self.record_cpu("consume_raw", raw_cpu);
-        let defaults = ConsumerConfig::new("bench", QUEUE).inbox_batch;
+        let defaults = Shape::default();
         let (inbox, inbox_cpu) = self.consume_inbox(n, defaults, Effect::None).await?;
         self.record("consume_inbox", inbox, "msg/s");
         self.record_cpu("consume_inbox", inbox_cpu);
@@ -85,8 +85,22 @@ impl Bench {
         self.record("consume_inbox_write", write, "msg/s");
         self.record_cpu("consume_inbox_write", write_cpu);
         self.record("consume_inbox_write/consume_raw", write / raw, "ratio");
+        // The defaults before 2026-12-05 (16 in hand, batches of up to 4): what
+        // batches that follow the load buy.
+        let before = Shape {
+            concurrency: Some(16),
+            inbox_batch: Some(4),
+        };
+        let (small, small_cpu) = self.consume_inbox(n, before, Effect::None).await?;
+        self.record("consume_inbox_16x4", small, "msg/s");
+        self.record_cpu("consume_inbox_16x4", small_cpu);
+        self.record("consume_inbox/consume_inbox_16x4", inbox / small, "ratio");
         // The same worker with a transaction per delivery, what batching buys.
-        let (single, single_cpu) = self.consume_inbox(n, 1, Effect::None).await?;
+        let single = Shape {
+            inbox_batch: Some(1),
+            ..defaults
+        };
+        let (single, single_cpu) = self.consume_inbox(n, single, Effect::None).await?;
         self.record("consume_inbox_unbatched", single, "msg/s");
         self.record_cpu("consume_inbox_unbatched", single_cpu);
         self.record(
@@ -100,41 +114,12 @@ impl Bench {
     async fn consume_inbox(
         &mut self,
         n: usize,
-        inbox_batch: usize,
+        shape: Shape,
         effect: Effect,
     ) -> anyhow::Result<(f64, cpu::CpuPerMessage)> {
         let schema = self.fresh_schema("bench_consume").await?;
-        let handler: Arc<dyn PgHandler> = match effect {
-            Effect::None => Arc::new(Noop),
-            Effect::InsertRow => {
-                sqlx::query(&format!(
-                    "CREATE TABLE {}.bench_effects (message_id uuid PRIMARY KEY, routing_key text NOT NULL, \
-                     bytes integer NOT NULL, at timestamptz NOT NULL DEFAULT now())",
-                    schema.quoted()
-                ))
-                .execute(&self.pool)
-                .await?;
-                Arc::new(InsertRow {
-                    sql: format!(
-                        "INSERT INTO {}.bench_effects (message_id, routing_key, bytes) VALUES ($1, $2, $3)",
-                        schema.quoted()
-                    ),
-                })
-            }
-        };
         self.publish_raw(n).await?;
-        let inbox = PgInboxStore::new(self.pool.clone(), &schema);
-        let worker = PgConsumerWorker::new(
-            inbox.clone(),
-            Arc::new(RabbitSubscriber::new(&self.amqp_url)),
-            PgHandlerRegistry::new().fallback(handler),
-            Arc::new(SystemClock),
-            ConsumerConfig {
-                prefetch: 200,
-                inbox_batch,
-                ..ConsumerConfig::new("bench", QUEUE)
-            },
-        );
+        let (worker, inbox) = self.bench_worker(&schema, shape, effect).await?;
         let cancel = CancellationToken::new();
         // Progress from the worker's own counter: polling the inbox's totals would
         // scan the growing table every few milliseconds while it is measured.
@@ -155,11 +140,61 @@ impl Bench {
         );
         Ok((rate, cpu))
     }
+
+    /// The inbox worker on `schema` over the bench's queue, in `shape`, its handler
+    /// doing `effect`.
+    pub(crate) async fn bench_worker(
+        &self,
+        schema: &PgSchema,
+        shape: Shape,
+        effect: Effect,
+    ) -> anyhow::Result<(PgConsumerWorker, PgInboxStore)> {
+        let handler: Arc<dyn PgHandler> = match effect {
+            Effect::None => Arc::new(Noop),
+            Effect::InsertRow => {
+                sqlx::query(&format!(
+                    "CREATE TABLE IF NOT EXISTS {}.bench_effects (message_id uuid PRIMARY KEY, routing_key text NOT NULL, \
+                     bytes integer NOT NULL, at timestamptz NOT NULL DEFAULT now())",
+                    schema.quoted()
+                ))
+                .execute(&self.pool)
+                .await?;
+                Arc::new(InsertRow {
+                    sql: format!(
+                        "INSERT INTO {}.bench_effects (message_id, routing_key, bytes) VALUES ($1, $2, $3)",
+                        schema.quoted()
+                    ),
+                })
+            }
+        };
+        let inbox = PgInboxStore::new(self.pool.clone(), schema);
+        let defaults = ConsumerConfig::new("bench", QUEUE);
+        let worker = PgConsumerWorker::new(
+            inbox.clone(),
+            Arc::new(RabbitSubscriber::new(&self.amqp_url)),
+            PgHandlerRegistry::new().fallback(handler),
+            Arc::new(SystemClock),
+            ConsumerConfig {
+                prefetch: 200,
+                inbox_batch: shape.inbox_batch.unwrap_or(defaults.inbox_batch),
+                concurrency: shape.concurrency.unwrap_or(defaults.concurrency),
+                ..defaults
+            },
+        );
+        Ok((worker, inbox))
+    }
+}
+
+/// The worker's deliveries in hand and batch size; `None`: the default.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Shape {
+    pub(crate) concurrency: Option<usize>,
+    pub(crate) inbox_batch: Option<usize>,
 }
 
 /// What the measured handler writes.
 #[derive(Debug, Clone, Copy)]
-enum Effect {
+pub(crate) enum Effect {
     /// Nothing: the inbox's own cost.
     None,
     /// One row of its own a message ([`InsertRow`]).

@@ -7,13 +7,13 @@
 //! (`--help` prints the usage; an unknown argument is refused with it, exit 2)
 //! (`--relay-only`: raw, relay, relay with 1,000 ordering keys, relay with two
 //! pipelines, raw again;
-//! `--consume-only`: raw consumer, then the inbox worker; `--claim-only`: claim times
+//! `--consume-only`: raw consumer, then the inbox worker, then its latency at 200/s; `--claim-only`: claim times
 //! and the admin service's reads over a million rows sent through the relay's marks;
 //! `--delayed-only`: the publish lateness of delayed messages, then the claim times); URLs from
 //! `OUTBOX_TEST_DATABASE_URL` and `OUTBOX_TEST_AMQP_URL`, else the local servers.
 //!
 //! A module a phase (`raw_confirm`, `relay`, `ordered`, `naive`, `latency`,
-//! `delayed`, `claim` with `admin` and `ui`, `consume`, `relay_rss`, `enqueue`),
+//! `delayed`, `claim` with `admin` and `ui`, `consume`, `consume_latency`, `relay_rss`, `enqueue`),
 //! over the harness in `bench`; `report` prints the table and writes the summary;
 //! this file reads the arguments and runs the phases in their order.
 
@@ -23,6 +23,7 @@ mod admin;
 mod bench;
 mod claim;
 mod consume;
+mod consume_latency;
 mod cpu;
 mod delayed;
 mod enqueue;
@@ -49,7 +50,7 @@ const USAGE: &str = "usage: outbox-bench [--quick] [--relay-only | --consume-onl
 
   --quick         smaller sizes (CI smoke); the default is the full bench
   --relay-only    raw confirms, the relay (1 and 2 pipelines, and with ordering keys), raw confirms again
-  --consume-only  a raw consumer, then the transactional inbox worker
+  --consume-only  a raw consumer, then the transactional inbox worker, and its latency at 200/s
   --claim-only    claim times (also beside 1,000,000 delayed rows) and the admin service's reads over 1,000,000 rows
   --delayed-only  how late delayed messages are published, then what --claim-only runs
   --enqueue-only  producer commits through PgOutbox::enqueue against plain INSERTs
@@ -148,6 +149,7 @@ async fn main() -> anyhow::Result<()> {
             delayed_over: Duration::from_secs(10),
             claim_rows: 200_000,
             consume: 5_000,
+            consume_latency: Duration::from_secs(5),
             memory_backlog: 200_000,
             enqueue_for: Duration::from_secs(3),
         }
@@ -160,6 +162,7 @@ async fn main() -> anyhow::Result<()> {
             delayed_over: Duration::from_secs(20),
             claim_rows: 1_000_000,
             consume: 20_000,
+            consume_latency: Duration::from_secs(15),
             memory_backlog: 1_000_000,
             enqueue_for: Duration::from_secs(10),
         }
@@ -205,6 +208,7 @@ async fn main() -> anyhow::Result<()> {
 
     if only == Some(Only::Consume) {
         b.consume_side_by_side(sizes.consume).await?;
+        record_consume_latency(&mut b, &sizes).await?;
         return write_summary(&b, quick, &out);
     }
     if only == Some(Only::Enqueue) {
@@ -256,6 +260,7 @@ async fn main() -> anyhow::Result<()> {
     record_delayed_lateness(&mut b, &sizes).await?;
     record_claim_scale(&mut b, sizes.claim_rows).await?;
     b.consume_side_by_side(sizes.consume).await?;
+    record_consume_latency(&mut b, &sizes).await?;
     let rss = b.relay_rss(&relay_bin, sizes.memory_backlog).await?;
     b.record("relay_rss_peak_mib", rss, "MiB");
     record_enqueue(&mut b, &sizes).await?;
@@ -321,4 +326,14 @@ mod tests {
             Some(Only::Delayed)
         );
     }
+}
+
+/// `consume_latency_*` (see `consume_latency`).
+async fn record_consume_latency(b: &mut Bench, sizes: &Sizes) -> anyhow::Result<()> {
+    let l = b.consume_latency(sizes.consume_latency).await?;
+    b.record("consume_latency_p50_ms", l.p50, "ms");
+    b.record("consume_latency_p99_ms", l.p99, "ms");
+    b.record("consume_latency_max_ms", l.max, "ms");
+    b.record("consume_latency_rate_achieved", l.achieved_rate, "msg/s");
+    Ok(())
 }

@@ -47,7 +47,7 @@ use super::session::{
 };
 use super::transaction::ConsumeOutcome;
 use crate::error::{port, refused_by_database};
-use crate::storable;
+use crate::{PgSchema, storable};
 
 /// One delivery of a batch: its message and the lease its failure is recorded under.
 #[derive(Debug, Clone, Copy)]
@@ -346,7 +346,7 @@ impl PgInboxStore {
         // would otherwise have its batch-mates acknowledged with neither rows nor
         // the writes of those before it.
         let sealed = async {
-            simple_query(&mut tx, &seal(xid)).await?;
+            simple_query(&mut tx, &seal(&self.schema, xid)).await?;
             if !failed.is_empty() {
                 sqlx::query(&self.sql.forget_consumed)
                     .bind(consumer)
@@ -478,19 +478,15 @@ impl PgInboxStore {
 /// which leaves the check armed: only the consumer's seal passes it.
 const BATCH_OPEN: &str = "SET LOCAL outbox.inbox_batch = 'open'";
 
-/// The seal, set by the consumer right before its COMMIT once every handler of the
-/// batch ran: the last handler's savepoint released, then, if the transaction is
+/// The seal, by the consumer right before its COMMIT once every handler of the
+/// batch ran: the last handler's savepoint released, then `outbox_inbox_batch_seal`
+/// (see its migration) sets `outbox.inbox_batch` to 'sealed' if the transaction is
 /// still the one (`xid`, from PostgreSQL, a number) the batch's rows were inserted
-/// in, `outbox.inbox_batch` set to 'sealed'; else an error (SQLSTATE P0001).
-fn seal(xid: u64) -> String {
+/// in, and fails otherwise (SQLSTATE P0001).
+fn seal(schema: &PgSchema, xid: u64) -> String {
     format!(
-        "RELEASE SAVEPOINT {HANDLER_SAVEPOINT}; \
-         DO $outbox$ BEGIN \
-           IF pg_current_xact_id() <> '{xid}'::xid8 THEN \
-             RAISE EXCEPTION 'outbox: the inbox batch''s transaction was ended by a handler and another begun'; \
-           END IF; \
-           PERFORM set_config('outbox.inbox_batch', 'sealed', true); \
-         END $outbox$"
+        "RELEASE SAVEPOINT {HANDLER_SAVEPOINT}; SELECT {}.outbox_inbox_batch_seal('{xid}'::xid8)",
+        schema.quoted()
     )
 }
 

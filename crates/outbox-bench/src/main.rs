@@ -284,6 +284,16 @@ async fn main() -> anyhow::Result<()> {
     write_summary(&b, quick, &out)
 }
 
+/// `consume_latency_*` (see `consume_latency`).
+async fn record_consume_latency(b: &mut Bench, sizes: &Sizes) -> anyhow::Result<()> {
+    let l = b.consume_latency(sizes.consume_latency).await?;
+    b.record("consume_latency_p50_ms", l.p50, "ms");
+    b.record("consume_latency_p99_ms", l.p99, "ms");
+    b.record("consume_latency_max_ms", l.max, "ms");
+    b.record("consume_latency_rate_achieved", l.achieved_rate, "msg/s");
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -326,14 +336,4 @@ mod tests {
             Some(Only::Delayed)
         );
     }
-}
-
-/// `consume_latency_*` (see `consume_latency`).
-async fn record_consume_latency(b: &mut Bench, sizes: &Sizes) -> anyhow::Result<()> {
-    let l = b.consume_latency(sizes.consume_latency).await?;
-    b.record("consume_latency_p50_ms", l.p50, "ms");
-    b.record("consume_latency_p99_ms", l.p99, "ms");
-    b.record("consume_latency_max_ms", l.max, "ms");
-    b.record("consume_latency_rate_achieved", l.achieved_rate, "msg/s");
-    Ok(())
 }

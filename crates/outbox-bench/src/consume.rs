@@ -108,6 +108,10 @@ impl Bench {
             inbox / single,
             "ratio",
         );
+        // The raw consumer again: whether the machine's speed moved meanwhile (the
+        // ratios above are against the first).
+        let (raw_after, _) = self.consume_raw(n).await?;
+        self.record("consume_raw_after", raw_after, "msg/s");
         Ok(())
     }
 

@@ -148,7 +148,7 @@ async fn main() -> anyhow::Result<()> {
             delayed: 2_000,
             delayed_over: Duration::from_secs(10),
             claim_rows: 200_000,
-            consume: 5_000,
+            consume: 10_000,
             consume_latency: Duration::from_secs(5),
             memory_backlog: 200_000,
             enqueue_for: Duration::from_secs(3),

@@ -26,10 +26,14 @@
 //! - `ui-test [--docs DIR]`: the dashboard's browser tests, headless Debian
 //!   `chromium` through `chromedriver` (`.ci/run` installs both); a screenshot of a
 //!   failure under `target/ui-screenshots/`. `ci` runs it after the tests.
+//! - `cluster up | down | status`: a local 3-node RabbitMQ cluster (AMQP on 5681, 5682,
+//!   5683) from the machine's RabbitMQ, for what needs more than one broker node; the
+//!   node on 5672 is never touched (see `cluster`).
 //!
 //! Only the standard library is used, so that xtask builds fast and never breaks.
 
 mod api_fuzz;
+mod cluster;
 mod module_cycles;
 mod ui_test;
 
@@ -129,9 +133,10 @@ fn main() -> ExitCode {
         Some("soak") => soak(&args[1..]),
         Some("api-fuzz") => api_fuzz::api_fuzz(),
         Some("ui-test") => ui_test::ui_test(&args[1..]),
+        Some("cluster") => cluster::cluster(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask <ci|guard|it|bench [--quick]|chaos [--quick] [--only NAME,...]|soak [--duration 60m] [--rate 1000] [--seed N]|api-fuzz|ui-test [--docs DIR]>\n\n  ci     fmt check, clippy -D warnings, dependency guard, all tests, quick chaos, api-fuzz\n  guard  dependency guard, the paths of ARCHITECTURE.md's code map, circles of modules\n  it     tests against the real PostgreSQL, RabbitMQ and Redis only\n  bench  the relay side by side with the raw limits (target/bench/summary.json)\n  chaos  the fault suite against the local services (target/chaos/summary.json)\n  soak   an endurance run with random faults (target/soak/summary.json, soak.svg)\n  api-fuzz  Schemathesis against the admin API of a live `outbox run`\n  ui-test  the dashboard's browser tests in headless chromium (target/ui-screenshots on failure)"
+                "usage: cargo xtask <ci|guard|it|bench [--quick]|chaos [--quick] [--only NAME,...]|soak [--duration 60m] [--rate 1000] [--seed N]|api-fuzz|ui-test [--docs DIR]|cluster <up|down|status>>\n\n  ci     fmt check, clippy -D warnings, dependency guard, all tests, quick chaos, api-fuzz\n  guard  dependency guard, the paths of ARCHITECTURE.md's code map, circles of modules\n  it     tests against the real PostgreSQL, RabbitMQ and Redis only\n  bench  the relay side by side with the raw limits (target/bench/summary.json)\n  chaos  the fault suite against the local services (target/chaos/summary.json)\n  soak   an endurance run with random faults (target/soak/summary.json, soak.svg)\n  api-fuzz  Schemathesis against the admin API of a live `outbox run`\n  ui-test  the dashboard's browser tests in headless chromium (target/ui-screenshots on failure)\n  cluster  a local 3-node RabbitMQ cluster on 5681-5683 (up, down, status)"
             );
             return ExitCode::from(2);
         }

@@ -12,6 +12,10 @@
 //! - [`Topology`]: exchanges, queues (classic or quorum, dead-letter exchange) and
 //!   bindings, declared idempotently at start.
 //!
+//! Several nodes of one cluster can be given (`failover_urls`): a connection goes to
+//! one of them, starting at a random one, and after a loss to the next (see
+//! [`connect_any`]).
+//!
 //! URLs are shown with their password replaced by `***`.
 //!
 //! TLS: an `amqps://` URL connects over rustls (ring provider), verifying the
@@ -19,6 +23,7 @@
 //! when given, a CA file; a client certificate can be presented ([`RabbitTls`]).
 
 mod convert;
+mod nodes;
 mod publisher;
 mod subscriber;
 mod tls;
@@ -78,6 +83,28 @@ pub async fn connect_with_tls(
             format!("{}: no connection within {timeout:?}", redact_url(url)),
         )),
     }
+}
+
+/// A connection to the first of `urls` (nodes of one cluster) that accepts one,
+/// trying each in turn from a random one, each within `timeout`.
+///
+/// # Errors
+/// [`PortError::Transient`] naming every node tried and why (without passwords);
+/// [`PortError::Fatal`] for an empty list.
+pub async fn connect_any(
+    urls: &[String],
+    tls: &RabbitTls,
+    timeout: Duration,
+) -> Result<lapin::Connection, PortError> {
+    let Some((first, more)) = urls.split_first() else {
+        return Err(PortError::fatal(
+            "connect to RabbitMQ",
+            "no broker URL given",
+        ));
+    };
+    nodes::Nodes::new(first, more)
+        .connect(tls, timeout, None)
+        .await
 }
 
 /// Maps a lapin error: a refused operation that names a missing entity is

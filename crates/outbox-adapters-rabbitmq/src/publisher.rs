@@ -16,13 +16,17 @@ use tokio::sync::{Mutex, MutexGuard};
 use tokio::time::{Instant, timeout_at};
 
 use crate::convert::properties;
-use crate::{RabbitTls, Topology, connect_with_tls, port};
+use crate::nodes::{Nodes, jittered};
+use crate::{RabbitTls, Topology, port};
 
 /// Settings of the [`RabbitPublisher`].
 #[derive(Clone)]
 pub struct RabbitPublisherConfig {
     /// `amqp://user:password@host:port/vhost`.
     pub url: String,
+    /// Other nodes of the same cluster: each connection goes to one of `url` and
+    /// these (a random one first, the next after a loss; see the crate's text).
+    pub failover_urls: Vec<String>,
     /// A confirm that does not come within this is a failure.
     pub confirm_timeout: Duration,
     /// Time allowed to connect.
@@ -42,6 +46,14 @@ impl fmt::Debug for RabbitPublisherConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RabbitPublisherConfig")
             .field("url", &redact_url(&self.url))
+            .field(
+                "failover_urls",
+                &self
+                    .failover_urls
+                    .iter()
+                    .map(|u| redact_url(u))
+                    .collect::<Vec<_>>(),
+            )
             .field("confirm_timeout", &self.confirm_timeout)
             .field("max_in_flight", &self.max_in_flight)
             .field("connections", &self.connections)
@@ -55,6 +67,7 @@ impl RabbitPublisherConfig {
     pub fn new(url: impl Into<String>) -> Self {
         Self {
             url: url.into(),
+            failover_urls: Vec::new(),
             confirm_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(10),
             max_in_flight: 1024,
@@ -91,6 +104,7 @@ struct State {
 /// can be published at once, each pipelined on its own channel.
 pub struct RabbitPublisher {
     config: RabbitPublisherConfig,
+    nodes: Nodes,
     states: Vec<Mutex<State>>,
     next: AtomicUsize,
     /// Declared on every connection opened (see [`RabbitPublisher::with_topology`]).
@@ -220,6 +234,7 @@ impl RabbitPublisher {
             .map(|_| Mutex::new(State::default()))
             .collect();
         Self {
+            nodes: Nodes::new(&config.url, &config.failover_urls),
             config,
             states,
             next: AtomicUsize::new(0),
@@ -255,19 +270,20 @@ impl RabbitPublisher {
     /// On failure, also whether the batch's budget cut the attempt short (rather
     /// than the broker failing it or its own `connect_timeout` running out).
     async fn open(&self, deadline: Instant) -> Result<Session, OpenFailure> {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let connection = connect_with_tls(
-            &self.config.url,
-            &self.config.tls,
-            self.config.connect_timeout.min(left),
-        )
-        .await
-        .map_err(|error| OpenFailure {
-            error,
-            // Ended by the budget, which was the shorter limit: no verdict on
-            // the broker. A refusal comes back before the deadline.
-            by_budget: left < self.config.connect_timeout && Instant::now() >= deadline,
-        })?;
+        let connection = self
+            .nodes
+            .connect(
+                &self.config.tls,
+                self.config.connect_timeout,
+                Some(deadline.into_std()),
+            )
+            .await
+            .map_err(|error| OpenFailure {
+                // Ended by the budget: no verdict on the broker. A refusal comes
+                // back before the deadline.
+                by_budget: Instant::now() >= deadline,
+                error,
+            })?;
         let budget = |operation| OpenFailure {
             error: out_of_time(operation),
             by_budget: true,
@@ -324,7 +340,8 @@ impl RabbitPublisher {
                 .ok_or_else(|| PortError::transient("publish", "no session"));
         }
         if state.session.take().is_some() {
-            tracing::warn!(url = %redact_url(&self.config.url), "RabbitMQ connection lost; reconnecting");
+            tracing::warn!(node = %self.nodes.current(), "RabbitMQ connection lost; reconnecting");
+            self.nodes.lost();
         }
         if let Some(at) = state.retry_at {
             if at >= deadline {
@@ -352,7 +369,7 @@ impl RabbitPublisher {
                 state.backoff = (state.backoff * 2)
                     .max(self.config.reconnect_backoff)
                     .min(Duration::from_secs(30));
-                state.retry_at = Some(Instant::now() + state.backoff);
+                state.retry_at = Some(Instant::now() + jittered(state.backoff));
                 Err(error)
             }
         }

@@ -12,14 +12,15 @@ use outbox_core::config::redact_url;
 use outbox_ports::{Acker, Delivery, DeliveryStream, PortError, Subscriber};
 
 use crate::convert::envelope;
-use crate::{RabbitTls, connect_with_tls, port};
+use crate::nodes::{Nodes, jittered};
+use crate::{RabbitTls, port};
 
 static CONSUMER_SEQ: AtomicU64 = AtomicU64::new(0);
 
 /// [`Subscriber`] on RabbitMQ: one connection and channel per subscription.
 #[derive(Clone)]
 pub struct RabbitSubscriber {
-    url: String,
+    nodes: Nodes,
     connect_timeout: Duration,
     reconnect_backoff: Duration,
     tls: RabbitTls,
@@ -28,7 +29,15 @@ pub struct RabbitSubscriber {
 impl fmt::Debug for RabbitSubscriber {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RabbitSubscriber")
-            .field("url", &redact_url(&self.url))
+            .field(
+                "urls",
+                &self
+                    .nodes
+                    .urls()
+                    .iter()
+                    .map(|u| redact_url(u))
+                    .collect::<Vec<_>>(),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -43,11 +52,20 @@ impl RabbitSubscriber {
     /// A subscriber for `url`.
     pub fn new(url: impl Into<String>) -> Self {
         Self {
-            url: url.into(),
+            nodes: Nodes::new(&url.into(), &[]),
             connect_timeout: Duration::from_secs(10),
             reconnect_backoff: Duration::from_millis(500),
             tls: RabbitTls::default(),
         }
+    }
+
+    /// The same subscriber also connecting to `urls`, other nodes of the same cluster:
+    /// each subscription goes to one of them (a random one first, the next after a
+    /// loss; see the crate's text).
+    #[must_use]
+    pub fn with_failover_urls(mut self, urls: &[String]) -> Self {
+        self.nodes = Nodes::new(&self.nodes.urls()[0], urls);
+        self
     }
 
     /// The same subscriber with the CA and client certificate of `tls`, for an
@@ -59,7 +77,10 @@ impl RabbitSubscriber {
     }
 
     async fn open(&self, queue: &str, prefetch: u16) -> Result<Open, PortError> {
-        let connection = connect_with_tls(&self.url, &self.tls, self.connect_timeout).await?;
+        let connection = self
+            .nodes
+            .connect(&self.tls, self.connect_timeout, None)
+            .await?;
         let channel = connection
             .create_channel()
             .await
@@ -139,11 +160,12 @@ impl DeliveryStream for RabbitDeliveryStream {
                 }
                 // Unacknowledged deliveries of the lost channel go back to the queue.
                 self.open = None;
+                self.subscriber.nodes.lost();
             }
             self.backoff = (self.backoff * 2)
                 .max(self.subscriber.reconnect_backoff)
                 .min(Duration::from_secs(30));
-            tokio::time::sleep(self.backoff).await;
+            tokio::time::sleep(jittered(self.backoff)).await;
             match self.subscriber.open(&self.queue, self.prefetch).await {
                 Ok(open) => {
                     tracing::info!(queue = %self.queue, "consumer resubscribed");

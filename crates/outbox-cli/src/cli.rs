@@ -451,7 +451,7 @@ async fn declare_topology(cfg: &RelayConfig) -> anyhow::Result<()> {
         .tls()
         .map_err(|e| anyhow::anyhow!("cannot start: topology: {e}"))?;
     let connection =
-        outbox_adapters_rabbitmq::connect_with_tls(&r.url, &tls, Duration::from_secs(10))
+        outbox_adapters_rabbitmq::connect_any(&r.nodes(), &tls, Duration::from_secs(10))
             .await
             .map_err(|e| anyhow::anyhow!("cannot start: topology: {e}"))?;
     let declared = topology.declare(&connection).await;

@@ -213,7 +213,13 @@ impl fmt::Debug for PostgresConfig {
 #[serde(deny_unknown_fields)]
 pub struct RabbitConfig {
     /// `amqp://user:password@host:port/vhost`, or `amqps://` for TLS.
+    #[serde(default)]
     pub url: String,
+    /// Nodes of one RabbitMQ cluster (after `url`, if both are set): connections go
+    /// to one of them, a random one first, the next after a loss. Also
+    /// `OUTBOX__RABBITMQ__URLS`, comma-separated.
+    #[serde(default)]
+    pub urls: Vec<String>,
     /// A confirm that does not come within this is a failure.
     #[serde(default = "default_confirm_timeout", with = "outbox_core::duration")]
     pub confirm_timeout: Duration,
@@ -233,6 +239,16 @@ pub struct RabbitConfig {
 }
 
 impl RabbitConfig {
+    /// Every node's URL: `url` (when set), then `urls`.
+    #[must_use]
+    pub fn nodes(&self) -> Vec<String> {
+        (!self.url.trim().is_empty())
+            .then(|| self.url.clone())
+            .into_iter()
+            .chain(self.urls.iter().cloned())
+            .collect()
+    }
+
     /// The TLS files read and checked: they parse as PEM, the client certificate
     /// and key come together, and the URL is `amqps://` when any is set.
     ///
@@ -267,13 +283,11 @@ impl RabbitConfig {
                     };
                     ConfigError::new("rabbitmq", field, e)
                 })?;
-        if tls.is_set()
-            && !self
-                .url
-                .trim_start()
-                .to_ascii_lowercase()
-                .starts_with("amqps://")
-        {
+        let plain = self
+            .nodes()
+            .into_iter()
+            .find(|u| !u.trim_start().to_ascii_lowercase().starts_with("amqps://"));
+        if let (true, Some(plain)) = (tls.is_set(), plain) {
             let field = if self.tls_ca_file.is_some() {
                 "tls_ca_file"
             } else {
@@ -283,8 +297,8 @@ impl RabbitConfig {
                 "rabbitmq",
                 field,
                 format!(
-                    "is set but rabbitmq.url ({}) is not amqps://: the connection would not use TLS",
-                    redact_url(&self.url)
+                    "is set but {} is not amqps://: the connection would not use TLS",
+                    redact_url(&plain)
                 ),
             ));
         }
@@ -304,6 +318,10 @@ impl fmt::Debug for RabbitConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RabbitConfig")
             .field("url", &redact_url(&self.url))
+            .field(
+                "urls",
+                &self.urls.iter().map(|u| redact_url(u)).collect::<Vec<_>>(),
+            )
             .field("confirm_timeout", &self.confirm_timeout)
             .field("max_in_flight", &self.max_in_flight)
             .field("tls_ca_file", &self.tls_ca_file)
@@ -670,6 +688,7 @@ impl RelayConfig {
                     .list_separator(",")
                     .with_list_parse_key("admin.redact_headers")
                     .with_list_parse_key("admin.redact_json_fields")
+                    .with_list_parse_key("rabbitmq.urls")
                     .source(Some(overrides)),
             )
             .build()
@@ -726,13 +745,25 @@ impl RelayConfig {
             let r = self.rabbitmq.as_ref().ok_or_else(|| {
                 ConfigError::new("rabbitmq", "url", "is required by the rabbitmq publisher")
             })?;
-            lapin::uri::AMQPUri::from_str(&r.url).map_err(|e| {
-                ConfigError::new(
+            if r.nodes().is_empty() {
+                return Err(ConfigError::new(
                     "rabbitmq",
                     "url",
-                    format!("{} is not an AMQP URL: {e}", redact_url(&r.url)),
-                )
-            })?;
+                    "is required by the rabbitmq publisher (or rabbitmq.urls, several nodes)",
+                ));
+            }
+            for (field, url) in std::iter::once(("url", &r.url))
+                .filter(|(_, u)| !u.trim().is_empty())
+                .chain(r.urls.iter().map(|u| ("urls", u)))
+            {
+                lapin::uri::AMQPUri::from_str(url).map_err(|e| {
+                    ConfigError::new(
+                        "rabbitmq",
+                        field,
+                        format!("{} is not an AMQP URL: {e}", redact_url(url)),
+                    )
+                })?;
+            }
             if r.max_in_flight == 0 {
                 return Err(ConfigError::new(
                     "rabbitmq",

@@ -148,12 +148,15 @@ pub async fn wire(cfg: &RelayConfig, instance: &str) -> anyhow::Result<Wired> {
             let r = cfg.rabbitmq.as_ref().context("rabbitmq section missing")?;
             // The configured topology again on every (re)connect: an exchange a
             // broker restart or an operator removed is back before publishing.
+            let nodes = r.nodes();
+            let (first, more) = nodes.split_first().context("no RabbitMQ URL")?;
             let publisher = RabbitPublisher::new(RabbitPublisherConfig {
+                failover_urls: more.to_vec(),
                 confirm_timeout: r.confirm_timeout,
                 max_in_flight: r.max_in_flight,
                 connections: cfg.dispatch.pipelines,
                 tls: r.tls()?,
-                ..RabbitPublisherConfig::new(&r.url)
+                ..RabbitPublisherConfig::new(first)
             });
             Arc::new(if cfg.topology.is_empty() {
                 publisher

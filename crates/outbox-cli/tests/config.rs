@@ -742,3 +742,48 @@ fn zero_or_unusable_bounds_are_refused_by_name() {
         "unknown fields are refused: {e}"
     );
 }
+
+#[test]
+fn several_broker_nodes_load_from_file_or_environment_and_are_checked_by_name() {
+    let nodes = GOOD.replace(
+        "url = \"amqp://guest:mq-secret@127.0.0.1:5672/%2f\"",
+        "urls = [\"amqp://guest:mq-secret@127.0.0.1:5681/%2f\", \"amqp://guest:mq-secret@127.0.0.1:5682/%2f\"]",
+    );
+    let cfg = RelayConfig::load_with_env(&file(&nodes), env(&[])).expect("urls alone load");
+    let r = cfg.rabbitmq.as_ref().expect("rabbitmq");
+    assert_eq!(r.nodes().len(), 2);
+    let shown = format!("{r:?}");
+    assert!(
+        shown.contains("5682") && !shown.contains("mq-secret"),
+        "{shown}"
+    );
+
+    // `url` keeps working, and comes first; the environment's list is comma-separated.
+    let cfg = RelayConfig::load_with_env(
+        &file(GOOD),
+        env(&[(
+            "OUTBOX__RABBITMQ__URLS",
+            "amqp://guest:guest@127.0.0.1:5681/%2f,amqp://guest:guest@127.0.0.1:5683/%2f",
+        )]),
+    )
+    .expect("url and urls load");
+    let all = cfg.rabbitmq.as_ref().expect("rabbitmq").nodes();
+    assert_eq!(all.len(), 3, "{all:?}");
+    assert!(all[0].contains(":5672/"), "{all:?}");
+    assert!(all[2].contains(":5683/"), "{all:?}");
+
+    let bad = error_of(
+        GOOD,
+        &[(
+            "OUTBOX__RABBITMQ__URLS",
+            "amqp://guest:guest@127.0.0.1:5681/%2f,http://nope",
+        )],
+    );
+    assert!(
+        bad.contains("rabbitmq.urls") && bad.contains("http://nope"),
+        "{bad}"
+    );
+    let none = GOOD.replace("url = \"amqp://guest:mq-secret@127.0.0.1:5672/%2f\"", "");
+    let missing = error_of(&none, &[]);
+    assert!(missing.contains("rabbitmq.url"), "{missing}");
+}

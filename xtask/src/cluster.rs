@@ -345,3 +345,46 @@ fn status() -> Result<(), String> {
     }
     Ok(())
 }
+
+/// The cluster for a test run: the one `OUTBOX_TEST_CLUSTER_URLS` names, or (unset)
+/// one started now and stopped when this is dropped, whatever the tests did.
+pub(crate) struct ForTests {
+    /// `OUTBOX_TEST_CLUSTER_URLS` for the tests.
+    pub(crate) urls: String,
+    started: bool,
+}
+
+impl ForTests {
+    /// The named cluster, or a local one started now.
+    ///
+    /// # Errors
+    /// The local cluster could not be started.
+    pub(crate) fn start() -> Result<Self, String> {
+        if let Ok(named) = std::env::var("OUTBOX_TEST_CLUSTER_URLS") {
+            if !named.trim().is_empty() {
+                return Ok(Self {
+                    urls: named,
+                    started: false,
+                });
+            }
+        }
+        // Started by this run: stopped (and its data removed) by it too, also when
+        // starting failed half-way.
+        let guard = Self {
+            urls: urls(),
+            started: true,
+        };
+        up()?;
+        Ok(guard)
+    }
+}
+
+impl Drop for ForTests {
+    fn drop(&mut self) {
+        if self.started {
+            if let Err(e) = down() {
+                eprintln!("xtask: cluster down: {e}");
+            }
+        }
+    }
+}

@@ -8,7 +8,9 @@
 //!   exists ([`code_map_problems`] has the rule), and no modules of a library crate
 //!   import each other in a circle (`module_cycles`, issue 31).
 //! - `it`: only the tests that need the real PostgreSQL, RabbitMQ and Redis (URLs
-//!   from `OUTBOX_TEST_*`, else the local defaults). `ci` runs them too, once.
+//!   from `OUTBOX_TEST_*`, else the local defaults). `ci` runs them too, once. Both
+//!   start the local RabbitMQ cluster (`cluster up`) for the tests that need several
+//!   nodes, and stop it after them, unless `OUTBOX_TEST_CLUSTER_URLS` names one.
 //! - `bench [--quick]`: builds release binaries and runs `outbox-bench`, which prints
 //!   a table and writes `target/bench/summary.json` (see BENCHMARKS.md).
 //! - `chaos [--quick] [--only NAME,...]`: builds the debug binaries and runs the fault
@@ -256,10 +258,17 @@ fn ci() -> Result<(), String> {
         ]),
     )?;
     guard()?;
-    run(
+    // The tests that need several broker nodes get a local cluster, stopped again
+    // right after the tests (the chaos suite and the fuzz run do not use it).
+    let cluster = cluster::ForTests::start()?;
+    let tested = run(
         "tests",
-        cargo().args(["test", "--workspace", "--all-targets"]),
-    )?;
+        cargo()
+            .args(["test", "--workspace", "--all-targets"])
+            .env("OUTBOX_TEST_CLUSTER_URLS", &cluster.urls),
+    );
+    drop(cluster);
+    tested?;
     run("doc tests", cargo().args(["test", "--workspace", "--doc"]))?;
     ui_test::ui_test(&[])?;
     chaos(&["--quick".to_owned()])?;
@@ -390,6 +399,8 @@ fn it() -> Result<(), String> {
         cmd.args(["-p", p]);
     }
     set_service_defaults(&mut cmd);
+    let cluster = cluster::ForTests::start()?;
+    cmd.env("OUTBOX_TEST_CLUSTER_URLS", &cluster.urls);
     run("integration tests", &mut cmd)
 }
 

@@ -20,6 +20,7 @@ use std::time::Duration;
 use outbox_core::{Message, MessageId, NewMessage, Timestamp};
 
 pub mod audit;
+pub mod cluster;
 pub mod containers;
 pub mod inbox;
 pub mod inbox_operator;

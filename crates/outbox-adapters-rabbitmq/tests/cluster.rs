@@ -1,0 +1,133 @@
+//! On the local 3-node cluster (`OUTBOX_TEST_CLUSTER_URLS`, `cargo xtask cluster
+//! up`): a quorum queue replicated on the three nodes, and the node holding the
+//! publisher's connection stopped mid-stream. The publisher goes on through another
+//! node; every message is in the queue at the end (duplicates allowed, none lost).
+
+mod common;
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use common::Names;
+use outbox_adapters_rabbitmq::{
+    QueueSpec, QueueType, RabbitPublisher, RabbitPublisherConfig, RabbitSubscriber, RabbitTls,
+    connect_any,
+};
+use outbox_core::{Message, MessageId, NewMessage, Timestamp};
+use outbox_ports::{Publisher, Subscriber};
+use outbox_testkit::cluster::{cluster_urls, connection_ports, node_of_port, stop_node, wait_for};
+
+fn messages(exchange: &str, n: usize) -> Vec<Message> {
+    (0..n)
+        .map(|_| {
+            NewMessage::new(exchange, "k", b"{}".to_vec()).into_message(
+                MessageId::from_uuid(*outbox_testkit::message("k", "k").id.as_uuid()),
+                Timestamp::now_utc(),
+            )
+        })
+        .collect()
+}
+
+/// Publishes `batch` until every message is confirmed, or panics after `limit`.
+async fn publish_all(publisher: &RabbitPublisher, batch: &[Message], limit: Duration) {
+    let deadline = Instant::now() + limit;
+    let mut left: Vec<Message> = batch.to_vec();
+    while !left.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "{} of {} still unconfirmed after {limit:?}",
+            left.len(),
+            batch.len()
+        );
+        let outcomes = publisher.publish(&left).await;
+        left = left
+            .into_iter()
+            .zip(outcomes)
+            .filter(|(_, o)| !o.is_confirmed())
+            .map(|(m, _)| m)
+            .collect();
+        if !left.is_empty() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publisher_whose_node_stops_goes_on_through_another_and_loses_nothing() {
+    let Some(urls) = cluster_urls("the cluster failover test") else {
+        return;
+    };
+    let names = Names::new("cluster");
+    let setup = connect_any(&urls, &RabbitTls::default(), Duration::from_secs(10))
+        .await
+        .expect("the cluster answers");
+    names
+        .topology(QueueSpec {
+            queue_type: QueueType::Quorum,
+            ..QueueSpec::durable(&names.queue)
+        })
+        .declare(&setup)
+        .await
+        .expect("declare");
+    let _ = setup.close(200, "declared".into()).await;
+    let any = node_of_port(5681);
+    assert!(
+        wait_for(Duration::from_secs(10), || connection_ports(&any)
+            .is_empty()),
+        "another client is connected to the cluster: {:?}",
+        connection_ports(&any)
+    );
+
+    let publisher = RabbitPublisher::new(RabbitPublisherConfig {
+        failover_urls: urls[1..].to_vec(),
+        confirm_timeout: Duration::from_secs(5),
+        connect_timeout: Duration::from_secs(3),
+        reconnect_backoff: Duration::from_millis(200),
+        ..RabbitPublisherConfig::new(urls[0].clone())
+    });
+    let before = messages(&names.exchange, 100);
+    publish_all(&publisher, &before, Duration::from_secs(30)).await;
+    let ports = connection_ports(&any);
+    assert_eq!(ports.len(), 1, "the publisher's one connection: {ports:?}");
+    let held = node_of_port(ports[0]);
+    let other = (5681..=5683)
+        .map(node_of_port)
+        .find(|n| *n != held)
+        .expect("another node");
+
+    let stopped = stop_node(&held).expect("stop the publisher's node");
+    let after = messages(&names.exchange, 100);
+    publish_all(&publisher, &after, Duration::from_secs(60)).await;
+    let now = connection_ports(&other);
+    assert!(
+        now.len() == 1 && now[0] != ports[0],
+        "the publisher moved to another node: {now:?}, was {}",
+        ports[0]
+    );
+    assert!(stopped.restore(), "{held} came back");
+
+    // Every message is in the queue, read through any node.
+    let sub = RabbitSubscriber::new(urls[0].clone()).with_failover_urls(&urls[1..]);
+    let mut stream = sub.subscribe(&names.queue, 50).await.expect("subscribe");
+    let wanted: HashSet<MessageId> = before.iter().chain(&after).map(|m| m.id).collect();
+    let mut seen = HashSet::new();
+    while seen.len() < wanted.len() {
+        let d = tokio::time::timeout(Duration::from_secs(20), stream.next())
+            .await
+            .unwrap_or_else(|_| panic!("{} of {} messages read", seen.len(), wanted.len()))
+            .expect("open")
+            .expect("delivery");
+        let m = d
+            .envelope
+            .to_message(Timestamp::now_utc())
+            .expect("decodes");
+        seen.insert(m.id);
+        d.acker.ack().await.expect("ack");
+    }
+    assert_eq!(seen, wanted);
+    drop(stream);
+    let cleanup = connect_any(&urls, &RabbitTls::default(), Duration::from_secs(10))
+        .await
+        .expect("the cluster answers");
+    names.delete(&cleanup).await;
+}

@@ -68,7 +68,7 @@ pub(crate) fn urls() -> String {
 /// `cargo xtask cluster <up|down|status>`.
 pub(crate) fn cluster(args: &[String]) -> Result<(), String> {
     match args.first().map(String::as_str) {
-        Some("up") => up(),
+        Some("up") => up().map(|_| ()),
         Some("down") => down(),
         Some("status") => status(),
         _ => Err("usage: cargo xtask cluster <up|down|status>".to_owned()),
@@ -82,9 +82,11 @@ fn base() -> PathBuf {
     let target = if target.is_absolute() {
         target.to_path_buf()
     } else {
-        std::env::current_dir()
-            .map(|d| d.join(target))
-            .unwrap_or_else(|_| target.to_path_buf())
+        // Relative to the workspace, wherever the command was run from.
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .unwrap_or_else(|| Path::new("."))
+            .join(target)
     };
     target.join("cluster")
 }
@@ -195,13 +197,29 @@ fn prepare(node: &Node) -> Result<(), String> {
             return Err(format!("chown -R rabbitmq {} failed", base().display()));
         }
     }
+    // The node runs as `rabbitmq`, which must reach its directory (every parent
+    // searchable): said now, not after the start's timeout with an empty log.
+    let reachable = rabbit("test", &["-w"], None)
+        .arg(dir.join("mnesia"))
+        .status()
+        .is_ok_and(|s| s.success());
+    if !reachable {
+        return Err(format!(
+            "the rabbitmq user cannot write {}: every directory above it must be searchable by that user (chmod o+x), or set CARGO_TARGET_DIR to a directory it can reach",
+            dir.display()
+        ));
+    }
     Ok(())
 }
 
-fn start(node: &Node) -> Result<(), String> {
+/// Starts `node` (detached) unless it runs; whether it was started now. A node
+/// that runs with its broker application stopped (a test's `stop_app` whose guard
+/// never ran) gets it started again.
+fn launch(node: &Node) -> Result<bool, String> {
     if running(node) {
+        ctl_ok(node, &["start_app"])?;
         println!("cluster: {} runs already", node.name);
-        return Ok(());
+        return Ok(false);
     }
     for port in [node.amqp, node.dist] {
         if listening(port) {
@@ -221,11 +239,16 @@ fn start(node: &Node) -> Result<(), String> {
             node.name
         ));
     }
+    Ok(true)
+}
+
+/// Waits until `node` runs and its broker has started.
+fn await_node(node: &Node) -> Result<(), String> {
     let deadline = Instant::now() + START_TIMEOUT;
     while !running(node) {
         if Instant::now() > deadline {
             return Err(format!(
-                "{} did not start within {START_TIMEOUT:?}; see {}",
+                "{} did not start within {START_TIMEOUT:?}; see {} and /var/log/rabbitmq/startup_err",
                 node.name,
                 node_dir(node).join("log").display()
             ));
@@ -233,7 +256,6 @@ fn start(node: &Node) -> Result<(), String> {
         std::thread::sleep(Duration::from_millis(500));
     }
     ctl_ok(node, &["await_startup"])?;
-    println!("cluster: {} started (AMQP {})", node.name, node.amqp);
     Ok(())
 }
 
@@ -254,9 +276,17 @@ fn running_members(node: &Node) -> Result<Vec<String>, String> {
         .collect())
 }
 
-fn up() -> Result<(), String> {
+/// Starts what does not run and forms the cluster; whether any node was started
+/// now (a run that found them all running leaves them to whoever started them).
+fn up() -> Result<bool, String> {
+    // All three launched before any is awaited: a node restarting on old data
+    // waits for its peers' tables.
+    let mut started = false;
     for node in &NODES {
-        start(node)?;
+        started |= launch(node)?;
+    }
+    for node in &NODES {
+        await_node(node)?;
     }
     let first = &NODES[0];
     for node in &NODES[1..] {
@@ -280,7 +310,7 @@ fn up() -> Result<(), String> {
         members.len(),
         urls()
     );
-    Ok(())
+    Ok(started)
 }
 
 fn down() -> Result<(), String> {
@@ -369,12 +399,13 @@ impl ForTests {
             }
         }
         // Started by this run: stopped (and its data removed) by it too, also when
-        // starting failed half-way.
-        let guard = Self {
+        // starting failed half-way. Nodes that ran already are left running.
+        let mut guard = Self {
             urls: urls(),
             started: true,
         };
-        up()?;
+        // On an error the guard goes with `started` still true: down() cleans up.
+        guard.started = up()?;
         Ok(guard)
     }
 }

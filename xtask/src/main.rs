@@ -389,6 +389,7 @@ const SERVICE_PACKAGES: &[&str] = &[
     "outbox-adapters-postgres",
     "outbox-adapters-redis",
     "outbox-adapters-rabbitmq",
+    "outbox-consumer",
     "outbox-e2e",
 ];
 

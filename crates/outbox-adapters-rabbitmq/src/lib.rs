@@ -105,6 +105,7 @@ pub async fn connect_any(
     nodes::Nodes::new(first, more)
         .connect(tls, timeout, None)
         .await
+        .map(|(connection, _)| connection)
 }
 
 /// Maps a lapin error: a refused operation that names a missing entity is

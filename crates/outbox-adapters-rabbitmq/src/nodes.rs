@@ -44,20 +44,37 @@ impl Nodes {
     }
 
     /// The URL the next connection tries first, its password hidden (for logs).
+    #[cfg(test)]
     pub(crate) fn current(&self) -> String {
-        redact_url(&self.urls[self.next.load(Ordering::Relaxed) % self.urls.len()])
+        self.url_of(self.next.load(Ordering::Relaxed))
     }
 
-    /// The connection was lost: the next attempt starts at the following node.
-    pub(crate) fn lost(&self) {
-        if self.urls.len() > 1 {
-            self.next.fetch_add(1, Ordering::Relaxed);
+    /// Node `at`'s URL, its password hidden (for logs).
+    pub(crate) fn url_of(&self, at: usize) -> String {
+        redact_url(&self.urls[at % self.urls.len()])
+    }
+
+    /// A connection to node `at` was lost: the next attempt starts at the following
+    /// node. Only once for that node: several connections that lost the same node
+    /// move the start once, not once each (which could bring it round to the node
+    /// that was lost).
+    pub(crate) fn lost(&self, at: usize) {
+        let n = self.urls.len();
+        if n > 1 {
+            let _ = self.next.compare_exchange(
+                at % n,
+                (at + 1) % n,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
         }
     }
 
-    /// A connection to the first node that accepts one, trying each once in turn
-    /// from the current one, each within `per_node` and all by `deadline` (when
-    /// given). The node that accepted is the current one afterwards.
+    /// A connection to the first node that accepts one, and that node's index,
+    /// trying each once in turn from the current one, each within `per_node` and all
+    /// by `deadline` (when given). The node that accepted is the current one
+    /// afterwards; when none did, the next attempt starts past those that failed (at
+    /// the one the deadline cut short, if any).
     ///
     /// # Errors
     /// [`PortError::Transient`] naming every node tried and why it failed (URLs
@@ -68,16 +85,18 @@ impl Nodes {
         tls: &RabbitTls,
         per_node: Duration,
         deadline: Option<Instant>,
-    ) -> Result<lapin::Connection, PortError> {
+    ) -> Result<(lapin::Connection, usize), PortError> {
         let n = self.urls.len();
         let start = self.next.load(Ordering::Relaxed) % n;
         let mut failures = Vec::new();
+        let mut resume = (start + n) % n;
         for i in 0..n {
             let at = (start + i) % n;
             let timeout = match deadline {
                 Some(d) => {
                     let left = d.saturating_duration_since(Instant::now());
                     if left.is_zero() {
+                        resume = at;
                         break;
                     }
                     per_node.min(left)
@@ -90,18 +109,25 @@ impl Nodes {
                     if i > 0 {
                         tracing::info!(node = %redact_url(&self.urls[at]), "connected to another RabbitMQ node");
                     }
-                    return Ok(connection);
+                    return Ok((connection, at));
                 }
-                Err(e) => failures.push(e),
+                Err(e) => {
+                    // Cut short by the deadline: this node had no fair try.
+                    let cut = deadline.is_some_and(|d| Instant::now() >= d);
+                    failures.push(e);
+                    resume = if cut { at } else { (at + 1) % n };
+                    if cut {
+                        break;
+                    }
+                }
             }
         }
+        self.next.store(resume, Ordering::Relaxed);
         if failures.is_empty() {
             return Err(PortError::OutOfTime {
                 operation: "connect to RabbitMQ",
             });
         }
-        // The next attempt starts past the nodes that failed this time.
-        self.next.store(start + failures.len(), Ordering::Relaxed);
         if n == 1 {
             return Err(failures.remove(0));
         }
@@ -114,7 +140,11 @@ impl Nodes {
             .collect();
         Err(PortError::transient(
             "connect to RabbitMQ",
-            format!("none of {n} nodes: {}", why.join("; ")),
+            format!(
+                "{} of {n} nodes tried, none connected: {}",
+                why.len(),
+                why.join("; ")
+            ),
         ))
     }
 }
@@ -136,11 +166,19 @@ mod tests {
             let nodes = Nodes::new("amqp://a", &more);
             let first = nodes.current();
             assert!(["amqp://a", "amqp://b", "amqp://c"].contains(&first.as_str()));
-            nodes.lost();
-            assert_ne!(nodes.current(), first, "a loss moves to another node");
+            let at = nodes.next.load(Ordering::Relaxed);
+            // Three connections lost the same node: the start moves once.
+            for _ in 0..3 {
+                nodes.lost(at);
+            }
+            assert_eq!(
+                nodes.url_of(at + 1),
+                nodes.current(),
+                "a loss moves to the next node"
+            );
         }
         let one = Nodes::new("amqp://a", &[]);
-        one.lost();
+        one.lost(0);
         assert_eq!(one.current(), "amqp://a");
     }
 

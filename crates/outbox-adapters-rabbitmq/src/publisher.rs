@@ -79,6 +79,8 @@ impl RabbitPublisherConfig {
 }
 
 struct Session {
+    /// The node it is connected to (an index of the publisher's nodes).
+    node: usize,
     connection: Connection,
     channel: Channel,
     /// Exchanges seen to exist on this connection.
@@ -270,7 +272,7 @@ impl RabbitPublisher {
     /// On failure, also whether the batch's budget cut the attempt short (rather
     /// than the broker failing it or its own `connect_timeout` running out).
     async fn open(&self, deadline: Instant) -> Result<Session, OpenFailure> {
-        let connection = self
+        let (connection, node) = self
             .nodes
             .connect(
                 &self.config.tls,
@@ -318,10 +320,20 @@ impl RabbitPublisher {
             }
         }
         Ok(Session {
+            node,
             connection,
             channel,
             exchanges,
         })
+    }
+
+    /// Drops a session that broke while publishing; the next connection starts at
+    /// the node after its own.
+    fn drop_session(&self, state: &mut State) {
+        if let Some(broken) = state.session.take() {
+            tracing::warn!(node = %self.nodes.url_of(broken.node), "RabbitMQ session broken while publishing; the next batch reconnects");
+            self.nodes.lost(broken.node);
+        }
     }
 
     /// A usable session, reconnecting (with backoff between failed attempts), by
@@ -339,9 +351,9 @@ impl RabbitPublisher {
                 .as_mut()
                 .ok_or_else(|| PortError::transient("publish", "no session"));
         }
-        if state.session.take().is_some() {
-            tracing::warn!(node = %self.nodes.current(), "RabbitMQ connection lost; reconnecting");
-            self.nodes.lost();
+        if let Some(lost) = state.session.take() {
+            tracing::warn!(node = %self.nodes.url_of(lost.node), "RabbitMQ connection lost; reconnecting");
+            self.nodes.lost(lost.node);
         }
         if let Some(at) = state.retry_at {
             if at >= deadline {
@@ -591,7 +603,7 @@ impl Publisher for RabbitPublisher {
         let exists = match Self::check_exchanges(session, names, deadline).await {
             Ok(e) => e,
             Err(e) => {
-                state.session = None;
+                self.drop_session(&mut state);
                 return finish(outcomes, &e);
             }
         };
@@ -629,7 +641,7 @@ impl Publisher for RabbitPublisher {
             }
         }
         if lost {
-            state.session = None;
+            self.drop_session(&mut state);
         }
         outcomes
             .into_iter()

@@ -43,6 +43,8 @@ impl fmt::Debug for RabbitSubscriber {
 }
 
 struct Open {
+    /// The node it is connected to (an index of the subscriber's nodes).
+    node: usize,
     _connection: lapin::Connection,
     _channel: lapin::Channel,
     consumer: lapin::Consumer,
@@ -77,7 +79,7 @@ impl RabbitSubscriber {
     }
 
     async fn open(&self, queue: &str, prefetch: u16) -> Result<Open, PortError> {
-        let connection = self
+        let (connection, node) = self
             .nodes
             .connect(&self.tls, self.connect_timeout, None)
             .await?;
@@ -104,6 +106,7 @@ impl RabbitSubscriber {
             .await
             .map_err(|e| port("consume", "queue", queue, &e))?;
         Ok(Open {
+            node,
             _connection: connection,
             _channel: channel,
             consumer,
@@ -159,8 +162,9 @@ impl DeliveryStream for RabbitDeliveryStream {
                     }
                 }
                 // Unacknowledged deliveries of the lost channel go back to the queue.
-                self.open = None;
-                self.subscriber.nodes.lost();
+                if let Some(lost) = self.open.take() {
+                    self.subscriber.nodes.lost(lost.node);
+                }
             }
             self.backoff = (self.backoff * 2)
                 .max(self.subscriber.reconnect_backoff)

@@ -81,7 +81,7 @@ async fn a_node_that_is_down_is_passed_over_by_publishers_and_subscribers() {
         .await
         .expect_err("no node up");
         let text = all_down.to_string();
-        assert!(text.contains("none of 2 nodes"), "{text}");
+        assert!(text.contains("2 of 2 nodes tried"), "{text}");
         assert!(
             text.contains("127.0.0.1:1") && text.contains("127.0.0.1:2"),
             "{text}"

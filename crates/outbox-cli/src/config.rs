@@ -242,10 +242,11 @@ impl RabbitConfig {
     /// Every node's URL: `url` (when set), then `urls`.
     #[must_use]
     pub fn nodes(&self) -> Vec<String> {
-        (!self.url.trim().is_empty())
-            .then(|| self.url.clone())
-            .into_iter()
-            .chain(self.urls.iter().cloned())
+        std::iter::once(&self.url)
+            .chain(&self.urls)
+            .map(|u| u.trim())
+            .filter(|u| !u.is_empty())
+            .map(str::to_owned)
             .collect()
     }
 
@@ -752,17 +753,51 @@ impl RelayConfig {
                     "is required by the rabbitmq publisher (or rabbitmq.urls, several nodes)",
                 ));
             }
-            for (field, url) in std::iter::once(("url", &r.url))
-                .filter(|(_, u)| !u.trim().is_empty())
-                .chain(r.urls.iter().map(|u| ("urls", u)))
-            {
-                lapin::uri::AMQPUri::from_str(url).map_err(|e| {
+            // Every node of one cluster: the same scheme, user and vhost (a `url`
+            // left over from another broker would otherwise take a share of the
+            // messages where no consumer reads them).
+            let mut first: Option<(String, lapin::uri::AMQPUri)> = None;
+            let named = std::iter::once(("url", r.url.trim()))
+                .filter(|(_, u)| !u.is_empty())
+                .chain(
+                    r.urls
+                        .iter()
+                        .map(|u| ("urls", u.trim()))
+                        .filter(|(_, u)| !u.is_empty()),
+                );
+            for (n, (field, url)) in named.enumerate() {
+                // An entry that does not parse is named by its place, not shown: a
+                // password holding a comma splits the environment's list, and a
+                // piece of it would not look like a URL to redact.
+                let parsed = lapin::uri::AMQPUri::from_str(url).map_err(|_| {
                     ConfigError::new(
                         "rabbitmq",
                         field,
-                        format!("{} is not an AMQP URL: {e}", redact_url(url)),
+                        format!(
+                            "node {} of rabbitmq.url and rabbitmq.urls is not an AMQP URL (write a comma in a password as %2C)",
+                            n + 1
+                        ),
                     )
                 })?;
+                match &first {
+                    None => first = Some((url.to_owned(), parsed)),
+                    Some((first_url, f)) => {
+                        if f.scheme != parsed.scheme
+                            || f.authority.userinfo.username != parsed.authority.userinfo.username
+                            || f.vhost != parsed.vhost
+                        {
+                            return Err(ConfigError::new(
+                                "rabbitmq",
+                                field,
+                                format!(
+                                    "{} is not a node of the same broker as {}: every node needs the same scheme, user and vhost",
+                                    redact_url(url),
+                                    redact_url(first_url)
+                                ),
+                            ));
+                        }
+                    }
+                }
             }
             if r.max_in_flight == 0 {
                 return Err(ConfigError::new(

@@ -780,9 +780,44 @@ fn several_broker_nodes_load_from_file_or_environment_and_are_checked_by_name() 
         )],
     );
     assert!(
-        bad.contains("rabbitmq.urls") && bad.contains("http://nope"),
+        bad.contains("rabbitmq.urls") && bad.contains("node 3"),
         "{bad}"
     );
+    // A comma in a password splits the list: no piece of it is shown.
+    let split = error_of(
+        GOOD,
+        &[(
+            "OUTBOX__RABBITMQ__URLS",
+            "amqp://guest:pa,ss-word@127.0.0.1:5681/%2f",
+        )],
+    );
+    assert!(
+        split.contains("rabbitmq.urls") && !split.contains("ss-word"),
+        "{split}"
+    );
+    // Another vhost (or user, or scheme) is another broker, not a node of this one.
+    let other = error_of(
+        GOOD,
+        &[(
+            "OUTBOX__RABBITMQ__URLS",
+            "amqp://guest:guest@127.0.0.1:5681/other",
+        )],
+    );
+    assert!(
+        other.contains("rabbitmq.urls") && other.contains("same scheme, user and vhost"),
+        "{other}"
+    );
+    assert!(!other.contains("mq-secret"), "{other}");
+    // Empty entries (a trailing comma) are no nodes.
+    let cfg = RelayConfig::load_with_env(
+        &file(GOOD),
+        env(&[(
+            "OUTBOX__RABBITMQ__URLS",
+            "amqp://guest:guest@127.0.0.1:5681/%2f,",
+        )]),
+    )
+    .expect("a trailing comma loads");
+    assert_eq!(cfg.rabbitmq.as_ref().expect("rabbitmq").nodes().len(), 2);
     let none = GOOD.replace("url = \"amqp://guest:mq-secret@127.0.0.1:5672/%2f\"", "");
     let missing = error_of(&none, &[]);
     assert!(missing.contains("rabbitmq.url"), "{missing}");

@@ -81,7 +81,7 @@ async fn a_consumer_whose_node_stops_resubscribes_through_another_and_applies_ea
     topology.declare(&setup).await.expect("declare");
     let _ = setup.close(200, "declared".into()).await;
 
-    let n = 600;
+    let n = 1000;
     let msgs: Vec<Message> = (0..n)
         .map(|_| outbox_testkit::message(&exchange, "order.created"))
         .collect();

@@ -2,7 +2,8 @@
 //! more than one broker node: its URLs from `OUTBOX_TEST_CLUSTER_URLS`, and stopping
 //! a node's broker with a guard that starts it again when dropped (so a failing test
 //! never leaves a node down). Node `outbox-cluster-N@localhost` serves AMQP on port
-//! `5680 + N`, as the xtask starts them.
+//! `5680 + N`, as the xtask starts them: the tests that stop nodes or list their
+//! connections need that cluster, with no other client connected.
 
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -396,7 +396,7 @@ impl Topology {
     pub async fn declare(&self, connection: &lapin::Connection) -> Result<(), PortError> {
         self.validate()
             .map_err(|e| PortError::fatal("declare topology", e.to_string()))?;
-        let channel = connection
+        let mut channel = connection
             .create_channel()
             .await
             .map_err(|e| port("open channel", "channel", "", &e))?;
@@ -432,7 +432,7 @@ impl Topology {
                     )
                     .await
                     .map_err(|e| port("declare exchange", "exchange", dlx, &e))?;
-                channel
+                let declared = channel
                     .queue_declare(
                         dlq.as_str().into(),
                         QueueDeclareOptions {
@@ -441,18 +441,33 @@ impl Topology {
                         },
                         FieldTable::default(),
                     )
-                    .await
-                    .map_err(|e| port("declare queue", "queue", dlq, &e))?;
-                channel
-                    .queue_bind(
-                        dlq.as_str().into(),
-                        dlx.as_str().into(),
-                        q.name.as_str().into(),
-                        QueueBindOptions::default(),
-                        FieldTable::default(),
-                    )
-                    .await
-                    .map_err(|e| port("bind queue", "exchange", dlx, &e))?;
+                    .await;
+                match declared {
+                    Ok(_) => {
+                        channel
+                            .queue_bind(
+                                dlq.as_str().into(),
+                                dlx.as_str().into(),
+                                q.name.as_str().into(),
+                                QueueBindOptions::default(),
+                                FieldTable::default(),
+                            )
+                            .await
+                            .map_err(|e| port("bind queue", "exchange", dlx, &e))?;
+                    }
+                    // A classic queue whose node is down on a cluster: it exists
+                    // (declared before, with its binding), and refusing to go on
+                    // would keep a relay from reconnecting to the other nodes until
+                    // that one is back. The refusal closed the channel.
+                    Err(e) if home_node_down(&e) => {
+                        tracing::warn!(queue = %dlq, error = %e, "the dead-letter queue's node is down; it stays as declared before");
+                        channel = connection
+                            .create_channel()
+                            .await
+                            .map_err(|e| port("open channel", "channel", "", &e))?;
+                    }
+                    Err(e) => return Err(port("declare queue", "queue", dlq, &e)),
+                }
             }
             let args = q.arguments();
             let options = QueueDeclareOptions {
@@ -479,6 +494,16 @@ impl Topology {
         let _ = channel.close(200, "declared".into()).await;
         Ok(())
     }
+}
+
+/// Whether `e` is RabbitMQ refusing a classic queue whose home node is down
+/// (`404 NOT_FOUND - home node '...' of durable queue '...' ... is down or
+/// inaccessible`).
+fn home_node_down(e: &lapin::Error) -> bool {
+    let lapin::ErrorKind::ProtocolError(amqp) = e.kind() else {
+        return false;
+    };
+    amqp.get_id() == 404 && amqp.get_message().as_str().contains("home node")
 }
 
 #[cfg(test)]

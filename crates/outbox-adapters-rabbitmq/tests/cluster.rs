@@ -10,12 +10,16 @@ use std::time::{Duration, Instant};
 
 use common::Names;
 use outbox_adapters_rabbitmq::{
-    QueueSpec, QueueType, RabbitPublisher, RabbitPublisherConfig, RabbitSubscriber, RabbitTls,
-    connect_any,
+    BindingSpec, ExchangeKind, ExchangeSpec, QueueSpec, QueueType, RabbitPublisher,
+    RabbitPublisherConfig, RabbitSubscriber, RabbitTls, Topology, connect_any,
 };
 use outbox_core::{Message, MessageId, NewMessage, Timestamp};
 use outbox_ports::{Publisher, Subscriber};
 use outbox_testkit::cluster::{cluster_urls, connection_ports, node_of_port, stop_node, wait_for};
+
+/// One test at a time: each stops a node, and the failover test counts the
+/// cluster's connections.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn messages(exchange: &str, n: usize) -> Vec<Message> {
     (0..n)
@@ -57,6 +61,7 @@ async fn a_publisher_whose_node_stops_goes_on_through_another_and_loses_nothing(
     let Some(urls) = cluster_urls("the cluster failover test") else {
         return;
     };
+    let _serial = SERIAL.lock().await;
     let names = Names::new("cluster");
     let setup = connect_any(&urls, &RabbitTls::default(), Duration::from_secs(10))
         .await
@@ -130,4 +135,70 @@ async fn a_publisher_whose_node_stops_goes_on_through_another_and_loses_nothing(
         .await
         .expect("the cluster answers");
     names.delete(&cleanup).await;
+}
+
+/// Found in review: a quorum queue's dead-letter queue is a classic queue, which
+/// lives on the node it was declared through; while that node is down RabbitMQ
+/// refuses its declaration, and a relay declaring its topology on every reconnect
+/// could not reconnect to the other nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topology_declares_on_another_node_while_its_dead_letter_queues_node_is_down() {
+    let Some(urls) = cluster_urls("the dead-letter queue's node test") else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    let names = Names::new("cluster-dlq");
+    let (dlx, dlq) = (
+        format!("{}.dlx", names.exchange),
+        format!("{}.dead", names.queue),
+    );
+    let topology = Topology {
+        exchanges: vec![ExchangeSpec {
+            name: names.exchange.clone(),
+            kind: ExchangeKind::Topic,
+            durable: true,
+        }],
+        queues: vec![QueueSpec::quorum_with_limit(&names.queue, 5, &dlx, &dlq)],
+        bindings: vec![BindingSpec {
+            queue: names.queue.clone(),
+            exchange: names.exchange.clone(),
+            routing_key: "#".into(),
+        }],
+    };
+    let tls = RabbitTls::default();
+    // Through node 1 only: the classic dead-letter queue lives there.
+    let first = connect_any(&urls[..1], &tls, Duration::from_secs(10))
+        .await
+        .expect("node 1");
+    topology
+        .declare(&first)
+        .await
+        .expect("declare through node 1");
+    let _ = first.close(200, "declared".into()).await;
+    let stopped = stop_node(&node_of_port(5681)).expect("stop node 1");
+    let other = connect_any(&urls[1..], &tls, Duration::from_secs(10))
+        .await
+        .expect("another node");
+    let again = topology.declare(&other).await;
+    let _ = other.close(200, "declared".into()).await;
+    assert!(stopped.restore(), "node 1 came back");
+    again.expect("the topology declares with the dead-letter queue's node down");
+    let cleanup = connect_any(&urls, &tls, Duration::from_secs(10))
+        .await
+        .expect("the cluster answers");
+    names.delete(&cleanup).await;
+    if let Ok(ch) = cleanup.create_channel().await {
+        let _ = ch
+            .queue_delete(
+                dlq.as_str().into(),
+                lapin::options::QueueDeleteOptions::default(),
+            )
+            .await;
+        let _ = ch
+            .exchange_delete(
+                dlx.as_str().into(),
+                lapin::options::ExchangeDeleteOptions::default(),
+            )
+            .await;
+    }
 }

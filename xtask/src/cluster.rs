@@ -6,7 +6,8 @@
 //! `rabbitmq` user when run as root (so they share the machine's Erlang cookie in
 //! `/var/lib/rabbitmq`), each with a node name, AMQP port and distribution port of its
 //! own ([`NODES`]), no plugins, and its data and logs under `<target>/cluster/` (the
-//! cargo target directory). `up` starts what is not running and joins nodes 2 and 3
+//! cargo target directory; under the temporary directory when the `rabbitmq` user
+//! cannot reach the target, see [`base`]). `up` starts what is not running and joins nodes 2 and 3
 //! to node 1; it can be run again at any time. `down` stops the three and returns
 //! once their ports are free, then removes their data, so the next `up` starts clean.
 //! `status` prints each node, whether it runs, and the cluster's running members.
@@ -18,6 +19,7 @@
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// A node of the cluster: its Erlang node name, AMQP port and distribution port.
@@ -75,20 +77,46 @@ pub(crate) fn cluster(args: &[String]) -> Result<(), String> {
     }
 }
 
-/// Where the nodes keep their data and logs.
+/// Where the nodes keep their data and logs: `<target>/cluster`, or, when the
+/// `rabbitmq` user cannot reach the target directory (a checkout under a home
+/// directory only its owner may enter), a directory of the system's temporary
+/// directory named after it. Decided once a run.
 fn base() -> PathBuf {
-    let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".to_owned());
-    let target = Path::new(&target);
-    let target = if target.is_absolute() {
-        target.to_path_buf()
-    } else {
-        // Relative to the workspace, wherever the command was run from.
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .parent()
-            .unwrap_or_else(|| Path::new("."))
-            .join(target)
-    };
-    target.join("cluster")
+    static BASE: OnceLock<PathBuf> = OnceLock::new();
+    BASE.get_or_init(|| {
+        let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".to_owned());
+        let target = Path::new(&target);
+        let target = if target.is_absolute() {
+            target.to_path_buf()
+        } else {
+            // Relative to the workspace, wherever the command was run from.
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .parent()
+                .unwrap_or_else(|| Path::new("."))
+                .join(target)
+        };
+        let reachable = !is_root()
+            || rabbit("test", &["-x"], None)
+                .arg(&target)
+                .status()
+                .is_ok_and(|s| s.success());
+        if reachable {
+            return target.join("cluster");
+        }
+        let mut hash = std::collections::hash_map::DefaultHasher::new();
+        std::hash::Hash::hash(&target, &mut hash);
+        let fallback = std::env::temp_dir().join(format!(
+            "outbox-cluster-{:016x}",
+            std::hash::Hasher::finish(&hash)
+        ));
+        eprintln!(
+            "cluster: the rabbitmq user cannot reach {}; the nodes' data goes to {}",
+            target.display(),
+            fallback.display()
+        );
+        fallback
+    })
+    .clone()
 }
 
 fn node_dir(node: &Node) -> PathBuf {

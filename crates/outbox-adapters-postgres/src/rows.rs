@@ -28,6 +28,15 @@ pub(crate) fn bind_message_columns<'q>(
         .bind(m.created_at)
 }
 
+/// One column of `messages`, as the array an insert over `unnest` binds (the
+/// outbox's batch enqueue, the inbox's batch arrival).
+pub(crate) fn column<'m, T>(
+    messages: impl IntoIterator<Item = &'m Message>,
+    value: impl Fn(&'m Message) -> T,
+) -> Vec<T> {
+    messages.into_iter().map(value).collect()
+}
+
 /// `column` where a [`Timestamp`] can hold it, else NULL. sqlx panics decoding a
 /// timestamptz outside the `time` crate's years (±9999), and `'infinity'` is one:
 /// rows written through plain SQL may hold such values (e.g. `to_timestamp` given

@@ -47,6 +47,7 @@ use super::session::{
 };
 use super::transaction::ConsumeOutcome;
 use crate::error::{port, refused_by_database};
+use crate::rows::column;
 use crate::{PgSchema, storable};
 
 /// One delivery of a batch: its message and the lease its failure is recorded under.
@@ -381,54 +382,19 @@ impl PgInboxStore {
     ) -> Result<(u64, HashSet<Uuid>), sqlx::Error> {
         let stored: Vec<Cow<'_, Message>> =
             batch.iter().map(|d| storable::message(d.message)).collect();
-        let ids: Vec<Uuid> = stored.iter().map(|m| *m.id.as_uuid()).collect();
+        let m: Vec<&Message> = stored.iter().map(|c| &**c).collect();
         let (xid, inserted): (String, Vec<Uuid>) = sqlx::query_as(&self.sql.arrive_consumed_many)
             .bind(consumer)
-            .bind(&ids)
-            .bind(
-                stored
-                    .iter()
-                    .map(|m| m.exchange.as_str())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                stored
-                    .iter()
-                    .map(|m| m.routing_key.as_str())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                stored
-                    .iter()
-                    .map(|m| m.message_type.as_deref())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(stored.iter().map(|m| Json(&m.headers)).collect::<Vec<_>>())
-            .bind(
-                stored
-                    .iter()
-                    .map(|m| m.payload.as_slice())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                stored
-                    .iter()
-                    .map(|m| m.content_type.as_str())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                stored
-                    .iter()
-                    .map(|m| m.source.as_deref())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                stored
-                    .iter()
-                    .map(|m| m.correlation_id.as_deref())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(stored.iter().map(|m| m.created_at).collect::<Vec<_>>())
+            .bind(column(m.iter().copied(), |m| *m.id.as_uuid()))
+            .bind(column(m.iter().copied(), |m| m.exchange.as_str()))
+            .bind(column(m.iter().copied(), |m| m.routing_key.as_str()))
+            .bind(column(m.iter().copied(), |m| m.message_type.as_deref()))
+            .bind(column(m.iter().copied(), |m| Json(&m.headers)))
+            .bind(column(m.iter().copied(), |m| m.payload.as_slice()))
+            .bind(column(m.iter().copied(), |m| m.content_type.as_str()))
+            .bind(column(m.iter().copied(), |m| m.source.as_deref()))
+            .bind(column(m.iter().copied(), |m| m.correlation_id.as_deref()))
+            .bind(column(m.iter().copied(), |m| m.created_at))
             .fetch_one(conn)
             .await?;
         let xid = xid

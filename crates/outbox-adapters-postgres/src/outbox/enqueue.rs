@@ -19,7 +19,7 @@ use super::PgOutboxStore;
 use super::sql::{insert_many, insert_one};
 use crate::PgSchema;
 use crate::error::port;
-use crate::rows::bind_message_columns;
+use crate::rows::{bind_message_columns, column};
 
 /// Enqueues messages inside the caller's transaction. Cheap to clone; holds no pool.
 ///
@@ -228,11 +228,6 @@ impl PgOutbox {
             .map_err(|e| port("enqueue", e))?;
         Ok(())
     }
-}
-
-/// One column of `messages`, as the array the batch insert binds.
-fn column<T>(messages: &[Message], value: impl Fn(&Message) -> T) -> Vec<T> {
-    messages.iter().map(value).collect()
 }
 
 impl PgOutboxStore {

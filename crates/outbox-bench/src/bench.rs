@@ -12,6 +12,8 @@ use outbox_adapters_rabbitmq::{RabbitPublisher, RabbitPublisherConfig};
 
 pub(crate) const EXCHANGE: &str = "outbox-bench.x";
 pub(crate) const QUEUE: &str = "outbox-bench.q";
+/// The relay's batch in the relay phases, and `raw_confirm_batched`'s.
+pub(crate) const RELAY_BATCH: u32 = 1000;
 
 pub(crate) struct Sizes {
     pub(crate) backlog: i64,

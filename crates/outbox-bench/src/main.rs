@@ -5,7 +5,7 @@
 //!
 //! `outbox-bench [--quick] [--relay-only | --consume-only | --claim-only | --delayed-only] [--out PATH] [--relay-bin PATH]`
 //! (`--help` prints the usage; an unknown argument is refused with it, exit 2)
-//! (`--relay-only`: raw, relay, relay with 1,000 ordering keys, relay with two
+//! (`--relay-only`: raw (a sliding window, then batches of the relay's size), relay, relay with 1,000 ordering keys, relay with two
 //! pipelines, raw again;
 //! `--consume-only`: raw consumer, then the inbox worker, then its latency at 200/s; `--claim-only`: claim times
 //! and the admin service's reads over a million rows sent through the relay's marks;
@@ -49,7 +49,7 @@ use report::write_summary;
 const USAGE: &str = "usage: outbox-bench [--quick] [--relay-only | --consume-only | --claim-only | --delayed-only | --enqueue-only] [--out PATH] [--relay-bin PATH]
 
   --quick         smaller sizes (CI smoke); the default is the full bench
-  --relay-only    raw confirms, the relay (1 and 2 pipelines, and with ordering keys), raw confirms again
+  --relay-only    raw confirms (a sliding window, and batches of the relay's size), the relay (1 and 2 pipelines, and with ordering keys), raw confirms again
   --consume-only  a raw consumer, then the transactional inbox worker, and its latency at 200/s
   --claim-only    claim times (also beside 1,000,000 delayed rows) and the admin service's reads over 1,000,000 rows
   --delayed-only  how late delayed messages are published, then what --claim-only runs
@@ -233,10 +233,24 @@ async fn main() -> anyhow::Result<()> {
     let (raw, raw_cpu) = b.raw_confirm(usize::try_from(sizes.backlog)?).await?;
     b.record("raw_confirm", raw, "msg/s");
     b.record_cpu("raw_confirm", raw_cpu);
+    // What overlapping a batch's confirm tail with the next batch could win at most.
+    let (raw_batched, _) = b
+        .raw_confirm_batched(
+            usize::try_from(sizes.backlog)?,
+            usize::try_from(bench::RELAY_BATCH)?,
+        )
+        .await?;
+    b.record("raw_confirm_batched", raw_batched, "msg/s");
+    b.record(
+        "raw_confirm_batched/raw_confirm",
+        raw_batched / raw,
+        "ratio",
+    );
     let (relay, relay_cpu) = b.relay(sizes.backlog, 1).await?;
     b.record("relay", relay, "msg/s");
     b.record_cpu("relay", relay_cpu);
     b.record("relay/raw_confirm", relay / raw, "ratio");
+    b.record("relay/raw_confirm_batched", relay / raw_batched, "ratio");
     let (ordered, ordered_cpu) = b.relay_ordered(sizes.backlog, ORDERING_KEYS).await?;
     b.record("relay_ordered", ordered, "msg/s");
     b.record_cpu("relay_ordered", ordered_cpu);

@@ -52,7 +52,7 @@ impl Bench {
                     store.clone(),
                     publisher.clone(),
                     DispatcherConfig {
-                        batch_size: 1000,
+                        batch_size: crate::bench::RELAY_BATCH,
                         // As measured before the two dispatcher configurations
                         // became one (whose defaults are the binary's).
                         lease_ttl: Duration::from_secs(30),

@@ -327,6 +327,47 @@ impl RabbitPublisher {
         })
     }
 
+    /// Replaces the channel of a session that had a publish nacked, before the next
+    /// batch. RabbitMQ 3.10 nacks every publish of a channel to a quorum queue when
+    /// that channel's first publish to it came while the queue had no leader (the
+    /// leader's node had just died, the election not over), for as long as the
+    /// channel lives: seen for 12 s and more, until the dead node returned, while a
+    /// channel opened after the election published normally (the chaos scenario
+    /// `cluster_node_kill`). A nack for another reason (a full queue refusing
+    /// publishes) costs a new channel a batch. When no channel can be had within
+    /// `deadline`, the session goes and the next batch connects again, to the
+    /// same node first.
+    async fn replace_channel(&self, state: &mut State, deadline: Instant) {
+        let Some(session) = state.session.as_mut() else {
+            return;
+        };
+        let fresh = async {
+            let channel = session.connection.create_channel().await?;
+            channel
+                .confirm_select(ConfirmSelectOptions::default())
+                .await?;
+            Ok::<_, lapin::Error>(channel)
+        };
+        match timeout_at(deadline, fresh).await {
+            Ok(Ok(channel)) => {
+                let old = std::mem::replace(&mut session.channel, channel);
+                tracing::debug!(node = %self.nodes.url_of(session.node), "a publish was nacked; the next batch publishes on a new channel");
+                // Closed, not dropped: an open channel stays on the connection.
+                tokio::spawn(async move {
+                    let _ = tokio::time::timeout(
+                        Duration::from_secs(5),
+                        old.close(200, "replaced after a nack".into()),
+                    )
+                    .await;
+                });
+            }
+            _ => {
+                tracing::warn!(node = %self.nodes.url_of(session.node), "no new channel after a nack; the next batch connects again");
+                state.session = None;
+            }
+        }
+    }
+
     /// Drops a session that broke while publishing; the next connection starts at
     /// the node after its own.
     fn drop_session(&self, state: &mut State) {
@@ -642,6 +683,11 @@ impl Publisher for RabbitPublisher {
         }
         if lost {
             self.drop_session(&mut state);
+        } else if outcomes
+            .iter()
+            .any(|o| matches!(o, Some(PublishOutcome::Nacked(_))))
+        {
+            self.replace_channel(&mut state, deadline).await;
         }
         outcomes
             .into_iter()

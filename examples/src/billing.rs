@@ -171,7 +171,9 @@ pub async fn run(
     };
     let worker = PgConsumerWorker::new(
         inbox,
-        Arc::new(RabbitSubscriber::new(&shop.amqp_url)),
+        Arc::new(
+            RabbitSubscriber::new(&shop.amqp_url).with_failover_urls(&shop.amqp_failover_urls),
+        ),
         handlers,
         Arc::new(SystemClock),
         config,

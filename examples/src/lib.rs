@@ -3,7 +3,9 @@
 //! invoice per order, exactly once, in the inbox's transaction.
 //!
 //! Settings come from the environment (defaults: the local services):
-//! `SHOP_DATABASE_URL`, `SHOP_AMQP_URL`, `SHOP_SCHEMA` (business tables, default
+//! `SHOP_DATABASE_URL`, `SHOP_AMQP_URL`, `SHOP_AMQP_URLS` (more nodes of the same
+//! RabbitMQ cluster, comma-separated: the billing consumer fails over to them when
+//! its node goes), `SHOP_SCHEMA` (business tables, default
 //! `shop`), `OUTBOX_SCHEMA` (default `outbox`), `BILLING_QUEUE` (default
 //! `billing.orders`), `SHOP_EXCHANGE` (default `shop.orders`), and how the
 //! billing queue is declared: `BILLING_QUEUE_TYPE` (`classic`, the default, or
@@ -32,6 +34,9 @@ pub struct Shop {
     pub database_url: String,
     /// RabbitMQ URL.
     pub amqp_url: String,
+    /// More nodes of the same RabbitMQ cluster, which the billing consumer fails
+    /// over to (empty: only `amqp_url`).
+    pub amqp_failover_urls: Vec<String>,
     /// Schema of the business tables.
     pub schema: PgSchema,
     /// Schema of the outbox and inbox tables.
@@ -109,6 +114,12 @@ impl Shop {
                 "postgres://postgres@127.0.0.1:5432/test",
             ),
             amqp_url: var("SHOP_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2f"),
+            amqp_failover_urls: var("SHOP_AMQP_URLS", "")
+                .split(',')
+                .map(str::trim)
+                .filter(|u| !u.is_empty())
+                .map(str::to_owned)
+                .collect(),
             schema: PgSchema::new(&var("SHOP_SCHEMA", "shop"))?,
             outbox_schema: PgSchema::new(&var("OUTBOX_SCHEMA", "outbox"))?,
             queue: var("BILLING_QUEUE", "billing.orders"),

@@ -30,6 +30,7 @@ impl Flow {
         let shop = Shop {
             database_url: outbox_testkit::services::TestUrls::from_env().pg,
             amqp_url: outbox_testkit::services::TestUrls::from_env().amqp,
+            amqp_failover_urls: Vec::new(),
             schema: PgSchema::new(&format!("shop_{tail}")).expect("schema"),
             outbox_schema: PgSchema::new(&format!("obx_{tail}")).expect("schema"),
             queue: format!("e2e.{id}.billing"),

@@ -413,6 +413,14 @@ pub(crate) struct ForTests {
 }
 
 impl ForTests {
+    /// No cluster (`urls` empty): for a run that needs none.
+    pub(crate) fn none() -> Self {
+        Self {
+            urls: String::new(),
+            started: false,
+        }
+    }
+
     /// The named cluster, or a local one started now.
     ///
     /// # Errors

@@ -258,20 +258,20 @@ fn ci() -> Result<(), String> {
         ]),
     )?;
     guard()?;
-    // The tests that need several broker nodes get a local cluster, stopped again
-    // right after the tests (the chaos suite and the fuzz run do not use it).
+    // The tests and chaos scenarios that need several broker nodes get a local
+    // cluster, stopped again after the chaos suite (also when anything failed).
     let cluster = cluster::ForTests::start()?;
     let tested = run(
         "tests",
         cargo()
             .args(["test", "--workspace", "--all-targets"])
             .env("OUTBOX_TEST_CLUSTER_URLS", &cluster.urls),
-    );
+    )
+    .and_then(|()| run("doc tests", cargo().args(["test", "--workspace", "--doc"])))
+    .and_then(|()| ui_test::ui_test(&[]))
+    .and_then(|()| chaos_on(&["--quick".to_owned()], &cluster));
     drop(cluster);
     tested?;
-    run("doc tests", cargo().args(["test", "--workspace", "--doc"]))?;
-    ui_test::ui_test(&[])?;
-    chaos(&["--quick".to_owned()])?;
     api_fuzz::api_fuzz()?;
     eprintln!("xtask: ci passed");
     Ok(())
@@ -302,8 +302,28 @@ fn bench(quick: bool) -> Result<(), String> {
 }
 
 /// Builds the relay, the example consumer and the fault suite (debug, reusing what
-/// the tests built) and runs the suite with `args`.
+/// the tests built) and runs the suite with `args`, on a local cluster for the
+/// scenarios that need one (started now and stopped afterwards, unless
+/// `OUTBOX_TEST_CLUSTER_URLS` names one).
 fn chaos(args: &[String]) -> Result<(), String> {
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1));
+    let help = args.iter().any(|a| a == "--help" || a == "-h");
+    // Starting three nodes takes a minute: only for a run with a cluster scenario.
+    let needed = !help && only.is_none_or(|o| o.split(',').any(|n| n.starts_with("cluster_")));
+    let cluster = if needed {
+        cluster::ForTests::start()?
+    } else {
+        cluster::ForTests::none()
+    };
+    chaos_on(args, &cluster)
+}
+
+/// As [`chaos`], on `cluster`. The suite restarts a node it killed through this
+/// xtask binary (`OUTBOX_XTASK`).
+fn chaos_on(args: &[String], cluster: &cluster::ForTests) -> Result<(), String> {
     run(
         "build",
         cargo().args([
@@ -318,7 +338,11 @@ fn chaos(args: &[String]) -> Result<(), String> {
     )?;
     let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".to_owned());
     let mut cmd = Command::new(format!("{target}/debug/outbox-chaos"));
-    cmd.args(args);
+    cmd.args(args)
+        .env("OUTBOX_TEST_CLUSTER_URLS", &cluster.urls);
+    if let Ok(me) = std::env::current_exe() {
+        cmd.env("OUTBOX_XTASK", me);
+    }
     set_service_defaults(&mut cmd);
     run("chaos", &mut cmd)
 }

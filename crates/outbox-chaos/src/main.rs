@@ -95,6 +95,9 @@ impl Report {
 /// What every scenario gets.
 pub(crate) struct Ctx {
     pub(crate) urls: Urls,
+    /// The local RabbitMQ cluster's AMQP URLs (`OUTBOX_TEST_CLUSTER_URLS`; empty
+    /// when unset): `cluster_node_kill` needs them.
+    pub(crate) cluster: Vec<String>,
     pub(crate) bins: Bins,
     pub(crate) quick: bool,
 }
@@ -210,6 +213,9 @@ const SCENARIOS: &[(&str, bool, ScenarioFn)] = &[
     }),
     ("pg_lock_stall", true, |c| {
         Box::pin(scenarios::pg_lock_stall(c))
+    }),
+    ("cluster_node_kill", true, |c| {
+        Box::pin(scenarios::cluster_node_kill(c))
     }),
 ];
 
@@ -343,6 +349,13 @@ async fn main() -> ExitCode {
     }
     let ctx = Ctx {
         urls: Urls::from_env(),
+        cluster: std::env::var(outbox_testkit::cluster::CLUSTER_URLS)
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .map(str::to_owned)
+            .collect(),
         bins,
         quick,
     };

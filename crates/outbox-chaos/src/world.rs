@@ -102,6 +102,10 @@ pub(crate) struct World {
     pub(crate) outbox: PgOutboxStore,
     pub(crate) inbox: PgInboxStore,
     pub(crate) urls: Urls,
+    /// The broker's nodes: `urls.amqp` alone, or the cluster's nodes, `urls.amqp`
+    /// first (then the relays and consumers fail over between them, and the tap
+    /// and billing queues are quorum queues, which outlive a node).
+    pub(crate) amqp_nodes: Vec<String>,
     pub(crate) dir: PathBuf,
     pub(crate) tap: String,
     pub(crate) lock_key: String,
@@ -142,6 +146,39 @@ impl World {
         Self::new_full(scenario, urls, bins, logs, BillingQueue::default()).await
     }
 
+    /// As [`World::new`], on the RabbitMQ cluster of `nodes` (AMQP URLs): the
+    /// billing and tap queues are quorum queues declared through the first node,
+    /// and the relays and consumers get every node to fail over between.
+    pub(crate) async fn on_cluster(
+        scenario: &str,
+        urls: &Urls,
+        bins: &Bins,
+        nodes: &[String],
+    ) -> anyhow::Result<Self> {
+        let first = nodes.first().context("no cluster node given")?;
+        let urls = Urls {
+            amqp: first.clone(),
+            ..urls.clone()
+        };
+        let queue = BillingQueue {
+            queue_type: outbox_adapters_rabbitmq::QueueType::Quorum,
+            delivery_limit: None,
+        };
+        let mut w = Self::new_full(scenario, &urls, bins, "target/chaos/logs", queue).await?;
+        w.amqp_nodes = nodes.to_vec();
+        w.shop.amqp_failover_urls = nodes[1..].to_vec();
+        // The tap was declared classic (on the first node only): a quorum queue
+        // instead, so that it keeps every copy through a node's death.
+        let ch = w.channel().await?;
+        ch.queue_delete(
+            w.tap.as_str().into(),
+            lapin::options::QueueDeleteOptions::default(),
+        )
+        .await?;
+        w.bind_tap().await?;
+        Ok(w)
+    }
+
     async fn new_full(
         scenario: &str,
         urls: &Urls,
@@ -155,6 +192,7 @@ impl World {
         let shop = Shop {
             database_url: urls.pg.clone(),
             amqp_url: urls.amqp.clone(),
+            amqp_failover_urls: Vec::new(),
             schema: PgSchema::new(&format!("chaos_shop_{id}"))?,
             outbox_schema: PgSchema::new(&format!("chaos_obx_{id}"))?,
             queue: format!("chaos.{id}.billing"),
@@ -196,6 +234,7 @@ impl World {
             shop,
             pool,
             urls: urls.clone(),
+            amqp_nodes: vec![urls.amqp.clone()],
             tap,
             bins: bins.clone(),
             amqp,
@@ -206,16 +245,24 @@ impl World {
         Ok(w)
     }
 
-    /// Declares the tap queue and binds it to the shop's exchange.
+    /// Declares the tap queue (a quorum queue on a cluster) and binds it to the
+    /// shop's exchange.
     pub(crate) async fn bind_tap(&self) -> anyhow::Result<()> {
         let ch = self.channel().await?;
+        let mut args = FieldTable::default();
+        if self.amqp_nodes.len() > 1 {
+            args.insert(
+                "x-queue-type".into(),
+                lapin::types::AMQPValue::LongString("quorum".into()),
+            );
+        }
         ch.queue_declare(
             self.tap.as_str().into(),
             QueueDeclareOptions {
                 durable: true,
                 ..QueueDeclareOptions::default()
             },
-            FieldTable::default(),
+            args,
         )
         .await?;
         ch.queue_bind(
@@ -229,14 +276,18 @@ impl World {
         Ok(())
     }
 
-    /// A channel on a fresh connection (the broker may have restarted meanwhile).
+    /// A channel, on a fresh connection to any node that answers when the first
+    /// one is gone (the broker may have restarted meanwhile).
     pub(crate) async fn channel(&self) -> anyhow::Result<lapin::Channel> {
         match self.amqp.create_channel().await {
             Ok(ch) => Ok(ch),
             Err(_) => {
-                let conn =
-                    outbox_adapters_rabbitmq::connect(&self.urls.amqp, Duration::from_secs(10))
-                        .await?;
+                let conn = outbox_adapters_rabbitmq::connect_any(
+                    &self.amqp_nodes,
+                    &outbox_adapters_rabbitmq::RabbitTls::default(),
+                    Duration::from_secs(10),
+                )
+                .await?;
                 Ok(conn.create_channel().await?)
             }
         }
@@ -276,7 +327,7 @@ url = "{pg}"
 schema = "{schema}"
 max_connections = 4
 [rabbitmq]
-url = "{amqp}"
+{amqp}
 confirm_timeout = "{confirm_s}s"
 [redis]
 url = "{redis}"
@@ -302,7 +353,13 @@ state_key = "{state}"
             id = self.id,
             pg = self.proc_pg_url(),
             schema = self.shop.outbox_schema,
-            amqp = self.urls.amqp,
+            amqp = if self.amqp_nodes.len() > 1 {
+                let quoted: Vec<String> =
+                    self.amqp_nodes.iter().map(|u| format!("{u:?}")).collect();
+                format!("urls = [{}]", quoted.join(", "))
+            } else {
+                format!("url = {:?}", self.urls.amqp)
+            },
             redis = self.urls.redis,
             lock = self.lock_key,
             state = self.state_key,
@@ -343,6 +400,7 @@ state_key = "{state}"
         let mut c = Command::new(&self.bins.consumer);
         c.env("SHOP_DATABASE_URL", self.proc_pg_url())
             .env("SHOP_AMQP_URL", &self.urls.amqp)
+            .env("SHOP_AMQP_URLS", self.amqp_nodes[1..].join(","))
             .env("SHOP_SCHEMA", self.shop.schema.as_str())
             .env("OUTBOX_SCHEMA", self.shop.outbox_schema.as_str())
             .env("BILLING_QUEUE", &self.shop.queue)
@@ -480,6 +538,16 @@ state_key = "{state}"
     /// Orders committed so far (0 while the database does not answer).
     pub(crate) async fn committed(&self) -> u64 {
         self.count_orders().await.unwrap_or(0)
+    }
+
+    /// Orders invoiced so far (0 while the database does not answer).
+    pub(crate) async fn invoiced(&self) -> u64 {
+        self.count(&format!(
+            "SELECT count(DISTINCT order_id) FROM {}.invoices",
+            self.shop.schema.quoted()
+        ))
+        .await
+        .unwrap_or(0)
     }
 
     /// Messages that needed more than one publish attempt.

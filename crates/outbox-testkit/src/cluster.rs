@@ -148,3 +148,131 @@ pub fn wait_for(limit: Duration, mut ready: impl FnMut() -> bool) -> bool {
     }
     ready()
 }
+
+/// The operating system's process id of `node` (its Erlang VM), as the node says.
+#[must_use]
+pub fn os_pid(node: &str) -> Option<u32> {
+    // Prints the pid as an Erlang string: "12345".
+    ctl(node, &["eval", "os:getpid()."])?
+        .trim()
+        .trim_matches('"')
+        .parse()
+        .ok()
+}
+
+/// The node leading quorum queue `queue` of the default virtual host, as `node`
+/// lists it.
+#[must_use]
+pub fn queue_leader(node: &str, queue: &str) -> Option<String> {
+    let out = ctl(
+        node,
+        &["list_queues", "name", "leader", "--no-table-headers"],
+    )?;
+    out.lines().find_map(|l| {
+        let (name, leader) = l.split_once('\t')?;
+        (name == queue).then(|| leader.trim().to_owned())
+    })
+}
+
+/// The cluster's AMQP ports (5681 to 5683) that process `pid` holds established
+/// connections to, from `ss`.
+#[must_use]
+pub fn amqp_ports_of(pid: u32) -> Vec<u16> {
+    let Ok(out) = Command::new("ss")
+        .args(["-tnpH", "state", "established"])
+        .output()
+    else {
+        return Vec::new();
+    };
+    let owner = format!("pid={pid},");
+    // "0 0 127.0.0.1:40312 127.0.0.1:5682 users:((\"outbox\",pid=1234,fd=12))"
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains(&owner))
+        .filter_map(|l| {
+            let peer = l.split_whitespace().nth(3)?;
+            let port: u16 = peer.rsplit_once(':')?.1.parse().ok()?;
+            (5681..=5683).contains(&port).then_some(port)
+        })
+        .collect()
+}
+
+/// A node killed with SIGKILL (no clean shutdown: its connections drop, its queue
+/// leaderships move by election); dropping it starts the node again.
+#[must_use = "the node starts again when this is dropped"]
+pub struct KilledNode {
+    node: String,
+    restored: bool,
+}
+
+impl KilledNode {
+    /// Starts the node again (`cargo xtask cluster up`, which starts what does not
+    /// run and checks the cluster's members) and waits for it; whether it came back.
+    pub fn restore(mut self) -> bool {
+        self.restored = true;
+        start_cluster()
+    }
+
+    /// The node's name.
+    #[must_use]
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+}
+
+impl Drop for KilledNode {
+    fn drop(&mut self) {
+        if !self.restored && !start_cluster() {
+            eprintln!("cluster: could not start {} again", self.node);
+        }
+    }
+}
+
+/// SIGKILLs `node`'s Erlang VM, process `pid` (see [`os_pid`]), and waits until the
+/// process is gone; `None` when the signal failed.
+#[must_use]
+pub fn kill_node(node: &str, pid: u32) -> Option<KilledNode> {
+    let killed = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !killed {
+        return None;
+    }
+    let guard = KilledNode {
+        node: node.to_owned(),
+        restored: false,
+    };
+    // Polled often: what follows a node's death happens within a few hundred
+    // milliseconds (a quorum queue elects its next leader), and callers act in it.
+    let proc_dir = format!("/proc/{pid}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::path::Path::new(&proc_dir).exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let gone = !std::path::Path::new(&proc_dir).exists();
+    if !gone {
+        eprintln!("cluster: {node} (pid {pid}) still runs 10 s after SIGKILL");
+    }
+    Some(guard)
+}
+
+/// `cargo xtask cluster up`: through the xtask binary that runs this process when
+/// it says where it is (`OUTBOX_XTASK`), else through cargo in the workspace.
+fn start_cluster() -> bool {
+    let mut cmd = match std::env::var("OUTBOX_XTASK") {
+        Ok(xtask) if !xtask.is_empty() => Command::new(xtask),
+        _ => {
+            let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+            c.arg("xtask")
+                .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+            c
+        }
+    };
+    let ok = cmd
+        .args(["cluster", "up"])
+        .status()
+        .is_ok_and(|s| s.success());
+    eprintln!("cluster: cluster up: {}", if ok { "ok" } else { "failed" });
+    ok
+}

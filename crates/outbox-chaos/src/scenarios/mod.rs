@@ -20,6 +20,7 @@
 mod bad_config;
 mod bad_rows;
 mod broker_restart;
+mod cluster_node_kill;
 mod exchange_lost;
 mod handler_db_faults;
 mod inbox_outage_quorum;
@@ -36,6 +37,7 @@ mod support;
 pub(crate) use bad_config::bad_config;
 pub(crate) use bad_rows::bad_rows;
 pub(crate) use broker_restart::broker_restart;
+pub(crate) use cluster_node_kill::cluster_node_kill;
 pub(crate) use exchange_lost::exchange_lost;
 pub(crate) use handler_db_faults::handler_db_faults;
 pub(crate) use inbox_outage_quorum::inbox_outage_quorum;

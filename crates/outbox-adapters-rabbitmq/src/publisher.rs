@@ -85,6 +85,9 @@ struct Session {
     channel: Channel,
     /// Exchanges seen to exist on this connection.
     exchanges: HashSet<String>,
+    /// A publish on `channel` was nacked: the next batch opens a new channel first
+    /// (see [`RabbitPublisher::replace_channel`]).
+    nacked: bool,
 }
 
 impl Session {
@@ -324,22 +327,22 @@ impl RabbitPublisher {
             connection,
             channel,
             exchanges,
+            nacked: false,
         })
     }
 
-    /// Replaces the channel of a session that had a publish nacked, before the next
-    /// batch. RabbitMQ 3.10 nacks every publish of a channel to a quorum queue when
-    /// that channel's first publish to it came while the queue had no leader (the
-    /// leader's node had just died, the election not over), for as long as the
-    /// channel lives: seen for 12 s and more, until the dead node returned, while a
-    /// channel opened after the election published normally (the chaos scenario
-    /// `cluster_node_kill`). A nack for another reason (a full queue refusing
-    /// publishes) costs a new channel a batch. When no channel can be had within
-    /// `deadline`, the session goes and the next batch connects again, to the
-    /// same node first.
-    async fn replace_channel(&self, state: &mut State, deadline: Instant) {
+    /// Replaces the channel of a session that had a publish nacked, at the start of
+    /// the next batch, within its `deadline`. RabbitMQ 3.10 nacks every publish of a
+    /// channel to a quorum queue when that channel's first publish to it came while
+    /// the queue had no leader (the leader's node had just died, the election not
+    /// over), for as long as the channel lives: 17.5 s in the chaos scenario
+    /// `cluster_node_kill`, until the dead node returned, while a channel opened
+    /// after the election published normally. A nack for another reason (a full
+    /// queue refusing publishes) costs a new channel a batch. The old channel
+    /// closes as it is dropped (lapin closes a channel whose last handle goes).
+    async fn replace_channel(&self, state: &mut State, deadline: Instant) -> Result<(), PortError> {
         let Some(session) = state.session.as_mut() else {
-            return;
+            return Ok(());
         };
         let fresh = async {
             let channel = session.connection.create_channel().await?;
@@ -348,24 +351,24 @@ impl RabbitPublisher {
                 .await?;
             Ok::<_, lapin::Error>(channel)
         };
-        match timeout_at(deadline, fresh).await {
+        let failed = match timeout_at(deadline, fresh).await {
             Ok(Ok(channel)) => {
-                let old = std::mem::replace(&mut session.channel, channel);
-                tracing::debug!(node = %self.nodes.url_of(session.node), "a publish was nacked; the next batch publishes on a new channel");
-                // Closed, not dropped: an open channel stays on the connection.
-                tokio::spawn(async move {
-                    let _ = tokio::time::timeout(
-                        Duration::from_secs(5),
-                        old.close(200, "replaced after a nack".into()),
-                    )
-                    .await;
-                });
+                session.channel = channel;
+                session.nacked = false;
+                tracing::debug!(node = %self.nodes.url_of(session.node), "a publish was nacked; this batch publishes on a new channel");
+                return Ok(());
             }
-            _ => {
-                tracing::warn!(node = %self.nodes.url_of(session.node), "no new channel after a nack; the next batch connects again");
-                state.session = None;
-            }
+            Ok(Err(e)) => port("open channel", "channel", "", &e),
+            Err(_) => out_of_time("open channel"),
+        };
+        if session.connection.status().connected() {
+            // Out of time, or the broker refused the channel: the next batch
+            // connects again, to the same node first.
+            state.session = None;
+        } else {
+            self.drop_session(state);
         }
+        Err(failed)
     }
 
     /// Drops a session that broke while publishing; the next connection starts at
@@ -624,6 +627,11 @@ impl Publisher for RabbitPublisher {
         let Ok(mut state) = timeout_at(deadline, self.take_state()).await else {
             return finish(outcomes, &out_of_time("publish"));
         };
+        if state.session.as_ref().is_some_and(|s| s.nacked) {
+            if let Err(e) = self.replace_channel(&mut state, deadline).await {
+                return finish(outcomes, &e);
+            }
+        }
         let session = match self.ensure(&mut state, deadline).await {
             Ok(s) => s,
             Err(e) => return finish(outcomes, &e),
@@ -686,8 +694,9 @@ impl Publisher for RabbitPublisher {
         } else if outcomes
             .iter()
             .any(|o| matches!(o, Some(PublishOutcome::Nacked(_))))
+            && let Some(session) = state.session.as_mut()
         {
-            self.replace_channel(&mut state, deadline).await;
+            session.nacked = true;
         }
         outcomes
             .into_iter()
@@ -702,6 +711,32 @@ impl Publisher for RabbitPublisher {
     async fn check(&self) -> Result<(), PortError> {
         let mut state = self.take_state().await;
         let deadline = Instant::now() + self.config.connect_timeout + Duration::from_secs(1);
-        self.ensure(&mut state, deadline).await.map(|_| ())
+        let session = self.ensure(&mut state, deadline).await?;
+        // A round trip on the connection: a half-open one (a partition, a dead
+        // middlebox) still reads as connected until heartbeats give up on it, while
+        // nothing it sends arrives. Bounded by the confirm timeout, which is how
+        // long a publish may wait for the broker's answer too.
+        let probe = async {
+            let channel = session.connection.create_channel().await?;
+            channel.close(200, "readiness probe".into()).await
+        };
+        match tokio::time::timeout(self.config.confirm_timeout, probe).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => {
+                self.drop_session(&mut state);
+                Err(port("check", "channel", "", &e))
+            }
+            Err(_) => {
+                // The next batch or check connects again.
+                self.drop_session(&mut state);
+                Err(PortError::transient(
+                    "check",
+                    format!(
+                        "the broker did not answer within {:?} on an open connection",
+                        self.config.confirm_timeout
+                    ),
+                ))
+            }
+        }
     }
 }

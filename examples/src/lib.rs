@@ -3,9 +3,9 @@
 //! invoice per order, exactly once, in the inbox's transaction.
 //!
 //! Settings come from the environment (defaults: the local services):
-//! `SHOP_DATABASE_URL`, `SHOP_AMQP_URL`, `SHOP_AMQP_URLS` (more nodes of the same
-//! RabbitMQ cluster, comma-separated: the billing consumer fails over to them when
-//! its node goes), `SHOP_SCHEMA` (business tables, default
+//! `SHOP_DATABASE_URL`, `SHOP_AMQP_URL`, `SHOP_AMQP_FAILOVER_URLS` (more nodes of
+//! the same RabbitMQ cluster, comma-separated: the setup and the billing consumer
+//! fail over to them), `SHOP_SCHEMA` (business tables, default
 //! `shop`), `OUTBOX_SCHEMA` (default `outbox`), `BILLING_QUEUE` (default
 //! `billing.orders`), `SHOP_EXCHANGE` (default `shop.orders`), and how the
 //! billing queue is declared: `BILLING_QUEUE_TYPE` (`classic`, the default, or
@@ -28,7 +28,7 @@ pub mod orders;
 pub mod web;
 
 /// Settings of both programs.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Shop {
     /// PostgreSQL URL.
     pub database_url: String,
@@ -47,6 +47,30 @@ pub struct Shop {
     pub exchange: String,
     /// How the billing queue is declared.
     pub billing_queue: BillingQueue,
+}
+
+// The URLs' passwords hidden.
+impl std::fmt::Debug for Shop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let redact = outbox_core::config::redact_url;
+        f.debug_struct("Shop")
+            .field("database_url", &redact(&self.database_url))
+            .field("amqp_url", &redact(&self.amqp_url))
+            .field(
+                "amqp_failover_urls",
+                &self
+                    .amqp_failover_urls
+                    .iter()
+                    .map(|u| redact(u))
+                    .collect::<Vec<_>>(),
+            )
+            .field("schema", &self.schema)
+            .field("outbox_schema", &self.outbox_schema)
+            .field("queue", &self.queue)
+            .field("exchange", &self.exchange)
+            .field("billing_queue", &self.billing_queue)
+            .finish()
+    }
 }
 
 /// How the billing queue is declared (`BILLING_QUEUE_TYPE`,
@@ -114,7 +138,7 @@ impl Shop {
                 "postgres://postgres@127.0.0.1:5432/test",
             ),
             amqp_url: var("SHOP_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2f"),
-            amqp_failover_urls: var("SHOP_AMQP_URLS", "")
+            amqp_failover_urls: var("SHOP_AMQP_FAILOVER_URLS", "")
                 .split(',')
                 .map(str::trim)
                 .filter(|u| !u.is_empty())
@@ -160,6 +184,21 @@ impl Shop {
         }
     }
 
+    /// A connection to the broker: `amqp_url`, else one of the failover URLs.
+    async fn amqp(&self, timeout: Duration) -> Result<lapin::Connection, outbox_ports::PortError> {
+        match outbox_adapters_rabbitmq::connect(&self.amqp_url, timeout).await {
+            Err(_) if !self.amqp_failover_urls.is_empty() => {
+                outbox_adapters_rabbitmq::connect_any(
+                    &self.amqp_failover_urls,
+                    &outbox_adapters_rabbitmq::RabbitTls::default(),
+                    timeout,
+                )
+                .await
+            }
+            other => other,
+        }
+    }
+
     /// A pool to the shop's database.
     ///
     /// # Errors
@@ -190,8 +229,7 @@ impl Shop {
         ] {
             sqlx::query(&sql).execute(pool).await?;
         }
-        let conn =
-            outbox_adapters_rabbitmq::connect(&self.amqp_url, Duration::from_secs(10)).await?;
+        let conn = self.amqp(Duration::from_secs(10)).await?;
         Topology {
             exchanges: vec![ExchangeSpec {
                 name: self.exchange.clone(),
@@ -214,9 +252,7 @@ impl Shop {
     /// schemas. For tests and demos that made a shop of their own; best effort,
     /// nothing is reported.
     pub async fn teardown(&self, pool: &PgPool) {
-        if let Ok(conn) =
-            outbox_adapters_rabbitmq::connect(&self.amqp_url, Duration::from_secs(5)).await
-        {
+        if let Ok(conn) = self.amqp(Duration::from_secs(5)).await {
             if let Ok(ch) = conn.create_channel().await {
                 for q in std::iter::once(self.queue.clone()).chain(self.dead_letter_queue()) {
                     let _ = ch

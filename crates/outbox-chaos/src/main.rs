@@ -217,6 +217,12 @@ const SCENARIOS: &[(&str, bool, ScenarioFn)] = &[
     ("cluster_node_kill", true, |c| {
         Box::pin(scenarios::cluster_node_kill(c))
     }),
+    ("slow_network", false, |c| {
+        Box::pin(scenarios::slow_network(c))
+    }),
+    ("network_blackhole", false, |c| {
+        Box::pin(scenarios::network_blackhole(c))
+    }),
 ];
 
 #[allow(clippy::print_stdout)]

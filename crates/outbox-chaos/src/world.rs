@@ -106,6 +106,9 @@ pub(crate) struct World {
     /// first (then the relays and consumers fail over between them, and the tap
     /// and billing queues are quorum queues, which outlive a node).
     pub(crate) amqp_nodes: Vec<String>,
+    /// The AMQP URL the relays and consumers get when not `urls.amqp` (a fault
+    /// proxy in front of the broker; see [`World::through`]).
+    proc_amqp: Option<String>,
     pub(crate) dir: PathBuf,
     pub(crate) tap: String,
     pub(crate) lock_key: String,
@@ -235,6 +238,7 @@ impl World {
             pool,
             urls: urls.clone(),
             amqp_nodes: vec![urls.amqp.clone()],
+            proc_amqp: None,
             tap,
             bins: bins.clone(),
             amqp,
@@ -291,6 +295,17 @@ impl World {
                 Ok(conn.create_channel().await?)
             }
         }
+    }
+
+    /// The relays and consumers started from now on reach the broker at `amqp_url`
+    /// (a proxy in front of it), the suite's own connections still directly.
+    pub(crate) fn through(&mut self, amqp_url: String) {
+        self.proc_amqp = Some(amqp_url);
+    }
+
+    /// The AMQP URL the relays and consumers get.
+    fn proc_amqp_url(&self) -> &str {
+        self.proc_amqp.as_deref().unwrap_or(&self.urls.amqp)
     }
 
     /// The PostgreSQL URL the relays and consumers get: the scenario's, named
@@ -358,7 +373,7 @@ state_key = "{state}"
                     self.amqp_nodes.iter().map(|u| format!("{u:?}")).collect();
                 format!("urls = [{}]", quoted.join(", "))
             } else {
-                format!("url = {:?}", self.urls.amqp)
+                format!("url = {:?}", self.proc_amqp_url())
             },
             redis = self.urls.redis,
             lock = self.lock_key,
@@ -399,8 +414,11 @@ state_key = "{state}"
         }
         let mut c = Command::new(&self.bins.consumer);
         c.env("SHOP_DATABASE_URL", self.proc_pg_url())
-            .env("SHOP_AMQP_URL", &self.urls.amqp)
-            .env("SHOP_AMQP_URLS", self.amqp_nodes[1..].join(","))
+            .env("SHOP_AMQP_URL", self.proc_amqp_url())
+            .env(
+                "SHOP_AMQP_FAILOVER_URLS",
+                self.shop.amqp_failover_urls.join(","),
+            )
             .env("SHOP_SCHEMA", self.shop.schema.as_str())
             .env("OUTBOX_SCHEMA", self.shop.outbox_schema.as_str())
             .env("BILLING_QUEUE", &self.shop.queue)

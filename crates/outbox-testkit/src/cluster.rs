@@ -212,12 +212,6 @@ impl KilledNode {
         self.restored = true;
         start_cluster()
     }
-
-    /// The node's name.
-    #[must_use]
-    pub fn node(&self) -> &str {
-        &self.node
-    }
 }
 
 impl Drop for KilledNode {
@@ -245,16 +239,26 @@ pub fn kill_node(node: &str, pid: u32) -> Option<KilledNode> {
     };
     // Polled often: what follows a node's death happens within a few hundred
     // milliseconds (a quorum queue elects its next leader), and callers act in it.
-    let proc_dir = format!("/proc/{pid}");
     let deadline = Instant::now() + Duration::from_secs(10);
-    while std::path::Path::new(&proc_dir).exists() && Instant::now() < deadline {
+    while alive(pid) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(2));
     }
-    let gone = !std::path::Path::new(&proc_dir).exists();
+    let gone = !alive(pid);
     if !gone {
         eprintln!("cluster: {node} (pid {pid}) still runs 10 s after SIGKILL");
     }
     Some(guard)
+}
+
+/// Whether process `pid` runs: it exists and is not a zombie (a killed process
+/// whose parent has not reaped it yet holds nothing).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        // "pid (comm) S ...": the state follows the last ')'.
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X")
+    })
 }
 
 /// `cargo xtask cluster up`: through the xtask binary that runs this process when

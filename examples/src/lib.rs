@@ -245,6 +245,7 @@ impl Shop {
         }
         .declare(&conn)
         .await?;
+        let _ = conn.close(200, "declared".into()).await;
         Ok(())
     }
 

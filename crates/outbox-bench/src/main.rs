@@ -22,6 +22,7 @@
 mod admin;
 mod bench;
 mod claim;
+mod cluster;
 mod consume;
 mod consume_latency;
 mod cpu;
@@ -49,6 +50,7 @@ use report::write_summary;
 const USAGE: &str = "usage: outbox-bench [--quick] [--relay-only | --consume-only | --claim-only | --delayed-only | --enqueue-only] [--out PATH] [--relay-bin PATH]
 
   --quick         smaller sizes (CI smoke); the default is the full bench
+  --cluster-only  on the local 3-node cluster (OUTBOX_TEST_CLUSTER_URLS), one quorum queue: raw confirms, the relay
   --relay-only    raw confirms (a sliding window, and batches of the relay's size), the relay (1 and 2 pipelines, and with ordering keys), raw confirms again
   --consume-only  a raw consumer, then the transactional inbox worker, and its latency at 200/s
   --claim-only    claim times (also beside 1,000,000 delayed rows) and the admin service's reads over 1,000,000 rows
@@ -63,6 +65,7 @@ URLs from OUTBOX_TEST_DATABASE_URL and OUTBOX_TEST_AMQP_URL, else the local serv
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Only {
     Relay,
+    Cluster,
     Consume,
     Claim,
     Delayed,
@@ -105,6 +108,7 @@ impl Args {
                     continue;
                 }
                 "--relay-only" => Only::Relay,
+                "--cluster-only" => Only::Cluster,
                 "--consume-only" => Only::Consume,
                 "--claim-only" => Only::Claim,
                 "--delayed-only" => Only::Delayed,
@@ -113,7 +117,7 @@ impl Args {
             };
             if parsed.only.replace(only).is_some() {
                 return Err(
-                    "choose at most one of --relay-only, --consume-only, --claim-only, --delayed-only, --enqueue-only".to_owned(),
+                    "choose at most one of --relay-only, --cluster-only, --consume-only, --claim-only, --delayed-only, --enqueue-only".to_owned(),
                 );
             }
         }
@@ -172,10 +176,14 @@ async fn main() -> anyhow::Result<()> {
         "OUTBOX_TEST_DATABASE_URL",
         "postgres://postgres@127.0.0.1:5432/test",
     );
-    let amqp_url = var(
-        "OUTBOX_TEST_AMQP_URL",
-        "amqp://guest:guest@127.0.0.1:5672/%2f",
-    );
+    let amqp_url = if only == Some(Only::Cluster) {
+        cluster::first_url()?
+    } else {
+        var(
+            "OUTBOX_TEST_AMQP_URL",
+            "amqp://guest:guest@127.0.0.1:5672/%2f",
+        )
+    };
     let pool = outbox_adapters_postgres::connect(&pg_url, 20, Duration::from_secs(10)).await?;
     let amqp = outbox_adapters_rabbitmq::connect(&amqp_url, Duration::from_secs(10)).await?;
     Topology {
@@ -184,7 +192,15 @@ async fn main() -> anyhow::Result<()> {
             kind: ExchangeKind::Direct,
             durable: true,
         }],
-        queues: vec![QueueSpec::durable(QUEUE)],
+        queues: vec![if only == Some(Only::Cluster) {
+            // Replicated on the three nodes, led by the first (declared through it).
+            QueueSpec {
+                queue_type: outbox_adapters_rabbitmq::QueueType::Quorum,
+                ..QueueSpec::durable(QUEUE)
+            }
+        } else {
+            QueueSpec::durable(QUEUE)
+        }],
         bindings: vec![BindingSpec {
             queue: QUEUE.into(),
             exchange: EXCHANGE.into(),
@@ -206,6 +222,10 @@ async fn main() -> anyhow::Result<()> {
         if quick { "quick" } else { "full" }
     );
 
+    if only == Some(Only::Cluster) {
+        cluster::record_cluster(&mut b, &sizes).await?;
+        return write_summary(&b, quick, &out);
+    }
     if only == Some(Only::Consume) {
         b.consume_side_by_side(sizes.consume).await?;
         record_consume_latency(&mut b, &sizes).await?;
@@ -324,6 +344,7 @@ mod tests {
         assert!(parse(&["quick"]).is_err());
         assert!(parse(&["--out"]).is_err());
         assert!(parse(&["--relay-only", "--claim-only"]).is_err());
+        assert!(parse(&["--cluster-only", "--relay-only"]).is_err());
         assert!(parse(&["--delayed-only", "--claim-only"]).is_err());
         assert!(parse(&["--enqueue-only", "--relay-only"]).is_err());
         assert_eq!(

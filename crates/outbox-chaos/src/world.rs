@@ -109,6 +109,9 @@ pub(crate) struct World {
     /// The AMQP URL the relays and consumers get when not `urls.amqp` (a fault
     /// proxy in front of the broker; see [`World::through`]).
     proc_amqp: Option<String>,
+    /// The PostgreSQL URL the relays and consumers get when not `urls.pg` (see
+    /// [`World::through_pg`]).
+    proc_pg: Option<String>,
     pub(crate) dir: PathBuf,
     pub(crate) tap: String,
     pub(crate) lock_key: String,
@@ -239,6 +242,7 @@ impl World {
             urls: urls.clone(),
             amqp_nodes: vec![urls.amqp.clone()],
             proc_amqp: None,
+            proc_pg: None,
             tap,
             bins: bins.clone(),
             amqp,
@@ -303,6 +307,12 @@ impl World {
         self.proc_amqp = Some(amqp_url);
     }
 
+    /// The relays and consumers started from now on reach PostgreSQL at `pg_url`
+    /// (a proxy in front of it), the suite's own connections still directly.
+    pub(crate) fn through_pg(&mut self, pg_url: String) {
+        self.proc_pg = Some(pg_url);
+    }
+
     /// The AMQP URL the relays and consumers get.
     fn proc_amqp_url(&self) -> &str {
         self.proc_amqp.as_deref().unwrap_or(&self.urls.amqp)
@@ -311,7 +321,10 @@ impl World {
     /// The PostgreSQL URL the relays and consumers get: the scenario's, named
     /// [`World::proc_app`].
     pub(crate) fn proc_pg_url(&self) -> String {
-        with_application_name(&self.urls.pg, &self.proc_app)
+        with_application_name(
+            self.proc_pg.as_deref().unwrap_or(&self.urls.pg),
+            &self.proc_app,
+        )
     }
 
     /// The `outbox run` configuration of relay `name`.

@@ -1,11 +1,13 @@
-//! The relay and the consumer reach the broker through a proxy that, once a third
-//! of the orders is committed, forwards nothing for 20 s and closes nothing (a
-//! half-open network: a partition, a dead middlebox). Checks that the relay's
-//! `/readyz` stops answering 200 within a bound while it cannot publish, answers
-//! 200 again within a bound after the network heals, and that nothing is lost or
-//! takes effect twice. Then, with every order invoiced and the relay idle, the
-//! same stall for 10 s: `/readyz` must notice it too, with nothing being
-//! published to time out (its check makes a round trip on the connection).
+//! Twice, each in a world of its own: the relay and the consumer reach the broker
+//! (then, the second time, PostgreSQL) through a proxy that, once a third of the
+//! orders is committed, forwards nothing for 20 s and closes nothing (a half-open
+//! network: a partition, a dead middlebox). Checks that the relay's `/readyz`
+//! stops answering 200 within a bound while it cannot work, answers 200 again
+//! within a bound after the network heals, and that nothing is lost or takes
+//! effect twice. Then, with every order invoiced and the relay idle, the same
+//! stall for 10 s: `/readyz` must notice it too, with no batch in flight to time
+//! out (its broker check makes a round trip on the connection; a check that does
+//! not answer within `curl`'s 5 s counts as not ready, as a probe's timeout does).
 
 use std::time::{Duration, Instant};
 
@@ -29,18 +31,41 @@ const NOT_READY_WITHIN: Duration = Duration::from_secs(10);
 /// The most the relay may take to report ready again once the network heals.
 const READY_AGAIN_WITHIN: Duration = Duration::from_secs(20);
 
-pub(crate) async fn network_blackhole(ctx: &Ctx) -> anyhow::Result<Report> {
-    let target = host_port(&ctx.urls.amqp).context("no host:port in the AMQP URL")?;
-    let proxy = TcpProxy::start(target).await?;
-    let mut w = World::new("net_blackhole", &ctx.urls, &ctx.bins).await?;
-    w.through(proxy.url_for(&ctx.urls.amqp));
-    let r = run(ctx, &w, &proxy).await;
-    w.cleanup(r.as_ref().map_or(true, |r| !r.passed())).await;
-    r
+/// The service the proxy stands in front of.
+#[derive(Debug, Clone, Copy)]
+enum Side {
+    Broker,
+    Postgres,
 }
 
-async fn run(ctx: &Ctx, w: &World, proxy: &TcpProxy) -> anyhow::Result<Report> {
+pub(crate) async fn network_blackhole(ctx: &Ctx) -> anyhow::Result<Report> {
     let mut report = report("network_blackhole");
+    for side in [Side::Broker, Side::Postgres] {
+        let url = match side {
+            Side::Broker => &ctx.urls.amqp,
+            Side::Postgres => &ctx.urls.pg,
+        };
+        let target = host_port(url).with_context(|| format!("no host:port in {side:?}'s URL"))?;
+        let proxy = TcpProxy::start(target).await?;
+        let mut w = World::new("net_blackhole", &ctx.urls, &ctx.bins).await?;
+        match side {
+            Side::Broker => w.through(proxy.url_for(url)),
+            Side::Postgres => w.through_pg(proxy.url_for(url)),
+        }
+        let r = run(ctx, &w, &proxy, side, report).await;
+        w.cleanup(r.as_ref().map_or(true, |r| !r.passed())).await;
+        report = r?;
+    }
+    Ok(report)
+}
+
+async fn run(
+    ctx: &Ctx,
+    w: &World,
+    proxy: &TcpProxy,
+    side: Side,
+    mut report: Report,
+) -> anyhow::Result<Report> {
     let port = free_port()?;
     let cfg = w.relay_config(
         "r1",
@@ -62,7 +87,12 @@ async fn run(ctx: &Ctx, w: &World, proxy: &TcpProxy) -> anyhow::Result<Report> {
     let (not_ready_after, ready_after) = readiness_through(proxy, port, STALL).await;
     // When the network healed.
     let fault_end = Instant::now() - ready_after.unwrap_or_default();
-    judge(&mut report, "the stall", not_ready_after, ready_after);
+    judge(
+        &mut report,
+        &format!("{side:?}, the stall"),
+        not_ready_after,
+        ready_after,
+    );
     let produced = producer.finish().await;
     // The relay idle: nothing due, nothing in flight.
     let committed = w.committed().await;
@@ -73,7 +103,12 @@ async fn run(ctx: &Ctx, w: &World, proxy: &TcpProxy) -> anyhow::Result<Report> {
     )
     .await?;
     let (not_ready_after, ready_after) = readiness_through(proxy, port, IDLE_STALL).await;
-    judge(&mut report, "the idle stall", not_ready_after, ready_after);
+    judge(
+        &mut report,
+        &format!("{side:?}, the idle stall"),
+        not_ready_after,
+        ready_after,
+    );
     conclude(ctx, w, report, produced, fault_end, vec![relay, consumer]).await
 }
 

@@ -95,8 +95,8 @@ impl Report {
 /// What every scenario gets.
 pub(crate) struct Ctx {
     pub(crate) urls: Urls,
-    /// The local RabbitMQ cluster's AMQP URLs (`OUTBOX_TEST_CLUSTER_URLS`; empty
-    /// when unset): `cluster_node_kill` needs them.
+    /// The local RabbitMQ cluster's AMQP URLs (`OUTBOX_TEST_CLUSTER_URLS`, else the
+    /// xtask cluster's ports): `cluster_node_kill` needs them.
     pub(crate) cluster: Vec<String>,
     pub(crate) bins: Bins,
     pub(crate) quick: bool,
@@ -180,6 +180,25 @@ pub(crate) async fn conclude(
         ));
     }
     Ok(report)
+}
+
+/// The cluster's AMQP URLs: `OUTBOX_TEST_CLUSTER_URLS`, else the ports `cargo xtask
+/// cluster up` uses (a scenario on a cluster that does not run fails; it is never
+/// skipped).
+fn cluster_urls() -> Vec<String> {
+    let named: Vec<String> = std::env::var(outbox_testkit::cluster::CLUSTER_URLS)
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if !named.is_empty() {
+        return named;
+    }
+    (5681..=5683)
+        .map(|port| format!("amqp://guest:guest@127.0.0.1:{port}/%2f"))
+        .collect()
 }
 
 type ScenarioFn =
@@ -355,13 +374,7 @@ async fn main() -> ExitCode {
     }
     let ctx = Ctx {
         urls: Urls::from_env(),
-        cluster: std::env::var(outbox_testkit::cluster::CLUSTER_URLS)
-            .unwrap_or_default()
-            .split(',')
-            .map(str::trim)
-            .filter(|u| !u.is_empty())
-            .map(str::to_owned)
-            .collect(),
+        cluster: cluster_urls(),
         bins,
         quick,
     };

@@ -186,13 +186,7 @@ pub(crate) async fn conclude(
 /// cluster up` uses (a scenario on a cluster that does not run fails; it is never
 /// skipped).
 fn cluster_urls() -> Vec<String> {
-    let named: Vec<String> = std::env::var(outbox_testkit::cluster::CLUSTER_URLS)
-        .unwrap_or_default()
-        .split(',')
-        .map(str::trim)
-        .filter(|u| !u.is_empty())
-        .map(str::to_owned)
-        .collect();
+    let named = outbox_testkit::cluster::named_urls();
     if !named.is_empty() {
         return named;
     }

@@ -18,13 +18,7 @@ pub const CLUSTER_URLS: &str = "OUTBOX_TEST_CLUSTER_URLS";
 /// In CI (`CI=true`) when the variable is unset or empty, naming it.
 #[must_use]
 pub fn cluster_urls(test: &str) -> Option<Vec<String>> {
-    let urls: Vec<String> = std::env::var(CLUSTER_URLS)
-        .unwrap_or_default()
-        .split(',')
-        .map(str::trim)
-        .filter(|u| !u.is_empty())
-        .map(str::to_owned)
-        .collect();
+    let urls = named_urls();
     if !urls.is_empty() {
         return Some(urls);
     }
@@ -36,6 +30,19 @@ pub fn cluster_urls(test: &str) -> Option<Vec<String>> {
         "SKIPPED (not in CI): {test} needs a RabbitMQ cluster; set {CLUSTER_URLS} (cargo xtask cluster up)"
     );
     None
+}
+
+/// The URLs `OUTBOX_TEST_CLUSTER_URLS` names, empty entries dropped (none when it
+/// is unset).
+#[must_use]
+pub fn named_urls() -> Vec<String> {
+    std::env::var(CLUSTER_URLS)
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 /// The node name serving AMQP on `port` (`5681` is `outbox-cluster-1@localhost`).

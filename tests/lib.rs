@@ -36,3 +36,7 @@ pub struct AdminDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../docs/typed-messages.md")]
 pub struct TypedMessagesDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/cluster.md")]
+pub struct ClusterDoctests;

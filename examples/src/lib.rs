@@ -235,6 +235,7 @@ impl Shop {
                 name: self.exchange.clone(),
                 kind: ExchangeKind::Topic,
                 durable: true,
+                shards: 1,
             }],
             queues: vec![self.queue_spec()],
             bindings: vec![BindingSpec {

@@ -676,6 +676,7 @@ async fn a_message_published_while_handling_another_goes_out_once_through_the_re
             name: exchange.clone(),
             kind: ExchangeKind::Topic,
             durable: true,
+            shards: 1,
         }],
         queues: vec![QueueSpec::durable(&queue)],
         bindings: vec![BindingSpec {

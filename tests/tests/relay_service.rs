@@ -87,6 +87,7 @@ impl World {
                 name: exchange.to_owned(),
                 kind: ExchangeKind::Topic,
                 durable: true,
+                shards: 1,
             }],
             queues: vec![QueueSpec::durable(&self.queue)],
             bindings: vec![BindingSpec {

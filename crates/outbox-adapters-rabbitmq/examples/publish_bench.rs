@@ -100,6 +100,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             name: EXCHANGE.into(),
             kind: ExchangeKind::Direct,
             durable: true,
+            shards: 1,
         }],
         queues: vec![QueueSpec::durable(QUEUE)],
         bindings: vec![BindingSpec {

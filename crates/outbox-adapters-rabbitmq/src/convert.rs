@@ -3,7 +3,7 @@
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use outbox_core::{Headers, Message, MessageError, Timestamp};
-use outbox_ports::{Death, Envelope, ORDERING_KEY_HEADER};
+use outbox_ports::{Death, EXCHANGE_HEADER, Envelope, ORDERING_KEY_HEADER};
 
 /// Persistent delivery, id, type, content type, timestamp, correlation id, source
 /// (`app_id`) and every header (a `traceparent` among them when present).
@@ -11,7 +11,9 @@ use outbox_ports::{Death, Envelope, ORDERING_KEY_HEADER};
 /// # Errors
 /// [`MessageError`] naming the field AMQP cannot carry (lapin's `ShortString`
 /// panics on more than 255 bytes, so nothing is converted before this check).
-pub(crate) fn properties(m: &Message) -> Result<BasicProperties, MessageError> {
+/// `sharded`: published to a shard of `m.exchange`, which the header
+/// [`EXCHANGE_HEADER`] then names.
+pub(crate) fn properties(m: &Message, sharded: bool) -> Result<BasicProperties, MessageError> {
     m.check_amqp()?;
     let mut headers = FieldTable::default();
     for (k, v) in &m.headers {
@@ -24,6 +26,12 @@ pub(crate) fn properties(m: &Message) -> Result<BasicProperties, MessageError> {
         headers.insert(
             ShortString::from(ORDERING_KEY_HEADER),
             AMQPValue::LongString(k.as_str().into()),
+        );
+    }
+    if sharded {
+        headers.insert(
+            ShortString::from(EXCHANGE_HEADER),
+            AMQPValue::LongString(m.exchange.as_str().into()),
         );
     }
     let mut p = BasicProperties::default()
@@ -109,10 +117,16 @@ pub(crate) fn envelope(d: &lapin::message::Delivery) -> Envelope {
         })
         .unwrap_or_default();
     let ordering_key = headers.remove(ORDERING_KEY_HEADER);
-    let death = p.headers().as_ref().and_then(death);
+    let mut death = p.headers().as_ref().and_then(death);
+    // Published to a shard: the exchange the message was written for, also where
+    // the broker dead-lettered it from (a shard, the same one).
+    let written_for = headers.remove(EXCHANGE_HEADER);
+    if let (Some(x), Some(death)) = (&written_for, death.as_mut()) {
+        death.exchange.clone_from(x);
+    }
     Envelope {
         message_id: p.message_id().as_ref().map(|s| s.as_str().to_owned()),
-        exchange: d.exchange.as_str().to_owned(),
+        exchange: written_for.unwrap_or_else(|| d.exchange.as_str().to_owned()),
         routing_key: d.routing_key.as_str().to_owned(),
         message_type: p.kind().as_ref().map(|s| s.as_str().to_owned()),
         headers,

@@ -1,5 +1,6 @@
 //! The publisher: pipelined confirms, returns as failures, reconnect.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -11,6 +12,7 @@ use lapin::types::FieldTable;
 use lapin::{Channel, Confirmation, Connection, ExchangeKind as LapinKind};
 use outbox_core::Message;
 use outbox_core::config::redact_url;
+use outbox_core::shard::{shard_name, shard_of};
 use outbox_ports::{NO_PUBLISH_DEADLINE, PortError, PublishOutcome, Publisher};
 use tokio::sync::{Mutex, MutexGuard};
 use tokio::time::{Instant, timeout_at};
@@ -114,6 +116,8 @@ pub struct RabbitPublisher {
     next: AtomicUsize,
     /// Declared on every connection opened (see [`RabbitPublisher::with_topology`]).
     topology: Option<Topology>,
+    /// The topology's sharded exchanges and their shard counts.
+    shards: HashMap<String, u16>,
 }
 
 impl fmt::Debug for RabbitPublisher {
@@ -202,17 +206,16 @@ fn missing_exchange(e: &lapin::Error) -> Option<Option<String>> {
 /// next batch checks its exchange afresh. Only a message whose own exchange is the
 /// one named missing (or, the name unknown, none) spends an attempt; otherwise
 /// `failed`, the outcome the error stands for.
-fn after_handover(m: &Message, e: &lapin::Error, failed: PortError) -> PublishOutcome {
+fn after_handover(target: &str, e: &lapin::Error, failed: PortError) -> PublishOutcome {
     match missing_exchange(e) {
-        Some(Some(name)) if name == m.exchange => PublishOutcome::Failed(PortError::NotFound {
+        Some(Some(name)) if name == target => PublishOutcome::Failed(PortError::NotFound {
             what: "exchange",
             id: name,
         }),
         Some(_) => not_sent(PortError::transient(
             "publish",
             format!(
-                "the broker closed the channel for a missing exchange ({e}); this message, for exchange {:?}, is sent again",
-                m.exchange
+                "the broker closed the channel for a missing exchange ({e}); this message, for exchange {target:?}, is sent again"
             ),
         )),
         None => PublishOutcome::Failed(failed),
@@ -244,6 +247,7 @@ impl RabbitPublisher {
             states,
             next: AtomicUsize::new(0),
             topology: None,
+            shards: HashMap::new(),
         }
     }
 
@@ -253,11 +257,30 @@ impl RabbitPublisher {
     /// again once the relay reconnects, instead of every message for it spending its
     /// attempts until dead. A declaration the broker refuses fails the connection
     /// (the batch is not sent; tried again after the reconnect backoff).
+    ///
+    /// A message for a sharded exchange of `topology` ([`crate::ExchangeSpec::shards`])
+    /// is published to one of its shards, chosen by
+    /// [`outbox_core::shard::shard_of`], with the header
+    /// [`outbox_ports::EXCHANGE_HEADER`] naming the exchange it was written for.
     #[must_use]
     pub fn with_topology(mut self, topology: Topology) -> Self {
+        self.shards = topology
+            .exchanges
+            .iter()
+            .filter(|x| x.shards > 1)
+            .map(|x| (x.name.clone(), x.shards))
+            .collect();
         self.topology =
             (!topology.exchanges.is_empty() || !topology.queues.is_empty()).then_some(topology);
         self
+    }
+
+    /// The exchange `m` is published to: its own, or one shard of it.
+    fn target<'m>(&self, m: &'m Message) -> Cow<'m, str> {
+        match self.shards.get(&m.exchange) {
+            Some(&n) => Cow::Owned(shard_name(&m.exchange, shard_of(m, n))),
+            None => Cow::Borrowed(m.exchange.as_str()),
+        }
     }
 
     /// A free connection's state, or (all busy) the next one in turn once it is free.
@@ -501,7 +524,7 @@ impl RabbitPublisher {
     async fn publish_window(
         &self,
         session: &Session,
-        messages: &[&Message],
+        messages: &[(&Message, &str)],
         deadline: Instant,
     ) -> (Vec<PublishOutcome>, bool) {
         // One deadline for the whole window: writing can stall too (a blocked
@@ -509,7 +532,7 @@ impl RabbitPublisher {
         let window_deadline = (Instant::now() + self.config.confirm_timeout).min(deadline);
         let mut pending = Vec::with_capacity(messages.len());
         let mut broken = false;
-        for m in messages {
+        for &(m, target) in messages {
             if broken {
                 pending.push(Err(not_sent(
                     "the connection broke before this message was sent",
@@ -520,7 +543,7 @@ impl RabbitPublisher {
                 pending.push(Err(not_sent(out_of_time("publish"))));
                 continue;
             }
-            let props = match properties(m) {
+            let props = match properties(m, target != m.exchange) {
                 Ok(p) => p,
                 Err(e) => {
                     pending.push(Err(PublishOutcome::Rejected(e.to_string())));
@@ -530,7 +553,7 @@ impl RabbitPublisher {
             let sent = timeout_at(
                 window_deadline,
                 session.channel.basic_publish(
-                    m.exchange.as_str().into(),
+                    target.into(),
                     m.routing_key.as_str().into(),
                     BasicPublishOptions {
                         mandatory: true,
@@ -547,14 +570,14 @@ impl RabbitPublisher {
                 // closed, so this message was never handed over.
                 Ok(Err(e)) if refused_before_sending(&e) => {
                     broken = true;
-                    pending.push(Err(not_sent(port("publish", "exchange", &m.exchange, &e))));
+                    pending.push(Err(not_sent(port("publish", "exchange", target, &e))));
                 }
                 // It may have been written before the error: an attempt, unless the
                 // channel was closed for another message's exchange.
                 Ok(Err(e)) => {
                     broken = true;
-                    let failed = port("publish", "exchange", &m.exchange, &e);
-                    pending.push(Err(after_handover(m, &e, failed)));
+                    let failed = port("publish", "exchange", target, &e);
+                    pending.push(Err(after_handover(target, &e, failed)));
                 }
                 Err(_) => {
                     broken = true;
@@ -563,7 +586,7 @@ impl RabbitPublisher {
             }
         }
         let mut outcomes = Vec::with_capacity(messages.len());
-        for (m, p) in messages.iter().zip(pending) {
+        for (&(_, target), p) in messages.iter().zip(pending) {
             let outcome = match p {
                 Err(outcome) => outcome,
                 Ok(confirm) => match timeout_at(window_deadline, confirm).await {
@@ -580,7 +603,7 @@ impl RabbitPublisher {
                     )),
                     Ok(Err(e)) => {
                         broken = true;
-                        after_handover(m, &e, port("confirm", "exchange", "", &e))
+                        after_handover(target, &e, port("confirm", "exchange", "", &e))
                     }
                     // Handed over, unconfirmed: it may be with the broker. An attempt,
                     // retried later. The session goes: a late confirm must not be
@@ -645,10 +668,8 @@ impl Publisher for RabbitPublisher {
                 ),
             );
         }
-        let names: HashSet<&str> = publishable
-            .iter()
-            .map(|i| messages[*i].exchange.as_str())
-            .collect();
+        let targets: Vec<Cow<'_, str>> = messages.iter().map(|m| self.target(m)).collect();
+        let names: HashSet<&str> = publishable.iter().map(|i| &*targets[*i]).collect();
         let exists = match Self::check_exchanges(session, names, deadline).await {
             Ok(e) => e,
             Err(e) => {
@@ -657,22 +678,22 @@ impl Publisher for RabbitPublisher {
             }
         };
         for i in &publishable {
-            let m = &messages[*i];
-            if !exists.get(&m.exchange).copied().unwrap_or(false) {
+            let target = &*targets[*i];
+            if !exists.get(target).copied().unwrap_or(false) {
                 outcomes[*i] = Some(PublishOutcome::Failed(PortError::NotFound {
                     what: "exchange",
-                    id: m.exchange.clone(),
+                    id: target.to_owned(),
                 }));
             }
         }
-        let to_send: Vec<(usize, &Message)> = publishable
+        let to_send: Vec<(usize, (&Message, &str))> = publishable
             .into_iter()
             .filter(|i| outcomes[*i].is_none())
-            .map(|i| (i, &messages[i]))
+            .map(|i| (i, (&messages[i], &*targets[i])))
             .collect();
         let mut lost = false;
         for window in to_send.chunks(self.config.max_in_flight.max(1)) {
-            let refs: Vec<&Message> = window.iter().map(|(_, m)| *m).collect();
+            let refs: Vec<(&Message, &str)> = window.iter().map(|(_, m)| *m).collect();
             let (results, broken) = if lost {
                 // This window was never sent: the connection died under an earlier one.
                 (

@@ -2,6 +2,7 @@
 
 use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable, ShortString};
+use outbox_core::shard::shard_name;
 use outbox_ports::PortError;
 
 use crate::port;
@@ -28,6 +29,13 @@ pub struct ExchangeSpec {
     pub kind: ExchangeKind,
     /// Survives a broker restart.
     pub durable: bool,
+    /// 1: one exchange named `name`. `n > 1`: a sharded exchange, declared as `n`
+    /// exchanges of this kind named by [`outbox_core::shard::shard_name`]
+    /// (`orders.shard-0`, ...), none named `name` itself; the relay publishes each
+    /// message for `name` to one of them, chosen by its ordering key
+    /// ([`outbox_core::shard::shard_of`]). See [`QueueSpec::shards`] for the
+    /// queues bound to it.
+    pub shards: u16,
 }
 
 /// Classic or quorum queue.
@@ -137,6 +145,33 @@ pub enum TopologyError {
         /// The dead-letter queue both name.
         dead_letter_queue: String,
     },
+    /// A shard count of 0, or over [`outbox_core::shard::MAX_SHARDS`].
+    #[error(
+        "{name}: shards must be between 1 and {max} (got {shards})",
+        max = outbox_core::shard::MAX_SHARDS
+    )]
+    ShardsOutOfRange {
+        /// The exchange or queue.
+        name: String,
+        /// What was given.
+        shards: u16,
+    },
+    /// A sharded queue bound to an exchange with another number of shards (or to
+    /// one this topology does not declare): a shard would receive another
+    /// shard's keys, or none.
+    #[error(
+        "queue {queue} has {queue_shards} shards but is bound to exchange {exchange} of {exchange_shards}; a sharded queue binds to a sharded exchange of the same count (declared in this topology)"
+    )]
+    ShardsMismatch {
+        /// The queue.
+        queue: String,
+        /// Its shards.
+        queue_shards: u16,
+        /// The exchange it is bound to.
+        exchange: String,
+        /// The exchange's shards (1 when this topology does not declare it).
+        exchange_shards: u16,
+    },
     /// With a delivery limit, dead-lettering is at least once, which RabbitMQ
     /// allows only with `overflow = reject-publish`.
     #[error(
@@ -165,6 +200,7 @@ impl TopologyError {
                 "dead_letter_queue"
             }
             Self::DeliveryLimitNeedsRejectPublish { .. } => "overflow",
+            Self::ShardsOutOfRange { .. } | Self::ShardsMismatch { .. } => "shards",
         }
     }
 }
@@ -198,6 +234,14 @@ pub struct QueueSpec {
     pub max_length: Option<i64>,
     /// `x-overflow`: what a full queue does (required with `max_length`).
     pub overflow: Option<Overflow>,
+    /// 1: one queue named `name`. `n > 1`: a sharded queue, declared as `n`
+    /// queues `name.shard-0`, ... with these settings (each with a dead-letter
+    /// queue of its own, `dead_letter_queue.shard-i`), shard `i` bound to shard `i`
+    /// of a sharded exchange with as many shards, so that a key's messages reach
+    /// one queue in order. A consumer with `ConsumerConfig::shards` of the same
+    /// count consumes them all, a worker each. A queue of one shard bound to a
+    /// sharded exchange is bound to every shard: it gets the whole stream.
+    pub shards: u16,
 }
 
 impl QueueSpec {
@@ -208,6 +252,7 @@ impl QueueSpec {
     /// [`TopologyError`] naming the queue and the field.
     pub fn validate(&self) -> Result<(), TopologyError> {
         let queue = self.name.clone();
+        check_shards(&self.name, self.shards)?;
         match (self.max_length, self.overflow) {
             (Some(n), _) if n < 0 => {
                 return Err(TopologyError::NegativeMaxLength {
@@ -317,6 +362,7 @@ impl QueueSpec {
             delivery_limit: None,
             max_length: None,
             overflow: None,
+            shards: 1,
         }
     }
 
@@ -367,7 +413,26 @@ impl Topology {
     /// # Errors
     /// The first [`TopologyError`].
     pub fn validate(&self) -> Result<(), TopologyError> {
+        for x in &self.exchanges {
+            check_shards(&x.name, x.shards)?;
+        }
         self.queues.iter().try_for_each(QueueSpec::validate)?;
+        for b in &self.bindings {
+            let queue_shards = self
+                .queues
+                .iter()
+                .find(|q| q.name == b.queue)
+                .map_or(1, |q| q.shards);
+            let exchange_shards = self.exchange_shards(&b.exchange);
+            if queue_shards > 1 && queue_shards != exchange_shards {
+                return Err(TopologyError::ShardsMismatch {
+                    queue: b.queue.clone(),
+                    queue_shards,
+                    exchange: b.exchange.clone(),
+                    exchange_shards,
+                });
+            }
+        }
         for (i, q) in self.queues.iter().enumerate() {
             let Some(dlq) = &q.dead_letter_queue else {
                 continue;
@@ -386,6 +451,86 @@ impl Topology {
         Ok(())
     }
 
+    /// How many shards exchange `name` has (1 when it is not sharded or not
+    /// declared here).
+    #[must_use]
+    pub fn exchange_shards(&self, name: &str) -> u16 {
+        self.exchanges
+            .iter()
+            .find(|x| x.name == name)
+            .map_or(1, |x| x.shards.max(1))
+    }
+
+    /// This topology with every sharded exchange and queue written out as its
+    /// shards (see [`ExchangeSpec::shards`], [`QueueSpec::shards`]): what is
+    /// declared on the broker. Call it on a validated topology.
+    #[must_use]
+    pub fn expanded(&self) -> Self {
+        let sharded = |name: &str, shards: u16| -> Vec<String> {
+            if shards <= 1 {
+                vec![name.to_owned()]
+            } else {
+                (0..shards).map(|i| shard_name(name, i)).collect()
+            }
+        };
+        let mut out = Self::default();
+        for x in &self.exchanges {
+            for name in sharded(&x.name, x.shards) {
+                out.exchanges.push(ExchangeSpec {
+                    name,
+                    shards: 1,
+                    ..x.clone()
+                });
+            }
+        }
+        for q in &self.queues {
+            for (i, name) in sharded(&q.name, q.shards).into_iter().enumerate() {
+                let dead_letter_queue = q.dead_letter_queue.as_ref().map(|d| {
+                    if q.shards > 1 {
+                        shard_name(d, u16::try_from(i).unwrap_or(0))
+                    } else {
+                        d.clone()
+                    }
+                });
+                out.queues.push(QueueSpec {
+                    name,
+                    dead_letter_queue,
+                    shards: 1,
+                    ..q.clone()
+                });
+            }
+        }
+        for b in &self.bindings {
+            let queue_shards = self
+                .queues
+                .iter()
+                .find(|q| q.name == b.queue)
+                .map_or(1, |q| q.shards.max(1));
+            let exchanges = sharded(&b.exchange, self.exchange_shards(&b.exchange));
+            let queues = sharded(&b.queue, queue_shards);
+            if queue_shards > 1 {
+                // Shard i to shard i (validation made the counts equal).
+                for (queue, exchange) in queues.into_iter().zip(exchanges) {
+                    out.bindings.push(BindingSpec {
+                        queue,
+                        exchange,
+                        routing_key: b.routing_key.clone(),
+                    });
+                }
+            } else {
+                // One queue bound to every shard: the whole stream.
+                for exchange in exchanges {
+                    out.bindings.push(BindingSpec {
+                        queue: b.queue.clone(),
+                        exchange,
+                        routing_key: b.routing_key.clone(),
+                    });
+                }
+            }
+        }
+        out
+    }
+
     /// Declares everything (idempotent: declaring what exists with the same settings
     /// changes nothing), after [`Topology::validate`]: nothing is declared when a
     /// setting is refused.
@@ -396,11 +541,12 @@ impl Topology {
     pub async fn declare(&self, connection: &lapin::Connection) -> Result<(), PortError> {
         self.validate()
             .map_err(|e| PortError::fatal("declare topology", e.to_string()))?;
+        let plain = self.expanded();
         let mut channel = connection
             .create_channel()
             .await
             .map_err(|e| port("open channel", "channel", "", &e))?;
-        for x in &self.exchanges {
+        for x in &plain.exchanges {
             let kind = match x.kind {
                 ExchangeKind::Direct => lapin::ExchangeKind::Direct,
                 ExchangeKind::Topic => lapin::ExchangeKind::Topic,
@@ -416,7 +562,7 @@ impl Topology {
                 .await
                 .map_err(|e| port("declare exchange", "exchange", &x.name, &e))?;
         }
-        for q in &self.queues {
+        for q in &plain.queues {
             // The dead-letter exchange and queue first: a queue with a delivery
             // limit must never dead-letter into nothing.
             if let (Some(dlx), Some(dlq)) = (&q.dead_letter_exchange, &q.dead_letter_queue) {
@@ -479,7 +625,7 @@ impl Topology {
                 .await
                 .map_err(|e| port("declare queue", "queue", &q.name, &e))?;
         }
-        for b in &self.bindings {
+        for b in &plain.bindings {
             channel
                 .queue_bind(
                     b.queue.as_str().into(),
@@ -493,6 +639,18 @@ impl Topology {
         }
         let _ = channel.close(200, "declared".into()).await;
         Ok(())
+    }
+}
+
+/// A shard count in `1..=MAX_SHARDS`.
+fn check_shards(name: &str, shards: u16) -> Result<(), TopologyError> {
+    if (1..=outbox_core::shard::MAX_SHARDS).contains(&shards) {
+        Ok(())
+    } else {
+        Err(TopologyError::ShardsOutOfRange {
+            name: name.to_owned(),
+            shards,
+        })
     }
 }
 
@@ -689,5 +847,147 @@ mod tests {
         assert_eq!(Overflow::RejectPublish.as_str(), "reject-publish");
         assert_eq!(Overflow::RejectPublishDlx.as_str(), "reject-publish-dlx");
         assert_eq!(Overflow::DropHead.as_str(), "drop-head");
+    }
+
+    fn sharded_topology() -> Topology {
+        Topology {
+            exchanges: vec![ExchangeSpec {
+                name: "orders".into(),
+                kind: ExchangeKind::Topic,
+                durable: true,
+                shards: 3,
+            }],
+            queues: vec![
+                QueueSpec {
+                    shards: 3,
+                    ..QueueSpec::quorum_with_limit("billing", 5, "dlx", "billing.dead")
+                },
+                QueueSpec::durable("audit"),
+            ],
+            bindings: vec![
+                BindingSpec {
+                    queue: "billing".into(),
+                    exchange: "orders".into(),
+                    routing_key: "order.#".into(),
+                },
+                BindingSpec {
+                    queue: "audit".into(),
+                    exchange: "orders".into(),
+                    routing_key: "#".into(),
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn a_sharded_topology_is_declared_as_its_shards() {
+        let t = sharded_topology();
+        t.validate().expect("valid");
+        let plain = t.expanded();
+        let names = |v: Vec<&str>| v.into_iter().map(str::to_owned).collect::<Vec<_>>();
+        assert_eq!(
+            plain
+                .exchanges
+                .iter()
+                .map(|x| x.name.clone())
+                .collect::<Vec<_>>(),
+            names(vec!["orders.shard-0", "orders.shard-1", "orders.shard-2"])
+        );
+        assert!(
+            plain
+                .exchanges
+                .iter()
+                .all(|x| x.kind == ExchangeKind::Topic && x.shards == 1)
+        );
+        let queues: Vec<(String, Option<String>)> = plain
+            .queues
+            .iter()
+            .map(|q| (q.name.clone(), q.dead_letter_queue.clone()))
+            .collect();
+        assert_eq!(
+            queues,
+            vec![
+                (
+                    "billing.shard-0".into(),
+                    Some("billing.dead.shard-0".into())
+                ),
+                (
+                    "billing.shard-1".into(),
+                    Some("billing.dead.shard-1".into())
+                ),
+                (
+                    "billing.shard-2".into(),
+                    Some("billing.dead.shard-2".into())
+                ),
+                ("audit".into(), None),
+            ]
+        );
+        // Each shard queue keeps the settings, and dead-letters under its own name.
+        let first = &plain.queues[0];
+        assert_eq!(
+            (first.queue_type, first.delivery_limit),
+            (QueueType::Quorum, Some(5))
+        );
+        assert_eq!(
+            first.arguments().inner().get("x-dead-letter-routing-key"),
+            Some(&AMQPValue::LongString("billing.shard-0".into()))
+        );
+        let bindings: Vec<(&str, &str)> = plain
+            .bindings
+            .iter()
+            .map(|b| (b.queue.as_str(), b.exchange.as_str()))
+            .collect();
+        assert_eq!(
+            bindings,
+            vec![
+                ("billing.shard-0", "orders.shard-0"),
+                ("billing.shard-1", "orders.shard-1"),
+                ("billing.shard-2", "orders.shard-2"),
+                // One queue of one shard gets the whole stream.
+                ("audit", "orders.shard-0"),
+                ("audit", "orders.shard-1"),
+                ("audit", "orders.shard-2"),
+            ]
+        );
+        plain.validate().expect("the expansion is valid");
+        assert_eq!(plain.expanded(), plain, "expanding twice changes nothing");
+    }
+
+    #[test]
+    fn shard_counts_must_agree() {
+        let mut t = sharded_topology();
+        t.queues[0].shards = 2;
+        assert!(matches!(
+            t.validate(),
+            Err(TopologyError::ShardsMismatch {
+                queue_shards: 2,
+                exchange_shards: 3,
+                ..
+            })
+        ));
+        // Bound to an exchange that is not sharded (or not declared here).
+        let mut t = sharded_topology();
+        t.bindings[0].exchange = "elsewhere".into();
+        assert!(matches!(
+            t.validate(),
+            Err(TopologyError::ShardsMismatch {
+                exchange_shards: 1,
+                ..
+            })
+        ));
+        for shards in [0, outbox_core::shard::MAX_SHARDS + 1] {
+            let mut t = sharded_topology();
+            t.exchanges[0].shards = shards;
+            assert!(matches!(
+                t.validate(),
+                Err(TopologyError::ShardsOutOfRange { .. })
+            ));
+            let mut t = sharded_topology();
+            t.queues[1].shards = shards;
+            assert!(matches!(
+                t.validate(),
+                Err(TopologyError::ShardsOutOfRange { .. })
+            ));
+        }
     }
 }

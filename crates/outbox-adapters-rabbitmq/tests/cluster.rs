@@ -157,6 +157,7 @@ async fn a_topology_declares_on_another_node_while_its_dead_letter_queues_node_i
             name: names.exchange.clone(),
             kind: ExchangeKind::Topic,
             durable: true,
+            shards: 1,
         }],
         queues: vec![QueueSpec::quorum_with_limit(&names.queue, 5, &dlx, &dlq)],
         bindings: vec![BindingSpec {

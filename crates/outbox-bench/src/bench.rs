@@ -67,13 +67,24 @@ impl Bench {
         n: i64,
         keys: Option<i64>,
     ) -> anyhow::Result<()> {
+        self.backlog_for(EXCHANGE, schema, n, keys).await
+    }
+
+    /// [`Bench::backlog`] for `exchange`.
+    pub(crate) async fn backlog_for(
+        &self,
+        exchange: &str,
+        schema: &PgSchema,
+        n: i64,
+        keys: Option<i64>,
+    ) -> anyhow::Result<()> {
         sqlx::query(&format!(
             "INSERT INTO {}.outbox_messages (exchange, routing_key, payload, ordering_key) \
              SELECT $1, 'k', convert_to(repeat('x', 1024), 'UTF8'), 'key-' || (g % $3) \
              FROM generate_series(0, $2 - 1) AS g ORDER BY g",
             schema.quoted()
         ))
-        .bind(EXCHANGE)
+        .bind(exchange)
         .bind(n)
         .bind(keys)
         .execute(&self.pool)

@@ -191,6 +191,7 @@ async fn main() -> anyhow::Result<()> {
             name: EXCHANGE.into(),
             kind: ExchangeKind::Direct,
             durable: true,
+            shards: 1,
         }],
         queues: vec![if only == Some(Only::Cluster) {
             // Replicated on the three nodes, led by the first (declared through it).

@@ -34,11 +34,23 @@ impl Bench {
         n: i64,
         pipelines: usize,
     ) -> anyhow::Result<(f64, cpu::CpuPerMessage)> {
-        let store = Arc::new(PgOutboxStore::new(self.pool.clone(), schema.clone()));
-        let publisher = Arc::new(RabbitPublisher::new(RabbitPublisherConfig {
+        let publisher = RabbitPublisher::new(RabbitPublisherConfig {
             connections: pipelines,
             ..RabbitPublisherConfig::new(&self.amqp_url)
-        }));
+        });
+        self.drain_with(publisher, schema, n, pipelines).await
+    }
+
+    /// [`Bench::drain`] through `publisher` (one connection a pipeline).
+    pub(crate) async fn drain_with(
+        &self,
+        publisher: RabbitPublisher,
+        schema: &PgSchema,
+        n: i64,
+        pipelines: usize,
+    ) -> anyhow::Result<(f64, cpu::CpuPerMessage)> {
+        let store = Arc::new(PgOutboxStore::new(self.pool.clone(), schema.clone()));
+        let publisher = Arc::new(publisher);
         let cancel = CancellationToken::new();
         // Progress from the relay's own counters (rows marked sent): polling the
         // table instead would scan it every few milliseconds and take CPU from the

@@ -7,6 +7,8 @@
 //! [[topology.exchanges]]
 //! name = "orders"
 //! kind = "topic"            # direct | topic | fanout | headers; default topic
+//! shards = 1                # > 1: declared as orders.shard-0 ...; the relay publishes
+//!                           # each message to one, by its ordering key
 //!
 //! [[topology.queues]]
 //! name = "billing"
@@ -19,6 +21,7 @@
 //! # the consumer drains into its dead inbox rows.
 //! delivery_limit = 20
 //! dead_letter_queue = "billing.dead"
+//! shards = 1                # > 1: billing.shard-0 ..., bound shard to shard
 //!
 //! [[topology.bindings]]
 //! queue = "billing"
@@ -31,6 +34,7 @@ use outbox_adapters_rabbitmq::{
     TopologyError,
 };
 use outbox_core::config::ConfigError;
+use outbox_core::shard::shard_name;
 use serde::Deserialize;
 
 /// The topology section.
@@ -75,6 +79,11 @@ pub struct ExchangeConfig {
     /// Survives a broker restart (default true).
     #[serde(default = "yes")]
     pub durable: bool,
+    /// Shards (default 1): more than 1 declares `name.shard-0`, ... instead of
+    /// `name`, and the relay publishes each message for `name` to one of them by
+    /// its ordering key (docs/cluster.md, "Sharding").
+    #[serde(default = "one")]
+    pub shards: u16,
 }
 
 /// Classic or quorum.
@@ -130,6 +139,10 @@ pub struct QueueConfig {
     /// `x-overflow`: required with `max_length`.
     #[serde(default)]
     pub overflow: Option<OverflowConfig>,
+    /// Shards (default 1): more than 1 declares `name.shard-0`, ..., each bound to
+    /// the same shard of a sharded exchange with as many shards.
+    #[serde(default = "one")]
+    pub shards: u16,
 }
 
 /// `[[topology.bindings]]`.
@@ -147,6 +160,19 @@ pub struct BindingConfig {
 
 const fn yes() -> bool {
     true
+}
+
+const fn one() -> u16 {
+    1
+}
+
+/// `name`, and when sharded its longest shard name too, checked as a name.
+fn check_sharded_name(field: &str, what: &str, name: &str, shards: u16) -> Result<(), ConfigError> {
+    check_name(field, what, name)?;
+    if shards > 1 {
+        check_name(field, what, &shard_name(name, shards - 1))?;
+    }
+    Ok(())
 }
 
 /// AMQP names are short strings: at most 255 bytes.
@@ -192,7 +218,7 @@ impl TopologyConfig {
         let mut exchanges = Vec::with_capacity(self.exchanges.len());
         for (i, x) in self.exchanges.iter().enumerate() {
             let field = format!("exchanges[{i}].name");
-            check_name(&field, "exchange", &x.name)?;
+            check_sharded_name(&field, "exchange", &x.name, x.shards)?;
             if x.name.starts_with("amq.") {
                 return Err(ConfigError::new(
                     "topology",
@@ -212,11 +238,12 @@ impl TopologyConfig {
                     ExchangeKindConfig::Headers => ExchangeKind::Headers,
                 },
                 durable: x.durable,
+                shards: x.shards,
             });
         }
         let mut queues = Vec::with_capacity(self.queues.len());
         for (i, q) in self.queues.iter().enumerate() {
-            check_name(&format!("queues[{i}].name"), "queue", &q.name)?;
+            check_sharded_name(&format!("queues[{i}].name"), "queue", &q.name, q.shards)?;
             if let Some(dlx) = &q.dead_letter_exchange {
                 check_name(
                     &format!("queues[{i}].dead_letter_exchange"),
@@ -225,7 +252,12 @@ impl TopologyConfig {
                 )?;
             }
             if let Some(dlq) = &q.dead_letter_queue {
-                check_name(&format!("queues[{i}].dead_letter_queue"), "queue", dlq)?;
+                check_sharded_name(
+                    &format!("queues[{i}].dead_letter_queue"),
+                    "queue",
+                    dlq,
+                    q.shards,
+                )?;
             }
             let spec = QueueSpec {
                 name: q.name.clone(),
@@ -243,6 +275,7 @@ impl TopologyConfig {
                     OverflowConfig::RejectPublishDlx => Overflow::RejectPublishDlx,
                     OverflowConfig::DropHead => Overflow::DropHead,
                 }),
+                shards: q.shards,
             };
             spec.validate().map_err(|e| {
                 ConfigError::new("topology", &format!("queues[{i}].{}", e.field()), e)
@@ -274,8 +307,14 @@ impl TopologyConfig {
         // What only the queues together can break (a dead-letter queue two of
         // them name), at load, not first at declare.
         topology.validate().map_err(|e| {
+            if let TopologyError::ShardsOutOfRange { name, .. } = &e
+                && let Some(i) = topology.exchanges.iter().position(|x| &x.name == name)
+            {
+                return ConfigError::new("topology", &format!("exchanges[{i}].shards"), e);
+            }
             let queue = match &e {
-                TopologyError::SharedDeadLetterQueue { queue, .. } => Some(queue),
+                TopologyError::SharedDeadLetterQueue { queue, .. }
+                | TopologyError::ShardsMismatch { queue, .. } => Some(queue),
                 _ => None,
             };
             let i = queue
@@ -351,6 +390,17 @@ routing_key = "order.*"
             limited.queues[0].dead_letter_queue.as_deref(),
             Some("q.dead")
         );
+        assert_eq!((t.exchanges[0].shards, t.queues[0].shards), (1, 1));
+        let sharded = parse(
+            "[[topology.exchanges]]\nname = \"orders\"\nshards = 4\n[[topology.queues]]\nname = \"billing\"\ntype = \"quorum\"\nshards = 4\n[[topology.bindings]]\nqueue = \"billing\"\nexchange = \"orders\"\nrouting_key = \"#\"",
+        )
+        .expect("parses")
+        .to_topology()
+        .expect("valid");
+        assert_eq!(
+            (sharded.exchanges[0].shards, sharded.queues[0].shards),
+            (4, 4)
+        );
     }
 
     #[test]
@@ -396,6 +446,18 @@ routing_key = "order.*"
                 "[[topology.queues]]\nname = \"a\"\ndead_letter_exchange = \"x\"\ndead_letter_queue = \"d\"\n[[topology.queues]]\nname = \"b\"\ndead_letter_exchange = \"x\"\ndead_letter_queue = \"d\"",
                 "topology.queues[1].dead_letter_queue",
             ),
+            (
+                "[[topology.exchanges]]\nname = \"x\"\nshards = 0",
+                "topology.exchanges[0].shards",
+            ),
+            (
+                "[[topology.queues]]\nname = \"q\"\nshards = 300",
+                "topology.queues[0].shards",
+            ),
+            (
+                "[[topology.exchanges]]\nname = \"x\"\nshards = 4\n[[topology.queues]]\nname = \"q\"\nshards = 2\n[[topology.bindings]]\nqueue = \"q\"\nexchange = \"x\"",
+                "topology.queues[0].shards",
+            ),
         ];
         for (text, field) in cases {
             let err = parse(text).expect("parses").to_topology().expect_err(text);
@@ -403,6 +465,16 @@ routing_key = "order.*"
         }
         let long = format!("[[topology.queues]]\nname = \"{}\"", "q".repeat(256));
         assert!(parse(&long).expect("parses").to_topology().is_err());
+        // A name that fits, but not with its shards' suffix.
+        let long = format!(
+            "[[topology.queues]]\nname = \"{}\"\nshards = 4",
+            "q".repeat(250)
+        );
+        let err = parse(&long)
+            .expect("parses")
+            .to_topology()
+            .expect_err("too long");
+        assert!(err.to_string().contains(".shard-3"), "{err}");
         // Unknown keys and values are refused by the parser, naming them.
         for text in [
             "[[topology.exchanges]]\nname = \"x\"\nkind = \"round-robin\"",

@@ -112,6 +112,7 @@ async fn one_trace_from_enqueue_through_rabbitmq_to_the_handler() {
             name: exchange.clone(),
             kind: ExchangeKind::Topic,
             durable: false,
+            shards: 1,
         }],
         queues: vec![QueueSpec::durable(&queue)],
         bindings: vec![BindingSpec {

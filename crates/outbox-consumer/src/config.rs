@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use outbox_core::RetryPolicy;
+use outbox_core::shard::shard_name;
 
 use crate::retention::ConsumerRetention;
 
@@ -80,6 +81,14 @@ pub struct ConsumerConfig {
     /// are in hand, or the inbox refuses them, and none has been recorded for this
     /// long. Keep it above `handler_timeout`: a handler's own time counts.
     pub stall_after: Duration,
+    /// 1: consume `queue`. `n > 1`: `queue` is a sharded queue (the RabbitMQ
+    /// topology's `QueueSpec::shards`): consume its `n` shards `queue.shard-0`, ...
+    /// with a worker loop each (its own `prefetch`, `concurrency` and, with
+    /// `ordered_by_key`, lanes: a key's messages all come through one shard), all
+    /// recording in this consumer's inbox under `name` and drained by one consume
+    /// sweep. With a `dead_letter_queue`, shard `i` drains `dead_letter_queue.shard-i`.
+    /// Default: 1.
+    pub shards: u16,
 }
 
 impl ConsumerConfig {
@@ -100,7 +109,25 @@ impl ConsumerConfig {
             retention: ConsumerRetention::default(),
             dead_letter_queue: None,
             stall_after: outbox_runtime::stall::DEFAULT_STALL_AFTER,
+            shards: 1,
         }
+    }
+
+    /// The settings of each shard's worker loop: this one when there is one shard;
+    /// otherwise one per shard, its `queue` (and `dead_letter_queue`) that shard's.
+    #[must_use]
+    pub fn per_shard(&self) -> Vec<Self> {
+        if self.shards <= 1 {
+            return vec![self.clone()];
+        }
+        (0..self.shards)
+            .map(|i| Self {
+                queue: shard_name(&self.queue, i),
+                dead_letter_queue: self.dead_letter_queue.as_ref().map(|d| shard_name(d, i)),
+                shards: 1,
+                ..self.clone()
+            })
+            .collect()
     }
 
     /// The inbox lease of one handling: the handler timeout plus a margin, so a live

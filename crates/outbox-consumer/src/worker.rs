@@ -435,7 +435,13 @@ impl<P: InboxPath> Shared<P> {
     /// this consumer's dead inbox row and acknowledges it; its handler does not
     /// run. Held and tried again while the inbox cannot be reached, as
     /// [`Shared::handle_delivery`] does.
-    async fn handle_given_up(&self, delivery: Delivery, cancel: &CancellationToken) {
+    /// `shard`: the settings of the shard whose dead-letter queue it came from.
+    async fn handle_given_up(
+        &self,
+        shard: &ConsumerConfig,
+        delivery: Delivery,
+        cancel: &CancellationToken,
+    ) {
         let name = &self.config.name;
         // Another queue's given-up delivery (a dead-letter queue shared with a
         // queue of another service): not this consumer's message. As an inbox row
@@ -447,9 +453,9 @@ impl<P: InboxPath> Shared<P> {
             .envelope
             .death
             .as_ref()
-            .filter(|d| is_foreign(&self.config, d))
+            .filter(|d| is_foreign(shard, d))
         {
-            let reason = given_up_reason(&self.config, Some(d));
+            let reason = given_up_reason(shard, Some(d));
             tracing::warn!(consumer = %name, message_id = ?delivery.envelope.message_id, %reason, "a delivery another queue dead-lettered; kept as a dead letter");
             keep_as_dead_letter(
                 self.path.inbox(),
@@ -467,7 +473,7 @@ impl<P: InboxPath> Shared<P> {
             return;
         };
         let death = delivery.envelope.death.as_ref();
-        let reason = given_up_reason(&self.config, death);
+        let reason = given_up_reason(shard, death);
         // As it was published, not as it was dead-lettered (to the dead-letter
         // exchange, with the source queue's name as routing key): so a reconsume
         // finds its handler by routing key too.
@@ -725,42 +731,53 @@ impl<P: InboxPath> InboxWorker<P> {
             config.stall_after.max(Duration::from_millis(1)),
             stop_watch.clone(),
         ));
-        let stop = cancel.clone();
         let subscriber = &*self.subscriber;
         let gate = &self.shared.gate;
-        let main = consume(subscriber, config, gate, &cancel, move |d| {
+        let shards = config.per_shard();
+        let loops = shards.iter().map(|shard| {
             let shared = Arc::clone(&shared);
-            let stop = stop.clone();
-            async move { shared.handle_delivery(d, &stop).await }
-        });
-        // The dead-letter queue: what the broker gave up on. Its own loop, sharing
-        // the gate (an unreachable inbox stops both), with a few deliveries at a
-        // time: storing a dead row is one statement and runs no handler.
-        let given_up = config.dead_letter_queue.as_ref().map(|queue| {
-            let dead_config = ConsumerConfig {
-                queue: queue.clone(),
-                prefetch: config.prefetch.min(16),
-                concurrency: config.concurrency.min(4),
-                ordered_by_key: false,
-                ..config.clone()
-            };
-            let shared = Arc::clone(&self.shared);
             let cancel = &cancel;
             async move {
-                consume(subscriber, &dead_config, gate, cancel, move |d| {
+                let main = {
                     let shared = Arc::clone(&shared);
-                    let stop = cancel.clone();
-                    async move { shared.handle_given_up(d, &stop).await }
-                })
-                .await;
+                    consume(subscriber, shard, gate, cancel, move |d| {
+                        let shared = Arc::clone(&shared);
+                        let stop = cancel.clone();
+                        async move { shared.handle_delivery(d, &stop).await }
+                    })
+                };
+                // The dead-letter queue: what the broker gave up on. Its own loop,
+                // sharing the gate (an unreachable inbox stops both), with a few
+                // deliveries at a time: storing a dead row is one statement and runs
+                // no handler.
+                let given_up = shard.dead_letter_queue.as_ref().map(|queue| {
+                    let dead_config = ConsumerConfig {
+                        queue: queue.clone(),
+                        prefetch: shard.prefetch.min(16),
+                        concurrency: shard.concurrency.min(4),
+                        ordered_by_key: false,
+                        ..shard.clone()
+                    };
+                    let shard = Arc::new(shard.clone());
+                    async move {
+                        consume(subscriber, &dead_config, gate, cancel, move |d| {
+                            let shared = Arc::clone(&shared);
+                            let shard = Arc::clone(&shard);
+                            let stop = cancel.clone();
+                            async move { shared.handle_given_up(&shard, d, &stop).await }
+                        })
+                        .await;
+                    }
+                });
+                match given_up {
+                    Some(given_up) => {
+                        tokio::join!(main, given_up);
+                    }
+                    None => main.await,
+                }
             }
         });
-        match given_up {
-            Some(given_up) => {
-                tokio::join!(main, given_up);
-            }
-            None => main.await,
-        }
+        futures::future::join_all(loops).await;
         // The subscription can end before the token fires; retention stops with the
         // worker either way: after the delete in hand, or at once during the
         // inbox's vacuum (dropped, its connection closes and the server ends it).
@@ -1104,5 +1121,34 @@ mod tests {
         );
         let none = given_up_reason(&config, None);
         assert!(none.contains("without an x-death header"), "{none}");
+    }
+
+    #[test]
+    fn each_shard_drains_its_own_dead_letter_queue_and_owns_what_its_queue_gave_up() {
+        let config = ConsumerConfig {
+            shards: 3,
+            dead_letter_queue: Some("billing.dead".to_owned()),
+            ..ConsumerConfig::new("billing", "billing")
+        };
+        let shards = config.per_shard();
+        let queues: Vec<(&str, Option<&str>, u16)> = shards
+            .iter()
+            .map(|c| (c.queue.as_str(), c.dead_letter_queue.as_deref(), c.shards))
+            .collect();
+        assert_eq!(
+            queues,
+            vec![
+                ("billing.shard-0", Some("billing.dead.shard-0"), 1),
+                ("billing.shard-1", Some("billing.dead.shard-1"), 1),
+                ("billing.shard-2", Some("billing.dead.shard-2"), 1),
+            ]
+        );
+        assert!(shards.iter().all(|c| c.name == "billing"), "one inbox name");
+        let own = given_up_reason(&shards[1], Some(&death("billing.shard-1")));
+        assert!(own.starts_with("the broker gave up"), "{own}");
+        let next = given_up_reason(&shards[1], Some(&death("billing.shard-2")));
+        assert!(next.contains("not from this consumer's queue"), "{next}");
+        let one = ConsumerConfig::new("billing", "billing");
+        assert_eq!(one.per_shard()[0].queue, "billing");
     }
 }

@@ -67,6 +67,7 @@ async fn a_consumer_whose_node_stops_resubscribes_through_another_and_applies_ea
             name: exchange.clone(),
             kind: ExchangeKind::Topic,
             durable: true,
+            shards: 1,
         }],
         queues: vec![QueueSpec {
             queue_type: QueueType::Quorum,

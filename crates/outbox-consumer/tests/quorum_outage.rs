@@ -79,6 +79,7 @@ async fn world(test: &str) -> World {
             name: exchange.clone(),
             kind: ExchangeKind::Topic,
             durable: true,
+            shards: 1,
         }],
         queues: vec![QueueSpec::quorum_with_limit(&queue, LIMIT, &dlx, &dlq)],
         bindings: vec![BindingSpec {

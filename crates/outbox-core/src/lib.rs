@@ -19,6 +19,7 @@ pub mod lanes;
 pub mod lease;
 pub mod message;
 pub mod retry;
+pub mod shard;
 pub mod stall;
 pub mod status;
 pub mod sweep;

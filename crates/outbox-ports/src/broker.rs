@@ -90,6 +90,13 @@ pub trait Publisher: Send + Sync {
 /// property for it). A consumer that keeps order by key reads it back.
 pub const ORDERING_KEY_HEADER: &str = "x-ordering-key";
 
+/// The AMQP header that carries the exchange a message was written for when the
+/// relay published it to one shard of a sharded exchange (`orders` for a message
+/// published to `orders.shard-2`), so that a consumer records the exchange the
+/// producer named. Reserved like [`ORDERING_KEY_HEADER`]: a consumer reads it as the
+/// exchange, whoever set it.
+pub const EXCHANGE_HEADER: &str = "x-outbox-exchange";
+
 /// What the broker recorded when it dead-lettered a delivery: the newest entry of
 /// RabbitMQ's `x-death` header (and `x-delivery-count`, when it is there).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -25,8 +25,8 @@ mod throughput;
 pub mod trace_context;
 
 pub use broker::{
-    Acker, Death, DecodeError, Delivery, DeliveryStream, Envelope, NO_PUBLISH_DEADLINE,
-    ORDERING_KEY_HEADER, PublishOutcome, Publisher, Subscriber,
+    Acker, Death, DecodeError, Delivery, DeliveryStream, EXCHANGE_HEADER, Envelope,
+    NO_PUBLISH_DEADLINE, ORDERING_KEY_HEADER, PublishOutcome, Publisher, Subscriber,
 };
 pub use clock::{Clock, SystemClock};
 pub use error::{BoxError, PortError};

@@ -82,6 +82,7 @@ async fn rows_amqp_cannot_carry_are_dead_at_once_and_the_others_are_sent() {
             name: exchange.clone(),
             kind: ExchangeKind::Topic,
             durable: false,
+            shards: 1,
         }],
         queues: vec![QueueSpec::durable(&queue)],
         bindings: vec![BindingSpec {

@@ -63,6 +63,7 @@ impl Names {
                 name: self.exchange.clone(),
                 kind: ExchangeKind::Topic,
                 durable: true,
+                shards: 1,
             }],
             bindings: vec![BindingSpec {
                 queue: queue.name.clone(),

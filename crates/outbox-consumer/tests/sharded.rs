@@ -1,0 +1,224 @@
+//! A sharded stream on the real broker (`OUTBOX_TEST_AMQP_URL`): the relay's
+//! publisher spreads it over four shard queues by ordering key, and one consumer
+//! with `shards = 4` takes all four, a worker loop each, into the PostgreSQL inbox:
+//! every message takes effect once (duplicates absorbed), each key's in order.
+#![cfg(feature = "postgres")]
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use lapin::options::{ExchangeDeleteOptions, QueueDeclareOptions, QueueDeleteOptions};
+use lapin::types::FieldTable;
+use outbox_adapters_postgres::{PgConnection, PgInboxStore, PgSchema, connect, migrate};
+use outbox_adapters_rabbitmq::{
+    BindingSpec, ExchangeKind, ExchangeSpec, QueueSpec, QueueType, RabbitPublisher,
+    RabbitPublisherConfig, RabbitSubscriber, Topology,
+};
+use outbox_consumer::{
+    CancellationToken, ConsumerConfig, HandlerError, PgConsumerWorker, PgHandler, PgHandlerRegistry,
+};
+use outbox_core::shard::shard_name;
+use outbox_core::{Message, NewMessage, Timestamp};
+use outbox_ports::{PublishOutcome, Publisher, SystemClock};
+use outbox_testkit::services::TestUrls;
+
+const SHARDS: u16 = 4;
+const KEYS: usize = 12;
+const PER_KEY: usize = 40;
+
+/// One effect row per handling, numbered in the order they commit per key (a
+/// `bigserial`), after a little work so that deliveries overlap.
+struct Effects(String);
+
+#[async_trait]
+impl PgHandler for Effects {
+    async fn handle(&self, conn: &mut PgConnection, m: &Message) -> Result<(), HandlerError> {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        let seq: i32 = m.headers["seq"].parse().expect("seq");
+        sqlx::query(&self.0)
+            .bind(m.id.as_uuid())
+            .bind(m.ordering_key.as_deref())
+            .bind(seq)
+            .bind(&m.exchange)
+            .execute(&mut *conn)
+            .await?;
+        Ok(())
+    }
+}
+
+async fn broker() -> Option<lapin::Connection> {
+    let url = TestUrls::from_env().amqp;
+    match outbox_adapters_rabbitmq::connect(&url, Duration::from_secs(5)).await {
+        Ok(c) => Some(c),
+        Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("RabbitMQ is required in CI (OUTBOX_TEST_AMQP_URL): {e}")
+        }
+        Err(e) => {
+            eprintln!("SKIPPED (not in CI): RabbitMQ unreachable: {e}");
+            None
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_consumer_takes_every_shard_each_message_once_each_key_in_order() {
+    let Some(conn) = broker().await else {
+        return;
+    };
+    let urls = TestUrls::from_env();
+    let pool = connect(&urls.pg, 8, Duration::from_secs(5))
+        .await
+        .expect("PostgreSQL at OUTBOX_TEST_DATABASE_URL");
+    let id = outbox_testkit::unique_key("sh").replace(['.', '-'], "_");
+    let schema = PgSchema::new(&format!("sh_{}", &id[id.len() - 20..])).expect("schema");
+    migrate(&pool, &schema).await.expect("migrate");
+    let effects = format!("{}.effects", schema.quoted());
+    sqlx::query(&format!(
+        "CREATE TABLE {effects} (n bigserial, message_id uuid NOT NULL, key text, seq int, exchange text)"
+    ))
+    .execute(&pool)
+    .await
+    .expect("effects");
+
+    let key = outbox_testkit::unique_key("sharded-consumer");
+    let exchange = format!("outbox-test.{key}.x");
+    let queue = format!("outbox-test.{key}.q");
+    let topology = Topology {
+        exchanges: vec![ExchangeSpec {
+            name: exchange.clone(),
+            kind: ExchangeKind::Topic,
+            durable: true,
+            shards: SHARDS,
+        }],
+        queues: vec![QueueSpec {
+            queue_type: QueueType::Quorum,
+            shards: SHARDS,
+            ..QueueSpec::durable(&queue)
+        }],
+        bindings: vec![BindingSpec {
+            queue: queue.clone(),
+            exchange: exchange.clone(),
+            routing_key: "#".into(),
+        }],
+    };
+    let publisher = RabbitPublisher::new(RabbitPublisherConfig::new(urls.amqp.clone()))
+        .with_topology(topology.clone());
+    let mut msgs = Vec::new();
+    for seq in 0..PER_KEY {
+        for k in 0..KEYS {
+            let m = NewMessage::new(&exchange, "order.created", b"{}".to_vec())
+                .with_ordering_key(format!("customer-{k}"))
+                .with_header("seq", seq.to_string());
+            msgs.push(m.into_message(outbox_testkit::message("x", "k").id, Timestamp::now_utc()));
+        }
+    }
+    // Every fifth message published twice, as a relay does after a lost confirm:
+    // the copy lands on the same shard, and the inbox absorbs it.
+    let mut with_copies = Vec::new();
+    for (i, m) in msgs.iter().enumerate() {
+        with_copies.push(m.clone());
+        if i % 5 == 0 {
+            with_copies.push(m.clone());
+        }
+    }
+    let outcomes = publisher.publish(&with_copies).await;
+    assert!(
+        outcomes.iter().all(PublishOutcome::is_confirmed),
+        "{outcomes:?}"
+    );
+
+    let insert =
+        format!("INSERT INTO {effects} (message_id, key, seq, exchange) VALUES ($1, $2, $3, $4)");
+    let worker = PgConsumerWorker::new(
+        PgInboxStore::new(pool.clone(), &schema),
+        Arc::new(RabbitSubscriber::new(urls.amqp.clone())),
+        PgHandlerRegistry::new().fallback(Arc::new(Effects(insert))),
+        Arc::new(SystemClock),
+        ConsumerConfig {
+            prefetch: 16,
+            concurrency: 8,
+            ordered_by_key: true,
+            shards: SHARDS,
+            ..ConsumerConfig::new("billing", &queue)
+        },
+    );
+    let cancel = CancellationToken::new();
+    let running = tokio::spawn(worker.run(cancel.clone()));
+    let count = |sql: String| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(&sql)
+                .fetch_one(&pool)
+                .await
+                .expect("count")
+        }
+    };
+    let n = i64::try_from(msgs.len()).expect("fits");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let ch = conn.create_channel().await.expect("channel");
+    while count(format!("SELECT count(*) FROM {effects}")).await < n {
+        assert!(Instant::now() < deadline, "all handled within 60 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Every shard's loop is subscribed while the worker runs.
+    let mut consumers_seen = Vec::new();
+    for i in 0..SHARDS {
+        let q = ch
+            .queue_declare(
+                shard_name(&queue, i).as_str().into(),
+                QueueDeclareOptions {
+                    passive: true,
+                    ..QueueDeclareOptions::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .expect("shard queue");
+        consumers_seen.push(q.consumer_count());
+    }
+    // Late copies would land now.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    cancel.cancel();
+    running.await.expect("worker");
+    assert_eq!(
+        consumers_seen,
+        vec![1; usize::from(SHARDS)],
+        "a consumer on every shard"
+    );
+    let all = count(format!("SELECT count(*) FROM {effects}")).await;
+    let once = count(format!("SELECT count(DISTINCT message_id) FROM {effects}")).await;
+    assert_eq!((all, once), (n, n), "each message took effect once");
+    let wrong_exchange = count(format!(
+        "SELECT count(*) FROM {effects} WHERE exchange <> '{exchange}'"
+    ))
+    .await;
+    assert_eq!(wrong_exchange, 0, "handlers see the exchange written for");
+    let rows: Vec<(String, i32)> =
+        sqlx::query_as(&format!("SELECT key, seq FROM {effects} ORDER BY n"))
+            .fetch_all(&pool)
+            .await
+            .expect("rows");
+    let mut last: HashMap<String, i32> = HashMap::new();
+    for (key, seq) in rows {
+        let prev = last.insert(key.clone(), seq);
+        assert_eq!(prev.map_or(0, |p| p + 1), seq, "{key} in order");
+    }
+    assert_eq!(last.len(), KEYS);
+
+    let plain = topology.expanded();
+    for q in &plain.queues {
+        let _ = ch
+            .queue_delete(q.name.as_str().into(), QueueDeleteOptions::default())
+            .await;
+    }
+    for x in &plain.exchanges {
+        let _ = ch
+            .exchange_delete(x.name.as_str().into(), ExchangeDeleteOptions::default())
+            .await;
+    }
+    let _ = sqlx::query(&format!("DROP SCHEMA {} CASCADE", schema.quoted()))
+        .execute(&pool)
+        .await;
+}

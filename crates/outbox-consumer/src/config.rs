@@ -44,8 +44,9 @@ pub struct ConsumerConfig {
     /// running its handler; the consume sweep runs it once every earlier one of its
     /// key is consumed or dead. So a failure holds back its own key only. Order
     /// holds within one consuming process; with several processes on one queue, use
-    /// a single-active-consumer queue (or a consistent-hash exchange and a queue
-    /// per process) so that one key reaches one process. Default: off.
+    /// a single-active-consumer queue (or a sharded exchange and shard queues of
+    /// its own for each process, see [`Self::shards`]) so that one key reaches one
+    /// process. Default: off.
     pub ordered_by_key: bool,
     /// Longest a handler may run before it counts as failed.
     pub handler_timeout: Duration,

@@ -16,7 +16,13 @@ use outbox_ports::{Death, EXCHANGE_HEADER, Envelope, ORDERING_KEY_HEADER};
 pub(crate) fn properties(m: &Message, sharded: bool) -> Result<BasicProperties, MessageError> {
     m.check_amqp()?;
     let mut headers = FieldTable::default();
-    for (k, v) in &m.headers {
+    // Reserved: set below for a sharded publish only, never taken from a producer
+    // (a consumer reads it as the message's exchange).
+    for (k, v) in m
+        .headers
+        .iter()
+        .filter(|(k, _)| k.as_str() != EXCHANGE_HEADER)
+    {
         headers.insert(
             ShortString::from(k.as_str()),
             AMQPValue::LongString(v.as_str().into()),
@@ -192,5 +198,24 @@ mod tests {
         );
         assert_eq!(death(&odd), None, "an x-death of another shape is ignored");
         assert_eq!(death(&FieldTable::default()), None);
+    }
+
+    #[test]
+    fn the_exchange_header_is_the_relays_alone() {
+        let at = Timestamp::from_unix_timestamp(1_700_000_000).expect("valid");
+        let m = outbox_core::NewMessage::new("orders", "order.created", b"{}".to_vec())
+            .with_header(EXCHANGE_HEADER, "payments")
+            .with_header("seq", "1")
+            .into_message(outbox_core::MessageId::v7(at, [1; 10]), at);
+        let header = |sharded: bool| {
+            properties(&m, sharded)
+                .expect("converts")
+                .headers()
+                .as_ref()
+                .and_then(|h| h.inner().get(EXCHANGE_HEADER).and_then(text))
+        };
+        // A producer's value never goes out: a consumer would take it as the exchange.
+        assert_eq!(header(false), None);
+        assert_eq!(header(true).as_deref(), Some("orders"));
     }
 }

@@ -342,7 +342,10 @@ impl RabbitPublisher {
                     });
                 }
                 // Declared just now: no passive check needed for these.
-                Ok(Ok(())) => exchanges.extend(topology.exchanges.iter().map(|x| x.name.clone())),
+                // (a sharded exchange's shards, not its own name, which is not declared).
+                Ok(Ok(())) => {
+                    exchanges.extend(topology.expanded().exchanges.into_iter().map(|x| x.name))
+                }
             }
         }
         Ok(Session {

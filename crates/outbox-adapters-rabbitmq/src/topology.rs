@@ -1,5 +1,7 @@
 //! Exchanges, queues and bindings from configuration, declared idempotently.
 
+use std::collections::HashSet;
+
 use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use outbox_core::shard::shard_name;
@@ -172,6 +174,23 @@ pub enum TopologyError {
         /// The exchange's shards (1 when this topology does not declare it).
         exchange_shards: u16,
     },
+    /// Two exchanges, or two queues, declared under one name once the shards are
+    /// written out (`billing.shard-0` beside a queue of 2 shards named `billing`).
+    #[error(
+        "{what} {name} is declared twice once the shards are written out (a shard is named as another {what})"
+    )]
+    DuplicateName {
+        /// `exchange` or `queue`.
+        what: &'static str,
+        /// The name.
+        name: String,
+    },
+    /// A name over AMQP's 255 bytes once a shard's suffix is added.
+    #[error("{name}: longer than 255 bytes (a shard's name)")]
+    NameTooLong {
+        /// The name.
+        name: String,
+    },
     /// With a delivery limit, dead-lettering is at least once, which RabbitMQ
     /// allows only with `overflow = reject-publish`.
     #[error(
@@ -201,6 +220,7 @@ impl TopologyError {
             }
             Self::DeliveryLimitNeedsRejectPublish { .. } => "overflow",
             Self::ShardsOutOfRange { .. } | Self::ShardsMismatch { .. } => "shards",
+            Self::DuplicateName { .. } | Self::NameTooLong { .. } => "name",
         }
     }
 }
@@ -448,6 +468,69 @@ impl Topology {
                 });
             }
         }
+        if self.is_sharded() {
+            self.validate_shard_names()?;
+        }
+        Ok(())
+    }
+
+    /// Whether any exchange or queue has more than one shard.
+    fn is_sharded(&self) -> bool {
+        self.exchanges.iter().any(|x| x.shards > 1) || self.queues.iter().any(|q| q.shards > 1)
+    }
+
+    /// The names the shards are declared under: each a valid AMQP name, none
+    /// another exchange's or queue's (a shard named as a queue declared beside it
+    /// would be shared by both), no dead-letter queue shared.
+    fn validate_shard_names(&self) -> Result<(), TopologyError> {
+        let plain = self.expanded();
+        let mut exchanges = HashSet::new();
+        for x in &plain.exchanges {
+            check_name_length(&x.name)?;
+            if !exchanges.insert(x.name.as_str()) {
+                return Err(TopologyError::DuplicateName {
+                    what: "exchange",
+                    name: x.name.clone(),
+                });
+            }
+        }
+        let mut queues = HashSet::new();
+        for q in &plain.queues {
+            for name in std::iter::once(&q.name).chain(q.dead_letter_queue.as_ref()) {
+                check_name_length(name)?;
+            }
+            if !queues.insert(q.name.as_str()) {
+                return Err(TopologyError::DuplicateName {
+                    what: "queue",
+                    name: q.name.clone(),
+                });
+            }
+        }
+        for q in &plain.queues {
+            if let Some(dlq) = q.dead_letter_queue.as_deref()
+                && queues.contains(dlq)
+            {
+                return Err(TopologyError::DuplicateName {
+                    what: "queue",
+                    name: dlq.to_owned(),
+                });
+            }
+        }
+        for (i, q) in plain.queues.iter().enumerate() {
+            let Some(dlq) = &q.dead_letter_queue else {
+                continue;
+            };
+            if let Some(other) = plain.queues[..i]
+                .iter()
+                .find(|o| o.dead_letter_queue.as_ref() == Some(dlq))
+            {
+                return Err(TopologyError::SharedDeadLetterQueue {
+                    queue: q.name.clone(),
+                    other: other.name.clone(),
+                    dead_letter_queue: dlq.clone(),
+                });
+            }
+        }
         Ok(())
     }
 
@@ -640,6 +723,16 @@ impl Topology {
         let _ = channel.close(200, "declared".into()).await;
         Ok(())
     }
+}
+
+/// A name AMQP can carry (a short string: at most 255 bytes).
+fn check_name_length(name: &str) -> Result<(), TopologyError> {
+    if name.len() > 255 {
+        return Err(TopologyError::NameTooLong {
+            name: name.to_owned(),
+        });
+    }
+    Ok(())
 }
 
 /// A shard count in `1..=MAX_SHARDS`.
@@ -989,5 +1082,66 @@ mod tests {
                 Err(TopologyError::ShardsOutOfRange { .. })
             ));
         }
+    }
+
+    #[test]
+    fn a_shard_named_as_another_queue_or_too_long_is_refused() {
+        // A queue named as a shard of another.
+        let mut t = sharded_topology();
+        t.queues.push(QueueSpec::durable("billing.shard-1"));
+        assert!(
+            matches!(
+                t.validate(),
+                Err(TopologyError::DuplicateName { what: "queue", .. })
+            ),
+            "{:?}",
+            t.validate()
+        );
+        // A dead-letter queue named as one shard's dead-letter queue.
+        let mut t = sharded_topology();
+        t.queues.push(QueueSpec {
+            dead_letter_exchange: Some("dlx".into()),
+            dead_letter_queue: Some("billing.dead.shard-0".into()),
+            ..QueueSpec::durable("other")
+        });
+        assert!(
+            matches!(
+                t.validate(),
+                Err(TopologyError::SharedDeadLetterQueue { .. })
+            ),
+            "{:?}",
+            t.validate()
+        );
+        // An exchange named as a shard.
+        let mut t = sharded_topology();
+        t.exchanges.push(ExchangeSpec {
+            name: "orders.shard-2".into(),
+            kind: ExchangeKind::Topic,
+            durable: true,
+            shards: 1,
+        });
+        assert!(matches!(
+            t.validate(),
+            Err(TopologyError::DuplicateName {
+                what: "exchange",
+                ..
+            })
+        ));
+        // 250 bytes fit; with ".shard-2" they do not.
+        let mut t = sharded_topology();
+        t.exchanges[0].name = "x".repeat(250);
+        t.bindings
+            .iter_mut()
+            .for_each(|b| b.exchange = "x".repeat(250));
+        assert!(matches!(
+            t.validate(),
+            Err(TopologyError::NameTooLong { .. })
+        ));
+        // Unsharded, the same names are not checked here (as before).
+        let plain = Topology {
+            queues: vec![QueueSpec::durable("a"), QueueSpec::durable("a")],
+            ..Topology::default()
+        };
+        assert!(plain.validate().is_ok());
     }
 }

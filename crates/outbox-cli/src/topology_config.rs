@@ -312,6 +312,27 @@ impl TopologyConfig {
             {
                 return ConfigError::new("topology", &format!("exchanges[{i}].shards"), e);
             }
+            // A name clash once the shards are written out: the last entry whose
+            // name (or a shard of it) it is.
+            if let TopologyError::DuplicateName { what, name } = &e {
+                let of = |base: &str| name.starts_with(base);
+                let found = if *what == "exchange" {
+                    topology
+                        .exchanges
+                        .iter()
+                        .rposition(|x| of(&x.name))
+                        .map(|i| format!("exchanges[{i}].name"))
+                } else {
+                    topology
+                        .queues
+                        .iter()
+                        .rposition(|q| of(&q.name))
+                        .map(|i| format!("queues[{i}].name"))
+                };
+                if let Some(field) = found {
+                    return ConfigError::new("topology", &field, e);
+                }
+            }
             let queue = match &e {
                 TopologyError::SharedDeadLetterQueue { queue, .. }
                 | TopologyError::ShardsMismatch { queue, .. } => Some(queue),
@@ -449,6 +470,10 @@ routing_key = "order.*"
             (
                 "[[topology.exchanges]]\nname = \"x\"\nshards = 0",
                 "topology.exchanges[0].shards",
+            ),
+            (
+                "[[topology.queues]]\nname = \"q\"\nshards = 2\n[[topology.queues]]\nname = \"q.shard-1\"",
+                "topology.queues[1].name",
             ),
             (
                 "[[topology.queues]]\nname = \"q\"\nshards = 300",

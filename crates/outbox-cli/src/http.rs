@@ -125,19 +125,37 @@ async fn readyz(State(state): State<HttpState>, headers: HeaderMap) -> Response 
     (status, lines.join("\n") + "\n").into_response()
 }
 
-/// Reaches the store, the broker and the lock once each: what `/readyz` reports and
-/// what `outbox run` checks before it starts relaying.
+/// The longest `/readyz` waits for any one service. A service behind a network
+/// that forwards nothing and closes nothing never answers, and the operating
+/// system gives up on such a connection only after minutes: past this, the check
+/// reports the service as not answering, so a probe gets its answer (503) in time.
+pub const READINESS_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Reaches the store, the broker and the lock once each, at the same time, each
+/// within [`READINESS_CHECK_TIMEOUT`]: what `/readyz` reports.
 pub async fn readiness(
     store: &dyn OutboxStore,
     publisher: &dyn Publisher,
     lock: &dyn DistributedLock,
     lock_probe_key: &str,
 ) -> Vec<(&'static str, Result<(), String>)> {
-    vec![
-        ("store", check_store(store).await),
-        ("broker", check_broker(publisher).await),
-        ("lock", check_lock(lock, lock_probe_key).await),
-    ]
+    let (store, broker, lock) = tokio::join!(
+        bounded(check_store(store)),
+        bounded(check_broker(publisher)),
+        bounded(check_lock(lock, lock_probe_key)),
+    );
+    vec![("store", store), ("broker", broker), ("lock", lock)]
+}
+
+/// `check`, or an error once [`READINESS_CHECK_TIMEOUT`] passed without an answer.
+async fn bounded(check: impl Future<Output = Result<(), String>>) -> Result<(), String> {
+    tokio::time::timeout(READINESS_CHECK_TIMEOUT, check)
+        .await
+        .unwrap_or_else(|_| {
+            Err(format!(
+                "no answer within {READINESS_CHECK_TIMEOUT:?} (a network that forwards nothing?)"
+            ))
+        })
 }
 
 /// Reads the store's totals once.

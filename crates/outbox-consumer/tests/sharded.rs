@@ -95,6 +95,8 @@ async fn one_consumer_takes_every_shard_each_message_once_each_key_in_order() {
         queues: vec![QueueSpec {
             queue_type: QueueType::Quorum,
             shards: SHARDS,
+            dead_letter_exchange: Some(format!("{exchange}.dlx")),
+            dead_letter_queue: Some(format!("{queue}.dead")),
             ..QueueSpec::durable(&queue)
         }],
         bindings: vec![BindingSpec {
@@ -141,6 +143,7 @@ async fn one_consumer_takes_every_shard_each_message_once_each_key_in_order() {
             concurrency: 8,
             ordered_by_key: true,
             shards: SHARDS,
+            dead_letter_queue: Some(format!("{queue}.dead")),
             ..ConsumerConfig::new("billing", &queue)
         },
     );
@@ -178,6 +181,33 @@ async fn one_consumer_takes_every_shard_each_message_once_each_key_in_order() {
             .expect("shard queue");
         consumers_seen.push(q.consumer_count());
     }
+    // What the broker dead-letters from shard 1 lands on shard 1's dead-letter
+    // queue, which shard 1's loop drains as this consumer's own given-up delivery
+    // (not another queue's), under the exchange it was written for.
+    let given_up = outbox_testkit::message("x", "k").id;
+    dead_letter_from_shard_1(&ch, &exchange, &queue, &given_up.to_string()).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let dead = loop {
+        let row: Option<(String, String, String)> = sqlx::query_as(&format!(
+            "SELECT status, exchange, coalesce(last_error, '') FROM {}.outbox_inbox \
+             WHERE consumer = 'billing' AND message_id = $1",
+            schema.quoted()
+        ))
+        .bind(given_up.as_uuid())
+        .fetch_optional(&pool)
+        .await
+        .expect("inbox row");
+        if let Some(row) = row.filter(|r| r.0 == "dead") {
+            break row;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the given-up delivery stored within 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(dead.1, exchange, "the exchange written for");
+    assert!(dead.2.starts_with("the broker gave up"), "{}", dead.2);
     // Late copies would land now.
     tokio::time::sleep(Duration::from_secs(1)).await;
     cancel.cancel();
@@ -213,12 +243,68 @@ async fn one_consumer_takes_every_shard_each_message_once_each_key_in_order() {
             .queue_delete(q.name.as_str().into(), QueueDeleteOptions::default())
             .await;
     }
-    for x in &plain.exchanges {
+    for q in plain
+        .queues
+        .iter()
+        .filter_map(|q| q.dead_letter_queue.as_ref())
+    {
         let _ = ch
-            .exchange_delete(x.name.as_str().into(), ExchangeDeleteOptions::default())
+            .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+            .await;
+    }
+    for x in plain
+        .exchanges
+        .iter()
+        .map(|x| x.name.clone())
+        .chain([format!("{exchange}.dlx")])
+    {
+        let _ = ch
+            .exchange_delete(x.as_str().into(), ExchangeDeleteOptions::default())
             .await;
     }
     let _ = sqlx::query(&format!("DROP SCHEMA {} CASCADE", schema.quoted()))
         .execute(&pool)
         .await;
+}
+
+/// A delivery as RabbitMQ dead-letters it from shard 1 of `queue` (after its
+/// delivery limit) into shard 1's dead-letter queue: published there directly, with
+/// the `x-death` the broker writes and the relay's `x-outbox-exchange`.
+async fn dead_letter_from_shard_1(ch: &lapin::Channel, exchange: &str, queue: &str, id: &str) {
+    use lapin::BasicProperties;
+    use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+    use lapin::types::{AMQPValue, FieldArray};
+    let text = |s: &str| AMQPValue::LongString(s.into());
+    let mut death = FieldTable::default();
+    death.insert("reason".into(), text("delivery_limit"));
+    death.insert("count".into(), AMQPValue::LongLongInt(1));
+    death.insert("queue".into(), text(&shard_name(queue, 1)));
+    death.insert("exchange".into(), text(&shard_name(exchange, 1)));
+    death.insert(
+        "routing-keys".into(),
+        AMQPValue::FieldArray(FieldArray::from(vec![text("order.created")])),
+    );
+    let mut headers = FieldTable::default();
+    headers.insert(
+        "x-death".into(),
+        AMQPValue::FieldArray(FieldArray::from(vec![AMQPValue::FieldTable(death)])),
+    );
+    headers.insert(outbox_ports::EXCHANGE_HEADER.into(), text(exchange));
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .expect("confirms");
+    let confirm = ch
+        .basic_publish(
+            "".into(),
+            shard_name(&format!("{queue}.dead"), 1).as_str().into(),
+            BasicPublishOptions::default(),
+            b"{}",
+            BasicProperties::default()
+                .with_message_id(id.into())
+                .with_content_type("application/json".into())
+                .with_headers(headers),
+        )
+        .await
+        .expect("publish");
+    assert!(confirm.await.expect("confirm").is_ack());
 }

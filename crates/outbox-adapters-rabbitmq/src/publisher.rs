@@ -222,6 +222,11 @@ fn after_handover(target: &str, e: &lapin::Error, failed: PortError) -> PublishO
     }
 }
 
+/// The longest [`RabbitPublisher::check`] waits for its round trip on an open
+/// connection before it drops the connection: under the 5 s a relay's `/readyz`
+/// gives each check.
+const CHECK_ROUND_TRIP: Duration = Duration::from_secs(4);
+
 /// The error of a wait that the batch's budget cut short.
 const fn out_of_time(operation: &'static str) -> PortError {
     PortError::OutOfTime { operation }
@@ -738,13 +743,16 @@ impl Publisher for RabbitPublisher {
         let session = self.ensure(&mut state, deadline).await?;
         // A round trip on the connection: a half-open one (a partition, a dead
         // middlebox) still reads as connected until heartbeats give up on it, while
-        // nothing it sends arrives. Bounded by the confirm timeout, which is how
-        // long a publish may wait for the broker's answer too.
+        // nothing it sends arrives. Bounded by the confirm timeout (how long a
+        // publish may wait for the broker's answer too), and by CHECK_ROUND_TRIP,
+        // so that the connection is dropped within the time a readiness probe waits
+        // for its answer (an alarm blocks publishes, not opening a channel).
         let probe = async {
             let channel = session.connection.create_channel().await?;
             channel.close(200, "readiness probe".into()).await
         };
-        match tokio::time::timeout(self.config.confirm_timeout, probe).await {
+        let bound = self.config.confirm_timeout.min(CHECK_ROUND_TRIP);
+        match tokio::time::timeout(bound, probe).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => {
                 self.drop_session(&mut state);
@@ -755,10 +763,7 @@ impl Publisher for RabbitPublisher {
                 self.drop_session(&mut state);
                 Err(PortError::transient(
                     "check",
-                    format!(
-                        "the broker did not answer within {:?} on an open connection",
-                        self.config.confirm_timeout
-                    ),
+                    format!("the broker did not answer within {bound:?} on an open connection"),
                 ))
             }
         }

@@ -453,21 +453,7 @@ impl Topology {
                 });
             }
         }
-        for (i, q) in self.queues.iter().enumerate() {
-            let Some(dlq) = &q.dead_letter_queue else {
-                continue;
-            };
-            if let Some(other) = self.queues[..i]
-                .iter()
-                .find(|o| o.dead_letter_queue.as_ref() == Some(dlq))
-            {
-                return Err(TopologyError::SharedDeadLetterQueue {
-                    queue: q.name.clone(),
-                    other: other.name.clone(),
-                    dead_letter_queue: dlq.clone(),
-                });
-            }
-        }
+        no_shared_dead_letter_queue(&self.queues)?;
         if self.is_sharded() {
             self.validate_shard_names()?;
         }
@@ -516,21 +502,7 @@ impl Topology {
                 });
             }
         }
-        for (i, q) in plain.queues.iter().enumerate() {
-            let Some(dlq) = &q.dead_letter_queue else {
-                continue;
-            };
-            if let Some(other) = plain.queues[..i]
-                .iter()
-                .find(|o| o.dead_letter_queue.as_ref() == Some(dlq))
-            {
-                return Err(TopologyError::SharedDeadLetterQueue {
-                    queue: q.name.clone(),
-                    other: other.name.clone(),
-                    dead_letter_queue: dlq.clone(),
-                });
-            }
-        }
+        no_shared_dead_letter_queue(&plain.queues)?;
         Ok(())
     }
 
@@ -723,6 +695,26 @@ impl Topology {
         let _ = channel.close(200, "declared".into()).await;
         Ok(())
     }
+}
+
+/// No dead-letter queue named by two of `queues`.
+fn no_shared_dead_letter_queue(queues: &[QueueSpec]) -> Result<(), TopologyError> {
+    for (i, q) in queues.iter().enumerate() {
+        let Some(dlq) = &q.dead_letter_queue else {
+            continue;
+        };
+        if let Some(other) = queues[..i]
+            .iter()
+            .find(|o| o.dead_letter_queue.as_ref() == Some(dlq))
+        {
+            return Err(TopologyError::SharedDeadLetterQueue {
+                queue: q.name.clone(),
+                other: other.name.clone(),
+                dead_letter_queue: dlq.clone(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// A name AMQP can carry (a short string: at most 255 bytes).

@@ -108,6 +108,24 @@ impl Bench {
         .await?)
     }
 
+    /// Messages ready in `queue` (a passive declare).
+    pub(crate) async fn depth(&self, queue: &str) -> anyhow::Result<u32> {
+        Ok(self
+            .amqp
+            .create_channel()
+            .await?
+            .queue_declare(
+                queue.into(),
+                lapin::options::QueueDeclareOptions {
+                    passive: true,
+                    ..lapin::options::QueueDeclareOptions::default()
+                },
+                lapin::types::FieldTable::default(),
+            )
+            .await?
+            .message_count())
+    }
+
     pub(crate) fn publisher(&self) -> Arc<RabbitPublisher> {
         Arc::new(RabbitPublisher::new(RabbitPublisherConfig::new(
             &self.amqp_url,

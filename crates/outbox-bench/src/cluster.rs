@@ -8,8 +8,7 @@
 
 use std::time::Duration;
 
-use lapin::options::{ExchangeDeleteOptions, QueueDeclareOptions, QueueDeleteOptions};
-use lapin::types::FieldTable;
+use lapin::options::{ExchangeDeleteOptions, QueueDeleteOptions};
 use outbox_adapters_rabbitmq::{
     BindingSpec, ExchangeKind, ExchangeSpec, QueueSpec, QueueType, RabbitPublisher,
     RabbitPublisherConfig, Topology,
@@ -132,27 +131,16 @@ async fn relay_sharded(b: &mut Bench, n: i64) -> anyhow::Result<(f64, crate::cpu
     let publisher =
         RabbitPublisher::new(RabbitPublisherConfig::new(&b.amqp_url)).with_topology(topology);
     let measured = b.drain_with(publisher, &schema, n, 1).await?;
-    let ch = b.amqp.create_channel().await?;
     let mut per_shard = Vec::new();
     for q in &plain.queues {
-        let depth = ch
-            .queue_declare(
-                q.name.as_str().into(),
-                QueueDeclareOptions {
-                    passive: true,
-                    ..QueueDeclareOptions::default()
-                },
-                FieldTable::default(),
-            )
-            .await?
-            .message_count();
-        per_shard.push(depth);
+        per_shard.push(b.depth(&q.name).await?);
     }
     println!("relay_sharded_4q: messages per shard {per_shard:?}");
     anyhow::ensure!(
         i64::from(per_shard.iter().sum::<u32>()) == n && per_shard.iter().all(|d| *d > 0),
         "the shards do not hold the stream: {per_shard:?} of {n}"
     );
+    let ch = b.amqp.create_channel().await?;
     for q in &plain.queues {
         ch.queue_delete(q.name.as_str().into(), QueueDeleteOptions::default())
             .await?;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use futures::StreamExt as _;
-use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions};
+use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
 use outbox_adapters_postgres::PgSchema;
 
@@ -86,20 +86,7 @@ impl Bench {
             }
         }
         ch.close(200, "done".into()).await?;
-        let left = self
-            .amqp
-            .create_channel()
-            .await?
-            .queue_declare(
-                QUEUE.into(),
-                QueueDeclareOptions {
-                    passive: true,
-                    ..QueueDeclareOptions::default()
-                },
-                FieldTable::default(),
-            )
-            .await?
-            .message_count();
+        let left = self.depth(QUEUE).await?;
         anyhow::ensure!(
             left == 0,
             "ordered relay: {left} messages beyond the {n} rows in the queue (duplicates?)"

@@ -102,6 +102,11 @@ async fn run(
         async |w| w.invoiced().await >= committed,
     )
     .await?;
+    // The settling after the heal alone (recovery_s also spans the idle stall).
+    report.notes.push(format!(
+        "{side:?}: every order invoiced {:.1}s after the network healed ({committed} committed, the last when the stream ended)",
+        fault_end.elapsed().as_secs_f64()
+    ));
     let (not_ready_after, ready_after) = readiness_through(proxy, port, IDLE_STALL).await;
     judge(
         &mut report,

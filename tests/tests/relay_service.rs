@@ -1045,6 +1045,45 @@ async fn the_operator_commands_filter_requeue_delete_and_are_audited() {
         (billing["name"].as_str(), billing["dead_letters"].as_u64()),
         (Some("billing"), Some(1))
     );
+    // Failures grouped: two dead deliveries of a consumer of their own (billing's
+    // are counted further on) whose errors differ in a number are one group of two.
+    for row in [7, 9] {
+        sqlx::query(&format!(
+            "INSERT INTO {}.outbox_inbox (consumer, message_id, exchange, routing_key, payload, created_at, status, last_error) \
+             VALUES ('zz-grouped', $1, 'orders', 'order.created', '\\x7b7d', now(), 'dead', $2)",
+            w.schema.quoted()
+        ))
+        .bind(uuid::Uuid::now_v7())
+        .bind(format!("row {row} of invoices is locked"))
+        .execute(&w.pool)
+        .await
+        .expect("a dead delivery");
+    }
+    let (code, stdout, stderr) = operator(&cfg, &["failures", "--json"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let groups = parse_json(&stdout)["groups"]
+        .as_array()
+        .expect("groups")
+        .clone();
+    let grouped: Vec<_> = groups
+        .iter()
+        .filter(|g| g["consumer"] == "zz-grouped")
+        .collect();
+    assert_eq!(grouped.len(), 1, "{stdout}");
+    assert_eq!(grouped[0]["count"], 2, "{stdout}");
+    assert_eq!(grouped[0]["error"], "row <n> of invoices is locked");
+    let (code, stdout, stderr) = operator(&cfg, &["failures"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(
+        stdout.lines().count(),
+        groups.len(),
+        "one line a group: {stdout}"
+    );
+    assert!(
+        stdout.contains("2\tconsumer=zz-grouped\t")
+            && stdout.contains("row <n> of invoices is locked"),
+        "{stdout}"
+    );
     let (code, stdout, _) = operator(&cfg, &["stats", "--json"]);
     assert_eq!(code, Some(0));
     let stats = parse_json(&stdout);

@@ -6,13 +6,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 use outbox_core::{InboxStatus, MessageId};
 use outbox_ports::{
-    BulkOutcome, ConsumerSummary, DeliveryFilter, DeliverySummary, InboxOperator, InboxRecord,
-    InboxStore, MinuteCount, PREVIEW_BYTES, Page, PageCursor, PortError, StoredDeadLetter,
-    reconsumable_statuses,
+    BulkOutcome, ConsumerSummary, DeliveryFilter, DeliverySummary, FailureCount, InboxOperator,
+    InboxRecord, InboxStore, MinuteCount, PREVIEW_BYTES, Page, PageCursor, PortError,
+    StoredDeadLetter, reconsumable_statuses,
 };
 
 use crate::inbox::{KeptLetter, MemoryInboxStore, record};
-use crate::listing::{BULK_BATCH, below, matches, page, per_minute, summary, window_start};
+use crate::listing::{
+    BULK_BATCH, below, failure_counts, matches, page, per_minute, summary, window_start,
+};
 use crate::lock;
 
 /// `k` as stored; `preview` keeps only the first [`PREVIEW_BYTES`] of its body
@@ -179,6 +181,24 @@ impl InboxOperator for MemoryInboxStore {
             .filter(|((c, _), r)| c == consumer && matches(filter, &r.message, r.tracked.status))
             .take(usize::try_from(max).unwrap_or(usize::MAX))
             .count() as u64)
+    }
+
+    async fn failure_counts(&self, max_texts: u32) -> Result<Vec<FailureCount>, PortError> {
+        let t = lock(&self.table);
+        Ok(failure_counts(
+            t.rows
+                .iter()
+                .filter(|(_, r)| {
+                    matches!(
+                        r.tracked.status,
+                        InboxStatus::ConsumeFailed | InboxStatus::Dead
+                    )
+                })
+                .map(|((consumer, _), r)| {
+                    (consumer.as_str(), &r.tracked.state, r.message.created_at)
+                }),
+            max_texts,
+        ))
     }
 
     async fn consumed_per_minute(&self, window: Duration) -> Result<Vec<MinuteCount>, PortError> {

@@ -1,11 +1,12 @@
 //! What the operator views of the memory stores share: the filter's meaning, list
-//! items, keyset pages over insertion order, per-minute counts.
+//! items, keyset pages over insertion order, per-minute counts, failure counts.
 
 use std::collections::BTreeMap;
 
 use outbox_core::{Lifecycle, Message, SideState, Timestamp};
 use outbox_ports::{
-    MessageFilter, MessageSummary, MinuteCount, PREVIEW_BYTES, Page, PageCursor, page_limit,
+    FailureCount, MessageFilter, MessageSummary, MinuteCount, PREVIEW_BYTES, Page, PageCursor,
+    page_limit,
 };
 
 /// Rows changed per lock acquisition by a bulk action, so that other callers get
@@ -120,4 +121,36 @@ pub(crate) fn window_start(now: Timestamp, window: std::time::Duration) -> Times
         .ok()
         .and_then(|w| now.checked_sub(w))
         .unwrap_or(Timestamp::UNIX_EPOCH)
+}
+
+/// Failures counted per place and error text, the most frequent texts first (then
+/// by place and text), at most `max_texts`: from each failure's place (exchange or
+/// consumer), its side's state and when its message was created.
+pub(crate) fn failure_counts<'a>(
+    failures: impl Iterator<Item = (&'a str, &'a SideState, Timestamp)>,
+    max_texts: u32,
+) -> Vec<FailureCount> {
+    let mut counts: BTreeMap<(String, String), FailureCount> = BTreeMap::new();
+    for (place, state, created_at) in failures {
+        let error = state.last_error.clone().unwrap_or_default();
+        let at = state.last_attempt_at.unwrap_or(created_at);
+        counts
+            .entry((place.to_owned(), error.clone()))
+            .and_modify(|c| {
+                c.count += 1;
+                c.oldest = c.oldest.min(at);
+                c.newest = c.newest.max(at);
+            })
+            .or_insert(FailureCount {
+                error,
+                place: place.to_owned(),
+                count: 1,
+                oldest: at,
+                newest: at,
+            });
+    }
+    let mut out: Vec<FailureCount> = counts.into_values().collect();
+    out.sort_by_key(|c| std::cmp::Reverse(c.count));
+    out.truncate(usize::try_from(max_texts).unwrap_or(usize::MAX));
+    out
 }

@@ -6,12 +6,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use outbox_core::{MessageId, OutboxStatus};
 use outbox_ports::{
-    BLOCKED_WAITING_CAP, BlockedKey, BulkOutcome, KeyHead, MessageFilter, MessageSummary,
-    MinuteCount, OutboxOperator, OutboxRecord, Page, PageCursor, PortError, deletable_statuses,
-    page_limit, requeueable_statuses,
+    BLOCKED_WAITING_CAP, BlockedKey, BulkOutcome, FailureCount, KeyHead, MessageFilter,
+    MessageSummary, MinuteCount, OutboxOperator, OutboxRecord, Page, PageCursor, PortError,
+    deletable_statuses, page_limit, requeueable_statuses,
 };
 
-use crate::listing::{BULK_BATCH, below, matches, page, per_minute, summary, window_start};
+use crate::listing::{
+    BULK_BATCH, below, failure_counts, matches, page, per_minute, summary, window_start,
+};
 use crate::lock;
 use crate::outbox::{MemoryOutboxStore, Row, Table};
 
@@ -246,6 +248,28 @@ impl OutboxOperator for MemoryOutboxStore {
         force: bool,
     ) -> Result<BulkOutcome, PortError> {
         Ok(self.bulk(filter, max, &Action::Delete { force }))
+    }
+
+    async fn failure_counts(&self, max_texts: u32) -> Result<Vec<FailureCount>, PortError> {
+        let t = lock(&self.table);
+        Ok(failure_counts(
+            t.rows
+                .values()
+                .filter(|r| {
+                    matches!(
+                        r.tracked.status,
+                        OutboxStatus::PublishFailed | OutboxStatus::Dead
+                    )
+                })
+                .map(|r| {
+                    (
+                        r.message.exchange.as_str(),
+                        &r.tracked.state,
+                        r.message.created_at,
+                    )
+                }),
+            max_texts,
+        ))
     }
 
     async fn published_per_minute(&self, window: Duration) -> Result<Vec<MinuteCount>, PortError> {

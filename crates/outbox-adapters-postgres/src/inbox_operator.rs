@@ -5,17 +5,17 @@ use std::time::Duration;
 use async_trait::async_trait;
 use outbox_core::{Headers, InboxStatus, MessageId, Timestamp};
 use outbox_ports::{
-    BulkOutcome, ConsumerSummary, DeliveryFilter, DeliverySummary, InboxOperator, InboxRecord,
-    InboxStats, MinuteCount, PREVIEW_BYTES, Page, PageCursor, PortError, StoredDeadLetter,
-    reconsumable_statuses,
+    BulkOutcome, ConsumerSummary, DeliveryFilter, DeliverySummary, FailureCount, InboxOperator,
+    InboxRecord, InboxStats, MinuteCount, PREVIEW_BYTES, Page, PageCursor, PortError,
+    StoredDeadLetter, reconsumable_statuses,
 };
 
 use crate::PgInboxStore;
 use crate::diagnostics::{self, Explain};
 use crate::error::port;
 use crate::listing::{
-    Where, count_at_most, in_batches, page_of, per_minute, revive_batch, summary_columns,
-    summary_page,
+    Where, count_at_most, failure_counts, in_batches, page_of, per_minute, revive_batch,
+    summary_columns, summary_page,
 };
 use crate::rows::{MessageRow, names, read_columns, readable_time};
 
@@ -265,6 +265,17 @@ impl InboxOperator for PgInboxStore {
     ) -> Result<u64, PortError> {
         let w = Self::of_consumer(consumer, filter)?;
         count_at_most(&self.pool, &self.inbox(), w, max).await
+    }
+
+    async fn failure_counts(&self, max_texts: u32) -> Result<Vec<FailureCount>, PortError> {
+        failure_counts(
+            &self.pool,
+            &self.inbox(),
+            "consumer",
+            names(&[InboxStatus::ConsumeFailed, InboxStatus::Dead]),
+            max_texts,
+        )
+        .await
     }
 
     async fn consumed_per_minute(&self, window: Duration) -> Result<Vec<MinuteCount>, PortError> {

@@ -267,6 +267,42 @@ pub(crate) async fn per_minute(
         .collect())
 }
 
+/// Failures of `table` in `statuses` counted per `place` column and error text,
+/// the most frequent texts first, at most `max_texts`. Reads the rows of those
+/// statuses (each served by a partial index on its status), never the others.
+pub(crate) async fn failure_counts(
+    pool: &PgPool,
+    table: &str,
+    place: &str,
+    statuses: Vec<String>,
+    max_texts: u32,
+) -> Result<Vec<outbox_ports::FailureCount>, PortError> {
+    let sql = format!(
+        "SELECT coalesce(last_error, ''), {place}, count(*), \
+         min(coalesce(last_attempt_at, created_at)), max(coalesce(last_attempt_at, created_at)) \
+         FROM {table} WHERE status = ANY($1) \
+         GROUP BY 1, 2 ORDER BY 3 DESC, 2, 1 LIMIT $2"
+    );
+    let rows: Vec<(String, String, i64, Timestamp, Timestamp)> = sqlx::query_as(&sql)
+        .bind(statuses)
+        .bind(i64::from(max_texts))
+        .fetch_all(pool)
+        .await
+        .map_err(|e| port("count failures", e))?;
+    Ok(rows
+        .into_iter()
+        .map(
+            |(error, place, count, oldest, newest)| outbox_ports::FailureCount {
+                error,
+                place,
+                count: u64::try_from(count).unwrap_or(0),
+                oldest,
+                newest,
+            },
+        )
+        .collect())
+}
+
 /// `count(*)` of what `where_` selects, stopping at `max`.
 pub(crate) async fn count_at_most(
     pool: &PgPool,

@@ -6,16 +6,17 @@ use std::time::Duration;
 use async_trait::async_trait;
 use outbox_core::{MessageId, OutboxStatus};
 use outbox_ports::{
-    BulkOutcome, MessageFilter, MessageSummary, MinuteCount, OutboxOperator, OutboxRecord, Page,
-    PageCursor, PortError, deletable_statuses, page_limit, requeueable_statuses,
+    BulkOutcome, FailureCount, MessageFilter, MessageSummary, MinuteCount, OutboxOperator,
+    OutboxRecord, Page, PageCursor, PortError, deletable_statuses, page_limit,
+    requeueable_statuses,
 };
 
 use crate::PgOutboxStore;
 use crate::diagnostics::{self, Explain};
 use crate::error::port;
 use crate::listing::{
-    SummaryRow, Where, batch_statement, count_at_most, in_batches, page_of, per_minute,
-    revive_batch, summary_columns,
+    SummaryRow, Where, batch_statement, count_at_most, failure_counts, in_batches, page_of,
+    per_minute, revive_batch, summary_columns,
 };
 use crate::rows::{names, readable_time, stored_status};
 
@@ -255,6 +256,18 @@ impl OutboxOperator for PgOutboxStore {
                 w.into_args(),
             ))
         })
+        .await
+    }
+
+    async fn failure_counts(&self, max_texts: u32) -> Result<Vec<FailureCount>, PortError> {
+        // Served by outbox_retry_due and outbox_dead (partial, on the status).
+        failure_counts(
+            self.pool(),
+            &self.table(),
+            "exchange",
+            names(&[OutboxStatus::PublishFailed, OutboxStatus::Dead]),
+            max_texts,
+        )
         .await
     }
 

@@ -9,7 +9,7 @@ use axum::routing::{get, post};
 use crate::auth::{AdminAuth, require_token};
 use crate::openapi::openapi_json;
 use crate::routes::{
-    audit, blocked_keys, consumers, delete_dead_letter, delete_matching, delete_message,
+    audit, blocked_keys, consumers, delete_dead_letter, delete_matching, delete_message, failures,
     get_dead_letter, get_delivery, get_message, list_dead_letters, list_deliveries, list_messages,
     publish_now, reconsume, reconsume_matching, requeue_matching, requeue_message, stats,
 };
@@ -35,6 +35,7 @@ pub fn router(service: AdminService, auth: AdminAuth) -> Router {
         .route("/messages/{id}/requeue", post(requeue_message))
         .route("/messages/{id}/publish-now", post(publish_now))
         .route("/ordering/blocked-keys", get(blocked_keys))
+        .route("/failures", get(failures))
         .route("/consumers", get(consumers))
         .route("/consumers/{name}/deliveries", get(list_deliveries))
         .route(

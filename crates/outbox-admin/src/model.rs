@@ -403,6 +403,38 @@ pub struct BlockedKeyItem {
     pub waiting_capped: bool,
 }
 
+/// Failing and dead messages or deliveries whose errors are one text once ids,
+/// numbers and quoted values are taken out, of one exchange or one consumer.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct FailureGroupItem {
+    /// The error with what varies replaced (`<id>`, `<n>`, `<hex>`, `"…"`).
+    pub error: String,
+    /// One error of the group as stored (its most frequent text).
+    pub example: String,
+    /// How many.
+    pub count: u64,
+    /// The outbox exchange (publish failures); absent for a consumer's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exchange: Option<String>,
+    /// The consumer (consume failures); absent for an exchange's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub consumer: Option<String>,
+    /// The earliest last attempt among them, RFC 3339.
+    #[schema(format = DateTime)]
+    pub oldest: String,
+    /// The latest last attempt among them, RFC 3339.
+    #[schema(format = DateTime)]
+    pub newest: String,
+}
+
+/// Failures grouped, the largest groups first: the outbox's per exchange, then
+/// the inbox's per consumer, each side by count.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct FailureGroups {
+    /// The groups.
+    pub groups: Vec<FailureGroupItem>,
+}
+
 /// A page of blocked ordering keys, in key order.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct BlockedKeyPage {

@@ -46,6 +46,7 @@ impl Modify for BearerToken {
         routes::requeue_matching,
         routes::delete_matching,
         routes::blocked_keys,
+        routes::failures,
         routes::consumers,
         routes::list_deliveries,
         routes::get_delivery,

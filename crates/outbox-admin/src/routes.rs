@@ -14,8 +14,8 @@ use crate::auth::Actor;
 use crate::model::{
     AuditPage, BlockedKeyPage, BlockedKeysQuery, BulkDeleteRequest, BulkRequest, BulkResponse,
     ConsumerList, DeadLetterPage, DeadLetterQuery, DeadLetterView, DeleteQuery, DeliveryQuery,
-    FilterBody, MessageDetail, MessagePage, MessageQuery, PageQuery, ReconsumeOneRequest,
-    ReconsumeRequest, StatsResponse,
+    FailureGroups, FilterBody, MessageDetail, MessagePage, MessageQuery, PageQuery,
+    ReconsumeOneRequest, ReconsumeRequest, StatsResponse,
 };
 use crate::params::{
     filter_from_body, list_from_query, parse_cursor, parse_dead_letter_id, parse_limit, parse_max,
@@ -170,6 +170,15 @@ pub(crate) async fn blocked_keys(
     let limit = parse_limit(q.limit.as_deref())?;
     let after = q.after.map(|a| text("after", a)).transpose()?;
     Ok(Json(s.blocked_keys(after, limit).await?))
+}
+
+/// Failing and dead messages and deliveries grouped by their error, with ids,
+/// numbers and quoted values taken out: per exchange, then per consumer, the
+/// largest groups first.
+#[utoipa::path(get, path = "/failures", tag = "failures",
+    responses((status = 200, body = FailureGroups), ReadErrors))]
+pub(crate) async fn failures(State(s): Service) -> Answer<FailureGroups> {
+    Ok(Json(s.failure_groups().await?))
 }
 
 /// Every consumer with its counts.

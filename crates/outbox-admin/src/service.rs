@@ -17,8 +17,9 @@ use outbox_ports::{
 use crate::AdminError;
 use crate::model::{
     AuditItem, AuditPage, BlockedKeyItem, BlockedKeyPage, BulkProgress, BulkResponse, ConsumeSide,
-    ConsumerItem, DeadLetterPage, DeadLetterView, LockItem, MessageDetail, MessageItem,
-    MessagePage, MinuteItem, OutboxCounts, StatsPrecision, StatsResponse, SweepItem,
+    ConsumerItem, DeadLetterPage, DeadLetterView, FailureGroupItem, FailureGroups, LockItem,
+    MessageDetail, MessageItem, MessagePage, MinuteItem, OutboxCounts, StatsPrecision,
+    StatsResponse, SweepItem,
 };
 use crate::params::{encode_cursor, format_time};
 use crate::redact::{Redaction, is_textual};
@@ -846,6 +847,45 @@ impl AdminService {
             Some(e) => Err(e.into()),
             None => Ok(to_response(BulkOutcome { matched, changed })),
         }
+    }
+
+    /// Failing and dead messages and deliveries, grouped by their error with what
+    /// varies taken out: the outbox's per exchange, then the inbox's per consumer,
+    /// each the largest first. Each store reads at most
+    /// [`outbox_ports::MAX_FAILURE_TEXTS`] distinct error texts, the most frequent.
+    ///
+    /// # Errors
+    /// What the stores say.
+    pub async fn failure_groups(&self) -> Result<FailureGroups, AdminError> {
+        let publish = self
+            .ports
+            .outbox
+            .failure_counts(outbox_ports::MAX_FAILURE_TEXTS)
+            .await?;
+        let consume = self
+            .ports
+            .inbox
+            .failure_counts(outbox_ports::MAX_FAILURE_TEXTS)
+            .await?;
+        let item = |g: outbox_ports::FailureGroup, outbox: bool| FailureGroupItem {
+            error: g.error,
+            example: g.example,
+            count: g.count,
+            exchange: outbox.then(|| g.place.clone()),
+            consumer: (!outbox).then_some(g.place),
+            oldest: format_time(g.oldest),
+            newest: format_time(g.newest),
+        };
+        let groups = outbox_ports::group_failures(publish)
+            .into_iter()
+            .map(|g| item(g, true))
+            .chain(
+                outbox_ports::group_failures(consume)
+                    .into_iter()
+                    .map(|g| item(g, false)),
+            )
+            .collect();
+        Ok(FailureGroups { groups })
     }
 
     /// Every consumer with its counts.

@@ -644,9 +644,10 @@ async fn stats_count_both_sides_and_mark_what_is_not_counted() {
 }
 
 /// The routes the issue asks for; the document and the router must agree with it.
-const ROUTES: [(&str, &str); 19] = [
+const ROUTES: [(&str, &str); 20] = [
     ("get", "/stats"),
     ("get", "/ordering/blocked-keys"),
+    ("get", "/failures"),
     ("get", "/messages"),
     ("get", "/messages/{id}"),
     ("delete", "/messages/{id}"),
@@ -1160,4 +1161,40 @@ async fn blocked_keys_are_listed_with_their_heads() {
             .0,
         StatusCode::OK
     );
+}
+
+/// Failures grouped: the outbox's per exchange, then the inbox's per consumer,
+/// texts that differ in values one group; a read token may look, none may not.
+#[tokio::test]
+async fn failures_are_grouped_by_error_per_exchange_and_consumer() {
+    let h = harness();
+    h.dead(message("orders", "order.created", b"{}")).await;
+    h.dead(message("orders", "order.created", b"{}")).await;
+    h.dead(message("payments", "paid", b"{}")).await;
+    for _ in 0..3 {
+        h.delivered("billing", &message("orders", "order.created", b"{}"), false)
+            .await;
+    }
+    h.delivered("billing", &message("orders", "order.created", b"{}"), true)
+        .await;
+
+    let (status, body) = h.get("/failures").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let groups = body["groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 3, "{body}");
+    assert_eq!(groups[0]["exchange"], "orders");
+    assert_eq!(groups[0]["count"], 2);
+    assert_eq!(groups[0]["error"], "broker said no");
+    assert!(groups[0].get("consumer").is_none(), "{body}");
+    assert_eq!(groups[1]["exchange"], "payments");
+    assert_eq!(groups[2]["consumer"], "billing");
+    assert_eq!(groups[2]["count"], 3, "the consumed delivery is no failure");
+    assert!(groups[2].get("exchange").is_none(), "{body}");
+    for g in groups {
+        let (oldest, newest) = (g["oldest"].as_str().unwrap(), g["newest"].as_str().unwrap());
+        assert!(oldest <= newest, "{g}");
+        assert!(oldest.ends_with('Z'), "RFC 3339 in UTC: {oldest}");
+    }
+    let (status, _) = h.call("GET", "/failures", None, None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
 }

@@ -891,3 +891,45 @@ async fn the_blocked_keys_count_links_to_the_keys_and_their_heads() {
     let bad = b.get("/ui/ordering/blocked-keys?after=%00").await;
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
 }
+
+/// The failures page groups failing and dead ones by error, per exchange and per
+/// consumer, each linking to its dead ones; what users sent is escaped; the
+/// navigation leads there; a read session sees it.
+#[tokio::test]
+async fn the_failures_page_groups_by_error_and_links_to_the_dead_ones() {
+    let h = harness();
+    h.dead(message("<b>orders</b>", "order.created", b"{}"))
+        .await;
+    h.dead(message("<b>orders</b>", "order.created", b"{}"))
+        .await;
+    h.delivered("billing", &message("orders", "order.created", b"{}"), false)
+        .await;
+    let mut b = Browser::new(&h);
+    b.login(READ).await;
+    let page = b.get("/ui/failures").await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert!(
+        page.body
+            .contains(r#"href="/ui/failures" aria-current="page""#)
+    );
+    assert!(!page.body.contains("<b>orders"), "escaped");
+    let text = unescape(&page.body);
+    assert!(text.contains("exchange <b>orders</b>"), "{text}");
+    assert!(
+        page.body
+            .contains(r#"href="/ui/messages?status=dead&#38;exchange=%3Cb%3Eorders%3C%2Fb%3E""#),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body
+            .contains(r#"href="/ui/consumers/billing?status=dead""#)
+    );
+    assert!(page.body.contains("broker said no") && page.body.contains("handler failed"));
+    let rows: Vec<&str> = page.body.split("<tr><td class=\"num\">").skip(1).collect();
+    assert_eq!(rows.len(), 2, "{}", page.body);
+    assert!(
+        rows[0].starts_with("2<"),
+        "the exchange's group of two first"
+    );
+}

@@ -502,6 +502,16 @@ pub(crate) async fn ordering(
     Ok(ExitCode::SUCCESS)
 }
 
+/// Runs `outbox failures`.
+///
+/// # Errors
+/// What the stores say.
+pub(crate) async fn failures(service: &AdminService, json: bool) -> anyhow::Result<ExitCode> {
+    let groups = service.failure_groups().await?;
+    out::either(json, &groups, out::failure_groups)?;
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Runs `outbox stats`.
 ///
 /// # Errors

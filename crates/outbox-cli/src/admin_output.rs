@@ -6,8 +6,8 @@
 use std::io::IsTerminal;
 
 use outbox_admin::model::{
-    BlockedKeyPage, BulkProgress, ConsumerItem, DeadLetterPage, DeadLetterView, MessageDetail,
-    MessagePage, StatsResponse,
+    BlockedKeyPage, BulkProgress, ConsumerItem, DeadLetterPage, DeadLetterView, FailureGroups,
+    MessageDetail, MessagePage, StatsResponse,
 };
 
 /// Whether a bulk action shows its progress: on a terminal (stderr), not with
@@ -93,6 +93,27 @@ fn next_page(next: Option<&String>) {
     if let Some(cursor) = next {
         eprintln!("more: --cursor {cursor}");
     }
+}
+
+/// Failure groups, one line each: count, `exchange=` or `consumer=`, oldest and
+/// newest last attempt, the error with what varies taken out.
+pub(crate) fn failure_groups(groups: &FailureGroups) {
+    for g in &groups.groups {
+        let place = match (&g.exchange, &g.consumer) {
+            (Some(x), _) => format!("exchange={}", printable(x)),
+            (None, Some(c)) => format!("consumer={}", printable(c)),
+            (None, None) => "-".to_owned(),
+        };
+        println!(
+            "{}\t{place}\t{}\t{}\t{}",
+            g.count,
+            g.oldest,
+            g.newest,
+            printable(&g.error)
+        );
+    }
+    let n = groups.groups.len();
+    eprintln!("{n} failure group{}", if n == 1 { "" } else { "s" });
 }
 
 /// A page of blocked ordering keys, one line each: key, head id, head status,

@@ -76,6 +76,16 @@ enum Command {
         #[command(subcommand)]
         action: OrderingAction,
     },
+    /// Failing and dead messages and deliveries grouped by their error (ids,
+    /// numbers and quoted values taken out), per exchange and per consumer, the
+    /// largest groups first.
+    Failures {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// Print them as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Counts by status, last hour's throughput and the last sweep report.
     Stats {
         #[command(flatten)]
@@ -299,6 +309,10 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         },
         Command::Ordering { config, action } => match operator(&config).await? {
             Ok(service) => admin_cli::ordering(&service, action).await,
+            Err(code) => Ok(code),
+        },
+        Command::Failures { config, json } => match operator(&config).await? {
+            Ok(service) => admin_cli::failures(&service, json).await,
             Err(code) => Ok(code),
         },
         Command::Stats { config, json } => match operator(&config).await? {

@@ -15,6 +15,7 @@ pub mod dispatch;
 pub mod duration;
 pub mod event;
 pub mod failure;
+pub mod failure_group;
 pub mod lanes;
 pub mod lease;
 pub mod message;

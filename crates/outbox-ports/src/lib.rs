@@ -37,9 +37,10 @@ pub use inbox::{
 pub use lock::{DistributedLock, LockGuard};
 pub use operator::{
     AuditEntry, AuditLog, BLOCKED_WAITING_CAP, BlockedKey, BulkOutcome, ConsumerSummary,
-    DeliveryFilter, DeliverySummary, InboxOperator, KeyHead, MAX_PAGE_LIMIT, MessageFilter,
-    MessageSummary, MinuteCount, OutboxOperator, PREVIEW_BYTES, Page, PageCursor, StoredDeadLetter,
-    deletable_statuses, page_limit, reconsumable_from, reconsumable_statuses, requeueable_statuses,
+    DeliveryFilter, DeliverySummary, FailureCount, FailureGroup, InboxOperator, KeyHead,
+    MAX_FAILURE_TEXTS, MAX_PAGE_LIMIT, MessageFilter, MessageSummary, MinuteCount, OutboxOperator,
+    PREVIEW_BYTES, Page, PageCursor, StoredDeadLetter, deletable_statuses, group_failures,
+    page_limit, reconsumable_from, reconsumable_statuses, requeueable_statuses,
 };
 pub use outbox::{
     ClaimedMessage, DeadHead, Lease, OutboxRecord, OutboxRelayPath, OutboxRetention, OutboxStats,

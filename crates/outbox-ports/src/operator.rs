@@ -269,6 +269,91 @@ pub struct BlockedKey {
     pub waiting_capped: bool,
 }
 
+/// How many failures a store reads per error text at most, for
+/// [`OutboxOperator::failure_counts`] and [`InboxOperator::failure_counts`]: the
+/// most frequent texts first.
+pub const MAX_FAILURE_TEXTS: u32 = 10_000;
+
+/// Failing and dead messages (or deliveries) of one exchange (or consumer) with
+/// one error text, as a store counts them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailureCount {
+    /// The error text, as stored (`last_error`; empty when none was stored).
+    pub error: String,
+    /// The exchange (outbox) or consumer (inbox).
+    pub place: String,
+    /// How many.
+    pub count: u64,
+    /// The earliest of their last attempts (their creation, when never tried).
+    pub oldest: Timestamp,
+    /// The latest of their last attempts.
+    pub newest: Timestamp,
+}
+
+/// Failures whose errors are one text once ids, numbers and quoted values are
+/// taken out ([`outbox_core::failure_group::failure_group`]), per exchange or
+/// consumer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailureGroup {
+    /// The error with what varies taken out.
+    pub error: String,
+    /// One error text of the group as stored (the most frequent).
+    pub example: String,
+    /// The exchange (outbox) or consumer (inbox).
+    pub place: String,
+    /// How many failures.
+    pub count: u64,
+    /// The earliest last attempt among them.
+    pub oldest: Timestamp,
+    /// The latest.
+    pub newest: Timestamp,
+}
+
+/// `counts` merged into groups: one per exchange or consumer and error text with
+/// what varies taken out, the largest first (then by place and text, so the order
+/// is stable).
+#[must_use]
+pub fn group_failures(counts: Vec<FailureCount>) -> Vec<FailureGroup> {
+    let mut groups: std::collections::BTreeMap<(String, String), (FailureGroup, u64)> =
+        std::collections::BTreeMap::new();
+    for c in counts {
+        let error = outbox_core::failure_group::failure_group(&c.error);
+        match groups.entry((c.place.clone(), error.clone())) {
+            std::collections::btree_map::Entry::Vacant(v) => {
+                v.insert((
+                    FailureGroup {
+                        error,
+                        example: c.error,
+                        place: c.place,
+                        count: c.count,
+                        oldest: c.oldest,
+                        newest: c.newest,
+                    },
+                    c.count,
+                ));
+            }
+            std::collections::btree_map::Entry::Occupied(mut o) => {
+                let (g, example_count) = o.get_mut();
+                g.count += c.count;
+                g.oldest = g.oldest.min(c.oldest);
+                g.newest = g.newest.max(c.newest);
+                if c.count > *example_count {
+                    g.example = c.error;
+                    *example_count = c.count;
+                }
+            }
+        }
+    }
+    let mut out: Vec<FailureGroup> = groups.into_values().map(|(g, _)| g).collect();
+    out.sort_by(|a, b| {
+        b.count
+            .cmp(&a.count)
+            .then_with(|| a.place.cmp(&b.place))
+            .then_with(|| a.error.cmp(&b.error))
+    });
+    out
+}
+
 /// The operator's view of the outbox.
 #[cfg_attr(feature = "mocks", mockall::automock)]
 #[async_trait]
@@ -391,6 +476,14 @@ pub trait OutboxOperator: Send + Sync {
     /// # Errors
     /// [`PortError::Transient`] when the store cannot be reached.
     async fn head_of_key(&self, key: &str) -> Result<Option<KeyHead>, PortError>;
+
+    /// The `PublishFailed` and `Dead` messages counted per exchange and error text,
+    /// the most frequent texts first, at most `max_texts` of them (see
+    /// [`group_failures`] for what an operator is shown).
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn failure_counts(&self, max_texts: u32) -> Result<Vec<FailureCount>, PortError>;
 }
 
 /// The operator's view of the consumers' inboxes and dead letters.
@@ -487,6 +580,13 @@ pub trait InboxOperator: Send + Sync {
     /// # Errors
     /// [`PortError::Transient`] when the store cannot be reached.
     async fn consumed_per_minute(&self, window: Duration) -> Result<Vec<MinuteCount>, PortError>;
+
+    /// The `ConsumeFailed` and `Dead` deliveries counted per consumer and error
+    /// text, the most frequent texts first, at most `max_texts` of them.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn failure_counts(&self, max_texts: u32) -> Result<Vec<FailureCount>, PortError>;
 
     /// A page of dead letters (of `consumer`, or of all), newest first.
     ///

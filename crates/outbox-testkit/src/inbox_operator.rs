@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use outbox_core::{Decision, Headers, InboxStatus, Message, MessageId, Timestamp};
 use outbox_ports::{
-    DeadLetter, DeliveryFilter, InboxOperator, InboxStore, Lease, PREVIEW_BYTES, PageCursor,
-    PortError,
+    DeadLetter, DeliveryFilter, InboxOperator, InboxStore, Lease, MAX_FAILURE_TEXTS, PREVIEW_BYTES,
+    PageCursor, PortError, group_failures,
 };
 
 use crate::{LONG_TTL, message, unique_key};
@@ -428,4 +428,53 @@ pub async fn consumed_per_minute_counts_consumed_deliveries(i: InboxUnderTest) {
     put(&i, &unique_key("b"), &msgs(1), InboxStatus::Consumed).await;
     put(&i, &unique_key("b"), &msgs(2), InboxStatus::Dead).await;
     assert_eq!(total(i.clone()).await - before, 3);
+}
+
+/// Failed and dead deliveries are counted per consumer and error text (never the
+/// received or consumed ones); grouped, texts that differ in values only are one
+/// group.
+pub async fn failures_are_counted_per_consumer_and_text(i: InboxUnderTest) {
+    let (a, b) = (unique_key("fail-a"), unique_key("fail-b"));
+    put(&i, &a, &msgs(2), InboxStatus::Consumed).await;
+    put(&i, &a, &msgs(1), InboxStatus::Received).await;
+    let cases = [
+        (
+            "row 17 of \"invoices\" is locked",
+            Decision::RetryAfter(Duration::from_secs(3600)),
+        ),
+        ("row 42 of \"invoices\" is locked", Decision::Dead),
+        ("handler timed out", Decision::Dead),
+    ];
+    for (error, decision) in cases {
+        let m = message("inbox-op", "k");
+        let l = lease();
+        i.store.record_arrival(&a, &m, &l).await.expect("arrive");
+        assert!(
+            i.store
+                .mark_consume_failed(&a, m.id, &l, error, decision)
+                .await
+                .expect("mark")
+        );
+    }
+    put(&i, &b, &msgs(2), InboxStatus::Dead).await;
+
+    let counts = i
+        .operator
+        .failure_counts(MAX_FAILURE_TEXTS)
+        .await
+        .expect("counts");
+    let mine = crate::failures_at(&counts, &[&a, &b]);
+    assert_eq!(mine.len(), 4, "{mine:?}");
+    assert!(mine.contains(&(b.clone(), "handler said no".into(), 2)));
+    assert!(mine.contains(&(a.clone(), "handler timed out".into(), 1)));
+    let groups: Vec<_> = group_failures(counts)
+        .into_iter()
+        .filter(|g| g.place == a)
+        .collect();
+    assert_eq!(groups.len(), 2, "{groups:?}");
+    assert_eq!(
+        (groups[0].count, groups[0].error.as_str()),
+        (2, "row <n> of \"…\" is locked")
+    );
+    assert!(groups[0].oldest <= groups[0].newest);
 }

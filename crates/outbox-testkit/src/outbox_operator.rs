@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use outbox_core::{Decision, Message, MessageId, OutboxStatus, Timestamp, TransitionError};
 use outbox_ports::{
-    BLOCKED_WAITING_CAP, Lease, MAX_PAGE_LIMIT, MessageFilter, OutboxOperator, OutboxStore,
-    PREVIEW_BYTES, PageCursor, PortError, PublishFailure,
+    BLOCKED_WAITING_CAP, Lease, MAX_FAILURE_TEXTS, MAX_PAGE_LIMIT, MessageFilter, OutboxOperator,
+    OutboxStore, PREVIEW_BYTES, PageCursor, PortError, PublishFailure, group_failures,
 };
 
 use crate::{LONG_TTL, message, unique_key};
@@ -536,6 +536,90 @@ pub async fn published_per_minute_counts_sent_messages(o: OutboxUnderTest) {
         assert_eq!(m.minute.second(), 0);
         assert!(m.minute <= now && m.minute > now - time::Duration::minutes(62));
     }
+}
+
+/// Failing and dead messages are counted per exchange and error text (never the
+/// sent or pending ones), the most frequent text first and at most as many texts
+/// as asked; grouped, texts that differ in values only are one group.
+pub async fn failures_are_counted_per_exchange_and_text(o: OutboxUnderTest) {
+    let (a, b) = (unique_key("fail-a"), unique_key("fail-b"));
+    put(&o, batch(&a, 2), OutboxStatus::Sent).await;
+    put(&o, batch(&a, 2), OutboxStatus::Pending).await;
+    // Exchange a: three texts of one group (two failing, one dead), one other.
+    let texts = [
+        (
+            "refused message 17 by \"billing-1\"",
+            Decision::RetryAfter(Duration::from_secs(3600)),
+        ),
+        (
+            "refused message 17 by \"billing-1\"",
+            Decision::RetryAfter(Duration::from_secs(3600)),
+        ),
+        ("refused message 23 by \"billing-2\"", Decision::Dead),
+        ("timeout after 30s", Decision::Dead),
+    ];
+    let msgs = batch(&a, texts.len());
+    let failures: Vec<PublishFailure> = msgs
+        .iter()
+        .zip(texts)
+        .map(|(m, (error, decision))| PublishFailure {
+            id: m.id,
+            error: error.to_owned(),
+            decision,
+        })
+        .collect();
+    o.store.enqueue(msgs.clone()).await.expect("enqueue");
+    let l = lease();
+    let claimed = o.store.claim_pending(&l, 100_000).await.expect("claim");
+    let others: Vec<MessageId> = claimed
+        .iter()
+        .map(|c| c.message.id)
+        .filter(|id| !msgs.iter().any(|m| m.id == *id))
+        .collect();
+    o.store.release(&l, &others).await.expect("release");
+    let marked = o
+        .store
+        .mark_publish_failed(&l, &failures)
+        .await
+        .expect("failed");
+    assert_eq!(marked, 4);
+    // Exchange b: the same text as a's other one, counted apart.
+    put(&o, batch(&b, 1), OutboxStatus::Dead).await;
+
+    let counts = o
+        .operator
+        .failure_counts(MAX_FAILURE_TEXTS)
+        .await
+        .expect("counts");
+    let mine = crate::failures_at(&counts, &[&a, &b]);
+    assert_eq!(mine.len(), 4, "{mine:?}");
+    assert!(mine.contains(&(a.clone(), "refused message 17 by \"billing-1\"".into(), 2)));
+    assert!(mine.contains(&(a.clone(), "refused message 23 by \"billing-2\"".into(), 1)));
+    assert!(mine.contains(&(a.clone(), "timeout after 30s".into(), 1)));
+    assert!(mine.contains(&(b.clone(), "broker said no".into(), 1)));
+    for w in counts.windows(2) {
+        assert!(w[0].count >= w[1].count, "the most frequent first");
+    }
+    for c in counts.iter().filter(|c| c.place == a) {
+        assert!(c.oldest <= c.newest);
+        assert!(c.newest <= Timestamp::now_utc() + time::Duration::seconds(5));
+    }
+    let one = o.operator.failure_counts(1).await.expect("one");
+    assert_eq!(one.len(), 1, "at most as many texts as asked");
+    assert_eq!(one[0].count, counts[0].count);
+
+    let groups: Vec<_> = group_failures(counts)
+        .into_iter()
+        .filter(|g| g.place == a)
+        .collect();
+    assert_eq!(groups.len(), 2, "{groups:?}");
+    assert_eq!(groups[0].count, 3, "one group of three, the largest first");
+    assert_eq!(groups[0].error, "refused message <n> by \"…\"");
+    assert_eq!(groups[0].example, "refused message 17 by \"billing-1\"");
+    assert_eq!(
+        (groups[1].count, groups[1].error.as_str()),
+        (1, "timeout after <n>s")
+    );
 }
 
 /// "Publish now": a delayed message shows its due time in pages, and once made due

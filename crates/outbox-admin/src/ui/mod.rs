@@ -187,6 +187,7 @@ pub fn ui_router(service: AdminService, auth: AdminAuth, options: UiOptions) -> 
         .route("/messages/{id}/publish-now", post(pages::publish_now))
         .route("/messages/{id}/delete", post(pages::delete))
         .route("/ordering/blocked-keys", get(pages::blocked_keys))
+        .route("/failures", get(pages::failures))
         .route("/consumers", get(pages::consumers))
         .route("/consumers/{name}", get(pages::deliveries))
         .route("/consumers/{name}/reconsume", post(pages::bulk_reconsume))

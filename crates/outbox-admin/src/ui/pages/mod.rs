@@ -9,7 +9,7 @@
 //! - `lists`: the outbox's messages and a consumer's deliveries, filtered.
 //! - `detail`: one message or delivery, with its actions.
 //! - `actions`: the POSTs (single and bulk requeue, delete, reconsume, ...).
-//! - `consumers`, `blocked_keys`, `dead_letters`, `audit`: those pages.
+//! - `consumers`, `blocked_keys`, `failures`, `dead_letters`, `audit`: those pages.
 //!
 //! Here: what every page shares (the frame, notices, the confirmation dialog, the
 //! path and query extraction). Templates become responses in `super::render`.
@@ -20,6 +20,7 @@ mod blocked_keys;
 mod consumers;
 mod dead_letters;
 mod detail;
+mod failures;
 mod lists;
 mod overview;
 
@@ -32,6 +33,7 @@ pub(crate) use blocked_keys::blocked_keys;
 pub(crate) use consumers::consumers;
 pub(crate) use dead_letters::{dead_letter, dead_letters};
 pub(crate) use detail::{delivery, message};
+pub(crate) use failures::failures;
 pub(crate) use lists::{deliveries, messages};
 pub(crate) use overview::{overview, overview_live};
 

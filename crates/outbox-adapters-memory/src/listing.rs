@@ -138,19 +138,25 @@ pub(crate) fn failure_counts<'a>(
             .entry((place.to_owned(), error.clone()))
             .and_modify(|c| {
                 c.count += 1;
-                c.oldest = c.oldest.min(at);
-                c.newest = c.newest.max(at);
+                c.oldest = c.oldest.min(Some(at)).or(Some(at));
+                c.newest = c.newest.max(Some(at));
             })
             .or_insert(FailureCount {
                 error,
                 place: place.to_owned(),
                 count: 1,
-                oldest: at,
-                newest: at,
+                oldest: Some(at),
+                newest: Some(at),
             });
     }
     let mut out: Vec<FailureCount> = counts.into_values().collect();
-    out.sort_by_key(|c| std::cmp::Reverse(c.count));
+    // As PostgreSQL's: by count, then place and text.
+    out.sort_by(|a, b| {
+        b.count
+            .cmp(&a.count)
+            .then_with(|| a.place.cmp(&b.place))
+            .then_with(|| a.error.cmp(&b.error))
+    });
     out.truncate(usize::try_from(max_texts).unwrap_or(usize::MAX));
     out
 }

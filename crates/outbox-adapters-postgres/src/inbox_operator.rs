@@ -272,7 +272,7 @@ impl InboxOperator for PgInboxStore {
             &self.pool,
             &self.inbox(),
             "consumer",
-            names(&[InboxStatus::ConsumeFailed, InboxStatus::Dead]),
+            &[InboxStatus::ConsumeFailed, InboxStatus::Dead],
             max_texts,
         )
         .await

@@ -267,25 +267,42 @@ pub(crate) async fn per_minute(
         .collect())
 }
 
+/// A row of [`failure_counts`]: error, place, count, oldest and newest time.
+type FailureRow = (String, String, i64, Option<Timestamp>, Option<Timestamp>);
+
 /// Failures of `table` in `statuses` counted per `place` column and error text,
-/// the most frequent texts first, at most `max_texts`. Reads the rows of those
-/// statuses (each served by a partial index on its status), never the others.
-pub(crate) async fn failure_counts(
+/// the most frequent first, at most `max_texts`. One scan per status, each with the
+/// status as a literal so that the status's partial index can serve it (the
+/// outbox's `outbox_retry_due` and `outbox_dead`, the inbox's `inbox_due` and
+/// `inbox_dead`); the rows of other statuses are never read. Times through
+/// [`readable_time`] (an unreadable one counts as unknown).
+pub(crate) async fn failure_counts<S: Lifecycle>(
     pool: &PgPool,
     table: &str,
     place: &str,
-    statuses: Vec<String>,
+    statuses: &[S],
     max_texts: u32,
 ) -> Result<Vec<outbox_ports::FailureCount>, PortError> {
+    let at = readable_time("coalesce(last_attempt_at, created_at)");
+    let scans: Vec<String> = statuses
+        .iter()
+        .map(|s| {
+            // A status name of the core's, not input: a literal is safe here.
+            format!(
+                "SELECT coalesce(last_error, '') AS error, {place} AS place, {at} AS at \
+                 FROM {table} WHERE status = '{}'",
+                s.as_str()
+            )
+        })
+        .collect();
     let sql = format!(
-        "SELECT coalesce(last_error, ''), {place}, count(*), \
-         min(coalesce(last_attempt_at, created_at)), max(coalesce(last_attempt_at, created_at)) \
-         FROM {table} WHERE status = ANY($1) \
-         GROUP BY 1, 2 ORDER BY 3 DESC, 2, 1 LIMIT $2"
+        "SELECT error, place, count(*), min(at), max(at) FROM ({}) AS failures \
+         GROUP BY 1, 2 ORDER BY 3 DESC, 2, 1 LIMIT $1",
+        scans.join(" UNION ALL ")
     );
-    let rows: Vec<(String, String, i64, Timestamp, Timestamp)> = sqlx::query_as(&sql)
-        .bind(statuses)
+    let rows: Vec<FailureRow> = sqlx::query_as(&sql)
         .bind(i64::from(max_texts))
+        .persistent(false)
         .fetch_all(pool)
         .await
         .map_err(|e| port("count failures", e))?;

@@ -260,12 +260,11 @@ impl OutboxOperator for PgOutboxStore {
     }
 
     async fn failure_counts(&self, max_texts: u32) -> Result<Vec<FailureCount>, PortError> {
-        // Served by outbox_retry_due and outbox_dead (partial, on the status).
         failure_counts(
             self.pool(),
             &self.table(),
             "exchange",
-            names(&[OutboxStatus::PublishFailed, OutboxStatus::Dead]),
+            &[OutboxStatus::PublishFailed, OutboxStatus::Dead],
             max_texts,
         )
         .await

@@ -326,6 +326,25 @@ async fn rows_whose_values_cannot_be_read_are_dead_and_reads_never_fail() {
         );
         let stats = store.stats().await.expect("stats");
         assert_eq!((stats.pending, stats.dead), (0, 6));
+        // Failures counted with times that cannot be read (never tried, created at
+        // infinity or past the year 9999): no panic, the times unknown.
+        sqlx::query(&format!(
+            "UPDATE {}.outbox_messages SET last_attempt_at = NULL WHERE status = 'dead'",
+            schema.quoted()
+        ))
+        .execute(&pool)
+        .await
+        .expect("never tried");
+        let counts = outbox_ports::OutboxOperator::failure_counts(&store, 100)
+            .await
+            .expect("failure counts with unreadable times");
+        assert_eq!(counts.iter().map(|c| c.count).sum::<u64>(), 6, "{counts:?}");
+        assert!(
+            counts
+                .iter()
+                .any(|c| c.oldest.is_none() && c.newest.is_none()),
+            "{counts:?}"
+        );
         assert!(
             store
                 .claim_pending(&lease("again"), 100)

@@ -419,12 +419,13 @@ pub struct FailureGroupItem {
     /// The consumer (consume failures); absent for an exchange's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub consumer: Option<String>,
-    /// The earliest last attempt among them, RFC 3339.
+    /// The earliest last attempt among them, RFC 3339 (null when none of their
+    /// times can be read).
     #[schema(format = DateTime)]
-    pub oldest: String,
+    pub oldest: Option<String>,
     /// The latest last attempt among them, RFC 3339.
     #[schema(format = DateTime)]
-    pub newest: String,
+    pub newest: Option<String>,
 }
 
 /// Failures grouped, the largest groups first: the outbox's per exchange, then
@@ -433,6 +434,10 @@ pub struct FailureGroupItem {
 pub struct FailureGroups {
     /// The groups.
     pub groups: Vec<FailureGroupItem>,
+    /// A store held more distinct (exchange or consumer, error text) pairs than
+    /// were read (10,000 a side, the most frequent): the groups are built from
+    /// those, and their counts are then lower bounds.
+    pub capped: bool,
 }
 
 /// A page of blocked ordering keys, in key order.

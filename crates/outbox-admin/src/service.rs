@@ -851,30 +851,29 @@ impl AdminService {
 
     /// Failing and dead messages and deliveries, grouped by their error with what
     /// varies taken out: the outbox's per exchange, then the inbox's per consumer,
-    /// each the largest first. Each store reads at most
-    /// [`outbox_ports::MAX_FAILURE_TEXTS`] distinct error texts, the most frequent.
+    /// each the largest first. From each store at most
+    /// [`outbox_ports::MAX_FAILURE_TEXTS`] counts (place and error text), the most
+    /// frequent; `capped` says when there were more.
     ///
     /// # Errors
     /// What the stores say.
     pub async fn failure_groups(&self) -> Result<FailureGroups, AdminError> {
-        let publish = self
-            .ports
-            .outbox
-            .failure_counts(outbox_ports::MAX_FAILURE_TEXTS)
-            .await?;
-        let consume = self
-            .ports
-            .inbox
-            .failure_counts(outbox_ports::MAX_FAILURE_TEXTS)
-            .await?;
+        // One more than is used: whether the store held more.
+        let ask = outbox_ports::MAX_FAILURE_TEXTS + 1;
+        let keep = outbox_ports::MAX_FAILURE_TEXTS as usize;
+        let mut publish = self.ports.outbox.failure_counts(ask).await?;
+        let mut consume = self.ports.inbox.failure_counts(ask).await?;
+        let capped = publish.len() > keep || consume.len() > keep;
+        publish.truncate(keep);
+        consume.truncate(keep);
         let item = |g: outbox_ports::FailureGroup, outbox: bool| FailureGroupItem {
             error: g.error,
             example: g.example,
             count: g.count,
             exchange: outbox.then(|| g.place.clone()),
             consumer: (!outbox).then_some(g.place),
-            oldest: format_time(g.oldest),
-            newest: format_time(g.newest),
+            oldest: g.oldest.map(format_time),
+            newest: g.newest.map(format_time),
         };
         let groups = outbox_ports::group_failures(publish)
             .into_iter()
@@ -885,7 +884,7 @@ impl AdminService {
                     .map(|g| item(g, false)),
             )
             .collect();
-        Ok(FailureGroups { groups })
+        Ok(FailureGroups { groups, capped })
     }
 
     /// Every consumer with its counts.

@@ -107,13 +107,16 @@ pub(crate) fn failure_groups(groups: &FailureGroups) {
         println!(
             "{}\t{place}\t{}\t{}\t{}",
             g.count,
-            g.oldest,
-            g.newest,
+            g.oldest.as_deref().unwrap_or("-"),
+            g.newest.as_deref().unwrap_or("-"),
             printable(&g.error)
         );
     }
     let n = groups.groups.len();
     eprintln!("{n} failure group{}", if n == 1 { "" } else { "s" });
+    if groups.capped {
+        eprintln!("more distinct errors than were read: the counts are lower bounds");
+    }
 }
 
 /// A page of blocked ordering keys, one line each: key, head id, head status,

@@ -153,7 +153,7 @@ async fn bounded(check: impl Future<Output = Result<(), String>>) -> Result<(), 
         .await
         .unwrap_or_else(|_| {
             Err(format!(
-                "no answer within {READINESS_CHECK_TIMEOUT:?} (a network that forwards nothing?)"
+                "no answer within {READINESS_CHECK_TIMEOUT:?} (unreachable, or busy that long: a publish batch waiting for its confirms holds the broker's connection)"
             ))
         })
 }

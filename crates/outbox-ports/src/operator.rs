@@ -269,9 +269,10 @@ pub struct BlockedKey {
     pub waiting_capped: bool,
 }
 
-/// How many failures a store reads per error text at most, for
-/// [`OutboxOperator::failure_counts`] and [`InboxOperator::failure_counts`]: the
-/// most frequent texts first.
+/// How many (place, error text) counts the admin service asks a store for, for
+/// [`OutboxOperator::failure_counts`] and [`InboxOperator::failure_counts`] (the
+/// most frequent first). With more in the store, the groups are built from these
+/// only and their counts are lower bounds (the service says so).
 pub const MAX_FAILURE_TEXTS: u32 = 10_000;
 
 /// Failing and dead messages (or deliveries) of one exchange (or consumer) with
@@ -284,10 +285,12 @@ pub struct FailureCount {
     pub place: String,
     /// How many.
     pub count: u64,
-    /// The earliest of their last attempts (their creation, when never tried).
-    pub oldest: Timestamp,
+    /// The earliest of their last attempts (their creation, when never tried);
+    /// `None` when no time of theirs can be read (a store's row written with an
+    /// `infinity` or a year past 9999).
+    pub oldest: Option<Timestamp>,
     /// The latest of their last attempts.
-    pub newest: Timestamp,
+    pub newest: Option<Timestamp>,
 }
 
 /// Failures whose errors are one text once ids, numbers and quoted values are
@@ -303,10 +306,18 @@ pub struct FailureGroup {
     pub place: String,
     /// How many failures.
     pub count: u64,
-    /// The earliest last attempt among them.
-    pub oldest: Timestamp,
+    /// The earliest last attempt among them (`None`: none readable).
+    pub oldest: Option<Timestamp>,
     /// The latest.
-    pub newest: Timestamp,
+    pub newest: Option<Timestamp>,
+}
+
+/// The earlier of two times, either of which may be unknown.
+fn earlier(a: Option<Timestamp>, b: Option<Timestamp>) -> Option<Timestamp> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// `counts` merged into groups: one per exchange or consumer and error text with
@@ -335,7 +346,7 @@ pub fn group_failures(counts: Vec<FailureCount>) -> Vec<FailureGroup> {
             std::collections::btree_map::Entry::Occupied(mut o) => {
                 let (g, example_count) = o.get_mut();
                 g.count += c.count;
-                g.oldest = g.oldest.min(c.oldest);
+                g.oldest = earlier(g.oldest, c.oldest);
                 g.newest = g.newest.max(c.newest);
                 if c.count > *example_count {
                     g.example = c.error;

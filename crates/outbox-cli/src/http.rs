@@ -54,8 +54,94 @@ pub fn prometheus() -> &'static PrometheusHandle {
                 "a metrics recorder was already installed; /metrics shows only this one's"
             );
         }
+        describe_metrics();
         handle
     })
+}
+
+/// Every metric's `# HELP` line (docs/telemetry.md says more).
+fn describe_metrics() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram};
+    describe_gauge!(
+        "outbox_pending",
+        "Messages waiting to be published (delayed ones included)."
+    );
+    describe_gauge!(
+        "outbox_publish_failed",
+        "Messages whose publish failed, waiting for their retry."
+    );
+    describe_gauge!("outbox_dead", "Messages given up on, left for an operator.");
+    describe_gauge!(
+        "outbox_oldest_unsent_age_seconds",
+        "Age of the oldest message not yet published, in seconds."
+    );
+    describe_gauge!(
+        "outbox_ordering_blocked_keys",
+        "Ordering keys held back by a failing or dead first message."
+    );
+    describe_gauge!(
+        "outbox_relay_stalled",
+        "1 while the stall watchdog finds the relay stalled."
+    );
+    describe_gauge!(
+        "outbox_consumer_stalled",
+        "1 while the stall watchdog finds the consumer stalled."
+    );
+    describe_gauge!(
+        "outbox_store_up",
+        "1 when the store answered the last scrape's read."
+    );
+    describe_counter!(
+        "outbox_published_total",
+        "Messages published and confirmed by the broker."
+    );
+    describe_counter!(
+        "outbox_publish_failures_total",
+        "Publish attempts that failed (each retried or dead)."
+    );
+    describe_counter!("outbox_dead_total", "Messages given up on by the relay.");
+    describe_counter!(
+        "outbox_publish_deferred_total",
+        "Messages given back unsent (broker out of reach, or the batch's budget spent)."
+    );
+    describe_counter!("outbox_sweeps_total", "Retry sweeps completed.");
+    describe_histogram!(
+        "outbox_sweep_duration_seconds",
+        "How long a retry sweep took, in seconds."
+    );
+    describe_counter!(
+        "outbox_sweep_publish_retried_total",
+        "Messages a retry sweep published again."
+    );
+    describe_counter!(
+        "outbox_sweep_publish_failed_total",
+        "Messages a retry sweep found failing again."
+    );
+    describe_counter!(
+        "outbox_retention_deleted_total",
+        "Rows deleted by retention."
+    );
+    describe_counter!(
+        "outbox_consumed_total",
+        "Deliveries handled and recorded as consumed."
+    );
+    describe_counter!(
+        "outbox_consume_failures_total",
+        "Handler failures (each retried or dead)."
+    );
+    describe_counter!(
+        "outbox_duplicates_absorbed_total",
+        "Deliveries the inbox had seen before, acknowledged without their handler."
+    );
+    describe_counter!("outbox_consume_dead_total", "Deliveries given up on.");
+    describe_counter!(
+        "outbox_dead_letters_total",
+        "Deliveries that could not become a message, kept as dead letters."
+    );
+    describe_counter!(
+        "outbox_consume_held_behind_key_total",
+        "Deliveries recorded to wait behind an unfinished earlier one of their key."
+    );
 }
 
 /// Records every sweep report as metrics until the channel closes.

@@ -52,6 +52,19 @@ async fn consumer_metrics_export_the_retention_counter() {
             .any(|l| l == "outbox_retention_deleted_total{consumer=\"metrics-test\"} 6"),
         "{text}"
     );
+    // Every metric shown says what it is.
+    let shown: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("outbox_"))
+        .filter_map(|l| l.split(['{', ' ']).next())
+        .collect();
+    assert!(!shown.is_empty());
+    for name in shown {
+        assert!(
+            text.contains(&format!("# HELP {name} ")),
+            "no # HELP for {name}: {text}"
+        );
+    }
 }
 
 /// The worker's readiness: deliveries in hand that the inbox does not record (here:

@@ -332,6 +332,7 @@ impl Subscriber for MemoryBroker {
             queue: queue.to_owned(),
             prefetch: usize::from(prefetch.max(1)),
             in_flight: Arc::default(),
+            cancelled: false,
         }))
     }
 }
@@ -341,12 +342,23 @@ struct MemoryDeliveryStream {
     queue: String,
     prefetch: usize,
     in_flight: Arc<AtomicUsize>,
+    /// Cancelled: nothing more is taken from the queue (nothing is sent ahead of
+    /// `next` here, so nothing is left to hand out).
+    cancelled: bool,
 }
 
 #[async_trait]
 impl DeliveryStream for MemoryDeliveryStream {
+    async fn cancel(&mut self) -> Result<(), PortError> {
+        self.cancelled = true;
+        Ok(())
+    }
+
     async fn next(&mut self) -> Option<Result<Delivery, PortError>> {
         loop {
+            if self.cancelled {
+                return None;
+            }
             let changed = self.broker.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();

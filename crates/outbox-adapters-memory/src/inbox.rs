@@ -58,6 +58,7 @@ pub(crate) struct Table {
 pub struct MemoryInboxStore {
     pub(crate) table: Arc<Mutex<Table>>,
     pub(crate) clock: Arc<dyn Clock>,
+    pauses: crate::MemoryPauses,
 }
 
 impl MemoryInboxStore {
@@ -66,8 +67,23 @@ impl MemoryInboxStore {
     pub fn new(clock: Arc<dyn Clock>) -> Self {
         Self {
             table: Arc::default(),
+            pauses: crate::MemoryPauses::new(Arc::clone(&clock)),
             clock,
         }
+    }
+
+    /// Consumers paused in `pauses` take no deliveries (by default the store's
+    /// own, which [`pauses`](Self::pauses) hands out).
+    #[must_use]
+    pub fn with_pauses(mut self, pauses: &crate::MemoryPauses) -> Self {
+        self.pauses = pauses.clone();
+        self
+    }
+
+    /// The pauses this store's consumers obey.
+    #[must_use]
+    pub fn pauses(&self) -> crate::MemoryPauses {
+        self.pauses.clone()
     }
 
     /// The dead letters kept for `consumer`.
@@ -266,6 +282,12 @@ impl InboxConsumerPath for MemoryInboxStore {
             }
         }
         Ok(claimed)
+    }
+
+    async fn consumer_paused(&self, consumer: &str) -> Result<bool, PortError> {
+        Ok(self
+            .pauses
+            .is_paused(outbox_ports::PauseKind::Consumer, consumer))
     }
 
     async fn record_dead_letter(

@@ -17,6 +17,7 @@ mod listing;
 mod lock;
 mod outbox;
 mod outbox_operator;
+mod pauses;
 mod state;
 mod throughput;
 
@@ -27,6 +28,7 @@ pub use fault::FaultCounter;
 pub use inbox::MemoryInboxStore;
 pub use lock::MemoryLock;
 pub use outbox::MemoryOutboxStore;
+pub use pauses::MemoryPauses;
 pub use state::MemorySweepState;
 pub use throughput::MemoryThroughputLog;
 

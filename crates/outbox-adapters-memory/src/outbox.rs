@@ -9,8 +9,10 @@ use outbox_core::status::Tracked;
 use outbox_core::{Message, MessageId, OutboxStatus};
 use outbox_ports::{
     ClaimedMessage, Clock, DeadHead, Lease, OutboxRecord, OutboxRelayPath, OutboxRetention,
-    OutboxStats, OutboxStore, PortError, PublishFailure,
+    OutboxStats, OutboxStore, PauseKind, PortError, PublishFailure,
 };
+
+use crate::MemoryPauses;
 
 use crate::{LeaseSlot, lock};
 
@@ -47,6 +49,7 @@ pub struct MemoryOutboxStore {
     pub(crate) clock: Arc<dyn Clock>,
     max_payload_bytes: usize,
     dead_head: DeadHead,
+    pauses: MemoryPauses,
 }
 
 impl MemoryOutboxStore {
@@ -55,10 +58,26 @@ impl MemoryOutboxStore {
     pub fn new(clock: Arc<dyn Clock>) -> Self {
         Self {
             table: Arc::default(),
+            pauses: MemoryPauses::new(Arc::clone(&clock)),
             clock,
             max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
             dead_head: DeadHead::default(),
         }
+    }
+
+    /// Claims pass over the messages of the exchanges paused in `pauses` (by
+    /// default the store's own, which [`pauses`](Self::pauses) hands out).
+    #[must_use]
+    pub fn with_pauses(mut self, pauses: &MemoryPauses) -> Self {
+        self.pauses = pauses.clone();
+        self
+    }
+
+    /// The pauses this store's claims obey, to share with an inbox and an admin
+    /// service.
+    #[must_use]
+    pub fn pauses(&self) -> MemoryPauses {
+        self.pauses.clone()
     }
 
     /// What a dead message does to the later messages of its ordering key (default
@@ -138,7 +157,11 @@ impl MemoryOutboxStore {
                 // A delayed message waits for its due time (pending only: a failed
                 // one waits for its retry).
                 && (status != OutboxStatus::Pending || row.message.not_before.is_none_or(|at| at <= now));
-            if row.tracked.status == status && due && head && !row.lease.is_live(now) {
+            // A paused exchange's message stays where it is (still its key's head).
+            let paused = self
+                .pauses
+                .is_paused(PauseKind::Exchange, &row.message.exchange);
+            if row.tracked.status == status && due && head && !paused && !row.lease.is_live(now) {
                 if let Some(lease) = lease {
                     row.lease.take(lease, now);
                 }

@@ -100,3 +100,15 @@ async fn blocked_keys_leave_out_dead_heads_when_skipped() {
     )
     .await;
 }
+
+async fn pauses() -> outbox_testkit::pauses::PausesUnderTest {
+    let outbox = MemoryOutboxStore::new(Arc::new(SystemClock));
+    let pauses = outbox.pauses();
+    outbox_testkit::pauses::PausesUnderTest {
+        inbox: Arc::new(MemoryInboxStore::new(Arc::new(SystemClock)).with_pauses(&pauses)),
+        outbox: Arc::new(outbox),
+        pauses: Arc::new(pauses),
+    }
+}
+
+outbox_testkit::pause_contract!(crate::pauses);

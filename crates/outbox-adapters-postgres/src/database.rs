@@ -3,8 +3,8 @@
 //! once (the stores' own constructors stay for those who need one piece).
 
 use crate::{
-    PgAuditLog, PgConfigError, PgInboxStore, PgLock, PgOutbox, PgOutboxStore, PgPool, PgSchema,
-    PgSweepState, PgThroughputLog, migrate,
+    PgAuditLog, PgConfigError, PgInboxStore, PgLock, PgOutbox, PgOutboxStore, PgPauses, PgPool,
+    PgSchema, PgSweepState, PgThroughputLog, migrate,
 };
 
 /// A pool and the schema that holds the outbox's tables in it.
@@ -75,6 +75,13 @@ impl PgDatabase {
     #[must_use]
     pub fn audit_log(&self) -> PgAuditLog {
         PgAuditLog::new(self.pool.clone(), &self.schema)
+    }
+
+    /// The pauses operators set, which every claim and consumer of the schema
+    /// obeys.
+    #[must_use]
+    pub fn pauses(&self) -> PgPauses {
+        PgPauses::new(self.pool.clone(), &self.schema)
     }
 
     /// Per-minute throughput shared by every instance.

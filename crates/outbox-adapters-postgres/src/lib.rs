@@ -29,6 +29,7 @@ mod listing;
 mod lock;
 mod outbox;
 mod outbox_operator;
+mod pauses;
 mod rows;
 mod schema;
 mod state;
@@ -44,6 +45,7 @@ pub use inbox::{BatchDelivery, ConsumeOutcome, HELD_CHECK_EVERY, PgInboxStore, T
 pub use lock::PgLock;
 pub use outbox::{PgOutbox, PgOutboxStore};
 pub use outbox_core::config::redact_url;
+pub use pauses::PgPauses;
 pub use schema::{MAX_SCHEMA_LEN, PgSchema, migrate};
 pub use state::PgSweepState;
 pub use throughput::PgThroughputLog;

@@ -126,3 +126,17 @@ async fn blocked_keys_leave_out_dead_heads_when_skipped() {
     )
     .await;
 }
+
+async fn pauses() -> outbox_testkit::pauses::PausesUnderTest {
+    let pool = common::pool()
+        .await
+        .expect("contract tests need PostgreSQL: set OUTBOX_TEST_DATABASE_URL");
+    let schema = common::fresh(&pool).await;
+    outbox_testkit::pauses::PausesUnderTest {
+        outbox: Arc::new(PgOutboxStore::new(pool.clone(), schema.clone())),
+        inbox: Arc::new(PgInboxStore::new(pool.clone(), &schema)),
+        pauses: Arc::new(outbox_adapters_postgres::PgPauses::new(pool, &schema)),
+    }
+}
+
+outbox_testkit::pause_contract!(crate::pauses);

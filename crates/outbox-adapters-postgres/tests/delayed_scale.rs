@@ -46,7 +46,8 @@ async fn a_million_delayed_rows_do_not_slow_the_claim() {
             .expect("explain");
         eprintln!("{plan}");
         assert!(
-            !plan.contains("Seq Scan"),
+            // (The pauses, a few rows read once per claim, may be read whole.)
+            !plan.contains("Seq Scan on outbox_messages"),
             "the claim scans the table:\n{plan}"
         );
         assert!(

@@ -92,7 +92,8 @@ async fn a_keyed_backlog_costs_a_claim_its_keys_not_its_rows() {
                 "{planner}: a claim visited {visited} rows for 199 claimable ones among 200,100:\n{plan}"
             );
             assert!(
-                !plan.contains("Seq Scan"),
+                // (The pauses, a few rows read once per claim, may be read whole.)
+                !plan.contains("Seq Scan on outbox_messages"),
                 "{planner}: the claim scans the table:\n{plan}"
             );
         }

@@ -109,7 +109,8 @@ async fn claims_stay_on_the_partial_index_after_a_million_rows_went_through_the_
             "the claim does not use the pending partial index:\n{plan}"
         );
         assert!(
-            !plan.contains("Seq Scan"),
+            // (The pauses, a few rows read once per claim, may be read whole.)
+            !plan.contains("Seq Scan on outbox_messages"),
             "the claim scans the table:\n{plan}"
         );
     });

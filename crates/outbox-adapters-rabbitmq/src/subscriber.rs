@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::StreamExt as _;
-use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions};
+use lapin::options::{
+    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions,
+};
 use lapin::types::FieldTable;
 use outbox_core::config::redact_url;
 use outbox_ports::{Acker, Delivery, DeliveryStream, PortError, Subscriber};
@@ -46,7 +48,8 @@ struct Open {
     /// The node it is connected to (an index of the subscriber's nodes).
     node: usize,
     _connection: lapin::Connection,
-    _channel: lapin::Channel,
+    channel: lapin::Channel,
+    tag: String,
     consumer: lapin::Consumer,
 }
 
@@ -108,7 +111,8 @@ impl RabbitSubscriber {
         Ok(Open {
             node,
             _connection: connection,
-            _channel: channel,
+            channel,
+            tag,
             consumer,
         })
     }
@@ -128,6 +132,7 @@ impl Subscriber for RabbitSubscriber {
             prefetch,
             open: Some(open),
             backoff: Duration::ZERO,
+            cancelled: false,
         }))
     }
 }
@@ -138,12 +143,32 @@ struct RabbitDeliveryStream {
     prefetch: u16,
     open: Option<Open>,
     backoff: Duration,
+    /// Cancelled on purpose: the end of the consumer's deliveries ends the stream
+    /// instead of a resubscription.
+    cancelled: bool,
 }
 
 #[async_trait]
 impl DeliveryStream for RabbitDeliveryStream {
+    /// `basic.cancel`: the broker sends nothing more, and lapin hands out what it
+    /// had received before the cancel's answer, then the end (it queues the end
+    /// behind them). The channel stays open, so those can still be settled.
+    async fn cancel(&mut self) -> Result<(), PortError> {
+        self.cancelled = true;
+        let Some(open) = self.open.as_ref() else {
+            return Ok(());
+        };
+        open.channel
+            .basic_cancel(open.tag.as_str().into(), BasicCancelOptions::default())
+            .await
+            .map_err(|e| port("cancel consumer", "queue", &self.queue, &e))
+    }
+
     async fn next(&mut self) -> Option<Result<Delivery, PortError>> {
         loop {
+            if self.cancelled && self.open.is_none() {
+                return None;
+            }
             if let Some(open) = self.open.as_mut() {
                 match open.consumer.next().await {
                     Some(Ok(d)) => {
@@ -157,9 +182,17 @@ impl DeliveryStream for RabbitDeliveryStream {
                     Some(Err(e)) => {
                         tracing::warn!(queue = %self.queue, error = %e, "consumer lost its channel; reconnecting");
                     }
+                    None if self.cancelled => return None,
                     None => {
                         tracing::warn!(queue = %self.queue, "consumer cancelled; resubscribing")
                     }
+                }
+                if self.cancelled {
+                    // Lost while draining: the broker takes back what is unsettled.
+                    if let Some(lost) = self.open.take() {
+                        self.subscriber.nodes.lost(lost.node);
+                    }
+                    return None;
                 }
                 // Unacknowledged deliveries of the lost channel go back to the queue.
                 if let Some(lost) = self.open.take() {

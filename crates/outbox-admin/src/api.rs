@@ -11,7 +11,8 @@ use crate::openapi::openapi_json;
 use crate::routes::{
     audit, blocked_keys, consumers, delete_dead_letter, delete_matching, delete_message, failures,
     get_dead_letter, get_delivery, get_message, list_dead_letters, list_deliveries, list_messages,
-    publish_now, reconsume, reconsume_matching, requeue_matching, requeue_message, stats,
+    pause_consumer, pause_exchange, pauses, publish_now, reconsume, reconsume_matching,
+    requeue_matching, requeue_message, resume_consumer, resume_exchange, stats,
 };
 use crate::{AdminError, AdminService};
 
@@ -36,7 +37,12 @@ pub fn router(service: AdminService, auth: AdminAuth) -> Router {
         .route("/messages/{id}/publish-now", post(publish_now))
         .route("/ordering/blocked-keys", get(blocked_keys))
         .route("/failures", get(failures))
+        .route("/exchanges/{exchange}/pause", post(pause_exchange))
+        .route("/exchanges/{exchange}/resume", post(resume_exchange))
+        .route("/pauses", get(pauses))
         .route("/consumers", get(consumers))
+        .route("/consumers/{name}/pause", post(pause_consumer))
+        .route("/consumers/{name}/resume", post(resume_consumer))
         .route("/consumers/{name}/deliveries", get(list_deliveries))
         .route(
             "/consumers/{name}/deliveries/reconsume",

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use outbox_ports::PauseKind;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -619,6 +620,8 @@ pub struct ConsumerItem {
     pub dead: u64,
     /// Deliveries that could not be decoded.
     pub dead_letters: u64,
+    /// An operator paused it: its workers take no deliveries.
+    pub paused: bool,
 }
 
 /// Every consumer.
@@ -792,6 +795,61 @@ pub struct StatsResponse {
     pub sweeps: Vec<SweepItem>,
     /// Whether each configured sweep's lock is held now.
     pub locks: Vec<LockItem>,
+    /// The exchanges and consumers operators paused, by kind and name.
+    pub pauses: Vec<PauseItem>,
     /// What each number is.
     pub precision: StatsPrecision,
+}
+
+/// What a pause holds back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum PauseKindItem {
+    /// The relays claim none of the exchange's messages.
+    Exchange,
+    /// The consumer's workers take no deliveries.
+    Consumer,
+}
+
+impl From<PauseKind> for PauseKindItem {
+    fn from(kind: PauseKind) -> Self {
+        match kind {
+            PauseKind::Exchange => Self::Exchange,
+            PauseKind::Consumer => Self::Consumer,
+        }
+    }
+}
+
+/// A pause in force.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct PauseItem {
+    /// An exchange or a consumer.
+    pub kind: PauseKindItem,
+    /// Its name.
+    pub name: String,
+    /// Since when (RFC 3339; null for a time that cannot be read).
+    #[schema(format = DateTime)]
+    pub since: Option<String>,
+    /// The operator who paused it.
+    pub by: String,
+}
+
+/// Every pause in force.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct PauseList {
+    /// By kind (exchanges first), then name.
+    pub items: Vec<PauseItem>,
+}
+
+/// What a pause or resume left.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct PauseState {
+    /// An exchange or a consumer.
+    pub kind: PauseKindItem,
+    /// Its name.
+    pub name: String,
+    /// Whether it is paused now.
+    pub paused: bool,
+    /// Whether this request changed that (false: it was so already).
+    pub changed: bool,
 }

@@ -8,14 +8,14 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 use outbox_core::{InboxStatus, Lifecycle, OutboxStatus};
-use outbox_ports::MessageFilter;
+use outbox_ports::{MessageFilter, PauseKind};
 
 use crate::auth::Actor;
 use crate::model::{
     AuditPage, BlockedKeyPage, BlockedKeysQuery, BulkDeleteRequest, BulkRequest, BulkResponse,
     ConsumerList, DeadLetterPage, DeadLetterQuery, DeadLetterView, DeleteQuery, DeliveryQuery,
-    FailureGroups, FilterBody, MessageDetail, MessagePage, MessageQuery, PageQuery,
-    ReconsumeOneRequest, ReconsumeRequest, StatsResponse,
+    FailureGroups, FilterBody, MessageDetail, MessagePage, MessageQuery, PageQuery, PauseList,
+    PauseState, ReconsumeOneRequest, ReconsumeRequest, StatsResponse,
 };
 use crate::params::{
     filter_from_body, list_from_query, parse_cursor, parse_dead_letter_id, parse_limit, parse_max,
@@ -316,4 +316,79 @@ pub(crate) async fn audit(
     let limit = parse_limit(q.limit.as_deref())?;
     let cursor = parse_cursor(q.cursor.as_deref())?;
     Ok(Json(s.audit_log(cursor, limit).await?))
+}
+
+/// The name in a pause's path, checked.
+fn pause_target(name: Result<Path<String>, PathRejection>) -> Result<String, AdminError> {
+    text("name", path(name)?)
+}
+
+/// Pauses an exchange: the relays hold its messages pending (each ordering key's
+/// order kept) while every other exchange flows. Takes no body.
+#[utoipa::path(post, path = "/exchanges/{exchange}/pause", tag = "pauses",
+    params(("exchange" = String, Path, description = "Exchange name", pattern = "^[^\\u0000]*$")),
+    responses((status = 200, body = PauseState), WriteErrors))]
+pub(crate) async fn pause_exchange(
+    State(s): Service,
+    Extension(actor): Extension<Actor>,
+    name: Result<Path<String>, PathRejection>,
+) -> Answer<PauseState> {
+    let name = pause_target(name)?;
+    Ok(Json(
+        s.pause(&actor.name, PauseKind::Exchange, &name).await?,
+    ))
+}
+
+/// Lifts an exchange's pause. Takes no body.
+#[utoipa::path(post, path = "/exchanges/{exchange}/resume", tag = "pauses",
+    params(("exchange" = String, Path, description = "Exchange name", pattern = "^[^\\u0000]*$")),
+    responses((status = 200, body = PauseState), WriteErrors))]
+pub(crate) async fn resume_exchange(
+    State(s): Service,
+    Extension(actor): Extension<Actor>,
+    name: Result<Path<String>, PathRejection>,
+) -> Answer<PauseState> {
+    let name = pause_target(name)?;
+    Ok(Json(
+        s.resume(&actor.name, PauseKind::Exchange, &name).await?,
+    ))
+}
+
+/// Pauses a consumer: its workers finish the deliveries in hand, cancel their
+/// subscriptions and take no more (nothing is handed back), and its retry sweep
+/// runs no handler. Takes no body.
+#[utoipa::path(post, path = "/consumers/{name}/pause", tag = "pauses",
+    params(("name" = String, Path, description = "Consumer name", pattern = "^[^\\u0000]*$")),
+    responses((status = 200, body = PauseState), WriteErrors))]
+pub(crate) async fn pause_consumer(
+    State(s): Service,
+    Extension(actor): Extension<Actor>,
+    name: Result<Path<String>, PathRejection>,
+) -> Answer<PauseState> {
+    let name = pause_target(name)?;
+    Ok(Json(
+        s.pause(&actor.name, PauseKind::Consumer, &name).await?,
+    ))
+}
+
+/// Lifts a consumer's pause: its workers subscribe again. Takes no body.
+#[utoipa::path(post, path = "/consumers/{name}/resume", tag = "pauses",
+    params(("name" = String, Path, description = "Consumer name", pattern = "^[^\\u0000]*$")),
+    responses((status = 200, body = PauseState), WriteErrors))]
+pub(crate) async fn resume_consumer(
+    State(s): Service,
+    Extension(actor): Extension<Actor>,
+    name: Result<Path<String>, PathRejection>,
+) -> Answer<PauseState> {
+    let name = pause_target(name)?;
+    Ok(Json(
+        s.resume(&actor.name, PauseKind::Consumer, &name).await?,
+    ))
+}
+
+/// Every pause in force, exchanges first, each kind by name.
+#[utoipa::path(get, path = "/pauses", tag = "pauses",
+    responses((status = 200, body = PauseList), ReadErrors))]
+pub(crate) async fn pauses(State(s): Service) -> Answer<PauseList> {
+    Ok(Json(s.pauses().await?))
 }

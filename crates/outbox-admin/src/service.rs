@@ -10,16 +10,17 @@ use outbox_core::{InboxStatus, Lifecycle, Message, MessageId, OutboxStatus, Side
 use outbox_ports::{
     AuditEntry, AuditLog, BulkOutcome, Clock, DeliveryFilter, DistributedLock, InboxOperator,
     InboxRecord, MessageFilter, MessageSummary, MinuteCount, OutboxOperator, OutboxStore,
-    PREVIEW_BYTES, Page, PageCursor, PortError, StoredDeadLetter, SweepStateStore, SystemClock,
-    ThroughputKind, ThroughputLog, deletable_statuses, reconsumable_statuses, requeueable_statuses,
+    PREVIEW_BYTES, Page, PageCursor, Pause, PauseKind, PauseStore, PortError, StoredDeadLetter,
+    SweepStateStore, SystemClock, ThroughputKind, ThroughputLog, deletable_statuses,
+    reconsumable_statuses, requeueable_statuses,
 };
 
 use crate::AdminError;
 use crate::model::{
     AuditItem, AuditPage, BlockedKeyItem, BlockedKeyPage, BulkProgress, BulkResponse, ConsumeSide,
     ConsumerItem, DeadLetterPage, DeadLetterView, FailureGroupItem, FailureGroups, LockItem,
-    MessageDetail, MessageItem, MessagePage, MinuteItem, OutboxCounts, StatsPrecision,
-    StatsResponse, SweepItem,
+    MessageDetail, MessageItem, MessagePage, MinuteItem, OutboxCounts, PauseItem, PauseList,
+    PauseState, StatsPrecision, StatsResponse, SweepItem,
 };
 use crate::params::{encode_cursor, format_time};
 use crate::redact::{Redaction, is_textual};
@@ -199,6 +200,8 @@ pub struct AdminPorts {
     pub audit: Arc<dyn AuditLog>,
     /// The outbox's cheap counts (`stats`).
     pub outbox_store: Arc<dyn OutboxStore>,
+    /// The pauses operators set; the stores' claims and consumers read the same.
+    pub pauses: Arc<dyn PauseStore>,
 }
 
 /// The operator's actions.
@@ -489,6 +492,7 @@ impl AdminService {
                 });
             }
         }
+        let pauses = self.pause_items().await?;
         Ok(StatsResponse {
             outbox: OutboxCounts {
                 pending: counts.pending,
@@ -507,6 +511,7 @@ impl AdminService {
             consumed_per_minute: minutes(consumed),
             sweeps,
             locks,
+            pauses,
             precision: StatsPrecision {
                 outbox: "exact".into(),
                 outbox_sent: "not_counted".into(),
@@ -894,15 +899,103 @@ impl AdminService {
     pub async fn consumers(&self) -> Result<Vec<ConsumerItem>, AdminError> {
         let mut consumers = self.ports.inbox.consumers().await?;
         consumers.sort_by(|a, b| a.name.cmp(&b.name));
+        let paused: std::collections::HashSet<String> = self
+            .ports
+            .pauses
+            .pauses()
+            .await?
+            .into_iter()
+            .filter(|p| p.kind == PauseKind::Consumer)
+            .map(|p| p.name)
+            .collect();
         Ok(consumers
             .into_iter()
             .map(|c| ConsumerItem {
+                paused: paused.contains(&c.name),
                 name: c.name,
                 received: c.stats.received,
                 consumed: c.consumed_counted.then_some(c.stats.consumed),
                 consume_failed: c.stats.consume_failed,
                 dead: c.stats.dead,
                 dead_letters: c.stats.dead_letters,
+            })
+            .collect())
+    }
+
+    /// Pauses `name` (audited as `pause`, with the target `exchange NAME` or
+    /// `consumer NAME` and a count of 1 when it was not paused before, else 0).
+    /// Every relay or consumer of the store obeys at its next claim or pause check.
+    ///
+    /// # Errors
+    /// `BadRequest` for a name that cannot be paused (empty, over 255 bytes, a
+    /// control character), or what the stores say.
+    pub async fn pause(
+        &self,
+        actor: &str,
+        kind: PauseKind,
+        name: &str,
+    ) -> Result<PauseState, AdminError> {
+        pause_name(kind, name)?;
+        let changed = self.ports.pauses.pause(kind, name, actor).await?;
+        self.audit(actor, "pause", format!("{kind} {name}"), u64::from(changed))
+            .await?;
+        Ok(PauseState {
+            kind: kind.into(),
+            name: name.to_owned(),
+            paused: true,
+            changed,
+        })
+    }
+
+    /// Lifts the pause of `name` (audited as `resume`, counting 1 when it was
+    /// paused, else 0).
+    ///
+    /// # Errors
+    /// `BadRequest` for a name that cannot be paused, or what the stores say.
+    pub async fn resume(
+        &self,
+        actor: &str,
+        kind: PauseKind,
+        name: &str,
+    ) -> Result<PauseState, AdminError> {
+        pause_name(kind, name)?;
+        let changed = self.ports.pauses.resume(kind, name).await?;
+        self.audit(
+            actor,
+            "resume",
+            format!("{kind} {name}"),
+            u64::from(changed),
+        )
+        .await?;
+        Ok(PauseState {
+            kind: kind.into(),
+            name: name.to_owned(),
+            paused: false,
+            changed,
+        })
+    }
+
+    /// Every pause in force.
+    ///
+    /// # Errors
+    /// What the store says.
+    pub async fn pauses(&self) -> Result<PauseList, AdminError> {
+        Ok(PauseList {
+            items: self.pause_items().await?,
+        })
+    }
+
+    /// The pauses in force, exchanges first, each kind by name.
+    async fn pause_items(&self) -> Result<Vec<PauseItem>, AdminError> {
+        let mut pauses: Vec<Pause> = self.ports.pauses.pauses().await?;
+        pauses.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
+        Ok(pauses
+            .into_iter()
+            .map(|p| PauseItem {
+                kind: p.kind.into(),
+                name: p.name,
+                since: p.since.map(format_time),
+                by: p.by,
             })
             .collect())
     }
@@ -1051,4 +1144,15 @@ fn not_found(what: &'static str, id: impl ToString) -> AdminError {
         what,
         id: id.to_string(),
     })
+}
+
+/// A name that can be paused, or a `BadRequest` saying why not.
+fn pause_name(kind: PauseKind, name: &str) -> Result<(), AdminError> {
+    match outbox_ports::invalid_pause_name(name) {
+        Some(why) => Err(AdminError::bad(
+            "bad_name",
+            format!("the {kind} name {why}"),
+        )),
+        None => Ok(()),
+    }
 }

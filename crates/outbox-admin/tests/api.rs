@@ -644,7 +644,7 @@ async fn stats_count_both_sides_and_mark_what_is_not_counted() {
 }
 
 /// The routes the issue asks for; the document and the router must agree with it.
-const ROUTES: [(&str, &str); 20] = [
+const ROUTES: [(&str, &str); 25] = [
     ("get", "/stats"),
     ("get", "/ordering/blocked-keys"),
     ("get", "/failures"),
@@ -665,6 +665,11 @@ const ROUTES: [(&str, &str); 20] = [
     ("delete", "/dead-letters/{id}"),
     ("get", "/audit"),
     ("get", "/openapi.json"),
+    ("post", "/exchanges/{exchange}/pause"),
+    ("post", "/exchanges/{exchange}/resume"),
+    ("post", "/consumers/{name}/pause"),
+    ("post", "/consumers/{name}/resume"),
+    ("get", "/pauses"),
 ];
 
 #[tokio::test]
@@ -1197,4 +1202,122 @@ async fn failures_are_grouped_by_error_per_exchange_and_consumer() {
     }
     let (status, _) = h.call("GET", "/failures", None, None).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn exchanges_and_consumers_pause_and_resume_with_the_write_role_audited() {
+    let h = harness();
+    let held = h.pending(message("orders", "order.created", b"{}")).await;
+    let flowing = h.pending(message("payments", "paid", b"{}")).await;
+    h.delivered("billing", &message("orders", "order.created", b"{}"), true)
+        .await;
+
+    // No body, or an empty one with any content type, is accepted.
+    let (status, body) = h.write("POST", "/exchanges/orders/pause", None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["kind"], "exchange");
+    assert_eq!(body["name"], "orders");
+    assert_eq!(body["paused"], true);
+    assert_eq!(body["changed"], true);
+    let (status, body) = h.write("POST", "/exchanges/orders/pause", Some("")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["changed"], false, "paused already");
+    let (status, body) = h.write("POST", "/consumers/billing/pause", None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["kind"], "consumer");
+
+    // The relays' claims obey at once.
+    let lease = outbox_ports::Lease::new("relay-1", std::time::Duration::from_secs(60));
+    let claimed: Vec<_> = outbox_ports::OutboxRelayPath::claim_pending(&*h.outbox, &lease, 10)
+        .await
+        .expect("claim")
+        .into_iter()
+        .map(|c| c.message.id)
+        .collect();
+    assert_eq!(
+        claimed,
+        vec![flowing],
+        "a paused exchange's message was claimed"
+    );
+    assert!(
+        outbox_ports::InboxConsumerPath::consumer_paused(&*h.inbox, "billing")
+            .await
+            .expect("read")
+    );
+
+    let (status, body) = h.get("/pauses").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let items = body["items"].as_array().unwrap();
+    assert_eq!(items.len(), 2, "{body}");
+    assert_eq!(items[0]["kind"], "exchange", "exchanges first: {body}");
+    assert_eq!(items[0]["by"], "ops");
+    assert!(items[0]["since"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(items[1]["name"], "billing");
+    let (_, stats) = h.get("/stats").await;
+    assert_eq!(stats["pauses"].as_array().unwrap().len(), 2, "{stats}");
+    let (_, consumers) = h.get("/consumers").await;
+    assert_eq!(consumers["items"][0]["paused"], true, "{consumers}");
+
+    // Reading is not enough to pause, nor is no token.
+    let (status, _) = h
+        .call("POST", "/exchanges/payments/pause", Some(READ), None)
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, _) = h
+        .call("POST", "/exchanges/payments/pause", None, None)
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    // Names a pause cannot hold.
+    let long = "x".repeat(256);
+    for uri in [
+        format!("/exchanges/{long}/pause"),
+        "/consumers/a%07b/pause".to_owned(),
+        "/consumers/a%00b/resume".to_owned(),
+    ] {
+        let (status, body) = h.write("POST", &uri, None).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{uri}: {body}");
+    }
+    let (status, _) = h.get("/exchanges/orders/pause").await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+
+    let (status, body) = h.write("POST", "/exchanges/orders/resume", None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["paused"], false);
+    assert_eq!(body["changed"], true);
+    let (_, body) = h.write("POST", "/exchanges/orders/resume", None).await;
+    assert_eq!(body["changed"], false, "resumed already");
+    let (status, _) = h.write("POST", "/consumers/billing/resume", None).await;
+    assert_eq!(status, StatusCode::OK);
+    let claimed = outbox_ports::OutboxRelayPath::claim_pending(&*h.outbox, &lease, 10)
+        .await
+        .expect("claim");
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].message.id, held, "resumed, the exchange flows");
+    let (_, body) = h.get("/pauses").await;
+    assert!(body["items"].as_array().unwrap().is_empty(), "{body}");
+
+    let audit = h.audit_entries().await;
+    let actions: Vec<(String, String, u64)> = audit
+        .iter()
+        .rev()
+        .map(|e| {
+            (
+                e["action"].as_str().unwrap().to_owned(),
+                e["target"].as_str().unwrap().to_owned(),
+                e["count"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, String, u64)> = [
+        ("pause", "exchange orders", 1),
+        ("pause", "exchange orders", 0),
+        ("pause", "consumer billing", 1),
+        ("resume", "exchange orders", 1),
+        ("resume", "exchange orders", 0),
+        ("resume", "consumer billing", 1),
+    ]
+    .into_iter()
+    .map(|(a, t, c)| (a.to_owned(), t.to_owned(), c))
+    .collect();
+    assert_eq!(actions, expected);
 }

@@ -15,6 +15,7 @@ fn service(h: &Harness, batch: u64) -> AdminService {
         inbox: h.inbox.clone(),
         audit: h.audit.clone(),
         outbox_store: h.outbox.clone(),
+        pauses: std::sync::Arc::new(h.outbox.pauses()),
     })
     .with_bulk_batch(batch)
 }

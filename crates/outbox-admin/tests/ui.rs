@@ -24,7 +24,7 @@ use tower::ServiceExt;
 fn ui_harness(tokens: Vec<AdminToken>, options: UiOptions) -> Harness {
     let clock = Arc::new(SystemClock);
     let outbox = Arc::new(MemoryOutboxStore::new(clock.clone()));
-    let inbox = Arc::new(MemoryInboxStore::new(clock.clone()));
+    let inbox = Arc::new(MemoryInboxStore::new(clock.clone()).with_pauses(&outbox.pauses()));
     let audit = Arc::new(MemoryAuditLog::new(clock.clone()));
     let state = Arc::new(MemorySweepState::new(clock));
     let service = AdminService::new(AdminPorts {
@@ -32,6 +32,7 @@ fn ui_harness(tokens: Vec<AdminToken>, options: UiOptions) -> Harness {
         inbox: inbox.clone(),
         audit: audit.clone(),
         outbox_store: outbox.clone(),
+        pauses: Arc::new(outbox.pauses()),
     })
     .with_sweep_reports(state.clone(), vec!["relay-sweep".into()]);
     let app = Router::new().nest("/ui", ui_router(service, AdminAuth::new(tokens), options));
@@ -932,4 +933,97 @@ async fn the_failures_page_groups_by_error_and_links_to_the_dead_ones() {
         rows[0].starts_with("2<"),
         "the exchange's group of two first"
     );
+}
+
+#[tokio::test]
+async fn a_consumer_is_paused_and_resumed_from_the_page_behind_the_dialog() {
+    let h = harness();
+    h.delivered("billing", &message("orders", "order.created", b"{}"), true)
+        .await;
+    let mut reader = Browser::new(&h);
+    reader.login(READ).await;
+    let page = reader.get("/ui/consumers").await;
+    assert!(
+        !page.body.contains(">Pause<"),
+        "a reader is offered no pause"
+    );
+    let page = reader
+        .get("/ui/pauses?confirm=pause&kind=consumer&name=billing")
+        .await;
+    assert!(!page.body.contains("<dialog"), "no dialog for a reader");
+    assert!(!page.body.contains("pause-form"));
+
+    let mut b = Browser::new(&h);
+    b.login(WRITE).await;
+    let page = b.get("/ui/consumers").await;
+    assert!(page.body.contains(">Pause<"), "{}", page.body);
+    assert!(!page.body.contains(">paused<"));
+    let dialog = b
+        .get("/ui/pauses?confirm=pause&kind=consumer&name=billing")
+        .await;
+    assert_eq!(dialog.status, StatusCode::OK, "{}", dialog.body);
+    assert!(
+        dialog.body.contains("Pause consumer billing?"),
+        "{}",
+        dialog.body
+    );
+    assert!(
+        dialog.body.contains(r#"action="/ui/pauses/pause""#),
+        "{}",
+        dialog.body
+    );
+    let csrf = b.csrf().await;
+    // Without the session's token nothing is paused.
+    let refused = b
+        .post("/ui/pauses/pause", "kind=consumer&name=billing")
+        .await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+    assert!(
+        !outbox_ports::InboxConsumerPath::consumer_paused(&*h.inbox, "billing")
+            .await
+            .expect("read")
+    );
+    let done = b
+        .post(
+            "/ui/pauses/pause",
+            &format!("csrf={csrf}&kind=consumer&name=billing"),
+        )
+        .await;
+    assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
+    assert_eq!(done.location(), "/ui/pauses?notice=paused");
+    assert!(
+        outbox_ports::InboxConsumerPath::consumer_paused(&*h.inbox, "billing")
+            .await
+            .expect("read")
+    );
+    let page = b.get("/ui/pauses?notice=paused").await;
+    assert!(page.body.contains("id=\"notice\""));
+    assert_eq!(rows(&page.body), 1, "{}", page.body);
+    assert!(page.body.contains(">paused<") && page.body.contains(">Resume<"));
+    let page = b.get("/ui/consumers").await;
+    assert!(page.body.contains(">paused<"), "the badge: {}", page.body);
+    assert!(page.body.contains(">Resume<"));
+
+    let done = b
+        .post(
+            "/ui/pauses/resume",
+            &format!("csrf={csrf}&kind=consumer&name=billing"),
+        )
+        .await;
+    assert_eq!(done.location(), "/ui/pauses?notice=resumed");
+    assert!(
+        !outbox_ports::InboxConsumerPath::consumer_paused(&*h.inbox, "billing")
+            .await
+            .expect("read")
+    );
+    let page = b.get("/ui/pauses").await;
+    assert!(page.body.contains("Nothing is paused."), "{}", page.body);
+    let audit: Vec<String> = outbox_ports::AuditLog::list(&*h.audit, None, 10)
+        .await
+        .expect("audit")
+        .items
+        .into_iter()
+        .map(|e| format!("{} {}", e.action, e.target))
+        .collect();
+    assert_eq!(audit, ["resume consumer billing", "pause consumer billing"]);
 }

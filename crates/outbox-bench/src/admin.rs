@@ -46,6 +46,10 @@ impl Bench {
                 self.pool.clone(),
                 schema,
             )),
+            pauses: Arc::new(outbox_adapters_postgres::PgPauses::new(
+                self.pool.clone(),
+                schema,
+            )),
             outbox_store: outbox,
         });
         // As `outbox run` serves it: charts from the per-minute totals the relays and

@@ -512,6 +512,44 @@ pub(crate) async fn failures(service: &AdminService, json: bool) -> anyhow::Resu
     Ok(ExitCode::SUCCESS)
 }
 
+/// Runs `outbox pause KIND NAME` (`pause`) or `outbox resume KIND NAME`; says on
+/// stderr what changed.
+///
+/// # Errors
+/// A name that cannot be paused, what the stores say.
+pub(crate) async fn pause(
+    service: &AdminService,
+    kind: outbox_ports::PauseKind,
+    name: &str,
+    pause: bool,
+) -> anyhow::Result<ExitCode> {
+    let name = text("name", name.to_owned())?;
+    let actor = cli_actor();
+    let state = if pause {
+        service.pause(&actor, kind, &name).await?
+    } else {
+        service.resume(&actor, kind, &name).await?
+    };
+    let shown = out::printable(&name);
+    match (state.paused, state.changed) {
+        (true, true) => eprintln!("paused {kind} {shown}"),
+        (true, false) => eprintln!("{kind} {shown} was paused already"),
+        (false, true) => eprintln!("resumed {kind} {shown}"),
+        (false, false) => eprintln!("{kind} {shown} was not paused"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs `outbox pauses`.
+///
+/// # Errors
+/// What the store says.
+pub(crate) async fn pauses(service: &AdminService, json: bool) -> anyhow::Result<ExitCode> {
+    let pauses = service.pauses().await?;
+    out::either(json, &pauses, out::pause_list)?;
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Runs `outbox stats`.
 ///
 /// # Errors

@@ -7,7 +7,7 @@ use std::io::IsTerminal;
 
 use outbox_admin::model::{
     BlockedKeyPage, BulkProgress, ConsumerItem, DeadLetterPage, DeadLetterView, FailureGroups,
-    MessageDetail, MessagePage, StatsResponse,
+    MessageDetail, MessagePage, PauseKindItem, PauseList, StatsResponse,
 };
 
 /// Whether a bulk action shows its progress: on a terminal (stderr), not with
@@ -119,6 +119,24 @@ pub(crate) fn failure_groups(groups: &FailureGroups) {
     }
 }
 
+/// The pauses in force, one line each: kind, name, since, by whom.
+pub(crate) fn pause_list(pauses: &PauseList) {
+    for p in &pauses.items {
+        let kind = match p.kind {
+            PauseKindItem::Exchange => "exchange",
+            PauseKindItem::Consumer => "consumer",
+        };
+        println!(
+            "{kind}\t{}\t{}\t{}",
+            printable(&p.name),
+            p.since.as_deref().unwrap_or("-"),
+            printable(&p.by)
+        );
+    }
+    let n = pauses.items.len();
+    eprintln!("{n} pause{} in force", if n == 1 { "" } else { "s" });
+}
+
 /// A page of blocked ordering keys, one line each: key, head id, head status,
 /// attempts, waiting count (`1000+` past the cap), next attempt, last error.
 pub(crate) fn blocked_key_page(page: &BlockedKeyPage) {
@@ -148,7 +166,7 @@ pub(crate) fn blocked_key_page(page: &BlockedKeyPage) {
 
 /// `text` on one line of a tab-separated listing: control characters (tabs,
 /// newlines, terminal escapes) shown escaped.
-fn printable(text: &str) -> String {
+pub(crate) fn printable(text: &str) -> String {
     text.chars()
         .flat_map(|c| {
             if c.is_control() {
@@ -227,14 +245,15 @@ pub(crate) fn message_detail(m: &MessageDetail) {
 pub(crate) fn consumers(items: &[ConsumerItem]) {
     for c in items {
         println!(
-            "{}\treceived={}\tconsumed={}\tconsume_failed={}\tdead={}\tdead_letters={}",
+            "{}\treceived={}\tconsumed={}\tconsume_failed={}\tdead={}\tdead_letters={}{}",
             c.name,
             c.received,
             c.consumed
                 .map_or_else(|| "not counted".to_owned(), |n| n.to_string()),
             c.consume_failed,
             c.dead,
-            c.dead_letters
+            c.dead_letters,
+            if c.paused { "\tpaused" } else { "" }
         );
     }
     eprintln!("{} consumer(s)", items.len());
@@ -292,15 +311,23 @@ pub(crate) fn stats(s: &StatsResponse) {
     );
     for c in &s.consumers {
         println!(
-            "consumer {}\treceived={}\tconsumed={}\tconsume_failed={}\tdead={}\tdead_letters={}",
+            "consumer {}\treceived={}\tconsumed={}\tconsume_failed={}\tdead={}\tdead_letters={}{}",
             c.name,
             c.received,
             c.consumed
                 .map_or_else(|| "not counted".to_owned(), |n| n.to_string()),
             c.consume_failed,
             c.dead,
-            c.dead_letters
+            c.dead_letters,
+            if c.paused { "\tpaused" } else { "" }
         );
+    }
+    for p in s
+        .pauses
+        .iter()
+        .filter(|p| p.kind == PauseKindItem::Exchange)
+    {
+        println!("exchange {}\tpaused", printable(&p.name));
     }
     let total = |m: &[outbox_admin::model::MinuteItem]| m.iter().map(|m| m.count).sum::<u64>();
     println!(

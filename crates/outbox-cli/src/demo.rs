@@ -155,7 +155,7 @@ pub async fn run_keeping(opts: &DemoOptions) -> anyhow::Result<(DemoSummary, Dem
     );
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let outbox = Arc::new(MemoryOutboxStore::new(Arc::clone(&clock)));
-    let inbox = Arc::new(MemoryInboxStore::new(Arc::clone(&clock)));
+    let inbox = Arc::new(MemoryInboxStore::new(Arc::clone(&clock)).with_pauses(&outbox.pauses()));
     let broker = MemoryBroker::new();
     broker.declare_exchange(EXCHANGE, ExchangeKind::Topic);
     broker.declare_queue(QUEUE);

@@ -25,6 +25,7 @@ pub fn demo_service(world: &DemoWorld) -> AdminService {
         inbox: world.inbox.clone(),
         audit,
         outbox_store: world.outbox.clone(),
+        pauses: Arc::new(world.outbox.pauses()),
     })
     .with_sweep_reports(world.state.clone(), world.sweep_keys.clone())
     .with_locks(world.lock.clone(), world.lock_keys.clone())

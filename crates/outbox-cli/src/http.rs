@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use outbox_core::SweepReport;
-use outbox_ports::{DistributedLock, OutboxStore, Publisher};
+use outbox_ports::{DistributedLock, OutboxStore, PauseStore, Publisher};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -41,6 +41,37 @@ pub struct HttpState {
     /// The stall watchdog's verdict (`RelayHandles::progress`): a stalled relay
     /// fails readiness; `None` checks nothing.
     pub progress: Option<Arc<outbox_runtime::stall::RelayProgress>>,
+    /// The pauses operators set (`outbox_paused`); `None` shows none.
+    pub pauses: Option<Arc<dyn PauseStore>>,
+}
+
+/// The pauses `/metrics` showed as 1, to show 0 once lifted (a gauge stays in
+/// the recorder).
+static SHOWN_PAUSES: std::sync::Mutex<std::collections::BTreeSet<(&'static str, String)>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// `outbox_paused{kind,name}`: 1 for each pause in force, 0 for one lifted since
+/// the last scrape. A store that does not answer leaves them as they were.
+async fn record_pauses(pauses: &dyn PauseStore) {
+    let now = match pauses.pauses().await {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::warn!(error = %e, "metrics: pauses unreadable");
+            return;
+        }
+    };
+    let now: std::collections::BTreeSet<(&'static str, String)> =
+        now.into_iter().map(|p| (p.kind.as_str(), p.name)).collect();
+    let mut shown = SHOWN_PAUSES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    for (kind, name) in shown.difference(&now) {
+        metrics::gauge!("outbox_paused", "kind" => *kind, "name" => name.clone()).set(0.0);
+    }
+    for (kind, name) in &now {
+        metrics::gauge!("outbox_paused", "kind" => *kind, "name" => name.clone()).set(1.0);
+    }
+    *shown = now;
 }
 
 /// The process-wide Prometheus recorder (installed once).
@@ -86,6 +117,10 @@ fn describe_metrics() {
     describe_gauge!(
         "outbox_consumer_stalled",
         "1 while the stall watchdog finds the consumer stalled."
+    );
+    describe_gauge!(
+        "outbox_paused",
+        "1 while an operator has paused the exchange or consumer (kind, name); 0 once resumed."
     );
     describe_gauge!(
         "outbox_store_up",
@@ -289,6 +324,9 @@ async fn metrics_text(State(state): State<HttpState>, headers: HeaderMap) -> Res
     metrics::counter!("outbox_publish_deferred_total").absolute(c.deferred.load(Ordering::Relaxed));
     if let Some(p) = &state.progress {
         metrics::gauge!("outbox_relay_stalled").set(if p.stalled().is_some() { 1.0 } else { 0.0 });
+    }
+    if let Some(pauses) = &state.pauses {
+        record_pauses(pauses.as_ref()).await;
     }
     match state.store.stats().await {
         Ok(s) => {

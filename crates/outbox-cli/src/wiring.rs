@@ -9,7 +9,7 @@ use outbox_adapters_memory::{
     MemorySweepState, MemoryThroughputLog,
 };
 use outbox_adapters_postgres::{
-    PgAuditLog, PgInboxStore, PgLock, PgOutboxStore, PgPool, PgSchema, PgSweepState,
+    PgAuditLog, PgInboxStore, PgLock, PgOutboxStore, PgPauses, PgPool, PgSchema, PgSweepState,
     PgThroughputLog,
 };
 use outbox_adapters_rabbitmq::{RabbitPublisher, RabbitPublisherConfig};
@@ -114,13 +114,15 @@ pub async fn wire(cfg: &RelayConfig, instance: &str) -> anyhow::Result<Wired> {
                 MemoryOutboxStore::new(memory_clock.clone())
                     .with_dead_head(cfg.ordering.dead_head()),
             );
-            let inbox = Arc::new(MemoryInboxStore::new(memory_clock.clone()));
+            let inbox =
+                Arc::new(MemoryInboxStore::new(memory_clock.clone()).with_pauses(&outbox.pauses()));
             StoreSide {
                 store: outbox.clone(),
                 admin: AdminPorts {
                     outbox: outbox.clone(),
                     inbox: inbox.clone(),
                     audit: Arc::new(MemoryAuditLog::new(memory_clock.clone())),
+                    pauses: Arc::new(outbox.pauses()),
                     outbox_store: outbox,
                 },
                 wakeup: None,
@@ -207,7 +209,8 @@ pub fn postgres_admin_ports(
     AdminPorts {
         outbox: outbox.clone(),
         inbox: inbox.clone(),
-        audit: Arc::new(PgAuditLog::new(pool, schema)),
+        audit: Arc::new(PgAuditLog::new(pool.clone(), schema)),
+        pauses: Arc::new(PgPauses::new(pool, schema)),
         outbox_store: outbox,
     }
 }

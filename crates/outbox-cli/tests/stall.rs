@@ -124,6 +124,7 @@ fn relay_with_readyz(
         token: None,
         health: relay.health.clone(),
         progress: Some(relay.progress.clone()),
+        pauses: None,
     };
     let server = tokio::spawn(http::serve(address, state, cancel.clone()));
     (relay, server, address.port())

@@ -29,6 +29,7 @@ pub mod layer;
 #[cfg(feature = "otel")]
 pub mod otel;
 pub mod outcome;
+pub mod pause;
 #[cfg(feature = "postgres")]
 pub mod pg;
 #[cfg(feature = "postgres")]

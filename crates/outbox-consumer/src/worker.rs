@@ -22,7 +22,7 @@ use outbox_ports::{
     Arrival, ClaimedDelivery, Clock, DeadLetter, Delivery, InboxConsumerPath, InboxRetention,
     Lease, PortError, Subscriber,
 };
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -731,6 +731,18 @@ impl<P: InboxPath> InboxWorker<P> {
             config.stall_after.max(Duration::from_millis(1)),
             stop_watch.clone(),
         ));
+        // Whether an operator paused this consumer: every loop below (each shard
+        // and its dead-letter queue) stops taking deliveries while it is.
+        let stop_pause_watch = cancel.child_token();
+        let (paused, pause_watch) = {
+            let s = Arc::clone(&self.shared);
+            let read = move || {
+                let s = Arc::clone(&s);
+                async move { s.path.inbox().consumer_paused(&s.config.name).await }
+            };
+            crate::pause::watch_paused(read, config.name.clone(), stop_pause_watch.clone()).await
+        };
+        let paused = &paused;
         let subscriber = &*self.subscriber;
         let gate = &self.shared.gate;
         let shards = config.per_shard();
@@ -740,7 +752,7 @@ impl<P: InboxPath> InboxWorker<P> {
             async move {
                 let main = {
                     let shared = Arc::clone(&shared);
-                    consume(subscriber, shard, gate, cancel, move |d| {
+                    consume(subscriber, shard, gate, paused, cancel, move |d| {
                         let shared = Arc::clone(&shared);
                         let stop = cancel.clone();
                         async move { shared.handle_delivery(d, &stop).await }
@@ -760,7 +772,7 @@ impl<P: InboxPath> InboxWorker<P> {
                     };
                     let shard = Arc::new(shard.clone());
                     async move {
-                        consume(subscriber, &dead_config, gate, cancel, move |d| {
+                        consume(subscriber, &dead_config, gate, paused, cancel, move |d| {
                             let shared = Arc::clone(&shared);
                             let shard = Arc::clone(&shard);
                             let stop = cancel.clone();
@@ -783,6 +795,10 @@ impl<P: InboxPath> InboxWorker<P> {
         // inbox's vacuum (dropped, its connection closes and the server ends it).
         stop_retention.cancel();
         stop_watch.cancel();
+        stop_pause_watch.cancel();
+        if let Err(e) = pause_watch.await {
+            tracing::error!(consumer = %config.name, error = %e, "pause watch ended abnormally");
+        }
         if let Err(e) = watchdog.await {
             tracing::error!(consumer = %config.name, error = %e, "stall watchdog ended abnormally");
         }
@@ -797,13 +813,62 @@ impl<P: InboxPath> InboxWorker<P> {
 /// The consuming loop shared by the workers: subscribe (retrying), take deliveries
 /// while fewer than `config.concurrency` are in hand, hand each to `handle` in a task
 /// of its own; on cancellation stop taking and wait for those in hand.
+///
+/// While `paused` says so, it holds no subscription: a pause cancels the
+/// subscription, handles what the broker had sent before (settled as usual, never
+/// handed back), waits for every delivery in hand, and subscribes again once the
+/// pause is lifted.
 pub(crate) async fn consume<F, Fut>(
     subscriber: &dyn Subscriber,
     config: &ConsumerConfig,
     gate: &StoreGate,
+    paused: &watch::Receiver<bool>,
     cancel: &CancellationToken,
     handle: F,
 ) where
+    F: Fn(Delivery) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let name = &config.name;
+    let mut paused = paused.clone();
+    loop {
+        // Read, then let go: the watch's guard must not be held across an await.
+        let is_paused = *paused.borrow_and_update();
+        if is_paused {
+            tracing::info!(consumer = %name, queue = %config.queue, "consumer paused; taking no deliveries");
+            tokio::select! {
+                () = cancel.cancelled() => break,
+                // The watch ends only with the worker.
+                _ = async { paused.wait_for(|p| !*p).await.is_ok() } => {}
+            }
+            tracing::info!(consumer = %name, queue = %config.queue, "consumer resumed");
+        }
+        match subscription(subscriber, config, gate, &mut paused, cancel, &handle).await {
+            Ended::Paused => {}
+            Ended::Stopped => break,
+        }
+    }
+    tracing::info!(consumer = %name, "consumer stopped");
+}
+
+/// Why a subscription was left.
+enum Ended {
+    /// The consumer was paused: what it had was handled.
+    Paused,
+    /// Cancelled, or the broker ended it.
+    Stopped,
+}
+
+/// One subscription of [`consume`], until it is cancelled, paused or ended.
+async fn subscription<F, Fut>(
+    subscriber: &dyn Subscriber,
+    config: &ConsumerConfig,
+    gate: &StoreGate,
+    paused: &mut watch::Receiver<bool>,
+    cancel: &CancellationToken,
+    handle: &F,
+) -> Ended
+where
     F: Fn(Delivery) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
@@ -814,7 +879,7 @@ pub(crate) async fn consume<F, Fut>(
             Err(e) => {
                 tracing::error!(consumer = %name, queue = %config.queue, error = %e, "cannot subscribe; retrying");
                 if !sleep_or_cancel(Duration::from_secs(1), cancel).await {
-                    return;
+                    return Ended::Stopped;
                 }
             }
         }
@@ -823,7 +888,10 @@ pub(crate) async fn consume<F, Fut>(
     let permits = Arc::new(Semaphore::new(config.concurrency.max(1)));
     let mut in_hand = JoinSet::new();
     let lanes = Lanes::default();
-    loop {
+    // Paused: the subscription is cancelled and what it still hands out is taken
+    // and handled until its end.
+    let mut draining = false;
+    let ended = loop {
         // A delivery of a key's lane takes its permit when its turn comes, so one
         // key's queue of deliveries never holds the permits other keys need (the
         // prefetch bounds how many wait); any other takes one before it is taken.
@@ -831,10 +899,10 @@ pub(crate) async fn consume<F, Fut>(
             None
         } else {
             tokio::select! {
-                () = cancel.cancelled() => break,
+                () = cancel.cancelled() => break Ended::Stopped,
                 p = Arc::clone(&permits).acquire_owned() => match p {
                     Ok(p) => Some(p),
-                    Err(_) => break,
+                    Err(_) => break Ended::Stopped,
                 },
             }
         };
@@ -843,23 +911,34 @@ pub(crate) async fn consume<F, Fut>(
         // in the prefetch), uncounted against any delivery limit.
         if gate.is_closed() {
             tokio::select! {
-                () = cancel.cancelled() => break,
+                () = cancel.cancelled() => break Ended::Stopped,
                 () = gate.opened() => {}
             }
         }
         let next = tokio::select! {
-            () = cancel.cancelled() => break,
+            () = cancel.cancelled() => break Ended::Stopped,
+            // A bool, not the watch's guard, which must not live across an await.
+            _ = async { paused.wait_for(|p| *p).await.is_ok() }, if !draining => {
+                draining = true;
+                if let Err(e) = stream.cancel().await {
+                    // The connection is gone: the broker takes back what was
+                    // unsettled, and the stream ends.
+                    tracing::warn!(consumer = %name, queue = %config.queue, error = %e, "cancelling the subscription for a pause failed");
+                }
+                continue;
+            }
             d = stream.next() => d,
         };
         match next {
+            None if draining => break Ended::Paused,
             None => {
                 tracing::info!(consumer = %name, "subscription ended");
-                break;
+                break Ended::Stopped;
             }
             Some(Err(e)) => {
                 tracing::warn!(consumer = %name, error = %e, "delivery stream error");
                 if !sleep_or_cancel(Duration::from_secs(1), cancel).await {
-                    break;
+                    break Ended::Stopped;
                 }
             }
             Some(Ok(delivery)) => {
@@ -873,11 +952,11 @@ pub(crate) async fn consume<F, Fut>(
                     None if turn.is_none() => tokio::select! {
                         () = cancel.cancelled() => {
                             drop(delivery);
-                            break;
+                            break Ended::Stopped;
                         }
                         p = Arc::clone(&permits).acquire_owned() => match p {
                             Ok(p) => Some(p),
-                            Err(_) => break,
+                            Err(_) => break Ended::Stopped,
                         },
                     },
                     None => None,
@@ -901,10 +980,10 @@ pub(crate) async fn consume<F, Fut>(
             }
         }
         while in_hand.try_join_next().is_some() {}
-    }
+    };
     drop(stream);
     while in_hand.join_next().await.is_some() {}
-    tracing::info!(consumer = %name, "consumer stopped");
+    ended
 }
 
 /// The message of a delivery; an undecodable or oversized one is kept as a dead
@@ -1031,6 +1110,10 @@ impl<P: InboxPath> SweepTask for InboxRetryTask<P> {
     ) -> Result<BatchCounts, PortError> {
         let s = &self.shared;
         let mut counts = BatchCounts::default();
+        // A paused consumer runs no handler, its retries included.
+        if s.path.inbox().consumer_paused(&s.config.name).await? {
+            return Ok(counts);
+        }
         // One claim per row, each under a lease of its own taken just before its
         // handler runs: a lease on a whole batch would run out for the rows at its end
         // while the first ones are handled, and a redelivery or another sweep would run

@@ -297,6 +297,15 @@ pub trait DeliveryStream: Send {
     /// [`PortError::Transient`] when the connection was lost (adapters that
     /// reconnect by themselves do so before returning further deliveries).
     async fn next(&mut self) -> Option<Result<Delivery, PortError>>;
+
+    /// Asks the broker to send no more deliveries. Those it sent before still come
+    /// out of [`next`](Self::next), to be handled and settled as usual; then `next`
+    /// answers `None`. Nothing is handed back to the queue by the cancel itself.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the connection was lost (its unsettled
+    /// deliveries go back to the queue, as with any lost connection).
+    async fn cancel(&mut self) -> Result<(), PortError>;
 }
 
 /// Subscribes to queues with manual acknowledgement.

@@ -168,6 +168,17 @@ pub trait InboxConsumerPath: Send + Sync {
     /// [`PortError::Transient`] when the store cannot be reached.
     async fn record_dead_letter(&self, consumer: &str, letter: DeadLetter)
     -> Result<(), PortError>;
+
+    /// Whether an operator paused `consumer` (see [`crate::PauseStore`]): its
+    /// workers then take no deliveries and its retry sweep runs no handler. The
+    /// default: the store keeps no pauses.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn consumer_paused(&self, consumer: &str) -> Result<bool, PortError> {
+        let _ = consumer;
+        Ok(false)
+    }
 }
 
 /// Storage of a consumer's inbox: the consumer's path (its supertrait) plus the

@@ -18,6 +18,7 @@ mod lock;
 mod mocks;
 mod operator;
 mod outbox;
+mod pause;
 #[cfg(feature = "renewal")]
 pub mod renewal;
 mod state;
@@ -46,6 +47,7 @@ pub use outbox::{
     ClaimedMessage, DeadHead, Lease, OutboxRecord, OutboxRelayPath, OutboxRetention, OutboxStats,
     OutboxStore, PublishFailure, SpaceReclaim,
 };
+pub use pause::{MAX_PAUSE_NAME_BYTES, Pause, PauseKind, PauseStore, invalid_pause_name};
 pub use state::{StateWrite, SweepStateStore};
 pub use throughput::{ThroughputKind, ThroughputLog};
 
@@ -58,6 +60,7 @@ pub use {
     mocks::{MockInboxStore, MockOutboxStore},
     operator::{MockAuditLog, MockInboxOperator, MockOutboxOperator},
     outbox::{MockOutboxRelayPath, MockOutboxRetention},
+    pause::MockPauseStore,
     state::MockSweepStateStore,
     throughput::MockThroughputLog,
 };
@@ -70,6 +73,6 @@ pub mod prelude {
         Acker as _, AuditLog as _, Clock as _, DistributedLock as _, InboxConsumerPath as _,
         InboxOperator as _, InboxRetention as _, InboxStore as _, LockGuard as _,
         OutboxOperator as _, OutboxRelayPath as _, OutboxRetention as _, OutboxStore as _,
-        Publisher as _, Subscriber as _, SweepStateStore as _, ThroughputLog as _,
+        PauseStore as _, Publisher as _, Subscriber as _, SweepStateStore as _, ThroughputLog as _,
     };
 }

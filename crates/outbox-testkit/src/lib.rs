@@ -27,6 +27,7 @@ pub mod inbox_operator;
 pub mod lock;
 pub mod outbox;
 pub mod outbox_operator;
+pub mod pauses;
 pub mod proxy;
 pub mod services;
 pub mod state;
@@ -215,6 +216,25 @@ macro_rules! inbox_operator_contract {
                 consumers_and_dead_letters,
                 consumed_per_minute_counts_consumed_deliveries,
                 failures_are_counted_per_consumer_and_text,
+            ]
+        );
+    };
+}
+
+/// Runs the [`PauseStore`](outbox_ports::PauseStore) contract, with what pauses
+/// do to the claims and the inbox of the same store; `$make` is the path of an
+/// async fn returning a fresh [`PausesUnderTest`](crate::pauses::PausesUnderTest).
+#[macro_export]
+macro_rules! pause_contract {
+    ($make:path) => {
+        $crate::__contract_cases!(
+            pauses,
+            $make,
+            [
+                pause_and_resume_say_whether_they_changed_anything,
+                claims_pass_over_a_paused_exchange_until_it_is_resumed,
+                a_paused_keyed_head_holds_its_key_back,
+                the_inbox_tells_a_consumer_it_is_paused,
             ]
         );
     };

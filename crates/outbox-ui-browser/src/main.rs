@@ -95,6 +95,7 @@ async fn seeded_app() -> anyhow::Result<axum::Router> {
         outbox: outbox.clone(),
         inbox: inbox.clone(),
         audit,
+        pauses: Arc::new(outbox.pauses()),
         outbox_store: outbox,
     })
     .with_sweep_reports(state, vec!["outbox.publish-retry.last-state".into()])

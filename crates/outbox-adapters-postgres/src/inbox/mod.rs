@@ -162,6 +162,12 @@ impl InboxConsumerPath for PgInboxStore {
     ) -> Result<(), PortError> {
         self.store_dead_letter(consumer, letter).await
     }
+
+    async fn consumer_paused(&self, consumer: &str) -> Result<bool, PortError> {
+        crate::PgPauses::new(self.pool.clone(), &self.schema)
+            .is_paused(outbox_ports::PauseKind::Consumer, consumer)
+            .await
+    }
 }
 
 #[async_trait]

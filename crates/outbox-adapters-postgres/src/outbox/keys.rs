@@ -80,14 +80,30 @@ pub(super) fn keyed_heads(t: &str, dead_head: DeadHead, cursor: Option<&str>) ->
          heads(seq) AS (SELECT h.seq FROM keys CROSS JOIN LATERAL {} h \
            WHERE h.status = 'pending' \
            AND (h.not_before IS NULL OR h.not_before <= now()) \
-           AND (h.locked_until IS NULL OR h.locked_until < now()))",
+           AND (h.locked_until IS NULL OR h.locked_until < now()) AND {})",
         key_walk(t, dead_head, cursor),
         first_blocking(
             t,
             dead_head,
-            "e.seq, e.status, e.not_before, e.locked_until",
+            "e.seq, e.status, e.not_before, e.locked_until, e.exchange",
             "keys.k"
-        )
+        ),
+        not_paused(t, "h.exchange")
+    )
+}
+
+/// The exchange column `exchange` names no paused exchange (table outbox_pauses
+/// beside table `t`, the quoted `"schema".outbox_messages`). The pauses are read
+/// once per statement (an uncorrelated subquery: an init plan), and a row of a
+/// paused exchange is passed over where the claim's pick reads it, so the picks
+/// keep their index order and a paused keyed head still holds its key back.
+pub(super) fn not_paused(t: &str, exchange: &str) -> String {
+    let schema = t
+        .strip_suffix(".outbox_messages")
+        .unwrap_or_else(|| unreachable!("the claims read a schema's outbox_messages: {t}"));
+    format!(
+        "{exchange} <> ALL (ARRAY(SELECT p.name FROM {schema}.outbox_pauses p \
+           WHERE p.kind = 'exchange'))"
     )
 }
 
@@ -198,17 +214,19 @@ pub(super) fn blocked_keys(t: &str, dead_head: DeadHead, cursor: Option<&str>) -
 }
 
 /// Whether a claim of pending rows of table `t` (quoted) would take anything: a
-/// row pending and not leased that is due and its key's head, exactly what the
+/// row pending and not leased that is due, its key's head and of an exchange not
+/// paused, exactly what the
 /// claim's three picks look for (so an idle relay is never told there is work the
 /// claim will not take).
 pub(crate) fn claimable_pending_exists(t: &str, dead_head: DeadHead) -> String {
     format!(
         "WITH RECURSIVE {} \
          SELECT EXISTS (SELECT 1 FROM {t} c WHERE c.status = 'pending' \
-           AND c.not_before IS NULL AND c.ordering_key IS NULL AND {LEASE_FREE}) \
+           AND c.not_before IS NULL AND c.ordering_key IS NULL AND {LEASE_FREE} AND {free}) \
          OR EXISTS (SELECT 1 FROM {t} c WHERE c.status = 'pending' AND c.ordering_key IS NULL \
-           AND c.not_before IS NOT NULL AND c.not_before <= now() AND {LEASE_FREE}) \
+           AND c.not_before IS NOT NULL AND c.not_before <= now() AND {LEASE_FREE} AND {free}) \
          OR EXISTS (SELECT 1 FROM heads)",
-        keyed_heads(t, dead_head, None)
+        keyed_heads(t, dead_head, None),
+        free = not_paused(t, "c.exchange"),
     )
 }

@@ -13,7 +13,7 @@ use outbox_ports::DeadHead;
 
 use super::keys::{
     LEASE_FREE, blocked_keys, blocking_list, claimable_pending_exists, first_blocking,
-    head_condition, key_walk, keyed_heads, stuck_list,
+    head_condition, key_walk, keyed_heads, not_paused, stuck_list,
 };
 use crate::PgSchema;
 use crate::rows::{MESSAGE_COLUMNS, outbox_extra_columns, read_columns, readable_time};
@@ -104,9 +104,11 @@ impl Sql {
         let overdue = readable_time("not_before");
         let lease_free = LEASE_FREE;
         let head = head_condition(&t, dead_head);
+        // An exchange paused by an operator: its rows are passed over by every pick.
+        let free = not_paused(&t, "c.exchange");
         let claim_retries = format!(
             "WITH picked AS (SELECT c.seq FROM {t} c WHERE c.status = 'publish_failed' \
-               AND c.next_attempt_at <= now() AND {lease_free} AND {head} \
+               AND c.next_attempt_at <= now() AND {lease_free} AND {free} AND {head} \
                ORDER BY c.next_attempt_at, c.seq LIMIT $1 FOR UPDATE SKIP LOCKED) \
              UPDATE {t} m SET locked_by = $2, locked_until = now() + $3 * interval '1 millisecond' \
              FROM picked WHERE m.seq = picked.seq \
@@ -122,10 +124,10 @@ impl Sql {
         let claim_pending = format!(
             "WITH RECURSIVE {}, \
              now_rows AS (SELECT c.seq FROM {t} c WHERE c.status = 'pending' \
-               AND c.not_before IS NULL AND c.ordering_key IS NULL AND {lease_free} \
+               AND c.not_before IS NULL AND c.ordering_key IS NULL AND {lease_free} AND {free} \
                ORDER BY c.seq LIMIT $1 FOR UPDATE SKIP LOCKED), \
              due_rows AS (SELECT c.seq FROM {t} c WHERE c.status = 'pending' AND c.ordering_key IS NULL \
-               AND c.not_before IS NOT NULL AND c.not_before <= now() AND {lease_free} \
+               AND c.not_before IS NOT NULL AND c.not_before <= now() AND {lease_free} AND {free} \
                ORDER BY c.not_before, c.seq LIMIT $1 FOR UPDATE SKIP LOCKED), \
              keyed_rows AS (SELECT c.seq FROM {t} c WHERE c.seq IN (SELECT seq FROM heads LIMIT $1) \
                AND c.status = 'pending' AND {lease_free} FOR UPDATE SKIP LOCKED), \

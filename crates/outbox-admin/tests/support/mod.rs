@@ -54,7 +54,7 @@ pub fn harness_configured(
 ) -> Harness {
     let clock = Arc::new(SystemClock);
     let outbox = Arc::new(MemoryOutboxStore::new(clock.clone()));
-    let inbox = Arc::new(MemoryInboxStore::new(clock.clone()));
+    let inbox = Arc::new(MemoryInboxStore::new(clock.clone()).with_pauses(&outbox.pauses()));
     let audit = Arc::new(MemoryAuditLog::new(clock.clone()));
     let state = Arc::new(MemorySweepState::new(clock));
     let service = AdminService::new(AdminPorts {
@@ -62,6 +62,7 @@ pub fn harness_configured(
         inbox: inbox.clone(),
         audit: audit.clone(),
         outbox_store: outbox.clone(),
+        pauses: Arc::new(outbox.pauses()),
     })
     .with_sweep_reports(state.clone(), vec!["relay-sweep".into()]);
     let app = outbox_admin::router(configure(service), AdminAuth::new(tokens));

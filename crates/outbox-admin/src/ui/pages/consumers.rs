@@ -24,6 +24,8 @@ struct ConsumerRow {
 struct ConsumersPage {
     chrome: Chrome,
     rows: Vec<ConsumerRow>,
+    /// The pauses page, where a consumer's pause and resume are confirmed.
+    pauses: String,
 }
 
 /// `GET <base>/consumers`: every consumer with its counts.
@@ -48,6 +50,7 @@ pub(crate) async fn consumers(State(ui): UiState, Extension(session): Extension<
         &ConsumersPage {
             chrome: chrome(&ui, &session, "consumers"),
             rows,
+            pauses: ui.at("/pauses"),
         },
     )
 }

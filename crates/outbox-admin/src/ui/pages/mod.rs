@@ -9,7 +9,8 @@
 //! - `lists`: the outbox's messages and a consumer's deliveries, filtered.
 //! - `detail`: one message or delivery, with its actions.
 //! - `actions`: the POSTs (single and bulk requeue, delete, reconsume, ...).
-//! - `consumers`, `blocked_keys`, `failures`, `dead_letters`, `audit`: those pages.
+//! - `consumers`, `blocked_keys`, `failures`, `pauses`, `dead_letters`, `audit`: those
+//!   pages.
 //!
 //! Here: what every page shares (the frame, notices, the confirmation dialog, the
 //! path and query extraction). Templates become responses in `super::render`.
@@ -23,6 +24,7 @@ mod detail;
 mod failures;
 mod lists;
 mod overview;
+mod pauses;
 
 pub(crate) use actions::{
     bulk_delete, bulk_reconsume, bulk_requeue, delete, delete_dead_letter, publish_now, reconsume,
@@ -36,6 +38,7 @@ pub(crate) use detail::{delivery, message};
 pub(crate) use failures::failures;
 pub(crate) use lists::{deliveries, messages};
 pub(crate) use overview::{overview, overview_live};
+pub(crate) use pauses::{pause, pauses, resume};
 
 use std::sync::Arc;
 

@@ -1084,6 +1084,74 @@ async fn the_operator_commands_filter_requeue_delete_and_are_audited() {
             && stdout.contains("row <n> of invoices is locked"),
         "{stdout}"
     );
+    // The group as a whole: a dry run counts it, then it is reconsumed.
+    let group = [
+        "failures",
+        "reconsume",
+        "--consumer",
+        "zz-grouped",
+        "--error",
+        "row <n> of invoices is locked",
+    ];
+    let (code, stdout, stderr) = operator(&cfg, &[&group[..], &["--dry-run", "--json"]].concat());
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(
+        parse_json(&stdout),
+        serde_json::json!({"matched": 2, "changed": 0})
+    );
+    let (code, stdout, stderr) = operator(&cfg, &[&group[..], &["--json"]].concat());
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(
+        parse_json(&stdout),
+        serde_json::json!({"matched": 2, "changed": 2})
+    );
+    let (code, _, stderr) = operator(&cfg, &group);
+    assert_ne!(code, Some(0), "nothing left in the group");
+    assert!(stderr.contains("not found"), "{stderr}");
+    // Pauses: written, listed, in the stats, lifted; every write audited.
+    let (code, _, stderr) = operator(&cfg, &["pause", "consumer", "zz-grouped"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("paused consumer zz-grouped"), "{stderr}");
+    let (code, _, stderr) = operator(&cfg, &["pause", "exchange", "orders"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let (code, stdout, stderr) = operator(&cfg, &["pauses"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(stdout.lines().count(), 2, "{stdout}");
+    assert!(
+        stdout.starts_with("exchange\torders\t"),
+        "exchanges first: {stdout}"
+    );
+    let (code, stdout, _) = operator(&cfg, &["pauses", "--json"]);
+    assert_eq!(code, Some(0));
+    assert_eq!(parse_json(&stdout)["items"][1]["name"], "zz-grouped");
+    for kind in ["consumer", "exchange"] {
+        let name = if kind == "consumer" {
+            "zz-grouped"
+        } else {
+            "orders"
+        };
+        let (code, _, stderr) = operator(&cfg, &["resume", kind, name]);
+        assert_eq!(code, Some(0), "{stderr}");
+        assert!(
+            stderr.contains(&format!("resumed {kind} {name}")),
+            "{stderr}"
+        );
+    }
+    let (code, _, stderr) = operator(&cfg, &["resume", "exchange", "orders"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("was not paused"), "{stderr}");
+    let (code, _, stderr) = operator(&cfg, &["pause", "queue", "orders"]);
+    assert_eq!(
+        code,
+        Some(2),
+        "a kind that is not one is a usage error: {stderr}"
+    );
+    let (code, stdout, _) = operator(&cfg, &["pauses"]);
+    assert_eq!(
+        (code, stdout.as_str()),
+        (Some(0), ""),
+        "nothing paused any more"
+    );
     let (code, stdout, _) = operator(&cfg, &["stats", "--json"]);
     assert_eq!(code, Some(0));
     let stats = parse_json(&stdout);
@@ -1118,6 +1186,12 @@ async fn the_operator_commands_filter_requeue_delete_and_are_audited() {
             ("delete_matching", 0),
             ("delete_forced", 1),
             ("delete_matching", 2),
+            ("reconsume_matching", 2),
+            ("pause", 1),
+            ("pause", 1),
+            ("resume", 1),
+            ("resume", 1),
+            ("resume", 0),
             ("delete_dead_letter", 1),
         ]
     );
@@ -1175,7 +1249,7 @@ async fn the_operator_commands_filter_requeue_delete_and_are_audited() {
         "{stderr}"
     );
     let received: i64 = sqlx::query_scalar(&format!(
-        "SELECT count(*) FROM {}.outbox_inbox WHERE status = 'received'",
+        "SELECT count(*) FROM {}.outbox_inbox WHERE status = 'received' AND consumer = 'billing'",
         w.schema.quoted()
     ))
     .fetch_one(&w.pool)

@@ -102,7 +102,14 @@ impl InboxOperator for MemoryInboxStore {
                 .rev()
                 .filter(|(_, key)| key.0 == consumer)
                 .filter_map(|(seq, key)| t.rows.get(key).map(|r| (*seq, r)))
-                .filter(|(_, r)| matches(filter, &r.message, r.tracked.status))
+                .filter(|(_, r)| {
+                    matches(
+                        filter,
+                        &r.message,
+                        r.tracked.status,
+                        r.tracked.state.last_error.as_deref(),
+                    )
+                })
                 .map(|(seq, r)| (seq, summary(&r.message, r.tracked.status, &r.tracked.state))),
             limit,
         ))
@@ -141,9 +148,14 @@ impl InboxOperator for MemoryInboxStore {
                 .rev()
                 .filter(|(_, key)| key.0 == consumer)
                 .filter(|(_, key)| {
-                    t.rows
-                        .get(*key)
-                        .is_some_and(|r| matches(filter, &r.message, r.tracked.status))
+                    t.rows.get(*key).is_some_and(|r| {
+                        matches(
+                            filter,
+                            &r.message,
+                            r.tracked.status,
+                            r.tracked.state.last_error.as_deref(),
+                        )
+                    })
                 })
                 .take(room.min(BULK_BATCH))
                 .map(|(seq, key)| (*seq, key.clone()))
@@ -178,7 +190,15 @@ impl InboxOperator for MemoryInboxStore {
         let t = lock(&self.table);
         Ok(t.rows
             .iter()
-            .filter(|((c, _), r)| c == consumer && matches(filter, &r.message, r.tracked.status))
+            .filter(|((c, _), r)| {
+                c == consumer
+                    && matches(
+                        filter,
+                        &r.message,
+                        r.tracked.status,
+                        r.tracked.state.last_error.as_deref(),
+                    )
+            })
             .take(usize::try_from(max).unwrap_or(usize::MAX))
             .count() as u64)
     }

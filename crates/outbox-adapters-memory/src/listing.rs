@@ -18,8 +18,13 @@ pub(crate) fn matches<S: Lifecycle>(
     filter: &MessageFilter<S>,
     message: &Message,
     status: S,
+    last_error: Option<&str>,
 ) -> bool {
     filter.status.is_none_or(|s| s == status)
+        && filter
+            .errors
+            .as_ref()
+            .is_none_or(|texts| texts.iter().any(|t| t == last_error.unwrap_or_default()))
         && filter
             .exchange
             .as_ref()

@@ -37,7 +37,14 @@ impl MemoryOutboxStore {
                 .rows
                 .range(below(cursor))
                 .rev()
-                .filter(|(_, r)| matches(filter, &r.message, r.tracked.status))
+                .filter(|(_, r)| {
+                    matches(
+                        filter,
+                        &r.message,
+                        r.tracked.status,
+                        r.tracked.state.last_error.as_deref(),
+                    )
+                })
                 .take(room.min(BULK_BATCH))
                 .map(|(seq, _)| *seq)
                 .collect();
@@ -150,7 +157,14 @@ impl OutboxOperator for MemoryOutboxStore {
             t.rows
                 .range(below(after))
                 .rev()
-                .filter(|(_, r)| matches(filter, &r.message, r.tracked.status))
+                .filter(|(_, r)| {
+                    matches(
+                        filter,
+                        &r.message,
+                        r.tracked.status,
+                        r.tracked.state.last_error.as_deref(),
+                    )
+                })
                 .map(|(seq, r)| {
                     (
                         *seq,
@@ -228,7 +242,14 @@ impl OutboxOperator for MemoryOutboxStore {
         let t = lock(&self.table);
         Ok(t.rows
             .values()
-            .filter(|r| matches(filter, &r.message, r.tracked.status))
+            .filter(|r| {
+                matches(
+                    filter,
+                    &r.message,
+                    r.tracked.status,
+                    r.tracked.state.last_error.as_deref(),
+                )
+            })
             .take(usize::try_from(max).unwrap_or(usize::MAX))
             .count() as u64)
     }

@@ -93,6 +93,11 @@ impl Where {
             let p = self.bind(at)?;
             self.and(format!("created_at < {p}"));
         }
+        if let Some(errors) = &filter.errors {
+            // As failure_counts reads them: no last error is the empty text.
+            let p = self.bind(errors.clone())?;
+            self.and(format!("coalesce(last_error, '') = ANY({p})"));
+        }
         if let Some(q) = &filter.q {
             let corr = self.bind(q.clone())?;
             match q.parse::<MessageId>() {

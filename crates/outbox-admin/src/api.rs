@@ -9,10 +9,11 @@ use axum::routing::{get, post};
 use crate::auth::{AdminAuth, require_token};
 use crate::openapi::openapi_json;
 use crate::routes::{
-    audit, blocked_keys, consumers, delete_dead_letter, delete_matching, delete_message, failures,
-    get_dead_letter, get_delivery, get_message, list_dead_letters, list_deliveries, list_messages,
-    pause_consumer, pause_exchange, pauses, publish_now, reconsume, reconsume_matching,
-    requeue_matching, requeue_message, resume_consumer, resume_exchange, stats,
+    audit, blocked_keys, consumers, delete_dead_letter, delete_failure_group, delete_matching,
+    delete_message, failures, get_dead_letter, get_delivery, get_message, list_dead_letters,
+    list_deliveries, list_messages, pause_consumer, pause_exchange, pauses, publish_now, reconsume,
+    reconsume_failure_group, reconsume_matching, requeue_failure_group, requeue_matching,
+    requeue_message, resume_consumer, resume_exchange, stats,
 };
 use crate::{AdminError, AdminService};
 
@@ -37,6 +38,9 @@ pub fn router(service: AdminService, auth: AdminAuth) -> Router {
         .route("/messages/{id}/publish-now", post(publish_now))
         .route("/ordering/blocked-keys", get(blocked_keys))
         .route("/failures", get(failures))
+        .route("/failures/requeue", post(requeue_failure_group))
+        .route("/failures/delete", post(delete_failure_group))
+        .route("/failures/reconsume", post(reconsume_failure_group))
         .route("/exchanges/{exchange}/pause", post(pause_exchange))
         .route("/exchanges/{exchange}/resume", post(resume_exchange))
         .route("/pauses", get(pauses))

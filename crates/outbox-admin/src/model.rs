@@ -19,6 +19,10 @@ pub const CURSOR_PATTERN: &str = "^[A-Za-z0-9_-]{10}[AEIMQUYcgkosw048]$";
 /// character (PostgreSQL text cannot hold one, so no stored value has it).
 pub const TEXT_PATTERN: &str = "^[^\\u0000]*$";
 
+/// The pattern of a name a pause takes: 1 to 255 characters, none a control
+/// character ([`outbox_ports::invalid_pause_name`]).
+pub const PAUSE_NAME_PATTERN: &str = "^[^\\u0000-\\u001F\\u007F-\\u009F]{1,255}$";
+
 /// An outbox message's status, as the API names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -299,6 +303,45 @@ bulk_request! {
         #[serde(default)]
         pub force: bool,
     }
+}
+
+/// A bulk action on an exchange's failure group (`POST /failures/requeue`,
+/// `/failures/delete`): the group as `GET /failures` names it.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExchangeFailuresRequest {
+    /// The group's exchange.
+    #[schema(pattern = "^[^\\u0000]*$")]
+    pub exchange: String,
+    /// The group's error, with what varies taken out, as `GET /failures` shows it.
+    #[schema(pattern = "^[^\\u0000]*$")]
+    pub error: String,
+    /// Count only, change nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+    /// At most this many (default 10000; raise it explicitly for more).
+    #[serde(default, deserialize_with = "whole_number")]
+    #[schema(minimum = 1)]
+    pub max: Option<u64>,
+}
+
+/// A reconsume of a consumer's failure group (`POST /failures/reconsume`).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConsumerFailuresRequest {
+    /// The group's consumer.
+    #[schema(pattern = "^[^\\u0000]*$")]
+    pub consumer: String,
+    /// The group's error, with what varies taken out, as `GET /failures` shows it.
+    #[schema(pattern = "^[^\\u0000]*$")]
+    pub error: String,
+    /// Count only, change nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+    /// At most this many (default 10000; raise it explicitly for more).
+    #[serde(default, deserialize_with = "whole_number")]
+    #[schema(minimum = 1)]
+    pub max: Option<u64>,
 }
 
 /// What a bulk action found and did.

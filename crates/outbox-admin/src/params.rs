@@ -192,6 +192,7 @@ pub fn filter_from_body<S: Lifecycle>(body: &FilterBody) -> Result<MessageFilter
             .map(|t| parse_time("created_before", t))
             .transpose()?,
         q: text_opt("q", body.q.as_ref())?,
+        errors: None,
     })
 }
 

@@ -13,9 +13,10 @@ use outbox_ports::{MessageFilter, PauseKind};
 use crate::auth::Actor;
 use crate::model::{
     AuditPage, BlockedKeyPage, BlockedKeysQuery, BulkDeleteRequest, BulkRequest, BulkResponse,
-    ConsumerList, DeadLetterPage, DeadLetterQuery, DeadLetterView, DeleteQuery, DeliveryQuery,
-    FailureGroups, FilterBody, MessageDetail, MessagePage, MessageQuery, PageQuery, PauseList,
-    PauseState, ReconsumeOneRequest, ReconsumeRequest, StatsResponse,
+    ConsumerFailuresRequest, ConsumerList, DeadLetterPage, DeadLetterQuery, DeadLetterView,
+    DeleteQuery, DeliveryQuery, ExchangeFailuresRequest, FailureGroups, FilterBody, MessageDetail,
+    MessagePage, MessageQuery, PageQuery, PauseList, PauseState, ReconsumeOneRequest,
+    ReconsumeRequest, StatsResponse,
 };
 use crate::params::{
     filter_from_body, list_from_query, parse_cursor, parse_dead_letter_id, parse_limit, parse_max,
@@ -326,7 +327,7 @@ fn pause_target(name: Result<Path<String>, PathRejection>) -> Result<String, Adm
 /// Pauses an exchange: the relays hold its messages pending (each ordering key's
 /// order kept) while every other exchange flows. Takes no body.
 #[utoipa::path(post, path = "/exchanges/{exchange}/pause", tag = "pauses",
-    params(("exchange" = String, Path, description = "Exchange name", pattern = "^[^\\u0000]*$")),
+    params(("exchange" = String, Path, description = "Exchange name: 1 to 255 characters, no control character", pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]{1,255}$")),
     responses((status = 200, body = PauseState), WriteErrors))]
 pub(crate) async fn pause_exchange(
     State(s): Service,
@@ -341,7 +342,7 @@ pub(crate) async fn pause_exchange(
 
 /// Lifts an exchange's pause. Takes no body.
 #[utoipa::path(post, path = "/exchanges/{exchange}/resume", tag = "pauses",
-    params(("exchange" = String, Path, description = "Exchange name", pattern = "^[^\\u0000]*$")),
+    params(("exchange" = String, Path, description = "Exchange name: 1 to 255 characters, no control character", pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]{1,255}$")),
     responses((status = 200, body = PauseState), WriteErrors))]
 pub(crate) async fn resume_exchange(
     State(s): Service,
@@ -358,7 +359,7 @@ pub(crate) async fn resume_exchange(
 /// subscriptions and take no more (nothing is handed back), and its retry sweep
 /// runs no handler. Takes no body.
 #[utoipa::path(post, path = "/consumers/{name}/pause", tag = "pauses",
-    params(("name" = String, Path, description = "Consumer name", pattern = "^[^\\u0000]*$")),
+    params(("name" = String, Path, description = "Consumer name: 1 to 255 characters, no control character", pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]{1,255}$")),
     responses((status = 200, body = PauseState), WriteErrors))]
 pub(crate) async fn pause_consumer(
     State(s): Service,
@@ -373,7 +374,7 @@ pub(crate) async fn pause_consumer(
 
 /// Lifts a consumer's pause: its workers subscribe again. Takes no body.
 #[utoipa::path(post, path = "/consumers/{name}/resume", tag = "pauses",
-    params(("name" = String, Path, description = "Consumer name", pattern = "^[^\\u0000]*$")),
+    params(("name" = String, Path, description = "Consumer name: 1 to 255 characters, no control character", pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]{1,255}$")),
     responses((status = 200, body = PauseState), WriteErrors))]
 pub(crate) async fn resume_consumer(
     State(s): Service,
@@ -391,4 +392,66 @@ pub(crate) async fn resume_consumer(
     responses((status = 200, body = PauseList), ReadErrors))]
 pub(crate) async fn pauses(State(s): Service) -> Answer<PauseList> {
     Ok(Json(s.pauses().await?))
+}
+
+/// The group of a failure-group action, checked: names without NUL.
+fn group(place: &str, name: String, error: String) -> Result<(String, String), AdminError> {
+    Ok((text(place, name)?, text("error", error)?))
+}
+
+/// Requeues the failing and dead messages of one exchange's failure group (as
+/// `GET /failures` names it), up to `max`; `dry_run` counts only. 404 when none of
+/// the exchange's failing or dead messages is in that group.
+#[utoipa::path(post, path = "/failures/requeue", tag = "failures", request_body = ExchangeFailuresRequest,
+    responses((status = 200, body = BulkResponse), WriteErrors))]
+pub(crate) async fn requeue_failure_group(
+    State(s): Service,
+    Extension(actor): Extension<Actor>,
+    b: Result<Json<ExchangeFailuresRequest>, JsonRejection>,
+) -> Answer<BulkResponse> {
+    let b = body(b)?;
+    let max = parse_max(b.max)?;
+    let (exchange, error) = group("exchange", b.exchange, b.error)?;
+    Ok(Json(
+        s.requeue_failure_group(&actor.name, &exchange, &error, b.dry_run, max)
+            .await?,
+    ))
+}
+
+/// Deletes the dead messages of one exchange's failure group (its failing ones
+/// stay), up to `max`; `dry_run` counts only. 404 when none of the exchange's
+/// failing or dead messages is in that group.
+#[utoipa::path(post, path = "/failures/delete", tag = "failures", request_body = ExchangeFailuresRequest,
+    responses((status = 200, body = BulkResponse), WriteErrors))]
+pub(crate) async fn delete_failure_group(
+    State(s): Service,
+    Extension(actor): Extension<Actor>,
+    b: Result<Json<ExchangeFailuresRequest>, JsonRejection>,
+) -> Answer<BulkResponse> {
+    let b = body(b)?;
+    let max = parse_max(b.max)?;
+    let (exchange, error) = group("exchange", b.exchange, b.error)?;
+    Ok(Json(
+        s.delete_failure_group(&actor.name, &exchange, &error, b.dry_run, max)
+            .await?,
+    ))
+}
+
+/// Reconsumes the failing and dead deliveries of one consumer's failure group,
+/// up to `max`; `dry_run` counts only. 404 when none of the consumer's failing or
+/// dead deliveries is in that group.
+#[utoipa::path(post, path = "/failures/reconsume", tag = "failures", request_body = ConsumerFailuresRequest,
+    responses((status = 200, body = BulkResponse), WriteErrors))]
+pub(crate) async fn reconsume_failure_group(
+    State(s): Service,
+    Extension(actor): Extension<Actor>,
+    b: Result<Json<ConsumerFailuresRequest>, JsonRejection>,
+) -> Answer<BulkResponse> {
+    let b = body(b)?;
+    let max = parse_max(b.max)?;
+    let (consumer, error) = group("consumer", b.consumer, b.error)?;
+    Ok(Json(
+        s.reconsume_failure_group(&actor.name, &consumer, &error, b.dry_run, max)
+            .await?,
+    ))
 }

@@ -892,6 +892,120 @@ impl AdminService {
         Ok(FailureGroups { groups, capped })
     }
 
+    /// The stored error texts of `place`'s failure group `error` (outbox side:
+    /// an exchange; inbox: a consumer), from the same counts as
+    /// [`failure_groups`](Self::failure_groups).
+    async fn group_texts(
+        &self,
+        outbox: bool,
+        place: &str,
+        error: &str,
+    ) -> Result<Vec<String>, AdminError> {
+        let counts = if outbox {
+            self.ports
+                .outbox
+                .failure_counts(outbox_ports::MAX_FAILURE_TEXTS)
+                .await?
+        } else {
+            self.ports
+                .inbox
+                .failure_counts(outbox_ports::MAX_FAILURE_TEXTS)
+                .await?
+        };
+        let texts: Vec<String> = counts
+            .into_iter()
+            .filter(|c| {
+                c.place == place && outbox_core::failure_group::failure_group(&c.error) == error
+            })
+            .map(|c| c.error)
+            .collect();
+        if texts.is_empty() {
+            return Err(PortError::NotFound {
+                what: "failure group",
+                id: format!(
+                    "{error:?} of {} {place}",
+                    if outbox { "exchange" } else { "consumer" }
+                ),
+            }
+            .into());
+        }
+        Ok(texts)
+    }
+
+    /// Requeues the failing and dead messages of `exchange`'s failure group
+    /// `error` (as [`failure_groups`](Self::failure_groups) names it), up to `max`
+    /// (`dry_run`: counts only); audited as `requeue_matching` with the group.
+    ///
+    /// # Errors
+    /// `NotFound` when no failing or dead message of `exchange` is in that group,
+    /// or what the stores say.
+    pub async fn requeue_failure_group(
+        &self,
+        actor: &str,
+        exchange: &str,
+        error: &str,
+        dry_run: bool,
+        max: u64,
+    ) -> Result<BulkResponse, AdminError> {
+        let filter = MessageFilter {
+            exchange: Some(exchange.to_owned()),
+            errors: Some(self.group_texts(true, exchange, error).await?),
+            ..MessageFilter::default()
+        };
+        let target = group_target("exchange", exchange, error);
+        self.requeue_matching(actor, &filter, target, dry_run, max)
+            .await
+    }
+
+    /// Deletes the dead messages of `exchange`'s failure group `error` (its
+    /// failing ones stay), up to `max` (`dry_run`: counts only); audited as
+    /// `delete_matching` with the group.
+    ///
+    /// # Errors
+    /// `NotFound` when no failing or dead message of `exchange` is in that group,
+    /// or what the stores say.
+    pub async fn delete_failure_group(
+        &self,
+        actor: &str,
+        exchange: &str,
+        error: &str,
+        dry_run: bool,
+        max: u64,
+    ) -> Result<BulkResponse, AdminError> {
+        let filter = MessageFilter {
+            exchange: Some(exchange.to_owned()),
+            errors: Some(self.group_texts(true, exchange, error).await?),
+            ..MessageFilter::default()
+        };
+        let target = group_target("exchange", exchange, error);
+        self.delete_matching(actor, &filter, target, dry_run, max, false)
+            .await
+    }
+
+    /// Reconsumes the failing and dead deliveries of `consumer`'s failure group
+    /// `error`, up to `max` (`dry_run`: counts only); audited as
+    /// `reconsume_matching` with the group.
+    ///
+    /// # Errors
+    /// `NotFound` when no failing or dead delivery of `consumer` is in that
+    /// group, or what the stores say.
+    pub async fn reconsume_failure_group(
+        &self,
+        actor: &str,
+        consumer: &str,
+        error: &str,
+        dry_run: bool,
+        max: u64,
+    ) -> Result<BulkResponse, AdminError> {
+        let filter = DeliveryFilter {
+            errors: Some(self.group_texts(false, consumer, error).await?),
+            ..DeliveryFilter::default()
+        };
+        let target = group_target("consumer", consumer, error);
+        self.reconsume_matching(actor, consumer, &filter, target, dry_run, max)
+            .await
+    }
+
     /// Every consumer with its counts.
     ///
     /// # Errors
@@ -927,7 +1041,7 @@ impl AdminService {
     /// Every relay or consumer of the store obeys at its next claim or pause check.
     ///
     /// # Errors
-    /// `BadRequest` for a name that cannot be paused (empty, over 255 bytes, a
+    /// `BadRequest` for a name that cannot be paused (empty, over 255 characters, a
     /// control character), or what the stores say.
     pub async fn pause(
         &self,
@@ -1155,4 +1269,9 @@ fn pause_name(kind: PauseKind, name: &str) -> Result<(), AdminError> {
         )),
         None => Ok(()),
     }
+}
+
+/// A failure group as the audit log records a bulk action on it.
+fn group_target(place: &str, name: &str, error: &str) -> String {
+    serde_json::json!({ place: name, "error": error }).to_string()
 }

@@ -644,7 +644,7 @@ async fn stats_count_both_sides_and_mark_what_is_not_counted() {
 }
 
 /// The routes the issue asks for; the document and the router must agree with it.
-const ROUTES: [(&str, &str); 25] = [
+const ROUTES: [(&str, &str); 28] = [
     ("get", "/stats"),
     ("get", "/ordering/blocked-keys"),
     ("get", "/failures"),
@@ -670,6 +670,9 @@ const ROUTES: [(&str, &str); 25] = [
     ("post", "/consumers/{name}/pause"),
     ("post", "/consumers/{name}/resume"),
     ("get", "/pauses"),
+    ("post", "/failures/requeue"),
+    ("post", "/failures/delete"),
+    ("post", "/failures/reconsume"),
 ];
 
 #[tokio::test]
@@ -1279,6 +1282,26 @@ async fn exchanges_and_consumers_pause_and_resume_with_the_write_role_audited() 
     }
     let (status, _) = h.get("/exchanges/orders/pause").await;
     assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    // The document says which names are taken, so no name it allows is refused.
+    let (_, doc) = h.get("/openapi.json").await;
+    for (path, name) in [
+        ("/exchanges/{exchange}/pause", "exchange"),
+        ("/exchanges/{exchange}/resume", "exchange"),
+        ("/consumers/{name}/pause", "name"),
+        ("/consumers/{name}/resume", "name"),
+    ] {
+        let parameter = doc["paths"][path]["post"]["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("{path} names {name}"));
+        assert_eq!(
+            parameter["schema"]["pattern"],
+            outbox_admin::model::PAUSE_NAME_PATTERN,
+            "{path}"
+        );
+    }
 
     let (status, body) = h.write("POST", "/exchanges/orders/resume", None).await;
     assert_eq!(status, StatusCode::OK, "{body}");
@@ -1320,4 +1343,161 @@ async fn exchanges_and_consumers_pause_and_resume_with_the_write_role_audited() 
     .map(|(a, t, c)| (a.to_owned(), t.to_owned(), c))
     .collect();
     assert_eq!(actions, expected);
+}
+
+/// Dead messages of `exchange`, each failed with its own error text.
+async fn dead_with(
+    h: &support::Harness,
+    exchange: &str,
+    errors: &[&str],
+) -> Vec<outbox_core::MessageId> {
+    let mut ids = Vec::new();
+    for error in errors {
+        let id = h.pending(message(exchange, "k", b"{}")).await;
+        let lease = outbox_ports::Lease::new(format!("t-{id}"), std::time::Duration::from_secs(30));
+        let claimed = outbox_ports::OutboxRelayPath::claim_pending(&*h.outbox, &lease, 1000)
+            .await
+            .expect("claim");
+        assert_eq!(claimed.len(), 1);
+        let failure = outbox_ports::PublishFailure {
+            id,
+            error: (*error).to_owned(),
+            decision: outbox_core::Decision::Dead,
+        };
+        outbox_ports::OutboxRelayPath::mark_publish_failed(&*h.outbox, &lease, &[failure])
+            .await
+            .expect("mark");
+        ids.push(id);
+    }
+    ids
+}
+
+#[tokio::test]
+async fn a_failure_group_is_requeued_deleted_or_reconsumed_with_a_dry_run_first() {
+    let h = harness();
+    let grouped = dead_with(&h, "orders", &["order 17 rejected", "order 42 rejected"]).await;
+    let other = dead_with(&h, "orders", &["broker said no"]).await;
+    let elsewhere = dead_with(&h, "payments", &["order 99 rejected"]).await;
+    for _ in 0..2 {
+        h.delivered("billing", &message("orders", "order.created", b"{}"), false)
+            .await;
+    }
+    let (_, groups) = h.get("/failures").await;
+    let error = groups["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["exchange"] == "orders" && g["count"] == 2)
+        .expect("the group of two")["error"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(error, "order <n> rejected");
+
+    let body = |place: &str, name: &str, dry: bool| {
+        serde_json::json!({ place: name, "error": error, "dry_run": dry }).to_string()
+    };
+    let (status, answer) = h
+        .write(
+            "POST",
+            "/failures/requeue",
+            Some(&body("exchange", "orders", true)),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(answer, serde_json::json!({"matched": 2, "changed": 0}));
+    let status_of = async |id| {
+        outbox_ports::OutboxOperator::get_message(&*h.outbox, id)
+            .await
+            .expect("get")
+            .expect("kept")
+            .status
+    };
+    assert_eq!(
+        status_of(grouped[0]).await,
+        outbox_core::OutboxStatus::Dead,
+        "a dry run changed it"
+    );
+    let (status, answer) = h
+        .write(
+            "POST",
+            "/failures/requeue",
+            Some(&body("exchange", "orders", false)),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(answer, serde_json::json!({"matched": 2, "changed": 2}));
+    for id in &grouped {
+        assert_eq!(status_of(*id).await, outbox_core::OutboxStatus::Pending);
+    }
+    assert_eq!(
+        status_of(other[0]).await,
+        outbox_core::OutboxStatus::Dead,
+        "another group's"
+    );
+    assert_eq!(
+        status_of(elsewhere[0]).await,
+        outbox_core::OutboxStatus::Dead,
+        "another exchange's"
+    );
+
+    let (status, answer) = h
+        .write(
+            "POST",
+            "/failures/delete",
+            Some(&body("exchange", "payments", false)),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(answer["changed"], 1);
+    assert!(
+        outbox_ports::OutboxOperator::get_message(&*h.outbox, elsewhere[0])
+            .await
+            .expect("get")
+            .is_none()
+    );
+    // The group is gone from orders now: nothing of it is failing or dead.
+    let (status, answer) = h
+        .write(
+            "POST",
+            "/failures/requeue",
+            Some(&body("exchange", "orders", false)),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{answer}");
+
+    let reconsume =
+        serde_json::json!({"consumer": "billing", "error": "handler failed"}).to_string();
+    let (status, answer) = h
+        .write("POST", "/failures/reconsume", Some(&reconsume))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(answer, serde_json::json!({"matched": 2, "changed": 2}));
+
+    let (status, _) = h
+        .call(
+            "POST",
+            "/failures/requeue",
+            Some(READ),
+            Some(&body("exchange", "orders", true)),
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    for bad in [
+        r#"{"exchange": "orders"}"#,
+        r#"{"consumer": "billing", "error": "x"}"#,
+        r#"{"exchange": "orders", "error": "x", "max": 0}"#,
+        r#"{"exchange": "a\u0000b", "error": "x"}"#,
+    ] {
+        let (status, answer) = h.write("POST", "/failures/requeue", Some(bad)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {answer}");
+    }
+    let audit = h.audit_entries().await;
+    let targets: Vec<String> = audit
+        .iter()
+        .filter(|e| e["action"] == "requeue_matching")
+        .map(|e| e["target"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(targets.len(), 1, "one requeue changed something: {audit:?}");
+    assert!(targets[0].contains("order <n> rejected"), "{targets:?}");
 }

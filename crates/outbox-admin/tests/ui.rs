@@ -1027,3 +1027,72 @@ async fn a_consumer_is_paused_and_resumed_from_the_page_behind_the_dialog() {
         .collect();
     assert_eq!(audit, ["resume consumer billing", "pause consumer billing"]);
 }
+
+#[tokio::test]
+async fn a_failure_group_is_requeued_from_the_page_after_its_dry_run_count() {
+    let h = harness();
+    let mut ids = Vec::new();
+    for error in ["order 17 rejected", "order 42 rejected", "broker said no"] {
+        let id = h.pending(message("orders", "k", b"{}")).await;
+        let lease = outbox_ports::Lease::new(format!("t-{id}"), std::time::Duration::from_secs(30));
+        outbox_ports::OutboxRelayPath::claim_pending(&*h.outbox, &lease, 10)
+            .await
+            .expect("claim");
+        let failure = outbox_ports::PublishFailure {
+            id,
+            error: error.to_owned(),
+            decision: outbox_core::Decision::Dead,
+        };
+        outbox_ports::OutboxRelayPath::mark_publish_failed(&*h.outbox, &lease, &[failure])
+            .await
+            .expect("mark");
+        ids.push(id);
+    }
+    let mut reader = Browser::new(&h);
+    reader.login(READ).await;
+    let page = reader.get("/ui/failures").await;
+    assert!(
+        !page.body.contains("Requeue…"),
+        "a reader is offered no action"
+    );
+
+    let mut b = Browser::new(&h);
+    b.login(WRITE).await;
+    let page = b.get("/ui/failures").await;
+    assert!(page.body.contains("Requeue…") && page.body.contains("Delete dead…"));
+    let dialog = b
+        .get("/ui/failures?confirm=requeue&exchange=orders&error=order%20%3Cn%3E%20rejected")
+        .await;
+    assert_eq!(dialog.status, StatusCode::OK, "{}", dialog.body);
+    let text = unescape(&dialog.body);
+    assert!(
+        text.contains("2 failing or dead message(s) of exchange orders"),
+        "{text}"
+    );
+    let csrf = b.csrf().await;
+    let done = b
+        .post(
+            "/ui/failures/requeue",
+            &format!(
+                "csrf={csrf}&exchange=orders&error={}",
+                encode("order <n> rejected")
+            ),
+        )
+        .await;
+    assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
+    assert_eq!(done.location(), "/ui/failures?notice=requeued-2");
+    let status = async |id| {
+        outbox_ports::OutboxOperator::get_message(&*h.outbox, id)
+            .await
+            .expect("get")
+            .expect("kept")
+            .status
+    };
+    assert_eq!(status(ids[0]).await, outbox_core::OutboxStatus::Pending);
+    assert_eq!(status(ids[1]).await, outbox_core::OutboxStatus::Pending);
+    assert_eq!(
+        status(ids[2]).await,
+        outbox_core::OutboxStatus::Dead,
+        "another group's"
+    );
+}

@@ -221,6 +221,9 @@ const SCENARIOS: &[(&str, bool, ScenarioFn)] = &[
     ("exchange_lost", true, |c| {
         Box::pin(scenarios::exchange_lost(c))
     }),
+    ("pause_resume", true, |c| {
+        Box::pin(scenarios::pause_resume(c))
+    }),
     ("inbox_outage_quorum", true, |c| {
         Box::pin(scenarios::inbox_outage_quorum(c))
     }),

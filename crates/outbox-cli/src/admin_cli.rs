@@ -550,6 +550,91 @@ pub(crate) async fn pauses(service: &AdminService, json: bool) -> anyhow::Result
     Ok(ExitCode::SUCCESS)
 }
 
+/// A failure group, as `outbox failures` names it.
+#[derive(Debug, clap::Args)]
+pub(crate) struct GroupArgs {
+    /// The group's error, as `outbox failures` prints it.
+    #[arg(long)]
+    error: String,
+    /// Count what the group holds, change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// At most this many (default 10000).
+    #[arg(long)]
+    max: Option<u64>,
+    /// Print the outcome as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `outbox failures requeue|delete|reconsume`.
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum FailuresAction {
+    /// Requeue the failing and dead messages of one exchange's group.
+    Requeue {
+        /// The group's exchange.
+        #[arg(long)]
+        exchange: String,
+        #[command(flatten)]
+        group: GroupArgs,
+    },
+    /// Delete the dead messages of one exchange's group (its failing ones stay).
+    Delete {
+        /// The group's exchange.
+        #[arg(long)]
+        exchange: String,
+        #[command(flatten)]
+        group: GroupArgs,
+    },
+    /// Run the handler again for the failing and dead deliveries of one
+    /// consumer's group.
+    Reconsume {
+        /// The group's consumer.
+        #[arg(long)]
+        consumer: String,
+        #[command(flatten)]
+        group: GroupArgs,
+    },
+}
+
+/// Runs `outbox failures requeue|delete|reconsume ...`.
+///
+/// # Errors
+/// Bad input, a group that holds nothing, what the stores say.
+pub(crate) async fn failure_group(
+    service: &AdminService,
+    action: FailuresAction,
+) -> anyhow::Result<ExitCode> {
+    let actor = cli_actor();
+    let (verb, place, g) = match &action {
+        FailuresAction::Requeue { exchange, group } => ("requeue", exchange, group),
+        FailuresAction::Delete { exchange, group } => ("delete", exchange, group),
+        FailuresAction::Reconsume { consumer, group } => ("reconsume", consumer, group),
+    };
+    let place = text("name", place.clone())?;
+    let error = text("error", g.error.clone())?;
+    let max = parse_max(g.max)?;
+    let outcome = match &action {
+        FailuresAction::Requeue { .. } => {
+            service
+                .requeue_failure_group(&actor, &place, &error, g.dry_run, max)
+                .await?
+        }
+        FailuresAction::Delete { .. } => {
+            service
+                .delete_failure_group(&actor, &place, &error, g.dry_run, max)
+                .await?
+        }
+        FailuresAction::Reconsume { .. } => {
+            service
+                .reconsume_failure_group(&actor, &place, &error, g.dry_run, max)
+                .await?
+        }
+    };
+    bulk_done(verb, g.dry_run, &outcome, g.json)?;
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Runs `outbox stats`.
 ///
 /// # Errors

@@ -78,17 +78,23 @@ enum Command {
     },
     /// Failing and dead messages and deliveries grouped by their error (ids,
     /// numbers and quoted values taken out), per exchange and per consumer, the
-    /// largest groups first.
+    /// largest groups first; or an action on one group (audited).
+    ///
+    /// Example: `outbox failures requeue --exchange orders --error "order <n> rejected" --dry-run`
+    #[command(args_conflicts_with_subcommands = true)]
     Failures {
         #[command(flatten)]
         config: ConfigArg,
         /// Print them as JSON.
         #[arg(long)]
         json: bool,
+        #[command(subcommand)]
+        action: Option<admin_cli::FailuresAction>,
     },
     /// Pause an exchange (the relays hold its messages pending, each ordering
     /// key's order kept) or a consumer (its workers finish what they hold and take
-    /// no more). Every instance obeys within 2 s; a restart keeps it. Audited.
+    /// no more). Relays obey at their next claim, consumers within a second once
+    /// what they hold is handled; a restart keeps it. Audited.
     ///
     /// Example: `outbox pause exchange orders`
     Pause {
@@ -361,8 +367,15 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(service) => admin_cli::ordering(&service, action).await,
             Err(code) => Ok(code),
         },
-        Command::Failures { config, json } => match operator(&config).await? {
-            Ok(service) => admin_cli::failures(&service, json).await,
+        Command::Failures {
+            config,
+            json,
+            action,
+        } => match operator(&config).await? {
+            Ok(service) => match action {
+                None => admin_cli::failures(&service, json).await,
+                Some(action) => admin_cli::failure_group(&service, action).await,
+            },
             Err(code) => Ok(code),
         },
         Command::Pause { config, kind, name } => match operator(&config).await? {

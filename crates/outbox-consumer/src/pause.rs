@@ -12,13 +12,14 @@ use tokio_util::sync::CancellationToken;
 /// any instance is obeyed within this and the time in-hand deliveries take.
 pub const PAUSE_POLL: Duration = Duration::from_secs(1);
 
-/// The longest the first read may take before the consumer starts as not paused
-/// (an inbox that does not answer holds every delivery anyway, see the gate).
+/// The longest the first read may take before the consumer holds off as if
+/// paused, until a read succeeds.
 const FIRST_READ: Duration = Duration::from_secs(5);
 
-/// The first answer (`false` when there is none within [`FIRST_READ`]), then a
-/// task that keeps the answer current until `stop` fires. A read that fails keeps
-/// the last answer: a paused consumer stays paused while its store is away.
+/// The first answer, then a task that keeps the answer current until `stop`
+/// fires. A read that fails keeps the last answer (a paused consumer stays paused
+/// while its store is away); without any answer yet the consumer holds off as if
+/// paused, so that a restart during an outage never consumes through a pause.
 pub(crate) async fn watch_paused<F, Fut>(
     read: F,
     consumer: String,
@@ -32,12 +33,12 @@ where
     let first = match first {
         Ok(Ok(paused)) => paused,
         Ok(Err(e)) => {
-            tracing::warn!(consumer = %consumer, error = %e, "cannot read whether the consumer is paused; starting as not paused");
-            false
+            tracing::warn!(consumer = %consumer, error = %e, "cannot read whether the consumer is paused; taking nothing until it can");
+            true
         }
         Err(_) => {
-            tracing::warn!(consumer = %consumer, "no answer on whether the consumer is paused within 5s; starting as not paused");
-            false
+            tracing::warn!(consumer = %consumer, "no answer on whether the consumer is paused within 5s; taking nothing until there is one");
+            true
         }
     };
     let (tx, rx) = watch::channel(first);

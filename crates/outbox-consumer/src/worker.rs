@@ -874,6 +874,10 @@ where
 {
     let name = &config.name;
     let mut stream = loop {
+        // Paused meanwhile (the broker was away): no subscription at all.
+        if *paused.borrow() {
+            return Ended::Paused;
+        }
         match subscriber.subscribe(&config.queue, config.prefetch).await {
             Ok(s) => break s,
             Err(e) => {
@@ -884,6 +888,7 @@ where
             }
         }
     };
+    // Subscribed just as a pause came: the pause arm below cancels at once.
     tracing::info!(consumer = %name, queue = %config.queue, "consumer started");
     let permits = Arc::new(Semaphore::new(config.concurrency.max(1)));
     let mut in_hand = JoinSet::new();
@@ -920,10 +925,20 @@ where
             // A bool, not the watch's guard, which must not live across an await.
             _ = async { paused.wait_for(|p| *p).await.is_ok() }, if !draining => {
                 draining = true;
-                if let Err(e) = stream.cancel().await {
-                    // The connection is gone: the broker takes back what was
-                    // unsettled, and the stream ends.
-                    tracing::warn!(consumer = %name, queue = %config.queue, error = %e, "cancelling the subscription for a pause failed");
+                // Bounded, and given up on shutdown: on a half-open connection the
+                // cancel's answer may never come (the stream then ends when the
+                // connection is found dead, and the broker takes back what is
+                // unsettled).
+                tokio::select! {
+                    () = cancel.cancelled() => break Ended::Stopped,
+                    done = tokio::time::timeout(CANCEL_TIMEOUT, stream.cancel()) => match done {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => tracing::warn!(consumer = %name, queue = %config.queue, error = %e, "cancelling the subscription for a pause failed"),
+                        Err(_) => {
+                            tracing::warn!(consumer = %name, queue = %config.queue, "no answer to the subscription's cancel within 5s; leaving it");
+                            break Ended::Paused;
+                        }
+                    },
                 }
                 continue;
             }
@@ -981,10 +996,16 @@ where
         }
         while in_hand.try_join_next().is_some() {}
     };
-    drop(stream);
+    // The deliveries in hand are settled before the subscription's channel is
+    // closed (dropping the stream closes it): closed first, their acks would fail
+    // and the broker would deliver them again.
     while in_hand.join_next().await.is_some() {}
+    drop(stream);
     ended
 }
+
+/// How long a pause waits for the broker to answer the subscription's cancel.
+const CANCEL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The message of a delivery; an undecodable or oversized one is kept as a dead
 /// letter and acknowledged, and `None` comes back. While the dead letter cannot be
@@ -1110,10 +1131,13 @@ impl<P: InboxPath> SweepTask for InboxRetryTask<P> {
     ) -> Result<BatchCounts, PortError> {
         let s = &self.shared;
         let mut counts = BatchCounts::default();
-        // A paused consumer runs no handler, its retries included.
-        if s.path.inbox().consumer_paused(&s.config.name).await? {
+        // A paused consumer runs no handler, its retries included: asked before
+        // the batch and again each PAUSE_POLL within it.
+        let paused = async || s.path.inbox().consumer_paused(&s.config.name).await;
+        if paused().await? {
             return Ok(counts);
         }
+        let mut asked = std::time::Instant::now();
         // One claim per row, each under a lease of its own taken just before its
         // handler runs: a lease on a whole batch would run out for the rows at its end
         // while the first ones are handled, and a redelivery or another sweep would run
@@ -1121,6 +1145,12 @@ impl<P: InboxPath> SweepTask for InboxRetryTask<P> {
         // so the sweep's lock is checked before every claim: once it is lost, another
         // instance sweeps, and this one stops claiming.
         while counts.claimed < u64::from(limit) && held() {
+            if asked.elapsed() >= crate::pause::PAUSE_POLL {
+                if paused().await? {
+                    break;
+                }
+                asked = std::time::Instant::now();
+            }
             let lease = s.leases.next();
             let Some(c) = s
                 .path

@@ -47,7 +47,7 @@ pub use outbox::{
     ClaimedMessage, DeadHead, Lease, OutboxRecord, OutboxRelayPath, OutboxRetention, OutboxStats,
     OutboxStore, PublishFailure, SpaceReclaim,
 };
-pub use pause::{MAX_PAUSE_NAME_BYTES, Pause, PauseKind, PauseStore, invalid_pause_name};
+pub use pause::{MAX_PAUSE_NAME_CHARS, Pause, PauseKind, PauseStore, invalid_pause_name};
 pub use state::{StateWrite, SweepStateStore};
 pub use throughput::{ThroughputKind, ThroughputLog};
 

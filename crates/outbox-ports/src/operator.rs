@@ -112,6 +112,10 @@ pub struct MessageFilter<S: Lifecycle = OutboxStatus> {
     pub created_before: Option<Timestamp>,
     /// A message id or a correlation id, exactly.
     pub q: Option<String>,
+    /// Only those whose last error is one of these texts, exactly (no last error
+    /// reads as the empty text): the texts of a failure group
+    /// ([`group_failures`]).
+    pub errors: Option<Vec<String>>,
 }
 
 /// Which inbox deliveries an operator means.
@@ -127,6 +131,7 @@ impl<S: Lifecycle> Default for MessageFilter<S> {
             created_after: None,
             created_before: None,
             q: None,
+            errors: None,
         }
     }
 }

@@ -9,8 +9,9 @@ use outbox_core::Timestamp;
 
 use crate::PortError;
 
-/// Longest name a pause accepts, in bytes (an AMQP exchange name's limit).
-pub const MAX_PAUSE_NAME_BYTES: usize = 255;
+/// Longest name a pause accepts, in characters (an AMQP exchange name is at most
+/// 255 bytes, so every exchange fits).
+pub const MAX_PAUSE_NAME_CHARS: usize = 255;
 
 /// What a pause holds back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -64,14 +65,15 @@ pub struct Pause {
     pub by: String,
 }
 
-/// Why a name cannot be paused: empty, longer than [`MAX_PAUSE_NAME_BYTES`], or
-/// holding a control character. `None`: it can.
+/// Why a name cannot be paused: empty, longer than [`MAX_PAUSE_NAME_CHARS`], or
+/// holding a control character (Unicode's `Cc`: U+0000 to U+001F, U+007F to
+/// U+009F). `None`: it can.
 #[must_use]
 pub fn invalid_pause_name(name: &str) -> Option<&'static str> {
     if name.is_empty() {
         Some("must not be empty")
-    } else if name.len() > MAX_PAUSE_NAME_BYTES {
-        Some("is longer than 255 bytes")
+    } else if name.chars().count() > MAX_PAUSE_NAME_CHARS {
+        Some("is longer than 255 characters")
     } else if name.chars().any(char::is_control) {
         Some("holds a control character")
     } else {
@@ -126,9 +128,18 @@ mod tests {
         );
         assert_eq!(
             invalid_pause_name(&"x".repeat(256)),
-            Some("is longer than 255 bytes")
+            Some("is longer than 255 characters")
         );
         assert_eq!(invalid_pause_name(&"x".repeat(255)), None);
+        assert_eq!(
+            invalid_pause_name(&"é".repeat(255)),
+            None,
+            "characters, not bytes"
+        );
+        assert_eq!(
+            invalid_pause_name("a\u{85}b"),
+            Some("holds a control character")
+        );
         assert_eq!(invalid_pause_name("orders.shard-1"), None);
     }
 }

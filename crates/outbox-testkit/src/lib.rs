@@ -194,6 +194,7 @@ macro_rules! outbox_operator_contract {
                 publish_now_makes_a_delayed_message_due,
                 published_per_minute_counts_sent_messages,
                 failures_are_counted_per_exchange_and_text,
+                a_filter_by_error_texts_takes_those_only,
                 blocked_keys_are_listed_in_key_order,
             ]
         );

@@ -893,3 +893,63 @@ pub async fn blocked_keys_list_failing_and_dead_heads(o: OutboxUnderTest, skip: 
 pub async fn blocked_keys_are_listed_in_key_order(o: OutboxUnderTest) {
     blocked_keys_list_failing_and_dead_heads(o, false).await;
 }
+
+/// A filter by error texts (a failure group's) counts and requeues the messages
+/// whose last error is one of them, exactly, and no other.
+pub async fn a_filter_by_error_texts_takes_those_only(o: OutboxUnderTest) {
+    let exchange = unique_key("errors");
+    let messages = batch(&exchange, 3);
+    let ids: Vec<MessageId> = messages.iter().map(|m| m.id).collect();
+    o.store.enqueue(messages).await.expect("enqueue");
+    let l = lease();
+    let claimed = o.store.claim_pending(&l, 100_000).await.expect("claim");
+    let others: Vec<MessageId> = claimed
+        .iter()
+        .map(|c| c.message.id)
+        .filter(|id| !ids.contains(id))
+        .collect();
+    o.store.release(&l, &others).await.expect("release");
+    let errors = ["order 1 rejected", "order 2 rejected", "order 1 rejected!"];
+    let failures: Vec<PublishFailure> = ids
+        .iter()
+        .zip(errors)
+        .map(|(id, error)| PublishFailure {
+            id: *id,
+            error: error.into(),
+            decision: Decision::Dead,
+        })
+        .collect();
+    assert_eq!(
+        o.store
+            .mark_publish_failed(&l, &failures)
+            .await
+            .expect("failed"),
+        3
+    );
+    let filter = MessageFilter {
+        exchange: Some(exchange.clone()),
+        status: Some(OutboxStatus::Dead),
+        errors: Some(vec!["order 1 rejected".into(), "order 2 rejected".into()]),
+        ..MessageFilter::default()
+    };
+    assert_eq!(
+        o.operator
+            .count_messages(&filter, 100)
+            .await
+            .expect("count"),
+        2
+    );
+    let done = o
+        .operator
+        .requeue_matching(&filter, 100)
+        .await
+        .expect("requeue");
+    assert_eq!((done.matched, done.changed), (2, 2));
+    assert_eq!(status_of(&o, ids[0]).await, Some(OutboxStatus::Pending));
+    assert_eq!(status_of(&o, ids[1]).await, Some(OutboxStatus::Pending));
+    assert_eq!(
+        status_of(&o, ids[2]).await,
+        Some(OutboxStatus::Dead),
+        "a text that only starts like one of them is another"
+    );
+}

@@ -35,7 +35,7 @@ pub(crate) use blocked_keys::blocked_keys;
 pub(crate) use consumers::consumers;
 pub(crate) use dead_letters::{dead_letter, dead_letters};
 pub(crate) use detail::{delivery, message};
-pub(crate) use failures::failures;
+pub(crate) use failures::{delete_group, failures, reconsume_group, requeue_group};
 pub(crate) use lists::{deliveries, messages};
 pub(crate) use overview::{overview, overview_live};
 pub(crate) use pauses::{pause, pauses, resume};

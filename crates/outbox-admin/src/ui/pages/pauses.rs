@@ -122,7 +122,11 @@ pub(crate) async fn pauses(
         _ => None,
     };
     let notice = match q.notice.as_deref() {
-        Some("paused") => Some("Paused: every instance obeys within 2 seconds.".to_owned()),
+        Some("paused") => Some(
+            "Paused: relays obey at their next claim, consumers within a second once \
+             the deliveries they hold are handled."
+                .to_owned(),
+        ),
         Some("resumed") => Some("Resumed.".to_owned()),
         _ => None,
     };

@@ -771,7 +771,26 @@ impl AdminService {
             dry_run,
             max,
         } = bulk;
-        let matched = action.count(&self.ports, filter, max).await?;
+        let matched = if filter.errors.is_some() && filter.status.is_none() {
+            // A failure group's filter names no status, and a sent message or a
+            // consumed delivery keeps its last error: count only the statuses the
+            // action changes (each served by its own index), not every row that
+            // once failed so.
+            let mut matched = 0;
+            for status in action.statuses(filter) {
+                let narrowed = MessageFilter {
+                    status: Some(status),
+                    ..filter.clone()
+                };
+                matched += action.count(&self.ports, &narrowed, max - matched).await?;
+                if matched >= max {
+                    break;
+                }
+            }
+            matched
+        } else {
+            action.count(&self.ports, filter, max).await?
+        };
         if dry_run {
             return Ok(BulkResponse {
                 matched,

@@ -1501,3 +1501,22 @@ async fn a_failure_group_is_requeued_deleted_or_reconsumed_with_a_dry_run_first(
     assert_eq!(targets.len(), 1, "one requeue changed something: {audit:?}");
     assert!(targets[0].contains("order <n> rejected"), "{targets:?}");
 }
+
+#[tokio::test]
+async fn a_failure_groups_count_leaves_out_what_is_no_longer_failing() {
+    let h = harness();
+    let ids = dead_with(&h, "orders", &["order 7 rejected", "order 7 rejected"]).await;
+    // One of them requeued: pending again, its last error kept.
+    let (status, _) = h
+        .write("POST", &format!("/messages/{}/requeue", ids[0]), None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let body = r#"{"exchange": "orders", "error": "order <n> rejected", "dry_run": true}"#;
+    let (status, answer) = h.write("POST", "/failures/requeue", Some(body)).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(
+        answer,
+        serde_json::json!({"matched": 1, "changed": 0}),
+        "the pending one is not the group's any more"
+    );
+}

@@ -32,6 +32,13 @@ where
     let first = tokio::time::timeout(FIRST_READ, read()).await;
     let first = match first {
         Ok(Ok(paused)) => paused,
+        // The store cannot keep pauses at all (its table is missing: `outbox
+        // migrate` has not run since the upgrade): waiting would stop this
+        // consumer for good, silently, so it runs and says it obeys no pause.
+        Ok(Err(e)) if !e.is_retryable() => {
+            tracing::error!(consumer = %consumer, error = %e, "cannot read pauses (run `outbox migrate`?); this consumer obeys no pause until it can");
+            false
+        }
         Ok(Err(e)) => {
             tracing::warn!(consumer = %consumer, error = %e, "cannot read whether the consumer is paused; taking nothing until it can");
             true

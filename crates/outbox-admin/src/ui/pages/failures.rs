@@ -133,12 +133,13 @@ pub(crate) async fn failures(
 ) -> Page {
     let q = query(q)?;
     let here = ui.at("/failures");
+    let mut gone = false;
     let confirm = match (
         q.confirm.as_deref().and_then(GroupAction::parse),
         session.can_write(),
     ) {
-        (Some(action), true) => {
-            let error = crate::params::text("error", q.error.clone().unwrap_or_default())?;
+        (Some(action), true) => 'dialog: {
+            let error = crate::params::text("error", q.error.clone().ok_or_else(no_error)?)?;
             let exchange = q
                 .exchange
                 .clone()
@@ -149,7 +150,7 @@ pub(crate) async fn failures(
                 .clone()
                 .map(|c| crate::params::text("consumer", c))
                 .transpose()?;
-            let counted = run(
+            let counted = match run(
                 &ui,
                 &session.actor.name,
                 action,
@@ -158,7 +159,16 @@ pub(crate) async fn failures(
                 &error,
                 true,
             )
-            .await?;
+            .await
+            {
+                Ok(counted) => counted,
+                // Emptied since the page showed it: the page, and a word on it.
+                Err(AdminError::Port(outbox_ports::PortError::NotFound { .. })) => {
+                    gone = true;
+                    break 'dialog None;
+                }
+                Err(e) => return Err(e.into()),
+            };
             let n = counted.matched;
             let (place, hidden_place) = match (&exchange, &consumer) {
                 (Some(x), _) => (format!("exchange {x}"), ("exchange", x.clone())),
@@ -243,10 +253,20 @@ pub(crate) async fn failures(
             rows,
             capped,
             here,
-            notice: notice_text(q.notice.as_deref()),
+            notice: if gone {
+                Some("That group holds no failing or dead entry any more.".to_owned())
+            } else {
+                notice_text(q.notice.as_deref())
+            },
             confirm,
         },
     )
+}
+
+/// A group action without the group's error: refused, not taken for the group
+/// of failures without one.
+fn no_error() -> AdminError {
+    AdminError::bad("bad_group", "the group's error is missing")
 }
 
 fn capitalised(verb: &str) -> String {
@@ -265,7 +285,7 @@ async fn act(
 ) -> Page {
     let form = form.map(|Form(f)| f).unwrap_or_default();
     check_write(session, headers, form.csrf.as_deref())?;
-    let error = crate::params::text("error", form.error.unwrap_or_default())?;
+    let error = crate::params::text("error", form.error.ok_or_else(no_error)?)?;
     let exchange = form
         .exchange
         .map(|x| crate::params::text("exchange", x))

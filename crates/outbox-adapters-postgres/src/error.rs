@@ -104,3 +104,38 @@ pub(crate) fn refused_by_database(e: &sqlx::Error) -> Option<String> {
         || code.starts_with("58");
     (!unavailable).then(|| format!("{} (SQLSTATE {code})", db.message()))
 }
+
+/// Why a first connection to `address` failed, in the words a person acts on: a
+/// refused connection, an unknown host, a wrong password or role, a database
+/// that does not exist; else the driver's text.
+pub(crate) fn connect_failure(e: &sqlx::Error, address: &str) -> String {
+    match e {
+        sqlx::Error::Io(io) => match io.kind() {
+            std::io::ErrorKind::ConnectionRefused => format!(
+                "connection refused at {address} (no PostgreSQL listens there: is it running, and on that port?)"
+            ),
+            std::io::ErrorKind::TimedOut => format!("timed out connecting to {address}"),
+            _ => format!("cannot reach {address}: {io}"),
+        },
+        sqlx::Error::Database(db) => {
+            let message = db.message();
+            match db.code().as_deref() {
+                // invalid_password
+                Some("28P01") => format!(
+                    "password authentication failed at {address}: {message} (check the URL's user and password; retrying will not help)"
+                ),
+                // invalid_authorization_specification: no such role, or pg_hba.conf refuses
+                Some("28000") => format!(
+                    "authentication refused at {address}: {message} (the role or pg_hba.conf; retrying will not help)"
+                ),
+                // invalid_catalog_name
+                Some("3D000") => format!(
+                    "{message} at {address} (create it, or fix the URL's database; retrying will not help)"
+                ),
+                _ => format!("{address}: {message}"),
+            }
+        }
+        sqlx::Error::Tls(tls) => format!("TLS with {address} failed: {tls}"),
+        other => format!("{address}: {other}"),
+    }
+}

@@ -160,13 +160,30 @@ pub async fn connect_bounded(
             reason: error::redact(&e.to_string(), url),
         })?
         .options(bounds.options());
+    let unreachable = |reason: String| PgConfigError::Unreachable {
+        url: error::redact_url(url),
+        reason: error::redact(&reason, url),
+    };
+    // One connection first, on its own: the pool's first connect reports only
+    // that it timed out waiting (whatever went wrong, after the whole timeout),
+    // where a person needs "connection refused" or "password authentication
+    // failed" at once.
+    let address = format!("{}:{}", options.get_host(), options.get_port());
+    match tokio::time::timeout(connect_timeout, sqlx::ConnectOptions::connect(&options)).await {
+        Ok(Ok(first)) => {
+            let _ = sqlx::Connection::close(first).await;
+        }
+        Ok(Err(e)) => return Err(unreachable(error::connect_failure(&e, &address))),
+        Err(_) => {
+            return Err(unreachable(format!(
+                "timed out connecting to {address} after {connect_timeout:?} (nothing answered: a firewall, a wrong host, or a server too busy to accept)"
+            )));
+        }
+    }
     PgPoolOptions::new()
         .max_connections(max_connections.max(1))
         .acquire_timeout(connect_timeout)
         .connect_with(options)
         .await
-        .map_err(|e| PgConfigError::Unreachable {
-            url: error::redact_url(url),
-            reason: error::redact(&e.to_string(), url),
-        })
+        .map_err(|e| unreachable(e.to_string()))
 }

@@ -100,6 +100,13 @@ pub async fn migrate(pool: &PgPool, schema: &PgSchema) -> Result<(), PgConfigErr
         reason: e.to_string(),
     };
     let mut conn = pool.acquire().await.map_err(|e| fail(&e))?;
+    // Quiet: the NOTICEs of `IF EXISTS` / `IF NOT EXISTS` ("... already exists,
+    // skipping") say nothing an operator running `outbox migrate` twice needs to
+    // read; warnings and errors still come through. Reset below.
+    sqlx::query("SELECT set_config('client_min_messages', 'warning', false)")
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| fail(&e))?;
     // The name is validated and quoted; DDL cannot take it as a bind parameter.
     sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS {}", schema.quoted()))
         .execute(&mut *conn)
@@ -128,9 +135,11 @@ pub async fn migrate(pool: &PgPool, schema: &PgSchema) -> Result<(), PgConfigErr
     }
     // The connection goes back to the pool: give it its default search_path again.
     // And its own bounds: RESET returns to the values the session started with.
-    let _ = sqlx::raw_sql("RESET search_path; RESET statement_timeout; RESET lock_timeout")
-        .execute(&mut *conn)
-        .await;
+    let _ = sqlx::raw_sql(
+        "RESET search_path; RESET statement_timeout; RESET lock_timeout; RESET client_min_messages",
+    )
+    .execute(&mut *conn)
+    .await;
     result
 }
 

@@ -116,6 +116,9 @@ pub(crate) struct Target {
 #[derive(Debug, Subcommand)]
 pub(crate) enum MessagesAction {
     /// List messages, newest first.
+    #[command(
+        after_help = "Examples:\n  outbox messages list --status dead --exchange orders --limit 50\n  outbox messages list --q 0190f0a2-7c3e-7a41-9b2d-3c4e5f607182"
+    )]
     List {
         #[command(flatten)]
         filter: FilterArgs,
@@ -126,6 +129,9 @@ pub(crate) enum MessagesAction {
         json: bool,
     },
     /// Show one message with its publish side and every consumer's side.
+    #[command(
+        after_help = "Examples:\n  outbox messages show 0190f0a2-7c3e-7a41-9b2d-3c4e5f607182 --json"
+    )]
     Show {
         /// The message.
         id: String,
@@ -134,13 +140,22 @@ pub(crate) enum MessagesAction {
         json: bool,
     },
     /// Put dead or failed messages back to pending with a fresh retry budget.
+    #[command(
+        after_help = "Examples:\n  outbox messages requeue 0190f0a2-7c3e-7a41-9b2d-3c4e5f607182\n  outbox messages requeue --filter --status dead --exchange orders --dry-run"
+    )]
     Requeue(Target),
     /// Make a delayed (scheduled) message due now: published at the next claim.
+    #[command(
+        after_help = "Examples:\n  outbox messages publish-now 0190f0a2-7c3e-7a41-9b2d-3c4e5f607182"
+    )]
     PublishNow {
         /// The message.
         id: String,
     },
     /// Delete dead messages (pending and failed ones too with --force).
+    #[command(
+        after_help = "Examples:\n  outbox messages delete 0190f0a2-7c3e-7a41-9b2d-3c4e5f607182\n  outbox messages delete --filter --status dead --dry-run"
+    )]
     Delete {
         #[command(flatten)]
         target: Target,
@@ -155,6 +170,7 @@ pub(crate) enum MessagesAction {
 #[allow(clippy::large_enum_variant)] // Parsed once per run; boxing buys nothing.
 pub(crate) enum ConsumersAction {
     /// Every consumer with its counts.
+    #[command(after_help = "Examples:\n  outbox consumers list --json")]
     List {
         /// Print them as JSON.
         #[arg(long)]
@@ -162,6 +178,7 @@ pub(crate) enum ConsumersAction {
     },
     /// One consumer's deliveries, newest first; --status takes received, consumed,
     /// consume_failed, dead (`outbox dead list --consumer` was this, with dead).
+    #[command(after_help = "Examples:\n  outbox consumers deliveries billing --status dead")]
     Deliveries {
         /// The consumer.
         consumer: String,
@@ -178,6 +195,9 @@ pub(crate) enum ConsumersAction {
     /// dead deliveries matching the filter flags (consumed ones only with
     /// `--status consumed`); --status takes received, consumed, consume_failed,
     /// dead. A delivery a worker or a retry holds right now is refused.
+    #[command(
+        after_help = "Examples:\n  outbox consumers reconsume billing 0190f0a2-7c3e-7a41-9b2d-3c4e5f607182\n  outbox consumers reconsume billing --filter --status dead --dry-run"
+    )]
     Reconsume {
         /// The consumer.
         consumer: String,
@@ -195,6 +215,7 @@ pub(crate) enum ConsumersAction {
 #[derive(Debug, Subcommand)]
 pub(crate) enum DeadLettersAction {
     /// List dead letters, newest first.
+    #[command(after_help = "Examples:\n  outbox dead-letters list --consumer billing")]
     List {
         /// Only this consumer's.
         #[arg(long)]
@@ -206,6 +227,7 @@ pub(crate) enum DeadLettersAction {
         json: bool,
     },
     /// Show one dead letter with its whole body.
+    #[command(after_help = "Examples:\n  outbox dead-letters show 42")]
     Show {
         /// The dead letter's id (a number).
         id: String,
@@ -214,6 +236,7 @@ pub(crate) enum DeadLettersAction {
         json: bool,
     },
     /// Delete one dead letter.
+    #[command(after_help = "Examples:\n  outbox dead-letters delete 42")]
     Delete {
         /// The dead letter's id (a number).
         id: String,
@@ -470,6 +493,7 @@ pub(crate) enum OrderingAction {
     /// by key: the head's id, status, attempts, retry time and last error, and how
     /// many messages wait behind it (requeue or delete the head with `outbox
     /// messages requeue|delete ID`).
+    #[command(after_help = "Examples:\n  outbox ordering blocked --limit 20 --after customer-7")]
     Blocked {
         /// Page size, 1 to 1000.
         #[arg(long, default_value_t = DEFAULT_LIMIT)]
@@ -571,6 +595,9 @@ pub(crate) struct GroupArgs {
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum FailuresAction {
     /// Requeue the failing and dead messages of one exchange's group.
+    #[command(
+        after_help = "Examples:\n  outbox failures requeue --exchange orders --error \"order <n> rejected\" --dry-run"
+    )]
     Requeue {
         /// The group's exchange.
         #[arg(long)]
@@ -579,6 +606,9 @@ pub(crate) enum FailuresAction {
         group: GroupArgs,
     },
     /// Delete the dead messages of one exchange's group (its failing ones stay).
+    #[command(
+        after_help = "Examples:\n  outbox failures delete --exchange orders --error \"order <n> rejected\""
+    )]
     Delete {
         /// The group's exchange.
         #[arg(long)]
@@ -588,6 +618,9 @@ pub(crate) enum FailuresAction {
     },
     /// Run the handler again for the failing and dead deliveries of one
     /// consumer's group.
+    #[command(
+        after_help = "Examples:\n  outbox failures reconsume --consumer billing --error \"row <n> of invoices is locked\""
+    )]
     Reconsume {
         /// The group's consumer.
         #[arg(long)]

@@ -36,12 +36,17 @@ struct Cli {
 enum Command {
     /// Run the relay: dispatcher, publish-retry sweep and HTTP endpoints, until
     /// SIGINT or SIGTERM.
+    #[command(
+        after_help = "Examples:\n  outbox run --config outbox.toml\n  OUTBOX__POSTGRES__URL=postgres://app@db/shop outbox run"
+    )]
     Run(ConfigArg),
     /// Create or update the PostgreSQL tables of the configured schema.
+    #[command(after_help = "Examples:\n  outbox migrate --config outbox.toml")]
     Migrate(ConfigArg),
     /// Dead messages (deprecated spellings, kept for one release: `messages list
     /// --status dead`, `messages requeue`, `messages delete`, `consumers deliveries
     /// <name> --status dead`, `consumers reconsume <name> <id>`).
+    #[command(after_help = "Examples:\n  outbox dead list --limit 20\n  outbox dead requeue --all")]
     Dead {
         #[command(flatten)]
         config: ConfigArg,
@@ -49,6 +54,9 @@ enum Command {
         action: DeadAction,
     },
     /// Browse, requeue and delete outbox messages (audited as `cli:<user>`).
+    #[command(
+        after_help = "Examples:\n  outbox messages list --status dead --exchange orders\n  outbox messages requeue --filter --status dead --dry-run"
+    )]
     Messages {
         #[command(flatten)]
         config: ConfigArg,
@@ -56,6 +64,9 @@ enum Command {
         action: MessagesAction,
     },
     /// Consumers with their counts.
+    #[command(
+        after_help = "Examples:\n  outbox consumers list\n  outbox consumers deliveries billing --status dead"
+    )]
     Consumers {
         #[command(flatten)]
         config: ConfigArg,
@@ -63,6 +74,9 @@ enum Command {
         action: ConsumersAction,
     },
     /// Deliveries a consumer could not decode, kept raw.
+    #[command(
+        after_help = "Examples:\n  outbox dead-letters list --consumer billing\n  outbox dead-letters show 42 --json"
+    )]
     DeadLetters {
         #[command(flatten)]
         config: ConfigArg,
@@ -70,6 +84,7 @@ enum Command {
         action: DeadLettersAction,
     },
     /// Per-key ordering: the keys held back by a failing or dead head.
+    #[command(after_help = "Examples:\n  outbox ordering blocked --limit 20")]
     Ordering {
         #[command(flatten)]
         config: ConfigArg,
@@ -79,9 +94,10 @@ enum Command {
     /// Failing and dead messages and deliveries grouped by their error (ids,
     /// numbers and quoted values taken out), per exchange and per consumer, the
     /// largest groups first; or an action on one group (audited).
-    ///
-    /// Example: `outbox failures requeue --exchange orders --error "order <n> rejected" --dry-run`
     #[command(args_conflicts_with_subcommands = true)]
+    #[command(
+        after_help = "Examples:\n  outbox failures\n  outbox failures requeue --exchange orders --error \"order <n> rejected\" --dry-run"
+    )]
     Failures {
         #[command(flatten)]
         config: ConfigArg,
@@ -95,8 +111,9 @@ enum Command {
     /// key's order kept) or a consumer (its workers finish what they hold and take
     /// no more). Relays obey at their next claim, consumers within a second once
     /// what they hold is handled; a restart keeps it. Audited.
-    ///
-    /// Example: `outbox pause exchange orders`
+    #[command(
+        after_help = "Examples:\n  outbox pause exchange orders\n  outbox pause consumer billing"
+    )]
     Pause {
         #[command(flatten)]
         config: ConfigArg,
@@ -106,8 +123,9 @@ enum Command {
         name: String,
     },
     /// Lift a pause set by `outbox pause`. Audited.
-    ///
-    /// Example: `outbox resume consumer billing`
+    #[command(
+        after_help = "Examples:\n  outbox resume exchange orders\n  outbox resume consumer billing"
+    )]
     Resume {
         #[command(flatten)]
         config: ConfigArg,
@@ -117,6 +135,7 @@ enum Command {
         name: String,
     },
     /// The pauses in force: kind, name, since, by whom.
+    #[command(after_help = "Examples:\n  outbox pauses\n  outbox pauses --json")]
     Pauses {
         #[command(flatten)]
         config: ConfigArg,
@@ -125,6 +144,7 @@ enum Command {
         json: bool,
     },
     /// Counts by status, last hour's throughput and the last sweep report.
+    #[command(after_help = "Examples:\n  outbox stats\n  outbox stats --json")]
     Stats {
         #[command(flatten)]
         config: ConfigArg,
@@ -134,6 +154,9 @@ enum Command {
     },
     /// Run the whole flow on in-memory adapters with injected faults, and print a
     /// one-line summary.
+    #[command(
+        after_help = "Examples:\n  outbox demo\n  outbox demo --poison 3 --dead-publish 2 --serve"
+    )]
     Demo(DemoArgs),
 }
 
@@ -166,6 +189,9 @@ struct ConfigArg {
 enum DeadAction {
     /// List dead messages, oldest first (publish side, or with `--consumer` that
     /// consumer's dead deliveries and its dead letters, marked `dead-letter`).
+    #[command(
+        after_help = "Examples:\n  outbox dead list --limit 20\n  outbox dead list --consumer billing"
+    )]
     List {
         /// At most this many.
         #[arg(long, default_value_t = 50)]
@@ -177,6 +203,9 @@ enum DeadAction {
     },
     /// Run a consumer's handler again for a consumed, failed or dead delivery (its
     /// consume sweep picks it up with a fresh retry budget).
+    #[command(
+        after_help = "Examples:\n  outbox dead reconsume 0190f0a2-7c3e-7a41-9b2d-3c4e5f607182 --consumer billing"
+    )]
     Reconsume {
         /// The message.
         id: String,
@@ -185,6 +214,9 @@ enum DeadAction {
         consumer: String,
     },
     /// Put dead messages back to pending with a fresh retry budget.
+    #[command(
+        after_help = "Examples:\n  outbox dead requeue 0190f0a2-7c3e-7a41-9b2d-3c4e5f607182\n  outbox dead requeue --all"
+    )]
     Requeue {
         /// The message to requeue.
         #[arg(required_unless_present = "all", conflicts_with = "all")]
@@ -194,6 +226,7 @@ enum DeadAction {
         all: bool,
     },
     /// Delete a dead message for good.
+    #[command(after_help = "Examples:\n  outbox dead delete 0190f0a2-7c3e-7a41-9b2d-3c4e5f607182")]
     Delete {
         /// The message to delete.
         id: String,
@@ -223,6 +256,10 @@ struct DemoArgs {
     /// Messages whose handler always fails; they end dead.
     #[arg(long, default_value_t = 0)]
     poison: u64,
+    /// Messages to an exchange that does not exist: their publishes fail until
+    /// they end dead (with --serve, try requeue and delete on them).
+    #[arg(long, default_value_t = 0)]
+    dead_publish: u64,
     /// Seed of the random choices.
     #[arg(long, default_value_t = 7)]
     seed: u64,
@@ -434,10 +471,15 @@ async fn run_demo(a: DemoArgs) -> anyhow::Result<ExitCode> {
         handler_failure_rate: a.handler_failure_rate,
         redeliveries: a.redeliveries,
         poison: a.poison,
+        dead_publish: a.dead_publish,
         seed: a.seed,
         timeout: a.timeout,
         progress: !a.quiet,
     };
+    if let Err(usage) = opts.check() {
+        eprintln!("error: {usage}");
+        return Ok(ExitCode::from(2));
+    }
     let (s, world) = demo::run_keeping(&opts).await.context("demo failed")?;
     eprintln!(
         "demo: {} publish failures and {} handler failures retried; {} redeliveries absorbed by the inbox; {} duplicate effects; {} sweeps",
@@ -565,6 +607,21 @@ fn failures<const N: usize>(checks: [(&str, Result<(), String>); N]) -> Vec<Stri
 
 async fn run_relay(cfg: RelayConfig) -> anyhow::Result<ExitCode> {
     tracing::info!(config = ?cfg, "configuration");
+    // The HTTP address first: a taken one stops the relay before it connects to
+    // anything or publishes a message.
+    let listener = if cfg.http.enabled {
+        match tokio::net::TcpListener::bind(cfg.http.address).await {
+            Ok(l) => Some(l),
+            Err(e) => {
+                let address = cfg.http.address;
+                tracing::error!(%address, error = %e, "cannot bind the HTTP address; stopping");
+                eprintln!("error: cannot serve HTTP on {address}: {e}");
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+    } else {
+        None
+    };
     let instance = cfg
         .instance
         .clone()
@@ -629,7 +686,7 @@ async fn run_relay(cfg: RelayConfig) -> anyhow::Result<ExitCode> {
     let mut relay = builder.start(&cancel);
     let reports = std::mem::replace(&mut relay.reports, tokio::sync::mpsc::unbounded_channel().1);
     let sweeps = tokio::spawn(http::record_sweeps(reports));
-    let server = if cfg.http.enabled {
+    let server = if let Some(listener) = listener {
         let state = http::HttpState {
             store: wired.store,
             publisher: wired.publisher,
@@ -644,7 +701,7 @@ async fn run_relay(cfg: RelayConfig) -> anyhow::Result<ExitCode> {
         let address = cfg.http.address;
         let c = cancel.clone();
         Some(tokio::spawn(async move {
-            match http::serve_with_admin_and_ui(address, state, admin, ui, c.clone()).await {
+            match http::serve_with_admin_and_ui(listener, state, admin, ui, c.clone()).await {
                 Ok(()) => true,
                 Err(e) => {
                     tracing::error!(%address, error = %e, "HTTP endpoints failed; stopping");
@@ -841,4 +898,41 @@ async fn consumer_dead(
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    use super::Cli;
+
+    /// Every subcommand, nested ones included, with its path.
+    fn every_subcommand(cmd: &clap::Command, path: &str, out: &mut Vec<(String, clap::Command)>) {
+        for sub in cmd.get_subcommands() {
+            let here = format!("{path} {}", sub.get_name());
+            out.push((here.clone(), sub.clone()));
+            every_subcommand(sub, &here, out);
+        }
+    }
+
+    #[test]
+    fn every_subcommands_help_has_examples_of_itself() {
+        let mut all = Vec::new();
+        every_subcommand(&Cli::command(), "outbox", &mut all);
+        assert!(all.len() > 30, "{} subcommands", all.len());
+        for (path, mut cmd) in all {
+            if path.ends_with(" help") {
+                continue; // clap's own
+            }
+            let help = cmd.render_long_help().to_string();
+            let examples = help
+                .split_once("Examples:")
+                .unwrap_or_else(|| panic!("`{path} --help` has no Examples: section:\n{help}"))
+                .1;
+            assert!(
+                examples.lines().any(|l| l.trim_start().starts_with(&path)),
+                "`{path} --help`: no example runs `{path}`:\n{examples}"
+            );
+        }
+    }
 }

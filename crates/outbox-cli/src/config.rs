@@ -657,6 +657,37 @@ pub struct RelayConfig {
     pub telemetry: TelemetryConfig,
 }
 
+/// The error of a configuration that cannot be read, blamed on the environment
+/// variable that set the setting at fault when one did (`OUTBOX__SWEEP__INTERVALL`
+/// for an unknown field `intervall` of `sweep`, `OUTBOX__SWEEP__INTERVAL` for a bad
+/// `sweep.interval`), else on the file.
+fn blame(message: &str, variables: &[String], path: &Path) -> ConfigError {
+    let (reason, key) = match message.rsplit_once(" for key `") {
+        Some((reason, key)) => (reason, key.trim_end_matches('`')),
+        None => (message, ""),
+    };
+    let unknown = reason
+        .strip_prefix("unknown field `")
+        .and_then(|rest| rest.split_once('`'))
+        .map(|(field, _)| field);
+    let setting = match (unknown, key) {
+        (Some(field), "") => field.to_owned(),
+        (Some(field), key) => format!("{key}.{field}"),
+        (None, key) => key.to_owned(),
+    };
+    let from_env = variables.iter().find(|name| {
+        let dotted = name
+            .trim_start_matches("OUTBOX__")
+            .to_ascii_lowercase()
+            .replace("__", ".");
+        !setting.is_empty() && (dotted == setting || dotted.starts_with(&format!("{setting}.")))
+    });
+    match from_env {
+        Some(name) => ConfigError::new("", name, format!("{reason} (set in the environment)")),
+        None => ConfigError::new("", &path.display().to_string(), message),
+    }
+}
+
 impl RelayConfig {
     /// Loads `path` (TOML), then `OUTBOX__...` environment overrides, then validates.
     ///
@@ -678,6 +709,7 @@ impl RelayConfig {
             .into_iter()
             .filter(|(k, _)| k.starts_with("OUTBOX__"))
             .collect();
+        let names: Vec<String> = overrides.keys().cloned().collect();
         let loaded = config::Config::builder()
             .add_source(config::File::from(path).format(config::FileFormat::Toml))
             .add_source(
@@ -696,7 +728,7 @@ impl RelayConfig {
             .map_err(|e| ConfigError::new("", &path.display().to_string(), e))?;
         let mut cfg: Self = loaded
             .try_deserialize()
-            .map_err(|e| ConfigError::new("", &path.display().to_string(), e))?;
+            .map_err(|e| blame(&e.to_string(), &names, path))?;
         cfg.scope_default_keys();
         cfg.validate()?;
         Ok(cfg)

@@ -25,6 +25,8 @@ use outbox_relay::{
 };
 
 const EXCHANGE: &str = "demo.orders";
+/// The exchange of `--dead-publish`: never declared, so every publish to it fails.
+const MISSING_EXCHANGE: &str = "demo.missing";
 const QUEUE: &str = "demo.orders.created";
 const CONSUMER: &str = "demo-billing";
 
@@ -45,12 +47,34 @@ pub struct DemoOptions {
     pub redeliveries: u64,
     /// Messages whose handler always fails: they end dead.
     pub poison: u64,
+    /// Messages to an exchange that does not exist: their publishes fail until
+    /// they end dead (the publish side's twin of `poison`).
+    pub dead_publish: u64,
     /// Seed of the random choices, for a repeatable run.
     pub seed: u64,
     /// Give up after this long.
     pub timeout: Duration,
     /// Draw a progress bar on stderr.
     pub progress: bool,
+}
+
+impl DemoOptions {
+    /// Why these options cannot run, naming the flag (a usage error).
+    ///
+    /// # Errors
+    /// The first option out of range.
+    pub fn check(&self) -> Result<(), String> {
+        if self.messages == 0 {
+            return Err("--messages must be at least 1".into());
+        }
+        if self.poison.saturating_add(self.dead_publish) > self.messages {
+            return Err("--poison and --dead-publish together cannot exceed --messages".into());
+        }
+        if !(0.0..=1.0).contains(&self.handler_failure_rate) {
+            return Err("--handler-failure-rate must be between 0 and 1".into());
+        }
+        Ok(())
+    }
 }
 
 impl Default for DemoOptions {
@@ -63,6 +87,7 @@ impl Default for DemoOptions {
             handler_failure_rate: 0.05,
             redeliveries: 25,
             poison: 0,
+            dead_publish: 0,
             seed: 7,
             timeout: Duration::from_secs(60),
             progress: true,
@@ -144,15 +169,7 @@ pub async fn run(opts: &DemoOptions) -> anyhow::Result<DemoSummary> {
 /// # Errors
 /// When the options are out of range, or enqueueing fails.
 pub async fn run_keeping(opts: &DemoOptions) -> anyhow::Result<(DemoSummary, DemoWorld)> {
-    anyhow::ensure!(opts.messages > 0, "--messages must be at least 1");
-    anyhow::ensure!(
-        opts.poison <= opts.messages,
-        "--poison cannot exceed --messages"
-    );
-    anyhow::ensure!(
-        (0.0..=1.0).contains(&opts.handler_failure_rate),
-        "--handler-failure-rate must be between 0 and 1"
-    );
+    opts.check().map_err(anyhow::Error::msg)?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let outbox = Arc::new(MemoryOutboxStore::new(Arc::clone(&clock)));
     let inbox = Arc::new(MemoryInboxStore::new(Arc::clone(&clock)).with_pauses(&outbox.pauses()));
@@ -175,7 +192,14 @@ pub async fn run_keeping(opts: &DemoOptions) -> anyhow::Result<(DemoSummary, Dem
             r#"{{"order_id":{n},"amount_cents":{}}}"#,
             rng.u32(100..100_000)
         );
-        let message = NewMessage::new(EXCHANGE, "order.created", payload.into_bytes())
+        // After the poison ones, those bound for an exchange nobody declared.
+        let dead_publish = (opts.poison..opts.poison + opts.dead_publish).contains(&n);
+        let exchange = if dead_publish {
+            MISSING_EXCHANGE
+        } else {
+            EXCHANGE
+        };
+        let message = NewMessage::new(exchange, "order.created", payload.into_bytes())
             .with_type("order.created")
             .with_source("demo")
             .into_message(id, now);

@@ -474,13 +474,14 @@ pub async fn serve_with_admin(
 }
 
 /// As [`serve_with_admin`], and the dashboard `ui` (when given) nested at
-/// [`crate::admin_api::UI_PATH`].
+/// [`crate::admin_api::UI_PATH`], on `listener` (bound by the caller, so that a
+/// taken address is known before anything else starts).
 ///
 /// # Errors
-/// When the address cannot be bound.
+/// When serving fails.
 #[cfg(feature = "admin")]
 pub async fn serve_with_admin_and_ui(
-    address: SocketAddr,
+    listener: tokio::net::TcpListener,
     state: HttpState,
     admin: axum::Router,
     ui: Option<axum::Router>,
@@ -490,7 +491,7 @@ pub async fn serve_with_admin_and_ui(
     if let Some(ui) = ui {
         app = app.nest(crate::admin_api::UI_PATH, ui);
     }
-    serve_router(address, app, cancel).await
+    serve_on(listener, app, cancel).await
 }
 
 fn endpoints(state: HttpState) -> axum::Router {
@@ -506,9 +507,19 @@ async fn serve_router(
     app: axum::Router,
     cancel: CancellationToken,
 ) -> std::io::Result<()> {
-    let _ = prometheus();
     let listener = tokio::net::TcpListener::bind(address).await?;
-    tracing::info!(%address, "HTTP endpoints listening");
+    serve_on(listener, app, cancel).await
+}
+
+async fn serve_on(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    cancel: CancellationToken,
+) -> std::io::Result<()> {
+    let _ = prometheus();
+    if let Ok(address) = listener.local_addr() {
+        tracing::info!(%address, "HTTP endpoints listening");
+    }
     axum::serve(listener, app)
         .with_graceful_shutdown(cancel.cancelled_owned())
         .await

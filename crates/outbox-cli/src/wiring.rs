@@ -56,6 +56,10 @@ struct StoreSide {
     throughput: Arc<dyn ThroughputLog>,
 }
 
+/// How long the first connection to PostgreSQL may take: a refused one says so at
+/// once, one that nothing answers is given up after this.
+pub const POSTGRES_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Opens the PostgreSQL pool of `cfg`, if an adapter needs it.
 ///
 /// # Errors
@@ -68,7 +72,7 @@ pub async fn postgres(cfg: &RelayConfig) -> anyhow::Result<Option<(PgPool, PgSch
     let pool = outbox_adapters_postgres::connect_bounded(
         &pg.url,
         pg.max_connections,
-        Duration::from_secs(10),
+        POSTGRES_CONNECT_TIMEOUT,
         &pg.session_bounds(),
     )
     .await?;

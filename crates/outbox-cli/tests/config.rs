@@ -254,6 +254,8 @@ fn a_taken_http_address_stops_the_relay_with_an_error() {
         err.contains(&format!("cannot serve HTTP on {address}")),
         "{err}"
     );
+    // Before anything else started: no dispatcher ran.
+    assert!(!err.contains("dispatcher started"), "{err}");
 }
 
 #[test]
@@ -821,4 +823,34 @@ fn several_broker_nodes_load_from_file_or_environment_and_are_checked_by_name() 
     let none = GOOD.replace("url = \"amqp://guest:mq-secret@127.0.0.1:5672/%2f\"", "");
     let missing = error_of(&none, &[]);
     assert!(missing.contains("rabbitmq.url"), "{missing}");
+}
+
+#[test]
+fn a_bad_environment_variable_is_named_not_the_file() {
+    let e = error_of(GOOD, &[("OUTBOX__SWEEP__INTERVALL", "5s")]);
+    assert!(
+        e.starts_with(
+            "invalid configuration `OUTBOX__SWEEP__INTERVALL`: unknown field `intervall`"
+        ),
+        "{e}"
+    );
+    assert!(e.contains("(set in the environment)"), "{e}");
+    let e = error_of(GOOD, &[("OUTBOX__SWEEP__INTERVAL", "5x")]);
+    assert!(
+        e.starts_with("invalid configuration `OUTBOX__SWEEP__INTERVAL`:"),
+        "{e}"
+    );
+    assert!(e.contains("unknown unit"), "{e}");
+    let e = error_of(GOOD, &[("OUTBOX__SWEEEP__INTERVAL", "5s")]);
+    assert!(
+        e.starts_with("invalid configuration `OUTBOX__SWEEEP__INTERVAL`:"),
+        "{e}"
+    );
+    // The same mistake in the file is the file's.
+    let e = error_of(
+        &format!("bogus_setting = 1\n{GOOD}"),
+        &[("OUTBOX__SWEEP__INTERVAL", "5s")],
+    );
+    assert!(!e.contains("OUTBOX__"), "{e}");
+    assert!(e.contains("bogus_setting"), "{e}");
 }

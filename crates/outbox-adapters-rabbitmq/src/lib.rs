@@ -70,14 +70,25 @@ pub async fn connect_with_tls(
         lapin::Connection::connect_with_config(url, properties, tls.lapin_config(), runtime);
     match tokio::time::timeout(timeout, connecting).await {
         Ok(Ok(conn)) => Ok(conn),
-        Ok(Err(e)) => Err(PortError::transient(
-            "connect to RabbitMQ",
-            format!(
-                "{}: {}",
-                redact_url(url),
-                redact_secret_in(&e.to_string(), url)
-            ),
-        )),
+        Ok(Err(e)) => {
+            // A refused login is said so first (it stays retryable: an operator
+            // may fix the user or its permissions without a restart).
+            let refused =
+                matches!(e.kind(), lapin::ErrorKind::ProtocolError(amqp) if amqp.get_id() == 403);
+            Err(PortError::transient(
+                "connect to RabbitMQ",
+                format!(
+                    "{}{}: {}",
+                    if refused {
+                        "the broker refused the login (check the URL's user, password and vhost) at "
+                    } else {
+                        ""
+                    },
+                    redact_url(url),
+                    redact_secret_in(&e.to_string(), url)
+                ),
+            ))
+        }
         Err(_) => Err(PortError::transient(
             "connect to RabbitMQ",
             format!("{}: no connection within {timeout:?}", redact_url(url)),

@@ -483,6 +483,10 @@ async fn a_password_never_shows_in_debug_or_errors() {
         PublishOutcome::NotSent(e) => {
             assert!(!e.to_string().contains(secret), "{e}");
             assert!(e.is_retryable(), "{e}");
+            assert!(
+                e.to_string().contains("refused the login"),
+                "said first: {e}"
+            );
         }
         other => panic!("a wrong password published: {other}"),
     }

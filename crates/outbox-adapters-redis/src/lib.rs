@@ -196,12 +196,36 @@ impl RedisClient {
     }
 
     async fn conn(&self, operation: &'static str) -> Result<deadpool_redis::Connection, PortError> {
-        self.pool.get().await.map_err(|e| PortError::Transient {
-            operation,
-            message: format!("Redis at {} unreachable: {e}", self.shown_url),
-            source: None,
+        self.pool.get().await.map_err(|e| {
+            // Reached, and the credentials refused: no retry can help, and the
+            // server is not unreachable.
+            if let deadpool_redis::PoolError::Backend(re) = &e
+                && refused_credentials(re)
+            {
+                return PortError::fatal(
+                    operation,
+                    format!(
+                        "Redis at {} refused the credentials: {re} (check the URL's user and password; retrying will not help)",
+                        self.shown_url
+                    ),
+                );
+            }
+            PortError::Transient {
+                operation,
+                message: format!("Redis at {} unreachable: {e}", self.shown_url),
+                source: None,
+            }
         })
     }
+}
+
+/// An error of signing in: a wrong password or user, a password given to a
+/// server without one, a user without the right to connect.
+fn refused_credentials(e: &deadpool_redis::redis::RedisError) -> bool {
+    use deadpool_redis::redis::ErrorKind;
+    e.kind() == ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("WRONGPASS" | "NOAUTH" | "NOPERM"))
+        || (e.code() == Some("ERR") && e.to_string().contains("AUTH"))
 }
 
 /// Maps a Redis error: anything about the connection is retryable; a refused command

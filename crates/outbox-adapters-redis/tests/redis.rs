@@ -181,10 +181,18 @@ async fn a_password_never_shows_in_debug_or_errors() {
         assert!(!shown.contains(secret), "{shown}");
     }
     assert!(format!("{client:?}").contains("***"));
-    // The local server has no password, so AUTH fails: the error must not repeat it.
-    if let Err(e) = lock.acquire(&unique_key("secret"), TTL, WAIT).await {
-        assert!(!e.to_string().contains(secret), "{e}");
-        assert!(!format!("{e:?}").contains(secret), "{e:?}");
+    // The local server has no password, so AUTH fails: the error says the
+    // credentials were refused (not that Redis is unreachable), is not retryable,
+    // and does not repeat the password.
+    match lock.acquire(&unique_key("secret"), TTL, WAIT).await {
+        Err(e) => {
+            assert!(!e.to_string().contains(secret), "{e}");
+            assert!(!format!("{e:?}").contains(secret), "{e:?}");
+            assert!(e.to_string().contains("refused the credentials"), "{e}");
+            assert!(!e.to_string().contains("unreachable"), "{e}");
+            assert!(!e.is_retryable(), "{e}");
+        }
+        Ok(_) => panic!("a password the server does not have was accepted"),
     }
     let bad = format!("redis://:{secret}@[::1");
     let e = RedisClient::new(&bad, 1, Duration::from_secs(1)).expect_err("bad url");

@@ -606,7 +606,9 @@ fn failures<const N: usize>(checks: [(&str, Result<(), String>); N]) -> Vec<Stri
 }
 
 async fn run_relay(cfg: RelayConfig) -> anyhow::Result<ExitCode> {
-    tracing::info!(config = ?cfg, "configuration");
+    for (section, settings) in crate::settings_log::settings_lines(&cfg) {
+        tracing::info!("[{section}] {settings}");
+    }
     // The HTTP address first: a taken one stops the relay before it connects to
     // anything or publishes a message.
     let listener = if cfg.http.enabled {

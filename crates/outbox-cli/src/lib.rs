@@ -39,6 +39,8 @@ pub mod logging;
 #[cfg(feature = "otel")]
 pub mod otel;
 #[cfg(feature = "cli")]
+pub mod settings_log;
+#[cfg(feature = "cli")]
 pub mod topology_config;
 #[cfg(feature = "cli")]
 pub mod wiring;

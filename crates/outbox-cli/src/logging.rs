@@ -46,13 +46,12 @@ impl Telemetry {
     }
 }
 
-/// The filter: `RUST_LOG` if set, else `configured`, else `default`; lapin's
-/// returned-message warnings (which log message bodies) are kept out unless asked
-/// for.
+/// The filter: `RUST_LOG` if set, else `configured`, else `default`, with
+/// [`quiet_lapin`].
 fn filter(default: &str, configured: Option<&str>) -> EnvFilter {
     let base = configured.unwrap_or(default);
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new(format!("{base},lapin::returned_messages=error")));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(quiet_lapin(base)));
     // The per-message `send`/`process` spans are for OpenTelemetry, not the log:
     // off here, they cost nothing when no exporter is configured.
     ["outbox::relay=off", "outbox::consumer=off"]
@@ -192,8 +191,30 @@ fn trace_ids() -> Option<(String, String)> {
     None
 }
 
+/// `base` with lapin's own log off unless `base` names lapin: every failure it
+/// logs reaches this program as an error, said once in its own words (a refused
+/// login was three lapin ERROR lines before the one that says so), and its
+/// returned-message warnings log message bodies. Asked for by name, its
+/// returned-message warnings stay out all the same.
+fn quiet_lapin(base: &str) -> String {
+    if base.contains("lapin") {
+        format!("{base},lapin::returned_messages=error")
+    } else {
+        format!("{base},lapin=off")
+    }
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn lapin_is_quiet_unless_named() {
+        assert_eq!(super::quiet_lapin("info"), "info,lapin=off");
+        assert_eq!(
+            super::quiet_lapin("info,lapin=debug"),
+            "info,lapin=debug,lapin::returned_messages=error"
+        );
+    }
     use std::io::Write;
     use std::sync::{Arc, Mutex};
 

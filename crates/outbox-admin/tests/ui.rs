@@ -507,6 +507,15 @@ async fn bulk_requeue_confirms_with_the_dry_run_count_then_acts_on_the_filter() 
         confirm.body
     );
     assert!(confirm.body.contains(r#"action="/ui/messages/requeue""#));
+    let one = b
+        .get("/ui/messages?status=dead&exchange=billing&confirm=requeue")
+        .await;
+    assert!(
+        one.body.contains("Dry run: 1 message matches this filter")
+            && one.body.contains("every matching message?"),
+        "one is singular: {}",
+        one.body
+    );
     let csrf = value_of(&confirm.body, "csrf").expect("csrf");
     let done = b
         .post(
@@ -1066,7 +1075,7 @@ async fn a_failure_group_is_requeued_from_the_page_after_its_dry_run_count() {
     assert_eq!(dialog.status, StatusCode::OK, "{}", dialog.body);
     let text = unescape(&dialog.body);
     assert!(
-        text.contains("2 failing or dead message(s) of exchange orders"),
+        text.contains("2 failing or dead messages of exchange orders: back to pending"),
         "{text}"
     );
     let csrf = b.csrf().await;

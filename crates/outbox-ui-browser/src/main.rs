@@ -438,8 +438,14 @@ impl Scenarios<'_> {
             ensure!(listed > 0, "{page}: nothing listed to count");
             self.button(button).await?.click().await?;
             let text = self.text("#confirm-text").await?;
+            // "1 delivery matches", "3 deliveries match".
+            let said = match (listed, what) {
+                (1, "deliveries") => "1 delivery matches this filter".to_owned(),
+                (1, _) => "1 message matches this filter".to_owned(),
+                (n, what) => format!("{n} {what} match this filter"),
+            };
             ensure!(
-                text.contains(&format!("Dry run: {listed} {what} match this filter")),
+                text.contains(&format!("Dry run: {said}")),
                 "{page}, {button}: {listed} listed, the dialog says: {text}"
             );
             self.c
@@ -458,8 +464,13 @@ impl Scenarios<'_> {
         ensure!(matching > 0, "nothing dead in orders left to requeue");
         self.button("Requeue all matching…").await?.click().await?;
         let text = self.text("#confirm-text").await?;
+        let said = if matching == 1 {
+            "1 message matches this filter".to_owned()
+        } else {
+            format!("{matching} messages match this filter")
+        };
         ensure!(
-            text.contains(&format!("Dry run: {matching} messages match this filter")),
+            text.contains(&format!("Dry run: {said}")),
             "dialog says: {text}"
         );
         self.button("Confirm").await?.click().await?;

@@ -404,3 +404,18 @@ mod tests {
         );
     }
 }
+
+/// `n` and the noun in the number it takes: `1 message`, `3 messages`.
+pub(crate) fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+#[cfg(test)]
+mod count_tests {
+    #[test]
+    fn one_is_singular_and_the_rest_plural() {
+        assert_eq!(super::count(1, "message", "messages"), "1 message");
+        assert_eq!(super::count(0, "delivery", "deliveries"), "0 deliveries");
+        assert_eq!(super::count(2, "delivery", "deliveries"), "2 deliveries");
+    }
+}

@@ -15,6 +15,7 @@ use crate::ui::filters::encode;
 use crate::ui::render::render;
 use crate::ui::session::{Session, check_write, redirect};
 use crate::ui::view;
+use crate::ui::view::count;
 
 struct GroupRow {
     count: u64,
@@ -177,13 +178,16 @@ pub(crate) async fn failures(
             };
             let text = match action {
                 GroupAction::Requeue => format!(
-                    "{n} failing or dead message(s) of {place} go back to pending and are published again."
+                    "{} of {place}: back to pending, and published again.",
+                    count(n, "failing or dead message", "failing or dead messages")
                 ),
                 GroupAction::Delete => format!(
-                    "{n} dead message(s) of {place} are removed for good (its failing ones stay)."
+                    "{} of {place}: removed for good (its failing ones stay).",
+                    count(n, "dead message", "dead messages")
                 ),
                 GroupAction::Reconsume => format!(
-                    "{n} failing or dead deliveries of {place} go through the handler again at the next sweep."
+                    "{} of {place}: through the handler again at the next sweep.",
+                    count(n, "failing or dead delivery", "failing or dead deliveries")
                 ),
             };
             Some(Confirm {

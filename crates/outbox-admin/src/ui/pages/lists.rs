@@ -200,16 +200,19 @@ async fn list(
             }
         }
         .matched;
-        let what = if consumer.is_some() {
-            "deliveries"
+        let (one, many) = if consumer.is_some() {
+            ("delivery", "deliveries")
         } else {
-            "messages"
+            ("message", "messages")
         };
-        let scope = if page.hidden.iter().any(|(k, _)| *k != "limit") {
-            "match this filter"
-        } else {
-            "exist (no filter: every one)"
+        let filtered = page.hidden.iter().any(|(k, _)| *k != "limit");
+        let scope = match (filtered, matched == 1) {
+            (true, true) => "matches this filter",
+            (true, false) => "match this filter",
+            (false, true) => "exists (no filter: every one)",
+            (false, false) => "exist (no filter: every one)",
         };
+        let counted = crate::ui::view::count(matched, one, many);
         let capped = if matched >= DEFAULT_BULK_MAX {
             format!(" At most {DEFAULT_BULK_MAX} are acted on at once.")
         } else {
@@ -225,8 +228,8 @@ async fn list(
         let mut hidden = page.hidden.clone();
         hidden.push(("csrf", session.csrf.clone()));
         page.confirm = Some(Confirm {
-            title: format!("{} every matching {what}?", button.label),
-            text: format!("Dry run: {matched} {what} {scope}.{only}{capped}"),
+            title: format!("{} every matching {one}?", button.label),
+            text: format!("Dry run: {counted} {scope}.{only}{capped}"),
             action: format!("{}/{}", kind.bulk_href, button.verb),
             hidden,
             cancel: format!("{}?{}", kind.list_href, q.query_string(&[])),

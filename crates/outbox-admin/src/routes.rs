@@ -319,9 +319,21 @@ pub(crate) async fn audit(
     Ok(Json(s.audit_log(cursor, limit).await?))
 }
 
-/// The name in a pause's path, checked.
-fn pause_target(name: Result<Path<String>, PathRejection>) -> Result<String, AdminError> {
-    text("name", path(name)?)
+/// Pauses (`pause`) or resumes `kind` named in the path, checked.
+async fn set_pause(
+    s: &AdminService,
+    actor: &Actor,
+    kind: PauseKind,
+    name: Result<Path<String>, PathRejection>,
+    pause: bool,
+) -> Answer<PauseState> {
+    let name = text("name", path(name)?)?;
+    let state = if pause {
+        s.pause(&actor.name, kind, &name).await?
+    } else {
+        s.resume(&actor.name, kind, &name).await?
+    };
+    Ok(Json(state))
 }
 
 /// Pauses an exchange: the relays hold its messages pending (each ordering key's
@@ -334,10 +346,7 @@ pub(crate) async fn pause_exchange(
     Extension(actor): Extension<Actor>,
     name: Result<Path<String>, PathRejection>,
 ) -> Answer<PauseState> {
-    let name = pause_target(name)?;
-    Ok(Json(
-        s.pause(&actor.name, PauseKind::Exchange, &name).await?,
-    ))
+    set_pause(&s, &actor, PauseKind::Exchange, name, true).await
 }
 
 /// Lifts an exchange's pause. Takes no body.
@@ -349,10 +358,7 @@ pub(crate) async fn resume_exchange(
     Extension(actor): Extension<Actor>,
     name: Result<Path<String>, PathRejection>,
 ) -> Answer<PauseState> {
-    let name = pause_target(name)?;
-    Ok(Json(
-        s.resume(&actor.name, PauseKind::Exchange, &name).await?,
-    ))
+    set_pause(&s, &actor, PauseKind::Exchange, name, false).await
 }
 
 /// Pauses a consumer: its workers finish the deliveries in hand, cancel their
@@ -366,10 +372,7 @@ pub(crate) async fn pause_consumer(
     Extension(actor): Extension<Actor>,
     name: Result<Path<String>, PathRejection>,
 ) -> Answer<PauseState> {
-    let name = pause_target(name)?;
-    Ok(Json(
-        s.pause(&actor.name, PauseKind::Consumer, &name).await?,
-    ))
+    set_pause(&s, &actor, PauseKind::Consumer, name, true).await
 }
 
 /// Lifts a consumer's pause: its workers subscribe again. Takes no body.
@@ -381,10 +384,7 @@ pub(crate) async fn resume_consumer(
     Extension(actor): Extension<Actor>,
     name: Result<Path<String>, PathRejection>,
 ) -> Answer<PauseState> {
-    let name = pause_target(name)?;
-    Ok(Json(
-        s.resume(&actor.name, PauseKind::Consumer, &name).await?,
-    ))
+    set_pause(&s, &actor, PauseKind::Consumer, name, false).await
 }
 
 /// Every pause in force, exchanges first, each kind by name.

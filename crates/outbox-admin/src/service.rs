@@ -951,6 +951,21 @@ impl AdminService {
         Ok(texts)
     }
 
+    /// The filter of `exchange`'s failure group `error` (its stored texts), and
+    /// the group as the audit log records an action on it.
+    async fn exchange_group(
+        &self,
+        exchange: &str,
+        error: &str,
+    ) -> Result<(MessageFilter, String), AdminError> {
+        let filter = MessageFilter {
+            exchange: Some(exchange.to_owned()),
+            errors: Some(self.group_texts(true, exchange, error).await?),
+            ..MessageFilter::default()
+        };
+        Ok((filter, group_target("exchange", exchange, error)))
+    }
+
     /// Requeues the failing and dead messages of `exchange`'s failure group
     /// `error` (as [`failure_groups`](Self::failure_groups) names it), up to `max`
     /// (`dry_run`: counts only); audited as `requeue_matching` with the group.
@@ -966,12 +981,7 @@ impl AdminService {
         dry_run: bool,
         max: u64,
     ) -> Result<BulkResponse, AdminError> {
-        let filter = MessageFilter {
-            exchange: Some(exchange.to_owned()),
-            errors: Some(self.group_texts(true, exchange, error).await?),
-            ..MessageFilter::default()
-        };
-        let target = group_target("exchange", exchange, error);
+        let (filter, target) = self.exchange_group(exchange, error).await?;
         self.requeue_matching(actor, &filter, target, dry_run, max)
             .await
     }
@@ -991,12 +1001,7 @@ impl AdminService {
         dry_run: bool,
         max: u64,
     ) -> Result<BulkResponse, AdminError> {
-        let filter = MessageFilter {
-            exchange: Some(exchange.to_owned()),
-            errors: Some(self.group_texts(true, exchange, error).await?),
-            ..MessageFilter::default()
-        };
-        let target = group_target("exchange", exchange, error);
+        let (filter, target) = self.exchange_group(exchange, error).await?;
         self.delete_matching(actor, &filter, target, dry_run, max, false)
             .await
     }

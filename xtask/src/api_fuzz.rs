@@ -134,6 +134,8 @@ migrate_on_start = true
 url = "{amqp_url}"
 [http]
 address = "127.0.0.1:{port}"
+[admin]
+allow_edit = true
 [[admin.tokens]]
 name = "api-fuzz"
 secret = "{TOKEN}"

@@ -21,14 +21,30 @@ pub(crate) struct Row {
     pub(crate) message: Message,
     pub(crate) tracked: Tracked<OutboxStatus>,
     pub(crate) lease: LeaseSlot,
+    /// The dead message this one replays.
+    pub(crate) replayed_from: Option<MessageId>,
+    /// The message replaying this dead one.
+    pub(crate) replayed_as: Option<MessageId>,
 }
 
 impl Row {
+    fn new(message: Message, now: outbox_core::Timestamp) -> Self {
+        Self {
+            message,
+            tracked: Tracked::new(now),
+            lease: LeaseSlot::default(),
+            replayed_from: None,
+            replayed_as: None,
+        }
+    }
+
     fn record(&self) -> OutboxRecord {
         OutboxRecord {
             message: self.message.clone(),
             status: self.tracked.status,
             publish: self.tracked.state.clone(),
+            replayed_from: self.replayed_from,
+            replayed_as: self.replayed_as,
         }
     }
 }
@@ -118,14 +134,7 @@ impl MemoryOutboxStore {
             t.next_seq += 1;
             let seq = t.next_seq;
             t.by_id.insert(message.id, seq);
-            t.rows.insert(
-                seq,
-                Row {
-                    message,
-                    tracked: Tracked::new(now),
-                    lease: LeaseSlot::default(),
-                },
-            );
+            t.rows.insert(seq, Row::new(message, now));
         }
     }
 
@@ -369,14 +378,7 @@ impl OutboxStore for MemoryOutboxStore {
             t.next_seq += 1;
             let seq = t.next_seq;
             t.by_id.insert(message.id, seq);
-            t.rows.insert(
-                seq,
-                Row {
-                    message,
-                    tracked: Tracked::new(now),
-                    lease: LeaseSlot::default(),
-                },
-            );
+            t.rows.insert(seq, Row::new(message, now));
         }
         Ok(())
     }
@@ -457,6 +459,9 @@ impl MemoryOutboxStore {
                 what: "message",
                 id: id.to_string(),
             })?;
+            if let Some(replay) = row.replayed_as {
+                return Err(outbox_ports::replayed_refusal("message", id, replay));
+            }
             if row.tracked.status.can_become(OutboxStatus::Pending) && row.lease.is_live(now) {
                 return Err(PortError::Busy {
                     what: "message",
@@ -466,6 +471,45 @@ impl MemoryOutboxStore {
             }
             row.tracked.revive(now)?;
             row.lease.clear();
+            Ok(())
+        })
+    }
+
+    pub(crate) fn replay_record(
+        &self,
+        original: MessageId,
+        replay: Message,
+    ) -> Result<(), PortError> {
+        replay.validate(self.max_payload_bytes)?;
+        let now = self.clock.now();
+        self.with_row(original, |t, seq| {
+            if t.by_id.contains_key(&replay.id) {
+                return Err(PortError::fatal(
+                    "replay",
+                    format!("message id {} is already in the outbox", replay.id),
+                ));
+            }
+            let row = t.rows.get_mut(&seq).ok_or_else(|| PortError::NotFound {
+                what: "message",
+                id: original.to_string(),
+            })?;
+            if let Some(refused) = outbox_ports::replay_refusal(
+                "message",
+                original,
+                row.tracked.status,
+                row.message.ordering_key.is_some(),
+                row.replayed_as,
+            ) {
+                return Err(refused);
+            }
+            row.replayed_as = Some(replay.id);
+            let id = replay.id;
+            let mut new = Row::new(replay, now);
+            new.replayed_from = Some(original);
+            t.next_seq += 1;
+            let seq = t.next_seq;
+            t.by_id.insert(id, seq);
+            t.rows.insert(seq, new);
             Ok(())
         })
     }

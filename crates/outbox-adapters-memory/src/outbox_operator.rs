@@ -72,7 +72,11 @@ fn apply(t: &mut Table, seq: u64, action: &Action, now: outbox_core::Timestamp) 
     match action {
         Action::Requeue => {
             // Never a row a relay's live lease holds (see OutboxOperator::requeue_message).
-            if !requeueable_statuses().contains(&row.tracked.status) || row.lease.is_live(now) {
+            // Nor one replayed: its replay carries its effect already.
+            if !requeueable_statuses().contains(&row.tracked.status)
+                || row.lease.is_live(now)
+                || row.replayed_as.is_some()
+            {
                 return false;
             }
             let revived = row.tracked.revive(now).is_ok();
@@ -189,6 +193,14 @@ impl OutboxOperator for MemoryOutboxStore {
 
     async fn requeue_message(&self, id: MessageId) -> Result<(), PortError> {
         self.requeue_record(id).await
+    }
+
+    async fn replay_message(
+        &self,
+        original: MessageId,
+        replay: outbox_core::Message,
+    ) -> Result<(), PortError> {
+        self.replay_record(original, replay)
     }
 
     async fn publish_now(&self, id: MessageId) -> Result<(), PortError> {

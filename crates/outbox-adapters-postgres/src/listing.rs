@@ -224,7 +224,8 @@ pub(crate) fn batch_statement(table: &str, where_: &str, limit: &str, action: &s
 
 /// A bulk requeue's or reconsume's batch statement ([`batch_statement`]) with
 /// `where_`'s values: `set` on the picked rows still in a status of `guard` (a
-/// bound list) and under no live lease, as the single requeue and reconsume do.
+/// bound list), under no live lease and never replayed (its replay carries its
+/// effect), as the single requeue and reconsume do.
 pub(crate) fn revive_batch(
     table: &str,
     where_: Where,
@@ -235,7 +236,7 @@ pub(crate) fn revive_batch(
     let action = format!(
         "UPDATE {table} SET {set} \
          WHERE seq IN (SELECT seq FROM picked) AND status = ANY({guard}) \
-         AND (locked_until IS NULL OR locked_until < now()) RETURNING 1"
+         AND (locked_until IS NULL OR locked_until < now()) AND replayed_as IS NULL RETURNING 1"
     );
     (
         batch_statement(table, &where_.sql(), limit, &action),

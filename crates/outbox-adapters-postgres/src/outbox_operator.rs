@@ -125,6 +125,14 @@ impl OutboxOperator for PgOutboxStore {
         self.requeue_record(id).await
     }
 
+    async fn replay_message(
+        &self,
+        original: MessageId,
+        replay: outbox_core::Message,
+    ) -> Result<(), PortError> {
+        self.replay_record(original, replay).await
+    }
+
     async fn publish_now(&self, id: MessageId) -> Result<(), PortError> {
         let t = self.table();
         // The guard is in the statement: a message sent or failed meanwhile is left

@@ -95,7 +95,16 @@ pub(crate) struct MessageRow {
     /// The outbox's ordering key (absent in inbox reads).
     #[sqlx(default)]
     pub(crate) ordering_key: Option<String>,
+    /// The dead row this one replays (read by an operator's reads only).
+    #[sqlx(default)]
+    pub(crate) replayed_from: Option<uuid::Uuid>,
+    /// The row replaying this dead one (read by an operator's reads only).
+    #[sqlx(default)]
+    pub(crate) replayed_as: Option<uuid::Uuid>,
 }
+
+/// What an operator's reads of one row select beside the rest: its replay links.
+pub(crate) const REPLAY_COLUMNS: &str = ", replayed_from, replayed_as";
 
 /// What outbox reads select beside [`read_columns`]: the due time of a delayed
 /// message (a time no [`Timestamp`] can hold reads as none).
@@ -180,6 +189,8 @@ impl MessageRow {
             message: self.message(),
             status: self.status()?,
             publish: self.state(),
+            replayed_from: self.replayed_from.map(MessageId::from_uuid),
+            replayed_as: self.replayed_as.map(MessageId::from_uuid),
         })
     }
 

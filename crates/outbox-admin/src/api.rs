@@ -12,8 +12,8 @@ use crate::routes::{
     audit, blocked_keys, consumers, delete_dead_letter, delete_failure_group, delete_matching,
     delete_message, failures, get_dead_letter, get_delivery, get_message, list_dead_letters,
     list_deliveries, list_messages, pause_consumer, pause_exchange, pauses, publish_now, reconsume,
-    reconsume_failure_group, reconsume_matching, requeue_failure_group, requeue_matching,
-    requeue_message, resume_consumer, resume_exchange, stats,
+    reconsume_failure_group, reconsume_matching, replay_message, requeue_failure_group,
+    requeue_matching, requeue_message, resume_consumer, resume_exchange, stats,
 };
 use crate::{AdminError, AdminService};
 
@@ -36,6 +36,7 @@ pub fn router(service: AdminService, auth: AdminAuth) -> Router {
         .route("/messages/{id}", get(get_message).delete(delete_message))
         .route("/messages/{id}/requeue", post(requeue_message))
         .route("/messages/{id}/publish-now", post(publish_now))
+        .route("/messages/{id}/replay", post(replay_message))
         .route("/ordering/blocked-keys", get(blocked_keys))
         .route("/failures", get(failures))
         .route("/failures/requeue", post(requeue_failure_group))

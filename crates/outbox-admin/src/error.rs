@@ -41,6 +41,10 @@ pub enum AdminError {
     /// The route exists, but not for this method.
     #[error("method not allowed on this endpoint")]
     MethodNotAllowed,
+    /// Editing and replaying is off (`[admin] allow_edit = false`, the default):
+    /// the replay endpoints answer as if they did not exist.
+    #[error("editing and replaying messages is off ([admin] allow_edit = false)")]
+    EditOff,
     /// What the store said.
     #[error(transparent)]
     Port(#[from] PortError),
@@ -67,12 +71,14 @@ impl AdminError {
             Self::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
             Self::Forbidden { .. } => (StatusCode::FORBIDDEN, "forbidden"),
             Self::NoRoute => (StatusCode::NOT_FOUND, "no_such_endpoint"),
+            Self::EditOff => (StatusCode::NOT_FOUND, "edit_off"),
             Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             Self::Port(e) => match e {
                 PortError::NotFound { .. } => (StatusCode::NOT_FOUND, "not_found"),
                 PortError::IllegalTransition(_) => (StatusCode::CONFLICT, "illegal_transition"),
                 PortError::NotDeletable(_) => (StatusCode::CONFLICT, "not_deletable"),
                 PortError::Busy { .. } => (StatusCode::CONFLICT, "busy"),
+                PortError::Refused { .. } => (StatusCode::CONFLICT, "refused"),
                 // What the caller sent breaks a limit: an input, never a 500.
                 PortError::InvalidMessage(_) => (StatusCode::BAD_REQUEST, "invalid_message"),
                 PortError::InvalidEvent(_) => (StatusCode::BAD_REQUEST, "invalid_event"),

@@ -645,6 +645,36 @@ pub struct MessageDetail {
     /// The consume side, one entry per consumer that received it (for a message;
     /// for a delivery, just its own consumer).
     pub deliveries: Vec<ConsumeSide>,
+    /// The dead message this one replays (an operator edited and sent it again).
+    #[schema(format = "uuid")]
+    pub replayed_from: Option<String>,
+    /// The message replaying this dead one: it stays dead, and is neither
+    /// requeued nor replayed again.
+    #[schema(format = "uuid")]
+    pub replayed_as: Option<String>,
+}
+
+/// An edit of a dead message, replayed as a new one. A field left out keeps the
+/// original's; a hidden (redacted) value sent back as `***` keeps the original's
+/// value, never the `***`.
+#[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReplayRequest {
+    /// The new payload, as text (checked as JSON when the content type says JSON).
+    pub payload: Option<String>,
+    /// The new headers, all of them (a header left out is dropped).
+    pub headers: Option<BTreeMap<String, String>>,
+}
+
+/// A replay made.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ReplayResponse {
+    /// The new message's id.
+    #[schema(format = "uuid")]
+    pub id: String,
+    /// The original's id (it stays dead, marked replayed).
+    #[schema(format = "uuid")]
+    pub replayed_from: String,
 }
 
 /// A consumer with its counts.

@@ -42,6 +42,7 @@ impl Modify for BearerToken {
         routes::get_message,
         routes::requeue_message,
         routes::publish_now,
+        routes::replay_message,
         routes::delete_message,
         routes::requeue_matching,
         routes::delete_matching,

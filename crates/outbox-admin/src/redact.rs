@@ -48,6 +48,25 @@ impl Redaction {
         }
     }
 
+    /// Whether header `name`'s value is hidden.
+    #[must_use]
+    pub(crate) fn hides_header(&self, name: &str) -> bool {
+        self.headers.contains(&name.to_lowercase())
+    }
+
+    /// Whether the values of JSON key `key` are hidden.
+    #[must_use]
+    pub(crate) fn hides_field(&self, key: &str) -> bool {
+        self.json_fields.contains(&key.to_lowercase())
+    }
+
+    /// `value` with the hidden keys' values replaced (for the audit log's diff).
+    #[must_use]
+    pub(crate) fn json(&self, mut value: Value) -> Value {
+        self.redact_value(&mut value);
+        value
+    }
+
     /// `headers` with the redacted ones' values replaced.
     #[must_use]
     pub fn headers(&self, headers: &Headers) -> BTreeMap<String, String> {

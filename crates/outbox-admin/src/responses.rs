@@ -205,4 +205,10 @@ pub(crate) struct DeliveryDetail {
     completed_at: Option<String>,
     /// Its own consumer's side.
     deliveries: Vec<ConsumeSide>,
+    /// Always null for a delivery (replay is the outbox's).
+    #[schema(format = "uuid")]
+    replayed_from: Option<String>,
+    /// Always null for a delivery.
+    #[schema(format = "uuid")]
+    replayed_as: Option<String>,
 }

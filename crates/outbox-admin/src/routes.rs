@@ -16,7 +16,7 @@ use crate::model::{
     ConsumerFailuresRequest, ConsumerList, DeadLetterPage, DeadLetterQuery, DeadLetterView,
     DeleteQuery, DeliveryQuery, ExchangeFailuresRequest, FailureGroups, FilterBody, MessageDetail,
     MessagePage, MessageQuery, PageQuery, PauseList, PauseState, ReconsumeOneRequest,
-    ReconsumeRequest, StatsResponse,
+    ReconsumeRequest, ReplayRequest, ReplayResponse, StatsResponse,
 };
 use crate::params::{
     filter_from_body, list_from_query, parse_cursor, parse_dead_letter_id, parse_limit, parse_max,
@@ -96,6 +96,27 @@ pub(crate) async fn requeue_message(
     let id = parse_message_id(&path(id)?)?;
     s.requeue_message(&actor.name, id).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Replays a dead message as a new one with an edited payload and headers (a
+/// field left out keeps the original's; a hidden value sent back as `***` keeps
+/// the original's value). The original stays dead, marked replayed: it is never
+/// requeued or replayed again (409 `refused`), nor is a keyed one replayed. Only
+/// with `[admin] allow_edit = true`; otherwise 404 `edit_off`, whatever the body.
+#[utoipa::path(post, path = "/messages/{id}/replay", tag = "messages", params(("id" = String, Path, description = "Message id (UUID)", format = "uuid", pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")),
+    request_body = ReplayRequest,
+    responses((status = 200, body = ReplayResponse), WriteErrors))]
+pub(crate) async fn replay_message(
+    State(s): Service,
+    Extension(actor): Extension<Actor>,
+    id: Result<Path<String>, PathRejection>,
+    b: Result<Json<ReplayRequest>, JsonRejection>,
+) -> Answer<ReplayResponse> {
+    if !s.edit_allowed() {
+        return Err(AdminError::EditOff);
+    }
+    let id = parse_message_id(&path(id)?)?;
+    Ok(Json(s.replay_message(&actor.name, id, body(b)?).await?))
 }
 
 /// A delayed (scheduled) pending message due now: published at the next claim.

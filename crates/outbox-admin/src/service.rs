@@ -29,6 +29,8 @@ use crate::redact::{Redaction, is_textual};
 /// says otherwise (each batch is one statement of the store).
 pub const DEFAULT_BULK_BATCH: u64 = 1_000;
 
+mod replay;
+
 /// A bulk action's progress callback.
 pub type OnBatch<'a> = &'a mut (dyn FnMut(BulkProgress) + Send);
 
@@ -214,6 +216,7 @@ pub struct AdminService {
     locks: Option<(Arc<dyn DistributedLock>, Vec<String>)>,
     clock: Arc<dyn Clock>,
     bulk_batch: u64,
+    edit: bool,
 }
 
 impl std::fmt::Debug for AdminService {
@@ -266,6 +269,7 @@ impl AdminService {
             locks: None,
             clock: Arc::new(SystemClock),
             bulk_batch: DEFAULT_BULK_BATCH,
+            edit: false,
         }
     }
 
@@ -409,6 +413,8 @@ impl AdminService {
             last_error: state.last_error.clone(),
             completed_at: state.completed_at.map(format_time),
             deliveries,
+            replayed_from: None,
+            replayed_as: None,
         }
     }
 
@@ -587,6 +593,8 @@ impl AdminService {
         let deliveries = self.ports.inbox.deliveries_of(id).await?;
         let sides = deliveries.iter().map(consume_side).collect();
         let mut detail = self.detail(&record.message, record.status, &record.publish, sides);
+        detail.replayed_from = record.replayed_from.map(|r| r.to_string());
+        detail.replayed_as = record.replayed_as.map(|r| r.to_string());
         // A keyed message that waits: the head it waits behind; the head: what waits
         // behind it (what deleting or requeueing it releases).
         let unsent = matches!(

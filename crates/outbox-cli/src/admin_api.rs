@@ -32,6 +32,9 @@ pub struct AdminConfig {
     pub redact_headers: Vec<String>,
     /// JSON keys (at any depth) whose values are shown as `***`.
     pub redact_json_fields: Vec<String>,
+    /// Lets write tokens edit a dead message and replay it as a new one (off by
+    /// default: a replay sends what no producer wrote).
+    pub allow_edit: bool,
     /// `[admin.ui]`: the dashboard at [`UI_PATH`] (same tokens as the API).
     pub ui: UiConfig,
 }
@@ -126,6 +129,7 @@ impl AdminConfig {
                 self.redact_json_fields.iter().cloned(),
             ))
             .with_sweep_reports(state, sweep_keys)
+            .with_edit(self.allow_edit)
     }
 
     /// The configured tokens.

@@ -68,6 +68,18 @@ pub enum PortError {
         /// Who holds it, in words.
         holder: &'static str,
     },
+    /// An operator's action that the row's own history refuses (it was replayed
+    /// already, it keeps a key's order), with the reason in words. Nothing was
+    /// changed, and trying again will not help.
+    #[error("{what} {id}: {reason}; nothing was changed")]
+    Refused {
+        /// What kind of thing it is.
+        what: &'static str,
+        /// Its id.
+        id: String,
+        /// Why, in words.
+        reason: String,
+    },
     /// The time given for the work (what is left of a claim's lease) ran out before
     /// it was done: nothing is known to be wrong with the other side.
     #[error("{operation}: the batch's time (what is left of its lease) ran out")]

@@ -41,7 +41,8 @@ pub use operator::{
     DeliveryFilter, DeliverySummary, FailureCount, FailureGroup, InboxOperator, KeyHead,
     MAX_FAILURE_TEXTS, MAX_PAGE_LIMIT, MessageFilter, MessageSummary, MinuteCount, OutboxOperator,
     PREVIEW_BYTES, Page, PageCursor, StoredDeadLetter, deletable_statuses, group_failures,
-    page_limit, reconsumable_from, reconsumable_statuses, requeueable_statuses,
+    page_limit, reconsumable_from, reconsumable_statuses, replay_refusal, replayed_refusal,
+    requeueable_statuses,
 };
 pub use outbox::{
     ClaimedMessage, DeadHead, Lease, OutboxRecord, OutboxRelayPath, OutboxRetention, OutboxStats,

@@ -413,6 +413,24 @@ pub trait OutboxOperator: Send + Sync {
     /// another status.
     async fn requeue_message(&self, id: MessageId) -> Result<(), PortError>;
 
+    /// Replays dead message `original` as `replay`, a new message an operator
+    /// made from it (a new id, an edited payload and headers): in one transaction
+    /// `original` is marked replayed as `replay.id` and stays dead, and `replay`
+    /// is stored pending, replaying `original`. At most once per original: one
+    /// already replayed, or requeued meanwhile, is refused by the statement's own
+    /// guard. A keyed original is refused (its replay would go behind its key's
+    /// later messages, and the dead head would hold the key for ever).
+    ///
+    /// # Errors
+    /// [`PortError::NotFound`]; [`PortError::Refused`] when `original` is not
+    /// dead, was replayed already or is keyed; [`PortError::InvalidMessage`] when
+    /// `replay` breaks a limit.
+    async fn replay_message(
+        &self,
+        original: MessageId,
+        replay: outbox_core::Message,
+    ) -> Result<(), PortError>;
+
     /// A delayed `Pending` message due now: its due time is cleared, so the next
     /// claim takes it (a pending message without one is left as it is).
     ///
@@ -663,4 +681,46 @@ pub trait AuditLog: Send + Sync {
         after: Option<PageCursor>,
         limit: u32,
     ) -> Result<Page<AuditEntry>, PortError>;
+}
+
+/// Why `id` (a message or delivery, `what`) cannot be replayed, from its status,
+/// key and replay link; `None` when it can. The stores' one rule, so that both
+/// word it alike.
+#[must_use]
+pub fn replay_refusal<S: Lifecycle>(
+    what: &'static str,
+    id: MessageId,
+    status: S,
+    keyed: bool,
+    replayed_as: Option<MessageId>,
+) -> Option<PortError> {
+    let reason = if let Some(replay) = replayed_as {
+        format!("it was replayed already, as {replay}")
+    } else if status != S::DEAD {
+        format!("only a dead {what} can be replayed, and it is {status}")
+    } else if keyed {
+        format!(
+            "it keeps its ordering key's order, and a replay would go behind the key's later {what}s; requeue it, or delete it"
+        )
+    } else {
+        return None;
+    };
+    Some(PortError::Refused {
+        what,
+        id: id.to_string(),
+        reason,
+    })
+}
+
+/// The refusal of a requeue or reconsume of `id`, replayed as `replay`: both
+/// would send its effect a second time.
+#[must_use]
+pub fn replayed_refusal(what: &'static str, id: MessageId, replay: MessageId) -> PortError {
+    PortError::Refused {
+        what,
+        id: id.to_string(),
+        reason: format!(
+            "it was replayed as {replay}, and running it again would double its effect"
+        ),
+    }
 }

@@ -102,6 +102,11 @@ pub struct OutboxRecord {
     pub status: OutboxStatus,
     /// Attempts, last error, next attempt, sent at.
     pub publish: SideState,
+    /// The dead message this one replays (an operator edited and sent it again).
+    pub replayed_from: Option<MessageId>,
+    /// The message that replays this dead one: it stays dead, and is neither
+    /// requeued nor replayed again (that would send its effect twice).
+    pub replayed_as: Option<MessageId>,
 }
 
 /// Counts for health, metrics and the dashboard: read at every scrape and readiness

@@ -29,6 +29,7 @@ pub mod outbox;
 pub mod outbox_operator;
 pub mod pauses;
 pub mod proxy;
+pub mod replay;
 pub mod services;
 pub mod state;
 pub mod through;
@@ -196,6 +197,22 @@ macro_rules! outbox_operator_contract {
                 failures_are_counted_per_exchange_and_text,
                 a_filter_by_error_texts_takes_those_only,
                 blocked_keys_are_listed_in_key_order,
+            ]
+        );
+    };
+}
+
+/// Runs the replay contract ([`crate::replay`]); `$make` is the path of an async fn
+/// returning a fresh [`OutboxUnderTest`](crate::outbox_operator::OutboxUnderTest).
+#[macro_export]
+macro_rules! replay_contract {
+    ($make:path) => {
+        $crate::__contract_cases!(
+            replay,
+            $make,
+            [
+                a_dead_message_is_replayed_once_as_a_new_one,
+                only_a_dead_unkeyed_message_is_replayed,
             ]
         );
     };

@@ -42,7 +42,11 @@ fn by_exchange(exchange: &str) -> MessageFilter {
 /// Enqueues `messages` and brings them to `status` (`Pending`, `Sent`,
 /// `PublishFailed`, `Dead`) through the relay's own path; other pending rows the
 /// claim takes are given back untouched.
-async fn put(o: &OutboxUnderTest, messages: Vec<Message>, status: OutboxStatus) -> Vec<MessageId> {
+pub(crate) async fn put(
+    o: &OutboxUnderTest,
+    messages: Vec<Message>,
+    status: OutboxStatus,
+) -> Vec<MessageId> {
     let ids: Vec<MessageId> = messages.iter().map(|m| m.id).collect();
     o.store.enqueue(messages).await.expect("enqueue");
     if status == OutboxStatus::Pending {

@@ -61,6 +61,64 @@ impl PgOutboxStore {
         }
     }
 
+    /// [`outbox_ports::OutboxOperator::replay_message`]: the mark and the insert in
+    /// one transaction, the mark's guard in its statement.
+    pub(crate) async fn replay_record(
+        &self,
+        original: MessageId,
+        replay: outbox_core::Message,
+    ) -> Result<(), PortError> {
+        let mut tx = self.pool.begin().await.map_err(|e| port("replay", e))?;
+        let marked = sqlx::query(&self.sql.replay_mark)
+            .bind(original.as_uuid())
+            .bind(replay.id.as_uuid())
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| port("replay", e))?
+            .rows_affected();
+        if marked != 1 {
+            drop(tx);
+            return Err(self.replay_error(original).await);
+        }
+        self.outbox
+            .insert_messages(&mut tx, std::slice::from_ref(&replay))
+            .await?;
+        sqlx::query(&self.sql.replay_link)
+            .bind(original.as_uuid())
+            .bind(replay.id.as_uuid())
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| port("replay", e))?;
+        tx.commit().await.map_err(|e| port("replay", e))
+    }
+
+    /// Why a replay of `original` marked nothing, from the row as it is now.
+    async fn replay_error(&self, original: MessageId) -> PortError {
+        let record = match self.record(original).await {
+            Ok(Some(r)) => r,
+            Ok(None) => {
+                return PortError::NotFound {
+                    what: "message",
+                    id: original.to_string(),
+                };
+            }
+            Err(e) => return e,
+        };
+        outbox_ports::replay_refusal(
+            "message",
+            original,
+            record.status,
+            record.message.ordering_key.is_some(),
+            record.replayed_as,
+        )
+        .unwrap_or_else(|| {
+            PortError::transient(
+                "replay",
+                format!("message {original} changed meanwhile; try again"),
+            )
+        })
+    }
+
     /// [`outbox_ports::OutboxOperator::delete_message`] without `force`.
     pub(crate) async fn delete_record(&self, id: MessageId) -> Result<(), PortError> {
         // The status guard is in the statement: reading the status first and then
@@ -106,7 +164,7 @@ impl PgOutboxStore {
     /// now: gone, held by a relay's lease, or in a status that cannot become
     /// `target`.
     async fn revive_error(&self, id: MessageId, target: OutboxStatus) -> PortError {
-        match sqlx::query_scalar::<_, String>(&self.sql.status_of)
+        match sqlx::query_as::<_, (String, Option<uuid::Uuid>)>(&self.sql.status_and_replay)
             .bind(id.as_uuid())
             .fetch_optional(&self.pool)
             .await
@@ -115,7 +173,10 @@ impl PgOutboxStore {
                 what: "message",
                 id: id.to_string(),
             },
-            Ok(Some(s)) => match stored_status::<OutboxStatus>(&s) {
+            Ok(Some((_, Some(replay)))) => {
+                outbox_ports::replayed_refusal("message", id, MessageId::from_uuid(replay))
+            }
+            Ok(Some((s, None))) => match stored_status::<OutboxStatus>(&s) {
                 // In a status the requeue takes, only a relay's lease kept it out.
                 Ok(from) if from.can_become(target) => PortError::Busy {
                     what: "message",

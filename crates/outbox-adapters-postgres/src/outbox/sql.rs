@@ -16,7 +16,9 @@ use super::keys::{
     head_condition, key_walk, keyed_heads, not_paused, stuck_list,
 };
 use crate::PgSchema;
-use crate::rows::{MESSAGE_COLUMNS, outbox_extra_columns, read_columns, readable_time};
+use crate::rows::{
+    MESSAGE_COLUMNS, REPLAY_COLUMNS, outbox_extra_columns, read_columns, readable_time,
+};
 
 /// The insert of several messages in one statement, over arrays (`unnest`): the
 /// id and [`MESSAGE_COLUMNS`], then the due time and the ordering key.
@@ -61,7 +63,10 @@ pub(super) struct Sql {
     pub(super) get: String,
     pub(super) list: String,
     pub(super) requeue: String,
+    pub(super) replay_mark: String,
+    pub(super) replay_link: String,
     pub(super) status_of: String,
+    pub(super) status_and_replay: String,
     pub(super) delete: String,
     pub(super) retention: String,
     pub(super) blocked_first: String,
@@ -238,8 +243,10 @@ impl Sql {
                          (SELECT min({oldest}) FROM {t} WHERE status = 'publish_failed')) AS oldest"
             ),
             count: format!("SELECT count(*) FROM {t} WHERE status = $1"),
-            get: format!("SELECT {returning} FROM {t} WHERE id = $1"),
-            list: format!("SELECT {returning} FROM {t} WHERE status = $1 ORDER BY seq LIMIT $2"),
+            get: format!("SELECT {returning}{REPLAY_COLUMNS} FROM {t} WHERE id = $1"),
+            list: format!(
+                "SELECT {returning}{REPLAY_COLUMNS} FROM {t} WHERE status = $1 ORDER BY seq LIMIT $2"
+            ),
             // Never a row under a relay's live lease: it may be on its way to the
             // broker, and clearing the lease would fence off the relay's mark and
             // publish it twice. A mark that commits while this waits for the row
@@ -247,9 +254,18 @@ impl Sql {
             requeue: format!(
                 "UPDATE {t} SET status = 'pending', attempts = 0, next_attempt_at = NULL, \
                  sent_at = NULL, locked_by = NULL, locked_until = NULL \
-                 WHERE id = $1 AND status = ANY($2) AND (locked_until IS NULL OR locked_until < now())"
+                 WHERE id = $1 AND status = ANY($2) AND (locked_until IS NULL OR locked_until < now()) \
+                 AND replayed_as IS NULL"
             ),
+            // The original stays dead; the guard is in the statement, so a requeue
+            // or a second replay racing this one finds it replayed.
+            replay_mark: format!(
+                "UPDATE {t} SET replayed_as = $2 WHERE id = $1 AND status = 'dead' \
+                 AND replayed_as IS NULL AND ordering_key IS NULL"
+            ),
+            replay_link: format!("UPDATE {t} SET replayed_from = $1 WHERE id = $2"),
             status_of: format!("SELECT status FROM {t} WHERE id = $1"),
+            status_and_replay: format!("SELECT status, replayed_as FROM {t} WHERE id = $1"),
             delete: format!("DELETE FROM {t} WHERE id = $1 AND status = ANY($2)"),
             // The outer `status = 'sent'` is re-checked on a row changed since the
             // subquery picked it, so only rows still sent are ever deleted.

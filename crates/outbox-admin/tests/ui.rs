@@ -22,6 +22,14 @@ use support::{Harness, READ, WRITE, message, tokens};
 use tower::ServiceExt;
 
 fn ui_harness(tokens: Vec<AdminToken>, options: UiOptions) -> Harness {
+    ui_harness_with(tokens, options, |s| s)
+}
+
+fn ui_harness_with(
+    tokens: Vec<AdminToken>,
+    options: UiOptions,
+    configure: impl FnOnce(AdminService) -> AdminService,
+) -> Harness {
     let clock = Arc::new(SystemClock);
     let outbox = Arc::new(MemoryOutboxStore::new(clock.clone()));
     let inbox = Arc::new(MemoryInboxStore::new(clock.clone()).with_pauses(&outbox.pauses()));
@@ -35,6 +43,7 @@ fn ui_harness(tokens: Vec<AdminToken>, options: UiOptions) -> Harness {
         pauses: Arc::new(outbox.pauses()),
     })
     .with_sweep_reports(state.clone(), vec!["relay-sweep".into()]);
+    let service = configure(service);
     let app = Router::new().nest("/ui", ui_router(service, AdminAuth::new(tokens), options));
     Harness {
         outbox,
@@ -1104,4 +1113,95 @@ async fn a_failure_group_is_requeued_from_the_page_after_its_dry_run_count() {
         outbox_core::OutboxStatus::Dead,
         "another group's"
     );
+}
+
+/// With editing off (the default) a dead message's page has no edit control and
+/// the form's address answers 404; with it on, a write session edits the payload
+/// and a header, the replay's page says so and links back, and the original
+/// shows its replay with neither a requeue button nor the form any more.
+#[tokio::test]
+async fn a_dead_message_is_edited_and_replayed_from_its_page_only_when_editing_is_on() {
+    let h = harness();
+    let id = h.dead(message("orders", "a", br#"{"amount":5}"#)).await;
+    let mut b = Browser::new(&h);
+    b.login(WRITE).await;
+    let page = b.get(&format!("/ui/messages/{id}")).await;
+    assert!(page.body.contains(">Requeue</button>"));
+    assert!(
+        !page.body.contains("edit-replay"),
+        "no edit control by default"
+    );
+    let csrf = b.csrf().await;
+    let refused = b
+        .post(
+            &format!("/ui/messages/{id}/replay"),
+            &format!("csrf={csrf}&payload=%7B%7D"),
+        )
+        .await;
+    assert_eq!(refused.status, StatusCode::NOT_FOUND);
+
+    let h = ui_harness_with(tokens(), UiOptions::default(), |s| s.with_edit(true));
+    let id = h.dead(message("orders", "a", br#"{"amount":5}"#)).await;
+    let mut reader = Browser::new(&h);
+    reader.login(READ).await;
+    let page = reader.get(&format!("/ui/messages/{id}")).await;
+    assert!(
+        !page.body.contains("edit-replay"),
+        "a reader gets no edit control"
+    );
+    let mut b = Browser::new(&h);
+    b.login(WRITE).await;
+    let page = b.get(&format!("/ui/messages/{id}")).await;
+    assert!(page.body.contains("id=\"edit-replay\""), "{}", page.body);
+    let csrf = value_of(&page.body, "csrf").expect("csrf");
+    let no_csrf = b
+        .post(&format!("/ui/messages/{id}/replay"), "payload=%7B%7D")
+        .await;
+    assert_eq!(no_csrf.status, StatusCode::FORBIDDEN);
+    let done = b
+        .post(
+            &format!("/ui/messages/{id}/replay"),
+            &format!(
+                "csrf={csrf}&payload={}&headers={}",
+                encode(r#"{"amount":6}"#),
+                encode(r#"{"x-fixed":"yes"}"#)
+            ),
+        )
+        .await;
+    assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
+    let replay_page = b.get(done.location()).await;
+    assert!(
+        replay_page
+            .body
+            .contains("Replayed: this is the new message")
+    );
+    assert!(replay_page.body.contains("id=\"replayed-from\""));
+    assert!(replay_page.body.contains(&id.to_string()));
+    let original = b.get(&format!("/ui/messages/{id}")).await;
+    assert!(original.body.contains("id=\"replayed-as\""));
+    assert!(
+        !original.body.contains(">Requeue</button>"),
+        "a replayed message is not requeued"
+    );
+    assert!(!original.body.contains("edit-replay"), "nor replayed again");
+    let stored = h.outbox.get_message(id).await.expect("get").expect("kept");
+    let new = stored.replayed_as.expect("replayed");
+    let replay = h
+        .outbox
+        .get_message(new)
+        .await
+        .expect("get")
+        .expect("stored");
+    assert_eq!(replay.message.payload, br#"{"amount":6}"#);
+    assert_eq!(replay.message.headers["x-fixed"], "yes");
+    let actions: Vec<String> = h
+        .audit
+        .list(None, 10)
+        .await
+        .expect("audit")
+        .items
+        .into_iter()
+        .map(|e| format!("{} {}", e.actor, e.action))
+        .collect();
+    assert_eq!(actions, ["ops replay"]);
 }

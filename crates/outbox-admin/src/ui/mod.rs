@@ -186,6 +186,7 @@ pub fn ui_router(service: AdminService, auth: AdminAuth, options: UiOptions) -> 
         .route("/messages/{id}/requeue", post(pages::requeue))
         .route("/messages/{id}/publish-now", post(pages::publish_now))
         .route("/messages/{id}/delete", post(pages::delete))
+        .route("/messages/{id}/replay", post(pages::replay))
         .route("/ordering/blocked-keys", get(pages::blocked_keys))
         .route("/failures", get(pages::failures))
         .route("/failures/requeue", post(pages::requeue_group))

@@ -76,6 +76,55 @@ pub(crate) async fn requeue(
     message_action(&ui, &session, &headers, id, form, MessageAction::Requeue).await
 }
 
+/// The edit form of a dead message: its payload as text, its headers as a JSON
+/// object of strings (as shown, hidden values `***`).
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct ReplayForm {
+    csrf: Option<String>,
+    payload: Option<String>,
+    headers: Option<String>,
+}
+
+/// `POST <base>/messages/{id}/replay`: the edit replayed as a new message, and on
+/// to that message's page. Answers as an unknown page while editing is off.
+pub(crate) async fn replay(
+    State(ui): UiState,
+    Extension(session): Extension<Session>,
+    headers: HeaderMap,
+    id: Result<Path<String>, PathRejection>,
+    form: Result<Form<ReplayForm>, FormRejection>,
+) -> Page {
+    if !ui.service.edit_allowed() {
+        return Err(AdminError::EditOff.into());
+    }
+    let form = form.map(|Form(f)| f).unwrap_or_default();
+    check_write(&session, &headers, form.csrf.as_deref())?;
+    let id = parse_message_id(&path(id)?)?;
+    let edited_headers = match form.headers.as_deref().map(str::trim) {
+        None => None,
+        Some("") => Some(std::collections::BTreeMap::new()),
+        Some(text) => Some(serde_json::from_str(text).map_err(|e| {
+            AdminError::bad(
+                "bad_headers",
+                format!(
+                    "the headers are not a JSON object of texts ({{\"name\": \"value\"}}): {e}"
+                ),
+            )
+        })?),
+    };
+    let edit = crate::model::ReplayRequest {
+        payload: form.payload,
+        headers: edited_headers,
+    };
+    let made = ui
+        .service
+        .replay_message(&session.actor.name, id, edit)
+        .await?;
+    Ok(redirect(
+        &ui.at(&format!("/messages/{}?notice=replayed", made.id)),
+    ))
+}
+
 /// `POST <base>/messages/{id}/publish-now`.
 pub(crate) async fn publish_now(
     State(ui): UiState,

@@ -27,6 +27,14 @@ struct DeliveryRow {
     consumed_at: String,
 }
 
+/// The edit-and-replay form of a dead message (only with editing on).
+struct ReplayEdit {
+    action: String,
+    csrf: String,
+    payload: String,
+    headers: String,
+}
+
 struct ActionButton {
     verb: &'static str,
     danger: bool,
@@ -51,6 +59,9 @@ struct DetailPage {
     actions: Vec<ActionButton>,
     confirm: Option<Confirm>,
     notice: Option<String>,
+    replay: Option<ReplayEdit>,
+    replayed_from_href: Option<String>,
+    replayed_as_href: Option<String>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -80,7 +91,8 @@ fn detail_page(
                         danger: false,
                     });
                 }
-                if can(requeueable_statuses()) {
+                // A replayed original is never requeued (its replay carries it).
+                if can(requeueable_statuses()) && d.replayed_as.is_none() {
                     actions.push(ActionButton {
                         verb: "Requeue",
                         danger: false,
@@ -172,6 +184,24 @@ fn detail_page(
             .collect(),
         Side::Inbox => Vec::new(),
     };
+    // Only what the service would take: a dead, unkeyed, not yet replayed
+    // message whose payload shows as text.
+    let replay = (side == Side::Outbox
+        && session.can_write()
+        && ui.service.edit_allowed()
+        && outbox_status == Some(OutboxStatus::Dead)
+        && d.replayed_as.is_none()
+        && d.ordering_key.is_none()
+        && !d.payload_base64)
+        .then(|| ReplayEdit {
+            action: format!("{post}/replay"),
+            csrf: session.csrf.clone(),
+            payload: d.payload.clone(),
+            headers: serde_json::to_string_pretty(&d.headers).unwrap_or_default(),
+        });
+    let link = |id: &Option<String>| id.as_deref().map(|m| ui.at(&format!("/messages/{m}")));
+    let replayed_from_href = link(&d.replayed_from);
+    let replayed_as_href = link(&d.replayed_as);
     let waits_behind_href = d
         .waits_behind
         .as_deref()
@@ -206,6 +236,9 @@ fn detail_page(
         actions,
         confirm,
         notice: notice_text(q.notice.as_deref()),
+        replay,
+        replayed_from_href,
+        replayed_as_href,
         d,
     };
     render(StatusCode::OK, &page)

@@ -1582,3 +1582,56 @@ async fn the_ordering_command_lists_blocked_keys() {
     assert_ne!(code, Some(0));
     assert!(stderr.contains("limit"), "{stderr}");
 }
+
+/// `outbox messages replay`: refused while `[admin] allow_edit` is off (saying
+/// so); with it on, the payload from a file and a header set, the new message
+/// named on stdout and showing its original, the original kept dead and never
+/// requeued beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_replay_command_edits_a_dead_message_only_when_editing_is_on() {
+    let Some(w) = World::new("replaycli").await else {
+        return;
+    };
+    let dead = insert_dead(&w, "order.created").await;
+    let off = w.config("replay-off", "[http]\nenabled = false\n");
+    let (code, _, stderr) = operator(&off, &["messages", "replay", &dead]);
+    assert_ne!(code, Some(0));
+    assert!(stderr.contains("allow_edit"), "{stderr}");
+
+    let on = w.config(
+        "replay-on",
+        "[http]\nenabled = false\n[admin]\nallow_edit = true\n",
+    );
+    let payload = w.dir.join("fixed.json");
+    std::fs::write(&payload, r#"{"n":2}"#).expect("payload file");
+    let (code, stdout, stderr) = operator(
+        &on,
+        &[
+            "messages",
+            "replay",
+            &dead,
+            "--payload-file",
+            payload.to_str().expect("utf-8 path"),
+            "--header",
+            "x-fixed=yes",
+            "--json",
+        ],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    let made = parse_json(&stdout);
+    assert_eq!(made["replayed_from"], dead);
+    let new = made["id"].as_str().expect("new id").to_owned();
+    let (code, stdout, _) = operator(&on, &["messages", "show", &new, "--json"]);
+    assert_eq!(code, Some(0));
+    let shown = parse_json(&stdout);
+    assert_eq!(shown["status"], "pending");
+    assert_eq!(shown["payload"], r#"{"n":2}"#);
+    assert_eq!(shown["headers"]["x-fixed"], "yes");
+    assert_eq!(shown["replayed_from"], dead);
+    let (code, _, stderr) = operator(&on, &["messages", "requeue", &dead]);
+    assert_ne!(code, Some(0), "a replayed message is not requeued");
+    assert!(stderr.contains("replayed as"), "{stderr}");
+    let (code, _, stderr) = operator(&on, &["messages", "replay", &dead]);
+    assert_ne!(code, Some(0), "nor replayed twice");
+    assert!(stderr.contains("replayed already"), "{stderr}");
+}

@@ -152,6 +152,28 @@ pub(crate) enum MessagesAction {
         /// The message.
         id: String,
     },
+    /// Replay a dead message as a new one, its payload or headers edited (needs
+    /// `[admin] allow_edit = true`); the original stays dead, marked replayed.
+    #[command(
+        after_help = "Examples:\n  outbox messages replay 0190f0a2-7c3e-7a41-9b2d-3c4e5f607182 --payload-file fixed.json\n  outbox messages replay 0190f0a2-7c3e-7a41-9b2d-3c4e5f607182 --header x-fixed=yes --drop-header x-bad"
+    )]
+    Replay {
+        /// The dead message.
+        id: String,
+        /// The new payload, read from this file (`-`: standard input); without
+        /// it, the original's.
+        #[arg(long, value_name = "FILE")]
+        payload_file: Option<std::path::PathBuf>,
+        /// Sets a header (NAME=VALUE), on top of the original's; repeatable.
+        #[arg(long = "header", value_name = "NAME=VALUE")]
+        headers: Vec<String>,
+        /// Leaves a header of the original's out; repeatable.
+        #[arg(long = "drop-header", value_name = "NAME")]
+        drop_headers: Vec<String>,
+        /// Print the answer as JSON (as `POST /api/v1/messages/{id}/replay`).
+        #[arg(long)]
+        json: bool,
+    },
     /// Delete dead messages (pending and failed ones too with --force).
     #[command(
         after_help = "Examples:\n  outbox messages delete 0190f0a2-7c3e-7a41-9b2d-3c4e5f607182\n  outbox messages delete --filter --status dead --dry-run"
@@ -299,6 +321,50 @@ fn bulk_done(verb: &str, dry_run: bool, outcome: &BulkResponse, json: bool) -> a
     }
 }
 
+/// The edit `outbox messages replay` asks for: the payload from a file (or none:
+/// the original's), the original's headers (as shown: a hidden one as `***`,
+/// which the service puts back) with `set` (`NAME=VALUE`) and without `drop`.
+async fn replay_edit(
+    service: &AdminService,
+    id: outbox_core::MessageId,
+    payload_file: Option<std::path::PathBuf>,
+    set: &[String],
+    drop: &[String],
+) -> anyhow::Result<outbox_admin::model::ReplayRequest> {
+    let payload = match payload_file {
+        None => None,
+        Some(path) if path.as_os_str() == "-" => {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text).map_err(|e| {
+                anyhow::anyhow!("--payload-file -: cannot read standard input: {e}")
+            })?;
+            Some(text)
+        }
+        Some(path) => Some(
+            std::fs::read_to_string(&path)
+                .map_err(|e| anyhow::anyhow!("--payload-file {}: {e}", path.display()))?,
+        ),
+    };
+    let headers = if set.is_empty() && drop.is_empty() {
+        None
+    } else {
+        let mut headers = service.get_message(id).await?.headers;
+        for name in drop {
+            if headers.remove(name).is_none() {
+                anyhow::bail!("--drop-header {name}: the message has no such header");
+            }
+        }
+        for pair in set {
+            let Some((name, value)) = pair.split_once('=') else {
+                anyhow::bail!("--header {pair}: expected NAME=VALUE");
+            };
+            headers.insert(name.to_owned(), value.to_owned());
+        }
+        Some(headers)
+    };
+    Ok(outbox_admin::model::ReplayRequest { payload, headers })
+}
+
 /// Runs `outbox messages ...`.
 ///
 /// # Errors
@@ -325,6 +391,23 @@ pub(crate) async fn messages(
             out::line(&format!(
                 "due now: {id} is published at the relay's next claim"
             ));
+        }
+        MessagesAction::Replay {
+            id,
+            payload_file,
+            headers,
+            drop_headers,
+            json,
+        } => {
+            let id = parse_message_id(&id)?;
+            let edit = replay_edit(service, id, payload_file, &headers, &drop_headers).await?;
+            let made = service.replay_message(&actor, id, edit).await?;
+            out::either(json, &made, |m| {
+                out::line(&format!(
+                    "replayed {} as {} (pending; the original stays dead, marked replayed)",
+                    m.replayed_from, m.id
+                ));
+            })?;
         }
         MessagesAction::Requeue(t) => {
             if let Some(id) = one(&t)? {

@@ -45,6 +45,9 @@ impl MemoryOutboxStore {
                         r.tracked.state.last_error.as_deref(),
                     )
                 })
+                // As on PostgreSQL: a requeue never picks a replayed original, so
+                // a batch of them cannot end the action early.
+                .filter(|(_, r)| !matches!(action, Action::Requeue) || r.replayed_as.is_none())
                 .take(room.min(BULK_BATCH))
                 .map(|(seq, _)| *seq)
                 .collect();

@@ -228,11 +228,14 @@ pub(crate) fn batch_statement(table: &str, where_: &str, limit: &str, action: &s
 /// effect), as the single requeue and reconsume do.
 pub(crate) fn revive_batch(
     table: &str,
-    where_: Where,
+    mut where_: Where,
     limit: &str,
     guard: &str,
     set: &str,
 ) -> (String, PgArguments) {
+    // Picked only when it can change: a batch of replayed originals alone would
+    // change nothing and end the bulk action before the rows behind them.
+    where_.and("replayed_as IS NULL".to_owned());
     let action = format!(
         "UPDATE {table} SET {set} \
          WHERE seq IN (SELECT seq FROM picked) AND status = ANY({guard}) \

@@ -233,3 +233,35 @@ async fn bad_edits_are_refused_and_change_nothing() {
         .await;
     assert_eq!((got, code(&answer)), (StatusCode::NOT_FOUND, "not_found"));
 }
+
+#[tokio::test]
+async fn an_edit_with_nothing_hidden_is_stored_as_written() {
+    let h = editing();
+    let id = h.dead(message("orders", "a", br#"{"x":1}"#)).await;
+    let text = "{ \"zeta\": 1,\n  \"alpha\": 123456789012345678901234567890 }";
+    let (status, answer) = h
+        .write(
+            "POST",
+            &format!("/messages/{id}/replay"),
+            Some(&json!({"payload": text}).to_string()),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let new: MessageId = answer["id"].as_str().unwrap().parse().unwrap();
+    let stored = h.outbox.get_message(new).await.unwrap().unwrap();
+    assert_eq!(stored.message.payload, text.as_bytes(), "byte for byte");
+    let (status, answer) = h
+        .write(
+            "POST",
+            &format!(
+                "/messages/{}/replay",
+                h.dead(message("orders", "a", b"{}")).await
+            ),
+            Some(&json!({"headers": {"x": "a\u{0}b"}}).to_string()),
+        )
+        .await;
+    assert_eq!(
+        (status, code(&answer)),
+        (StatusCode::BAD_REQUEST, "bad_headers")
+    );
+}

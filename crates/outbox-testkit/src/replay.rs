@@ -38,6 +38,12 @@ fn refused(result: Result<(), PortError>, what: &str) -> String {
 /// requeue and a bulk requeue of the original are refused or pass it over.
 pub async fn a_dead_message_is_replayed_once_as_a_new_one(o: OutboxUnderTest) {
     let exchange = unique_key("replay");
+    let older = put(
+        &o,
+        vec![message(&exchange, "replay.key")],
+        OutboxStatus::Dead,
+    )
+    .await[0];
     let original = message(&exchange, "replay.key");
     let id = put(&o, vec![original.clone()], OutboxStatus::Dead).await[0];
     let replay = edited(&original);
@@ -98,15 +104,23 @@ pub async fn a_dead_message_is_replayed_once_as_a_new_one(o: OutboxUnderTest) {
         .requeue_matching(
             &MessageFilter {
                 exchange: Some(exchange),
+                status: Some(OutboxStatus::Dead),
                 ..MessageFilter::default()
             },
-            100,
+            1,
         )
         .await
         .expect("bulk requeue");
+    // Newest first, max 1: the replayed original is passed over, not taken as
+    // the one row of the batch (which would change nothing and stop there).
     assert_eq!(
-        bulk.changed, 0,
+        (bulk.matched, bulk.changed),
+        (1, 1),
         "a bulk requeue passes a replayed original over"
+    );
+    assert_eq!(
+        record(&o, older).await.map(|r| r.status),
+        Some(OutboxStatus::Pending)
     );
     assert_eq!(
         record(&o, id).await.map(|r| r.status),

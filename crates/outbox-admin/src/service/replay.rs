@@ -136,7 +136,18 @@ impl AdminService {
             )
         })?;
         let before: Option<Value> = serde_json::from_slice(&original.payload).ok();
-        self.restore(&mut edited, before.as_ref(), &mut String::new())?;
+        let mut restored = false;
+        self.restore(
+            &mut edited,
+            before.as_ref(),
+            &mut String::new(),
+            &mut restored,
+        )?;
+        if !restored {
+            // Nothing put back: the text as the operator wrote it, byte for byte
+            // (a re-encoding would reorder keys and round large numbers).
+            return Ok(text.into_bytes());
+        }
         serde_json::to_vec(&edited).map_err(|e| AdminError::bad("bad_payload", e.to_string()))
     }
 
@@ -147,6 +158,7 @@ impl AdminService {
         edited: &mut Value,
         original: Option<&Value>,
         path: &mut String,
+        restored: &mut bool,
     ) -> Result<(), AdminError> {
         match edited {
             Value::Object(map) => {
@@ -164,8 +176,9 @@ impl AdminService {
                                 ),
                             )
                         })?;
+                        *restored = true;
                     } else {
-                        self.restore(inner, before, path)?;
+                        self.restore(inner, before, path, restored)?;
                     }
                     path.truncate(len);
                 }
@@ -176,7 +189,7 @@ impl AdminService {
                     let len = path.len();
                     path.push('/');
                     path.push_str(&i.to_string());
-                    self.restore(inner, before, path)?;
+                    self.restore(inner, before, path, restored)?;
                     path.truncate(len);
                 }
             }
@@ -195,6 +208,14 @@ impl AdminService {
         edited
             .into_iter()
             .map(|(name, value)| {
+                // PostgreSQL's jsonb takes no NUL, and AMQP header texts carry no
+                // control characters a person means: refused alike by every store.
+                if name.chars().chain(value.chars()).any(char::is_control) {
+                    return Err(AdminError::bad(
+                        "bad_headers",
+                        format!("header {name:?} has a control character in its name or value"),
+                    ));
+                }
                 if value == REDACTED && self.redaction.hides_header(&name) {
                     let kept = original.get(&name).cloned().ok_or_else(|| {
                         AdminError::bad(

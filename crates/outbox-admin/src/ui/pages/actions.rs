@@ -97,7 +97,11 @@ pub(crate) async fn replay(
     if !ui.service.edit_allowed() {
         return Err(AdminError::EditOff.into());
     }
-    let form = form.map(|Form(f)| f).unwrap_or_default();
+    // A body that is not this form is refused, never replayed as an empty edit
+    // (which would spend the message's one replay on the original unchanged).
+    let form = form
+        .map(|Form(f)| f)
+        .map_err(|e| AdminError::bad("bad_body", e.body_text()))?;
     check_write(&session, &headers, form.csrf.as_deref())?;
     let id = parse_message_id(&path(id)?)?;
     let edited_headers = match form.headers.as_deref().map(str::trim) {
@@ -112,8 +116,9 @@ pub(crate) async fn replay(
             )
         })?),
     };
+    // Browsers send a textarea's line breaks as CRLF: back to what was shown.
     let edit = crate::model::ReplayRequest {
-        payload: form.payload,
+        payload: form.payload.map(|p| p.replace("\r\n", "\n")),
         headers: edited_headers,
     };
     let made = ui

@@ -1634,4 +1634,52 @@ async fn the_replay_command_edits_a_dead_message_only_when_editing_is_on() {
     let (code, _, stderr) = operator(&on, &["messages", "replay", &dead]);
     assert_ne!(code, Some(0), "nor replayed twice");
     assert!(stderr.contains("replayed already"), "{stderr}");
+
+    // A dead delivery: replayed as a new one of the same consumer.
+    let delivery = uuid::Uuid::now_v7();
+    sqlx::query(&format!(
+        "INSERT INTO {}.outbox_inbox (consumer, message_id, exchange, routing_key, payload, headers, created_at, status, last_error) \
+         VALUES ('billing', $1, 'orders', 'order.created', '\\x7b7d', '{{\"x-bad\":\"1\"}}', now(), 'dead', 'handler said no')",
+        w.schema.quoted()
+    ))
+    .bind(delivery)
+    .execute(&w.pool)
+    .await
+    .expect("a dead delivery");
+    let (code, stdout, stderr) = operator(
+        &on,
+        &[
+            "consumers",
+            "replay",
+            "billing",
+            &delivery.to_string(),
+            "--drop-header",
+            "x-bad",
+            "--json",
+        ],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    let new = parse_json(&stdout)["id"].as_str().expect("id").to_owned();
+    let (code, stdout, stderr) = operator(
+        &on,
+        &[
+            "consumers",
+            "deliveries",
+            "billing",
+            "--status",
+            "received",
+            "--json",
+        ],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.contains(&new),
+        "the replay waits for its sweep: {stdout}"
+    );
+    let (code, _, stderr) = operator(
+        &on,
+        &["consumers", "reconsume", "billing", &delivery.to_string()],
+    );
+    assert_ne!(code, Some(0), "a replayed delivery is not reconsumed");
+    assert!(stderr.contains("replayed as"), "{stderr}");
 }

@@ -20,6 +20,10 @@ pub(crate) struct Row {
     pub(crate) message: Message,
     pub(crate) tracked: Tracked<InboxStatus>,
     pub(crate) lease: LeaseSlot,
+    /// The dead delivery this one replays.
+    pub(crate) replayed_from: Option<MessageId>,
+    /// The delivery replaying this dead one.
+    pub(crate) replayed_as: Option<MessageId>,
 }
 
 pub(crate) type Key = (String, MessageId);
@@ -117,6 +121,8 @@ impl MemoryInboxStore {
             message: message.clone(),
             tracked: Tracked::new(now),
             lease: LeaseSlot::default(),
+            replayed_from: None,
+            replayed_as: None,
         })
     }
 
@@ -402,6 +408,46 @@ impl MemoryInboxStore {
             .collect())
     }
 
+    pub(crate) fn replay_record(
+        &self,
+        consumer: &str,
+        original: MessageId,
+        replay: Message,
+    ) -> Result<(), PortError> {
+        replay.validate(outbox_core::message::DEFAULT_MAX_PAYLOAD_BYTES)?;
+        let now = self.clock.now();
+        let mut t = lock(&self.table);
+        let new_key = (consumer.to_owned(), replay.id);
+        if t.rows.contains_key(&new_key) {
+            return Err(PortError::fatal(
+                "replay",
+                format!("consumer {consumer} has a delivery {} already", replay.id),
+            ));
+        }
+        let row = t
+            .rows
+            .get_mut(&(consumer.to_owned(), original))
+            .ok_or_else(|| PortError::NotFound {
+                what: "delivery",
+                id: original.to_string(),
+            })?;
+        if let Some(refused) = outbox_ports::replay_refusal(
+            "delivery",
+            original,
+            row.tracked.status,
+            row.message.ordering_key.is_some(),
+            row.replayed_as,
+        ) {
+            return Err(refused);
+        }
+        row.replayed_as = Some(replay.id);
+        // Received and due now, as a reconsumed delivery: the consume sweep runs
+        // the handler on it.
+        let new = Self::insert(&mut t, new_key, &replay, now);
+        new.replayed_from = Some(original);
+        Ok(())
+    }
+
     pub(crate) async fn reconsume_record(
         &self,
         consumer: &str,
@@ -417,6 +463,9 @@ impl MemoryInboxStore {
                     what: "delivery",
                     id: id.to_string(),
                 })?;
+        if let Some(replay) = row.replayed_as {
+            return Err(outbox_ports::replayed_refusal("delivery", id, replay));
+        }
         let from = row.tracked.status;
         if !outbox_ports::reconsumable_from(again).contains(&from) {
             return Err(TransitionError::Inbox {
@@ -444,5 +493,7 @@ pub(crate) fn record(consumer: &str, r: &Row) -> InboxRecord {
         message: r.message.clone(),
         status: r.tracked.status,
         consume: r.tracked.state.clone(),
+        replayed_from: r.replayed_from,
+        replayed_as: r.replayed_as,
     }
 }

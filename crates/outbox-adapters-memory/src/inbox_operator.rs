@@ -58,6 +58,15 @@ impl InboxOperator for MemoryInboxStore {
         self.records(consumer, status, limit).await
     }
 
+    async fn replay_delivery(
+        &self,
+        consumer: &str,
+        original: MessageId,
+        replay: outbox_core::Message,
+    ) -> Result<(), PortError> {
+        self.replay_record(consumer, original, replay)
+    }
+
     async fn reconsume_delivery(
         &self,
         consumer: &str,
@@ -148,13 +157,15 @@ impl InboxOperator for MemoryInboxStore {
                 .rev()
                 .filter(|(_, key)| key.0 == consumer)
                 .filter(|(_, key)| {
+                    // A replayed original is never picked (as on PostgreSQL).
                     t.rows.get(*key).is_some_and(|r| {
-                        matches(
-                            filter,
-                            &r.message,
-                            r.tracked.status,
-                            r.tracked.state.last_error.as_deref(),
-                        )
+                        r.replayed_as.is_none()
+                            && matches(
+                                filter,
+                                &r.message,
+                                r.tracked.status,
+                                r.tracked.state.last_error.as_deref(),
+                            )
                     })
                 })
                 .take(room.min(BULK_BATCH))

@@ -198,6 +198,15 @@ impl InboxOperator for PgInboxStore {
         self.records(consumer, status, limit).await
     }
 
+    async fn replay_delivery(
+        &self,
+        consumer: &str,
+        original: MessageId,
+        replay: outbox_core::Message,
+    ) -> Result<(), PortError> {
+        self.replay_record(consumer, original, replay).await
+    }
+
     async fn reconsume_delivery(
         &self,
         consumer: &str,

@@ -200,6 +200,8 @@ impl MessageRow {
             message: self.message(),
             status: self.status()?,
             consume: self.state(),
+            replayed_from: self.replayed_from.map(MessageId::from_uuid),
+            replayed_as: self.replayed_as.map(MessageId::from_uuid),
         })
     }
 }

@@ -12,8 +12,9 @@ use crate::routes::{
     audit, blocked_keys, consumers, delete_dead_letter, delete_failure_group, delete_matching,
     delete_message, failures, get_dead_letter, get_delivery, get_message, list_dead_letters,
     list_deliveries, list_messages, pause_consumer, pause_exchange, pauses, publish_now, reconsume,
-    reconsume_failure_group, reconsume_matching, replay_message, requeue_failure_group,
-    requeue_matching, requeue_message, resume_consumer, resume_exchange, stats,
+    reconsume_failure_group, reconsume_matching, replay_delivery, replay_message,
+    requeue_failure_group, requeue_matching, requeue_message, resume_consumer, resume_exchange,
+    stats,
 };
 use crate::{AdminError, AdminService};
 
@@ -57,6 +58,10 @@ pub fn router(service: AdminService, auth: AdminAuth) -> Router {
         .route(
             "/consumers/{name}/deliveries/{id}/reconsume",
             post(reconsume),
+        )
+        .route(
+            "/consumers/{name}/deliveries/{id}/replay",
+            post(replay_delivery),
         )
         .route("/dead-letters", get(list_dead_letters))
         .route(

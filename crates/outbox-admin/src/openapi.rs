@@ -60,6 +60,7 @@ impl Modify for BearerToken {
         routes::list_deliveries,
         routes::get_delivery,
         routes::reconsume,
+        routes::replay_delivery,
         routes::reconsume_matching,
         routes::list_dead_letters,
         routes::get_dead_letter,

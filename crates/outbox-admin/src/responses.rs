@@ -205,10 +205,11 @@ pub(crate) struct DeliveryDetail {
     completed_at: Option<String>,
     /// Its own consumer's side.
     deliveries: Vec<ConsumeSide>,
-    /// Always null for a delivery (replay is the outbox's).
+    /// The dead delivery this one replays (an operator edited and ran it again).
     #[schema(format = "uuid")]
     replayed_from: Option<String>,
-    /// Always null for a delivery.
+    /// The delivery replaying this dead one: it stays dead, and is neither
+    /// reconsumed nor replayed again.
     #[schema(format = "uuid")]
     replayed_as: Option<String>,
 }

@@ -119,6 +119,32 @@ pub(crate) async fn replay_message(
     Ok(Json(s.replay_message(&actor.name, id, body(b)?).await?))
 }
 
+/// Replays a consumer's dead delivery as a new delivery (a new message id) with an
+/// edited payload and headers, which the consumer's retry sweep hands to its
+/// handler; as the message replay otherwise (the original stays dead, marked
+/// replayed, never reconsumed or replayed again; 404 `edit_off` while editing is
+/// off, whatever the body).
+#[utoipa::path(post, path = "/consumers/{name}/deliveries/{id}/replay", tag = "consumers",
+    params(("name" = String, Path, description = "Consumer name", pattern = "^[^\\u0000]*$"), ("id" = String, Path, description = "Message id (UUID)", format = "uuid", pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")),
+    request_body = ReplayRequest,
+    responses((status = 200, body = ReplayResponse), WriteErrors))]
+pub(crate) async fn replay_delivery(
+    State(s): Service,
+    Extension(actor): Extension<Actor>,
+    p: Result<Path<(String, String)>, PathRejection>,
+    b: Result<Json<ReplayRequest>, JsonRejection>,
+) -> Answer<ReplayResponse> {
+    if !s.edit_allowed() {
+        return Err(AdminError::EditOff);
+    }
+    let (name, id) = path(p)?;
+    let name = text("consumer", name)?;
+    let id = parse_message_id(&id)?;
+    Ok(Json(
+        s.replay_delivery(&actor.name, &name, id, body(b)?).await?,
+    ))
+}
+
 /// A delayed (scheduled) pending message due now: published at the next claim.
 #[utoipa::path(post, path = "/messages/{id}/publish-now", tag = "messages", params(("id" = String, Path, description = "Message id (UUID)", format = "uuid", pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")),
     responses((status = 204), WriteErrors))]

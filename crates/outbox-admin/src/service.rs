@@ -1177,13 +1177,14 @@ impl AdminService {
         let record = self
             .ports
             .inbox
-            .deliveries_of(id)
+            .get_delivery(consumer, id)
             .await?
-            .into_iter()
-            .find(|r| r.consumer == consumer)
             .ok_or_else(|| not_found("delivery", format!("{consumer}/{id}")))?;
         let side = vec![consume_side(&record)];
-        Ok(self.detail(&record.message, record.status, &record.consume, side))
+        let mut detail = self.detail(&record.message, record.status, &record.consume, side);
+        detail.replayed_from = record.replayed_from.map(|r| r.to_string());
+        detail.replayed_as = record.replayed_as.map(|r| r.to_string());
+        Ok(detail)
     }
 
     /// Runs one delivery's handler again (through the consume sweep).

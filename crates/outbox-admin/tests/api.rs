@@ -644,7 +644,7 @@ async fn stats_count_both_sides_and_mark_what_is_not_counted() {
 }
 
 /// The routes the issue asks for; the document and the router must agree with it.
-const ROUTES: [(&str, &str); 29] = [
+const ROUTES: [(&str, &str); 30] = [
     ("get", "/stats"),
     ("get", "/ordering/blocked-keys"),
     ("get", "/failures"),
@@ -654,6 +654,7 @@ const ROUTES: [(&str, &str); 29] = [
     ("post", "/messages/{id}/requeue"),
     ("post", "/messages/{id}/publish-now"),
     ("post", "/messages/{id}/replay"),
+    ("post", "/consumers/{name}/deliveries/{id}/replay"),
     ("post", "/messages/requeue"),
     ("post", "/messages/delete"),
     ("get", "/consumers"),

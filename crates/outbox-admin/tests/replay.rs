@@ -265,3 +265,100 @@ async fn an_edit_with_nothing_hidden_is_stored_as_written() {
         (StatusCode::BAD_REQUEST, "bad_headers")
     );
 }
+
+/// A dead delivery replays as a new delivery of the same consumer: 404 while
+/// editing is off; with it on, the secret put back, the original kept dead and
+/// showing its replay, and neither reconsumed nor replayed again.
+#[tokio::test]
+async fn a_dead_delivery_is_replayed_once_as_a_new_delivery() {
+    let off = harness();
+    let m = message("orders", "a", b"{}");
+    off.delivered("billing", &m, false).await;
+    let (status, answer) = off
+        .write(
+            "POST",
+            &format!("/consumers/billing/deliveries/{}/replay", m.id),
+            Some("{}"),
+        )
+        .await;
+    assert_eq!((status, code(&answer)), (StatusCode::NOT_FOUND, "edit_off"));
+
+    let h = editing();
+    let mut m = message(
+        "orders",
+        "orders.created",
+        br#"{"password":"hunter2","amount":5}"#,
+    );
+    m.headers
+        .insert("authorization".into(), "Bearer s3cret".into());
+    h.delivered("billing", &m, false).await;
+    let uri = format!("/consumers/billing/deliveries/{}/replay", m.id);
+    let body = json!({
+        "payload": r#"{"password":"***","amount":6}"#,
+        "headers": {"authorization": "***"},
+    })
+    .to_string();
+    let (status, answer) = h.write("POST", &uri, Some(&body)).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let new: MessageId = answer["id"].as_str().unwrap().parse().unwrap();
+    let stored = outbox_ports::InboxOperator::get_delivery(&*h.inbox, "billing", new)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.status, outbox_core::InboxStatus::Received);
+    let payload: Value = serde_json::from_slice(&stored.message.payload).unwrap();
+    assert_eq!(
+        (payload["password"].as_str(), payload["amount"].as_i64()),
+        (Some("hunter2"), Some(6))
+    );
+    assert_eq!(stored.message.headers["authorization"], "Bearer s3cret");
+
+    let (_, original) = h
+        .get(&format!("/consumers/billing/deliveries/{}", m.id))
+        .await;
+    assert_eq!(original["status"], "dead");
+    assert_eq!(original["replayed_as"], new.to_string());
+    let (_, replay) = h.get(&format!("/consumers/billing/deliveries/{new}")).await;
+    assert_eq!(replay["replayed_from"], m.id.to_string());
+    let entries = h.audit_entries().await;
+    let target = entries
+        .iter()
+        .find(|e| e["action"] == "replay")
+        .and_then(|e| e["target"].as_str())
+        .unwrap()
+        .to_owned();
+    assert!(
+        target.contains("\"consumer\":\"billing\"") && target.contains("/amount"),
+        "{target}"
+    );
+    assert!(
+        !target.contains("hunter2") && !target.contains("s3cret"),
+        "{target}"
+    );
+
+    let (status, again) = h.write("POST", &uri, Some("{}")).await;
+    assert_eq!((status, code(&again)), (StatusCode::CONFLICT, "refused"));
+    let (status, reconsume) = h
+        .write(
+            "POST",
+            &format!("/consumers/billing/deliveries/{}/reconsume", m.id),
+            Some("{}"),
+        )
+        .await;
+    assert_eq!(
+        (status, code(&reconsume)),
+        (StatusCode::CONFLICT, "refused")
+    );
+    let (status, _) = h
+        .write(
+            "POST",
+            &format!("/consumers/shipping/deliveries/{}/replay", m.id),
+            Some("{}"),
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::NOT_FOUND,
+        "another consumer's is not this one"
+    );
+}

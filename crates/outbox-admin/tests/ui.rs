@@ -1205,3 +1205,41 @@ async fn a_dead_message_is_edited_and_replayed_from_its_page_only_when_editing_i
         .collect();
     assert_eq!(actions, ["ops replay"]);
 }
+
+/// A dead delivery's page offers the same form when editing is on; the replay's
+/// page is the consumer's new delivery, linking back, and the original offers no
+/// reconsume any more.
+#[tokio::test]
+async fn a_dead_delivery_is_edited_and_replayed_from_its_page() {
+    let h = ui_harness_with(tokens(), UiOptions::default(), |s| s.with_edit(true));
+    let m = message("orders", "a", br#"{"amount":5}"#);
+    h.delivered("billing", &m, false).await;
+    let mut b = Browser::new(&h);
+    b.login(WRITE).await;
+    let page = b
+        .get(&format!("/ui/consumers/billing/deliveries/{}", m.id))
+        .await;
+    assert!(page.body.contains("id=\"edit-replay\""), "{}", page.body);
+    assert!(page.body.contains(">Reconsume</button>"));
+    let csrf = value_of(&page.body, "csrf").expect("csrf");
+    let done = b
+        .post(
+            &format!("/ui/consumers/billing/deliveries/{}/replay", m.id),
+            &format!("csrf={csrf}&payload={}", encode(r#"{"amount":6}"#)),
+        )
+        .await;
+    assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
+    assert!(
+        done.location()
+            .starts_with("/ui/consumers/billing/deliveries/")
+    );
+    let replay = b.get(done.location()).await;
+    assert!(replay.body.contains("Replayed: this is the new delivery"));
+    assert!(replay.body.contains("id=\"replayed-from\""));
+    let original = b
+        .get(&format!("/ui/consumers/billing/deliveries/{}", m.id))
+        .await;
+    assert!(original.body.contains("id=\"replayed-as\""));
+    assert!(!original.body.contains(">Reconsume</button>"));
+    assert!(!original.body.contains("edit-replay"));
+}

@@ -160,19 +160,8 @@ pub(crate) enum MessagesAction {
     Replay {
         /// The dead message.
         id: String,
-        /// The new payload, read from this file (`-`: standard input); without
-        /// it, the original's.
-        #[arg(long, value_name = "FILE")]
-        payload_file: Option<std::path::PathBuf>,
-        /// Sets a header (NAME=VALUE), on top of the original's; repeatable.
-        #[arg(long = "header", value_name = "NAME=VALUE")]
-        headers: Vec<String>,
-        /// Leaves a header of the original's out; repeatable.
-        #[arg(long = "drop-header", value_name = "NAME")]
-        drop_headers: Vec<String>,
-        /// Print the answer as JSON (as `POST /api/v1/messages/{id}/replay`).
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        edit: ReplayFlags,
     },
     /// Delete dead messages (pending and failed ones too with --force).
     #[command(
@@ -185,6 +174,24 @@ pub(crate) enum MessagesAction {
         #[arg(long)]
         force: bool,
     },
+}
+
+/// How `... replay` edits what it replays.
+#[derive(Debug, Args)]
+pub(crate) struct ReplayFlags {
+    /// The new payload, read from this file (`-`: standard input); without it, the
+    /// original's.
+    #[arg(long, value_name = "FILE")]
+    payload_file: Option<std::path::PathBuf>,
+    /// Sets a header (NAME=VALUE), on top of the original's; repeatable.
+    #[arg(long = "header", value_name = "NAME=VALUE")]
+    headers: Vec<String>,
+    /// Leaves a header of the original's out; repeatable.
+    #[arg(long = "drop-header", value_name = "NAME")]
+    drop_headers: Vec<String>,
+    /// Print the answer as JSON (as the API's replay answers).
+    #[arg(long)]
+    json: bool,
 }
 
 /// `outbox consumers ...`.
@@ -229,6 +236,20 @@ pub(crate) enum ConsumersAction {
         again: bool,
         #[command(flatten)]
         target: Target,
+    },
+    /// Replay a dead delivery as a new one, its payload or headers edited (needs
+    /// `[admin] allow_edit = true`): the consumer's retry sweep runs its handler;
+    /// the original stays dead, marked replayed.
+    #[command(
+        after_help = "Examples:\n  outbox consumers replay billing 0190f0a2-7c3e-7a41-9b2d-3c4e5f607182 --payload-file fixed.json"
+    )]
+    Replay {
+        /// The consumer.
+        consumer: String,
+        /// The dead delivery (its message id).
+        id: String,
+        #[command(flatten)]
+        edit: ReplayFlags,
     },
 }
 
@@ -321,48 +342,51 @@ fn bulk_done(verb: &str, dry_run: bool, outcome: &BulkResponse, json: bool) -> a
     }
 }
 
-/// The edit `outbox messages replay` asks for: the payload from a file (or none:
-/// the original's), the original's headers (as shown: a hidden one as `***`,
-/// which the service puts back) with `set` (`NAME=VALUE`) and without `drop`.
-async fn replay_edit(
-    service: &AdminService,
-    id: outbox_core::MessageId,
-    payload_file: Option<std::path::PathBuf>,
-    set: &[String],
-    drop: &[String],
-) -> anyhow::Result<outbox_admin::model::ReplayRequest> {
-    let payload = match payload_file {
-        None => None,
-        Some(path) if path.as_os_str() == "-" => {
-            let mut text = String::new();
-            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text).map_err(|e| {
-                anyhow::anyhow!("--payload-file -: cannot read standard input: {e}")
-            })?;
-            Some(text)
-        }
-        Some(path) => Some(
-            std::fs::read_to_string(&path)
-                .map_err(|e| anyhow::anyhow!("--payload-file {}: {e}", path.display()))?,
-        ),
-    };
-    let headers = if set.is_empty() && drop.is_empty() {
-        None
-    } else {
-        let mut headers = service.get_message(id).await?.headers;
-        for name in drop {
-            if headers.remove(name).is_none() {
-                anyhow::bail!("--drop-header {name}: the message has no such header");
+impl ReplayFlags {
+    fn changes_headers(&self) -> bool {
+        !self.headers.is_empty() || !self.drop_headers.is_empty()
+    }
+
+    /// The edit these flags ask for: the payload from a file (or none: the
+    /// original's), and when headers change, the original's as `shown` (a hidden
+    /// one as `***`, which the service puts back) with the changes.
+    fn edit(
+        &self,
+        shown: Option<std::collections::BTreeMap<String, String>>,
+    ) -> anyhow::Result<outbox_admin::model::ReplayRequest> {
+        let payload = match &self.payload_file {
+            None => None,
+            Some(path) if path.as_os_str() == "-" => {
+                let mut text = String::new();
+                std::io::Read::read_to_string(&mut std::io::stdin(), &mut text).map_err(|e| {
+                    anyhow::anyhow!("--payload-file -: cannot read standard input: {e}")
+                })?;
+                Some(text)
             }
-        }
-        for pair in set {
-            let Some((name, value)) = pair.split_once('=') else {
-                anyhow::bail!("--header {pair}: expected NAME=VALUE");
-            };
-            headers.insert(name.to_owned(), value.to_owned());
-        }
-        Some(headers)
-    };
-    Ok(outbox_admin::model::ReplayRequest { payload, headers })
+            Some(path) => Some(
+                std::fs::read_to_string(path)
+                    .map_err(|e| anyhow::anyhow!("--payload-file {}: {e}", path.display()))?,
+            ),
+        };
+        let headers = match shown {
+            None => None,
+            Some(mut headers) => {
+                for name in &self.drop_headers {
+                    if headers.remove(name).is_none() {
+                        anyhow::bail!("--drop-header {name}: the original has no such header");
+                    }
+                }
+                for pair in &self.headers {
+                    let Some((name, value)) = pair.split_once('=') else {
+                        anyhow::bail!("--header {pair}: expected NAME=VALUE");
+                    };
+                    headers.insert(name.to_owned(), value.to_owned());
+                }
+                Some(headers)
+            }
+        };
+        Ok(outbox_admin::model::ReplayRequest { payload, headers })
+    }
 }
 
 /// Runs `outbox messages ...`.
@@ -392,17 +416,16 @@ pub(crate) async fn messages(
                 "due now: {id} is published at the relay's next claim"
             ));
         }
-        MessagesAction::Replay {
-            id,
-            payload_file,
-            headers,
-            drop_headers,
-            json,
-        } => {
+        MessagesAction::Replay { id, edit: flags } => {
             let id = parse_message_id(&id)?;
-            let edit = replay_edit(service, id, payload_file, &headers, &drop_headers).await?;
+            let shown = if flags.changes_headers() {
+                Some(service.get_message(id).await?.headers)
+            } else {
+                None
+            };
+            let edit = flags.edit(shown)?;
             let made = service.replay_message(&actor, id, edit).await?;
-            out::either(json, &made, |m| {
+            out::either(flags.json, &made, |m| {
                 out::line(&format!(
                     "replayed {} as {} (pending; the original stays dead, marked replayed)",
                     m.replayed_from, m.id
@@ -504,6 +527,28 @@ pub(crate) async fn consumers(
                 .list_deliveries(&consumer, &filter, cursor, limit)
                 .await?;
             out::either(json, &page, out::message_page)?;
+        }
+        ConsumersAction::Replay {
+            consumer,
+            id,
+            edit: flags,
+        } => {
+            let id = parse_message_id(&id)?;
+            let shown = if flags.changes_headers() {
+                Some(service.get_delivery(&consumer, id).await?.headers)
+            } else {
+                None
+            };
+            let edit = flags.edit(shown)?;
+            let made = service
+                .replay_delivery(&cli_actor(), &consumer, id, edit)
+                .await?;
+            out::either(flags.json, &made, |m| {
+                out::line(&format!(
+                    "replayed {} of {consumer} as {} (handled at its next retry sweep; the original stays dead, marked replayed)",
+                    m.replayed_from, m.id
+                ));
+            })?;
         }
         ConsumersAction::Reconsume {
             consumer,

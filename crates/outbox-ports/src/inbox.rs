@@ -36,6 +36,12 @@ pub struct InboxRecord {
     pub status: InboxStatus,
     /// Attempts, last error, next attempt, consumed at.
     pub consume: SideState,
+    /// The dead delivery this one replays (an operator edited it and ran it again
+    /// as a new delivery).
+    pub replayed_from: Option<MessageId>,
+    /// The delivery that replays this dead one: it stays dead, and is neither
+    /// reconsumed nor replayed again (that would run its handler twice).
+    pub replayed_as: Option<MessageId>,
 }
 
 /// A delivery that could not become a message (no message id, undecodable), kept

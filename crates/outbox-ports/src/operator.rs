@@ -580,6 +580,24 @@ pub trait InboxOperator: Send + Sync {
         again: bool,
     ) -> Result<(), PortError>;
 
+    /// Replays `consumer`'s dead delivery `original` as `replay`, a new delivery an
+    /// operator made from it (a new message id, an edited payload and headers): in
+    /// one transaction `original` is marked replayed as `replay.id` and stays
+    /// dead, and `replay` is stored received, due now, so the consume sweep runs
+    /// `consumer`'s handler on it. At most once per original (the mark's guard is
+    /// in its statement); a keyed original is refused.
+    ///
+    /// # Errors
+    /// [`PortError::NotFound`]; [`PortError::Refused`] when `original` is not dead,
+    /// was replayed already or is keyed; [`PortError::InvalidMessage`] when
+    /// `replay` breaks a limit.
+    async fn replay_delivery(
+        &self,
+        consumer: &str,
+        original: MessageId,
+        replay: outbox_core::Message,
+    ) -> Result<(), PortError>;
+
     /// The consume side of message `id` for every consumer that received it.
     ///
     /// # Errors
@@ -699,9 +717,8 @@ pub fn replay_refusal<S: Lifecycle>(
     } else if status != S::DEAD {
         format!("only a dead {what} can be replayed, and it is {status}")
     } else if keyed {
-        format!(
-            "it keeps its ordering key's order, and a replay would go behind the key's later {what}s; requeue it, or delete it"
-        )
+        "it keeps its ordering key's order, and a replay would go behind the key's later ones"
+            .to_owned()
     } else {
         return None;
     };

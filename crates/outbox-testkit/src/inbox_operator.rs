@@ -28,7 +28,12 @@ fn lease() -> Lease {
 }
 
 /// Records `messages` for `consumer` and brings them to `status`  through the consumer's path.
-async fn put(i: &InboxUnderTest, consumer: &str, messages: &[Message], status: InboxStatus) {
+pub(crate) async fn put(
+    i: &InboxUnderTest,
+    consumer: &str,
+    messages: &[Message],
+    status: InboxStatus,
+) {
     for m in messages {
         let l = lease();
         i.store

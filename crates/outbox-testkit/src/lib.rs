@@ -24,6 +24,7 @@ pub mod cluster;
 pub mod containers;
 pub mod inbox;
 pub mod inbox_operator;
+pub mod inbox_replay;
 pub mod lock;
 pub mod outbox;
 pub mod outbox_operator;
@@ -214,6 +215,20 @@ macro_rules! replay_contract {
                 a_dead_message_is_replayed_once_as_a_new_one,
                 only_a_dead_unkeyed_message_is_replayed,
             ]
+        );
+    };
+}
+
+/// Runs the inbox's replay contract ([`crate::inbox_replay`]); `$make` is the path of an
+/// async fn returning a fresh
+/// [`InboxUnderTest`](crate::inbox_operator::InboxUnderTest).
+#[macro_export]
+macro_rules! inbox_replay_contract {
+    ($make:path) => {
+        $crate::__contract_cases!(
+            inbox_replay,
+            $make,
+            [a_dead_delivery_is_replayed_once_as_a_new_one]
         );
     };
 }

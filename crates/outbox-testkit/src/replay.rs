@@ -10,7 +10,7 @@ use crate::{LONG_TTL, message, unique_key};
 
 /// What an operator's edit makes of `original`: a new id, the payload and one
 /// header changed, the rest as it was.
-fn edited(original: &Message) -> Message {
+pub(crate) fn edited(original: &Message) -> Message {
     let mut replay = message(&original.exchange, &original.routing_key);
     replay.message_type.clone_from(&original.message_type);
     replay.correlation_id.clone_from(&original.correlation_id);
@@ -26,7 +26,7 @@ async fn record(o: &OutboxUnderTest, id: MessageId) -> Option<outbox_ports::Outb
     o.operator.get_message(id).await.expect("get")
 }
 
-fn refused(result: Result<(), PortError>, what: &str) -> String {
+pub(crate) fn refused(result: Result<(), PortError>, what: &str) -> String {
     match result {
         Err(PortError::Refused { reason, .. }) => reason,
         other => panic!("{what}: expected a refusal, got {other:?}"),

@@ -71,9 +71,13 @@ impl PgInboxStore {
         if n == 1 {
             return Ok(());
         }
-        // Nothing changed: say why, from the row as it is now. In a status the
-        // reconsume takes, only a holder (a lease, a transaction's row lock) can
-        // have kept it out; a holder that finished meanwhile shows as its outcome.
+        // Nothing changed: say why, from the row as it is now. A replayed one is
+        // refused for good; in a status the reconsume takes, only a holder (a
+        // lease, a transaction's row lock) can have kept it out; a holder that
+        // finished meanwhile shows as its outcome.
+        if let Some(replay) = self.record(consumer, id).await?.and_then(|r| r.replayed_as) {
+            return Err(outbox_ports::replayed_refusal("delivery", id, replay));
+        }
         match self.status_of(consumer, id).await? {
             None => Err(PortError::NotFound {
                 what: "delivery",
@@ -90,5 +94,57 @@ impl PgInboxStore {
             }
             .into()),
         }
+    }
+
+    /// [`outbox_ports::InboxOperator::replay_delivery`]: the mark and the insert in
+    /// one transaction, the mark's guard in its statement.
+    pub(crate) async fn replay_record(
+        &self,
+        consumer: &str,
+        original: MessageId,
+        replay: outbox_core::Message,
+    ) -> Result<(), PortError> {
+        replay.validate(outbox_core::message::DEFAULT_MAX_PAYLOAD_BYTES)?;
+        let mut tx = self.pool.begin().await.map_err(|e| port("replay", e))?;
+        let marked = sqlx::query(&self.sql.replay_mark)
+            .bind(consumer)
+            .bind(original.as_uuid())
+            .bind(replay.id.as_uuid())
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| port("replay", e))?
+            .rows_affected();
+        if marked != 1 {
+            drop(tx);
+            let refusal = match self.record(consumer, original).await? {
+                None => PortError::NotFound {
+                    what: "delivery",
+                    id: original.to_string(),
+                },
+                Some(r) => outbox_ports::replay_refusal(
+                    "delivery",
+                    original,
+                    r.status,
+                    r.message.ordering_key.is_some(),
+                    r.replayed_as,
+                )
+                .unwrap_or_else(|| {
+                    PortError::transient(
+                        "replay",
+                        format!("delivery {original} changed meanwhile; try again"),
+                    )
+                }),
+            };
+            return Err(refusal);
+        }
+        crate::rows::bind_message_columns(
+            sqlx::query(&self.sql.replay_insert).bind(consumer),
+            &replay,
+        )
+        .bind(original.as_uuid())
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| port("replay", e))?;
+        tx.commit().await.map_err(|e| port("replay", e))
     }
 }

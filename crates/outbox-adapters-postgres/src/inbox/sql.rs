@@ -11,7 +11,7 @@
 //! behind a blocked key; it is made due when its predecessor finishes.
 
 use crate::PgSchema;
-use crate::rows::{MESSAGE_COLUMNS, read_columns};
+use crate::rows::{MESSAGE_COLUMNS, REPLAY_COLUMNS, read_columns};
 
 /// A subquery: `columns` of the first unfinished row `e` of table `t` of
 /// consumer `consumer` and ordering key `key` (by seq), after seq `after` if given;
@@ -64,6 +64,8 @@ pub(super) struct Sql {
     pub(super) get: String,
     pub(super) list: String,
     pub(super) reconsume: String,
+    pub(super) replay_mark: String,
+    pub(super) replay_insert: String,
     pub(super) retention: String,
 }
 
@@ -256,9 +258,23 @@ impl Sql {
                  FROM {t} WHERE consumer = $1",
                 schema.quoted()
             ),
-            get: format!("SELECT {returning} FROM {t} WHERE consumer = $1 AND message_id = $2"),
+            get: format!(
+                "SELECT {returning}{REPLAY_COLUMNS} FROM {t} WHERE consumer = $1 AND message_id = $2"
+            ),
             list: format!(
-                "SELECT {returning} FROM {t} WHERE consumer = $1 AND status = $2 ORDER BY seq LIMIT $3"
+                "SELECT {returning}{REPLAY_COLUMNS} FROM {t} WHERE consumer = $1 AND status = $2 ORDER BY seq LIMIT $3"
+            ),
+            // The original stays dead; the guard is in the statement, so a
+            // reconsume or a second replay racing this one finds it replayed.
+            replay_mark: format!(
+                "UPDATE {t} SET replayed_as = $3 WHERE consumer = $1 AND message_id = $2 \
+                 AND status = 'dead' AND replayed_as IS NULL AND ordering_key IS NULL"
+            ),
+            // Received and due now, as a reconsumed delivery: the consume sweep
+            // runs the handler on it.
+            replay_insert: format!(
+                "INSERT INTO {t} (consumer, message_id, {MESSAGE_COLUMNS}, status, next_attempt_at, replayed_from) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'received', now(), $12)"
             ),
             // Only a row no one holds: not under a live lease (a worker's, or the
             // consume sweep's claim), and not locked by a transaction in progress (a
@@ -271,7 +287,7 @@ impl Sql {
                  locked_by = NULL, locked_until = NULL \
                  WHERE seq = (SELECT seq FROM {t} WHERE consumer = $1 AND message_id = $2 \
                    AND status = ANY($3) AND (locked_until IS NULL OR locked_until < now()) \
-                   FOR UPDATE SKIP LOCKED)"
+                   AND replayed_as IS NULL FOR UPDATE SKIP LOCKED)"
             ),
             // One consumer's rows only: each consumer's rows are what make its own
             // redeliveries harmless, for as long as its own retention says. The

@@ -61,9 +61,71 @@ impl AdminService {
             .await?
             .ok_or_else(|| super::not_found("message", id))?
             .message;
+        let replay = self.replayed(&original, edit)?;
+        let target = json!({
+            "message": id.to_string(),
+            "replayed_as": replay.id.to_string(),
+            "changed": self.diff(&original, &replay),
+        });
+        let new_id = replay.id;
+        self.ports.outbox.replay_message(id, replay).await?;
+        self.audit(actor, "replay", target.to_string(), 1).await?;
+        Ok(ReplayResponse {
+            id: new_id.to_string(),
+            replayed_from: id.to_string(),
+        })
+    }
+
+    /// Replays `consumer`'s dead delivery `id` with `edit` as a new delivery, run
+    /// by the consume sweep (audited as `replay`, the target naming the consumer,
+    /// both ids and what changed).
+    ///
+    /// # Errors
+    /// As [`AdminService::replay_message`], for a delivery.
+    pub async fn replay_delivery(
+        &self,
+        actor: &str,
+        consumer: &str,
+        id: MessageId,
+        edit: ReplayRequest,
+    ) -> Result<ReplayResponse, AdminError> {
+        if !self.edit {
+            return Err(AdminError::EditOff);
+        }
+        let original = self
+            .ports
+            .inbox
+            .get_delivery(consumer, id)
+            .await?
+            .ok_or_else(|| super::not_found("delivery", format!("{consumer}/{id}")))?
+            .message;
+        let replay = self.replayed(&original, edit)?;
+        let target = json!({
+            "consumer": consumer,
+            "delivery": id.to_string(),
+            "replayed_as": replay.id.to_string(),
+            "changed": self.diff(&original, &replay),
+        });
+        let new_id = replay.id;
+        self.ports
+            .inbox
+            .replay_delivery(consumer, id, replay)
+            .await?;
+        self.audit(actor, "replay", target.to_string(), 1).await?;
+        Ok(ReplayResponse {
+            id: new_id.to_string(),
+            replayed_from: id.to_string(),
+        })
+    }
+
+    /// What `edit` makes of `original`: a new id and time, the edited payload and
+    /// headers (hidden values put back), the rest as it was, checked against AMQP's
+    /// limits (a message a broker would refuse is an input error, not a stored row
+    /// that can never be sent).
+    fn replayed(&self, original: &Message, edit: ReplayRequest) -> Result<Message, AdminError> {
         let payload = match edit.payload {
             None => original.payload.clone(),
-            Some(text) => self.edited_payload(&original, text)?,
+            Some(text) => self.edited_payload(original, text)?,
         };
         let headers = match edit.headers {
             None => original.headers.clone(),
@@ -87,23 +149,10 @@ impl AdminService {
             not_before: None,
             ordering_key: None,
         };
-        // Headers a broker would refuse are an input error, not a stored row that
-        // can never be sent.
         replay
             .check_amqp()
             .map_err(outbox_ports::PortError::InvalidMessage)?;
-        let target = json!({
-            "message": id.to_string(),
-            "replayed_as": replay.id.to_string(),
-            "changed": self.diff(&original, &replay),
-        });
-        let new_id = replay.id;
-        self.ports.outbox.replay_message(id, replay).await?;
-        self.audit(actor, "replay", target.to_string(), 1).await?;
-        Ok(ReplayResponse {
-            id: new_id.to_string(),
-            replayed_from: id.to_string(),
-        })
+        Ok(replay)
     }
 
     /// The edited payload's bytes: JSON checked when the content type says JSON,

@@ -203,6 +203,10 @@ pub fn ui_router(service: AdminService, auth: AdminAuth, options: UiOptions) -> 
             "/consumers/{name}/deliveries/{id}/reconsume",
             post(pages::reconsume),
         )
+        .route(
+            "/consumers/{name}/deliveries/{id}/replay",
+            post(pages::replay_delivery),
+        )
         .route("/dead-letters", get(pages::dead_letters))
         .route("/dead-letters/{id}", get(pages::dead_letter))
         .route("/dead-letters/{id}/delete", post(pages::delete_dead_letter))

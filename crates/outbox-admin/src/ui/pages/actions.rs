@@ -85,25 +85,19 @@ pub(crate) struct ReplayForm {
     headers: Option<String>,
 }
 
-/// `POST <base>/messages/{id}/replay`: the edit replayed as a new message, and on
-/// to that message's page. Answers as an unknown page while editing is off.
-pub(crate) async fn replay(
-    State(ui): UiState,
-    Extension(session): Extension<Session>,
-    headers: HeaderMap,
-    id: Result<Path<String>, PathRejection>,
+/// The edit a replay form sent, checked: a write session with its CSRF token, a
+/// body that is the form (anything else refused, never replayed as an empty edit,
+/// which would spend the one replay on the original unchanged), the headers a JSON
+/// object of texts.
+fn replay_edit(
+    session: &Session,
+    headers: &HeaderMap,
     form: Result<Form<ReplayForm>, FormRejection>,
-) -> Page {
-    if !ui.service.edit_allowed() {
-        return Err(AdminError::EditOff.into());
-    }
-    // A body that is not this form is refused, never replayed as an empty edit
-    // (which would spend the message's one replay on the original unchanged).
+) -> Result<crate::model::ReplayRequest, UiError> {
     let form = form
         .map(|Form(f)| f)
         .map_err(|e| AdminError::bad("bad_body", e.body_text()))?;
-    check_write(&session, &headers, form.csrf.as_deref())?;
-    let id = parse_message_id(&path(id)?)?;
+    check_write(session, headers, form.csrf.as_deref())?;
     let edited_headers = match form.headers.as_deref().map(str::trim) {
         None => None,
         Some("") => Some(std::collections::BTreeMap::new()),
@@ -117,10 +111,54 @@ pub(crate) async fn replay(
         })?),
     };
     // Browsers send a textarea's line breaks as CRLF: back to what was shown.
-    let edit = crate::model::ReplayRequest {
+    Ok(crate::model::ReplayRequest {
         payload: form.payload.map(|p| p.replace("\r\n", "\n")),
         headers: edited_headers,
-    };
+    })
+}
+
+/// `POST <base>/consumers/{name}/deliveries/{id}/replay`: the edit replayed as a
+/// new delivery, and on to its page. Answers as an unknown page while editing is
+/// off.
+pub(crate) async fn replay_delivery(
+    State(ui): UiState,
+    Extension(session): Extension<Session>,
+    headers: HeaderMap,
+    p: Result<Path<(String, String)>, PathRejection>,
+    form: Result<Form<ReplayForm>, FormRejection>,
+) -> Page {
+    if !ui.service.edit_allowed() {
+        return Err(AdminError::EditOff.into());
+    }
+    let edit = replay_edit(&session, &headers, form)?;
+    let (name, id) = path(p)?;
+    let name = crate::params::text("consumer", name)?;
+    let id = parse_message_id(&id)?;
+    let made = ui
+        .service
+        .replay_delivery(&session.actor.name, &name, id, edit)
+        .await?;
+    Ok(redirect(&ui.at(&format!(
+        "/consumers/{}/deliveries/{}?notice=replayed-delivery",
+        encode(&name),
+        made.id
+    ))))
+}
+
+/// `POST <base>/messages/{id}/replay`: the edit replayed as a new message, and on
+/// to that message's page. Answers as an unknown page while editing is off.
+pub(crate) async fn replay(
+    State(ui): UiState,
+    Extension(session): Extension<Session>,
+    headers: HeaderMap,
+    id: Result<Path<String>, PathRejection>,
+    form: Result<Form<ReplayForm>, FormRejection>,
+) -> Page {
+    if !ui.service.edit_allowed() {
+        return Err(AdminError::EditOff.into());
+    }
+    let edit = replay_edit(&session, &headers, form)?;
+    let id = parse_message_id(&path(id)?)?;
     let made = ui
         .service
         .replay_message(&session.actor.name, id, edit)

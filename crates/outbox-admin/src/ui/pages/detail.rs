@@ -106,7 +106,10 @@ fn detail_page(
                 }
             }
             Side::Inbox => {
-                if inbox_status.is_some_and(|s| s.can_become(InboxStatus::Received)) {
+                // A replayed original is never reconsumed (its replay carries it).
+                if inbox_status.is_some_and(|s| s.can_become(InboxStatus::Received))
+                    && d.replayed_as.is_none()
+                {
                     actions.push(ActionButton {
                         verb: "Reconsume",
                         danger: false,
@@ -186,10 +189,13 @@ fn detail_page(
     };
     // Only what the service would take: a dead, unkeyed, not yet replayed
     // message whose payload shows as text.
-    let replay = (side == Side::Outbox
-        && session.can_write()
+    let dead = match side {
+        Side::Outbox => outbox_status == Some(OutboxStatus::Dead),
+        Side::Inbox => inbox_status == Some(InboxStatus::Dead),
+    };
+    let replay = (session.can_write()
         && ui.service.edit_allowed()
-        && outbox_status == Some(OutboxStatus::Dead)
+        && dead
         && d.replayed_as.is_none()
         && d.ordering_key.is_none()
         && !d.payload_base64)
@@ -199,7 +205,14 @@ fn detail_page(
             payload: d.payload.clone(),
             headers: serde_json::to_string_pretty(&d.headers).unwrap_or_default(),
         });
-    let link = |id: &Option<String>| id.as_deref().map(|m| ui.at(&format!("/messages/{m}")));
+    // A replay link stays on its side: a message's to a message, a delivery's to
+    // its consumer's delivery.
+    let link = |id: &Option<String>| {
+        id.as_deref().map(|m| match side {
+            Side::Outbox => ui.at(&format!("/messages/{m}")),
+            Side::Inbox => ui.at(&format!("/consumers/{}/deliveries/{m}", encode(&back.1))),
+        })
+    };
     let replayed_from_href = link(&d.replayed_from);
     let replayed_as_href = link(&d.replayed_as);
     let waits_behind_href = d

@@ -28,7 +28,7 @@ mod pauses;
 
 pub(crate) use actions::{
     bulk_delete, bulk_reconsume, bulk_requeue, delete, delete_dead_letter, publish_now, reconsume,
-    replay, requeue,
+    replay, replay_delivery, requeue,
 };
 pub(crate) use audit::audit;
 pub(crate) use blocked_keys::blocked_keys;
@@ -85,6 +85,9 @@ fn notice_text(notice: Option<&str>) -> Option<String> {
         "requeued" => "Requeued: the message is pending again.",
         "published-now" => "Due now: the relay publishes it at its next claim.",
         "deleted" => "Deleted.",
+        "replayed-delivery" => {
+            "Replayed: this is the new delivery, handled at the consumer's next retry sweep. The original stays dead, marked replayed."
+        }
         "replayed" => {
             "Replayed: this is the new message, pending. The original stays dead, marked replayed."
         }

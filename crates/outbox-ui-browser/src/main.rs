@@ -112,10 +112,27 @@ async fn seeded_app() -> anyhow::Result<axum::Router> {
             role: Role::Write,
         },
     ]);
+    // The same stores twice: at /ui with editing on, at /plain with it off (the
+    // default), so both are seen in one browser.
     Ok(axum::Router::new()
         .nest(
             "/ui",
-            outbox_admin::ui_router(service.clone(), auth.clone(), UiOptions::default()),
+            outbox_admin::ui_router(
+                service.clone().with_edit(true),
+                auth.clone(),
+                UiOptions::default(),
+            ),
+        )
+        .nest(
+            "/plain",
+            outbox_admin::ui_router(
+                service.clone(),
+                auth.clone(),
+                UiOptions {
+                    base: "/plain".to_owned(),
+                    ..UiOptions::default()
+                },
+            ),
         )
         .nest("/api/v1", outbox_admin::router(service, auth)))
 }
@@ -552,6 +569,84 @@ impl Scenarios<'_> {
         Ok(())
     }
 
+    /// A dead message edited on its page and replayed: the new message's page
+    /// says so, shows the edit and links its original; the original links its
+    /// replay and offers neither a requeue nor the form any more.
+    async fn edit_and_replay_a_dead_message(&self) -> anyhow::Result<()> {
+        self.goto("/ui/messages?status=dead&exchange=billing")
+            .await?;
+        let (id, _) = self
+            .rows()
+            .await?
+            .first()
+            .cloned()
+            .ok_or_else(|| anyhow!("no dead billing message left to replay"))?;
+        self.goto(&format!("/ui/messages/{id}")).await?;
+        self.wait_for("#edit-replay summary").await?.click().await?;
+        let edited = r#"{"order_id":9999,"edited":true}"#;
+        let area = self.wait_for("#replay-payload").await?;
+        area.clear().await?;
+        area.send_keys(edited).await?;
+        self.button("Replay").await?.click().await?;
+        let notice = self.text("#notice").await?;
+        ensure!(notice.starts_with("Replayed"), "notice: {notice}");
+        let from = self.text("#replayed-from a").await?;
+        ensure!(from == id, "the replay names {from}, expected {id}");
+        // Shown indented: compared without the whitespace.
+        let payload: String = self.text("#payload").await?.split_whitespace().collect();
+        ensure!(payload == edited, "the replay's payload: {payload}");
+        let new_id = self.text("#message-id").await?;
+        ensure!(new_id != id, "the replay has a new id");
+        self.goto(&format!("/ui/messages/{id}")).await?;
+        let replayed_as = self.text("#replayed-as a").await?;
+        ensure!(replayed_as == new_id, "the original names {replayed_as}");
+        let status = self.text("#status").await?;
+        ensure!(status == "dead", "the original stays dead: {status}");
+        let found = self
+            .c
+            .find_all(Locator::XPath("//button[normalize-space()='Requeue']"))
+            .await?;
+        ensure!(found.is_empty(), "a replayed message offers a requeue");
+        let forms = self.c.find_all(Locator::Css("#edit-replay")).await?;
+        ensure!(forms.is_empty(), "a replayed message offers the form again");
+        Ok(())
+    }
+
+    /// With editing off (the default, the /plain mount), a write session's page of
+    /// a dead message has its requeue button and no edit control.
+    async fn no_edit_control_while_editing_is_off(&self) -> anyhow::Result<()> {
+        self.goto("/plain/login").await?;
+        let field = self
+            .wait_for("form input[type=password][name=token]")
+            .await?;
+        field.send_keys(&format!("{WRITE}\u{E007}")).await?;
+        self.wait_for("#actor").await?;
+        self.goto("/plain/messages?status=dead&exchange=billing")
+            .await?;
+        let (id, _) = self
+            .rows()
+            .await?
+            .into_iter()
+            .next()
+            .ok_or_else(|| anyhow!("no dead billing message to look at"))?;
+        self.goto(&format!("/plain/messages/{id}")).await?;
+        self.wait_for("#message-id").await?;
+        let requeue = self
+            .c
+            .find_all(Locator::XPath("//button[normalize-space()='Requeue']"))
+            .await?;
+        ensure!(
+            !requeue.is_empty(),
+            "a write session sees its requeue button"
+        );
+        let forms = self.c.find_all(Locator::Css("#edit-replay")).await?;
+        ensure!(forms.is_empty(), "an edit control while editing is off");
+        // Back to /ui, whose session the next scenario ends.
+        self.goto("/ui").await?;
+        self.wait_for("#actor").await?;
+        Ok(())
+    }
+
     async fn logout_ends_the_session(&self) -> anyhow::Result<()> {
         self.logout().await?;
         ensure!(
@@ -653,6 +748,15 @@ async fn run(docs: Option<PathBuf>) -> anyhow::Result<()> {
         scenario!(
             "POST without the CSRF token refused",
             s.a_post_without_the_csrf_token_is_refused()
+        );
+        // Before the replay: the message looked at is one no replay changed.
+        scenario!(
+            "no edit control while editing is off",
+            s.no_edit_control_while_editing_is_off()
+        );
+        scenario!(
+            "edit and replay a dead message from its page",
+            s.edit_and_replay_a_dead_message()
         );
         scenario!("logout ends the session", s.logout_ends_the_session());
         eprintln!("ui-test: {} scenarios passed", passed.len());

@@ -612,6 +612,73 @@ impl Scenarios<'_> {
         Ok(())
     }
 
+    /// A consumer paused from its row behind the dialog: listed on the pauses
+    /// page and marked paused on the consumers page; resumed the same way, the
+    /// mark gone.
+    async fn pause_and_resume_a_consumer_from_its_row(&self) -> anyhow::Result<()> {
+        let row_button = |verb: &str| {
+            format!("//tr[th/a[normalize-space()='shipping']]//button[normalize-space()='{verb}']")
+        };
+        let shipping_row = "//tr[th/a[normalize-space()='shipping']]";
+        for (verb, notice, paused) in [("Pause", "paused", true), ("Resume", "resumed", false)] {
+            self.goto("/ui/consumers").await?;
+            self.c
+                .wait()
+                .for_element(Locator::XPath(&row_button(verb)))
+                .await?
+                .click()
+                .await?;
+            let question = self.text("dialog#confirm h2").await?;
+            ensure!(
+                question.contains(verb) && question.contains("shipping"),
+                "dialog: {question}"
+            );
+            self.button("Confirm").await?.click().await?;
+            let said = self.text("#notice").await?;
+            ensure!(said.to_lowercase().contains(notice), "notice: {said}");
+            self.goto("/ui/consumers").await?;
+            let row = self
+                .c
+                .wait()
+                .for_element(Locator::XPath(shipping_row))
+                .await?
+                .text()
+                .await?;
+            ensure!(
+                row.contains("paused") == paused,
+                "after {verb}, the row reads: {row}"
+            );
+        }
+        Ok(())
+    }
+
+    /// A failure group reconsumed from the failures page: the dialog counts its
+    /// dead deliveries first, and afterwards the consumer has none dead.
+    async fn reconsume_a_failure_group_after_its_count(&self) -> anyhow::Result<()> {
+        self.goto("/ui/failures").await?;
+        self.c
+            .wait()
+            .for_element(Locator::XPath(
+                "//tr[contains(., 'consumer shipping')]//button[normalize-space()='Reconsume…']",
+            ))
+            .await?
+            .click()
+            .await?;
+        let text = self.text("#confirm-text").await?;
+        ensure!(
+            text.contains("2 failing or dead deliveries of consumer shipping"),
+            "dialog says: {text}"
+        );
+        self.button("Confirm").await?.click().await?;
+        let notice = self.text("#notice").await?;
+        ensure!(notice == "Reconsumed 2.", "notice: {notice}");
+        self.goto("/ui/consumers/shipping?status=dead").await?;
+        self.wait_for("#actor").await?;
+        let rows = self.rows().await?;
+        ensure!(rows.is_empty(), "still dead: {rows:?}");
+        Ok(())
+    }
+
     /// With editing off (the default, the /plain mount), a write session's page of
     /// a dead message has its requeue button and no edit control.
     async fn no_edit_control_while_editing_is_off(&self) -> anyhow::Result<()> {
@@ -748,6 +815,14 @@ async fn run(docs: Option<PathBuf>) -> anyhow::Result<()> {
         scenario!(
             "POST without the CSRF token refused",
             s.a_post_without_the_csrf_token_is_refused()
+        );
+        scenario!(
+            "pause and resume a consumer from its row",
+            s.pause_and_resume_a_consumer_from_its_row()
+        );
+        scenario!(
+            "reconsume a failure group after its dry-run count",
+            s.reconsume_a_failure_group_after_its_count()
         );
         // Before the replay: the message looked at is one no replay changed.
         scenario!(

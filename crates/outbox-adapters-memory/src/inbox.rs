@@ -20,6 +20,8 @@ pub(crate) struct Row {
     pub(crate) message: Message,
     pub(crate) tracked: Tracked<InboxStatus>,
     pub(crate) lease: LeaseSlot,
+    /// When it arrived (its first record).
+    pub(crate) received_at: Timestamp,
     /// The dead delivery this one replays.
     pub(crate) replayed_from: Option<MessageId>,
     /// The delivery replaying this dead one.
@@ -121,6 +123,7 @@ impl MemoryInboxStore {
             message: message.clone(),
             tracked: Tracked::new(now),
             lease: LeaseSlot::default(),
+            received_at: now,
             replayed_from: None,
             replayed_as: None,
         })

@@ -119,7 +119,17 @@ impl InboxOperator for MemoryInboxStore {
                         r.tracked.state.last_error.as_deref(),
                     )
                 })
-                .map(|(seq, r)| (seq, summary(&r.message, r.tracked.status, &r.tracked.state))),
+                .map(|(seq, r)| {
+                    (
+                        seq,
+                        summary(
+                            &r.message,
+                            r.tracked.status,
+                            &r.tracked.state,
+                            Some(r.received_at),
+                        ),
+                    )
+                }),
             limit,
         ))
     }

@@ -53,6 +53,7 @@ pub(crate) fn summary<S: Lifecycle>(
     message: &Message,
     status: S,
     state: &SideState,
+    received_at: Option<outbox_core::Timestamp>,
 ) -> MessageSummary<S> {
     MessageSummary {
         id: message.id,
@@ -62,6 +63,7 @@ pub(crate) fn summary<S: Lifecycle>(
         message_type: message.message_type.clone(),
         correlation_id: message.correlation_id.clone(),
         created_at: message.created_at,
+        received_at,
         attempts: state.attempts,
         last_error: state.last_error.clone(),
         next_attempt_at: state.next_attempt_at,

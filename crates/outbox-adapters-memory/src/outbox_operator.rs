@@ -175,7 +175,7 @@ impl OutboxOperator for MemoryOutboxStore {
                 .map(|(seq, r)| {
                     (
                         *seq,
-                        summary(&r.message, r.tracked.status, &r.tracked.state),
+                        summary(&r.message, r.tracked.status, &r.tracked.state, None),
                     )
                 }),
             limit,

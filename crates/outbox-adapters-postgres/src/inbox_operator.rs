@@ -173,8 +173,9 @@ impl InboxOperator for PgInboxStore {
         limit: u32,
     ) -> Result<Page<DeliverySummary>, PortError> {
         let select = format!(
-            "SELECT {} FROM {}",
+            "SELECT {}, {} AS received_at FROM {}",
             summary_columns("message_id", "consumed_at"),
+            crate::rows::readable_time("received_at"),
             self.inbox()
         );
         let w = Self::of_consumer(consumer, filter)?.below(after.map(|c| c.0))?;

@@ -155,6 +155,9 @@ pub(crate) struct SummaryRow {
     /// Outbox pages only (see `outbox_operator`); absent from inbox pages.
     #[sqlx(default)]
     due_at: Option<Timestamp>,
+    /// Inbox pages only; absent from outbox pages.
+    #[sqlx(default)]
+    received_at: Option<Timestamp>,
 }
 
 impl SummaryRow {
@@ -167,6 +170,7 @@ impl SummaryRow {
             message_type: self.message_type,
             correlation_id: self.correlation_id,
             created_at: self.created_at.unwrap_or(Timestamp::UNIX_EPOCH),
+            received_at: self.received_at,
             attempts: u32::try_from(self.attempts).unwrap_or(0),
             last_error: self.last_error,
             next_attempt_at: self.next_attempt_at,

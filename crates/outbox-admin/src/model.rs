@@ -518,6 +518,10 @@ pub struct MessageItem {
     /// RFC 3339.
     #[schema(format = DateTime)]
     pub created_at: String,
+    /// When the consumer received it, RFC 3339: a delivery list's order (newest
+    /// first). Null for outbox messages.
+    #[schema(format = DateTime)]
+    pub received_at: Option<String>,
     /// Attempts on this side.
     pub attempts: u32,
     /// The last failure.

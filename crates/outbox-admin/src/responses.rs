@@ -108,6 +108,9 @@ pub(crate) struct DeliveryItem {
     /// RFC 3339.
     #[schema(format = DateTime)]
     created_at: String,
+    /// When the consumer received it, RFC 3339: the list's order, newest first.
+    #[schema(format = DateTime)]
+    received_at: Option<String>,
     /// Handler attempts.
     attempts: u32,
     /// The last failure.

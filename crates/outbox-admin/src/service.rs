@@ -356,6 +356,7 @@ impl AdminService {
             message_type: summary.message_type,
             correlation_id: summary.correlation_id,
             created_at: format_time(summary.created_at),
+            received_at: summary.received_at.map(format_time),
             attempts: summary.attempts,
             last_error: summary.last_error,
             next_attempt_at: summary.next_attempt_at.map(format_time),

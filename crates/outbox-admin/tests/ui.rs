@@ -1216,6 +1216,15 @@ async fn a_dead_delivery_is_edited_and_replayed_from_its_page() {
     h.delivered("billing", &m, false).await;
     let mut b = Browser::new(&h);
     b.login(WRITE).await;
+    // A consumer's list follows arrival: its time column is when each was received.
+    let list = b.get("/ui/consumers/billing").await;
+    assert!(
+        list.body.contains("<th scope=\"col\">Received</th>"),
+        "{}",
+        list.body
+    );
+    let messages = b.get("/ui/messages").await;
+    assert!(messages.body.contains("<th scope=\"col\">Created</th>"));
     let page = b
         .get(&format!("/ui/consumers/billing/deliveries/{}", m.id))
         .await;

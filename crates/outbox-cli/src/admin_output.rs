@@ -185,7 +185,8 @@ pub(crate) fn message_page(page: &MessagePage) {
             "{}\t{}\t{}\t{}\t{}\t{}\tattempts={}\t{}",
             m.id,
             m.status,
-            m.created_at,
+            // A delivery's list follows its arrival: its received time.
+            m.received_at.as_deref().unwrap_or(&m.created_at),
             m.exchange,
             m.routing_key,
             or_dash(m.message_type.as_deref()),

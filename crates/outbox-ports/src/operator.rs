@@ -154,6 +154,9 @@ pub struct MessageSummary<S: Lifecycle = OutboxStatus> {
     pub correlation_id: Option<String>,
     /// When it was created.
     pub created_at: Timestamp,
+    /// When this consumer received it (deliveries: the order their lists follow,
+    /// newest first); `None` for outbox messages.
+    pub received_at: Option<Timestamp>,
     /// Attempts on this side.
     pub attempts: u32,
     /// The last failure.

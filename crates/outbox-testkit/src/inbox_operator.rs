@@ -118,6 +118,18 @@ pub async fn deliveries_page_newest_first_per_consumer(i: InboxUnderTest) {
     let expected: Vec<MessageId> = ids(&consumed).into_iter().chain(ids(&dead)).rev().collect();
     assert_eq!(all_deliveries(&i, &a, &all, 3).await, expected);
     assert_eq!(all_deliveries(&i, &a, &all, 1000).await, expected);
+    // Each item says when it was received, and the page follows that time.
+    let page = i
+        .operator
+        .list_deliveries(&a, &all, None, 1000)
+        .await
+        .expect("list");
+    let received: Vec<_> = page.items.iter().map(|d| d.received_at).collect();
+    assert!(received.iter().all(Option::is_some), "{received:?}");
+    assert!(
+        received.windows(2).all(|w| w[0] >= w[1]),
+        "newest first by arrival: {received:?}"
+    );
     let only_dead = DeliveryFilter {
         status: Some(InboxStatus::Dead),
         ..DeliveryFilter::default()

@@ -202,6 +202,7 @@ pub async fn limit_is_bounded_and_items_carry_a_preview(o: OutboxUnderTest) {
     assert_eq!(page.items[0].payload_size, 1000);
     assert_eq!(page.items[0].payload_preview, vec![b'x'; PREVIEW_BYTES]);
     assert_eq!(page.items[0].message_type.as_deref(), Some("test.message"));
+    assert_eq!(page.items[0].received_at, None, "received is a delivery's");
 }
 
 /// Each filter field narrows to exactly the rows it names.

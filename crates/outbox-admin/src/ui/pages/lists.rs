@@ -25,7 +25,9 @@ struct Row {
     exchange: String,
     routing_key: String,
     message_type: String,
-    created_at: String,
+    /// Created (a message) or received (a delivery): the time the list's order
+    /// follows.
+    at: String,
     attempts: u32,
     preview: String,
     last_error: String,
@@ -52,6 +54,8 @@ struct FilterValues {
 struct ListPage {
     chrome: Chrome,
     title: String,
+    /// The time column's heading: "Created" (messages) or "Received" (deliveries).
+    at_heading: &'static str,
     intro: String,
     list_href: String,
     statuses: Vec<StatusOption>,
@@ -107,7 +111,9 @@ fn rows(kind: &ListKind, page: MessagePage) -> Vec<Row> {
             exchange: m.exchange,
             routing_key: m.routing_key,
             message_type: m.message_type.unwrap_or_default(),
-            created_at: m.created_at,
+            // A delivery list follows arrival (newest first): its time column is
+            // when each was received, not when its producer made it.
+            at: m.received_at.unwrap_or(m.created_at),
             attempts: m.attempts,
             preview: view::preview(&m.payload_preview, m.payload_preview_base64, 80),
             last_error: m
@@ -136,6 +142,11 @@ async fn list(
     let mut page = ListPage {
         chrome: chrome(ui, session, nav),
         title: kind.title.clone(),
+        at_heading: if consumer.is_some() {
+            "Received"
+        } else {
+            "Created"
+        },
         intro: kind.intro.clone(),
         list_href: kind.list_href.clone(),
         statuses: view::status_options(kind.side, q.status.as_deref()),

@@ -702,6 +702,8 @@ async fn every_page_renders_and_what_users_sent_is_escaped() {
         ("/ui/audit", "reconsume"),
         ("/ui/assets/style.css", "prefers-color-scheme"),
         ("/ui/assets/htmx.min.js", "htmx"),
+        ("/ui/assets/favicon.svg", "<svg"),
+        ("/ui", "assets/favicon.svg"),
         ("/ui/no-such-page", "no such page"),
     ] {
         let page = b.get(path).await;

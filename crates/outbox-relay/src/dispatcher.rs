@@ -148,6 +148,10 @@ pub async fn publish_batch(
     }
     let mut sent: Vec<MessageId> = Vec::with_capacity(messages.len());
     let mut unsent = Vec::new();
+    // Failed publishes per exchange (how many, the first error): said once per
+    // exchange and interval (`failure_log`), not a line per message.
+    let mut failing: std::collections::BTreeMap<&str, (u64, String)> =
+        std::collections::BTreeMap::new();
     for (i, message) in messages.iter().enumerate() {
         match outcomes.get(i) {
             Some(o) if o.is_confirmed() => sent.push(message.id),
@@ -175,6 +179,10 @@ pub async fn publish_batch(
                 } else {
                     tracing::debug!(message_id = %message.id, %error, "publish failed; retry scheduled");
                     counts.failed += 1;
+                    failing
+                        .entry(message.exchange.as_str())
+                        .or_insert_with(|| (0, error.clone()))
+                        .0 += 1;
                 }
                 failures.push(PublishFailure {
                     id: message.id,
@@ -183,6 +191,9 @@ pub async fn publish_batch(
                 });
             }
         }
+    }
+    for (exchange, (n, error)) in failing {
+        crate::failure_log::publishes_failed(exchange, n, &error);
     }
     Published {
         lease,

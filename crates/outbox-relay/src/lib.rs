@@ -20,6 +20,7 @@
 //!   ([`otel`]). Without it no opentelemetry crate is built.
 
 pub mod dispatcher;
+mod failure_log;
 pub mod layer;
 #[cfg(feature = "otel")]
 pub mod otel;

@@ -26,7 +26,9 @@ pub const MIN_SECRET_CHARS: usize = 16;
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AdminConfig {
-    /// `[[admin.tokens]]`: `name`, `secret`, `role = "read" | "write"`.
+    /// `[[admin.tokens]]`: `name`, `secret` (or `secret_file`, a file holding it),
+    /// `role = "read" | "write"`.
+    #[serde(deserialize_with = "tokens")]
     pub tokens: Vec<AdminToken>,
     /// Header names whose values are shown as `***`.
     pub redact_headers: Vec<String>,
@@ -37,6 +39,59 @@ pub struct AdminConfig {
     pub allow_edit: bool,
     /// `[admin.ui]`: the dashboard at [`UI_PATH`] (same tokens as the API).
     pub ui: UiConfig,
+}
+
+/// A token as written in the configuration: its secret inline or in a file (a
+/// mounted secret, kept out of the configuration and its history).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokenEntry {
+    name: String,
+    secret: Option<Secret>,
+    secret_file: Option<std::path::PathBuf>,
+    role: Role,
+}
+
+/// The tokens, each secret read from its `secret_file` when it has one (a final
+/// line break dropped): exactly one of `secret` and `secret_file`.
+fn tokens<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<AdminToken>, D::Error> {
+    use serde::de::Error;
+    let entries = Vec::<TokenEntry>::deserialize(d)?;
+    entries
+        .into_iter()
+        .map(|e| {
+            let secret = match (e.secret, e.secret_file) {
+                (Some(secret), None) => secret,
+                (None, Some(path)) => {
+                    let text = std::fs::read_to_string(&path).map_err(|err| {
+                        D::Error::custom(format!(
+                            "secret_file {} of token `{}` cannot be read: {err}",
+                            path.display(),
+                            e.name
+                        ))
+                    })?;
+                    Secret::new(text.trim_end_matches(['\n', '\r']))
+                }
+                (Some(_), Some(_)) => {
+                    return Err(D::Error::custom(format!(
+                        "token `{}` has both secret and secret_file; give one",
+                        e.name
+                    )));
+                }
+                (None, None) => {
+                    return Err(D::Error::custom(format!(
+                        "token `{}` needs a secret or a secret_file",
+                        e.name
+                    )));
+                }
+            };
+            Ok(AdminToken {
+                name: e.name,
+                secret,
+                role: e.role,
+            })
+        })
+        .collect()
 }
 
 /// `[admin.ui]`: how the dashboard's sessions work.

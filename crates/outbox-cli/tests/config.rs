@@ -854,3 +854,67 @@ fn a_bad_environment_variable_is_named_not_the_file() {
     assert!(!e.contains("OUTBOX__"), "{e}");
     assert!(e.contains("bogus_setting"), "{e}");
 }
+
+/// A token's secret can live in a file of its own (a mounted secret): read at
+/// load, its final line break dropped; exactly one of `secret` and `secret_file`;
+/// an unreadable file is refused naming the file, never showing a secret.
+#[test]
+fn a_token_secret_can_come_from_a_file() {
+    let dir = std::env::temp_dir().join(format!("outbox-secret-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = dir.join("admin-token");
+    std::fs::write(&path, "file-secret-0123456789\n").expect("secret file");
+    let entry = |body: &str| format!("[[admin.tokens]]\nname = \"ops\"\nrole = \"write\"\n{body}");
+    let cfg = RelayConfig::load_with_env(
+        &file(&format!(
+            "{GOOD}{}",
+            entry(&format!("secret_file = {:?}\n", path.display().to_string()))
+        )),
+        env(&[]),
+    )
+    .expect("loads");
+    assert_eq!(cfg.admin.tokens.len(), 1);
+    assert_eq!(
+        cfg.admin.tokens[0].secret.expose(),
+        "file-secret-0123456789"
+    );
+    assert!(!format!("{cfg:?}").contains("file-secret"));
+
+    let e = error_of(
+        &format!(
+            "{GOOD}{}",
+            entry("secret_file = \"/nonexistent/outbox-token\"\n")
+        ),
+        &[],
+    );
+    assert!(
+        e.contains("/nonexistent/outbox-token") && e.contains("ops"),
+        "{e}"
+    );
+    let e = error_of(
+        &format!(
+            "{GOOD}{}",
+            entry(&format!(
+                "secret = \"inline-secret-0123456789\"\nsecret_file = {:?}\n",
+                path.display().to_string()
+            ))
+        ),
+        &[],
+    );
+    assert!(e.contains("both secret and secret_file"), "{e}");
+    assert!(
+        !e.contains("inline-secret") && !e.contains("file-secret"),
+        "{e}"
+    );
+    // Still checked as an inline one: a short secret in a file is refused too.
+    std::fs::write(&path, "short\n").expect("secret file");
+    let e = error_of(
+        &format!(
+            "{GOOD}{}",
+            entry(&format!("secret_file = {:?}\n", path.display().to_string()))
+        ),
+        &[],
+    );
+    assert!(e.contains("tokens[0].secret") && e.contains("16"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

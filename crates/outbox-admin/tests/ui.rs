@@ -1254,3 +1254,166 @@ async fn a_dead_delivery_is_edited_and_replayed_from_its_page() {
     assert!(!original.body.contains(">Reconsume</button>"));
     assert!(!original.body.contains("edit-replay"));
 }
+
+/// Behind a trusted proxy: a request from the proxy's address naming a user with
+/// a role is signed in as that user (a session and its cookie, writes still need
+/// the CSRF token); the same header from another address is ignored (off to the
+/// login); a user without a role is refused; a token session gives way to the
+/// user the proxy names.
+#[tokio::test]
+async fn a_trusted_proxy_signs_in_the_user_it_names_and_only_from_its_address() {
+    use axum::extract::connect_info::MockConnectInfo;
+    use outbox_admin::TrustedProxy;
+    use std::collections::BTreeMap;
+
+    let proxy = TrustedProxy {
+        user_header: "x-forwarded-user".into(),
+        groups_header: Some("x-forwarded-groups".into()),
+        from: vec!["10.0.0.0/8".parse().expect("net")],
+        users: BTreeMap::from([("alice".to_owned(), Role::Write)]),
+        groups: BTreeMap::from([("viewers".to_owned(), Role::Read)]),
+    };
+    let options = UiOptions {
+        trusted_proxy: Some(proxy),
+        ..UiOptions::default()
+    };
+    let h = ui_harness(tokens(), options);
+    let id = h.dead(message("orders", "a", b"{}")).await;
+    let from = |ip: &str, app: &Router| {
+        app.clone().layer(MockConnectInfo(std::net::SocketAddr::new(
+            ip.parse().expect("ip"),
+            4711,
+        )))
+    };
+    async fn get(app: Router, path: &str, headers: &[(&str, &str)]) -> Answer {
+        let mut request = Request::builder().uri(path);
+        for (k, v) in headers {
+            request = request.header(*k, *v);
+        }
+        let response = app
+            .oneshot(request.body(Body::empty()).expect("request"))
+            .await
+            .expect("infallible");
+        let status = response.status();
+        let headers = response.headers().clone();
+        let bytes = axum::body::to_bytes(response.into_body(), 16 << 20)
+            .await
+            .expect("body");
+        Answer {
+            status,
+            headers,
+            body: String::from_utf8(bytes.to_vec()).expect("utf-8"),
+        }
+    }
+
+    let proxied = from("10.1.2.3", &h.app);
+    let page = get(
+        proxied.clone(),
+        "/ui/messages",
+        &[("x-forwarded-user", "alice")],
+    )
+    .await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert!(page.body.contains("alice"), "signed in as alice");
+    let cookie = page
+        .headers
+        .get(header::SET_COOKIE)
+        .and_then(|v| v.to_str().ok())
+        .expect("a session cookie is set")
+        .split(';')
+        .next()
+        .expect("pair")
+        .to_owned();
+    // Writes still need the session's CSRF token, taken from a page.
+    let csrf = value_of(&page.body, "csrf").expect("csrf");
+    let post = |form: String| {
+        Request::builder()
+            .method("POST")
+            .uri(format!("/ui/messages/{id}/requeue"))
+            .header(header::COOKIE, &cookie)
+            .header("x-forwarded-user", "alice")
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(Body::from(form))
+            .expect("request")
+    };
+    let refused = proxied
+        .clone()
+        .oneshot(post(String::new()))
+        .await
+        .expect("ok");
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN, "no CSRF token");
+    let done = proxied
+        .clone()
+        .oneshot(post(format!("csrf={csrf}")))
+        .await
+        .expect("ok");
+    assert_eq!(done.status(), StatusCode::SEE_OTHER);
+    let audit = h.audit.list(None, 10).await.expect("audit").items;
+    assert_eq!(audit[0].actor, "alice", "the audit names the proxy's user");
+
+    // The same header from elsewhere is anyone's: ignored, off to the login.
+    let spoofed = get(
+        from("192.168.1.9", &h.app),
+        "/ui/messages",
+        &[("x-forwarded-user", "alice")],
+    )
+    .await;
+    assert_eq!(spoofed.status, StatusCode::SEE_OTHER);
+    assert!(
+        spoofed.location().ends_with("/ui/login"),
+        "{}",
+        spoofed.location()
+    );
+    // No peer known at all (a server without connect info): not believed either.
+    let unknown = get(
+        h.app.clone(),
+        "/ui/messages",
+        &[("x-forwarded-user", "alice")],
+    )
+    .await;
+    assert_eq!(unknown.status, StatusCode::SEE_OTHER);
+
+    // By group, read only; and a user with no role is refused, not let in.
+    let viewer = get(
+        proxied.clone(),
+        "/ui/messages",
+        &[
+            ("x-forwarded-user", "vic"),
+            ("x-forwarded-groups", "viewers"),
+        ],
+    )
+    .await;
+    assert_eq!(viewer.status, StatusCode::OK);
+    assert!(
+        !viewer.body.contains("all matching…"),
+        "a reader gets no bulk buttons"
+    );
+    let nobody = get(
+        proxied.clone(),
+        "/ui/messages",
+        &[("x-forwarded-user", "mallory")],
+    )
+    .await;
+    assert_eq!(nobody.status, StatusCode::FORBIDDEN);
+    assert!(nobody.body.contains("mallory") && nobody.body.contains("no role"));
+
+    // A token session gives way to the user the proxy names.
+    let mut b = Browser::new(&h);
+    b.login(READ).await;
+    let token_cookie: Vec<String> = b.cookies.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let switched = get(
+        proxied,
+        "/ui/messages",
+        &[
+            ("x-forwarded-user", "alice"),
+            ("cookie", &token_cookie.join("; ")),
+        ],
+    )
+    .await;
+    assert_eq!(switched.status, StatusCode::OK);
+    assert!(
+        switched.headers.contains_key(header::SET_COOKIE),
+        "a new session"
+    );
+    assert!(switched.body.contains("alice"));
+}

@@ -39,6 +39,85 @@ pub struct AdminConfig {
     pub allow_edit: bool,
     /// `[admin.ui]`: the dashboard at [`UI_PATH`] (same tokens as the API).
     pub ui: UiConfig,
+    /// `[admin.trusted_proxy]`: sign-in to the dashboard by a single sign-on proxy
+    /// in front of it; none by default.
+    pub trusted_proxy: Option<TrustedProxyConfig>,
+}
+
+/// `[admin.trusted_proxy]`: the proxy's addresses, the headers it names the user
+/// (and groups) in, and the roles they get.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrustedProxyConfig {
+    /// The header naming the signed-in user (`X-Forwarded-User`).
+    pub header: String,
+    /// The proxy's addresses or networks (`["127.0.0.1/32", "10.0.0.0/8"]`, a bare
+    /// address for one): only requests from these are believed.
+    pub from: Vec<String>,
+    /// The header listing the user's groups, comma-separated.
+    #[serde(default)]
+    pub groups_header: Option<String>,
+    /// Roles by user name: `{ alice = "write", bob = "read" }`.
+    #[serde(default)]
+    pub users: std::collections::BTreeMap<String, Role>,
+    /// Roles by group name (the strongest of a user's groups).
+    #[serde(default)]
+    pub groups: std::collections::BTreeMap<String, Role>,
+}
+
+impl TrustedProxyConfig {
+    /// The checked settings: at least one address, each a network or an address,
+    /// a header name, and some role to give.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the setting.
+    pub fn proxy(&self, section: &str) -> Result<outbox_admin::TrustedProxy, ConfigError> {
+        let at = format!("{section}.trusted_proxy");
+        if axum::http::HeaderName::from_bytes(self.header.as_bytes()).is_err() {
+            return Err(ConfigError::new(&at, "header", "is not a header name"));
+        }
+        if let Some(g) = &self.groups_header {
+            if axum::http::HeaderName::from_bytes(g.as_bytes()).is_err() {
+                return Err(ConfigError::new(
+                    &at,
+                    "groups_header",
+                    "is not a header name",
+                ));
+            }
+        }
+        if self.from.is_empty() {
+            return Err(ConfigError::new(
+                &at,
+                "from",
+                "must name the proxy's addresses (requests from elsewhere are not believed)",
+            ));
+        }
+        let from = self
+            .from
+            .iter()
+            .map(|f| {
+                f.parse::<ipnet::IpNet>()
+                    .or_else(|_| f.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                    .map_err(|_| {
+                        ConfigError::new(&at, "from", format!("{f:?} is not an address or network"))
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if self.users.is_empty() && self.groups.is_empty() {
+            return Err(ConfigError::new(
+                &at,
+                "users",
+                "give roles to users or groups (users = { alice = \"write\" })",
+            ));
+        }
+        Ok(outbox_admin::TrustedProxy {
+            user_header: self.header.to_ascii_lowercase(),
+            groups_header: self.groups_header.as_ref().map(|g| g.to_ascii_lowercase()),
+            from,
+            users: self.users.clone(),
+            groups: self.groups.clone(),
+        })
+    }
 }
 
 /// A token as written in the configuration: its secret inline or in a file (a
@@ -127,6 +206,9 @@ impl AdminConfig {
     /// # Errors
     /// [`ConfigError`] naming `section.tokens` and the token.
     pub fn validate(&self, section: &str) -> Result<(), ConfigError> {
+        if let Some(p) = &self.trusted_proxy {
+            p.proxy(section)?;
+        }
         let mut names = HashSet::new();
         let mut secrets = HashSet::new();
         for (i, token) in self.tokens.iter().enumerate() {
@@ -209,6 +291,11 @@ impl AdminConfig {
                     base: UI_PATH.to_owned(),
                     secure_cookies: self.ui.secure_cookies,
                     session_ttl: self.ui.session_ttl,
+                    // Checked when the configuration loaded (`validate`).
+                    trusted_proxy: self
+                        .trusted_proxy
+                        .as_ref()
+                        .and_then(|p| p.proxy("admin").ok()),
                     ..outbox_admin::UiOptions::default()
                 },
             )

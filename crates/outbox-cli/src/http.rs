@@ -520,7 +520,12 @@ async fn serve_on(
     if let Ok(address) = listener.local_addr() {
         tracing::info!(%address, "HTTP endpoints listening");
     }
-    axum::serve(listener, app)
-        .with_graceful_shutdown(cancel.cancelled_owned())
-        .await
+    // Each request knows its peer's address: the dashboard believes a trusted
+    // proxy's sign-in headers only from the proxy's own addresses.
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(cancel.cancelled_owned())
+    .await
 }

@@ -918,3 +918,50 @@ fn a_token_secret_can_come_from_a_file() {
     assert!(e.contains("tokens[0].secret") && e.contains("16"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `[admin.trusted_proxy]` loads into the dashboard's proxy sign-in, and each bad
+/// setting is refused naming it: no address, an address that is not one, a header
+/// that is not a header name, no role given to anyone.
+#[test]
+fn a_trusted_proxy_is_checked_when_the_configuration_loads() {
+    let good = r#"
+[admin.trusted_proxy]
+header = "X-Forwarded-User"
+groups_header = "X-Forwarded-Groups"
+from = ["127.0.0.1/32", "10.0.0.7"]
+users = { alice = "write" }
+groups = { viewers = "read" }
+"#;
+    let cfg = RelayConfig::load_with_env(&file(&format!("{GOOD}{good}")), env(&[])).expect("loads");
+    let proxy = cfg
+        .admin
+        .trusted_proxy
+        .as_ref()
+        .expect("set")
+        .proxy("admin")
+        .expect("valid");
+    assert_eq!(proxy.from.len(), 2);
+    assert_eq!(proxy.user_header, "x-forwarded-user");
+    for (bad, named) in [
+        (
+            good.replace(r#"["127.0.0.1/32", "10.0.0.7"]"#, "[]"),
+            "from",
+        ),
+        (good.replace("10.0.0.7", "ten.zero"), "ten.zero"),
+        (
+            good.replace(r#""X-Forwarded-User""#, r#""X Forwarded""#),
+            "header",
+        ),
+        (
+            good.replace(r#"users = { alice = "write" }"#, "")
+                .replace(r#"groups = { viewers = "read" }"#, ""),
+            "users",
+        ),
+    ] {
+        let e = error_of(&format!("{GOOD}{bad}"), &[]);
+        assert!(
+            e.contains("trusted_proxy") && e.contains(named),
+            "{named}: {e}"
+        );
+    }
+}

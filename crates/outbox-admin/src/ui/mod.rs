@@ -25,6 +25,7 @@
 mod assets;
 mod filters;
 mod pages;
+mod proxy;
 mod render;
 mod session;
 mod view;
@@ -41,6 +42,7 @@ use axum::routing::{get, post};
 
 use crate::{AdminAuth, AdminError, AdminService, Role, Secret};
 
+pub use proxy::TrustedProxy;
 pub use session::random_secret;
 
 /// How the dashboard is served.
@@ -59,6 +61,9 @@ pub struct UiOptions {
     /// A login that works once, for a URL printed to whoever started the process
     /// (`outbox demo --serve`): `<base>/login?token=<secret>`.
     pub one_time_login: Option<OneTimeLogin>,
+    /// Sign-in by a trusted proxy (single sign-on in front of the dashboard);
+    /// `None`: the login form only.
+    pub trusted_proxy: Option<TrustedProxy>,
 }
 
 impl Default for UiOptions {
@@ -69,6 +74,7 @@ impl Default for UiOptions {
             session_ttl: Duration::from_secs(8 * 3600),
             max_sessions: 10_000,
             one_time_login: None,
+            trusted_proxy: None,
         }
     }
 }

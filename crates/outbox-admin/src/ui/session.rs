@@ -175,17 +175,66 @@ pub(crate) fn theme_of(headers: &HeaderMap) -> &'static str {
 }
 
 /// In front of every page but the login: a valid session, or off to the login.
+/// Behind a trusted proxy, the user it names signs in as it says (a session is
+/// opened for them, or replaced when the proxy names someone else), and one it
+/// names without a role here is refused.
 pub(crate) async fn require_session(
     State(ui): State<Arc<Ui>>,
     mut request: Request,
     next: Next,
 ) -> Response {
     let session = cookie(request.headers(), SESSION_COOKIE).and_then(|id| ui.sessions.get(id));
+    // The peer as the server saw it (`into_make_service_with_connect_info`), or as
+    // a test's `MockConnectInfo` layer sets it; none: no proxy is believed.
+    let extensions = request.extensions();
+    let peer = extensions
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0.ip())
+        .or_else(|| {
+            extensions
+                .get::<axum::extract::connect_info::MockConnectInfo<std::net::SocketAddr>>()
+                .map(|c| c.0.ip())
+        });
+    let proxied = ui
+        .options
+        .trusted_proxy
+        .as_ref()
+        .map_or(super::proxy::Proxied::No, |p| {
+            p.identify(peer, request.headers())
+        });
+    let (session, opened) = match (session, proxied) {
+        (_, super::proxy::Proxied::NoRole(user)) => {
+            tracing::warn!(user = %user, "dashboard sign-in through the proxy refused: no role for this user");
+            return super::render::error_page(
+                StatusCode::FORBIDDEN,
+                &format!(
+                    "signed in at the proxy as {user}, who has no role on this dashboard (ask for one in [admin.trusted_proxy])"
+                ),
+            );
+        }
+        (Some(s), super::proxy::Proxied::As(actor)) if s.actor == actor => (Some(s), false),
+        (_, super::proxy::Proxied::As(actor)) => {
+            tracing::info!(actor = %actor.name, "dashboard sign-in through the proxy");
+            match ui.sessions.create(actor) {
+                Ok(s) => (Some(s), true),
+                Err(e) => return e.into_response(),
+            }
+        }
+        (s, super::proxy::Proxied::No) => (s, false),
+    };
     match session {
         Some(mut session) => {
             session.theme = theme_of(request.headers());
+            let id = session.id.clone();
             request.extensions_mut().insert(session);
-            next.run(request).await
+            let mut response = next.run(request).await;
+            if opened {
+                let max_age = ui.options.session_ttl.as_secs();
+                if let Ok(v) = set_cookie(&ui, SESSION_COOKIE, &id, max_age).parse() {
+                    response.headers_mut().append(header::SET_COOKIE, v);
+                }
+            }
+            response
         }
         None => {
             let login = ui.at("/login");

@@ -41,6 +41,16 @@ pub enum AdminError {
     /// The route exists, but not for this method.
     #[error("method not allowed on this endpoint")]
     MethodNotAllowed,
+    /// The request is well formed but does not fit the entry it acts on as it is
+    /// stored (an edited payload that is not the JSON its content type says, a
+    /// hidden value the original does not have).
+    #[error("{message}")]
+    Conflict {
+        /// A stable code.
+        code: &'static str,
+        /// What does not fit, for people.
+        message: String,
+    },
     /// Editing and replaying is off (`[admin] allow_edit = false`, the default):
     /// the replay endpoints answer as if they did not exist.
     #[error("editing and replaying messages is off ([admin] allow_edit = false)")]
@@ -72,6 +82,7 @@ impl AdminError {
             Self::Forbidden { .. } => (StatusCode::FORBIDDEN, "forbidden"),
             Self::NoRoute => (StatusCode::NOT_FOUND, "no_such_endpoint"),
             Self::EditOff => (StatusCode::NOT_FOUND, "edit_off"),
+            Self::Conflict { code, .. } => (StatusCode::CONFLICT, code),
             Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             Self::Port(e) => match e {
                 PortError::NotFound { .. } => (StatusCode::NOT_FOUND, "not_found"),

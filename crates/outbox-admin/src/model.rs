@@ -666,8 +666,32 @@ pub struct MessageDetail {
 pub struct ReplayRequest {
     /// The new payload, as text (checked as JSON when the content type says JSON).
     pub payload: Option<String>,
-    /// The new headers, all of them (a header left out is dropped).
+    /// The new headers, all of them (a header left out is dropped): names 1 to
+    /// 63 characters, names and values without a control character.
+    #[schema(schema_with = replay_headers_schema)]
     pub headers: Option<BTreeMap<String, String>>,
+}
+
+/// The longest header name a replay's edit takes, in characters (63 characters
+/// of up to 4 bytes each fit AMQP's 255-byte short string).
+pub const MAX_REPLAY_HEADER_NAME_CHARS: usize = 63;
+
+/// What [`ReplayRequest::headers`] takes, as the document says it.
+fn replay_headers_schema() -> utoipa::openapi::schema::Object {
+    use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
+    ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::Object, Type::Null]))
+        .property_names(Some(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .pattern(Some("^[^\\u0000-\\u001F\\u007F-\\u009F]{1,63}$")),
+        ))
+        .additional_properties(Some(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .pattern(Some("^[^\\u0000-\\u001F\\u007F-\\u009F]*$")),
+        ))
+        .build()
 }
 
 /// A replay made.

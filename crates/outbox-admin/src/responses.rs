@@ -64,7 +64,9 @@ pub(crate) enum WriteErrors {
     #[response(status = 404)]
     NotFound(ErrorBody),
     /// The entry is not in a status this action applies to (`illegal_transition`,
-    /// `not_deletable`), or a relay, worker or retry holds it right now (`busy`).
+    /// `not_deletable`), a relay, worker or retry holds it right now (`busy`), its
+    /// history refuses it (`refused`: replayed already), or an edit does not fit it
+    /// (`payload_not_json`, `hidden_value`).
     #[response(status = 409)]
     Conflict(ErrorBody),
     /// A store or the audit log could not be reached (`store_unavailable`,

@@ -172,14 +172,14 @@ async fn bad_edits_are_refused_and_change_nothing() {
     let cases = [
         (
             json!({"payload": "{not json"}).to_string(),
-            StatusCode::BAD_REQUEST,
-            "bad_payload",
+            StatusCode::CONFLICT,
+            "payload_not_json",
         ),
         // `***` where the original hides nothing: no value to put back.
         (
             json!({"payload": r#"{"nested":{"password":"***"}}"#}).to_string(),
-            StatusCode::BAD_REQUEST,
-            "bad_payload",
+            StatusCode::CONFLICT,
+            "hidden_value",
         ),
     ];
     for (body, status, expected) in &cases {
@@ -207,6 +207,16 @@ async fn bad_edits_are_refused_and_change_nothing() {
             "POST",
             &uri,
             Some(&json!({"headers": {"cookie": "***"}}).to_string()),
+        )
+        .await;
+    assert_eq!((got, code(&answer)), (StatusCode::CONFLICT, "hidden_value"));
+    // What the document forbids is refused: a header name past 63 characters.
+    let long = "x".repeat(64);
+    let (got, answer) = h
+        .write(
+            "POST",
+            &uri,
+            Some(&json!({"headers": {long: "v"}}).to_string()),
         )
         .await;
     assert_eq!(

@@ -165,8 +165,8 @@ impl AdminService {
                 self.redaction
                     .bytes(&original.payload, false, is_textual(&original.content_type));
             if shown.redacted && text.contains(REDACTED) {
-                return Err(AdminError::bad(
-                    "bad_payload",
+                return Err(conflict(
+                    "hidden_value",
                     format!(
                         "the payload was shown with hidden values ({REDACTED}) and its content type ({}) is not JSON, so they cannot be put back; write the whole payload",
                         original.content_type
@@ -176,8 +176,8 @@ impl AdminService {
             return Ok(text.into_bytes());
         }
         let mut edited: Value = serde_json::from_str(&text).map_err(|e| {
-            AdminError::bad(
-                "bad_payload",
+            conflict(
+                "payload_not_json",
                 format!(
                     "the payload is not JSON, as its content type ({}) says it is: {e}",
                     original.content_type
@@ -218,8 +218,8 @@ impl AdminService {
                     path.push_str(&key.replace('~', "~0").replace('/', "~1"));
                     if self.redaction.hides_field(key) && inner.as_str() == Some(REDACTED) {
                         *inner = before.cloned().ok_or_else(|| {
-                            AdminError::bad(
-                                "bad_payload",
+                            conflict(
+                                "hidden_value",
                                 format!(
                                     "{REDACTED} at {path} stands for a hidden value, and the original has none there; write the value itself"
                                 ),
@@ -265,10 +265,20 @@ impl AdminService {
                         format!("header {name:?} has a control character in its name or value"),
                     ));
                 }
+                let chars = name.chars().count();
+                if chars == 0 || chars > crate::model::MAX_REPLAY_HEADER_NAME_CHARS {
+                    return Err(AdminError::bad(
+                        "bad_headers",
+                        format!(
+                            "header {name:?}: a name is 1 to {} characters",
+                            crate::model::MAX_REPLAY_HEADER_NAME_CHARS
+                        ),
+                    ));
+                }
                 if value == REDACTED && self.redaction.hides_header(&name) {
                     let kept = original.get(&name).cloned().ok_or_else(|| {
-                        AdminError::bad(
-                            "bad_headers",
+                        conflict(
+                            "hidden_value",
                             format!(
                                 "header {name:?} is {REDACTED}, which stands for a hidden value, and the original has no such header; write the value itself"
                             ),
@@ -319,6 +329,12 @@ impl AdminService {
         }
         Value::Array(changes)
     }
+}
+
+/// A 409: the edit does not fit the original as it is stored (the same request
+/// may fit another message).
+fn conflict(code: &'static str, message: String) -> AdminError {
+    AdminError::Conflict { code, message }
 }
 
 fn cut(value: &str) -> String {

@@ -954,3 +954,33 @@ pub struct PauseState {
     /// Whether this request changed that (false: it was so already).
     pub changed: bool,
 }
+
+#[cfg(test)]
+mod whole_number_tests {
+    use super::*;
+
+    #[derive(Deserialize)]
+    struct Max {
+        #[serde(default, deserialize_with = "whole_number")]
+        max: Option<u64>,
+    }
+
+    fn max(json: &str) -> Result<Option<u64>, String> {
+        serde_json::from_str::<Max>(json)
+            .map(|m| m.max)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_whole_number_written_as_a_float_is_read_exactly() {
+        // Schemathesis sent this; without float_roundtrip it read as ...332.8.
+        assert_eq!(
+            max(r#"{"max": 2182635425020333.0}"#),
+            Ok(Some(2_182_635_425_020_333))
+        );
+        assert_eq!(max(r#"{"max": 7}"#), Ok(Some(7)));
+        assert_eq!(max(r#"{"max": 7.0}"#), Ok(Some(7)));
+        assert!(max(r#"{"max": 7.5}"#).is_err());
+        assert_eq!(max("{}"), Ok(None));
+    }
+}

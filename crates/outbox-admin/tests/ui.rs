@@ -1416,4 +1416,32 @@ async fn a_trusted_proxy_signs_in_the_user_it_names_and_only_from_its_address() 
         "a new session"
     );
     assert!(switched.body.contains("alice"));
+    // The session that gave way is ended, not left open for whoever holds it.
+    let old = get(
+        from("192.168.1.9", &h.app),
+        "/ui/messages",
+        &[("cookie", &token_cookie.join("; "))],
+    )
+    .await;
+    assert_eq!(
+        old.status,
+        StatusCode::SEE_OTHER,
+        "the replaced session is gone"
+    );
+
+    // A POST (perhaps cross-site) never opens a session.
+    let posted = from("10.1.2.3", &h.app)
+        .oneshot(
+            Request::builder()
+                .method("POST")
+                .uri(format!("/ui/messages/{id}/delete"))
+                .header("x-forwarded-user", "alice")
+                .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+                .body(Body::from("csrf=x"))
+                .expect("request"),
+        )
+        .await
+        .expect("ok");
+    assert_eq!(posted.status(), StatusCode::UNAUTHORIZED);
+    assert!(!posted.headers().contains_key(header::SET_COOKIE));
 }

@@ -103,6 +103,15 @@ impl TrustedProxyConfig {
                     })
             })
             .collect::<Result<Vec<_>, _>>()?;
+        if let Some(all) = from.iter().find(|n| n.prefix_len() == 0) {
+            return Err(ConfigError::new(
+                &at,
+                "from",
+                format!(
+                    "{all} is every address: anyone could sign in as anyone; list the proxy's own"
+                ),
+            ));
+        }
         if self.users.is_empty() && self.groups.is_empty() {
             return Err(ConfigError::new(
                 &at,
@@ -149,7 +158,9 @@ fn tokens<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<AdminToken>, D::
                             e.name
                         ))
                     })?;
-                    Secret::new(text.trim_end_matches(['\n', '\r']))
+                    // One final line break, as `echo` and editors leave.
+                    let text = text.strip_suffix('\n').unwrap_or(&text);
+                    Secret::new(text.strip_suffix('\r').unwrap_or(text))
                 }
                 (Some(_), Some(_)) => {
                     return Err(D::Error::custom(format!(

@@ -948,6 +948,7 @@ groups = { viewers = "read" }
             "from",
         ),
         (good.replace("10.0.0.7", "ten.zero"), "ten.zero"),
+        (good.replace("10.0.0.7", "0.0.0.0/0"), "every address"),
         (
             good.replace(r#""X-Forwarded-User""#, r#""X Forwarded""#),
             "header",

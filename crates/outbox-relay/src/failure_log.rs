@@ -36,6 +36,11 @@ impl FailureLog {
         if self.exchanges.len() >= MAX_EXCHANGES && !self.exchanges.contains_key(exchange) {
             self.exchanges
                 .retain(|_, e| e.said_at.is_some_and(|t| now.duration_since(t) < EVERY));
+            if self.exchanges.len() >= MAX_EXCHANGES {
+                // Every one said within the minute: a further exchange is not said
+                // (nor remembered) until room frees; its errors are on its rows.
+                return None;
+            }
         }
         let entry = self.exchanges.entry(exchange.to_owned()).or_default();
         entry.unsaid += failed;
@@ -107,6 +112,12 @@ mod tests {
         for i in 0..MAX_EXCHANGES {
             log.note(&format!("x{i}"), 1, t0);
         }
+        assert_eq!(
+            log.note("crowded", 1, t0 + Duration::from_secs(1)),
+            None,
+            "full within the minute: not said, not remembered"
+        );
+        assert_eq!(log.exchanges.len(), MAX_EXCHANGES);
         let later = t0 + EVERY + Duration::from_secs(1);
         assert_eq!(log.note("fresh", 1, later), Some(1));
         assert!(log.exchanges.len() <= 2, "{}", log.exchanges.len());

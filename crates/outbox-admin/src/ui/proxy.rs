@@ -16,6 +16,10 @@ use crate::auth::{Actor, Role};
 /// The longest user or group name taken from a header.
 const MAX_NAME_CHARS: usize = 255;
 
+/// The longest groups header taken (users of identity providers are often in
+/// many groups); each group in it is a name of at most [`MAX_NAME_CHARS`].
+const MAX_GROUPS_CHARS: usize = 8 * 1024;
+
 /// Who may sign in through a proxy, and as what.
 #[derive(Debug, Clone)]
 pub struct TrustedProxy {
@@ -61,17 +65,27 @@ impl TrustedProxy {
         if !peer.is_some_and(|p| self.trusts(p)) {
             return Proxied::No;
         }
-        let Some(user) = header_text(headers, &self.user_header) else {
+        let Some(user) = header_text(headers, &self.user_header, MAX_NAME_CHARS) else {
             return Proxied::No;
         };
+        // Sent twice, a header is not the proxy's word alone: a proxy that appends
+        // its value after the client's would otherwise be read as the client's.
+        if self
+            .groups_header
+            .as_deref()
+            .is_some_and(|h| headers.get_all(h).iter().count() > 1)
+        {
+            return Proxied::No;
+        }
         let by_group = self
             .groups_header
             .as_deref()
-            .and_then(|h| header_text(headers, h))
+            .and_then(|h| header_text(headers, h, MAX_GROUPS_CHARS))
             .into_iter()
             .flat_map(|list| {
                 list.split(',')
                     .map(|g| g.trim().to_owned())
+                    .filter(|g| g.chars().count() <= MAX_NAME_CHARS)
                     .collect::<Vec<_>>()
             })
             .filter_map(|g| self.groups.get(&g).copied());
@@ -92,14 +106,18 @@ impl TrustedProxy {
     }
 }
 
-/// A header's value as a name: text, trimmed, not empty, not too long, without
-/// control characters; `None` otherwise (a malformed header is no sign-in).
-fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
-    let value = headers.get(name)?.to_str().ok()?.trim();
-    (!value.is_empty()
-        && value.chars().count() <= MAX_NAME_CHARS
-        && !value.chars().any(char::is_control))
-    .then(|| value.to_owned())
+/// A header's one value as text: trimmed, not empty, at most `max` characters,
+/// without control characters; `None` otherwise, and when the header came more
+/// than once (a malformed or doubled header is no sign-in).
+fn header_text(headers: &HeaderMap, name: &str, max: usize) -> Option<String> {
+    let mut values = headers.get_all(name).iter();
+    let value = values.next()?;
+    if values.next().is_some() {
+        return None;
+    }
+    let value = value.to_str().ok()?.trim();
+    (!value.is_empty() && value.chars().count() <= max && !value.chars().any(char::is_control))
+        .then(|| value.to_owned())
 }
 
 #[cfg(test)]
@@ -197,5 +215,36 @@ mod tests {
         assert_eq!(carol, Proxied::NoRole("carol".into()));
         let blank = p.identify(at("10.0.0.1"), &headers(&[("x-forwarded-user", "  ")]));
         assert_eq!(blank, Proxied::No, "an empty user is no sign-in");
+    }
+
+    #[test]
+    fn a_doubled_header_is_no_sign_in() {
+        let p = proxy();
+        let mut twice = headers(&[("x-forwarded-user", "bob")]);
+        twice.append(
+            "x-forwarded-user",
+            "alice".parse().unwrap_or_else(|_| unreachable!()),
+        );
+        assert_eq!(p.identify(at("10.0.0.1"), &twice), Proxied::No);
+        let mut groups = headers(&[("x-forwarded-user", "bob"), ("x-forwarded-groups", "ops")]);
+        groups.append(
+            "x-forwarded-groups",
+            "dev".parse().unwrap_or_else(|_| unreachable!()),
+        );
+        assert_eq!(p.identify(at("10.0.0.1"), &groups), Proxied::No);
+        // Many groups fit; the one that gives a role is found among them.
+        let many: String = (0..300).map(|i| format!("g{i},")).collect::<String>() + "ops";
+        let mut long = headers(&[("x-forwarded-user", "bob")]);
+        long.insert(
+            "x-forwarded-groups",
+            many.parse().unwrap_or_else(|_| unreachable!()),
+        );
+        assert!(matches!(
+            p.identify(at("10.0.0.1"), &long),
+            Proxied::As(Actor {
+                role: Role::Write,
+                ..
+            })
+        ));
     }
 }

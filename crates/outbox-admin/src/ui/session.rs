@@ -213,13 +213,22 @@ pub(crate) async fn require_session(
             );
         }
         (Some(s), super::proxy::Proxied::As(actor)) if s.actor == actor => (Some(s), false),
-        (_, super::proxy::Proxied::As(actor)) => {
+        // A session is opened by a page load only: a POST (perhaps cross-site)
+        // never replaces the browser's session, and finds none if it has none.
+        (old, super::proxy::Proxied::As(actor))
+            if request.method() == Method::GET || request.method() == Method::HEAD =>
+        {
             tracing::info!(actor = %actor.name, "dashboard sign-in through the proxy");
+            if let Some(old) = old {
+                // Given way to the user the proxy names: ended, not left open.
+                ui.sessions.remove(&old.id);
+            }
             match ui.sessions.create(actor) {
                 Ok(s) => (Some(s), true),
                 Err(e) => return e.into_response(),
             }
         }
+        (_, super::proxy::Proxied::As(_)) => (None, false),
         (s, super::proxy::Proxied::No) => (s, false),
     };
     match session {

@@ -41,9 +41,32 @@ struct SweepRow {
     consume: String,
 }
 
-fn age(seconds: Option<u64>) -> String {
+/// The oldest unsent message's age, or, with none waiting, what is true of the
+/// unsent ones: none due, but perhaps some scheduled for later or held behind a
+/// key's failing head ("none due (1 scheduled, 2 keys held back)"), never a bare
+/// "none unsent" while some are.
+fn age(seconds: Option<u64>, outbox: &crate::model::OutboxCounts) -> String {
     match seconds {
-        None => "none unsent".to_owned(),
+        None => {
+            let mut why = Vec::new();
+            if outbox.scheduled > 0 {
+                why.push(format!("{} scheduled", outbox.scheduled));
+            }
+            if outbox.blocked_keys > 0 {
+                why.push(view::count(
+                    outbox.blocked_keys,
+                    "key held back",
+                    "keys held back",
+                ));
+            }
+            if why.is_empty() && outbox.pending == 0 && outbox.publish_failed == 0 {
+                "nothing unsent".to_owned()
+            } else if why.is_empty() {
+                "none due".to_owned()
+            } else {
+                format!("none due ({})", why.join(", "))
+            }
+        }
         Some(s) if s < 120 => format!("{s} s"),
         Some(s) if s < 7200 => format!("{} min", s / 60),
         Some(s) => format!("{} h {} min", s / 3600, (s % 3600) / 60),
@@ -91,7 +114,7 @@ fn live(ui: &Ui, stats: StatsResponse) -> Live {
         publish_failed: stats.outbox.publish_failed,
         dead: stats.outbox.dead,
         blocked_keys: stats.outbox.blocked_keys,
-        oldest_age: age(stats.outbox.oldest_unsent_age_seconds),
+        oldest_age: age(stats.outbox.oldest_unsent_age_seconds, &stats.outbox),
         chart: view::chart_svg(&stats.published_per_minute, &stats.consumed_per_minute),
         published_total: stats.published_per_minute.iter().map(|m| m.count).sum(),
         consumed_total: stats.consumed_per_minute.iter().map(|m| m.count).sum(),
@@ -160,4 +183,34 @@ pub(crate) async fn overview_live(
             paused: false,
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts(pending: u64, scheduled: u64, blocked_keys: u64) -> crate::model::OutboxCounts {
+        crate::model::OutboxCounts {
+            pending,
+            scheduled,
+            publish_failed: 0,
+            dead: 0,
+            blocked_keys,
+            sent: None,
+            oldest_unsent_at: None,
+            oldest_unsent_age_seconds: None,
+        }
+    }
+
+    #[test]
+    fn with_none_waiting_the_age_says_what_is_true_of_the_unsent() {
+        assert_eq!(age(None, &counts(0, 0, 0)), "nothing unsent");
+        assert_eq!(age(None, &counts(1, 1, 0)), "none due (1 scheduled)");
+        assert_eq!(
+            age(None, &counts(3, 1, 2)),
+            "none due (1 scheduled, 2 keys held back)"
+        );
+        assert_eq!(age(None, &counts(2, 0, 1)), "none due (1 key held back)");
+        assert_eq!(age(Some(5), &counts(1, 0, 0)), "5 s");
+    }
 }

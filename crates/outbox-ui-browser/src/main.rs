@@ -679,6 +679,39 @@ impl Scenarios<'_> {
         Ok(())
     }
 
+    /// On a 420 px wide screen the list's filters, the status selector first, stay
+    /// within the page (the selector was as wide as its longest status meaning).
+    async fn the_filters_fit_a_narrow_screen(&self) -> anyhow::Result<()> {
+        let (width, height) = self.c.get_window_size().await?;
+        self.c.set_window_size(420, 800).await?;
+        let result = async {
+            self.goto("/ui/messages").await?;
+            self.wait_for("#f-status").await?;
+            let overflow = self
+                .c
+                .execute(
+                    "const w = document.documentElement.clientWidth; \
+                     return [...document.querySelectorAll('form.filters select, form.filters input')] \
+                       .filter(e => e.getBoundingClientRect().right > w + 1).map(e => e.id);",
+                    vec![],
+                )
+                .await?;
+            ensure!(
+                overflow.as_array().is_some_and(Vec::is_empty),
+                "past the right edge at 420 px: {overflow}"
+            );
+            anyhow::Ok(())
+        }
+        .await;
+        self.c
+            .set_window_size(
+                u32::try_from(width).unwrap_or(1280),
+                u32::try_from(height).unwrap_or(800),
+            )
+            .await?;
+        result
+    }
+
     /// With editing off (the default, the /plain mount), a write session's page of
     /// a dead message has its requeue button and no edit control.
     async fn no_edit_control_while_editing_is_off(&self) -> anyhow::Result<()> {
@@ -815,6 +848,10 @@ async fn run(docs: Option<PathBuf>) -> anyhow::Result<()> {
         scenario!(
             "POST without the CSRF token refused",
             s.a_post_without_the_csrf_token_is_refused()
+        );
+        scenario!(
+            "the filters fit a 420 px wide screen",
+            s.the_filters_fit_a_narrow_screen()
         );
         scenario!(
             "pause and resume a consumer from its row",

@@ -1227,6 +1227,16 @@ async fn a_dead_delivery_is_edited_and_replayed_from_its_page() {
     );
     let messages = b.get("/ui/messages").await;
     assert!(messages.body.contains("<th scope=\"col\">Created</th>"));
+    // Dense rows: the id short, whole in its tooltip; the time as how long ago,
+    // the UTC time in its tooltip.
+    let id = m.id.to_string();
+    assert!(
+        list.body
+            .contains(&format!("title=\"{id}\">{}</a>", &id[..8])),
+        "{}",
+        list.body
+    );
+    assert!(list.body.contains(" s ago</time>"), "{}", list.body);
     let page = b
         .get(&format!("/ui/consumers/billing/deliveries/{}", m.id))
         .await;

@@ -419,3 +419,52 @@ mod count_tests {
         assert_eq!(super::count(2, "delivery", "deliveries"), "2 deliveries");
     }
 }
+
+/// How long ago `at` (RFC 3339) was, seen from `now`: "12 s ago", "5 min ago",
+/// "3 h ago", "2 d ago" ("in 4 s" for a time ahead, a clock's skew); `at` itself
+/// when it does not parse.
+pub(crate) fn ago(at: &str, now: time::OffsetDateTime) -> String {
+    let Ok(t) = time::OffsetDateTime::parse(at, &time::format_description::well_known::Rfc3339)
+    else {
+        return at.to_owned();
+    };
+    let seconds = (now - t).whole_seconds();
+    let span = |s: i64| match s {
+        s if s < 60 => format!("{s} s"),
+        s if s < 3600 => format!("{} min", s / 60),
+        s if s < 86_400 => format!("{} h", s / 3600),
+        s => format!("{} d", s / 86_400),
+    };
+    if seconds >= 0 {
+        format!("{} ago", span(seconds))
+    } else {
+        format!("in {}", span(-seconds))
+    }
+}
+
+/// The first 8 characters of an id, for a dense list (the full id in its tooltip
+/// and on its page).
+pub(crate) fn short_id(id: &str) -> String {
+    id.chars().take(8).collect()
+}
+
+#[cfg(test)]
+mod dense_tests {
+    use super::*;
+
+    #[test]
+    fn times_read_as_how_long_ago() {
+        let now = time::OffsetDateTime::parse(
+            "2026-12-06T10:00:00Z",
+            &time::format_description::well_known::Rfc3339,
+        )
+        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+        assert_eq!(ago("2026-12-06T09:59:48Z", now), "12 s ago");
+        assert_eq!(ago("2026-12-06T09:55:00Z", now), "5 min ago");
+        assert_eq!(ago("2026-12-06T07:00:00Z", now), "3 h ago");
+        assert_eq!(ago("2026-12-04T10:00:00Z", now), "2 d ago");
+        assert_eq!(ago("2026-12-06T10:00:04Z", now), "in 4 s");
+        assert_eq!(ago("not a time", now), "not a time");
+        assert_eq!(short_id("0190f0a2-7c3e-7a41"), "0190f0a2");
+    }
+}

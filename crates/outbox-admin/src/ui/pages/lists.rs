@@ -21,6 +21,10 @@ use crate::ui::{Page, Ui};
 struct Row {
     href: String,
     id: String,
+    /// The id's first characters (the full one in the tooltip).
+    short_id: String,
+    /// How long ago `at` was (`at`, UTC, in the tooltip).
+    ago: String,
     badge: Badge,
     exchange: String,
     routing_key: String,
@@ -103,9 +107,12 @@ struct ListKind {
 }
 
 fn rows(kind: &ListKind, page: MessagePage) -> Vec<Row> {
+    let now = time::OffsetDateTime::now_utc();
     page.items
         .into_iter()
         .map(|m| Row {
+            short_id: view::short_id(&m.id),
+            ago: view::ago(m.received_at.as_deref().unwrap_or(&m.created_at), now),
             href: format!("{}/{}", kind.item_href, m.id),
             badge: view::message_badge(&m.status, m.due_at.as_deref()),
             exchange: m.exchange,

@@ -139,3 +139,26 @@ pub(crate) fn connect_failure(e: &sqlx::Error, address: &str) -> String {
         other => format!("{address}: {other}"),
     }
 }
+
+/// Why a replay's guarded mark of `id` (a `what`: message, delivery) changed
+/// nothing, from its row as read now: `None` gone, else its status, whether it
+/// is keyed and its replay. A row that could be replayed after all changed
+/// between the mark and the read: try again.
+pub(crate) fn replay_not_marked<S: outbox_core::Lifecycle>(
+    what: &'static str,
+    id: outbox_core::MessageId,
+    now: Option<(S, bool, Option<outbox_core::MessageId>)>,
+) -> PortError {
+    let Some((status, keyed, replayed_as)) = now else {
+        return PortError::NotFound {
+            what,
+            id: id.to_string(),
+        };
+    };
+    outbox_ports::replay_refusal(what, id, status, keyed, replayed_as).unwrap_or_else(|| {
+        PortError::transient(
+            "replay",
+            format!("{what} {id} changed meanwhile; try again"),
+        )
+    })
+}

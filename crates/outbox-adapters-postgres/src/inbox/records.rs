@@ -116,25 +116,12 @@ impl PgInboxStore {
             .rows_affected();
         if marked != 1 {
             drop(tx);
-            let refusal = match self.record(consumer, original).await? {
-                None => PortError::NotFound {
-                    what: "delivery",
-                    id: original.to_string(),
-                },
-                Some(r) => outbox_ports::replay_refusal(
-                    "delivery",
-                    original,
-                    r.status,
-                    r.message.ordering_key.is_some(),
-                    r.replayed_as,
-                )
-                .unwrap_or_else(|| {
-                    PortError::transient(
-                        "replay",
-                        format!("delivery {original} changed meanwhile; try again"),
-                    )
-                }),
-            };
+            let now = self.record(consumer, original).await?;
+            let refusal = crate::error::replay_not_marked(
+                "delivery",
+                original,
+                now.map(|r| (r.status, r.message.ordering_key.is_some(), r.replayed_as)),
+            );
             return Err(refusal);
         }
         crate::rows::bind_message_columns(

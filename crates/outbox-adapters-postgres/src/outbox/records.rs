@@ -94,29 +94,14 @@ impl PgOutboxStore {
 
     /// Why a replay of `original` marked nothing, from the row as it is now.
     async fn replay_error(&self, original: MessageId) -> PortError {
-        let record = match self.record(original).await {
-            Ok(Some(r)) => r,
-            Ok(None) => {
-                return PortError::NotFound {
-                    what: "message",
-                    id: original.to_string(),
-                };
-            }
-            Err(e) => return e,
-        };
-        outbox_ports::replay_refusal(
-            "message",
-            original,
-            record.status,
-            record.message.ordering_key.is_some(),
-            record.replayed_as,
-        )
-        .unwrap_or_else(|| {
-            PortError::transient(
-                "replay",
-                format!("message {original} changed meanwhile; try again"),
-            )
-        })
+        match self.record(original).await {
+            Ok(now) => crate::error::replay_not_marked(
+                "message",
+                original,
+                now.map(|r| (r.status, r.message.ordering_key.is_some(), r.replayed_as)),
+            ),
+            Err(e) => e,
+        }
     }
 
     /// [`outbox_ports::OutboxOperator::delete_message`] without `force`.

@@ -41,10 +41,10 @@ impl AdminService {
     /// `replay`, the target naming both and what changed).
     ///
     /// # Errors
-    /// `EditOff` when editing is off; `NotFound`; a 400 for a payload that is not
-    /// the JSON its content type says, or a `***` with no hidden value behind it;
-    /// `Refused` (409) for a message not dead, replayed already or keyed; what the
-    /// stores say.
+    /// `EditOff` when editing is off; `NotFound`; `Conflict` (409) for a payload
+    /// that is not the JSON its content type says, or a `***` with no hidden value
+    /// behind it; a 400 for a header name or value the document forbids; `Refused`
+    /// (409) for a message not dead, replayed already or keyed; what the stores say.
     pub async fn replay_message(
         &self,
         actor: &str,

@@ -474,6 +474,31 @@ async fn messages_end_dead_and_the_dead_commands_handle_them() {
         listed.contains("not found") || listed.contains("exchange"),
         "the error is shown: {listed}"
     );
+    // Each failed publish is in the message's attempt history, numbered.
+    let out = std::process::Command::new(BIN)
+        .args(["messages", "show", &ids[2].to_string(), "--config"])
+        .arg(&cfg)
+        .output()
+        .expect("messages show");
+    assert!(out.status.success());
+    let shown = String::from_utf8_lossy(&out.stdout);
+    let history: Vec<(&str, &str)> = shown
+        .lines()
+        .filter_map(|l| l.strip_prefix("failed_attempt\t"))
+        .filter_map(|l| {
+            let mut f = l.split('\t');
+            Some((f.next()?, f.nth(1)?))
+        })
+        .collect();
+    assert_eq!(history.len(), 2, "{shown}");
+    assert_eq!(
+        history.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+        ["1", "2"]
+    );
+    assert!(
+        history.iter().all(|(_, e)| e.contains("not found")),
+        "{shown}"
+    );
     let out = cli(&["delete", &ids[0].to_string()]);
     assert!(
         out.status.success(),

@@ -1,6 +1,9 @@
 //! Rows as read from the tables, and their conversion to domain types.
 
-use outbox_core::{Decision, Headers, Lifecycle, Message, MessageId, Side, SideState, Timestamp};
+use outbox_core::{
+    Decision, FAILED_ATTEMPTS_KEPT, FailedAttempt, Headers, Lifecycle, Message, MessageId, Side,
+    SideState, Timestamp,
+};
 use outbox_ports::{InboxRecord, OutboxRecord, PortError};
 use sqlx::Postgres;
 use sqlx::postgres::PgArguments;
@@ -101,10 +104,31 @@ pub(crate) struct MessageRow {
     /// The row replaying this dead one (read by an operator's reads only).
     #[sqlx(default)]
     pub(crate) replayed_as: Option<uuid::Uuid>,
+    /// The attempt history as JSON text (read by an operator's reads only).
+    #[sqlx(default)]
+    pub(crate) failed_attempts: Option<String>,
 }
 
 /// What an operator's reads of one row select beside the rest: its replay links.
 pub(crate) const REPLAY_COLUMNS: &str = ", replayed_from, replayed_as";
+
+/// What an operator's reads of one row select for its attempt history (as text,
+/// parsed leniently: see [`MessageRow::failed_attempts`]).
+pub(crate) const HISTORY_COLUMNS: &str = ", failed_attempts::text AS failed_attempts";
+
+/// The `SET` item of a failure mark that appends this attempt to the row's
+/// history and keeps the newest [`FAILED_ATTEMPTS_KEPT`]: `row` qualifies the
+/// row's columns (`m.` or empty; a `SET` sees the values before the update), and
+/// `error` is the stored error's expression.
+pub(crate) fn append_failed_attempt(row: &str, error: &str) -> String {
+    format!(
+        "failed_attempts = jsonb_path_query_array( \
+           coalesce({row}failed_attempts, '[]'::jsonb) || jsonb_build_array(jsonb_build_object( \
+             'attempt', {row}attempts + 1, 'at', now(), 'error', {error})), \
+           '$[last - {} to last]')",
+        FAILED_ATTEMPTS_KEPT - 1
+    )
+}
 
 /// What outbox reads select beside [`read_columns`]: the due time of a delayed
 /// message (a time no [`Timestamp`] can hold reads as none).
@@ -166,6 +190,31 @@ impl MessageRow {
         }
     }
 
+    /// The attempt history, oldest first. Leniently: an entry that is not an
+    /// attempt (a row edited by hand) is left out rather than failing the read,
+    /// which an operator needs most when something is wrong.
+    pub(crate) fn failed_attempts(&self) -> Vec<FailedAttempt> {
+        let Some(text) = self.failed_attempts.as_deref() else {
+            return Vec::new();
+        };
+        let entries: Vec<serde_json::Value> = serde_json::from_str(text).unwrap_or_default();
+        entries
+            .iter()
+            .filter_map(|e| {
+                let at = Timestamp::parse(
+                    e.get("at")?.as_str()?,
+                    &time::format_description::well_known::Rfc3339,
+                )
+                .ok()?;
+                Some(FailedAttempt {
+                    attempt: u32::try_from(e.get("attempt")?.as_u64()?).ok()?,
+                    at,
+                    error: e.get("error")?.as_str()?.to_owned(),
+                })
+            })
+            .collect()
+    }
+
     pub(crate) fn attempts(&self) -> u32 {
         u32::try_from(self.attempts).unwrap_or(0)
     }
@@ -181,6 +230,7 @@ impl MessageRow {
             next_attempt_at: self.next_attempt_at,
             last_error: self.last_error.clone(),
             completed_at: self.completed_at,
+            failed_attempts: self.failed_attempts(),
         }
     }
 

@@ -79,6 +79,7 @@ async fn audit() -> Arc<dyn outbox_ports::AuditLog> {
 
 outbox_testkit::outbox_operator_contract!(crate::outbox_operator);
 outbox_testkit::replay_contract!(crate::outbox_operator);
+outbox_testkit::attempt_history_contract!(crate::outbox_operator, crate::inbox_operator);
 outbox_testkit::inbox_operator_contract!(crate::inbox_operator);
 outbox_testkit::inbox_replay_contract!(crate::inbox_operator);
 outbox_testkit::audit_log_contract!(crate::audit);

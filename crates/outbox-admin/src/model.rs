@@ -556,6 +556,18 @@ pub struct MessagePage {
     pub next_cursor: Option<String>,
 }
 
+/// One failed attempt of a message or delivery.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct FailedAttemptItem {
+    /// Which attempt (1 for the first; a requeue or reconsume starts again at 1).
+    pub attempt: u32,
+    /// When it failed, RFC 3339.
+    #[schema(format = DateTime)]
+    pub at: String,
+    /// Why.
+    pub error: String,
+}
+
 /// One consumer's side of a message.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ConsumeSide {
@@ -574,6 +586,8 @@ pub struct ConsumeSide {
     pub next_attempt_at: Option<String>,
     /// The last failure.
     pub last_error: Option<String>,
+    /// The last failed attempts (at most 10), oldest first.
+    pub failed_attempts: Vec<FailedAttemptItem>,
     /// RFC 3339.
     #[schema(format = DateTime)]
     pub consumed_at: Option<String>,
@@ -643,6 +657,9 @@ pub struct MessageDetail {
     pub due_at: Option<String>,
     /// The last failure.
     pub last_error: Option<String>,
+    /// This side's last failed attempts (at most 10), oldest first; each
+    /// consumer's are in `deliveries`.
+    pub failed_attempts: Vec<FailedAttemptItem>,
     /// When this side succeeded (sent at, consumed at), RFC 3339.
     #[schema(format = DateTime)]
     pub completed_at: Option<String>,

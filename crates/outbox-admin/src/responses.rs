@@ -12,7 +12,7 @@ use utoipa::{IntoResponses, ToSchema};
 
 #[allow(unused_imports)] // The doc links' `model::`, kept as written: the document shows them.
 use crate::model;
-use crate::model::{ConsumeSide, ErrorBody, InboxStatusName};
+use crate::model::{ConsumeSide, ErrorBody, FailedAttemptItem, InboxStatusName};
 
 /// The errors of a read without inputs (stats, consumers).
 #[derive(IntoResponses)]
@@ -205,6 +205,8 @@ pub(crate) struct DeliveryDetail {
     due_at: Option<String>,
     /// The last failure.
     last_error: Option<String>,
+    /// The last failed attempts (at most 10), oldest first.
+    failed_attempts: Vec<FailedAttemptItem>,
     /// When it was consumed, RFC 3339.
     #[schema(format = DateTime)]
     completed_at: Option<String>,

@@ -18,9 +18,9 @@ use outbox_ports::{
 use crate::AdminError;
 use crate::model::{
     AuditItem, AuditPage, BlockedKeyItem, BlockedKeyPage, BulkProgress, BulkResponse, ConsumeSide,
-    ConsumerItem, DeadLetterPage, DeadLetterView, FailureGroupItem, FailureGroups, LockItem,
-    MessageDetail, MessageItem, MessagePage, MinuteItem, OutboxCounts, PauseItem, PauseList,
-    PauseState, StatsPrecision, StatsResponse, SweepItem,
+    ConsumerItem, DeadLetterPage, DeadLetterView, FailedAttemptItem, FailureGroupItem,
+    FailureGroups, LockItem, MessageDetail, MessageItem, MessagePage, MinuteItem, OutboxCounts,
+    PauseItem, PauseList, PauseState, StatsPrecision, StatsResponse, SweepItem,
 };
 use crate::params::{encode_cursor, format_time};
 use crate::redact::{Redaction, is_textual};
@@ -253,8 +253,21 @@ fn consume_side(record: &InboxRecord) -> ConsumeSide {
         last_attempt_at: record.consume.last_attempt_at.map(format_time),
         next_attempt_at: record.consume.next_attempt_at.map(format_time),
         last_error: record.consume.last_error.clone(),
+        failed_attempts: failed_attempts(&record.consume),
         consumed_at: record.consume.completed_at.map(format_time),
     }
+}
+
+fn failed_attempts(state: &SideState) -> Vec<FailedAttemptItem> {
+    state
+        .failed_attempts
+        .iter()
+        .map(|a| FailedAttemptItem {
+            attempt: a.attempt,
+            at: format_time(a.at),
+            error: a.error.clone(),
+        })
+        .collect()
 }
 
 impl AdminService {
@@ -412,6 +425,7 @@ impl AdminService {
                 Side::Inbox => None,
             },
             last_error: state.last_error.clone(),
+            failed_attempts: failed_attempts(state),
             completed_at: state.completed_at.map(format_time),
             deliveries,
             replayed_from: None,

@@ -233,6 +233,27 @@ async fn a_message_shows_both_sides_and_unknown_ids_are_404() {
     assert_eq!(detail["payload_base64"], false);
     assert_eq!(detail["attempts"], 1);
     assert_eq!(detail["last_error"], "broker said no");
+    let history = detail["failed_attempts"].as_array().expect("history");
+    assert_eq!(history.len(), 1, "{detail}");
+    assert_eq!(
+        (
+            &history[0]["attempt"],
+            &history[0]["error"],
+            &history[0]["at"]
+        ),
+        (
+            &serde_json::json!(1),
+            &serde_json::json!("broker said no"),
+            &detail["last_attempt_at"]
+        )
+    );
+    let shipping = detail["deliveries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["consumer"] == "shipping")
+        .expect("shipping's side");
+    assert_eq!(shipping["failed_attempts"][0]["attempt"], 1, "{shipping}");
     let sides: BTreeSet<(String, String)> = detail["deliveries"]
         .as_array()
         .unwrap()

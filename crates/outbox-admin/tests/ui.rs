@@ -1455,3 +1455,70 @@ async fn a_trusted_proxy_signs_in_the_user_it_names_and_only_from_its_address() 
     assert_eq!(posted.status(), StatusCode::UNAUTHORIZED);
     assert!(!posted.headers().contains_key(header::SET_COOKIE));
 }
+
+/// A message's page lists its failed attempts, newest first, each with its number,
+/// time and error (escaped); a message that never failed has no such table.
+#[tokio::test]
+async fn a_message_page_shows_its_failed_attempts_newest_first() {
+    use outbox_core::Decision;
+    use outbox_ports::{Lease, OutboxRelayPath, PublishFailure};
+    let h = harness();
+    let id = h.pending(message("orders", "created", b"{}")).await;
+    for n in 1..=3 {
+        let lease = Lease::new(format!("t-{n}"), Duration::from_secs(30));
+        let claimed = if n == 1 {
+            h.outbox.claim_pending(&lease, 10).await
+        } else {
+            h.outbox.claim_due_retries(&lease, 10).await
+        }
+        .expect("claim");
+        assert_eq!(claimed.len(), 1, "round {n}");
+        let failure = PublishFailure {
+            id,
+            error: format!("<i>no route</i> {n}"),
+            decision: if n == 3 {
+                Decision::Dead
+            } else {
+                Decision::RetryAfter(Duration::ZERO)
+            },
+        };
+        h.outbox
+            .mark_publish_failed(&lease, &[failure])
+            .await
+            .expect("mark");
+    }
+    let fine = h.pending(message("orders", "created", b"{}")).await;
+    let mut b = Browser::new(&h);
+    b.login(READ).await;
+    let page = b.get(&format!("/ui/messages/{id}")).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    let table = page
+        .body
+        .split(r#"<table id="attempts">"#)
+        .nth(1)
+        .and_then(|t| t.split("</table>").next())
+        .expect("an attempts table");
+    assert!(!table.contains("<i>"), "escaped: {table}");
+    let rows: Vec<(String, String)> = table
+        .split("<tr><td class=\"num\">")
+        .skip(1)
+        .map(|r| {
+            let n = r.split('<').next().unwrap_or_default().to_owned();
+            let error = unescape(r)
+                .split("<td class=\"wrap\">")
+                .nth(1)
+                .and_then(|e| e.split("</td>").next())
+                .unwrap_or_default()
+                .to_owned();
+            (n, error)
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [3, 2, 1].map(|n| (n.to_string(), format!("<i>no route</i> {n}"))),
+        "{table}"
+    );
+    assert!(table.contains("<time datetime=\""), "{table}");
+    let clean = b.get(&format!("/ui/messages/{fine}")).await;
+    assert!(!clean.body.contains(r#"id="attempts""#));
+}

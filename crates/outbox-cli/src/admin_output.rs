@@ -220,6 +220,14 @@ pub(crate) fn message_detail(m: &MessageDetail) {
         println!("{name}\t{}", or_dash(value));
     }
     println!("attempts\t{}", m.attempts);
+    for a in &m.failed_attempts {
+        println!(
+            "failed_attempt\t{}\t{}\t{}",
+            a.attempt,
+            a.at,
+            printable(&a.error)
+        );
+    }
     for (name, value) in &m.headers {
         println!("header\t{name}: {value}");
     }

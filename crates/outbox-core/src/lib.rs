@@ -31,8 +31,8 @@ pub use failure::{FailureClass, HandlerFailure};
 pub use message::{Due, Headers, LATEST_DUE, Message, MessageError, MessageId, NewMessage};
 pub use retry::{Decision, RetryPolicy};
 pub use status::{
-    DeleteRefused, InboxStatus, Lifecycle, OutboxStatus, Side, SideState, TransitionError,
-    UnknownStatus,
+    DeleteRefused, FAILED_ATTEMPTS_KEPT, FailedAttempt, InboxStatus, Lifecycle, OutboxStatus, Side,
+    SideState, TransitionError, UnknownStatus,
 };
 pub use sweep::{
     BatchCounts, LastCompleted, SweepAction, SweepProgress, SweepReport, SweepSchedule, SweepStep,

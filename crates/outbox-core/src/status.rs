@@ -361,6 +361,28 @@ pub struct SideState {
     pub last_error: Option<String>,
     /// When the side succeeded: sent at (publish) or consumed at (consume).
     pub completed_at: Option<Timestamp>,
+    /// The last [`FAILED_ATTEMPTS_KEPT`] failed attempts, oldest first: what an
+    /// operator reads to see how a message came to fail, not only its last error.
+    /// Kept on the record itself, so it goes when the record goes.
+    #[serde(default)]
+    pub failed_attempts: Vec<FailedAttempt>,
+}
+
+/// How many failed attempts a record keeps (the newest): enough to see a pattern
+/// (the same error each time, or a change), bounded so a message retried for days
+/// does not grow without end.
+pub const FAILED_ATTEMPTS_KEPT: usize = 10;
+
+/// One failed attempt of one side: publish or consume.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailedAttempt {
+    /// Which attempt it was (1 for the first), counted as the record's attempts
+    /// are: an operator's requeue or reconsume starts them again at 1.
+    pub attempt: u32,
+    /// When it failed.
+    pub at: Timestamp,
+    /// Why.
+    pub error: String,
 }
 
 fn time_delay(d: std::time::Duration) -> time::Duration {
@@ -431,6 +453,15 @@ impl<S: Lifecycle> Tracked<S> {
         self.state.last_attempt_at = Some(now);
         self.state.next_attempt_at = at;
         self.state.last_error = Some(error.to_owned());
+        let history = &mut self.state.failed_attempts;
+        history.push(FailedAttempt {
+            attempt: self.state.attempts,
+            at: now,
+            error: error.to_owned(),
+        });
+        if history.len() > FAILED_ATTEMPTS_KEPT {
+            history.drain(..history.len() - FAILED_ATTEMPTS_KEPT);
+        }
         Ok(())
     }
 
@@ -611,6 +642,45 @@ mod tests {
         assert_eq!(rec.status, InboxStatus::Received);
         let mut fresh = Tracked::<InboxStatus>::new(t0());
         assert!(fresh.revive(t0()).is_err(), "received is not revived");
+    }
+
+    #[test]
+    fn failed_attempts_keep_the_newest_ten_across_a_revive() {
+        let mut rec = Tracked::<InboxStatus>::new(t0());
+        let retry = Decision::RetryAfter(Duration::from_secs(1));
+        for n in 1..=3u64 {
+            rec.fail(t0() + Duration::from_secs(n), &format!("e{n}"), retry)
+                .expect("legal");
+        }
+        rec.fail(t0() + Duration::from_secs(4), "e4", Decision::Dead)
+            .expect("legal");
+        rec.revive(t0()).expect("legal");
+        for n in 5..=12u64 {
+            rec.fail(t0() + Duration::from_secs(n), &format!("e{n}"), retry)
+                .expect("legal");
+        }
+        rec.succeed(t0() + Duration::from_secs(13)).expect("legal");
+        let kept = &rec.state.failed_attempts;
+        assert_eq!(kept.len(), FAILED_ATTEMPTS_KEPT);
+        let seen: Vec<(u32, &str)> = kept.iter().map(|a| (a.attempt, a.error.as_str())).collect();
+        // The oldest two went; numbers start again after the revive; a success is
+        // not a failed attempt.
+        assert_eq!(
+            seen,
+            [
+                (3, "e3"),
+                (4, "e4"),
+                (1, "e5"),
+                (2, "e6"),
+                (3, "e7"),
+                (4, "e8"),
+                (5, "e9"),
+                (6, "e10"),
+                (7, "e11"),
+                (8, "e12"),
+            ]
+        );
+        assert_eq!(kept[0].at, t0() + Duration::from_secs(3));
     }
 
     #[test]

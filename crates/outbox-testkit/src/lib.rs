@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use outbox_core::{Message, MessageId, NewMessage, Timestamp};
 
+pub mod attempt_history;
 pub mod audit;
 pub mod cluster;
 pub mod containers;
@@ -200,6 +201,31 @@ macro_rules! outbox_operator_contract {
                 blocked_keys_are_listed_in_key_order,
             ]
         );
+    };
+}
+
+/// Runs the attempt history contract ([`crate::attempt_history`]) on an outbox and
+/// an inbox: `$outbox` and `$inbox` are paths of async fns returning a fresh
+/// [`OutboxUnderTest`](crate::outbox_operator::OutboxUnderTest) and
+/// [`InboxUnderTest`](crate::inbox_operator::InboxUnderTest).
+#[macro_export]
+macro_rules! attempt_history_contract {
+    ($outbox:path, $inbox:path) => {
+        mod attempt_history {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn failed_publishes_are_kept_newest_ten() {
+                $crate::attempt_history::failed_publishes_are_kept_newest_ten($outbox().await)
+                    .await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn failed_handler_attempts_are_kept_newest_ten() {
+                $crate::attempt_history::failed_handler_attempts_are_kept_newest_ten(
+                    $inbox().await,
+                )
+                .await;
+            }
+        }
     };
 }
 

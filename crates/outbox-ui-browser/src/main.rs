@@ -71,6 +71,33 @@ async fn seeded_app() -> anyhow::Result<axum::Router> {
         })
         .collect();
     outbox.mark_publish_failed(&lease, &failures).await?;
+    // One failing message with three failed attempts, due again in an hour.
+    let flaky = message("flaky", 300);
+    outbox.enqueue(vec![flaky.clone()]).await?;
+    for n in 1..=3 {
+        let lease = Lease::new(format!("browser-seed-{n}"), Duration::from_secs(30));
+        let claimed = if n == 1 {
+            outbox.claim_pending(&lease, 10).await?
+        } else {
+            outbox.claim_due_retries(&lease, 10).await?
+        };
+        ensure!(
+            claimed.iter().map(|c| c.message.id).eq([flaky.id]),
+            "seeding the flaky message, round {n}: {} claimed",
+            claimed.len()
+        );
+        let delay = if n == 3 { 3600 } else { 0 };
+        outbox
+            .mark_publish_failed(
+                &lease,
+                &[PublishFailure {
+                    id: flaky.id,
+                    error: format!("no route (seeded {n})"),
+                    decision: Decision::RetryAfter(Duration::from_secs(delay)),
+                }],
+            )
+            .await?;
+    }
     let pending: Vec<Message> = (0..PENDING).map(|n| message("orders", 200 + n)).collect();
     outbox.enqueue(pending).await?;
     // One consumer with two dead deliveries and a consumed one.
@@ -712,6 +739,39 @@ impl Scenarios<'_> {
         result
     }
 
+    /// A failing message's page lists its failed attempts, newest first, each
+    /// with its number, its time (UTC in the tooltip) and its error.
+    async fn a_failing_message_shows_its_attempt_history(&self) -> anyhow::Result<()> {
+        self.goto("/ui/messages?status=publish_failed&exchange=flaky")
+            .await?;
+        let row = self.wait_for("table#results tbody tr").await?;
+        row.find(Locator::Css("a")).await?.click().await?;
+        self.wait_for("table#attempts").await?;
+        let mut seen = Vec::new();
+        for tr in self
+            .c
+            .find_all(Locator::Css("table#attempts tbody tr"))
+            .await?
+        {
+            let cells = tr.find_all(Locator::Css("td")).await?;
+            ensure!(cells.len() == 3, "{} cells in an attempt row", cells.len());
+            let tooltip = cells[1]
+                .find(Locator::Css("time"))
+                .await?
+                .attr("title")
+                .await?
+                .unwrap_or_default();
+            ensure!(tooltip.ends_with("(UTC)"), "time tooltip: {tooltip}");
+            seen.push((cells[0].text().await?, cells[2].text().await?));
+        }
+        let want: Vec<(String, String)> = (1..=3)
+            .rev()
+            .map(|n| (n.to_string(), format!("no route (seeded {n})")))
+            .collect();
+        ensure!(seen == want, "attempt rows {seen:?}, expected {want:?}");
+        Ok(())
+    }
+
     /// With editing off (the default, the /plain mount), a write session's page of
     /// a dead message has its requeue button and no edit control.
     async fn no_edit_control_while_editing_is_off(&self) -> anyhow::Result<()> {
@@ -827,6 +887,10 @@ async fn run(docs: Option<PathBuf>) -> anyhow::Result<()> {
         scenario!(
             "overview counts match /api/v1/stats",
             s.overview_counts_match_the_api()
+        );
+        scenario!(
+            "a failing message shows its attempt history",
+            s.a_failing_message_shows_its_attempt_history()
         );
         let dead = scenario!("filter to dead messages", s.filter_to_dead());
         scenario!(

@@ -11,7 +11,9 @@
 //! behind a blocked key; it is made due when its predecessor finishes.
 
 use crate::PgSchema;
-use crate::rows::{MESSAGE_COLUMNS, REPLAY_COLUMNS, read_columns};
+use crate::rows::{
+    HISTORY_COLUMNS, MESSAGE_COLUMNS, REPLAY_COLUMNS, append_failed_attempt, read_columns,
+};
 
 /// A subquery: `columns` of the first unfinished row `e` of table `t` of
 /// consumer `consumer` and ordering key `key` (by seq), after seq `after` if given;
@@ -197,9 +199,10 @@ impl Sql {
                 "UPDATE {t} SET status = CASE WHEN $5::bigint IS NULL THEN 'dead' ELSE 'consume_failed' END, \
                  attempts = attempts + 1, last_attempt_at = now(), last_error = $4, \
                  next_attempt_at = now() + $5::bigint * interval '1 millisecond', \
-                 locked_by = NULL, locked_until = NULL \
+                 locked_by = NULL, locked_until = NULL, {} \
                  WHERE consumer = $1 AND message_id = $2 AND locked_by = $3 AND status = ANY($6) \
-                 RETURNING seq, ordering_key, status"
+                 RETURNING seq, ordering_key, status",
+                append_failed_attempt("", "$4::text")
             ),
             claim_due: format!(
                 "WITH picked AS (SELECT c.seq FROM {t} c WHERE c.consumer = $1 \
@@ -259,10 +262,10 @@ impl Sql {
                 schema.quoted()
             ),
             get: format!(
-                "SELECT {returning}{REPLAY_COLUMNS} FROM {t} WHERE consumer = $1 AND message_id = $2"
+                "SELECT {returning}{REPLAY_COLUMNS}{HISTORY_COLUMNS} FROM {t} WHERE consumer = $1 AND message_id = $2"
             ),
             list: format!(
-                "SELECT {returning}{REPLAY_COLUMNS} FROM {t} WHERE consumer = $1 AND status = $2 ORDER BY seq LIMIT $3"
+                "SELECT {returning}{REPLAY_COLUMNS}{HISTORY_COLUMNS} FROM {t} WHERE consumer = $1 AND status = $2 ORDER BY seq LIMIT $3"
             ),
             // The original stays dead; the guard is in the statement, so a
             // reconsume or a second replay racing this one finds it replayed.

@@ -17,7 +17,8 @@ use super::keys::{
 };
 use crate::PgSchema;
 use crate::rows::{
-    MESSAGE_COLUMNS, REPLAY_COLUMNS, outbox_extra_columns, read_columns, readable_time,
+    HISTORY_COLUMNS, MESSAGE_COLUMNS, REPLAY_COLUMNS, append_failed_attempt, outbox_extra_columns,
+    read_columns, readable_time,
 };
 
 /// The insert of several messages in one statement, over arrays (`unnest`): the
@@ -178,9 +179,10 @@ impl Sql {
                    status = CASE WHEN f.delay_ms IS NULL THEN 'dead' ELSE 'publish_failed' END, \
                    attempts = m.attempts + 1, last_attempt_at = now(), last_error = f.error, \
                    next_attempt_at = now() + f.delay_ms * interval '1 millisecond', \
-                   locked_by = NULL, locked_until = NULL \
+                   locked_by = NULL, locked_until = NULL, {} \
                  FROM unnest($1::uuid[], $2::text[], $3::bigint[]) AS f(id, error, delay_ms) \
-                 WHERE m.id = f.id AND m.locked_by = $4 AND m.status = ANY($5)"
+                 WHERE m.id = f.id AND m.locked_by = $4 AND m.status = ANY($5)",
+                append_failed_attempt("m.", "f.error")
             ),
             release: format!(
                 "UPDATE {t} SET locked_by = NULL, locked_until = NULL \
@@ -243,9 +245,11 @@ impl Sql {
                          (SELECT min({oldest}) FROM {t} WHERE status = 'publish_failed')) AS oldest"
             ),
             count: format!("SELECT count(*) FROM {t} WHERE status = $1"),
-            get: format!("SELECT {returning}{REPLAY_COLUMNS} FROM {t} WHERE id = $1"),
+            get: format!(
+                "SELECT {returning}{REPLAY_COLUMNS}{HISTORY_COLUMNS} FROM {t} WHERE id = $1"
+            ),
             list: format!(
-                "SELECT {returning}{REPLAY_COLUMNS} FROM {t} WHERE status = $1 ORDER BY seq LIMIT $2"
+                "SELECT {returning}{REPLAY_COLUMNS}{HISTORY_COLUMNS} FROM {t} WHERE status = $1 ORDER BY seq LIMIT $2"
             ),
             // Never a row under a relay's live lease: it may be on its way to the
             // broker, and clearing the lease would fence off the relay's mark and

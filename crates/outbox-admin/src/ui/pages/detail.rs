@@ -27,6 +27,14 @@ struct DeliveryRow {
     consumed_at: String,
 }
 
+/// One failed attempt in the page's history, newest first.
+struct AttemptRow {
+    attempt: u32,
+    at: String,
+    ago: String,
+    error: String,
+}
+
 /// The edit-and-replay form of a dead message (only with editing on).
 struct ReplayEdit {
     action: String,
@@ -56,6 +64,9 @@ struct DetailPage {
     payload: PayloadView,
     show_all: Option<String>,
     deliveries: Vec<DeliveryRow>,
+    attempts: Vec<AttemptRow>,
+    /// How many failed attempts a record keeps.
+    kept: usize,
     actions: Vec<ActionButton>,
     confirm: Option<Confirm>,
     notice: Option<String>,
@@ -219,7 +230,22 @@ fn detail_page(
         .waits_behind
         .as_deref()
         .map(|head| ui.at(&format!("/messages/{head}")));
+    // Newest first, as the lists are: the attempt that made it dead on top.
+    let now = time::OffsetDateTime::now_utc();
+    let attempts = d
+        .failed_attempts
+        .iter()
+        .rev()
+        .map(|a| AttemptRow {
+            attempt: a.attempt,
+            ago: view::ago(&a.at, now),
+            at: a.at.clone(),
+            error: a.error.clone(),
+        })
+        .collect();
     let page = DetailPage {
+        attempts,
+        kept: outbox_core::FAILED_ATTEMPTS_KEPT,
         waits_behind_href,
         chrome: chrome(
             ui,

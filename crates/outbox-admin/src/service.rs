@@ -1053,6 +1053,73 @@ impl AdminService {
             .await
     }
 
+    /// How many of each status one list holds, for its status tabs: the outbox's
+    /// (`consumer` `None`) or one consumer's deliveries. `None` where the count is
+    /// not kept (sent messages; consumed deliveries where not counted), as cheap
+    /// as `/stats`: never a read of every row.
+    ///
+    /// # Errors
+    /// What the stores say.
+    pub async fn status_counts(
+        &self,
+        consumer: Option<&str>,
+    ) -> Result<Vec<(&'static str, Option<u64>)>, AdminError> {
+        Ok(match consumer {
+            None => {
+                let c = self.ports.outbox_store.stats().await?;
+                vec![
+                    (OutboxStatus::Pending.as_str(), Some(c.pending)),
+                    (OutboxStatus::PublishFailed.as_str(), Some(c.publish_failed)),
+                    (OutboxStatus::Sent.as_str(), None),
+                    (OutboxStatus::Dead.as_str(), Some(c.dead)),
+                ]
+            }
+            Some(name) => {
+                let summary = self
+                    .ports
+                    .inbox
+                    .consumers()
+                    .await?
+                    .into_iter()
+                    .find(|c| c.name == name);
+                // A consumer with nothing recorded has none of each.
+                let stats = summary.as_ref().map(|c| c.stats).unwrap_or_default();
+                let consumed = match &summary {
+                    Some(c) if c.consumed_counted => Some(stats.consumed),
+                    Some(_) => None,
+                    None => Some(0),
+                };
+                vec![
+                    (InboxStatus::Received.as_str(), Some(stats.received)),
+                    (
+                        InboxStatus::ConsumeFailed.as_str(),
+                        Some(stats.consume_failed),
+                    ),
+                    (InboxStatus::Consumed.as_str(), consumed),
+                    (InboxStatus::Dead.as_str(), Some(stats.dead)),
+                ]
+            }
+        })
+    }
+
+    /// Dead messages, and dead deliveries of every consumer: what the dashboard's
+    /// navigation shows beside Messages and Consumers.
+    ///
+    /// # Errors
+    /// What the stores say.
+    pub async fn dead_counts(&self) -> Result<(u64, u64), AdminError> {
+        let messages = self.ports.outbox_store.stats().await?.dead;
+        let deliveries = self
+            .ports
+            .inbox
+            .consumers()
+            .await?
+            .iter()
+            .map(|c| c.stats.dead)
+            .sum();
+        Ok((messages, deliveries))
+    }
+
     /// Every consumer with its counts.
     ///
     /// # Errors

@@ -1522,3 +1522,81 @@ async fn a_message_page_shows_its_failed_attempts_newest_first() {
     let clean = b.get(&format!("/ui/messages/{fine}")).await;
     assert!(!clean.body.contains(r#"id="attempts""#));
 }
+
+/// Status tabs above each list: every status with its count while the list is
+/// not otherwise filtered, the current one marked, each keeping the other
+/// filters; the navigation says how many are dead.
+#[tokio::test]
+async fn lists_have_status_tabs_with_counts_and_the_navigation_counts_the_dead() {
+    let h = harness();
+    for _ in 0..3 {
+        h.dead(message("orders", "created", b"{}")).await;
+    }
+    h.pending(message("orders", "created", b"{}")).await;
+    h.pending(message("billing", "created", b"{}")).await;
+    let m = message("orders", "created", b"{}");
+    h.delivered("billing", &m, false).await;
+    h.delivered("billing", &message("orders", "x", b"{}"), true)
+        .await;
+    let mut b = Browser::new(&h);
+    b.login(READ).await;
+
+    let tab = |body: &str, status: &str| -> Option<String> {
+        let at = body.find(&format!("data-status=\"{status}\""))?;
+        let start = body[..at].rfind("<a ")?;
+        let rest = &body[start..];
+        let end = rest.find("</a>")?;
+        Some(rest[..end].to_owned())
+    };
+    let list = b.get("/ui/messages?status=dead").await;
+    assert_eq!(list.status, StatusCode::OK, "{}", list.body);
+    let dead = tab(&list.body, "dead").expect("a dead tab");
+    assert!(dead.contains("aria-current=\"true\""), "{dead}");
+    assert!(dead.contains(r#"<span class="count">3</span>"#), "{dead}");
+    let pending = tab(&list.body, "pending").expect("a pending tab");
+    assert!(
+        pending.contains(r#"<span class="count">2</span>"#),
+        "{pending}"
+    );
+    assert!(!pending.contains("aria-current"), "{pending}");
+    let sent = tab(&list.body, "sent").expect("a sent tab");
+    assert!(
+        !sent.contains("class=\"count\""),
+        "sent is not counted: {sent}"
+    );
+    assert!(
+        list.body
+            .contains(r#"id="nav-dead-messages" href="/ui/messages?status=dead" aria-label="3 dead messages">dead 3</a>"#),
+        "{}",
+        list.body
+    );
+    assert!(
+        list.body
+            .contains(r#"aria-label="1 dead deliveries">dead 1</a>"#)
+    );
+
+    // Another filter set: the tabs keep it and show no whole-outbox count.
+    let filtered = b.get("/ui/messages?exchange=billing").await;
+    let pending = tab(&filtered.body, "pending").expect("a pending tab");
+    assert!(
+        pending.contains(r#"href="/ui/messages?exchange=billing&#38;status=pending""#),
+        "{pending}"
+    );
+    assert!(!pending.contains("class=\"count\""), "{pending}");
+    let all = tab(&filtered.body, "all").expect("an all tab");
+    assert!(all.contains("aria-current=\"true\""), "{all}");
+
+    // A consumer's deliveries: its own counts.
+    let deliveries = b.get("/ui/consumers/billing").await;
+    let dead = tab(&deliveries.body, "dead").expect("a dead tab");
+    assert!(dead.contains(r#"<span class="count">1</span>"#), "{dead}");
+    assert!(
+        dead.contains(r#"href="/ui/consumers/billing?status=dead""#),
+        "{dead}"
+    );
+    let consumed = tab(&deliveries.body, "consumed").expect("a consumed tab");
+    assert!(
+        consumed.contains(r#"<span class="count">1</span>"#),
+        "{consumed}"
+    );
+}

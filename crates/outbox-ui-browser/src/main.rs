@@ -772,6 +772,57 @@ impl Scenarios<'_> {
         Ok(())
     }
 
+    /// The dead tab's count is what its list shows and what the navigation says;
+    /// an id is copied with one click (the button says so only once the copy
+    /// succeeded).
+    async fn status_tabs_count_what_they_list_and_an_id_is_copied(&self) -> anyhow::Result<()> {
+        self.goto("/ui/messages").await?;
+        let count = self.text("#status-tabs a[data-status=dead] .count").await?;
+        let nav = self.text("#nav-dead-messages").await?;
+        ensure!(
+            nav == format!("dead {count}"),
+            "navigation {nav:?}, tab {count}"
+        );
+        self.wait_for("#status-tabs a[data-status=dead]")
+            .await?
+            .click()
+            .await?;
+        self.c
+            .wait()
+            .at_most(WAIT)
+            .for_url(&self.url("/ui/messages?status=dead").parse()?)
+            .await
+            .context("the dead tab leads to the dead list")?;
+        let current = self
+            .wait_for("#status-tabs a[aria-current=true]")
+            .await?
+            .attr("data-status")
+            .await?;
+        ensure!(
+            current.as_deref() == Some("dead"),
+            "current tab {current:?}"
+        );
+        let rows = self.rows().await?;
+        ensure!(
+            rows.len().to_string() == count,
+            "{} rows under a tab counting {count}",
+            rows.len()
+        );
+        let button = self.wait_for("table#results tbody tr button.copy").await?;
+        let id = button.attr("data-copy").await?.unwrap_or_default();
+        ensure!(id.len() == 36, "the whole id is copied: {id:?}");
+        button.click().await?;
+        let deadline = std::time::Instant::now() + WAIT;
+        while button.attr("data-copied").await?.is_none() {
+            ensure!(
+                std::time::Instant::now() < deadline,
+                "the copy button never said copied"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(())
+    }
+
     /// With editing off (the default, the /plain mount), a write session's page of
     /// a dead message has its requeue button and no edit control.
     async fn no_edit_control_while_editing_is_off(&self) -> anyhow::Result<()> {
@@ -893,6 +944,10 @@ async fn run(docs: Option<PathBuf>) -> anyhow::Result<()> {
             s.a_failing_message_shows_its_attempt_history()
         );
         let dead = scenario!("filter to dead messages", s.filter_to_dead());
+        scenario!(
+            "status tabs count what they list; an id is copied with one click",
+            s.status_tabs_count_what_they_list_and_an_id_is_copied()
+        );
         scenario!(
             "requeue one from its page; it leaves the dead list",
             s.requeue_one_from_its_page(dead)

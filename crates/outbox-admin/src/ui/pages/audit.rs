@@ -41,7 +41,7 @@ pub(crate) async fn audit(
     render(
         StatusCode::OK,
         &AuditPage {
-            chrome: chrome(&ui, &session, "audit"),
+            chrome: chrome(&ui, &session, "audit").await,
             next: page
                 .next_cursor
                 .map(|c| format!("{}?cursor={c}", ui.at("/audit"))),

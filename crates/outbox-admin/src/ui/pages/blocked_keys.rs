@@ -80,7 +80,7 @@ pub(crate) async fn blocked_keys(
     render(
         StatusCode::OK,
         &BlockedPage {
-            chrome: chrome(&ui, &session, "overview"),
+            chrome: chrome(&ui, &session, "overview").await,
             rows,
             next,
         },

@@ -48,7 +48,7 @@ pub(crate) async fn consumers(State(ui): UiState, Extension(session): Extension<
     render(
         StatusCode::OK,
         &ConsumersPage {
-            chrome: chrome(&ui, &session, "consumers"),
+            chrome: chrome(&ui, &session, "consumers").await,
             rows,
             pauses: ui.at("/pauses"),
         },

@@ -82,7 +82,7 @@ pub(crate) async fn dead_letters(
     render(
         StatusCode::OK,
         &LettersPage {
-            chrome: chrome(&ui, &session, "dead-letters"),
+            chrome: chrome(&ui, &session, "dead-letters").await,
             rows,
             consumer: consumer.unwrap_or_default(),
             next,
@@ -127,7 +127,7 @@ pub(crate) async fn dead_letter(
     render(
         StatusCode::OK,
         &LetterPage {
-            chrome: chrome(&ui, &session, "dead-letters"),
+            chrome: chrome(&ui, &session, "dead-letters").await,
             show_all: (body.cut && !all).then(|| format!("{here}?all=1")),
             here,
             letter,

@@ -76,7 +76,7 @@ struct DetailPage {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn detail_page(
+async fn detail_page(
     ui: &Ui,
     session: &Session,
     d: MessageDetail,
@@ -255,7 +255,8 @@ fn detail_page(
             } else {
                 "consumers"
             },
-        ),
+        )
+        .await,
         title: match side {
             Side::Outbox => format!("Message {}", d.id),
             Side::Inbox => format!("Delivery {} to {}", d.id, back.1),
@@ -295,7 +296,7 @@ pub(crate) async fn message(
     let d = ui.service.get_message(id).await?;
     let here = ui.at(&format!("/messages/{id}"));
     let back = (ui.at("/messages"), "Messages".to_owned());
-    detail_page(&ui, &session, d, Side::Outbox, here.clone(), back, here, q)
+    detail_page(&ui, &session, d, Side::Outbox, here.clone(), back, here, q).await
 }
 
 /// `GET <base>/consumers/{name}/deliveries/{id}`.
@@ -312,5 +313,5 @@ pub(crate) async fn delivery(
     let d = ui.service.get_delivery(&name, id).await?;
     let here = ui.at(&format!("/consumers/{}/deliveries/{id}", encode(&name)));
     let back = (ui.at(&format!("/consumers/{}", encode(&name))), name);
-    detail_page(&ui, &session, d, Side::Inbox, here.clone(), back, here, q)
+    detail_page(&ui, &session, d, Side::Inbox, here.clone(), back, here, q).await
 }

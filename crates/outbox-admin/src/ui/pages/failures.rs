@@ -253,7 +253,7 @@ pub(crate) async fn failures(
     render(
         StatusCode::OK,
         &FailuresPage {
-            chrome: chrome(&ui, &session, "failures"),
+            chrome: chrome(&ui, &session, "failures").await,
             rows,
             capped,
             here,

@@ -37,6 +37,73 @@ struct Row {
     last_error: String,
 }
 
+/// A status tab above a list: every one of that status (the other filters kept),
+/// with how many there are when the list is not otherwise filtered.
+struct Tab {
+    label: &'static str,
+    /// What the status means (the tab's tooltip).
+    meaning: &'static str,
+    count: Option<u64>,
+    href: String,
+    current: bool,
+}
+
+/// The tabs of a list: "all", then each of its side's statuses. `counts` are the
+/// whole list's (the outbox, or one consumer's); they are left out while another
+/// filter is set, as a count of the whole would not be what the tab shows.
+fn tabs(
+    side: Side,
+    list_href: &str,
+    q: &ListQuery,
+    counts: &[(&'static str, Option<u64>)],
+) -> Vec<Tab> {
+    let others: Vec<(&'static str, String)> = q
+        .pairs()
+        .into_iter()
+        .filter(|(k, _)| *k != "status")
+        .collect();
+    let filtered = others.iter().any(|(k, _)| *k != "limit");
+    let current = q.status.as_deref().filter(|s| !s.is_empty());
+    let href = |status: Option<&str>| {
+        let mut parts: Vec<String> = others
+            .iter()
+            .map(|(k, v)| format!("{k}={}", encode(v)))
+            .collect();
+        if let Some(s) = status {
+            parts.push(format!("status={s}"));
+        }
+        if parts.is_empty() {
+            list_href.to_owned()
+        } else {
+            format!("{list_href}?{}", parts.join("&"))
+        }
+    };
+    let mut tabs = vec![Tab {
+        label: "all",
+        meaning: "every status",
+        count: None,
+        href: href(None),
+        current: current.is_none(),
+    }];
+    for status in view::statuses(side).iter().copied() {
+        tabs.push(Tab {
+            label: status,
+            meaning: view::meaning(status),
+            count: if filtered {
+                None
+            } else {
+                counts
+                    .iter()
+                    .find(|(name, _)| *name == status)
+                    .and_then(|(_, n)| *n)
+            },
+            href: href(Some(status)),
+            current: current == Some(status),
+        });
+    }
+    tabs
+}
+
 struct BulkButton {
     verb: &'static str,
     label: &'static str,
@@ -62,6 +129,7 @@ struct ListPage {
     at_heading: &'static str,
     intro: String,
     list_href: String,
+    tabs: Vec<Tab>,
     statuses: Vec<StatusOption>,
     legend: Vec<(&'static str, &'static str)>,
     values: FilterValues,
@@ -146,8 +214,10 @@ async fn list(
         "messages"
     };
     let q = query(q)?;
+    let counts = ui.service.status_counts(consumer).await?;
     let mut page = ListPage {
-        chrome: chrome(ui, session, nav),
+        tabs: tabs(kind.side, &kind.list_href, &q, &counts),
+        chrome: chrome(ui, session, nav).await,
         title: kind.title.clone(),
         at_heading: if consumer.is_some() {
             "Received"

@@ -62,10 +62,20 @@ pub(crate) struct Chrome {
     pub(crate) can_write: bool,
     pub(crate) theme: &'static str,
     pub(crate) nav: &'static str,
+    /// Dead messages, shown beside Messages when there are any.
+    pub(crate) dead_messages: u64,
+    /// Dead deliveries of every consumer, shown beside Consumers.
+    pub(crate) dead_deliveries: u64,
 }
 
-fn chrome(ui: &Ui, session: &Session, nav: &'static str) -> Chrome {
+/// The frame around every page: who is signed in, the navigation with what is
+/// dead. A store that cannot count leaves the counts out (0) rather than failing
+/// the page: the page's own read says what is wrong.
+async fn chrome(ui: &Ui, session: &Session, nav: &'static str) -> Chrome {
+    let (dead_messages, dead_deliveries) = ui.service.dead_counts().await.unwrap_or_default();
     Chrome {
+        dead_messages,
+        dead_deliveries,
         base: ui.options.base.clone(),
         home: ui.home(),
         csrf: session.csrf.clone(),

@@ -162,7 +162,7 @@ pub(crate) async fn overview(
     render(
         StatusCode::OK,
         &OverviewPage {
-            chrome: chrome(&ui, &session, "overview"),
+            chrome: chrome(&ui, &session, "overview").await,
             live: live(&ui, stats),
             paused,
         },
@@ -178,7 +178,7 @@ pub(crate) async fn overview_live(
     render(
         StatusCode::OK,
         &LiveFragment {
-            chrome: chrome(&ui, &session, "overview"),
+            chrome: chrome(&ui, &session, "overview").await,
             live: live(&ui, stats),
             paused: false,
         },

@@ -133,7 +133,7 @@ pub(crate) async fn pauses(
     render(
         StatusCode::OK,
         &PausesPage {
-            chrome: chrome(&ui, &session, "pauses"),
+            chrome: chrome(&ui, &session, "pauses").await,
             here,
             rows,
             notice,

@@ -1600,3 +1600,116 @@ async fn lists_have_status_tabs_with_counts_and_the_navigation_counts_the_dead()
         "{consumed}"
     );
 }
+
+/// Rows ticked in a list are acted on after a dialog that counts them: each one
+/// through the single-row action (checked and audited on its own), those whose
+/// status does not allow it passed over and said so; no token, no action.
+#[tokio::test]
+async fn ticked_rows_are_requeued_after_a_dialog_that_counts_them() {
+    let h = harness();
+    let mut dead = Vec::new();
+    for n in 0..3 {
+        dead.push(h.dead(message("orders", &format!("k{n}"), b"{}")).await);
+    }
+    let pending = h.pending(message("orders", "p", b"{}")).await;
+    let mut b = Browser::new(&h);
+    b.login(WRITE).await;
+    let list = b.get("/ui/messages?status=dead").await;
+    for id in &dead {
+        assert!(
+            list.body.contains(&format!(
+                r#"<input type="checkbox" name="id" value="{id}" form="selection""#
+            )),
+            "{}",
+            list.body
+        );
+    }
+    assert!(
+        list.body
+            .contains(r#"<form id="selection" method="post" action="/ui/messages/selected""#)
+    );
+    let csrf = value_of(&list.body, "csrf").expect("csrf");
+    let picked = format!("id={}&id={}&id={pending}", dead[0], dead[1]);
+
+    let dialog = b
+        .post(
+            "/ui/messages/selected",
+            &format!("csrf={csrf}&verb=requeue&{picked}&status=dead"),
+        )
+        .await;
+    assert_eq!(dialog.status, StatusCode::OK, "{}", dialog.body);
+    assert!(
+        dialog.body.contains("Requeue 3 messages, as selected?"),
+        "{}",
+        dialog.body
+    );
+    assert_eq!(
+        h.outbox.count(outbox_core::OutboxStatus::Dead),
+        3,
+        "nothing yet"
+    );
+    for id in [dead[0], dead[1], pending] {
+        assert!(dialog.body.contains(&format!(r#"name="id" value="{id}""#)));
+    }
+
+    let done = b
+        .post(
+            "/ui/messages/selected",
+            &format!("csrf={csrf}&verb=requeue&confirmed=1&{picked}&status=dead"),
+        )
+        .await;
+    assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
+    assert_eq!(
+        done.location(),
+        "/ui/messages?status=dead&notice=requeued-2-of-3"
+    );
+    let after = b.get(done.location()).await;
+    assert!(
+        after.body.contains(
+            "Requeued 2 of the 3 selected. The other one was not in a status that allows it."
+        ),
+        "{}",
+        after.body
+    );
+    assert_eq!(
+        h.outbox.count(outbox_core::OutboxStatus::Dead),
+        1,
+        "the unticked one stays dead"
+    );
+    let audit = h.audit.list(None, 10).await.expect("audit").items;
+    let requeued: Vec<&str> = audit
+        .iter()
+        .filter(|e| e.action == "requeue")
+        .map(|e| e.target.as_str())
+        .collect();
+    assert_eq!(requeued.len(), 2, "{audit:?}");
+
+    // Nothing ticked: back to the list, saying so.
+    let none = b
+        .post("/ui/messages/selected", &format!("csrf={csrf}&verb=delete"))
+        .await;
+    assert_eq!(none.location(), "/ui/messages?notice=none-selected");
+    // No token, no action; a consumer's list takes reconsume only.
+    let refused = b
+        .post(
+            "/ui/messages/selected",
+            &format!("verb=delete&confirmed=1&id={}", dead[2]),
+        )
+        .await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+    let wrong = b
+        .post(
+            "/ui/consumers/billing/selected",
+            &format!("csrf={csrf}&verb=delete&confirmed=1&id={}", dead[2]),
+        )
+        .await;
+    assert_eq!(wrong.status, StatusCode::BAD_REQUEST);
+    assert_eq!(h.outbox.count(outbox_core::OutboxStatus::Dead), 1);
+
+    // A read session has no selection.
+    let mut reader = Browser::new(&h);
+    reader.login(READ).await;
+    let page = reader.get("/ui/messages").await;
+    assert!(!page.body.contains(r#"id="selection""#));
+    assert!(!page.body.contains(r#"type="checkbox""#));
+}

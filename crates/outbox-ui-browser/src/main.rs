@@ -457,6 +457,52 @@ impl Scenarios<'_> {
         Ok(())
     }
 
+    /// Two ticked rows are requeued after a dialog that counts them; the rest of
+    /// the list stays dead.
+    async fn requeue_two_ticked_rows(&self) -> anyhow::Result<()> {
+        self.goto("/ui/messages?status=dead&exchange=orders")
+            .await?;
+        let before = self.rows().await?;
+        ensure!(
+            before.len() >= 3,
+            "{} dead orders to pick from",
+            before.len()
+        );
+        let picked: Vec<String> = before.iter().take(2).map(|(id, _)| id.clone()).collect();
+        for id in &picked {
+            self.wait_for(&format!(
+                "table#results tbody tr[data-id=\"{id}\"] input[type=checkbox]"
+            ))
+            .await?
+            .click()
+            .await?;
+        }
+        self.button("Requeue selected…").await?.click().await?;
+        let question = self.text("dialog#confirm h2").await?;
+        ensure!(
+            question == "Requeue 2 messages, as selected?",
+            "dialog: {question}"
+        );
+        self.button("Confirm").await?.click().await?;
+        let notice = self.text("#notice").await?;
+        ensure!(
+            notice == "Requeued 2 of the 2 selected.",
+            "notice: {notice}"
+        );
+        let after = self.rows().await?;
+        ensure!(
+            after.len() == before.len() - 2,
+            "{} dead left of {}",
+            after.len(),
+            before.len()
+        );
+        ensure!(
+            after.iter().all(|(id, _)| !picked.contains(id)),
+            "a ticked one is still dead: {after:?}"
+        );
+        Ok(())
+    }
+
     /// Every bulk dialog's dry run counts what its filtered list shows (a dialog
     /// that counted for the wrong consumer said 0 while 2 matched).
     async fn every_bulk_dialog_counts_what_the_list_shows(&self) -> anyhow::Result<()> {
@@ -951,6 +997,10 @@ async fn run(docs: Option<PathBuf>) -> anyhow::Result<()> {
         scenario!(
             "requeue one from its page; it leaves the dead list",
             s.requeue_one_from_its_page(dead)
+        );
+        scenario!(
+            "requeue two ticked rows after a dialog that counts them",
+            s.requeue_two_ticked_rows()
         );
         scenario!(
             "every bulk dialog's dry run counts what its list shows",

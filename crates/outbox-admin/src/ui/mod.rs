@@ -188,6 +188,7 @@ pub fn ui_router(service: AdminService, auth: AdminAuth, options: UiOptions) -> 
         .route("/messages", get(pages::messages))
         .route("/messages/requeue", post(pages::bulk_requeue))
         .route("/messages/delete", post(pages::bulk_delete))
+        .route("/messages/selected", post(pages::messages_selected))
         .route("/messages/{id}", get(pages::message))
         .route("/messages/{id}/requeue", post(pages::requeue))
         .route("/messages/{id}/publish-now", post(pages::publish_now))
@@ -204,6 +205,10 @@ pub fn ui_router(service: AdminService, auth: AdminAuth, options: UiOptions) -> 
         .route("/consumers", get(pages::consumers))
         .route("/consumers/{name}", get(pages::deliveries))
         .route("/consumers/{name}/reconsume", post(pages::bulk_reconsume))
+        .route(
+            "/consumers/{name}/selected",
+            post(pages::deliveries_selected),
+        )
         .route("/consumers/{name}/deliveries/{id}", get(pages::delivery))
         .route(
             "/consumers/{name}/deliveries/{id}/reconsume",

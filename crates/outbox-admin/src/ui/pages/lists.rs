@@ -138,6 +138,8 @@ struct ListPage {
     first: Option<String>,
     hidden: Vec<(&'static str, String)>,
     bulk: Vec<BulkButton>,
+    /// Where the selection form posts (the rows ticked, acted on one by one).
+    select_href: String,
     confirm: Option<Confirm>,
     notice: Option<String>,
     error: Option<String>,
@@ -241,6 +243,7 @@ async fn list(
         } else {
             Vec::new()
         },
+        select_href: format!("{}/selected", kind.bulk_href),
         confirm: None,
         notice: notice_text(q.notice.as_deref()),
         error: None,

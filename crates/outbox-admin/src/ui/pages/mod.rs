@@ -9,6 +9,7 @@
 //! - `lists`: the outbox's messages and a consumer's deliveries, filtered.
 //! - `detail`: one message or delivery, with its actions.
 //! - `actions`: the POSTs (single and bulk requeue, delete, reconsume, ...).
+//! - `selection`: bulk actions on the rows ticked in a list.
 //! - `consumers`, `blocked_keys`, `failures`, `pauses`, `dead_letters`, `audit`: those
 //!   pages.
 //!
@@ -25,6 +26,7 @@ mod failures;
 mod lists;
 mod overview;
 mod pauses;
+mod selection;
 
 pub(crate) use actions::{
     bulk_delete, bulk_reconsume, bulk_requeue, delete, delete_dead_letter, publish_now, reconsume,
@@ -39,6 +41,7 @@ pub(crate) use failures::{delete_group, failures, reconsume_group, requeue_group
 pub(crate) use lists::{deliveries, messages};
 pub(crate) use overview::{overview, overview_live};
 pub(crate) use pauses::{pause, pauses, resume};
+pub(crate) use selection::{deliveries_selected, messages_selected};
 
 use std::sync::Arc;
 
@@ -104,16 +107,34 @@ fn notice_text(notice: Option<&str>) -> Option<String> {
         "reconsumed" => {
             "Reconsumed: the delivery goes through the handler again at the next sweep."
         }
+        "none-selected" => "Nothing was selected: tick the rows to act on first.",
         other => {
-            // Bulk results come as `<verb>-<changed>`.
+            // Bulk results come as `<verb>-<changed>`, a selection's as
+            // `<verb>-<changed>-of-<selected>`.
             let (verb, n) = other.split_once('-')?;
-            let n: u64 = n.parse().ok()?;
             let verb = match verb {
                 "requeued" => "Requeued",
                 "deleted" => "Deleted",
                 "reconsumed" => "Reconsumed",
                 _ => return None,
             };
+            if let Some((n, of)) = n.split_once("-of-") {
+                let (n, of): (u64, u64) = (n.parse().ok()?, of.parse().ok()?);
+                let rest = if n == of {
+                    String::new()
+                } else {
+                    format!(
+                        " The other {} not in a status that allows it.",
+                        if of - n == 1 {
+                            "one was".to_owned()
+                        } else {
+                            format!("{} were", of - n)
+                        }
+                    )
+                };
+                return Some(format!("{verb} {n} of the {of} selected.{rest}"));
+            }
+            let n: u64 = n.parse().ok()?;
             return Some(format!("{verb} {n}."));
         }
     };

@@ -1600,7 +1600,7 @@ async fn the_ordering_command_lists_blocked_keys() {
     let (code, stdout, _) = operator(&cfg, &["ordering", "blocked"]);
     assert_eq!(code, Some(0));
     assert!(
-        stdout.starts_with(&format!("cli-key\t{head}\tdead\tattempts=2\twaiting=1")),
+        stdout.starts_with(&format!("cli-key\t{head}\tdead\t2\t1\t")),
         "{stdout}"
     );
     let (code, _, stderr) = operator(&cfg, &["ordering", "blocked", "--limit", "0"]);

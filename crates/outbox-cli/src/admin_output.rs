@@ -1,10 +1,11 @@
-//! How the operator's commands print: one tab-separated line per entry on stdout
-//! (the style of `outbox dead list`), notes and totals on stderr, or JSON as the
-//! admin API answers.
+//! How the operator's commands print: lists as tables ([`Table`]: a header on a
+//! terminal, tab-separated lines piped), one message as a field per line, notes and
+//! totals on stderr, or JSON as the admin API answers.
 #![allow(clippy::print_stdout)]
 
 use std::io::IsTerminal;
 
+use crate::table::Table;
 use outbox_admin::model::{
     BlockedKeyPage, BulkProgress, ConsumerItem, DeadLetterPage, DeadLetterView, FailureGroups,
     MessageDetail, MessagePage, PauseKindItem, PauseList, StatsResponse,
@@ -98,20 +99,22 @@ fn next_page(next: Option<&String>) {
 /// Failure groups, one line each: count, `exchange=` or `consumer=`, oldest and
 /// newest last attempt, the error with what varies taken out.
 pub(crate) fn failure_groups(groups: &FailureGroups) {
+    let mut t = Table::new(&["COUNT", "WHERE", "OLDEST", "NEWEST", "ERROR"]);
     for g in &groups.groups {
         let place = match (&g.exchange, &g.consumer) {
             (Some(x), _) => format!("exchange={}", printable(x)),
             (None, Some(c)) => format!("consumer={}", printable(c)),
             (None, None) => "-".to_owned(),
         };
-        println!(
-            "{}\t{place}\t{}\t{}\t{}",
-            g.count,
-            g.oldest.as_deref().unwrap_or("-"),
-            g.newest.as_deref().unwrap_or("-"),
-            printable(&g.error)
-        );
+        t.row(vec![
+            g.count.to_string(),
+            place,
+            g.oldest.clone().unwrap_or_else(|| "-".into()),
+            g.newest.clone().unwrap_or_else(|| "-".into()),
+            printable(&g.error),
+        ]);
     }
+    t.print();
     let n = groups.groups.len();
     eprintln!("{n} failure group{}", if n == 1 { "" } else { "s" });
     if groups.capped {
@@ -121,18 +124,20 @@ pub(crate) fn failure_groups(groups: &FailureGroups) {
 
 /// The pauses in force, one line each: kind, name, since, by whom.
 pub(crate) fn pause_list(pauses: &PauseList) {
+    let mut t = Table::new(&["KIND", "NAME", "SINCE", "BY"]);
     for p in &pauses.items {
         let kind = match p.kind {
             PauseKindItem::Exchange => "exchange",
             PauseKindItem::Consumer => "consumer",
         };
-        println!(
-            "{kind}\t{}\t{}\t{}",
+        t.row(vec![
+            kind.to_owned(),
             printable(&p.name),
-            p.since.as_deref().unwrap_or("-"),
-            printable(&p.by)
-        );
+            p.since.clone().unwrap_or_else(|| "-".into()),
+            printable(&p.by),
+        ]);
     }
+    t.print();
     let n = pauses.items.len();
     eprintln!("{n} pause{} in force", if n == 1 { "" } else { "s" });
 }
@@ -140,19 +145,28 @@ pub(crate) fn pause_list(pauses: &PauseList) {
 /// A page of blocked ordering keys, one line each: key, head id, head status,
 /// attempts, waiting count (`1000+` past the cap), next attempt, last error.
 pub(crate) fn blocked_key_page(page: &BlockedKeyPage) {
+    let mut t = Table::new(&[
+        "KEY",
+        "HEAD",
+        "HEAD STATUS",
+        "ATTEMPTS",
+        "WAITING",
+        "NEXT ATTEMPT",
+        "LAST ERROR",
+    ]);
     for k in &page.items {
         let plus = if k.waiting_capped { "+" } else { "" };
-        println!(
-            "{}\t{}\t{}\tattempts={}\twaiting={}{plus}\t{}\t{}",
+        t.row(vec![
             printable(&k.key),
-            k.head_id,
-            k.head_status,
-            k.head_attempts,
-            k.waiting,
-            k.head_next_attempt_at.as_deref().unwrap_or("-"),
+            k.head_id.clone(),
+            k.head_status.clone(),
+            k.head_attempts.to_string(),
+            format!("{}{plus}", k.waiting),
+            k.head_next_attempt_at.clone().unwrap_or_else(|| "-".into()),
             printable(k.head_last_error.as_deref().unwrap_or("-")),
-        );
+        ]);
     }
+    t.print();
     eprintln!("{} blocked key(s) shown", page.items.len());
     if let Some(after) = &page.next_after {
         // Quoted for a POSIX shell (keys are user data: spaces, `;`, a leading
@@ -178,22 +192,51 @@ pub(crate) fn printable(text: &str) -> String {
         .collect()
 }
 
+const MESSAGE_COLUMNS: [&str; 8] = [
+    "ID",
+    "STATUS",
+    "CREATED",
+    "EXCHANGE",
+    "ROUTING KEY",
+    "TYPE",
+    "ATTEMPTS",
+    "LAST ERROR",
+];
+const MESSAGE_COLUMNS_RECEIVED: [&str; 8] = [
+    "ID",
+    "STATUS",
+    "RECEIVED",
+    "EXCHANGE",
+    "ROUTING KEY",
+    "TYPE",
+    "ATTEMPTS",
+    "LAST ERROR",
+];
+
 /// A page of messages, one line each.
 pub(crate) fn message_page(page: &MessagePage) {
+    // A delivery's list follows its arrival: its received time.
+    let deliveries = page.items.iter().any(|m| m.received_at.is_some());
+    let mut t = Table::new(if deliveries {
+        &MESSAGE_COLUMNS_RECEIVED
+    } else {
+        &MESSAGE_COLUMNS
+    });
     for m in &page.items {
-        println!(
-            "{}\t{}\t{}\t{}\t{}\t{}\tattempts={}\t{}",
-            m.id,
-            m.status,
-            // A delivery's list follows its arrival: its received time.
-            m.received_at.as_deref().unwrap_or(&m.created_at),
-            m.exchange,
-            m.routing_key,
-            or_dash(m.message_type.as_deref()),
-            m.attempts,
-            m.last_error.as_deref().unwrap_or("")
-        );
+        t.row(vec![
+            m.id.clone(),
+            m.status.clone(),
+            m.received_at
+                .clone()
+                .unwrap_or_else(|| m.created_at.clone()),
+            printable(&m.exchange),
+            printable(&m.routing_key),
+            printable(or_dash(m.message_type.as_deref())),
+            m.attempts.to_string(),
+            printable(m.last_error.as_deref().unwrap_or("")),
+        ]);
     }
+    t.print();
     eprintln!("{} message(s) shown", page.items.len());
     next_page(page.next_cursor.as_ref());
 }
@@ -252,19 +295,28 @@ pub(crate) fn message_detail(m: &MessageDetail) {
 
 /// Every consumer with its counts.
 pub(crate) fn consumers(items: &[ConsumerItem]) {
+    let mut t = Table::new(&[
+        "NAME",
+        "RECEIVED",
+        "CONSUMED",
+        "CONSUME FAILED",
+        "DEAD",
+        "DEAD LETTERS",
+        "PAUSED",
+    ]);
     for c in items {
-        println!(
-            "{}\treceived={}\tconsumed={}\tconsume_failed={}\tdead={}\tdead_letters={}{}",
-            c.name,
-            c.received,
+        t.row(vec![
+            printable(&c.name),
+            c.received.to_string(),
             c.consumed
                 .map_or_else(|| "not counted".to_owned(), |n| n.to_string()),
-            c.consume_failed,
-            c.dead,
-            c.dead_letters,
-            if c.paused { "\tpaused" } else { "" }
-        );
+            c.consume_failed.to_string(),
+            c.dead.to_string(),
+            c.dead_letters.to_string(),
+            if c.paused { "paused" } else { "" }.to_owned(),
+        ]);
     }
+    t.print();
     eprintln!("{} consumer(s)", items.len());
 }
 
@@ -282,9 +334,25 @@ fn dead_letter_line(d: &DeadLetterView) -> String {
 
 /// A page of dead letters, one line each.
 pub(crate) fn dead_letter_page(page: &DeadLetterPage) {
+    let mut t = Table::new(&[
+        "ID",
+        "CONSUMER",
+        "RECEIVED",
+        "ROUTING KEY",
+        "MESSAGE ID",
+        "REASON",
+    ]);
     for d in &page.items {
-        println!("{}", dead_letter_line(d));
+        t.row(vec![
+            d.id.to_string(),
+            printable(&d.consumer),
+            d.received_at.clone(),
+            printable(&d.routing_key),
+            or_dash(d.message_id.as_deref()).to_owned(),
+            printable(&d.reason),
+        ]);
     }
+    t.print();
     eprintln!("{} dead letter(s) shown", page.items.len());
     next_page(page.next_cursor.as_ref());
 }

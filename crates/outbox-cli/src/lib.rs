@@ -41,6 +41,8 @@ pub mod otel;
 #[cfg(feature = "cli")]
 pub mod settings_log;
 #[cfg(feature = "cli")]
+mod table;
+#[cfg(feature = "cli")]
 pub mod topology_config;
 #[cfg(feature = "cli")]
 pub mod wiring;

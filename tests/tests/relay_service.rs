@@ -460,6 +460,16 @@ async fn messages_end_dead_and_the_dead_commands_handle_them() {
     w.wait_until("dead", 30, async || w.count("dead").await == 5)
         .await;
     assert!(relay.terminate().await.success());
+    // Every failed attempt (5 messages, 2 attempts each) is in the per-minute
+    // totals the overview's failures series reads, added by the time it stopped.
+    let failed: i64 = sqlx::query_scalar(&format!(
+        "SELECT coalesce(sum(count), 0)::bigint FROM {}.outbox_throughput WHERE kind = 'publish_failed'",
+        w.schema.quoted()
+    ))
+    .fetch_one(&w.pool)
+    .await
+    .expect("throughput");
+    assert_eq!(failed, 10);
 
     let cli = |args: &[&str]| {
         let mut c = std::process::Command::new(BIN);

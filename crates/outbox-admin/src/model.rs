@@ -895,6 +895,10 @@ pub struct StatsPrecision {
     /// that crashed are missing); `exact`: counted from the tables' rows (costs as
     /// many rows as went through in the hour).
     pub per_minute: String,
+    /// `recorded`: failed attempts per minute as relays and consumers add them;
+    /// `not_recorded`: no per-minute totals are kept here, so the failures series
+    /// are empty (the rows keep only each one's last attempts).
+    pub failures_per_minute: String,
 }
 
 /// The dashboard's numbers.
@@ -909,6 +913,11 @@ pub struct StatsResponse {
     pub published_per_minute: Vec<MinuteItem>,
     /// Deliveries consumed per minute over the last hour, all consumers.
     pub consumed_per_minute: Vec<MinuteItem>,
+    /// Failed publish attempts per minute over the last hour (retried or dead).
+    pub publish_failed_per_minute: Vec<MinuteItem>,
+    /// Failed handler attempts per minute over the last hour, all consumers that
+    /// record them.
+    pub consume_failed_per_minute: Vec<MinuteItem>,
     /// The last report of each configured sweep.
     pub sweeps: Vec<SweepItem>,
     /// Whether each configured sweep's lock is held now.

@@ -481,6 +481,18 @@ impl AdminService {
                 "exact",
             ),
         };
+        // Failed attempts are only in the per-minute totals: a row keeps its last
+        // few, not a count per minute that an index could serve.
+        let (publish_failed, consume_failed, failures_per_minute) = match &self.throughput {
+            Some(log) => (
+                log.per_minute(ThroughputKind::PublishFailed, CHART_WINDOW)
+                    .await?,
+                log.per_minute(ThroughputKind::ConsumeFailed, CHART_WINDOW)
+                    .await?,
+                "recorded",
+            ),
+            None => (Vec::new(), Vec::new(), "not_recorded"),
+        };
         let now = self.clock.now();
         let mut sweeps = Vec::new();
         if let Some((state, keys)) = &self.sweeps {
@@ -530,6 +542,8 @@ impl AdminService {
             consumers,
             published_per_minute: minutes(published),
             consumed_per_minute: minutes(consumed),
+            publish_failed_per_minute: minutes(publish_failed),
+            consume_failed_per_minute: minutes(consume_failed),
             sweeps,
             locks,
             pauses,
@@ -538,6 +552,7 @@ impl AdminService {
                 outbox_sent: "not_counted".into(),
                 consumers: "exact; consumed null where not counted".into(),
                 per_minute: per_minute.into(),
+                failures_per_minute: failures_per_minute.into(),
             },
         })
     }

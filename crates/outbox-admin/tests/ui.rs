@@ -1713,3 +1713,87 @@ async fn ticked_rows_are_requeued_after_a_dialog_that_counts_them() {
     assert!(!page.body.contains(r#"id="selection""#));
     assert!(!page.body.contains(r#"type="checkbox""#));
 }
+
+/// The overview's chart has a count axis, a time axis and a failures series from
+/// the per-minute totals; its sweeps read under human names with their lock.
+#[tokio::test]
+async fn the_overview_charts_failures_with_axes_and_names_the_sweeps() {
+    use outbox_adapters_memory::{MemoryLock, MemoryThroughputLog};
+    use outbox_ports::{DistributedLock, ThroughputKind, ThroughputLog};
+    let log = Arc::new(MemoryThroughputLog::new(Arc::new(SystemClock)));
+    log.add(ThroughputKind::Published, 40).await.expect("add");
+    log.add(ThroughputKind::PublishFailed, 6)
+        .await
+        .expect("add");
+    log.add(ThroughputKind::ConsumeFailed, 2)
+        .await
+        .expect("add");
+    let lock = Arc::new(MemoryLock::new());
+    let _guard = lock
+        .acquire(
+            "outbox.retry.run-lock",
+            Duration::from_secs(60),
+            Duration::ZERO,
+        )
+        .await
+        .expect("lock")
+        .expect("free");
+    let (log_for, lock_for) = (log.clone(), lock.clone());
+    let h = ui_harness_with(tokens(), UiOptions::default(), move |s| {
+        s.with_throughput(log_for)
+            .with_sweep_reports(
+                Arc::new(MemorySweepState::new(Arc::new(SystemClock))),
+                vec!["outbox.retry.last-state".into()],
+            )
+            .with_locks(lock_for, vec!["outbox.retry.run-lock".into()])
+    });
+    let mut b = Browser::new(&h);
+    b.login(READ).await;
+    let page = b.get("/ui").await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    let svg = page
+        .body
+        .split("<svg class=\"chart\"")
+        .nth(1)
+        .expect("a chart");
+    assert!(
+        svg.contains("40 published, 0 consumed, 8 failed attempts"),
+        "{svg}"
+    );
+    assert!(svg.contains(r#"<rect class="failed""#), "{svg}");
+    for tick in [">40</text>", ">20</text>", "60 min ago", ">now<"] {
+        assert!(svg.contains(tick), "{tick}: {svg}");
+    }
+    assert!(
+        page.body.contains("■ failed attempts</span> (8)"),
+        "{}",
+        page.body
+    );
+    let sweeps = page
+        .body
+        .split(r#"<table id="sweeps">"#)
+        .nth(1)
+        .expect("sweeps");
+    assert!(
+        sweeps.contains(r#"title="outbox.retry.last-state and outbox.retry.run-lock">The relay&#39;s retry sweep</span>"#),
+        "{sweeps}"
+    );
+    assert!(
+        sweeps.contains("<td data-lock>running now</td>"),
+        "{sweeps}"
+    );
+    assert!(
+        sweeps.contains("<td class=\"nowrap\">never</td>"),
+        "{sweeps}"
+    );
+
+    // Without per-minute totals, the failures series says it is not recorded.
+    let plain = harness();
+    let mut b = Browser::new(&plain);
+    b.login(READ).await;
+    let page = b.get("/ui").await;
+    assert!(
+        page.body
+            .contains("■ failed attempts</span> (not recorded here)")
+    );
+}

@@ -407,8 +407,17 @@ pub(crate) fn stats(s: &StatsResponse) {
         println!("exchange {}\tpaused", printable(&p.name));
     }
     let total = |m: &[outbox_admin::model::MinuteItem]| m.iter().map(|m| m.count).sum::<u64>();
+    let failed = if s.precision.failures_per_minute == "recorded" {
+        format!(
+            "\tpublish_failed={}\tconsume_failed={}",
+            total(&s.publish_failed_per_minute),
+            total(&s.consume_failed_per_minute)
+        )
+    } else {
+        String::new()
+    };
     println!(
-        "last hour\tpublished={}\tconsumed={}",
+        "last hour\tpublished={}\tconsumed={}{failed}",
         total(&s.published_per_minute),
         total(&s.consumed_per_minute)
     );

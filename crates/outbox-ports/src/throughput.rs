@@ -15,6 +15,10 @@ pub enum ThroughputKind {
     Published,
     /// Deliveries the consumers marked consumed.
     Consumed,
+    /// Publish attempts that failed (retried later, or dead).
+    PublishFailed,
+    /// Handler attempts that failed (retried later, or dead).
+    ConsumeFailed,
 }
 
 impl ThroughputKind {
@@ -24,6 +28,8 @@ impl ThroughputKind {
         match self {
             Self::Published => "published",
             Self::Consumed => "consumed",
+            Self::PublishFailed => "publish_failed",
+            Self::ConsumeFailed => "consume_failed",
         }
     }
 }

@@ -264,15 +264,26 @@ impl RelayBuilder {
             )
         });
         let throughput = self.throughput.map(|log| {
-            let recorder = ThroughputRecorder::of_total(
-                log,
+            // Published and failed attempts (the overview's failures series), one
+            // task: both stop together at shutdown, each adding what is left.
+            let published = ThroughputRecorder::of_total(
+                Arc::clone(&log),
                 ThroughputKind::Published,
                 Arc::clone(&counters),
                 |c| &c.published,
             );
+            let failed = ThroughputRecorder::of_total(
+                log,
+                ThroughputKind::PublishFailed,
+                Arc::clone(&counters),
+                |c| &c.publish_failures,
+            );
+            let cancel_both = cancel.clone();
             supervise(
                 "throughput",
-                recorder.run(cancel.clone()),
+                async move {
+                    tokio::join!(published.run(cancel_both.clone()), failed.run(cancel_both));
+                },
                 cancel.clone(),
                 Arc::clone(&health),
             )

@@ -39,6 +39,21 @@ pub async fn adds_sum_up_per_minute_and_kind(log: Arc<dyn ThroughputLog>) {
         published.windows(2).all(|w| w[0].minute < w[1].minute),
         "oldest first"
     );
+    // Failed attempts of either side: kinds of their own.
+    log.add(ThroughputKind::PublishFailed, 2)
+        .await
+        .expect("add");
+    log.add(ThroughputKind::ConsumeFailed, 9)
+        .await
+        .expect("add");
+    for (kind, want) in [
+        (ThroughputKind::PublishFailed, 2),
+        (ThroughputKind::ConsumeFailed, 9),
+        (ThroughputKind::Published, 7),
+    ] {
+        let read = log.per_minute(kind, window).await.expect("read");
+        assert_eq!(read.iter().map(|m| m.count).sum::<u64>(), want, "{kind:?}");
+    }
 }
 
 /// An empty log reads as no minutes.

@@ -79,6 +79,16 @@ async fn chrome(ui: &Ui, session: &Session, nav: &'static str) -> Chrome {
     Chrome {
         dead_messages,
         dead_deliveries,
+        ..frame(ui, session, nav)
+    }
+}
+
+/// The frame without the dead counts, for a page that has them already (the
+/// overview) or a fragment that shows no navigation.
+fn frame(ui: &Ui, session: &Session, nav: &'static str) -> Chrome {
+    Chrome {
+        dead_messages: 0,
+        dead_deliveries: 0,
         base: ui.options.base.clone(),
         home: ui.home(),
         csrf: session.csrf.clone(),

@@ -8,7 +8,7 @@ use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use serde::Deserialize;
 
-use super::{Chrome, UiState, chrome, opt_num};
+use super::{Chrome, UiState, frame, opt_num};
 use crate::model::{ConsumerItem, StatsResponse};
 use crate::ui::filters::encode;
 use crate::ui::render::render;
@@ -29,16 +29,54 @@ pub(crate) struct Live {
     chart: String,
     published_total: u64,
     consumed_total: u64,
+    failed_total: u64,
+    /// Whether failed attempts are recorded here (else the series is empty).
+    failures_recorded: bool,
     per_minute: String,
     sweeps: Vec<SweepRow>,
-    locks: Vec<(String, String)>,
 }
 
+/// One sweep: its report and its lock, under a name an operator reads.
 struct SweepRow {
+    name: String,
+    /// The stored keys (the name's tooltip).
     key: String,
+    /// RFC 3339, for the tooltip; empty when unknown.
     completed_at: String,
+    /// "3 min ago", "never", or why it is unknown.
+    completed: String,
     publish: String,
     consume: String,
+    lock: String,
+}
+
+/// A key without its `.last-state` or `.run-lock` ending: what a sweep's report
+/// and its lock share.
+fn sweep_base(key: &str) -> &str {
+    key.strip_suffix(".last-state")
+        .or_else(|| key.strip_suffix(".run-lock"))
+        .unwrap_or(key)
+}
+
+/// A sweep's name as an operator reads it, from the keys `outbox` gives its
+/// report and lock: `outbox.retry` (or `outbox.<schema>.retry`) is the relay's
+/// retry sweep, `outbox.consume-retry.<consumer>` a consumer's; any other key is
+/// shown as it is.
+fn sweep_name(key: &str) -> String {
+    let base = sweep_base(key);
+    if let Some(consumer) = base.strip_prefix("outbox.consume-retry.") {
+        return format!("Consume retries of {consumer}");
+    }
+    if base == "outbox.retry" || base == "outbox.publish-retry" {
+        return "The relay's retry sweep".to_owned();
+    }
+    if let Some(schema) = base
+        .strip_prefix("outbox.")
+        .and_then(|rest| rest.strip_suffix(".retry"))
+    {
+        return format!("The relay's retry sweep (schema {schema})");
+    }
+    key.to_owned()
 }
 
 /// The oldest unsent message's age, or, with none waiting, what is true of the
@@ -74,40 +112,78 @@ fn age(seconds: Option<u64>, outbox: &crate::model::OutboxCounts) -> String {
 }
 
 fn live(ui: &Ui, stats: StatsResponse) -> Live {
-    let sweeps = stats
-        .sweeps
-        .into_iter()
-        .map(|s| SweepRow {
-            completed_at: if s.available {
-                s.completed_at.unwrap_or_else(|| "never".to_owned())
-            } else {
-                "unknown (state store did not answer)".to_owned()
-            },
-            publish: format!(
-                "{} retried, {} failed",
-                opt_num(s.publish_retried),
-                opt_num(s.publish_failed)
-            ),
-            consume: format!(
-                "{} retried, {} failed",
-                opt_num(s.consume_retried),
-                opt_num(s.consume_failed)
-            ),
-            key: s.key,
+    // Failed attempts on either side, one series.
+    let failed: Vec<crate::model::MinuteItem> = stats
+        .publish_failed_per_minute
+        .iter()
+        .chain(&stats.consume_failed_per_minute)
+        .map(|m| crate::model::MinuteItem {
+            minute: m.minute.clone(),
+            count: m.count,
         })
         .collect();
-    let locks = stats
+    let now = time::OffsetDateTime::now_utc();
+    let mut locks: Vec<(String, &'static str)> = stats
         .locks
         .into_iter()
         .map(|l| {
             let held = match l.held {
-                Some(true) => "held: a sweep is running",
-                Some(false) => "free",
+                Some(true) => "running now",
+                Some(false) => "idle",
                 None => "unknown (lock service did not answer)",
             };
-            (l.key, held.to_owned())
+            (l.key, held)
         })
         .collect();
+    let mut sweeps: Vec<SweepRow> = stats
+        .sweeps
+        .into_iter()
+        .map(|s| {
+            // Its lock, if one is shown: the same key but for its ending.
+            let lock = locks
+                .iter()
+                .position(|(k, _)| sweep_base(k) == sweep_base(&s.key))
+                .map(|i| locks.remove(i));
+            let (completed_at, completed) = match (s.available, s.completed_at) {
+                (false, _) => (
+                    String::new(),
+                    "unknown (state store did not answer)".to_owned(),
+                ),
+                (true, None) => (String::new(), "never".to_owned()),
+                (true, Some(at)) => (at.clone(), view::ago(&at, now)),
+            };
+            SweepRow {
+                name: sweep_name(&s.key),
+                key: match &lock {
+                    Some((k, _)) => format!("{} and {k}", s.key),
+                    None => s.key.clone(),
+                },
+                completed_at,
+                completed,
+                publish: format!(
+                    "{} retried, {} failed",
+                    opt_num(s.publish_retried),
+                    opt_num(s.publish_failed)
+                ),
+                consume: format!(
+                    "{} retried, {} failed",
+                    opt_num(s.consume_retried),
+                    opt_num(s.consume_failed)
+                ),
+                lock: lock.map_or("", |(_, held)| held).to_owned(),
+            }
+        })
+        .collect();
+    // A lock shown without its sweep's report: a row of its own.
+    sweeps.extend(locks.into_iter().map(|(key, held)| SweepRow {
+        name: sweep_name(&key),
+        key,
+        completed_at: String::new(),
+        completed: String::new(),
+        publish: String::new(),
+        consume: String::new(),
+        lock: held.to_owned(),
+    }));
     Live {
         pending: stats.outbox.pending,
         scheduled: stats.outbox.scheduled,
@@ -115,7 +191,13 @@ fn live(ui: &Ui, stats: StatsResponse) -> Live {
         dead: stats.outbox.dead,
         blocked_keys: stats.outbox.blocked_keys,
         oldest_age: age(stats.outbox.oldest_unsent_age_seconds, &stats.outbox),
-        chart: view::chart_svg(&stats.published_per_minute, &stats.consumed_per_minute),
+        chart: view::chart_svg(
+            &stats.published_per_minute,
+            &stats.consumed_per_minute,
+            &failed,
+        ),
+        failed_total: failed.iter().map(|m| m.count).sum(),
+        failures_recorded: stats.precision.failures_per_minute == "recorded",
         published_total: stats.published_per_minute.iter().map(|m| m.count).sum(),
         consumed_total: stats.consumed_per_minute.iter().map(|m| m.count).sum(),
         per_minute: stats.precision.per_minute,
@@ -125,7 +207,6 @@ fn live(ui: &Ui, stats: StatsResponse) -> Live {
             .map(|c| (ui.at(&format!("/consumers/{}", encode(&c.name))), c))
             .collect(),
         sweeps,
-        locks,
     }
 }
 
@@ -159,10 +240,16 @@ pub(crate) async fn overview(
 ) -> Page {
     let paused = q.is_ok_and(|Query(q)| q.paused.is_some_and(|p| p == "1"));
     let stats = ui.service.stats().await?;
+    // The navigation's dead counts, from the numbers read already.
+    let chrome = Chrome {
+        dead_messages: stats.outbox.dead,
+        dead_deliveries: stats.consumers.iter().map(|c| c.dead).sum(),
+        ..frame(&ui, &session, "overview")
+    };
     render(
         StatusCode::OK,
         &OverviewPage {
-            chrome: chrome(&ui, &session, "overview").await,
+            chrome,
             live: live(&ui, stats),
             paused,
         },
@@ -178,7 +265,7 @@ pub(crate) async fn overview_live(
     render(
         StatusCode::OK,
         &LiveFragment {
-            chrome: chrome(&ui, &session, "overview").await,
+            chrome: frame(&ui, &session, "overview"),
             live: live(&ui, stats),
             paused: false,
         },
@@ -200,6 +287,31 @@ mod tests {
             oldest_unsent_at: None,
             oldest_unsent_age_seconds: None,
         }
+    }
+
+    #[test]
+    fn sweeps_and_locks_are_named_as_an_operator_reads_them() {
+        assert_eq!(
+            sweep_name("outbox.retry.last-state"),
+            "The relay's retry sweep"
+        );
+        assert_eq!(
+            sweep_name("outbox.retry.run-lock"),
+            "The relay's retry sweep"
+        );
+        assert_eq!(
+            sweep_name("outbox.billing_db.retry.run-lock"),
+            "The relay's retry sweep (schema billing_db)"
+        );
+        assert_eq!(
+            sweep_name("outbox.consume-retry.billing.last-state"),
+            "Consume retries of billing"
+        );
+        assert_eq!(sweep_name("relay-sweep"), "relay-sweep");
+        assert_eq!(
+            sweep_base("outbox.retry.run-lock"),
+            sweep_base("outbox.retry.last-state")
+        );
     }
 
     #[test]

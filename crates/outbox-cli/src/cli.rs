@@ -269,8 +269,10 @@ struct DemoArgs {
     /// Hide the progress bar.
     #[arg(long)]
     quiet: bool,
-    /// After the flow, keep the in-memory stores and serve the dashboard on
-    /// loopback until Ctrl-C; prints one line with a one-time login URL.
+    /// After the flow, keep the in-memory stores, the relay and the consumer
+    /// running and serve the dashboard on loopback until Ctrl-C (what you requeue
+    /// there is published and handled again); prints one line with a one-time
+    /// login URL.
     #[arg(long)]
     serve: bool,
     /// Where `--serve` listens (loopback only; port 0 picks a free one).
@@ -480,7 +482,15 @@ async fn run_demo(a: DemoArgs) -> anyhow::Result<ExitCode> {
         eprintln!("error: {usage}");
         return Ok(ExitCode::from(2));
     }
-    let (s, world) = demo::run_keeping(&opts).await.context("demo failed")?;
+    let (s, world, flow) = demo::run_keeping(&opts).await.context("demo failed")?;
+    // Without --serve the flow stops here; with it, it runs while the dashboard
+    // is served, so an operator's requeue is published and handled again.
+    let flow = if a.serve {
+        Some(flow)
+    } else {
+        flow.stop().await?;
+        None
+    };
     eprintln!(
         "demo: {} publish failures and {} handler failures retried; {} redeliveries absorbed by the inbox; {} duplicate effects; {} sweeps",
         s.publish_failures,
@@ -504,6 +514,9 @@ async fn run_demo(a: DemoArgs) -> anyhow::Result<ExitCode> {
             cancel,
         )
         .await?;
+    }
+    if let Some(flow) = flow {
+        flow.stop().await?;
     }
     Ok(if s.lost == 0 && s.duplicate_effects == 0 {
         ExitCode::SUCCESS

@@ -13,15 +13,17 @@ use std::time::Duration;
 
 use outbox_adapters_memory::{
     ExchangeKind, MemoryBroker, MemoryInboxStore, MemoryLock, MemoryOutboxStore, MemorySweepState,
+    MemoryThroughputLog,
 };
 use outbox_core::{MessageId, NewMessage, OutboxStatus, RetryPolicy, SweepConfig};
-use outbox_ports::{Clock, InboxStore, OutboxStore, SystemClock};
+use outbox_ports::{Clock, InboxStore, OutboxStore, SystemClock, ThroughputKind};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use outbox_consumer::{ConsumerConfig, ConsumerWorker, HandlerError, HandlerRegistry, handler_fn};
 use outbox_relay::{
     Dispatcher, DispatcherConfig, LeaseFactory, PublishRetryTask, RelayCounters, RetrySweeper,
+    ThroughputRecorder,
 };
 
 const EXCHANGE: &str = "demo.orders";
@@ -154,6 +156,31 @@ pub struct DemoWorld {
     pub sweep_keys: Vec<String>,
     /// The sweep lock keys (relay's, consumer's).
     pub lock_keys: Vec<String>,
+    /// Published, consumed and failed attempts per minute, as the flow records
+    /// them (the overview's chart).
+    pub throughput: Arc<MemoryThroughputLog>,
+}
+
+/// The demo's relay, consumer and sweeps, still running after the flow settled:
+/// what an operator does on the dashboard (requeue, reconsume, publish now) is
+/// carried out as it would be by `outbox run` and a consumer.
+pub struct DemoFlow {
+    cancel: CancellationToken,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl DemoFlow {
+    /// Stops every task and waits for each to finish what it holds.
+    ///
+    /// # Errors
+    /// A task that panicked.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        self.cancel.cancel();
+        for t in self.tasks {
+            t.await?;
+        }
+        Ok(())
+    }
 }
 
 /// Runs the demo.
@@ -161,14 +188,17 @@ pub struct DemoWorld {
 /// # Errors
 /// When the options are out of range, or enqueueing fails.
 pub async fn run(opts: &DemoOptions) -> anyhow::Result<DemoSummary> {
-    run_keeping(opts).await.map(|(summary, _)| summary)
+    let (summary, _, flow) = run_keeping(opts).await?;
+    flow.stop().await?;
+    Ok(summary)
 }
 
-/// Runs the demo and hands back its stores as the flow left them.
+/// Runs the demo and hands back its stores as the flow left them, with the flow
+/// still running (stop it with [`DemoFlow::stop`]).
 ///
 /// # Errors
 /// When the options are out of range, or enqueueing fails.
-pub async fn run_keeping(opts: &DemoOptions) -> anyhow::Result<(DemoSummary, DemoWorld)> {
+pub async fn run_keeping(opts: &DemoOptions) -> anyhow::Result<(DemoSummary, DemoWorld, DemoFlow)> {
     opts.check().map_err(anyhow::Error::msg)?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let outbox = Arc::new(MemoryOutboxStore::new(Arc::clone(&clock)));
@@ -323,12 +353,47 @@ pub async fn run_keeping(opts: &DemoOptions) -> anyhow::Result<(DemoSummary, Dem
     )
     .with_reports(reports_tx);
 
-    let tasks = [
+    // The overview's chart, recorded as `outbox run` and a consumer record it,
+    // every half second so a short demo shows.
+    let throughput = Arc::new(MemoryThroughputLog::new(Arc::clone(&clock)));
+    let every = Duration::from_millis(500);
+    let recorders = [
+        ThroughputRecorder::of_total(
+            throughput.clone(),
+            ThroughputKind::Published,
+            Arc::clone(&relay_counters),
+            |c| &c.published,
+        ),
+        ThroughputRecorder::of_total(
+            throughput.clone(),
+            ThroughputKind::PublishFailed,
+            Arc::clone(&relay_counters),
+            |c| &c.publish_failures,
+        ),
+        ThroughputRecorder::of_total(
+            throughput.clone(),
+            ThroughputKind::Consumed,
+            Arc::clone(&consumer_counters),
+            |c| &c.consumed,
+        ),
+        ThroughputRecorder::of_total(
+            throughput.clone(),
+            ThroughputKind::ConsumeFailed,
+            Arc::clone(&consumer_counters),
+            |c| &c.consume_failures,
+        ),
+    ];
+    let mut tasks = vec![
         tokio::spawn(dispatcher.run(cancel.clone())),
         tokio::spawn(relay_sweeper.run(cancel.clone())),
         tokio::spawn(worker.run(cancel.clone())),
         tokio::spawn(consume_sweeper.run(cancel.clone())),
     ];
+    tasks.extend(
+        recorders
+            .into_iter()
+            .map(|r| tokio::spawn(r.every(every).run(cancel.clone()))),
+    );
 
     let bar = if opts.progress {
         indicatif::ProgressBar::new(opts.messages)
@@ -351,10 +416,6 @@ pub async fn run_keeping(opts: &DemoOptions) -> anyhow::Result<(DemoSummary, Dem
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     bar.finish_and_clear();
-    cancel.cancel();
-    for t in tasks {
-        t.await?;
-    }
 
     let stats = inbox.stats(CONSUMER).await?;
     let outbox_dead = outbox.count(OutboxStatus::Dead);
@@ -389,8 +450,9 @@ pub async fn run_keeping(opts: &DemoOptions) -> anyhow::Result<(DemoSummary, Dem
         clock,
         sweep_keys,
         lock_keys,
+        throughput,
     };
-    Ok((summary, world))
+    Ok((summary, world, DemoFlow { cancel, tasks }))
 }
 
 /// Messages that reached an end: consumed, or dead on either side.

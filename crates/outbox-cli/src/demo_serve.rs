@@ -1,5 +1,6 @@
-//! `outbox demo --serve`: after the flow, the demo's in-memory stores stay up and
-//! the dashboard serves them on loopback. One line on stdout gives the login URL,
+//! `outbox demo --serve`: after the flow, the demo's in-memory stores stay up, its
+//! relay and consumer keep running (what is requeued is published and handled
+//! again), and the dashboard serves them on loopback. One line on stdout gives the login URL,
 //! which carries a one-time secret (as notebook servers do): it opens one write
 //! session, named `demo` in the audit log, and is spent.
 
@@ -29,6 +30,7 @@ pub fn demo_service(world: &DemoWorld) -> AdminService {
     })
     .with_sweep_reports(world.state.clone(), world.sweep_keys.clone())
     .with_locks(world.lock.clone(), world.lock_keys.clone())
+    .with_throughput(world.throughput.clone())
     .with_clock(Arc::clone(&world.clock))
 }
 
@@ -124,8 +126,35 @@ mod tests {
             progress: false,
             ..DemoOptions::default()
         };
-        let (summary, world) = run_keeping(&opts).await.expect("demo");
+        let (summary, world, flow) = run_keeping(&opts).await.expect("demo");
         assert_eq!(summary.dead, 3);
+        // The relay and the consumer still run: a message written now is
+        // published and handled, as a requeued one would be.
+        let late = outbox_core::NewMessage::new("demo.orders", "order.created", b"{}".to_vec())
+            .with_type("order.created")
+            .into_message(
+                outbox_core::MessageId::from_uuid(uuid::Uuid::now_v7()),
+                world.clock.now(),
+            );
+        outbox_ports::OutboxStore::enqueue(&*world.outbox, vec![late.clone()])
+            .await
+            .expect("enqueue");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let handled =
+                outbox_ports::InboxOperator::get_delivery(&*world.inbox, "demo-billing", late.id)
+                    .await
+                    .expect("read")
+                    .map(|r| r.status);
+            if handled == Some(outbox_core::InboxStatus::Consumed) {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "a message written after the flow settled was never consumed: {handled:?}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
 
         let refused = serve(
             &world,
@@ -183,7 +212,11 @@ mod tests {
                 Some(&cookie),
             );
             assert_eq!(status, 200);
-            assert_eq!(body.matches("data-status=\"dead\"").count(), 3, "{body}");
+            assert_eq!(
+                body.matches("<tr data-id=").count(),
+                3,
+                "three dead rows: {body}"
+            );
             let (again, _, _) = request(&address, &path, None);
             assert_eq!(again, 401, "the login URL works once");
             let (api, _, _) = request(&address, "/api/v1/stats", None);
@@ -193,5 +226,6 @@ mod tests {
         .expect("requests");
         cancel.cancel();
         server.await.expect("joined").expect("served");
+        flow.stop().await.expect("the flow stops");
     }
 }

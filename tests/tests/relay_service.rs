@@ -484,6 +484,14 @@ async fn messages_end_dead_and_the_dead_commands_handle_them() {
         listed.contains("not found") || listed.contains("exchange"),
         "the error is shown: {listed}"
     );
+    // Times in RFC 3339, as everywhere else (not Rust's Display of a time).
+    assert!(
+        listed.lines().all(|l| {
+            let at = l.split('\t').nth(1).unwrap_or_default();
+            at.contains('T') && at.ends_with('Z') && !at.contains(' ')
+        }),
+        "{listed}"
+    );
     // Each failed publish is in the message's attempt history, numbered.
     let out = std::process::Command::new(BIN)
         .args(["messages", "show", &ids[2].to_string(), "--config"])

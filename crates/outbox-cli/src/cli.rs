@@ -796,7 +796,7 @@ async fn dead(
                 println!(
                     "{}\t{}\t{}\t{}\tattempts={}\t{}",
                     r.message.id,
-                    r.message.created_at,
+                    outbox_admin::params::format_time(r.message.created_at),
                     r.message.exchange,
                     r.message.routing_key,
                     r.publish.attempts,
@@ -898,7 +898,7 @@ async fn consumer_dead(
                 println!(
                     "{}\t{}\t{}\tattempts={}\t{}",
                     r.message.id,
-                    r.message.created_at,
+                    outbox_admin::params::format_time(r.message.created_at),
                     r.message.routing_key,
                     r.consume.attempts,
                     r.consume.last_error.as_deref().unwrap_or("")

@@ -73,6 +73,35 @@ impl Answer {
     }
 }
 
+/// A stream of server-sent events as it arrives.
+struct Events {
+    body: axum::body::BodyDataStream,
+    buffer: String,
+}
+
+impl Events {
+    /// The next event (its lines), or `None` when the stream ended or nothing came
+    /// within `wait`. Keep-alive comments are skipped.
+    async fn next(&mut self, wait: Duration) -> Option<String> {
+        use futures::StreamExt as _;
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let event: String = self.buffer.drain(..end + 2).collect();
+                if event.lines().all(|l| l.starts_with(':')) {
+                    continue;
+                }
+                return Some(event);
+            }
+            let chunk = tokio::time::timeout_at(deadline, self.body.next())
+                .await
+                .ok()??
+                .ok()?;
+            self.buffer.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    }
+}
+
 /// A browser: keeps cookies, sends forms.
 struct Browser {
     app: Router,
@@ -135,6 +164,27 @@ impl Browser {
 
     async fn get(&mut self, path: &str) -> Answer {
         self.send("GET", path, None).await
+    }
+
+    /// A GET whose body is read as it comes (a stream of server-sent events).
+    async fn open_stream(&self, path: &str) -> (StatusCode, axum::http::HeaderMap, Events) {
+        let cookie: Vec<String> = self
+            .cookies
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let request = Request::builder()
+            .uri(path)
+            .header(header::COOKIE, cookie.join("; "))
+            .body(Body::empty())
+            .expect("request");
+        let response = self.app.clone().oneshot(request).await.expect("infallible");
+        let (status, headers) = (response.status(), response.headers().clone());
+        let events = Events {
+            body: response.into_body().into_data_stream(),
+            buffer: String::new(),
+        };
+        (status, headers, events)
     }
 
     async fn post(&mut self, path: &str, form: &str) -> Answer {
@@ -653,11 +703,15 @@ async fn every_page_renders_and_what_users_sent_is_escaped() {
     let overview = b.get("/ui").await;
     assert_eq!(overview.status, StatusCode::OK);
     assert!(overview.body.contains(r#"id="count-dead">"#));
-    assert!(overview.body.contains("hx-trigger=\"every 5s\""));
+    assert!(
+        overview
+            .body
+            .contains("sse-connect=\"/ui/overview/stream\"")
+    );
     assert!(overview.body.contains("<svg class=\"chart\""));
     assert!(overview.body.contains("data-consumer=\"billing\""));
     let paused = b.get("/ui?paused=1").await;
-    assert!(!paused.body.contains("hx-trigger"), "paused: no polling");
+    assert!(!paused.body.contains("sse-connect"), "paused: no stream");
     assert!(paused.body.contains("Resume live refresh"));
     let live = b.get("/ui/overview/live").await;
     assert!(
@@ -1796,4 +1850,75 @@ async fn the_overview_charts_failures_with_axes_and_names_the_sweeps() {
         page.body
             .contains("■ failed attempts</span> (not recorded here)")
     );
+}
+
+/// The overview's live numbers come as server-sent events: the current fragment
+/// first, then a new one when a number changed, nothing while none did; the page
+/// connects to the stream instead of polling; the stream ends at shutdown.
+#[tokio::test]
+async fn the_overview_pushes_its_numbers_when_they_change_and_stops_at_shutdown() {
+    let (stop, shutdown) = tokio::sync::watch::channel(false);
+    let h = ui_harness(
+        tokens(),
+        UiOptions {
+            shutdown: Some(shutdown),
+            ..UiOptions::default()
+        },
+    );
+    h.dead(message("orders", "created", b"{}")).await;
+    let mut b = Browser::new(&h);
+    b.login(READ).await;
+    let page = b.get("/ui").await;
+    assert!(
+        page.body
+            .contains(r#"hx-ext="sse" sse-connect="/ui/overview/stream""#),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains(r#"sse-swap="live""#));
+    assert!(!page.body.contains("hx-trigger"), "no polling");
+
+    let (status, headers, mut events) = b.open_stream("/ui/overview/stream").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(headers[header::CONTENT_TYPE], "text/event-stream");
+    let first = events
+        .next(Duration::from_secs(10))
+        .await
+        .expect("an event");
+    assert!(first.starts_with("event: live\n"), "{first}");
+    assert!(
+        first.contains(r#"data: <section id="live""#) && first.contains(r#"id="count-dead">"#),
+        "{first}"
+    );
+    assert!(first.contains(r#"/messages?status=dead">1</a>"#), "{first}");
+    // Nothing changes: nothing is sent (only keep-alives, skipped).
+    assert_eq!(events.next(Duration::from_secs(3)).await, None);
+    h.dead(message("orders", "created", b"{}")).await;
+    let second = events
+        .next(Duration::from_secs(10))
+        .await
+        .expect("a change");
+    assert!(
+        second.contains(r#"/messages?status=dead">2</a>"#),
+        "{second}"
+    );
+
+    // A second page shares the poller and gets the numbers too.
+    let (_, _, mut other) = b.open_stream("/ui/overview/stream").await;
+    let seen = other.next(Duration::from_secs(10)).await.expect("an event");
+    assert!(seen.contains(r#"/messages?status=dead">2</a>"#), "{seen}");
+
+    stop.send(true).expect("send");
+    for stream in [&mut events, &mut other] {
+        let ended = tokio::time::timeout(Duration::from_secs(5), async {
+            while stream.next(Duration::from_secs(5)).await.is_some() {}
+        })
+        .await;
+        assert!(ended.is_ok(), "the stream ends at shutdown");
+    }
+
+    // No session, no stream.
+    let stranger = Browser::new(&h);
+    let (status, _, _) = stranger.open_stream("/ui/overview/stream").await;
+    assert_ne!(status, StatusCode::OK);
 }

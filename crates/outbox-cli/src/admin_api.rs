@@ -292,8 +292,13 @@ impl AdminConfig {
     }
 
     /// The dashboard's router over the same service and tokens, to nest at
-    /// [`UI_PATH`]; `None` when `[admin.ui] enabled = false`.
-    pub fn ui_router(&self, service: AdminService) -> Option<axum::Router> {
+    /// [`UI_PATH`]; `None` when `[admin.ui] enabled = false`. Its live streams
+    /// end when `shutdown` turns true (or its sender is dropped).
+    pub fn ui_router(
+        &self,
+        service: AdminService,
+        shutdown: Option<tokio::sync::watch::Receiver<bool>>,
+    ) -> Option<axum::Router> {
         self.ui.enabled.then(|| {
             outbox_admin::ui_router(
                 service,
@@ -307,6 +312,7 @@ impl AdminConfig {
                         .trusted_proxy
                         .as_ref()
                         .and_then(|p| p.proxy("admin").ok()),
+                    shutdown,
                     ..outbox_admin::UiOptions::default()
                 },
             )

@@ -661,7 +661,19 @@ async fn run_relay(cfg: RelayConfig) -> anyhow::Result<ExitCode> {
         .with_locks(wired.lock.clone(), vec![cfg.sweep.lock_key.clone()]);
     let pauses = wired.admin.pauses.clone();
     // The dashboard at /ui calls the same service under the same tokens.
-    let ui = cfg.admin.ui_router(admin_service.clone());
+    // Its live streams end when the relay stops: a graceful shutdown waits for
+    // open requests, and an open overview page would otherwise be one forever.
+    let (stop_ui, ui_shutdown) = tokio::sync::watch::channel(false);
+    {
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            cancel.cancelled().await;
+            let _ = stop_ui.send(true);
+        });
+    }
+    let ui = cfg
+        .admin
+        .ui_router(admin_service.clone(), Some(ui_shutdown));
     let admin = cfg.admin.router(admin_service);
     if cfg.http.enabled
         && !cfg.admin.tokens.is_empty()

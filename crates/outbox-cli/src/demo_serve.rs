@@ -36,9 +36,14 @@ pub fn demo_service(world: &DemoWorld) -> AdminService {
 
 /// The dashboard at [`UI_PATH`] (and the JSON API at [`ADMIN_API_PATH`], closed:
 /// the demo configures no token) over `world`, opened once by `secret`.
-pub fn demo_app(world: &DemoWorld, secret: &str) -> axum::Router {
+pub fn demo_app(
+    world: &DemoWorld,
+    secret: &str,
+    shutdown: Option<tokio::sync::watch::Receiver<bool>>,
+) -> axum::Router {
     let service = demo_service(world);
     let options = UiOptions {
+        shutdown,
         base: UI_PATH.to_owned(),
         one_time_login: Some(OneTimeLogin {
             secret: Secret::new(secret),
@@ -74,7 +79,16 @@ pub async fn serve(
         "--serve-address must be a loopback address (the demo's dashboard has a one-time login only), got {address}"
     );
     let secret = outbox_admin::random_secret(24).context("no randomness for the login secret")?;
-    let app = demo_app(world, &secret);
+    // The overview's live streams end with the server (Ctrl-C).
+    let (stop, shutdown) = tokio::sync::watch::channel(false);
+    {
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            cancel.cancelled().await;
+            let _ = stop.send(true);
+        });
+    }
+    let app = demo_app(world, &secret, Some(shutdown));
     let listener = tokio::net::TcpListener::bind(address)
         .await
         .with_context(|| format!("cannot serve the dashboard on {address}"))?;

@@ -98,6 +98,27 @@ async fn seeded_app() -> anyhow::Result<axum::Router> {
             )
             .await?;
     }
+    // One dead message of its own, requeued through the API while the overview is
+    // open (the live-update scenario), before any scenario counts the dead.
+    let live = message("live", 400);
+    outbox.enqueue(vec![live.clone()]).await?;
+    let lease = Lease::new("browser-seed-live", Duration::from_secs(30));
+    let claimed = outbox.claim_pending(&lease, 10).await?;
+    ensure!(
+        claimed.iter().map(|c| c.message.id).eq([live.id]),
+        "seeding the live message: {} claimed",
+        claimed.len()
+    );
+    outbox
+        .mark_publish_failed(
+            &lease,
+            &[PublishFailure {
+                id: live.id,
+                error: "broker said no (seeded)".into(),
+                decision: Decision::Dead,
+            }],
+        )
+        .await?;
     let pending: Vec<Message> = (0..PENDING).map(|n| message("orders", 200 + n)).collect();
     outbox.enqueue(pending).await?;
     // One consumer with two dead deliveries and a consumed one.
@@ -363,6 +384,50 @@ impl Scenarios<'_> {
         ensure!(actor == "ops", "signed in as {actor}");
         let path = self.path().await?;
         ensure!(path == "/ui", "after login at {path}");
+        Ok(())
+    }
+
+    /// A change made elsewhere (a requeue through the API) shows on the open
+    /// overview without a reload: the page's own marker survives, the count moves.
+    async fn a_change_shows_on_the_overview_without_a_reload(&self) -> anyhow::Result<()> {
+        self.goto("/ui").await?;
+        self.wait_for("#live-feed[sse-connect]").await?;
+        let before: u64 = self.text("#count-dead").await?.parse()?;
+        self.c
+            .execute("window.__outboxMarker = 'same page';", vec![])
+            .await?;
+        let script = "const done = arguments[arguments.length - 1];
+            const auth = {Authorization: 'Bearer ' + arguments[0]};
+            fetch('/api/v1/messages?status=dead&exchange=live&limit=1', {headers: auth})
+              .then(r => r.json())
+              .then(page => fetch('/api/v1/messages/' + page.items[0].id + '/requeue',
+                                  {method: 'POST', headers: auth}))
+              .then(r => done(r.status)).catch(e => done('error: ' + e));";
+        let status = self.c.execute_async(script, vec![json!(WRITE)]).await?;
+        ensure!(
+            status.as_u64() == Some(204),
+            "requeue through the API: {status}"
+        );
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            let shown: u64 = self.text("#count-dead").await?.parse()?;
+            if shown + 1 == before {
+                break;
+            }
+            ensure!(
+                std::time::Instant::now() < deadline,
+                "the overview still shows {shown} dead (was {before}) after the requeue"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let marker = self
+            .c
+            .execute("return window.__outboxMarker;", vec![])
+            .await?;
+        ensure!(
+            marker == json!("same page"),
+            "the page was reloaded: {marker}"
+        );
         Ok(())
     }
 
@@ -981,6 +1046,10 @@ async fn run(docs: Option<PathBuf>) -> anyhow::Result<()> {
             s.wrong_token_shows_the_form_again()
         );
         scenario!("log in", s.log_in());
+        scenario!(
+            "a change shows on the overview without a reload",
+            s.a_change_shows_on_the_overview_without_a_reload()
+        );
         scenario!(
             "overview counts match /api/v1/stats",
             s.overview_counts_match_the_api()

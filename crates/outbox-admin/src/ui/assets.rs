@@ -8,6 +8,9 @@ use axum::response::{IntoResponse, Response};
 
 /// htmx 2.0.11, unmodified (`dist/htmx.min.js` of the npm package `htmx.org`).
 pub(crate) const HTMX: &[u8] = include_bytes!("../../assets/htmx-2.0.11.min.js");
+/// htmx's SSE extension 2.2.4, unmodified (`dist/sse.min.js` of the npm package
+/// `htmx-ext-sse`): the overview's live numbers.
+pub(crate) const HTMX_SSE: &[u8] = include_bytes!("../../assets/htmx-ext-sse-2.2.4.min.js");
 /// The stylesheet: light and dark (system preference, or the theme cookie).
 pub(crate) const STYLE: &[u8] = include_bytes!("../../assets/style.css");
 /// One-click copy of an id (`button[data-copy]`), written for this project.
@@ -19,6 +22,7 @@ pub(crate) const FAVICON: &[u8] = include_bytes!("../../assets/favicon.svg");
 pub(crate) async fn serve(Path(file): Path<String>) -> Response {
     let (body, content_type) = match file.as_str() {
         "htmx.min.js" => (HTMX, "text/javascript; charset=utf-8"),
+        "htmx-ext-sse.min.js" => (HTMX_SSE, "text/javascript; charset=utf-8"),
         "style.css" => (STYLE, "text/css; charset=utf-8"),
         "copy.js" => (COPY, "text/javascript; charset=utf-8"),
         "favicon.svg" => (FAVICON, "image/svg+xml"),

@@ -39,7 +39,7 @@ pub(crate) use dead_letters::{dead_letter, dead_letters};
 pub(crate) use detail::{delivery, message};
 pub(crate) use failures::{delete_group, failures, reconsume_group, requeue_group};
 pub(crate) use lists::{deliveries, messages};
-pub(crate) use overview::{overview, overview_live};
+pub(crate) use overview::{live_fragment, overview, overview_live};
 pub(crate) use pauses::{pause, pauses, resume};
 pub(crate) use selection::{deliveries_selected, messages_selected};
 
@@ -80,6 +80,25 @@ async fn chrome(ui: &Ui, session: &Session, nav: &'static str) -> Chrome {
         dead_messages,
         dead_deliveries,
         ..frame(ui, session, nav)
+    }
+}
+
+impl Chrome {
+    /// The frame of what no session is rendered for (the live fragment, which
+    /// uses only the mount point): nobody signed in, no token, read only.
+    pub(crate) fn bare(ui: &Ui) -> Self {
+        Self {
+            dead_messages: 0,
+            dead_deliveries: 0,
+            base: ui.options.base.clone(),
+            home: ui.home(),
+            csrf: String::new(),
+            actor: String::new(),
+            role: "read",
+            can_write: false,
+            theme: "auto",
+            nav: "overview",
+        }
     }
 }
 

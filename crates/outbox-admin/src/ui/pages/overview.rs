@@ -14,7 +14,9 @@ use crate::ui::filters::encode;
 use crate::ui::render::render;
 use crate::ui::session::Session;
 use crate::ui::view;
-use crate::ui::{Page, Ui};
+use std::sync::Arc;
+
+use crate::ui::{Page, Ui, UiError};
 
 /// The overview's live numbers.
 pub(crate) struct Live {
@@ -256,7 +258,22 @@ pub(crate) async fn overview(
     )
 }
 
-/// `GET <base>/overview/live`: the overview's numbers alone (what htmx polls).
+/// The overview's live fragment as HTML, the same for every session (it shows no
+/// one's name or token): what the live stream sends.
+pub(crate) async fn live_fragment(ui: &Arc<Ui>) -> Result<String, UiError> {
+    let stats = ui.service.stats().await?;
+    let fragment = LiveFragment {
+        chrome: Chrome::bare(ui),
+        live: live(ui, stats),
+        paused: false,
+    };
+    fragment.render().map_err(|e| {
+        tracing::error!(error = %e, "template failed");
+        UiError::Render
+    })
+}
+
+/// `GET <base>/overview/live`: the overview's numbers alone.
 pub(crate) async fn overview_live(
     State(ui): UiState,
     Extension(session): Extension<Session>,

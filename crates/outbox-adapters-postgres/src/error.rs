@@ -36,6 +36,19 @@ pub enum PgConfigError {
         /// Why.
         reason: String,
     },
+    /// The schema lacks migrations this build needs (or has no tables at all).
+    #[error(
+        "schema {schema} is {found}, this outbox needs migration {needed}: run `outbox migrate` \
+         (or set postgres.migrate_on_start = true) before starting it"
+    )]
+    SchemaBehind {
+        /// The schema.
+        schema: String,
+        /// What it has: `at migration N`, or `without the outbox's tables`.
+        found: String,
+        /// The newest migration this build embeds.
+        needed: i64,
+    },
 }
 
 pub(crate) use outbox_core::config::{redact_secret_in as redact, redact_url};

@@ -46,7 +46,7 @@ pub use lock::PgLock;
 pub use outbox::{PgOutbox, PgOutboxStore};
 pub use outbox_core::config::redact_url;
 pub use pauses::PgPauses;
-pub use schema::{MAX_SCHEMA_LEN, PgSchema, migrate};
+pub use schema::{MAX_SCHEMA_LEN, PgSchema, check_current, migrate};
 pub use state::PgSweepState;
 pub use throughput::PgThroughputLog;
 pub use wakeup::{PgWakeup, Wake};

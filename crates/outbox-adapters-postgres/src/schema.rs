@@ -143,6 +143,45 @@ pub async fn migrate(pool: &PgPool, schema: &PgSchema) -> Result<(), PgConfigErr
     result
 }
 
+/// Checks that `schema` has every migration this build embeds: new code on an
+/// older schema would fail its statements (a failure mark writing a column the
+/// schema lacks would leave the row leased and published again, never dead).
+///
+/// # Errors
+/// [`PgConfigError::SchemaBehind`] naming what the schema has and what is needed;
+/// [`PgConfigError::Migration`] when the check itself cannot read.
+pub async fn check_current(pool: &PgPool, schema: &PgSchema) -> Result<(), PgConfigError> {
+    let needed = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
+    let read = sqlx::query_scalar::<_, Option<i64>>(&format!(
+        "SELECT max(version) FROM {}._sqlx_migrations WHERE success",
+        schema.quoted()
+    ))
+    .fetch_one(pool)
+    .await;
+    let found = match read {
+        Ok(Some(v)) if v >= needed => return Ok(()),
+        Ok(Some(v)) => format!("at migration {v}"),
+        Ok(None) => "without the outbox's tables".to_owned(),
+        // 42P01: no migrations table (never migrated); 3F000: no such schema.
+        Err(sqlx::Error::Database(db))
+            if matches!(db.code().as_deref(), Some("42P01" | "3F000")) =>
+        {
+            "without the outbox's tables".to_owned()
+        }
+        Err(e) => {
+            return Err(PgConfigError::Migration {
+                schema: schema.to_string(),
+                reason: format!("cannot read its migrations: {e}"),
+            });
+        }
+    };
+    Err(PgConfigError::SchemaBehind {
+        schema: schema.to_string(),
+        found,
+        needed,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

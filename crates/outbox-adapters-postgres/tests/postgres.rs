@@ -1138,3 +1138,44 @@ async fn a_connection_the_server_closed_while_idle_in_the_pool_is_replaced_when_
         .expect("an idle connection the server closed is replaced, not handed out");
     assert_ne!(again, pid);
 }
+
+/// A schema without every migration this build embeds is refused, naming what it
+/// has, what is needed and `outbox migrate`; so is one without any tables.
+#[tokio::test]
+async fn a_schema_behind_this_build_is_refused_naming_outbox_migrate() {
+    with_db!(|pool, schema| {
+        outbox_adapters_postgres::check_current(&pool, &schema)
+            .await
+            .expect("a freshly migrated schema is current");
+        let table = format!("{}._sqlx_migrations", schema.quoted());
+        let newest: i64 = sqlx::query_scalar(&format!("SELECT max(version) FROM {table}"))
+            .fetch_one(&pool)
+            .await
+            .expect("versions");
+        sqlx::query(&format!("DELETE FROM {table} WHERE version = $1"))
+            .bind(newest)
+            .execute(&pool)
+            .await
+            .expect("forget the newest");
+        let behind = outbox_adapters_postgres::check_current(&pool, &schema)
+            .await
+            .expect_err("one migration behind")
+            .to_string();
+        assert!(
+            behind.contains("is at migration")
+                && behind.contains(&format!("needs migration {newest}"))
+                && behind.contains("outbox migrate"),
+            "{behind}"
+        );
+        let empty = PgSchema::new(&format!("{schema}_none")).expect("name");
+        let none = outbox_adapters_postgres::check_current(&pool, &empty)
+            .await
+            .expect_err("no tables")
+            .to_string();
+        assert!(none.contains("without the outbox's tables"), "{none}");
+        migrate(&pool, &schema).await.expect("migrate again");
+        outbox_adapters_postgres::check_current(&pool, &schema)
+            .await
+            .expect("current once migrated");
+    })
+}

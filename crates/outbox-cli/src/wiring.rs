@@ -79,10 +79,11 @@ pub async fn postgres(cfg: &RelayConfig) -> anyhow::Result<Option<(PgPool, PgSch
     Ok(Some((pool, schema)))
 }
 
-/// Runs the migrations when `postgres.migrate_on_start` asks for them.
+/// Runs the migrations when `postgres.migrate_on_start` asks for them, then
+/// checks the schema has every migration this build needs.
 ///
 /// # Errors
-/// Failed migrations.
+/// Failed migrations; a schema behind this build (naming `outbox migrate`).
 pub async fn migrate_if_asked(
     cfg: &RelayConfig,
     postgres: Option<&(PgPool, PgSchema)>,
@@ -91,6 +92,7 @@ pub async fn migrate_if_asked(
         if pg.migrate_on_start {
             outbox_adapters_postgres::migrate(pool, schema).await?;
         }
+        outbox_adapters_postgres::check_current(pool, schema).await?;
     }
     Ok(())
 }

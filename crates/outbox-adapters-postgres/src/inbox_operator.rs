@@ -224,9 +224,11 @@ impl InboxOperator for PgInboxStore {
             #[sqlx(flatten)]
             row: MessageRow,
         }
+        // With each side's attempt history: a message's page shows every consumer's.
         let sql = format!(
-            "SELECT consumer, {} FROM {} WHERE message_id = $1 ORDER BY consumer",
+            "SELECT consumer, {}{} FROM {} WHERE message_id = $1 ORDER BY consumer",
             read_columns("message_id", "consumed_at"),
+            crate::rows::HISTORY_COLUMNS,
             self.inbox()
         );
         sqlx::query_as::<_, Row>(&sql)

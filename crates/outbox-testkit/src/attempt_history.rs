@@ -186,4 +186,20 @@ pub async fn failed_handler_attempts_are_kept_newest_ten(i: InboxUnderTest) {
         shown(&theirs.consume.failed_attempts),
         [(1, "other error".to_owned())]
     );
+    // A message's deliveries, every consumer's side: each with its own history.
+    let sides = i.operator.deliveries_of(m.id).await.expect("deliveries of");
+    assert_eq!(sides.len(), 2);
+    for side in &sides {
+        let want = if side.consumer == consumer {
+            numbered(3..=rounds, "cannot bill")
+        } else {
+            vec![(1, "other error".to_owned())]
+        };
+        assert_eq!(
+            shown(&side.consume.failed_attempts),
+            want,
+            "{}",
+            side.consumer
+        );
+    }
 }

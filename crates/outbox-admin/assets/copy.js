@@ -5,6 +5,8 @@ document.addEventListener("click", function (event) {
   var button = event.target.closest("button[data-copy]");
   if (!button) return;
   event.preventDefault();
+  // A second click while it says "copied" would take that for its label.
+  if (button.hasAttribute("data-copied")) return;
   var text = button.getAttribute("data-copy");
   var done = function () {
     var label = button.textContent;

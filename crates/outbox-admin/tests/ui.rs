@@ -1720,7 +1720,7 @@ async fn ticked_rows_are_requeued_after_a_dialog_that_counts_them() {
     let after = b.get(done.location()).await;
     assert!(
         after.body.contains(
-            "Requeued 2 of the 3 selected. The other one was not in a status that allows it."
+            "Requeued 2 of the 3 selected. The other one was left as it was: its status does not allow it, or it is gone or busy."
         ),
         "{}",
         after.body
@@ -1742,6 +1742,10 @@ async fn ticked_rows_are_requeued_after_a_dialog_that_counts_them() {
     let none = b
         .post("/ui/messages/selected", &format!("csrf={csrf}&verb=delete"))
         .await;
+    // A notice from a URL whose counts do not add up is no notice (no underflow).
+    let odd = b.get("/ui/messages?notice=requeued-5-of-3").await;
+    assert_eq!(odd.status, StatusCode::OK);
+    assert!(!odd.body.contains("id=\"notice\""), "{}", odd.body);
     assert_eq!(none.location(), "/ui/messages?notice=none-selected");
     // No token, no action; a consumer's list takes reconsume only.
     let refused = b

@@ -324,11 +324,11 @@ fn dead_letter_line(d: &DeadLetterView) -> String {
     format!(
         "{}\t{}\t{}\t{}\tmessage_id={}\t{}",
         d.id,
-        d.consumer,
+        printable(&d.consumer),
         d.received_at,
-        d.routing_key,
-        or_dash(d.message_id.as_deref()),
-        d.reason
+        printable(&d.routing_key),
+        printable(or_dash(d.message_id.as_deref())),
+        printable(&d.reason)
     )
 }
 
@@ -348,7 +348,7 @@ pub(crate) fn dead_letter_page(page: &DeadLetterPage) {
             printable(&d.consumer),
             d.received_at.clone(),
             printable(&d.routing_key),
-            or_dash(d.message_id.as_deref()).to_owned(),
+            printable(or_dash(d.message_id.as_deref())),
             printable(&d.reason),
         ]);
     }

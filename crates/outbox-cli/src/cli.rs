@@ -809,10 +809,10 @@ async fn dead(
                     "{}\t{}\t{}\t{}\tattempts={}\t{}",
                     r.message.id,
                     outbox_admin::params::format_time(r.message.created_at),
-                    r.message.exchange,
-                    r.message.routing_key,
+                    crate::admin_output::printable(&r.message.exchange),
+                    crate::admin_output::printable(&r.message.routing_key),
                     r.publish.attempts,
-                    r.publish.last_error.as_deref().unwrap_or("")
+                    crate::admin_output::printable(r.publish.last_error.as_deref().unwrap_or(""))
                 );
             }
             eprintln!("{} dead message(s) shown", dead.len());
@@ -911,9 +911,9 @@ async fn consumer_dead(
                     "{}\t{}\t{}\tattempts={}\t{}",
                     r.message.id,
                     outbox_admin::params::format_time(r.message.created_at),
-                    r.message.routing_key,
+                    crate::admin_output::printable(&r.message.routing_key),
                     r.consume.attempts,
-                    r.consume.last_error.as_deref().unwrap_or("")
+                    crate::admin_output::printable(r.consume.last_error.as_deref().unwrap_or(""))
                 );
             }
             let service = admin_cli::service(cfg).await?;

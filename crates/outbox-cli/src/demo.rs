@@ -164,8 +164,10 @@ pub struct DemoWorld {
 /// The demo's relay, consumer and sweeps, still running after the flow settled:
 /// what an operator does on the dashboard (requeue, reconsume, publish now) is
 /// carried out as it would be by `outbox run` and a consumer.
+/// Dropped without [`DemoFlow::stop`] (an error on the way), it still cancels
+/// every task; they then stop on their own.
 pub struct DemoFlow {
-    cancel: CancellationToken,
+    cancel: tokio_util::sync::DropGuard,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -175,7 +177,7 @@ impl DemoFlow {
     /// # Errors
     /// A task that panicked.
     pub async fn stop(self) -> anyhow::Result<()> {
-        self.cancel.cancel();
+        drop(self.cancel);
         for t in self.tasks {
             t.await?;
         }
@@ -280,6 +282,8 @@ pub async fn run_keeping(opts: &DemoOptions) -> anyhow::Result<(DemoSummary, Dem
     let lock_keys = vec![relay_sweep.lock_key.clone(), consume_sweep.lock_key.clone()];
 
     let cancel = CancellationToken::new();
+    // Cancels every task below if this returns early with an error.
+    let guard = cancel.clone().drop_guard();
     let relay_counters = Arc::new(RelayCounters::default());
     let instance = LeaseFactory::instance_id("demo-relay");
     let dispatcher = Dispatcher::new(
@@ -452,7 +456,14 @@ pub async fn run_keeping(opts: &DemoOptions) -> anyhow::Result<(DemoSummary, Dem
         lock_keys,
         throughput,
     };
-    Ok((summary, world, DemoFlow { cancel, tasks }))
+    Ok((
+        summary,
+        world,
+        DemoFlow {
+            cancel: guard,
+            tasks,
+        },
+    ))
 }
 
 /// Messages that reached an end: consumed, or dead on either side.

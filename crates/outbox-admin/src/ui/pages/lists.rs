@@ -216,7 +216,15 @@ async fn list(
         "messages"
     };
     let q = query(q)?;
-    let counts = ui.service.status_counts(consumer).await?;
+    // A convenience: a store slow to count (a big backlog under a statement
+    // timeout) must not take the list down with it; the tabs then show no counts.
+    let counts = match ui.service.status_counts(consumer).await {
+        Ok(counts) => counts,
+        Err(e) => {
+            tracing::debug!(error = %e, "status counts not read");
+            Vec::new()
+        }
+    };
     let mut page = ListPage {
         tabs: tabs(kind.side, &kind.list_href, &q, &counts),
         chrome: chrome(ui, session, nav).await,

@@ -149,17 +149,13 @@ fn notice_text(notice: Option<&str>) -> Option<String> {
             };
             if let Some((n, of)) = n.split_once("-of-") {
                 let (n, of): (u64, u64) = (n.parse().ok()?, of.parse().ok()?);
-                let rest = if n == of {
-                    String::new()
-                } else {
-                    format!(
-                        " The other {} not in a status that allows it.",
-                        if of - n == 1 {
-                            "one was".to_owned()
-                        } else {
-                            format!("{} were", of - n)
-                        }
-                    )
+                // From a URL: a changed count past the selected one is no notice.
+                let rest = match of.checked_sub(n)? {
+                    0 => String::new(),
+                    1 => " The other one was left as it was: its status does not allow it, or it is gone or busy.".to_owned(),
+                    others => format!(
+                        " The other {others} were left as they were: their status does not allow it, or they are gone or busy."
+                    ),
                 };
                 return Some(format!("{verb} {n} of the {of} selected.{rest}"));
             }

@@ -3,6 +3,8 @@
 //! the service's single-row action (so each is checked and audited on its own),
 //! and back to the list with how many changed.
 
+use std::sync::Arc;
+
 use askama::Template;
 use axum::Extension;
 use axum::body::Bytes;
@@ -18,6 +20,7 @@ use crate::ui::render::render;
 use crate::ui::session::{Session, check_write, redirect};
 use crate::ui::view;
 use crate::ui::{Page, Ui};
+use outbox_core::MessageId;
 
 /// The most rows one selection acts on: a page's worth at the largest page size.
 pub(crate) const MAX_SELECTED: usize = 1000;
@@ -133,7 +136,7 @@ fn list_url(list: &str, filters: &[(&'static str, String)], extra: Option<(&str,
 
 /// A selection of the outbox's list (`consumer` `None`) or of a consumer's.
 async fn selected(
-    ui: &Ui,
+    ui: &Arc<Ui>,
     session: &Session,
     headers: &HeaderMap,
     consumer: Option<&str>,
@@ -213,32 +216,77 @@ async fn selected(
         };
         return render(StatusCode::OK, &page);
     }
-    let actor = &session.actor.name;
-    let mut changed = 0u64;
-    for id in &ids {
-        let outcome = match (verb, consumer) {
-            (Verb::Requeue, None) => ui.service.requeue_message(actor, *id).await,
-            (Verb::Delete, None) => ui.service.delete_message(actor, *id, false).await,
-            (Verb::Reconsume, Some(name)) => ui.service.reconsume(actor, name, *id, false).await,
-            // Verb::parse takes requeue and delete for the outbox only, reconsume
-            // for a consumer only.
-            _ => return Err(AdminError::bad("bad_body", "no such action on this list").into()),
-        };
-        match outcome {
-            Ok(()) => changed += 1,
-            // Refused for this row (not found, a status that does not allow it,
-            // replayed): passed over, as a bulk action passes it over.
-            Err(e) if e.status_and_code().0.is_client_error() => {}
-            // A store that cannot be reached: stop, and say so.
-            Err(e) => return Err(e.into()),
+    // In a task of its own: a browser that goes away mid-way (a closed tab, a
+    // proxy's timeout) does not cut the loop between an action and its audit.
+    let job = tokio::spawn(act_on_each(
+        Arc::clone(ui),
+        session.actor.name.clone(),
+        verb,
+        consumer.map(str::to_owned),
+        ids.clone(),
+    ));
+    let changed = match job.await {
+        Ok(Ok(changed)) => changed,
+        Ok(Err((changed, e))) => {
+            // Said with how far it got: what changed before the error stays.
+            return Err(AdminError::Port(outbox_ports::PortError::transient(
+                "act on the selected rows",
+                format!("stopped after {changed} of {} changed: {e}", ids.len()),
+            ))
+            .into());
         }
-    }
+        Err(e) => {
+            return Err(AdminError::Port(outbox_ports::PortError::transient(
+                "act on the selected rows",
+                format!("the action stopped: {e}"),
+            ))
+            .into());
+        }
+    };
     let notice = format!("{}-{changed}-of-{}", verb.done(), ids.len());
     Ok(redirect(&list_url(
         &list,
         &form.filters,
         Some(("notice", &notice)),
     )))
+}
+
+/// Each row through the service's single-row action; how many changed. A row
+/// refused for what it is (gone, a status that does not allow it, busy, replayed)
+/// is passed over, as a bulk action passes it over; anything else stops the loop,
+/// with how many had changed.
+async fn act_on_each(
+    ui: Arc<Ui>,
+    actor: String,
+    verb: Verb,
+    consumer: Option<String>,
+    ids: Vec<MessageId>,
+) -> Result<u64, (u64, AdminError)> {
+    let mut changed = 0u64;
+    for id in ids {
+        let outcome = match (verb, consumer.as_deref()) {
+            (Verb::Requeue, None) => ui.service.requeue_message(&actor, id).await,
+            (Verb::Delete, None) => ui.service.delete_message(&actor, id, false).await,
+            (Verb::Reconsume, Some(name)) => ui.service.reconsume(&actor, name, id, false).await,
+            // Verb::parse takes requeue and delete for the outbox only, reconsume
+            // for a consumer only.
+            _ => Err(AdminError::bad("bad_body", "no such action on this list")),
+        };
+        match outcome {
+            Ok(()) => changed += 1,
+            Err(e) if passed_over(&e) => {}
+            Err(e) => return Err((changed, e)),
+        }
+    }
+    Ok(changed)
+}
+
+/// Whether `e` refuses one row for what it is, not the action as a whole.
+fn passed_over(e: &AdminError) -> bool {
+    matches!(
+        e.status_and_code().1,
+        "not_found" | "illegal_transition" | "not_deletable" | "busy" | "refused"
+    )
 }
 
 fn capitalised(word: &str) -> String {
@@ -269,4 +317,38 @@ pub(crate) async fn deliveries_selected(
 ) -> Page {
     let name = crate::params::text("consumer", path(name)?)?;
     selected(&ui, &session, &headers, Some(&name), &body).await
+}
+
+#[cfg(test)]
+mod tests {
+    use outbox_core::{OutboxStatus, TransitionError};
+    use outbox_ports::PortError;
+
+    use super::passed_over;
+    use crate::AdminError;
+
+    #[test]
+    fn only_a_refusal_of_the_row_itself_is_passed_over() {
+        for e in [
+            AdminError::Port(PortError::NotFound {
+                what: "message",
+                id: "7".into(),
+            }),
+            AdminError::Port(PortError::IllegalTransition(TransitionError::Outbox {
+                from: OutboxStatus::Sent,
+                to: OutboxStatus::Pending,
+            })),
+        ] {
+            assert!(passed_over(&e), "{e}");
+        }
+        for e in [
+            AdminError::Forbidden {
+                actor: "viewer".into(),
+            },
+            AdminError::bad("bad_body", "no"),
+            AdminError::Port(PortError::transient("requeue", "connection refused")),
+        ] {
+            assert!(!passed_over(&e), "{e}");
+        }
+    }
 }

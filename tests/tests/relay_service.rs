@@ -1726,3 +1726,94 @@ async fn the_replay_command_edits_a_dead_message_only_when_editing_is_on() {
     assert_ne!(code, Some(0), "a replayed delivery is not reconsumed");
     assert!(stderr.contains("replayed as"), "{stderr}");
 }
+
+/// curl with the cookie jar `jar`: (status, body).
+async fn browse(jar: &std::path::Path, url: &str, form: Option<&str>) -> (u16, String) {
+    let mut c = Command::new("curl");
+    c.args(["-s", "-o", "-", "-w", "\n%{http_code}", "-c"])
+        .arg(jar)
+        .arg("-b")
+        .arg(jar);
+    if let Some(form) = form {
+        c.args(["--data", form]);
+    }
+    let out = c.arg(url).output().await.expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_owned())
+}
+
+/// A dashboard session is kept in the outbox's schema: after `outbox run` is
+/// stopped and started again, the browser's cookie still opens the dashboard;
+/// the table holds a hash of the cookie's secret, never the secret.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dashboard_session_survives_a_restart_of_outbox_run() {
+    let Some(w) = World::new("uisession").await else {
+        return;
+    };
+    let port = free_port();
+    let cfg = w.config(
+        "sessions",
+        &format!(
+            "[http]\naddress = \"127.0.0.1:{port}\"\n\
+             [[admin.tokens]]\nname = \"ops-alice\"\nsecret = \"{WRITE_SECRET}\"\nrole = \"write\"\n"
+        ),
+    );
+    let base = format!("http://127.0.0.1:{port}");
+    let jar = std::env::temp_dir().join(format!("outbox-jar-{}", w.schema));
+    let _ = std::fs::remove_file(&jar);
+    let up = async || {
+        w.wait_until("HTTP up", 20, async || {
+            api(port, "GET", "/healthz", None).await.0 == 200
+        })
+        .await;
+    };
+    let relay = w.relay(&cfg);
+    up().await;
+    let (status, form) = browse(&jar, &format!("{base}/ui/login"), None).await;
+    assert_eq!(status, 200);
+    let nonce = form
+        .split("name=\"login_csrf\" value=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .expect("the login form's nonce");
+    let (status, _) = browse(
+        &jar,
+        &format!("{base}/ui/login"),
+        Some(&format!("token={WRITE_SECRET}&login_csrf={nonce}")),
+    )
+    .await;
+    assert_eq!(status, 303, "logged in");
+    let jar_text = std::fs::read_to_string(&jar).expect("the cookie jar");
+    let cookie = jar_text
+        .lines()
+        .find_map(|l| {
+            l.split_once("outbox_session\t")
+                .map(|(_, v)| v.trim().to_owned())
+        })
+        .expect("a session cookie");
+    let stored: Vec<String> = sqlx::query_scalar(&format!(
+        "SELECT id FROM {}.outbox_ui_sessions",
+        w.schema.quoted()
+    ))
+    .fetch_all(&w.pool)
+    .await
+    .expect("sessions table");
+    assert_eq!(stored.len(), 1);
+    assert!(
+        !stored[0].contains(&cookie) && !cookie.contains(&stored[0]),
+        "stored under a hash of the cookie"
+    );
+    assert!(relay.terminate().await.success());
+
+    let relay = w.relay(&cfg);
+    up().await;
+    let (status, page) = browse(&jar, &format!("{base}/ui"), None).await;
+    assert_eq!(status, 200, "still signed in after the restart: {page}");
+    assert!(
+        page.contains(r#"<strong id="actor">ops-alice</strong>"#),
+        "{page}"
+    );
+    assert!(relay.terminate().await.success());
+    let _ = std::fs::remove_file(&jar);
+}

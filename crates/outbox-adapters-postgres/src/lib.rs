@@ -35,6 +35,8 @@ mod schema;
 mod state;
 mod storable;
 mod throughput;
+#[cfg(feature = "ui-sessions")]
+mod ui_sessions;
 mod vacuum;
 mod wakeup;
 
@@ -49,6 +51,8 @@ pub use pauses::PgPauses;
 pub use schema::{MAX_SCHEMA_LEN, PgSchema, check_current, migrate};
 pub use state::PgSweepState;
 pub use throughput::PgThroughputLog;
+#[cfg(feature = "ui-sessions")]
+pub use ui_sessions::{UI_SESSIONS_TABLE, delete_expired_ui_sessions, ui_sessions};
 pub use wakeup::{PgWakeup, Wake};
 
 /// Re-export of the sqlx items callers need to hold transactions for enqueue.

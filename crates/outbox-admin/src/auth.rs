@@ -82,6 +82,12 @@ impl AdminAuth {
         Self { tokens }
     }
 
+    /// The configured token named `name`.
+    #[cfg(feature = "ui")]
+    pub(crate) fn token_named(&self, name: &str) -> Option<&AdminToken> {
+        self.tokens.iter().find(|t| t.name == name)
+    }
+
     /// Whether no token is configured (then everything is refused).
     #[must_use]
     pub fn is_empty(&self) -> bool {

@@ -367,10 +367,14 @@ async fn secure_cookies_when_configured_and_sessions_expire() {
         .get_all(header::SET_COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
-        .find(|c| c.starts_with("outbox_session="))
-        .expect("session cookie")
+        .find(|c| c.starts_with("__Host-outbox_session="))
+        .expect("session cookie, with the __Host- prefix when secure")
         .to_owned();
     assert!(cookie.contains("; Secure"), "{cookie}");
+    assert!(
+        cookie.contains("; Path=/;") && !cookie.contains("Domain"),
+        "a __Host- cookie is for the whole host: {cookie}"
+    );
     // A session of zero length is over at once.
     assert_eq!(b.get("/ui").await.status, StatusCode::SEE_OTHER);
 }
@@ -1925,4 +1929,182 @@ async fn the_overview_pushes_its_numbers_when_they_change_and_stops_at_shutdown(
     let stranger = Browser::new(&h);
     let (status, _, _) = stranger.open_stream("/ui/overview/stream").await;
     assert_ne!(status, StatusCode::OK);
+}
+
+/// Sessions in a shared store (PostgreSQL under `outbox run`; a map here).
+#[derive(Debug, Default)]
+struct SharedSessions(
+    std::sync::Mutex<
+        HashMap<tower_sessions_core::session::Id, tower_sessions_core::session::Record>,
+    >,
+);
+
+#[async_trait::async_trait]
+impl tower_sessions_core::SessionStore for SharedSessions {
+    async fn save(
+        &self,
+        record: &tower_sessions_core::session::Record,
+    ) -> tower_sessions_core::session_store::Result<()> {
+        self.0
+            .lock()
+            .expect("lock")
+            .insert(record.id, record.clone());
+        Ok(())
+    }
+
+    async fn load(
+        &self,
+        id: &tower_sessions_core::session::Id,
+    ) -> tower_sessions_core::session_store::Result<Option<tower_sessions_core::session::Record>>
+    {
+        Ok(self.0.lock().expect("lock").get(id).cloned())
+    }
+
+    async fn delete(
+        &self,
+        id: &tower_sessions_core::session::Id,
+    ) -> tower_sessions_core::session_store::Result<()> {
+        self.0.lock().expect("lock").remove(id);
+        Ok(())
+    }
+}
+
+/// With a shared session store, a session opened on one instance (or before a
+/// restart) is good on another; it is stored under a hash, never the cookie; it
+/// ends with its token (removed or given another secret) and takes the token's
+/// role now; a logout anywhere ends it everywhere.
+#[tokio::test]
+async fn a_session_in_a_shared_store_survives_a_restart_and_follows_its_token() {
+    let store = Arc::new(SharedSessions::default());
+    let with = |tokens: Vec<AdminToken>| {
+        ui_harness(
+            tokens,
+            UiOptions {
+                session_store: Some(store.clone()),
+                ..UiOptions::default()
+            },
+        )
+    };
+    let first = with(tokens());
+    let mut b = Browser::new(&first);
+    b.login(WRITE).await;
+    let cookie = b
+        .cookies
+        .get("outbox_session")
+        .cloned()
+        .expect("a session cookie");
+    let keys: Vec<String> = store
+        .0
+        .lock()
+        .expect("lock")
+        .keys()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(keys.len(), 1);
+    assert!(
+        !keys[0].contains(&cookie) && !cookie.contains(&keys[0]),
+        "stored under a hash"
+    );
+
+    // "Restarted": another instance over the same store and tokens.
+    let restarted = with(tokens());
+    let mut again = Browser::new(&restarted);
+    again
+        .cookies
+        .insert("outbox_session".into(), cookie.clone());
+    let page = again.get("/ui").await;
+    assert_eq!(
+        page.status,
+        StatusCode::OK,
+        "still signed in: {}",
+        page.body
+    );
+    assert!(page.body.contains(r#"id="role">write<"#), "{}", page.body);
+
+    // The token's role now, not the stored one.
+    let demoted = with(vec![AdminToken {
+        name: "ops".into(),
+        secret: Secret::new(WRITE),
+        role: Role::Read,
+    }]);
+    let mut reader = Browser::new(&demoted);
+    reader
+        .cookies
+        .insert("outbox_session".into(), cookie.clone());
+    let page = reader.get("/ui").await;
+    assert!(page.body.contains(r#"id="role">read<"#), "{}", page.body);
+
+    // Another secret under the same name: the session ends.
+    let rotated = with(vec![AdminToken {
+        name: "ops".into(),
+        secret: Secret::new("another-secret-0123456789"),
+        role: Role::Write,
+    }]);
+    let mut stale = Browser::new(&rotated);
+    stale
+        .cookies
+        .insert("outbox_session".into(), cookie.clone());
+    assert_eq!(stale.get("/ui").await.status, StatusCode::SEE_OTHER);
+    assert!(store.0.lock().expect("lock").is_empty(), "and is deleted");
+
+    // A logout on one instance ends the session on the other.
+    let mut b = Browser::new(&first);
+    b.login(READ).await;
+    let cookie = b
+        .cookies
+        .get("outbox_session")
+        .cloned()
+        .expect("a session cookie");
+    let mut other = Browser::new(&restarted);
+    other.cookies.insert("outbox_session".into(), cookie);
+    assert_eq!(other.get("/ui").await.status, StatusCode::OK);
+    let page = b.get("/ui").await;
+    let csrf = value_of(&page.body, "csrf").expect("csrf");
+    let out = b.post("/ui/logout", &format!("csrf={csrf}")).await;
+    assert_eq!(out.status, StatusCode::SEE_OTHER);
+    assert_eq!(other.get("/ui").await.status, StatusCode::SEE_OTHER);
+}
+
+/// Login attempts are limited per client address: ten in a burst, then 429 with
+/// Retry-After (even for the right token) while another address still logs in.
+#[tokio::test]
+async fn login_attempts_are_limited_per_client_address() {
+    use axum::extract::connect_info::MockConnectInfo;
+    let h = harness();
+    let at = |ip: &str| {
+        let mut b = Browser::new(&h);
+        b.app = h
+            .app
+            .clone()
+            .layer(MockConnectInfo(std::net::SocketAddr::new(
+                ip.parse().expect("ip"),
+                4711,
+            )));
+        b
+    };
+    let mut guesser = at("10.1.1.1");
+    for n in 0..10 {
+        let answer = guesser.login("not-a-token-0123456789").await;
+        assert_eq!(answer.status, StatusCode::UNAUTHORIZED, "attempt {n}");
+    }
+    let limited = guesser.login(WRITE).await;
+    assert_eq!(
+        limited.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "{}",
+        limited.body
+    );
+    assert!(
+        limited.body.contains("too many login attempts"),
+        "{}",
+        limited.body
+    );
+    let wait: u64 = limited.headers[header::RETRY_AFTER]
+        .to_str()
+        .expect("ascii")
+        .parse()
+        .expect("seconds");
+    assert!((1..=6).contains(&wait), "{wait}");
+    let mut other = at("10.1.1.2");
+    assert_eq!(other.login(WRITE).await.status, StatusCode::SEE_OTHER);
 }

@@ -293,11 +293,13 @@ impl AdminConfig {
 
     /// The dashboard's router over the same service and tokens, to nest at
     /// [`UI_PATH`]; `None` when `[admin.ui] enabled = false`. Its live streams
-    /// end when `shutdown` turns true (or its sender is dropped).
+    /// end when `shutdown` turns true (or its sender is dropped); its sessions are
+    /// kept in `session_store` (`None`: in memory).
     pub fn ui_router(
         &self,
         service: AdminService,
         shutdown: Option<tokio::sync::watch::Receiver<bool>>,
+        session_store: Option<std::sync::Arc<dyn tower_sessions_core::SessionStore>>,
     ) -> Option<axum::Router> {
         self.ui.enabled.then(|| {
             outbox_admin::ui_router(
@@ -313,6 +315,7 @@ impl AdminConfig {
                         .as_ref()
                         .and_then(|p| p.proxy("admin").ok()),
                     shutdown,
+                    session_store,
                     ..outbox_admin::UiOptions::default()
                 },
             )

@@ -671,9 +671,35 @@ async fn run_relay(cfg: RelayConfig) -> anyhow::Result<ExitCode> {
             let _ = stop_ui.send(true);
         });
     }
+    // Sessions in the outbox's schema: a restart (or a second instance) keeps
+    // operators signed in. Expired ones are deleted every few minutes.
+    let session_store: Option<std::sync::Arc<dyn tower_sessions_core::SessionStore>> = match (
+        &wired.postgres,
+        cfg.admin.ui.enabled,
+    ) {
+        (Some((pool, schema)), true) => {
+            let store = outbox_adapters_postgres::ui_sessions(pool.clone(), schema)?;
+            let (pool, schema, cancel) = (pool.clone(), schema.clone(), cancel.clone());
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        () = cancel.cancelled() => return,
+                        () = tokio::time::sleep(std::time::Duration::from_secs(600)) => {}
+                    }
+                    if let Err(e) =
+                        outbox_adapters_postgres::delete_expired_ui_sessions(&pool, &schema).await
+                    {
+                        tracing::debug!(error = %e, "expired dashboard sessions not deleted; trying again later");
+                    }
+                }
+            });
+            Some(std::sync::Arc::new(store))
+        }
+        _ => None,
+    };
     let ui = cfg
         .admin
-        .ui_router(admin_service.clone(), Some(ui_shutdown));
+        .ui_router(admin_service.clone(), Some(ui_shutdown), session_store);
     let admin = cfg.admin.router(admin_service);
     if cfg.http.enabled
         && !cfg.admin.tokens.is_empty()

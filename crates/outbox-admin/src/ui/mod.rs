@@ -9,7 +9,9 @@
 //! ```
 //!
 //! - `session`: login with an admin token into a server-side session (cookie
-//!   HttpOnly, SameSite=Strict, Secure when configured), logout, expiry, CSRF.
+//!   HttpOnly, SameSite=Strict, Secure and `__Host-` when configured), logout,
+//!   expiry, CSRF; `session_store`: where sessions live (memory, or a shared
+//!   store such as PostgreSQL, keyed by a hash of the cookie).
 //! - `pages`: one module per area (overview, lists of messages and deliveries,
 //!   detail, consumers, blocked keys, dead letters, audit log, and the actions:
 //!   requeue, delete, reconsume, bulk), sharing the page frame.
@@ -27,10 +29,12 @@
 mod assets;
 mod filters;
 mod live;
+mod login_limit;
 mod pages;
 mod proxy;
 mod render;
 mod session;
+mod session_store;
 mod view;
 
 use std::sync::{Arc, Mutex};
@@ -46,7 +50,7 @@ use axum::routing::{get, post};
 use crate::{AdminAuth, AdminError, AdminService, Role, Secret};
 
 pub use proxy::TrustedProxy;
-pub use session::random_secret;
+pub use session_store::random_secret;
 
 /// How the dashboard is served.
 #[derive(Debug, Clone)]
@@ -71,6 +75,10 @@ pub struct UiOptions {
     /// live streams end then, so a graceful shutdown does not wait for open
     /// pages. `None`: each stream still ends within 5 minutes.
     pub shutdown: Option<tokio::sync::watch::Receiver<bool>>,
+    /// Where sessions are kept: `None`, this process's memory (a restart signs
+    /// everyone out); a shared store (PostgreSQL under `outbox run`), so a
+    /// restart or a second instance keeps operators signed in.
+    pub session_store: Option<Arc<dyn tower_sessions_core::SessionStore>>,
 }
 
 impl Default for UiOptions {
@@ -83,6 +91,7 @@ impl Default for UiOptions {
             one_time_login: None,
             trusted_proxy: None,
             shutdown: None,
+            session_store: None,
         }
     }
 }
@@ -108,6 +117,8 @@ pub(crate) struct Ui {
     pub(crate) one_time: Mutex<Option<OneTimeLogin>>,
     /// The overview's live numbers, shared by every open overview page.
     pub(crate) live: live::LiveFeed,
+    /// Login attempts per client address.
+    pub(crate) login_limit: login_limit::LoginLimit,
 }
 
 impl Ui {
@@ -188,9 +199,14 @@ pub fn ui_router(service: AdminService, auth: AdminAuth, options: UiOptions) -> 
     let ui = Arc::new(Ui {
         service,
         auth,
-        sessions: session::SessionStore::new(options.session_ttl, options.max_sessions),
+        sessions: session::SessionStore::new(
+            options.session_ttl,
+            options.max_sessions,
+            options.session_store.clone(),
+        ),
         one_time: Mutex::new(options.one_time_login.take()),
         live: live::LiveFeed::new(),
+        login_limit: login_limit::LoginLimit::new(),
         options,
     });
     let private = Router::new()

@@ -4,9 +4,7 @@
 //! field `csrf` or header `X-CSRF-Token`). The login form has its own nonce (a
 //! double-submit cookie), so no other site can log a browser in.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, PoisonError};
 
 use askama::Template;
 use axum::extract::rejection::FormRejection;
@@ -19,126 +17,29 @@ use serde::Deserialize;
 use subtle::ConstantTimeEq;
 
 use super::{Page, Ui, UiError};
-use crate::{Actor, AdminError, Role};
+use crate::{Actor, AdminError};
 
 /// The session cookie.
 const SESSION_COOKIE: &str = "outbox_session";
+/// The session cookie when cookies are `Secure`: the `__Host-` prefix makes the
+/// browser refuse it unless it is Secure, for the whole host (`Path=/`) and set by
+/// this host itself (no `Domain`), so no sibling subdomain can plant or shadow it.
+const SECURE_SESSION_COOKIE: &str = "__Host-outbox_session";
+
+/// The name of `ui`'s session cookie.
+fn session_cookie(ui: &Ui) -> &'static str {
+    if ui.options.secure_cookies {
+        SECURE_SESSION_COOKIE
+    } else {
+        SESSION_COOKIE
+    }
+}
 /// The login form's nonce cookie.
 const LOGIN_COOKIE: &str = "outbox_login";
 /// The theme cookie (`dark` or `light`; absent: follow the system).
 pub(crate) const THEME_COOKIE: &str = "outbox_theme";
 
-/// `bytes` random bytes from the operating system, as lowercase hex.
-///
-/// # Errors
-/// When the operating system has no randomness to give.
-pub fn random_secret(bytes: usize) -> Result<String, getrandom::Error> {
-    let mut buf = vec![0u8; bytes];
-    getrandom::fill(&mut buf)?;
-    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
-}
-
-fn random_or_fail() -> Result<String, UiError> {
-    random_secret(32).map_err(|e| {
-        tracing::error!(error = %e, "no randomness for a session id");
-        UiError::Render
-    })
-}
-
-/// One logged-in browser (a request extension on every page).
-#[derive(Debug, Clone)]
-pub(crate) struct Session {
-    pub(crate) id: String,
-    pub(crate) actor: Actor,
-    pub(crate) csrf: String,
-    pub(crate) theme: &'static str,
-    expires: Instant,
-}
-
-impl Session {
-    pub(crate) fn can_write(&self) -> bool {
-        self.actor.role == Role::Write
-    }
-}
-
-/// Sessions one token may have open at once; a further login ends its oldest.
-pub(crate) const MAX_SESSIONS_PER_TOKEN: usize = 32;
-
-/// The open sessions, in memory.
-pub(crate) struct SessionStore {
-    sessions: Mutex<HashMap<String, Session>>,
-    ttl: Duration,
-    max: usize,
-}
-
-impl SessionStore {
-    pub(crate) fn new(ttl: Duration, max: usize) -> Self {
-        Self {
-            sessions: Mutex::default(),
-            ttl,
-            max: max.max(1),
-        }
-    }
-
-    fn create(&self, actor: Actor) -> Result<Session, UiError> {
-        let now = Instant::now();
-        let session = Session {
-            id: random_or_fail()?,
-            actor,
-            csrf: random_or_fail()?,
-            theme: "auto",
-            expires: now + self.ttl,
-        };
-        let mut sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
-        sessions.retain(|_, s| s.expires > now);
-        // Each token's own sessions first: one token logging in over and over only
-        // ever evicts its own oldest sessions, never another operator's.
-        loop {
-            let mut own: Vec<(&String, Instant)> = sessions
-                .iter()
-                .filter(|(_, s)| s.actor.name == session.actor.name)
-                .map(|(id, s)| (id, s.expires))
-                .collect();
-            if own.len() < MAX_SESSIONS_PER_TOKEN {
-                break;
-            }
-            own.sort_by_key(|(_, expires)| *expires);
-            let oldest = own[0].0.clone();
-            sessions.remove(&oldest);
-        }
-        while sessions.len() >= self.max {
-            let Some(oldest) = sessions
-                .iter()
-                .min_by_key(|(_, s)| s.expires)
-                .map(|(id, _)| id.clone())
-            else {
-                break;
-            };
-            sessions.remove(&oldest);
-        }
-        sessions.insert(session.id.clone(), session.clone());
-        Ok(session)
-    }
-
-    fn get(&self, id: &str) -> Option<Session> {
-        let mut sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
-        match sessions.get(id) {
-            Some(s) if s.expires > Instant::now() => Some(s.clone()),
-            Some(_) => {
-                sessions.remove(id);
-                None
-            }
-            None => None,
-        }
-    }
-
-    fn remove(&self, id: &str) {
-        self.sessions
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(id);
-    }
-}
+pub(crate) use super::session_store::{Session, SessionStore, Via, random_or_fail};
 
 /// The value of cookie `name` in the request's `Cookie` headers.
 pub(crate) fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
@@ -153,7 +54,8 @@ pub(crate) fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> 
 }
 
 fn set_cookie(ui: &Ui, name: &str, value: &str, max_age: u64) -> String {
-    let path = if ui.options.base.is_empty() {
+    // A `__Host-` cookie must have `Path=/`.
+    let path = if ui.options.base.is_empty() || name.starts_with("__Host-") {
         "/"
     } else {
         &ui.options.base
@@ -174,6 +76,19 @@ pub(crate) fn theme_of(headers: &HeaderMap) -> &'static str {
     }
 }
 
+/// The TCP peer as the server saw it (`into_make_service_with_connect_info`), or
+/// as a test's `MockConnectInfo` layer sets it.
+fn peer_of(extensions: &axum::http::Extensions) -> Option<std::net::IpAddr> {
+    extensions
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0.ip())
+        .or_else(|| {
+            extensions
+                .get::<axum::extract::connect_info::MockConnectInfo<std::net::SocketAddr>>()
+                .map(|c| c.0.ip())
+        })
+}
+
 /// In front of every page but the login: a valid session, or off to the login.
 /// Behind a trusted proxy, the user it names signs in as it says (a session is
 /// opened for them, or replaced when the proxy names someone else), and one it
@@ -183,18 +98,16 @@ pub(crate) async fn require_session(
     mut request: Request,
     next: Next,
 ) -> Response {
-    let session = cookie(request.headers(), SESSION_COOKIE).and_then(|id| ui.sessions.get(id));
+    let session = match cookie(request.headers(), session_cookie(&ui)) {
+        Some(id) => match ui.sessions.get(id, &ui.auth).await {
+            Ok(session) => session,
+            Err(e) => return e.into_response(),
+        },
+        None => None,
+    };
     // The peer as the server saw it (`into_make_service_with_connect_info`), or as
     // a test's `MockConnectInfo` layer sets it; none: no proxy is believed.
-    let extensions = request.extensions();
-    let peer = extensions
-        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .map(|c| c.0.ip())
-        .or_else(|| {
-            extensions
-                .get::<axum::extract::connect_info::MockConnectInfo<std::net::SocketAddr>>()
-                .map(|c| c.0.ip())
-        });
+    let peer = peer_of(request.extensions());
     let proxied = ui
         .options
         .trusted_proxy
@@ -221,9 +134,9 @@ pub(crate) async fn require_session(
             tracing::info!(actor = %actor.name, "dashboard sign-in through the proxy");
             if let Some(old) = old {
                 // Given way to the user the proxy names: ended, not left open.
-                ui.sessions.remove(&old.id);
+                ui.sessions.remove(&old.id).await;
             }
-            match ui.sessions.create(actor) {
+            match ui.sessions.create(actor, Via::Proxy, &ui.auth).await {
                 Ok(s) => (Some(s), true),
                 Err(e) => return e.into_response(),
             }
@@ -239,7 +152,7 @@ pub(crate) async fn require_session(
             let mut response = next.run(request).await;
             if opened {
                 let max_age = ui.options.session_ttl.as_secs();
-                if let Ok(v) = set_cookie(&ui, SESSION_COOKIE, &id, max_age).parse() {
+                if let Ok(v) = set_cookie(&ui, session_cookie(&ui), &id, max_age).parse() {
                     response.headers_mut().append(header::SET_COOKIE, v);
                 }
             }
@@ -364,13 +277,13 @@ fn take_one_time(ui: &Ui, presented: &str) -> Option<Actor> {
     })
 }
 
-fn open_session(ui: &Ui, actor: Actor) -> Page {
+async fn open_session(ui: &Ui, actor: Actor, via: Via) -> Page {
     tracing::info!(actor = %actor.name, "dashboard login");
-    let session = ui.sessions.create(actor)?;
+    let session = ui.sessions.create(actor, via, &ui.auth).await?;
     let mut response = redirect(&ui.home());
     let max_age = ui.options.session_ttl.as_secs();
     let headers = response.headers_mut();
-    if let Ok(v) = set_cookie(ui, SESSION_COOKIE, &session.id, max_age).parse() {
+    if let Ok(v) = set_cookie(ui, session_cookie(ui), &session.id, max_age).parse() {
         headers.append(header::SET_COOKIE, v);
     }
     if let Ok(v) = set_cookie(ui, LOGIN_COOKIE, "", 0).parse() {
@@ -387,7 +300,7 @@ pub(crate) async fn login_form(
     let query = query.map(|Query(q)| q).unwrap_or_default();
     if let Some(token) = query.token.as_deref() {
         return match take_one_time(&ui, token) {
-            Some(actor) => open_session(&ui, actor),
+            Some(actor) => open_session(&ui, actor, Via::Once).await,
             None => login_page(
                 &ui,
                 StatusCode::UNAUTHORIZED,
@@ -409,8 +322,25 @@ pub(crate) async fn login_form(
 pub(crate) async fn login(
     State(ui): State<Arc<Ui>>,
     headers: HeaderMap,
+    extensions: axum::http::Extensions,
     form: Result<Form<LoginForm>, FormRejection>,
 ) -> Page {
+    if let Err(wait) = ui.login_limit.attempt(peer_of(&extensions)) {
+        let seconds = wait.as_secs().max(1);
+        tracing::warn!(peer = ?peer_of(&extensions), "dashboard login attempts limited");
+        let mut page = login_page(
+            &ui,
+            StatusCode::TOO_MANY_REQUESTS,
+            Some(format!(
+                "too many login attempts from your address; try again in {seconds} s"
+            )),
+            None,
+        )?;
+        if let Ok(v) = seconds.to_string().parse() {
+            page.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        return Ok(page);
+    }
     let Ok(Form(form)) = form else {
         return login_page(
             &ui,
@@ -431,11 +361,11 @@ pub(crate) async fn login(
     }
     let token = form.token.unwrap_or_default();
     if let Some(actor) = take_one_time(&ui, &token) {
-        return open_session(&ui, actor);
+        return open_session(&ui, actor, Via::Once).await;
     }
     let bearer = format!("Bearer {token}");
     match ui.auth.authorize(&Method::GET, Some(bearer.as_bytes())) {
-        Ok(actor) => open_session(&ui, actor),
+        Ok(actor) => open_session(&ui, actor, Via::Token).await,
         Err(AdminError::NotConfigured) => login_page(
             &ui,
             StatusCode::FORBIDDEN,
@@ -474,10 +404,10 @@ pub(crate) async fn logout(
     if !bool::from(sent.as_bytes().ct_eq(session.csrf.as_bytes())) {
         return Err(UiError::Csrf);
     }
-    ui.sessions.remove(&session.id);
+    ui.sessions.remove(&session.id).await;
     tracing::info!(actor = %session.actor.name, "dashboard logout");
     let mut response = redirect(&ui.at("/login?notice=logged_out"));
-    if let Ok(v) = set_cookie(&ui, SESSION_COOKIE, "", 0).parse() {
+    if let Ok(v) = set_cookie(&ui, session_cookie(&ui), "", 0).parse() {
         response.headers_mut().append(header::SET_COOKIE, v);
     }
     Ok(response)
@@ -509,61 +439,6 @@ pub(crate) async fn theme(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sessions_expire_and_the_store_stays_bounded() {
-        let store = SessionStore::new(Duration::from_secs(60), 2);
-        let actor = Actor {
-            name: "ops".into(),
-            role: Role::Write,
-        };
-        let a = store.create(actor.clone()).expect("session");
-        let b = store.create(actor.clone()).expect("session");
-        assert_ne!(a.id, b.id);
-        assert_ne!(a.csrf, b.csrf);
-        assert_eq!(a.id.len(), 64);
-        let c = store.create(actor.clone()).expect("session");
-        let alive = [&a, &b, &c]
-            .iter()
-            .filter(|s| store.get(&s.id).is_some())
-            .count();
-        assert_eq!(alive, 2, "at most two sessions are kept");
-        assert!(store.get(&c.id).is_some(), "the newest survives");
-        store.remove(&c.id);
-        assert!(store.get(&c.id).is_none());
-
-        let expired = SessionStore::new(Duration::ZERO, 10);
-        let s = expired.create(actor).expect("session");
-        assert!(
-            expired.get(&s.id).is_none(),
-            "a session past its ttl is gone"
-        );
-    }
-
-    #[test]
-    fn one_token_logging_in_again_and_again_never_evicts_another() {
-        let store = SessionStore::new(Duration::from_secs(60), 100);
-        let actor = |name: &str| Actor {
-            name: name.into(),
-            role: Role::Read,
-        };
-        let alice = store.create(actor("alice")).expect("session");
-        for _ in 0..200 {
-            store.create(actor("script")).expect("session");
-        }
-        assert!(
-            store.get(&alice.id).is_some(),
-            "another token's session is kept"
-        );
-        let scripts = store
-            .sessions
-            .lock()
-            .expect("lock")
-            .values()
-            .filter(|s| s.actor.name == "script")
-            .count();
-        assert_eq!(scripts, MAX_SESSIONS_PER_TOKEN);
-    }
 
     #[test]
     fn cookies_are_found_by_exact_name() {

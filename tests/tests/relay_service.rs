@@ -1814,6 +1814,23 @@ async fn a_dashboard_session_survives_a_restart_of_outbox_run() {
         page.contains(r#"<strong id="actor">ops-alice</strong>"#),
         "{page}"
     );
+    // An open overview's live stream does not hold the shutdown up: the relay
+    // stops as promptly with one open as without.
+    let stream = Command::new("curl")
+        .args(["-s", "-N", "-o", "/dev/null", "-b"])
+        .arg(&jar)
+        .arg(format!("{base}/ui/overview/stream"))
+        .kill_on_drop(true)
+        .spawn()
+        .expect("curl");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let stopping = std::time::Instant::now();
     assert!(relay.terminate().await.success());
+    assert!(
+        stopping.elapsed() < Duration::from_secs(10),
+        "stopped in {:?} with a live stream open",
+        stopping.elapsed()
+    );
+    drop(stream);
     let _ = std::fs::remove_file(&jar);
 }

@@ -5,7 +5,9 @@
 //! `<target>/ui-screenshots/` and exits non-zero.
 //!
 //! Environment: `CHROMIUM` (default `/usr/bin/chromium`), `CHROMEDRIVER` (default
-//! `/usr/bin/chromedriver`), `UI_SCREENSHOTS` (default `target/ui-screenshots`).
+//! `/usr/bin/chromedriver`), `UI_SCREENSHOTS` (default `target/ui-screenshots`),
+//! `OUTBOX_TEST_DATABASE_URL` (the sessions' PostgreSQL, as `outbox run` keeps
+//! them; a schema of its own, dropped at the end).
 //! `--docs DIR` also saves screenshots of the overview and a message's page there.
 
 use std::path::PathBuf;
@@ -45,7 +47,13 @@ fn message(exchange: &str, n: usize) -> Message {
 }
 
 /// The stores with dead, pending and consumed-side rows, and the app over them.
-async fn seeded_app() -> anyhow::Result<axum::Router> {
+/// The dashboard over freshly seeded memory stores, its sessions in `sessions`
+/// (PostgreSQL: they outlive a restart of the server), its live streams ended by
+/// `shutdown`.
+async fn seeded_app(
+    sessions: Arc<dyn tower_sessions_core::SessionStore>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<axum::Router> {
     let clock = Arc::new(SystemClock);
     let outbox = Arc::new(MemoryOutboxStore::new(clock.clone()));
     let inbox = Arc::new(MemoryInboxStore::new(clock.clone()));
@@ -168,7 +176,11 @@ async fn seeded_app() -> anyhow::Result<axum::Router> {
             outbox_admin::ui_router(
                 service.clone().with_edit(true),
                 auth.clone(),
-                UiOptions::default(),
+                UiOptions {
+                    session_store: Some(Arc::clone(&sessions)),
+                    shutdown: Some(shutdown.clone()),
+                    ..UiOptions::default()
+                },
             ),
         )
         .nest(
@@ -178,6 +190,8 @@ async fn seeded_app() -> anyhow::Result<axum::Router> {
                 auth.clone(),
                 UiOptions {
                     base: "/plain".to_owned(),
+                    session_store: Some(sessions),
+                    shutdown: Some(shutdown),
                     ..UiOptions::default()
                 },
             ),
@@ -232,10 +246,77 @@ async fn browser(driver: &str, chromium: &str) -> anyhow::Result<Client> {
         .context("cannot open a chromium session through chromedriver")
 }
 
+/// The dashboard's server: stopped and started again on the same address by the
+/// restart scenario.
+struct Dashboard {
+    address: std::net::SocketAddr,
+    sessions: Arc<dyn tower_sessions_core::SessionStore>,
+    running: tokio::sync::Mutex<
+        Option<(
+            tokio::sync::watch::Sender<bool>,
+            tokio::task::JoinHandle<()>,
+        )>,
+    >,
+}
+
+impl Dashboard {
+    /// Serves a freshly seeded dashboard on `listener`.
+    async fn serve(&self, listener: tokio::net::TcpListener) -> anyhow::Result<()> {
+        let (stop, shutdown) = tokio::sync::watch::channel(false);
+        let app = seeded_app(Arc::clone(&self.sessions), shutdown.clone()).await?;
+        let mut until = shutdown;
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = until.wait_for(|stop| *stop).await;
+                })
+                .await;
+        });
+        *self.running.lock().await = Some((stop, server));
+        Ok(())
+    }
+
+    /// Stops the server (open pages' live streams end with it) and starts a new
+    /// one, over new stores, on the same address; the sessions stay in PostgreSQL.
+    async fn restart(&self) -> anyhow::Result<()> {
+        if let Some((stop, server)) = self.running.lock().await.take() {
+            let _ = stop.send(true);
+            tokio::time::timeout(WAIT, server)
+                .await
+                .context("the dashboard did not stop within 10 s")??;
+        }
+        let listener = tokio::net::TcpListener::bind(self.address).await?;
+        self.serve(listener).await
+    }
+}
+
+/// The sessions' store: tower-sessions' PostgreSQL store in a schema of its own
+/// (`OUTBOX_TEST_DATABASE_URL`, as every PostgreSQL test); the schema is dropped
+/// at the end.
+async fn session_store() -> anyhow::Result<(
+    Arc<dyn tower_sessions_core::SessionStore>,
+    sqlx::PgPool,
+    String,
+)> {
+    let url = std::env::var("OUTBOX_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let pool = outbox_adapters_postgres::connect(&url, 2, Duration::from_secs(5))
+        .await
+        .with_context(|| {
+            format!("the session scenario needs PostgreSQL at {url} (OUTBOX_TEST_DATABASE_URL)")
+        })?;
+    let name = format!("obui_{}", std::process::id());
+    let schema = outbox_adapters_postgres::PgSchema::new(&name)?;
+    outbox_adapters_postgres::migrate(&pool, &schema).await?;
+    let store = outbox_adapters_postgres::ui_sessions(pool.clone(), &schema)?;
+    Ok((Arc::new(store), pool, name))
+}
+
 /// The scenarios, against the dashboard at `base` (`http://127.0.0.1:port`).
 struct Scenarios<'a> {
     c: &'a Client,
     base: String,
+    dashboard: &'a Dashboard,
 }
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -969,6 +1050,27 @@ impl Scenarios<'_> {
         Ok(())
     }
 
+    /// The server stops and starts again (new process state, the same sessions
+    /// table): the open page reloads signed in as before, with its role.
+    async fn a_session_survives_a_restart(&self) -> anyhow::Result<()> {
+        self.goto("/ui/messages").await?;
+        let before = (self.text("#actor").await?, self.text("#role").await?);
+        self.dashboard.restart().await?;
+        self.c.refresh().await?;
+        self.wait_for("table#results").await?;
+        let path = self.path().await?;
+        ensure!(
+            path == "/ui/messages",
+            "after the restart the page went to {path}"
+        );
+        let after = (self.text("#actor").await?, self.text("#role").await?);
+        ensure!(
+            before == after,
+            "signed in as {before:?} before, {after:?} after"
+        );
+        Ok(())
+    }
+
     async fn logout_ends_the_session(&self) -> anyhow::Result<()> {
         self.logout().await?;
         ensure!(
@@ -1020,13 +1122,23 @@ async fn run(docs: Option<PathBuf>) -> anyhow::Result<()> {
             "{what} not found at {path}: install Debian's chromium and chromium-driver (`apt-get install -y chromium chromium-driver`; .ci/run does)"
         );
     }
-    let app = seeded_app().await?;
+    let (sessions, pool, schema) = session_store().await?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let base = format!("http://{}", listener.local_addr()?);
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let address = listener.local_addr()?;
+    let base = format!("http://{address}");
+    let dashboard = Dashboard {
+        address,
+        sessions,
+        running: tokio::sync::Mutex::new(None),
+    };
+    dashboard.serve(listener).await?;
     let (_driver, driver_url) = start_chromedriver(&chromedriver).await?;
     let client = browser(&driver_url, &chromium).await?;
-    let s = Scenarios { c: &client, base };
+    let s = Scenarios {
+        c: &client,
+        base,
+        dashboard: &dashboard,
+    };
     let result = async {
         if let Some(dir) = &docs {
             s.docs_screenshots(dir).await.context("docs screenshots")?;
@@ -1108,6 +1220,10 @@ async fn run(docs: Option<PathBuf>) -> anyhow::Result<()> {
             "edit and replay a dead message from its page",
             s.edit_and_replay_a_dead_message()
         );
+        scenario!(
+            "a session survives a restart of the dashboard's server",
+            s.a_session_survives_a_restart()
+        );
         scenario!("logout ends the session", s.logout_ends_the_session());
         eprintln!("ui-test: {} scenarios passed", passed.len());
         anyhow::Ok(())
@@ -1127,6 +1243,9 @@ async fn run(docs: Option<PathBuf>) -> anyhow::Result<()> {
         }
     }
     let _ = client.close().await;
+    let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+        .execute(&pool)
+        .await;
     result
 }
 

@@ -1657,6 +1657,38 @@ async fn lists_have_status_tabs_with_counts_and_the_navigation_counts_the_dead()
         consumed.contains(r#"<span class="count">1</span>"#),
         "{consumed}"
     );
+
+    // The tabs follow the live feed: read again, alone, when a number changes
+    // (the rows stay, an operator may be ticking them).
+    assert!(
+        list.body
+            .contains(r#"<div id="tabs-feed" hx-ext="sse" sse-connect="/ui/overview/stream">"#),
+        "{}",
+        list.body
+    );
+    assert!(
+        list.body
+            .contains(r#"hx-get="/ui/messages/tabs?status=dead" hx-trigger="sse:live""#),
+        "{}",
+        list.body
+    );
+    // (`dead` fails every pending message with it: the two pending ones too.)
+    h.dead(message("orders", "created", b"{}")).await;
+    let fresh = b.get("/ui/messages/tabs?status=dead").await;
+    assert_eq!(fresh.status, StatusCode::OK);
+    assert!(
+        fresh.body.starts_with("<nav class=\"tabs\""),
+        "{}",
+        fresh.body
+    );
+    let dead = tab(&fresh.body, "dead").expect("a dead tab");
+    assert!(dead.contains(r#"<span class="count">6</span>"#), "{dead}");
+    let theirs = b.get("/ui/consumers/billing/tabs").await;
+    assert!(
+        tab(&theirs.body, "dead").is_some_and(|t| t.contains(r#"<span class="count">1</span>"#)),
+        "{}",
+        theirs.body
+    );
 }
 
 /// Rows ticked in a list are acted on after a dialog that counts them: each one

@@ -108,25 +108,25 @@ async fn seeded_app(
     }
     // One dead message of its own, requeued through the API while the overview is
     // open (the live-update scenario), before any scenario counts the dead.
-    let live = message("live", 400);
-    outbox.enqueue(vec![live.clone()]).await?;
+    // Two: one for the overview, one for a list.
+    let live = [message("live", 400), message("live", 401)];
+    outbox.enqueue(live.to_vec()).await?;
     let lease = Lease::new("browser-seed-live", Duration::from_secs(30));
     let claimed = outbox.claim_pending(&lease, 10).await?;
     ensure!(
-        claimed.iter().map(|c| c.message.id).eq([live.id]),
-        "seeding the live message: {} claimed",
+        claimed.len() == 2,
+        "seeding the live messages: {} claimed",
         claimed.len()
     );
-    outbox
-        .mark_publish_failed(
-            &lease,
-            &[PublishFailure {
-                id: live.id,
-                error: "broker said no (seeded)".into(),
-                decision: Decision::Dead,
-            }],
-        )
-        .await?;
+    let failures: Vec<PublishFailure> = live
+        .iter()
+        .map(|m| PublishFailure {
+            id: m.id,
+            error: "broker said no (seeded)".into(),
+            decision: Decision::Dead,
+        })
+        .collect();
+    outbox.mark_publish_failed(&lease, &failures).await?;
     let pending: Vec<Message> = (0..PENDING).map(|n| message("orders", 200 + n)).collect();
     outbox.enqueue(pending).await?;
     // One consumer with two dead deliveries and a consumed one.
@@ -473,7 +473,28 @@ impl Scenarios<'_> {
     async fn a_change_shows_on_the_overview_without_a_reload(&self) -> anyhow::Result<()> {
         self.goto("/ui").await?;
         self.wait_for("#live-feed[sse-connect]").await?;
-        let before: u64 = self.text("#count-dead").await?.parse()?;
+        self.a_requeue_elsewhere_moves("#count-dead").await
+    }
+
+    /// The same on a list: its dead tab's count moves, its rows stay.
+    async fn a_change_shows_on_a_list_without_a_reload(&self) -> anyhow::Result<()> {
+        self.goto("/ui/messages?exchange=orders").await?;
+        self.wait_for("#tabs-feed[sse-connect]").await?;
+        let rows = self.rows().await?;
+        // Unfiltered tabs count: the list filtered by exchange shows none.
+        self.goto("/ui/messages").await?;
+        self.wait_for("#tabs-feed[sse-connect]").await?;
+        self.a_requeue_elsewhere_moves("#status-tabs a[data-status=dead] .count")
+            .await?;
+        self.goto("/ui/messages?exchange=orders").await?;
+        ensure!(self.rows().await? == rows, "the orders list changed");
+        Ok(())
+    }
+
+    /// Requeues one dead `live` message through the API and waits for the number
+    /// at `css` to go down by one, on this very page (not reloaded).
+    async fn a_requeue_elsewhere_moves(&self, css: &str) -> anyhow::Result<()> {
+        let before: u64 = self.text(css).await?.parse()?;
         self.c
             .execute("window.__outboxMarker = 'same page';", vec![])
             .await?;
@@ -491,13 +512,13 @@ impl Scenarios<'_> {
         );
         let deadline = std::time::Instant::now() + WAIT;
         loop {
-            let shown: u64 = self.text("#count-dead").await?.parse()?;
+            let shown: u64 = self.text(css).await?.parse()?;
             if shown + 1 == before {
                 break;
             }
             ensure!(
                 std::time::Instant::now() < deadline,
-                "the overview still shows {shown} dead (was {before}) after the requeue"
+                "the page still shows {shown} dead (was {before}) after the requeue"
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -1161,6 +1182,10 @@ async fn run(docs: Option<PathBuf>) -> anyhow::Result<()> {
         scenario!(
             "a change shows on the overview without a reload",
             s.a_change_shows_on_the_overview_without_a_reload()
+        );
+        scenario!(
+            "a change shows on a list's tabs without a reload",
+            s.a_change_shows_on_a_list_without_a_reload()
         );
         scenario!(
             "overview counts match /api/v1/stats",

@@ -214,6 +214,7 @@ pub fn ui_router(service: AdminService, auth: AdminAuth, options: UiOptions) -> 
         .route("/overview/live", get(pages::overview_live))
         .route("/overview/stream", get(live::overview_stream))
         .route("/messages", get(pages::messages))
+        .route("/messages/tabs", get(pages::message_tabs))
         .route("/messages/requeue", post(pages::bulk_requeue))
         .route("/messages/delete", post(pages::bulk_delete))
         .route("/messages/selected", post(pages::messages_selected))
@@ -232,6 +233,7 @@ pub fn ui_router(service: AdminService, auth: AdminAuth, options: UiOptions) -> 
         .route("/pauses/resume", post(pages::resume))
         .route("/consumers", get(pages::consumers))
         .route("/consumers/{name}", get(pages::deliveries))
+        .route("/consumers/{name}/tabs", get(pages::delivery_tabs))
         .route("/consumers/{name}/reconsume", post(pages::bulk_reconsume))
         .route(
             "/consumers/{name}/selected",

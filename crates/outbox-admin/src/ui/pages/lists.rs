@@ -130,6 +130,8 @@ struct ListPage {
     intro: String,
     list_href: String,
     tabs: Vec<Tab>,
+    /// Where the tabs are read again when a number changes (the live feed).
+    tabs_href: String,
     statuses: Vec<StatusOption>,
     legend: Vec<(&'static str, &'static str)>,
     values: FilterValues,
@@ -202,6 +204,64 @@ fn rows(kind: &ListKind, page: MessagePage) -> Vec<Row> {
         .collect()
 }
 
+/// Where a list's tabs are read alone: `<list>/tabs` with the list's filters.
+fn tabs_href(list_href: &str, q: &ListQuery) -> String {
+    let query = q.query_string(&[]);
+    if query.is_empty() {
+        format!("{list_href}/tabs")
+    } else {
+        format!("{list_href}/tabs?{query}")
+    }
+}
+
+/// A list's status tabs alone: what the page swaps in when the live feed says a
+/// number changed. The rows stay as they are (an operator may be ticking them).
+#[derive(Template)]
+#[template(path = "tabs.html")]
+struct TabsFragment {
+    tabs: Vec<Tab>,
+    tabs_href: String,
+}
+
+async fn tabs_fragment(
+    ui: &Ui,
+    list_href: String,
+    side: Side,
+    consumer: Option<&str>,
+    q: Result<Query<ListQuery>, QueryRejection>,
+) -> Page {
+    let q = query(q)?;
+    let counts = ui.service.status_counts(consumer).await.unwrap_or_default();
+    render(
+        StatusCode::OK,
+        &TabsFragment {
+            tabs: tabs(side, &list_href, &q, &counts),
+            tabs_href: tabs_href(&list_href, &q),
+        },
+    )
+}
+
+/// `GET <base>/messages/tabs`: the outbox list's tabs.
+pub(crate) async fn message_tabs(
+    State(ui): UiState,
+    Extension(_session): Extension<Session>,
+    q: Result<Query<ListQuery>, QueryRejection>,
+) -> Page {
+    tabs_fragment(&ui, ui.at("/messages"), Side::Outbox, None, q).await
+}
+
+/// `GET <base>/consumers/{name}/tabs`: a consumer's deliveries' tabs.
+pub(crate) async fn delivery_tabs(
+    State(ui): UiState,
+    Extension(_session): Extension<Session>,
+    name: Result<Path<String>, PathRejection>,
+    q: Result<Query<ListQuery>, QueryRejection>,
+) -> Page {
+    let name = crate::params::text("consumer", path(name)?)?;
+    let at = ui.at(&format!("/consumers/{}", encode(&name)));
+    tabs_fragment(&ui, at, Side::Inbox, Some(&name), q).await
+}
+
 /// A list of messages (`consumer: None`) or of one consumer's deliveries.
 async fn list(
     ui: &Ui,
@@ -227,6 +287,7 @@ async fn list(
     };
     let mut page = ListPage {
         tabs: tabs(kind.side, &kind.list_href, &q, &counts),
+        tabs_href: tabs_href(&kind.list_href, &q),
         chrome: chrome(ui, session, nav).await,
         title: kind.title.clone(),
         at_heading: if consumer.is_some() {

@@ -38,7 +38,7 @@ pub(crate) use consumers::consumers;
 pub(crate) use dead_letters::{dead_letter, dead_letters};
 pub(crate) use detail::{delivery, message};
 pub(crate) use failures::{delete_group, failures, reconsume_group, requeue_group};
-pub(crate) use lists::{deliveries, messages};
+pub(crate) use lists::{deliveries, delivery_tabs, message_tabs, messages};
 pub(crate) use overview::{live_fragment, overview, overview_live};
 pub(crate) use pauses::{pause, pauses, resume};
 pub(crate) use selection::{deliveries_selected, messages_selected};

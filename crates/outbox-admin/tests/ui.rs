@@ -176,6 +176,7 @@ impl Browser {
         let request = Request::builder()
             .uri(path)
             .header(header::COOKIE, cookie.join("; "))
+            .header(header::ACCEPT, "text/event-stream")
             .body(Body::empty())
             .expect("request");
         let response = self.app.clone().oneshot(request).await.expect("infallible");
@@ -374,6 +375,18 @@ async fn secure_cookies_when_configured_and_sessions_expire() {
     assert!(
         cookie.contains("; Path=/;") && !cookie.contains("Domain"),
         "a __Host- cookie is for the whole host: {cookie}"
+    );
+    let form = Browser::new(&h).get("/ui/login").await;
+    let nonce = form
+        .headers
+        .get_all(header::SET_COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|c| c.starts_with("__Host-outbox_login="))
+        .expect("the login nonce cookie has the __Host- prefix too");
+    assert!(
+        nonce.contains("; Path=/;") && nonce.contains("; Secure"),
+        "{nonce}"
     );
     // A session of zero length is over at once.
     assert_eq!(b.get("/ui").await.status, StatusCode::SEE_OTHER);
@@ -1419,6 +1432,82 @@ async fn a_trusted_proxy_signs_in_the_user_it_names_and_only_from_its_address() 
     let audit = h.audit.list(None, 10).await.expect("audit").items;
     assert_eq!(audit[0].actor, "alice", "the audit names the proxy's user");
 
+    // The proxy's session holds only while the proxy vouches: its cookie sent
+    // from elsewhere (or without the proxy's header) opens nothing.
+    let elsewhere = get(
+        from("192.168.1.9", &h.app),
+        "/ui/messages",
+        &[("cookie", cookie.as_str())],
+    )
+    .await;
+    assert_eq!(
+        elsewhere.status,
+        StatusCode::SEE_OTHER,
+        "{}",
+        elsewhere.body
+    );
+    let unvouched = get(
+        proxied.clone(),
+        "/ui/messages",
+        &[("cookie", cookie.as_str())],
+    )
+    .await;
+    assert_eq!(
+        unvouched.status,
+        StatusCode::SEE_OTHER,
+        "{}",
+        unvouched.body
+    );
+    // Login attempts through the proxy count per client it forwarded for.
+    for n in 0..10 {
+        let form = get(proxied.clone(), "/ui/login", &[]).await;
+        let nonce = value_of(&form.body, "login_csrf").expect("nonce");
+        let login_cookie = form
+            .headers
+            .get(header::SET_COOKIE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .expect("nonce cookie")
+            .to_owned();
+        let attempt = |xff: &'static str| {
+            Request::builder()
+                .method("POST")
+                .uri("/ui/login")
+                .header(header::COOKIE, &login_cookie)
+                .header("x-forwarded-for", xff)
+                .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+                .body(Body::from(format!(
+                    "token=wrong-token-0123456789&login_csrf={nonce}"
+                )))
+                .expect("request")
+        };
+        let status = proxied
+            .clone()
+            .oneshot(attempt("203.0.113.7"))
+            .await
+            .expect("ok")
+            .status();
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "attempt {n}");
+        if n == 9 {
+            let limited = proxied
+                .clone()
+                .oneshot(attempt("203.0.113.7"))
+                .await
+                .expect("ok");
+            assert_eq!(limited.status(), StatusCode::TOO_MANY_REQUESTS);
+            let another = proxied
+                .clone()
+                .oneshot(attempt("203.0.113.8"))
+                .await
+                .expect("ok");
+            assert_eq!(
+                another.status(),
+                StatusCode::UNAUTHORIZED,
+                "another client behind the proxy"
+            );
+        }
+    }
+
     // The same header from elsewhere is anyone's: ignored, off to the login.
     let spoofed = get(
         from("192.168.1.9", &h.app),
@@ -1957,10 +2046,11 @@ async fn the_overview_pushes_its_numbers_when_they_change_and_stops_at_shutdown(
         assert!(ended.is_ok(), "the stream ends at shutdown");
     }
 
-    // No session, no stream.
+    // No session, no stream: 204 tells the browser's EventSource to stop
+    // reconnecting (a login page would make it retry forever).
     let stranger = Browser::new(&h);
     let (status, _, _) = stranger.open_stream("/ui/overview/stream").await;
-    assert_ne!(status, StatusCode::OK);
+    assert_eq!(status, StatusCode::NO_CONTENT);
 }
 
 /// Sessions in a shared store (PostgreSQL under `outbox run`; a map here).

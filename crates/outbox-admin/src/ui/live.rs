@@ -135,14 +135,17 @@ async fn next_fragment(
 /// `live` each time it changes.
 pub(crate) async fn overview_stream(
     State(ui): State<Arc<Ui>>,
-    Extension(_session): Extension<Session>,
+    Extension(session): Extension<Session>,
 ) -> Response {
     let mut latest = subscribe(&ui);
     // What the poller has now goes first (at most one poll old): the page may
     // have been rendered before a change the poller already saw.
     let first = latest.borrow_and_update().clone();
     let shutdown = ui.options.shutdown.clone();
-    let deadline = tokio::time::Instant::now() + STREAM_LIFETIME;
+    // Never past the session's own end: the reconnect then finds no session and
+    // is told to stop.
+    let deadline = (tokio::time::Instant::now() + STREAM_LIFETIME)
+        .min(tokio::time::Instant::from_std(session.expires()));
     let events = futures::stream::unfold(
         (latest, shutdown, first),
         move |(mut latest, mut shutdown, first)| async move {

@@ -1,10 +1,10 @@
 //! Login attempts limited per client address (governor's keyed rate limiter):
 //! ten a minute, then one every six seconds, so guessing tokens through the login
 //! form is as slow as it is pointless, while a person who mistypes is never in
-//! the way. The address is the TCP peer's (behind a proxy, every client shares
-//! the proxy's bucket).
+//! the way. The address is the TCP peer's, or behind the trusted proxy the one it
+//! forwarded for.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::num::NonZeroU32;
 use std::time::Duration;
 
@@ -32,13 +32,29 @@ impl LoginLimit {
         }
     }
 
-    /// Counts an attempt from `peer` (unknown: one bucket for all): `Err` with the
-    /// wait before the next one may be made when it is one too many.
-    pub(crate) fn attempt(&self, peer: Option<IpAddr>) -> Result<(), Duration> {
+    /// Counts an attempt from `client`: `Err` with the wait before the next one may
+    /// be made when it is one too many. An unknown client (a server without
+    /// connect info) is not limited: one bucket for all would let anyone lock
+    /// everyone out. IPv6 clients count by their /64 (one host holds a whole /64).
+    /// Past [`REMEMBERED`] addresses, idle ones are forgotten; while still over it,
+    /// new addresses share one bucket, so memory stays bounded.
+    pub(crate) fn attempt(&self, client: Option<IpAddr>) -> Result<(), Duration> {
+        let Some(client) = client else {
+            return Ok(());
+        };
+        let mut key = match client {
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => IpAddr::V4(v4),
+                None => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & !((1u128 << 64) - 1))),
+            },
+            v4 => v4,
+        };
         if self.limiter.len() > REMEMBERED {
             self.limiter.retain_recent();
+            if self.limiter.len() > REMEMBERED {
+                key = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+            }
         }
-        let key = peer.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
         self.limiter
             .check_key(&key)
             .map_err(|not_until| not_until.wait_time_from(self.clock.now()))
@@ -68,5 +84,16 @@ mod tests {
             limit.attempt(Some(b)).is_ok(),
             "another address has its own"
         );
+        // One IPv6 host holds a /64: its addresses share an allowance.
+        for n in 0..LOGIN_ATTEMPTS_PER_MINUTE {
+            let ip: IpAddr = format!("2001:db8::{n:x}").parse().expect("ip");
+            assert!(limit.attempt(Some(ip)).is_ok(), "attempt {n}");
+        }
+        let other_host: IpAddr = "2001:db8::ffff".parse().expect("ip");
+        assert!(limit.attempt(Some(other_host)).is_err(), "the same /64");
+        // No address known: not limited (one bucket for all would lock all out).
+        for _ in 0..100 {
+            assert!(limit.attempt(None).is_ok());
+        }
     }
 }

@@ -60,6 +60,22 @@ impl TrustedProxy {
         self.from.iter().any(|net| net.contains(&peer))
     }
 
+    /// The client a request came from: when `peer` is the proxy, the last address
+    /// of its `X-Forwarded-For` (the one the proxy itself appended); else `peer`.
+    pub(crate) fn client_of(&self, peer: Option<IpAddr>, headers: &HeaderMap) -> Option<IpAddr> {
+        if !peer.is_some_and(|p| self.trusts(p)) {
+            return peer;
+        }
+        headers
+            .get_all("x-forwarded-for")
+            .iter()
+            .next_back()
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.rsplit(',').next())
+            .and_then(|v| v.trim().parse().ok())
+            .or(peer)
+    }
+
     /// Who `headers` say signed in, when `peer` is the proxy.
     pub(crate) fn identify(&self, peer: Option<IpAddr>, headers: &HeaderMap) -> Proxied {
         if !peer.is_some_and(|p| self.trusts(p)) {

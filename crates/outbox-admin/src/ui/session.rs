@@ -36,6 +36,18 @@ fn session_cookie(ui: &Ui) -> &'static str {
 }
 /// The login form's nonce cookie.
 const LOGIN_COOKIE: &str = "outbox_login";
+/// The login nonce cookie when cookies are `Secure` (see [`SECURE_SESSION_COOKIE`]):
+/// no sibling subdomain can plant a nonce and log the browser in as someone else.
+const SECURE_LOGIN_COOKIE: &str = "__Host-outbox_login";
+
+/// The name of `ui`'s login nonce cookie.
+fn login_cookie(ui: &Ui) -> &'static str {
+    if ui.options.secure_cookies {
+        SECURE_LOGIN_COOKIE
+    } else {
+        LOGIN_COOKIE
+    }
+}
 /// The theme cookie (`dark` or `light`; absent: follow the system).
 pub(crate) const THEME_COOKIE: &str = "outbox_theme";
 
@@ -142,6 +154,10 @@ pub(crate) async fn require_session(
             }
         }
         (_, super::proxy::Proxied::As(_)) => (None, false),
+        // A proxy's session holds only while the proxy vouches for it: reached
+        // without it (another address, the proxy gone from the configuration, no
+        // header), it is no session, whatever role it was opened with.
+        (Some(s), super::proxy::Proxied::No) if s.via == Via::Proxy => (None, false),
         (s, super::proxy::Proxied::No) => (s, false),
     };
     match session {
@@ -160,7 +176,16 @@ pub(crate) async fn require_session(
         }
         None => {
             let login = ui.at("/login");
-            if request.headers().contains_key("hx-request") {
+            let wants_events = request
+                .headers()
+                .get(header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.contains("text/event-stream"));
+            if wants_events {
+                // 204 tells an EventSource to stop reconnecting (a login page would
+                // only make it retry forever).
+                StatusCode::NO_CONTENT.into_response()
+            } else if request.headers().contains_key("hx-request") {
                 // htmx follows this header with a full page load.
                 let mut r = StatusCode::UNAUTHORIZED.into_response();
                 if let Ok(v) = login.parse() {
@@ -256,7 +281,7 @@ fn login_page(
     };
     let body = page.render().map_err(|_| UiError::Render)?;
     let mut response = (status, super::render::html(body)).into_response();
-    if let Ok(v) = set_cookie(ui, LOGIN_COOKIE, &nonce, 3600).parse() {
+    if let Ok(v) = set_cookie(ui, login_cookie(ui), &nonce, 3600).parse() {
         response.headers_mut().append(header::SET_COOKIE, v);
     }
     Ok(response)
@@ -286,7 +311,7 @@ async fn open_session(ui: &Ui, actor: Actor, via: Via) -> Page {
     if let Ok(v) = set_cookie(ui, session_cookie(ui), &session.id, max_age).parse() {
         headers.append(header::SET_COOKIE, v);
     }
-    if let Ok(v) = set_cookie(ui, LOGIN_COOKIE, "", 0).parse() {
+    if let Ok(v) = set_cookie(ui, login_cookie(ui), "", 0).parse() {
         headers.append(header::SET_COOKIE, v);
     }
     Ok(response)
@@ -325,9 +350,17 @@ pub(crate) async fn login(
     extensions: axum::http::Extensions,
     form: Result<Form<LoginForm>, FormRejection>,
 ) -> Page {
-    if let Err(wait) = ui.login_limit.attempt(peer_of(&extensions)) {
-        let seconds = wait.as_secs().max(1);
-        tracing::warn!(peer = ?peer_of(&extensions), "dashboard login attempts limited");
+    // The client: the TCP peer, or behind the trusted proxy the address it says
+    // it forwarded for (else every client would share the proxy's allowance).
+    let peer = peer_of(&extensions);
+    let client = match &ui.options.trusted_proxy {
+        Some(proxy) => proxy.client_of(peer, &headers),
+        None => peer,
+    };
+    if let Err(wait) = ui.login_limit.attempt(client) {
+        // Rounded up: a client that waits what it is told is not refused again.
+        let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        tracing::warn!(client = ?client, "dashboard login attempts limited");
         let mut page = login_page(
             &ui,
             StatusCode::TOO_MANY_REQUESTS,
@@ -349,7 +382,7 @@ pub(crate) async fn login(
             None,
         );
     };
-    let nonce = cookie(&headers, LOGIN_COOKIE).unwrap_or("");
+    let nonce = cookie(&headers, login_cookie(&ui)).unwrap_or("");
     let sent = form.login_csrf.as_deref().unwrap_or("");
     if nonce.is_empty() || !bool::from(nonce.as_bytes().ct_eq(sent.as_bytes())) {
         return login_page(

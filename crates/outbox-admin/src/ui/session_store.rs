@@ -74,12 +74,19 @@ pub(crate) struct Session {
     pub(crate) actor: Actor,
     pub(crate) csrf: String,
     pub(crate) theme: &'static str,
+    /// How it was opened: a proxy's session holds only while the proxy vouches.
+    pub(crate) via: Via,
     expires: Instant,
 }
 
 impl Session {
     pub(crate) fn can_write(&self) -> bool {
         self.actor.role == Role::Write
+    }
+
+    /// When it ends (a live stream ends then too).
+    pub(crate) const fn expires(&self) -> Instant {
+        self.expires
     }
 }
 
@@ -97,10 +104,13 @@ pub(crate) struct SessionStore {
 
 /// A shared store that does not answer: the page says so (503), it does not
 /// send the operator to a login that could not open a session either.
+/// The page says only that; the cause goes to the log (it may name the
+/// database, and anyone can make a session be read by sending a cookie).
 fn unavailable(e: &tower_sessions_core::session_store::Error) -> UiError {
+    tracing::warn!(error = %e, "dashboard sessions cannot be read or written");
     UiError::Admin(AdminError::Port(outbox_ports::PortError::transient(
         "dashboard sessions",
-        e.to_string(),
+        "the session store does not answer; try again shortly",
     )))
 }
 
@@ -113,12 +123,14 @@ fn stored_id(secret: &str) -> Id {
 }
 
 /// What identifies a token's secret without being it, to tell whether a stored
-/// session's token is still the one configured.
-fn fingerprint(secret: &str) -> String {
-    Sha256::digest(secret.as_bytes())[..16]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+/// session's token is still the one configured: salted per session, so a read of
+/// the table cannot test guesses of a short secret against every row at once.
+fn fingerprint(salt: &str, secret: &str) -> String {
+    let mut hash = Sha256::new();
+    hash.update(salt.as_bytes());
+    hash.update([0]);
+    hash.update(secret.as_bytes());
+    hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn role_name(role: Role) -> &'static str {
@@ -154,6 +166,7 @@ impl SessionStore {
             actor,
             csrf: random_or_fail()?,
             theme: "auto",
+            via,
             expires: Instant::now() + self.ttl,
         };
         let Some(shared) = &self.shared else {
@@ -171,10 +184,12 @@ impl SessionStore {
         ]);
         if via == Via::Token {
             if let Some(token) = auth.token_named(&session.actor.name) {
+                let salt = random_or_fail()?;
                 data.insert(
                     "token".to_owned(),
-                    Value::from(fingerprint(token.secret.expose())),
+                    Value::from(fingerprint(&salt, token.secret.expose())),
                 );
+                data.insert("token_salt".to_owned(), Value::from(salt));
             }
         }
         let ttl = time::Duration::try_from(self.ttl).unwrap_or(time::Duration::MAX);
@@ -249,9 +264,9 @@ impl SessionStore {
         let role = match (via, role) {
             // The token as configured now: gone or with another secret, the
             // session ends; its role is the token's role now.
-            (Via::Token, _) => match auth.token_named(name) {
-                Some(token)
-                    if text("token") == Some(fingerprint(token.secret.expose()).as_str()) =>
+            (Via::Token, _) => match (auth.token_named(name), text("token_salt")) {
+                (Some(token), Some(salt))
+                    if text("token") == Some(fingerprint(salt, token.secret.expose()).as_str()) =>
                 {
                     token.role
                 }
@@ -276,6 +291,7 @@ impl SessionStore {
             },
             csrf: csrf.to_owned(),
             theme: "auto",
+            via,
             expires: Instant::now() + left,
         }))
     }

@@ -21,33 +21,32 @@ use crate::{Actor, AdminError};
 
 /// The session cookie.
 const SESSION_COOKIE: &str = "outbox_session";
-/// The session cookie when cookies are `Secure`: the `__Host-` prefix makes the
-/// browser refuse it unless it is Secure, for the whole host (`Path=/`) and set by
-/// this host itself (no `Domain`), so no sibling subdomain can plant or shadow it.
-const SECURE_SESSION_COOKIE: &str = "__Host-outbox_session";
+/// The login form's nonce cookie.
+const LOGIN_COOKIE: &str = "outbox_login";
+
+/// The name `ui` gives cookie `plain` (the session's, the login nonce's): with
+/// `Secure` cookies, `__Host-` first, which makes the browser refuse it unless it
+/// is Secure, for the whole host (`Path=/`) and set by this host itself (no
+/// `Domain`), so no sibling subdomain can plant or shadow it (a planted nonce
+/// would log the browser in as someone else).
+fn cookie_name(ui: &Ui, plain: &'static str) -> &'static str {
+    match (ui.options.secure_cookies, plain) {
+        (true, SESSION_COOKIE) => "__Host-outbox_session",
+        (true, LOGIN_COOKIE) => "__Host-outbox_login",
+        _ => plain,
+    }
+}
 
 /// The name of `ui`'s session cookie.
 fn session_cookie(ui: &Ui) -> &'static str {
-    if ui.options.secure_cookies {
-        SECURE_SESSION_COOKIE
-    } else {
-        SESSION_COOKIE
-    }
+    cookie_name(ui, SESSION_COOKIE)
 }
-/// The login form's nonce cookie.
-const LOGIN_COOKIE: &str = "outbox_login";
-/// The login nonce cookie when cookies are `Secure` (see [`SECURE_SESSION_COOKIE`]):
-/// no sibling subdomain can plant a nonce and log the browser in as someone else.
-const SECURE_LOGIN_COOKIE: &str = "__Host-outbox_login";
 
 /// The name of `ui`'s login nonce cookie.
 fn login_cookie(ui: &Ui) -> &'static str {
-    if ui.options.secure_cookies {
-        SECURE_LOGIN_COOKIE
-    } else {
-        LOGIN_COOKIE
-    }
+    cookie_name(ui, LOGIN_COOKIE)
 }
+
 /// The theme cookie (`dark` or `light`; absent: follow the system).
 pub(crate) const THEME_COOKIE: &str = "outbox_theme";
 

@@ -590,6 +590,8 @@ fn delivery_queue(config: &ConsumerConfig) -> &str {
 pub struct InboxWorker<P> {
     subscriber: Arc<dyn Subscriber>,
     shared: Arc<Shared<P>>,
+    /// Where its consumed and failed totals go per minute (the dashboard's chart).
+    throughput: Option<Arc<dyn outbox_ports::ThroughputLog>>,
 }
 
 /// The backend-neutral consumer worker: any [`InboxConsumerPath`], [`Handler`]s.
@@ -648,7 +650,17 @@ impl<P: InboxPath> InboxWorker<P> {
                 )),
                 layer: std::sync::RwLock::new(layer::default_handling_layer()),
             }),
+            throughput: None,
         }
+    }
+
+    /// Adds its consumed deliveries and failed handler attempts to `log` every few
+    /// seconds while it runs (and once more as it stops): the per-minute totals the
+    /// dashboard charts, shared with the relays that add their publishes.
+    #[must_use]
+    pub fn with_throughput(mut self, log: Arc<dyn outbox_ports::ThroughputLog>) -> Self {
+        self.throughput = Some(log);
+        self
     }
 
     /// Runs `layer` around each handling instead of the default one (`process`
@@ -724,6 +736,30 @@ impl<P: InboxPath> InboxWorker<P> {
                 ))
             })
         };
+        // Until the loops below have handled what they hold, so the last counts
+        // are added too.
+        let stop_throughput = CancellationToken::new();
+        let recorders: Vec<_> = self
+            .throughput
+            .iter()
+            .flat_map(|log| {
+                [
+                    outbox_runtime::ThroughputRecorder::of_total(
+                        Arc::clone(log),
+                        outbox_ports::ThroughputKind::Consumed,
+                        Arc::clone(&self.shared.counters),
+                        |c| &c.consumed,
+                    ),
+                    outbox_runtime::ThroughputRecorder::of_total(
+                        Arc::clone(log),
+                        outbox_ports::ThroughputKind::ConsumeFailed,
+                        Arc::clone(&self.shared.counters),
+                        |c| &c.consume_failures,
+                    ),
+                ]
+            })
+            .map(|r| tokio::spawn(r.run(stop_throughput.clone())))
+            .collect();
         let stop_watch = cancel.child_token();
         let watchdog = tokio::spawn(outbox_runtime::stall::watch(
             Arc::clone(&self.shared.progress),
@@ -796,6 +832,12 @@ impl<P: InboxPath> InboxWorker<P> {
         stop_retention.cancel();
         stop_watch.cancel();
         stop_pause_watch.cancel();
+        stop_throughput.cancel();
+        for recorder in recorders {
+            if let Err(e) = recorder.await {
+                tracing::error!(consumer = %config.name, error = %e, "throughput recorder ended abnormally");
+            }
+        }
         if let Err(e) = pause_watch.await {
             tracing::error!(consumer = %config.name, error = %e, "pause watch ended abnormally");
         }

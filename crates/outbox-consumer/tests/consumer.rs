@@ -749,3 +749,46 @@ async fn a_handling_layer_wraps_each_delivery_and_each_retry() {
         [(m.id, 1, false, false), (m.id, 2, true, true)]
     );
 }
+
+/// With a throughput log, the worker adds its consumed deliveries and failed
+/// handler attempts to it (the dashboard's chart), the last of them as it stops.
+#[tokio::test]
+async fn a_worker_records_its_consumed_and_failed_totals_per_minute() {
+    use outbox_ports::{ThroughputKind, ThroughputLog};
+    let b = broker();
+    let inbox = Arc::new(MemoryInboxStore::new(Arc::new(SystemClock)));
+    let log = Arc::new(outbox_adapters_memory::MemoryThroughputLog::new(Arc::new(
+        SystemClock,
+    )));
+    let effects = Effects::default();
+    let worker = ConsumerWorker::new(
+        inbox.clone(),
+        Arc::new(b.clone()),
+        counting(effects.clone(), |m, _| {
+            (m.routing_key == "fails").then_some("cannot bill")
+        }),
+        Arc::new(SystemClock),
+        config(5),
+    )
+    .with_throughput(log.clone());
+    let mut msgs = outbox_testkit::messages(5);
+    msgs.push(outbox_testkit::message("contract", "fails"));
+    b.publish(&msgs).await;
+    let r = run(worker);
+    wait_for("consumption and the failure", async || {
+        let s = inbox.stats(NAME).await.expect("stats");
+        s.consumed == 5 && s.consume_failed == 1
+    })
+    .await;
+    r.stop().await;
+    let total = async |kind| {
+        log.per_minute(kind, Duration::from_secs(3600))
+            .await
+            .expect("read")
+            .iter()
+            .map(|m| m.count)
+            .sum::<u64>()
+    };
+    assert_eq!(total(ThroughputKind::Consumed).await, 5);
+    assert_eq!(total(ThroughputKind::ConsumeFailed).await, 1);
+}

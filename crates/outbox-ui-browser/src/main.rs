@@ -368,8 +368,43 @@ impl Scenarios<'_> {
         }
     }
 
+    /// The text of the first element `css` finds, read again while the element
+    /// goes stale under the read (a live update swapped it out) until [`WAIT`].
     async fn text(&self, css: &str) -> anyhow::Result<String> {
-        Ok(self.wait_for(css).await?.text().await?.trim().to_owned())
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            match self.wait_for(css).await?.text().await {
+                Ok(text) => return Ok(text.trim().to_owned()),
+                Err(e) if std::time::Instant::now() >= deadline => return Err(e.into()),
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+
+    /// The value of attribute `name` of the first element `css` finds, as
+    /// [`Scenarios::text`] reads (again while it goes stale).
+    async fn attr(&self, css: &str, name: &str) -> anyhow::Result<Option<String>> {
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            match self.wait_for(css).await?.attr(name).await {
+                Ok(value) => return Ok(value),
+                Err(e) if std::time::Instant::now() >= deadline => return Err(e.into()),
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+
+    /// Clicks the first element `css` finds, found again while it goes stale
+    /// before the click lands (the lists' tabs are swapped as numbers change).
+    async fn click(&self, css: &str) -> anyhow::Result<()> {
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            match self.wait_for(css).await?.click().await {
+                Ok(()) => return Ok(()),
+                Err(e) if std::time::Instant::now() >= deadline => return Err(e.into()),
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
     }
 
     async fn button(&self, name: &str) -> anyhow::Result<fantoccini::elements::Element> {
@@ -996,10 +1031,7 @@ impl Scenarios<'_> {
             nav == format!("dead {count}"),
             "navigation {nav:?}, tab {count}"
         );
-        self.wait_for("#status-tabs a[data-status=dead]")
-            .await?
-            .click()
-            .await?;
+        self.click("#status-tabs a[data-status=dead]").await?;
         self.c
             .wait()
             .at_most(WAIT)
@@ -1007,9 +1039,7 @@ impl Scenarios<'_> {
             .await
             .context("the dead tab leads to the dead list")?;
         let current = self
-            .wait_for("#status-tabs a[aria-current=true]")
-            .await?
-            .attr("data-status")
+            .attr("#status-tabs a[aria-current=true]", "data-status")
             .await?;
         ensure!(
             current.as_deref() == Some("dead"),

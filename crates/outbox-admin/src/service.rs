@@ -467,12 +467,14 @@ impl AdminService {
     pub async fn stats(&self) -> Result<StatsResponse, AdminError> {
         let counts = self.ports.outbox_store.stats().await?;
         let consumers = self.consumers().await?;
+        let per_minute_of = async |kind| match &self.throughput {
+            Some(log) => log.per_minute(kind, CHART_WINDOW).await,
+            None => Ok(Vec::new()),
+        };
         let (published, consumed, per_minute) = match &self.throughput {
-            Some(log) => (
-                log.per_minute(ThroughputKind::Published, CHART_WINDOW)
-                    .await?,
-                log.per_minute(ThroughputKind::Consumed, CHART_WINDOW)
-                    .await?,
+            Some(_) => (
+                per_minute_of(ThroughputKind::Published).await?,
+                per_minute_of(ThroughputKind::Consumed).await?,
                 "recorded",
             ),
             None => (
@@ -483,15 +485,12 @@ impl AdminService {
         };
         // Failed attempts are only in the per-minute totals: a row keeps its last
         // few, not a count per minute that an index could serve.
-        let (publish_failed, consume_failed, failures_per_minute) = match &self.throughput {
-            Some(log) => (
-                log.per_minute(ThroughputKind::PublishFailed, CHART_WINDOW)
-                    .await?,
-                log.per_minute(ThroughputKind::ConsumeFailed, CHART_WINDOW)
-                    .await?,
-                "recorded",
-            ),
-            None => (Vec::new(), Vec::new(), "not_recorded"),
+        let publish_failed = per_minute_of(ThroughputKind::PublishFailed).await?;
+        let consume_failed = per_minute_of(ThroughputKind::ConsumeFailed).await?;
+        let failures_per_minute = if self.throughput.is_some() {
+            "recorded"
+        } else {
+            "not_recorded"
         };
         let now = self.clock.now();
         let mut sweeps = Vec::new();

@@ -128,6 +128,23 @@ impl ListQuery {
     }
 }
 
+/// `path` with `pairs` as its query string (each value percent-encoded), or
+/// `path` alone when there are none: the links and redirects of the lists.
+pub(crate) fn with_query<'a>(
+    path: &str,
+    pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> String {
+    let query: Vec<String> = pairs
+        .into_iter()
+        .map(|(k, v)| format!("{k}={}", encode(v)))
+        .collect();
+    if query.is_empty() {
+        path.to_owned()
+    } else {
+        format!("{path}?{}", query.join("&"))
+    }
+}
+
 /// Percent-encodes everything but unreserved characters (RFC 3986), so a value is
 /// safe in a query string and in a path segment.
 pub(crate) fn encode(value: &str) -> String {

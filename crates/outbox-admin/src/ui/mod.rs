@@ -127,6 +127,11 @@ impl Ui {
         format!("{}{path}", self.options.base)
     }
 
+    /// Consumer `name`'s deliveries under the mount point (the name encoded).
+    pub(crate) fn consumer_at(&self, name: &str) -> String {
+        self.at(&format!("/consumers/{}", filters::encode(name)))
+    }
+
     /// The overview: the mount point itself (axum's `nest` serves `/ui`, not
     /// `/ui/`).
     pub(crate) fn home(&self) -> String {

@@ -12,7 +12,7 @@ use crate::model::MessagePage;
 use outbox_ports::{DeliveryFilter, MessageFilter};
 
 use crate::params::{DEFAULT_BULK_MAX, Side};
-use crate::ui::filters::{ListQuery, encode};
+use crate::ui::filters::{ListQuery, with_query};
 use crate::ui::render::render;
 use crate::ui::session::Session;
 use crate::ui::view::{self, Badge, StatusOption};
@@ -65,18 +65,13 @@ fn tabs(
     let filtered = others.iter().any(|(k, _)| *k != "limit");
     let current = q.status.as_deref().filter(|s| !s.is_empty());
     let href = |status: Option<&str>| {
-        let mut parts: Vec<String> = others
-            .iter()
-            .map(|(k, v)| format!("{k}={}", encode(v)))
-            .collect();
-        if let Some(s) = status {
-            parts.push(format!("status={s}"));
-        }
-        if parts.is_empty() {
-            list_href.to_owned()
-        } else {
-            format!("{list_href}?{}", parts.join("&"))
-        }
+        with_query(
+            list_href,
+            others
+                .iter()
+                .map(|(k, v)| (*k, v.as_str()))
+                .chain(status.map(|s| ("status", s))),
+        )
     };
     let mut tabs = vec![Tab {
         label: "all",
@@ -206,12 +201,11 @@ fn rows(kind: &ListKind, page: MessagePage) -> Vec<Row> {
 
 /// Where a list's tabs are read alone: `<list>/tabs` with the list's filters.
 fn tabs_href(list_href: &str, q: &ListQuery) -> String {
-    let query = q.query_string(&[]);
-    if query.is_empty() {
-        format!("{list_href}/tabs")
-    } else {
-        format!("{list_href}/tabs?{query}")
-    }
+    let pairs = q.pairs();
+    with_query(
+        &format!("{list_href}/tabs"),
+        pairs.iter().map(|(k, v)| (*k, v.as_str())),
+    )
 }
 
 /// A list's status tabs alone: what the page swaps in when the live feed says a
@@ -258,7 +252,7 @@ pub(crate) async fn delivery_tabs(
     q: Result<Query<ListQuery>, QueryRejection>,
 ) -> Page {
     let name = crate::params::text("consumer", path(name)?)?;
-    let at = ui.at(&format!("/consumers/{}", encode(&name)));
+    let at = ui.consumer_at(&name);
     tabs_fragment(&ui, at, Side::Inbox, Some(&name), q).await
 }
 
@@ -434,7 +428,7 @@ pub(crate) async fn deliveries(
     q: Result<Query<ListQuery>, QueryRejection>,
 ) -> Page {
     let name = crate::params::text("consumer", path(name)?)?;
-    let at = ui.at(&format!("/consumers/{}", encode(&name)));
+    let at = ui.consumer_at(&name);
     let kind = ListKind {
         side: Side::Inbox,
         title: format!("Deliveries of {name}"),

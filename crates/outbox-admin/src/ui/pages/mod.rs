@@ -106,10 +106,6 @@ impl Chrome {
 /// overview) or a fragment that shows no navigation.
 fn frame(ui: &Ui, session: &Session, nav: &'static str) -> Chrome {
     Chrome {
-        dead_messages: 0,
-        dead_deliveries: 0,
-        base: ui.options.base.clone(),
-        home: ui.home(),
         csrf: session.csrf.clone(),
         actor: session.actor.name.clone(),
         role: match session.actor.role {
@@ -119,6 +115,7 @@ fn frame(ui: &Ui, session: &Session, nav: &'static str) -> Chrome {
         can_write: session.can_write(),
         theme: session.theme,
         nav,
+        ..Chrome::bare(ui)
     }
 }
 

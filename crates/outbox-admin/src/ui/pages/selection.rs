@@ -15,7 +15,7 @@ use axum::http::{HeaderMap, StatusCode};
 use super::{Chrome, Confirm, UiState, chrome, path};
 use crate::AdminError;
 use crate::params::parse_message_id;
-use crate::ui::filters::encode;
+use crate::ui::filters::with_query;
 use crate::ui::render::render;
 use crate::ui::session::{Session, check_write, redirect};
 use crate::ui::view;
@@ -120,18 +120,10 @@ struct SelectedPage {
 
 /// Where the list was: its path with the form's filters.
 fn list_url(list: &str, filters: &[(&'static str, String)], extra: Option<(&str, &str)>) -> String {
-    let mut parts: Vec<String> = filters
-        .iter()
-        .map(|(k, v)| format!("{k}={}", encode(v)))
-        .collect();
-    if let Some((k, v)) = extra {
-        parts.push(format!("{k}={}", encode(v)));
-    }
-    if parts.is_empty() {
-        list.to_owned()
-    } else {
-        format!("{list}?{}", parts.join("&"))
-    }
+    with_query(
+        list,
+        filters.iter().map(|(k, v)| (*k, v.as_str())).chain(extra),
+    )
 }
 
 /// A selection of the outbox's list (`consumer` `None`) or of a consumer's.
@@ -148,7 +140,7 @@ async fn selected(
     let (list, post) = match consumer {
         None => (ui.at("/messages"), ui.at("/messages/selected")),
         Some(name) => {
-            let at = ui.at(&format!("/consumers/{}", encode(name)));
+            let at = ui.consumer_at(name);
             (at.clone(), format!("{at}/selected"))
         }
     };

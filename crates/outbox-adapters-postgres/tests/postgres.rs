@@ -1179,3 +1179,49 @@ async fn a_schema_behind_this_build_is_refused_naming_outbox_migrate() {
             .expect("current once migrated");
     })
 }
+
+/// A failure mark never fails because of the attempt history it appends to: a
+/// row whose history was edited by hand into anything (a string, an object, JSON
+/// null) is still marked, and its history reads as what can be read.
+#[tokio::test]
+async fn a_history_edited_by_hand_never_stops_a_failure_mark() {
+    with_db!(|pool, schema| {
+        let store = PgOutboxStore::new(pool.clone(), schema.clone());
+        for junk in [r#""junk""#, r#"{"a": 1}"#, "null", r#"[{"attempt": "x"}]"#] {
+            let m = outbox_testkit::message("history-junk", "k");
+            store.enqueue(vec![m.clone()]).await.expect("enqueue");
+            sqlx::query(&format!(
+                "UPDATE {}.outbox_messages SET failed_attempts = $1::jsonb WHERE id = $2",
+                schema.quoted()
+            ))
+            .bind(junk)
+            .bind(m.id.as_uuid())
+            .execute(&pool)
+            .await
+            .expect("edit by hand");
+            let l = lease("junk");
+            let claimed = store.claim_pending(&l, 10).await.expect("claim");
+            assert_eq!(claimed.len(), 1, "{junk}");
+            let marked = store
+                .mark_publish_failed(
+                    &l,
+                    &[outbox_ports::PublishFailure {
+                        id: m.id,
+                        error: "no route".into(),
+                        decision: Decision::Dead,
+                    }],
+                )
+                .await
+                .expect("the mark does not fail");
+            assert_eq!(marked, 1, "{junk}");
+            let record = store.get_message(m.id).await.expect("get").expect("row");
+            assert_eq!(record.status, OutboxStatus::Dead, "{junk}");
+            let last = record.publish.failed_attempts.last().expect("this attempt");
+            assert_eq!(
+                (last.attempt, last.error.as_str()),
+                (1, "no route"),
+                "{junk}"
+            );
+        }
+    })
+}

@@ -756,6 +756,21 @@ impl<P: InboxPath> InboxWorker<P> {
                         Arc::clone(&self.shared.counters),
                         |c| &c.consume_failures,
                     ),
+                    // The same under the consumer's name, for its own chart.
+                    outbox_runtime::ThroughputRecorder::of_total(
+                        Arc::clone(log),
+                        outbox_ports::ThroughputKind::Consumed,
+                        Arc::clone(&self.shared.counters),
+                        |c| &c.consumed,
+                    )
+                    .named(config.name.clone()),
+                    outbox_runtime::ThroughputRecorder::of_total(
+                        Arc::clone(log),
+                        outbox_ports::ThroughputKind::ConsumeFailed,
+                        Arc::clone(&self.shared.counters),
+                        |c| &c.consume_failures,
+                    )
+                    .named(config.name.clone()),
                 ]
             })
             .map(|r| tokio::spawn(r.run(stop_throughput.clone())))

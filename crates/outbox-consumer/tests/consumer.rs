@@ -791,4 +791,18 @@ async fn a_worker_records_its_consumed_and_failed_totals_per_minute() {
     };
     assert_eq!(total(ThroughputKind::Consumed).await, 5);
     assert_eq!(total(ThroughputKind::ConsumeFailed).await, 1);
+    // And under its own name, for its own chart.
+    let named = async |kind| {
+        log.named_totals(kind, outbox_ports::ChartWindow::Hour)
+            .await
+            .expect("read")
+    };
+    assert_eq!(
+        named(ThroughputKind::Consumed).await,
+        vec![(NAME.to_owned(), 5)]
+    );
+    assert_eq!(
+        named(ThroughputKind::ConsumeFailed).await,
+        vec![(NAME.to_owned(), 1)]
+    );
 }

@@ -14,7 +14,7 @@ use outbox_ports::{
 use tokio_util::sync::CancellationToken;
 
 use crate::layer::PublishLayer;
-use outbox_runtime::{LeaseFactory, Random, SweepTask, sleep_or_cancel};
+use outbox_runtime::{LeaseFactory, NamedTally, Random, SweepTask, sleep_or_cancel};
 
 /// What publishing one claimed batch did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -58,6 +58,9 @@ pub struct RelayCounters {
     pub dead: AtomicU64,
     /// Messages given back unsent because the broker could not be reached.
     pub deferred: AtomicU64,
+    /// Per exchange, publishes confirmed and attempts failed since the throughput
+    /// recorder last took them (each exchange's chart).
+    pub per_exchange: Arc<NamedTally>,
 }
 
 impl RelayCounters {
@@ -78,6 +81,27 @@ pub struct Published {
     failures: Vec<PublishFailure>,
     unsent: Vec<MessageId>,
     counts: PublishCounts,
+    /// `(exchange, confirmed, failed attempts)`, an entry an exchange.
+    per_exchange: Vec<(String, u64, u64)>,
+}
+
+impl Published {
+    /// Adds the batch's per-exchange counts to `tally` (once its outcomes are
+    /// recorded, as its totals are).
+    fn tally_into(per_exchange: &[(String, u64, u64)], tally: &NamedTally) {
+        tally.add_all(per_exchange.iter().map(|(e, s, f)| (e.as_str(), *s, *f)));
+    }
+}
+
+/// Counts one outcome under its exchange: the entries are few (a batch mostly
+/// goes to one or two exchanges), so a look from the newest is cheaper than a map.
+fn tally(per_exchange: &mut Vec<(String, u64, u64)>, exchange: &str, sent: u64, failed: u64) {
+    if let Some(e) = per_exchange.iter_mut().rev().find(|e| e.0 == exchange) {
+        e.1 += sent;
+        e.2 += failed;
+    } else {
+        per_exchange.push((exchange.to_owned(), sent, failed));
+    }
 }
 
 /// Publishes claimed messages within `budget` (what is left of the lease, see
@@ -104,9 +128,11 @@ pub async fn publish_batch(
             failures: Vec::new(),
             unsent: Vec::new(),
             counts,
+            per_exchange: Vec::new(),
         };
     }
     let mut failures = Vec::new();
+    let mut per_exchange = Vec::new();
     // What AMQP cannot carry never reaches the publisher (a client library may
     // panic on it) and is dead at once: no retry can change it.
     let (publishable, unpublishable): (Vec<_>, Vec<_>) = claimed
@@ -118,6 +144,7 @@ pub async fn publish_batch(
             .check_amqp()
             .err()
             .map_or_else(String::new, |e| e.to_string());
+        tally(&mut per_exchange, &c.message.exchange, 0, 1);
         failures.push(permanent_failure(c.message.id, &why, &mut counts));
     }
     let requeued: Vec<bool> = match layer {
@@ -153,6 +180,16 @@ pub async fn publish_batch(
     let mut failing: std::collections::BTreeMap<&str, (u64, String)> =
         std::collections::BTreeMap::new();
     for (i, message) in messages.iter().enumerate() {
+        let confirmed = matches!(outcomes.get(i), Some(o) if o.is_confirmed());
+        let attempted = !matches!(outcomes.get(i), Some(PublishOutcome::NotSent(_)));
+        if attempted {
+            tally(
+                &mut per_exchange,
+                &message.exchange,
+                u64::from(confirmed),
+                u64::from(!confirmed),
+            );
+        }
         match outcomes.get(i) {
             Some(o) if o.is_confirmed() => sent.push(message.id),
             // Nothing reached the broker: no attempt is spent on a broker outage.
@@ -201,6 +238,7 @@ pub async fn publish_batch(
         failures,
         unsent,
         counts,
+        per_exchange,
     }
 }
 
@@ -514,7 +552,7 @@ impl Relay {
             Claim::DueRetries => self.store.claim_due_retries(&lease, limit).await?,
         };
         let budget = publish_budget(lease.ttl, claimed_at.elapsed());
-        let published = publish_batch(
+        let mut published = publish_batch(
             &*self.publisher,
             self.layer.as_deref(),
             lease,
@@ -524,8 +562,10 @@ impl Relay {
             budget,
         )
         .await;
+        let per_exchange = std::mem::take(&mut published.per_exchange);
         let counts = record(&*self.store, published).await?;
         self.counters.add(&counts);
+        Published::tally_into(&per_exchange, &self.counters.per_exchange);
         Ok(counts)
     }
 }
@@ -789,7 +829,7 @@ impl Dispatcher {
         let (previous_marked, previous_mark_finished) = tokio::sync::oneshot::channel::<()>();
         let ((mark, published), ahead) = tokio::join!(
             async {
-                let published = publish_batch(
+                let mut published = publish_batch(
                     &*relay.publisher,
                     relay.layer.as_deref(),
                     batch.lease,
@@ -807,7 +847,12 @@ impl Dispatcher {
                 let r = Arc::clone(relay);
                 let c = cancel.clone();
                 let mark = tokio::spawn(async move {
-                    record_retrying(&*r.store, published, Some((&c, error_backoff))).await
+                    let per_exchange = std::mem::take(&mut published.per_exchange);
+                    let counts =
+                        record_retrying(&*r.store, published, Some((&c, error_backoff))).await?;
+                    // Counted with the totals, once the outcomes are recorded.
+                    Published::tally_into(&per_exchange, &r.counters.per_exchange);
+                    Ok(counts)
                 });
                 (mark, outcome)
             },

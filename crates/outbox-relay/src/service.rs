@@ -19,9 +19,9 @@ use crate::{
     Dispatcher, DispatcherConfig, PublishRetryTask, RelayCounters, RetentionConfig,
     SentRetentionTask,
 };
-use outbox_runtime::ThroughputRecorder;
 use outbox_runtime::supervision::supervise;
 use outbox_runtime::{LeaseFactory, RetrySweeper, ServiceHealth};
+use outbox_runtime::{TallyRecorder, ThroughputRecorder};
 
 /// Builds a relay from its adapters.
 ///
@@ -273,16 +273,27 @@ impl RelayBuilder {
                 |c| &c.published,
             );
             let failed = ThroughputRecorder::of_total(
-                log,
+                Arc::clone(&log),
                 ThroughputKind::PublishFailed,
                 Arc::clone(&counters),
                 |c| &c.publish_failures,
             );
-            let cancel_both = cancel.clone();
+            // Each exchange's own chart.
+            let per_exchange = TallyRecorder::new(
+                Arc::clone(&log),
+                Arc::clone(&counters.per_exchange),
+                ThroughputKind::Published,
+                ThroughputKind::PublishFailed,
+            );
+            let cancel_all = cancel.clone();
             supervise(
                 "throughput",
                 async move {
-                    tokio::join!(published.run(cancel_both.clone()), failed.run(cancel_both));
+                    tokio::join!(
+                        published.run(cancel_all.clone()),
+                        failed.run(cancel_all.clone()),
+                        per_exchange.run(cancel_all)
+                    );
                 },
                 cancel.clone(),
                 Arc::clone(&health),

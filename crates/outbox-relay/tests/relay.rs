@@ -1244,3 +1244,76 @@ async fn a_publish_layer_changes_what_goes_out_and_is_told_each_outcome() {
         delivery.envelope.headers
     );
 }
+
+/// With a throughput log, each exchange's confirmed publishes and failed attempts
+/// are added under its name (its own chart) besides the totals of all, the last
+/// of them as the relay stops; a message never sent counts in neither.
+#[tokio::test]
+async fn a_relay_records_each_exchanges_publishes_and_failed_attempts() {
+    use outbox_ports::{ChartWindow, ThroughputKind, ThroughputLog};
+    let (store, broker) = setup();
+    broker.declare_exchange("audit", ExchangeKind::Topic);
+    broker.bind(QUEUE, "audit", "#");
+    let mut msgs = outbox_testkit::messages(20);
+    msgs.extend((0..5).map(|i| outbox_testkit::message("audit", &format!("a{i}"))));
+    // The default exchange with a routing key no queue is named for: NO_ROUTE.
+    msgs.extend((0..3).map(|i| {
+        let mut m = outbox_testkit::message("nowhere", &format!("n{i}"));
+        m.exchange = "lost".to_owned();
+        m
+    }));
+    broker.declare_exchange("lost", ExchangeKind::Topic);
+    store.enqueue(msgs).await.expect("enqueue");
+    let log = Arc::new(outbox_adapters_memory::MemoryThroughputLog::new(Arc::new(
+        SystemClock,
+    )));
+    let cancel = CancellationToken::new();
+    let relay = outbox_relay::RelayBuilder::new(
+        store.clone(),
+        Arc::new(broker.clone()),
+        Arc::new(outbox_adapters_memory::MemoryLock::new()),
+        Arc::new(outbox_adapters_memory::MemorySweepState::new(Arc::new(
+            SystemClock,
+        ))),
+    )
+    .dispatch(DispatcherConfig {
+        batch_size: 7,
+        idle_poll: Duration::from_millis(5),
+        pipelines: 2,
+        // The first failure is the last: each failing message counts once.
+        retry: fast_retry(1),
+        ..DispatcherConfig::default()
+    })
+    .throughput(log.clone())
+    .start(&cancel);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while store.count(OutboxStatus::Sent) < 25 || store.count(OutboxStatus::Dead) < 3 {
+        assert!(tokio::time::Instant::now() < deadline, "not all done");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    cancel.cancel();
+    tokio::time::timeout(Duration::from_secs(5), relay.join())
+        .await
+        .expect("stops promptly");
+    let named = async |kind| {
+        log.named_totals(kind, ChartWindow::Hour)
+            .await
+            .expect("read")
+    };
+    assert_eq!(
+        named(ThroughputKind::Published).await,
+        vec![("audit".to_owned(), 5), ("contract".to_owned(), 20)]
+    );
+    assert_eq!(
+        named(ThroughputKind::PublishFailed).await,
+        vec![("lost".to_owned(), 3)]
+    );
+    let total = log
+        .per_minute(ThroughputKind::Published, Duration::from_secs(3600))
+        .await
+        .expect("read")
+        .iter()
+        .map(|m| m.count)
+        .sum::<u64>();
+    assert_eq!(total, 25, "the totals of all as before");
+}

@@ -28,7 +28,7 @@ pub use lease::LeaseFactory;
 pub use stall::{DEFAULT_STALL_AFTER, RelayProgress};
 pub use supervision::ServiceHealth;
 pub use sweeper::{RetrySweeper, SweepTask};
-pub use throughput::ThroughputRecorder;
+pub use throughput::{NamedTally, TallyRecorder, ThroughputRecorder};
 pub use tokio_util::sync::CancellationToken;
 pub use vacuum::VacuumMode;
 

@@ -1,12 +1,15 @@
 //! Adds what an instance completed to the shared per-minute totals every few
-//! seconds ([`ThroughputLog`]), so charts of the last hour cost a few rows however
-//! many messages went through, and cover every instance.
+//! seconds ([`ThroughputLog`]), so charts cost a few rows however many messages
+//! went through, and cover every instance: a running total's growth
+//! ([`ThroughputRecorder`], all exchanges or one consumer) or what was tallied per
+//! name since the last add ([`NamedTally`] and [`TallyRecorder`], per exchange).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use outbox_ports::{ThroughputKind, ThroughputLog};
+use outbox_ports::{MAX_NAMES_PER_ADD, ThroughputKind, ThroughputLog};
 use tokio_util::sync::CancellationToken;
 
 use crate::sleep_or_cancel;
@@ -21,6 +24,8 @@ pub struct ThroughputRecorder {
     kind: ThroughputKind,
     counter: Arc<dyn Fn() -> u64 + Send + Sync>,
     interval: Duration,
+    /// Added under this name (a consumer's) instead of to the totals of all.
+    name: Option<String>,
 }
 
 impl ThroughputRecorder {
@@ -36,6 +41,7 @@ impl ThroughputRecorder {
             kind,
             counter,
             interval: THROUGHPUT_INTERVAL,
+            name: None,
         }
     }
 
@@ -60,6 +66,14 @@ impl ThroughputRecorder {
         self
     }
 
+    /// Adds under `name` (e.g. a consumer's, for its own chart) instead of to the
+    /// totals of all (the overview's).
+    #[must_use]
+    pub fn named(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
     /// Runs until `cancel` fires, then adds what is left.
     pub async fn run(self, cancel: CancellationToken) {
         // What was counted before this recorder started is not this instance's to
@@ -69,7 +83,16 @@ impl ThroughputRecorder {
             let go_on = sleep_or_cancel(self.interval, &cancel).await;
             let total = (self.counter)();
             let growth = total.saturating_sub(recorded);
-            match self.log.add(self.kind, growth).await {
+            let added = match &self.name {
+                Some(name) if growth > 0 => {
+                    self.log
+                        .add_named(self.kind, &[(name.clone(), growth)])
+                        .await
+                }
+                Some(_) => Ok(()),
+                None => self.log.add(self.kind, growth).await,
+            };
+            match added {
                 Ok(()) => recorded = total,
                 // Kept for the next add: a chart may lag, it does not lose counts.
                 Err(e) => {
@@ -80,5 +103,144 @@ impl ThroughputRecorder {
                 break;
             }
         }
+    }
+}
+
+/// Counts per name (an exchange's publishes and failed attempts) since a recorder
+/// last took them: the relay adds a batch's at once, a [`TallyRecorder`] takes them
+/// every few seconds. At most [`MAX_NAMES_PER_ADD`] names are held; what a further
+/// name counts before the next take is left out of its chart (said once in the log),
+/// never out of the totals of all.
+#[derive(Debug, Default)]
+pub struct NamedTally {
+    counts: Mutex<HashMap<String, (u64, u64)>>,
+    /// Whether a name was left out already (said once a process).
+    overflowed: AtomicBool,
+}
+
+/// A name with what it completed and its failed attempts.
+pub type NamedCounts = (String, u64, u64);
+
+impl NamedTally {
+    /// Adds each `(name, completed, failed)`.
+    pub fn add_all<'a>(&self, counts: impl IntoIterator<Item = (&'a str, u64, u64)>) {
+        let mut held = self
+            .counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (name, done, failed) in counts {
+            if done == 0 && failed == 0 {
+                continue;
+            }
+            if let Some(c) = held.get_mut(name) {
+                c.0 = c.0.saturating_add(done);
+                c.1 = c.1.saturating_add(failed);
+            } else if held.len() < MAX_NAMES_PER_ADD {
+                held.insert(name.to_owned(), (done, failed));
+            } else if !self.overflowed.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    name,
+                    max = MAX_NAMES_PER_ADD,
+                    "more names within a few seconds than the per-name charts take; \
+                     those beyond are left out of their charts (the totals keep them)"
+                );
+            }
+        }
+    }
+
+    /// What was counted since the last take, by name.
+    #[must_use]
+    pub fn take(&self) -> Vec<NamedCounts> {
+        let mut held = self
+            .counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut taken: Vec<NamedCounts> = held
+            .drain()
+            .map(|(name, (done, failed))| (name, done, failed))
+            .collect();
+        taken.sort_unstable();
+        taken
+    }
+}
+
+/// Adds what a [`NamedTally`] counted to the log per name, every
+/// [`THROUGHPUT_INTERVAL`] and once more when cancelled; what the log refused is
+/// put back and added the next time.
+pub struct TallyRecorder {
+    log: Arc<dyn ThroughputLog>,
+    tally: Arc<NamedTally>,
+    completed: ThroughputKind,
+    failed: ThroughputKind,
+    interval: Duration,
+}
+
+impl TallyRecorder {
+    /// Records `tally`'s completed counts as `completed` and its failed attempts as
+    /// `failed`.
+    pub fn new(
+        log: Arc<dyn ThroughputLog>,
+        tally: Arc<NamedTally>,
+        completed: ThroughputKind,
+        failed: ThroughputKind,
+    ) -> Self {
+        Self {
+            log,
+            tally,
+            completed,
+            failed,
+            interval: THROUGHPUT_INTERVAL,
+        }
+    }
+
+    /// Adds every `interval` instead.
+    #[must_use]
+    pub const fn every(mut self, interval: Duration) -> Self {
+        self.interval = interval;
+        self
+    }
+
+    /// Runs until `cancel` fires, then adds what is left.
+    pub async fn run(self, cancel: CancellationToken) {
+        loop {
+            let go_on = sleep_or_cancel(self.interval, &cancel).await;
+            let taken = self.tally.take();
+            if !taken.is_empty() {
+                self.add(taken).await;
+            }
+            if !go_on {
+                break;
+            }
+        }
+    }
+
+    async fn add(&self, taken: Vec<NamedCounts>) {
+        let pick = |f: fn(&NamedCounts) -> u64| -> Vec<(String, u64)> {
+            taken
+                .iter()
+                .filter(|c| f(c) > 0)
+                .map(|c| (c.0.clone(), f(c)))
+                .collect()
+        };
+        let (completed, failed) = (pick(|c| c.1), pick(|c| c.2));
+        let mut kept = Vec::new();
+        for (kind, counts) in [(self.completed, &completed), (self.failed, &failed)] {
+            if counts.is_empty() {
+                continue;
+            }
+            if let Err(e) = self.log.add_named(kind, counts).await {
+                // Kept for the next add: a chart may lag, it does not lose counts.
+                tracing::warn!(kind = kind.as_str(), error = %e, "per-name totals not recorded; trying again later");
+                let is_completed = kind == self.completed;
+                kept.extend(counts.iter().map(|(name, n)| {
+                    if is_completed {
+                        (name.as_str(), *n, 0)
+                    } else {
+                        (name.as_str(), 0, *n)
+                    }
+                }));
+            }
+        }
+        self.tally.add_all(kept);
     }
 }

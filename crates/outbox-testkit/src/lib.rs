@@ -329,7 +329,12 @@ macro_rules! throughput_log_contract {
         $crate::__contract_cases!(
             throughput,
             $make,
-            [adds_sum_up_per_minute_and_kind, an_empty_log_has_no_minutes,]
+            [
+                adds_sum_up_per_minute_and_kind,
+                an_empty_log_has_no_minutes,
+                named_adds_sum_up_per_name_and_kind,
+                too_many_names_are_refused,
+            ]
         );
     };
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_core::Timestamp;
-use outbox_ports::{ThroughputKind, ThroughputLog};
+use outbox_ports::{BucketCount, ChartWindow, MAX_NAMES_PER_ADD, ThroughputKind, ThroughputLog};
 
 /// Adds of one kind within a minute sum up in that minute; kinds stay apart.
 pub async fn adds_sum_up_per_minute_and_kind(log: Arc<dyn ThroughputLog>) {
@@ -63,4 +63,125 @@ pub async fn an_empty_log_has_no_minutes(log: Arc<dyn ThroughputLog>) {
         .await
         .expect("read");
     assert!(read.is_empty(), "{read:?}");
+}
+
+/// Per-name adds sum up per name and kind, apart from the totals; every window
+/// reads its whole run of buckets, aligned and oldest first, the last holding now.
+pub async fn named_adds_sum_up_per_name_and_kind(log: Arc<dyn ThroughputLog>) {
+    let name = |n: &str| n.to_owned();
+    log.add_named(
+        ThroughputKind::Published,
+        &[
+            (name("orders"), 3),
+            (name("billing"), 4),
+            (name("orders"), 2),
+        ],
+    )
+    .await
+    .expect("add");
+    log.add_named(ThroughputKind::Published, &[(name("quiet"), 0)])
+        .await
+        .expect("add nothing");
+    log.add_named(ThroughputKind::PublishFailed, &[(name("orders"), 1)])
+        .await
+        .expect("add");
+    log.add_named(ThroughputKind::Published, &[])
+        .await
+        .expect("add no name");
+    for window in ChartWindow::ALL {
+        let series = |kind, n: &'static str| {
+            let log = Arc::clone(&log);
+            async move { log.named_series(kind, n, window).await.expect("read") }
+        };
+        let orders = series(ThroughputKind::Published, "orders").await;
+        assert_eq!(orders.len(), window.buckets(), "{window:?}");
+        let width = window.bucket_seconds();
+        assert!(
+            orders
+                .windows(2)
+                .all(|w| (w[1].start - w[0].start).whole_seconds() == width),
+            "one bucket after another, oldest first: {window:?} {orders:?}"
+        );
+        assert!(
+            orders.iter().all(|b| b.start.unix_timestamp() % width == 0),
+            "aligned to the bucket's length: {window:?}"
+        );
+        let last = orders.last().expect("buckets").start;
+        let ago = (Timestamp::now_utc() - last).whole_seconds();
+        // The store's clock may differ from this one by a little.
+        assert!(
+            (-5..width + 5).contains(&ago),
+            "the last bucket holds now: {window:?} {last} ({ago} s ago)"
+        );
+        let sum = |s: &[BucketCount]| s.iter().map(|b| b.count).sum::<u64>();
+        assert_eq!(sum(&orders), 5, "{window:?}");
+        assert_eq!(
+            sum(&series(ThroughputKind::Published, "billing").await),
+            4,
+            "{window:?}"
+        );
+        assert_eq!(
+            sum(&series(ThroughputKind::Published, "quiet").await),
+            0,
+            "{window:?}"
+        );
+        assert_eq!(
+            sum(&series(ThroughputKind::PublishFailed, "orders").await),
+            1,
+            "kinds stay apart: {window:?}"
+        );
+        assert_eq!(
+            sum(&series(ThroughputKind::Consumed, "orders").await),
+            0,
+            "{window:?}"
+        );
+        let totals = log
+            .named_totals(ThroughputKind::Published, window)
+            .await
+            .expect("totals");
+        assert_eq!(
+            totals,
+            vec![(name("billing"), 4), (name("orders"), 5)],
+            "by name, nothing for a name with nothing: {window:?}"
+        );
+    }
+    // The totals of all names are their own: a per-name add is not in them.
+    let totals = log
+        .per_minute(ThroughputKind::Published, Duration::from_secs(3600))
+        .await
+        .expect("read");
+    assert!(totals.is_empty(), "{totals:?}");
+    log.add(ThroughputKind::Consumed, 6).await.expect("add");
+    assert!(
+        log.named_totals(ThroughputKind::Consumed, ChartWindow::Hour)
+            .await
+            .expect("totals")
+            .is_empty(),
+        "a total is no name's"
+    );
+}
+
+/// More names than one add may carry are refused, and none of them is added.
+pub async fn too_many_names_are_refused(log: Arc<dyn ThroughputLog>) {
+    let counts: Vec<(String, u64)> = (0..=MAX_NAMES_PER_ADD)
+        .map(|i| (format!("exchange-{i}"), 1))
+        .collect();
+    assert!(
+        log.add_named(ThroughputKind::Published, &counts)
+            .await
+            .is_err()
+    );
+    let totals = log
+        .named_totals(ThroughputKind::Published, ChartWindow::Week)
+        .await
+        .expect("totals");
+    assert!(totals.is_empty(), "{} names added", totals.len());
+    log.add_named(ThroughputKind::Published, &counts[..MAX_NAMES_PER_ADD])
+        .await
+        .expect("as many as allowed");
+    let totals = log
+        .named_totals(ThroughputKind::Published, ChartWindow::Week)
+        .await
+        .expect("totals");
+    assert_eq!(totals.len(), MAX_NAMES_PER_ADD);
 }

@@ -16,6 +16,7 @@ use crate::routes::{
     requeue_failure_group, requeue_matching, requeue_message, resume_consumer, resume_exchange,
     stats,
 };
+use crate::routes::{consumer_throughput, exchange_throughput, throughput};
 use crate::{AdminError, AdminService};
 
 async fn no_route() -> AdminError {
@@ -45,10 +46,13 @@ pub fn router(service: AdminService, auth: AdminAuth) -> Router {
         .route("/failures/reconsume", post(reconsume_failure_group))
         .route("/exchanges/{exchange}/pause", post(pause_exchange))
         .route("/exchanges/{exchange}/resume", post(resume_exchange))
+        .route("/exchanges/{exchange}/throughput", get(exchange_throughput))
+        .route("/throughput", get(throughput))
         .route("/pauses", get(pauses))
         .route("/consumers", get(consumers))
         .route("/consumers/{name}/pause", post(pause_consumer))
         .route("/consumers/{name}/resume", post(resume_consumer))
+        .route("/consumers/{name}/throughput", get(consumer_throughput))
         .route("/consumers/{name}/deliveries", get(list_deliveries))
         .route(
             "/consumers/{name}/deliveries/reconsume",

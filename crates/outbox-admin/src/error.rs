@@ -55,6 +55,12 @@ pub enum AdminError {
     /// the replay endpoints answer as if they did not exist.
     #[error("editing and replaying messages is off ([admin] allow_edit = false)")]
     EditOff,
+    /// This service reads no throughput log, so it has no per-exchange or
+    /// per-consumer charts (`outbox run` always has one).
+    #[error(
+        "throughput per exchange and consumer is not recorded here: the admin service has no throughput log"
+    )]
+    NotRecorded,
     /// What the store said.
     #[error(transparent)]
     Port(#[from] PortError),
@@ -82,6 +88,7 @@ impl AdminError {
             Self::Forbidden { .. } => (StatusCode::FORBIDDEN, "forbidden"),
             Self::NoRoute => (StatusCode::NOT_FOUND, "no_such_endpoint"),
             Self::EditOff => (StatusCode::NOT_FOUND, "edit_off"),
+            Self::NotRecorded => (StatusCode::NOT_FOUND, "not_recorded"),
             Self::Conflict { code, .. } => (StatusCode::CONFLICT, code),
             Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             Self::Port(e) => match e {

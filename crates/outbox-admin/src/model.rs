@@ -824,6 +824,112 @@ pub struct MinuteItem {
     pub count: u64,
 }
 
+/// The window of a chart: `1h` (a bucket a minute, the default), `24h` (every 15
+/// minutes) or `7d` (an hour).
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ThroughputQuery {
+    /// `1h`, `24h` or `7d` (default `1h`).
+    #[param(pattern = "^(1h|24h|7d)$")]
+    pub window: Option<String>,
+}
+
+/// One bucket of an exchange's chart.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ExchangeBucket {
+    /// The bucket's start, RFC 3339.
+    #[schema(format = DateTime)]
+    pub start: String,
+    /// Messages published to the exchange and confirmed by the broker.
+    pub published: u64,
+    /// Publish attempts that failed (retried later, or dead).
+    pub failed: u64,
+}
+
+/// One exchange's publishes over a window, from the per-name totals every relay
+/// adds every few seconds (so the newest few seconds may be missing).
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ExchangeThroughput {
+    /// The exchange.
+    pub exchange: String,
+    /// `1h`, `24h` or `7d`.
+    pub window: String,
+    /// How long each bucket is.
+    pub bucket_seconds: u64,
+    /// Every bucket of the window, oldest first, the last holding now; empty ones
+    /// count 0.
+    pub buckets: Vec<ExchangeBucket>,
+    /// The buckets' published, summed.
+    pub published: u64,
+    /// The buckets' failed, summed.
+    pub failed: u64,
+}
+
+/// One bucket of a consumer's chart.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ConsumerBucket {
+    /// The bucket's start, RFC 3339.
+    #[schema(format = DateTime)]
+    pub start: String,
+    /// Deliveries the consumer's handler completed (marked consumed).
+    pub consumed: u64,
+    /// Handler attempts that failed (retried later, or dead).
+    pub failed: u64,
+}
+
+/// One consumer's deliveries over a window, from the per-name totals every worker
+/// adds every few seconds.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ConsumerThroughput {
+    /// The consumer.
+    pub consumer: String,
+    /// `1h`, `24h` or `7d`.
+    pub window: String,
+    /// How long each bucket is.
+    pub bucket_seconds: u64,
+    /// Every bucket of the window, oldest first, the last holding now; empty ones
+    /// count 0.
+    pub buckets: Vec<ConsumerBucket>,
+    /// The buckets' consumed, summed.
+    pub consumed: u64,
+    /// The buckets' failed, summed.
+    pub failed: u64,
+}
+
+/// An exchange's totals over a window.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ExchangeTotal {
+    /// The exchange.
+    pub exchange: String,
+    /// Messages published to it and confirmed.
+    pub published: u64,
+    /// Publish attempts that failed.
+    pub failed: u64,
+}
+
+/// A consumer's totals over a window.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ConsumerTotal {
+    /// The consumer.
+    pub consumer: String,
+    /// Deliveries it completed.
+    pub consumed: u64,
+    /// Handler attempts that failed.
+    pub failed: u64,
+}
+
+/// Every exchange and consumer with something counted over a window, each by name.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ThroughputTotals {
+    /// `1h`, `24h` or `7d`.
+    pub window: String,
+    /// The exchanges.
+    pub exchanges: Vec<ExchangeTotal>,
+    /// The consumers.
+    pub consumers: Vec<ConsumerTotal>,
+}
+
 /// The outbox's counts.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct OutboxCounts {

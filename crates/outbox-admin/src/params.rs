@@ -110,6 +110,18 @@ pub fn parse_dead_letter_id(value: &str) -> Result<u64, AdminError> {
     })
 }
 
+/// A chart's window, `1h` when absent.
+///
+/// # Errors
+/// `bad_window` for anything but `1h`, `24h` and `7d`.
+pub fn parse_window(value: Option<&str>) -> Result<outbox_ports::ChartWindow, AdminError> {
+    match value {
+        None => Ok(outbox_ports::ChartWindow::default()),
+        Some(v) => outbox_ports::ChartWindow::parse(v)
+            .ok_or_else(|| AdminError::bad("bad_window", "window: expected 1h, 24h or 7d")),
+    }
+}
+
 /// A page size, 1 to [`MAX_LIMIT`], [`DEFAULT_LIMIT`] when absent.
 ///
 /// # Errors

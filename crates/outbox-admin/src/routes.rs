@@ -16,11 +16,12 @@ use crate::model::{
     ConsumerFailuresRequest, ConsumerList, DeadLetterPage, DeadLetterQuery, DeadLetterView,
     DeleteQuery, DeliveryQuery, ExchangeFailuresRequest, FailureGroups, FilterBody, MessageDetail,
     MessagePage, MessageQuery, PageQuery, PauseList, PauseState, ReconsumeOneRequest,
-    ReconsumeRequest, ReplayRequest, ReplayResponse, StatsResponse,
+    ReconsumeRequest, ReplayRequest, ReplayResponse, StatsResponse, ThroughputQuery,
 };
+use crate::model::{ConsumerThroughput, ExchangeThroughput, ThroughputTotals};
 use crate::params::{
     filter_from_body, list_from_query, parse_cursor, parse_dead_letter_id, parse_limit, parse_max,
-    parse_message_id, text,
+    parse_message_id, parse_window, text,
 };
 #[allow(unused_imports)] // Named by the OpenAPI annotations only.
 use crate::responses::{DeliveryDetail, DeliveryPage, QueryErrors, ReadErrors, WriteErrors};
@@ -432,6 +433,50 @@ pub(crate) async fn resume_consumer(
     name: Result<Path<String>, PathRejection>,
 ) -> Answer<PauseState> {
     set_pause(&s, &actor, PauseKind::Consumer, name, false).await
+}
+
+/// One exchange's publishes and failed publish attempts over the last hour (a
+/// bucket a minute), day (every 15 minutes) or week (an hour), every bucket
+/// listed. From the totals every relay adds per exchange every few seconds; 404
+/// (`not_recorded`) where the service reads no throughput log.
+#[utoipa::path(get, path = "/exchanges/{exchange}/throughput", tag = "throughput",
+    params(("exchange" = String, Path, description = "Exchange name: 1 to 255 characters, no control character", pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]{1,255}$"), ThroughputQuery),
+    responses((status = 200, body = ExchangeThroughput), QueryErrors))]
+pub(crate) async fn exchange_throughput(
+    State(s): Service,
+    name: Result<Path<String>, PathRejection>,
+    q: Result<Query<ThroughputQuery>, QueryRejection>,
+) -> Answer<ExchangeThroughput> {
+    let name = text("exchange", path(name)?)?;
+    let window = parse_window(query(q)?.window.as_deref())?;
+    Ok(Json(s.exchange_throughput(&name, window).await?))
+}
+
+/// One consumer's completed deliveries and failed handler attempts over the last
+/// hour, day or week, as the exchange's.
+#[utoipa::path(get, path = "/consumers/{name}/throughput", tag = "throughput",
+    params(("name" = String, Path, description = "Consumer name: 1 to 255 characters, no control character", pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]{1,255}$"), ThroughputQuery),
+    responses((status = 200, body = ConsumerThroughput), QueryErrors))]
+pub(crate) async fn consumer_throughput(
+    State(s): Service,
+    name: Result<Path<String>, PathRejection>,
+    q: Result<Query<ThroughputQuery>, QueryRejection>,
+) -> Answer<ConsumerThroughput> {
+    let name = text("consumer", path(name)?)?;
+    let window = parse_window(query(q)?.window.as_deref())?;
+    Ok(Json(s.consumer_throughput(&name, window).await?))
+}
+
+/// Every exchange and consumer with something counted over the window, with its
+/// totals, each by name.
+#[utoipa::path(get, path = "/throughput", tag = "throughput", params(ThroughputQuery),
+    responses((status = 200, body = ThroughputTotals), QueryErrors))]
+pub(crate) async fn throughput(
+    State(s): Service,
+    q: Result<Query<ThroughputQuery>, QueryRejection>,
+) -> Answer<ThroughputTotals> {
+    let window = parse_window(query(q)?.window.as_deref())?;
+    Ok(Json(s.throughput_totals(window).await?))
 }
 
 /// Every pause in force, exchanges first, each kind by name.

@@ -30,6 +30,7 @@ use crate::redact::{Redaction, is_textual};
 pub const DEFAULT_BULK_BATCH: u64 = 1_000;
 
 mod replay;
+mod throughput;
 
 /// A bulk action's progress callback.
 pub type OnBatch<'a> = &'a mut (dyn FnMut(BulkProgress) + Send);
@@ -1177,7 +1178,7 @@ impl AdminService {
         kind: PauseKind,
         name: &str,
     ) -> Result<PauseState, AdminError> {
-        pause_name(kind, name)?;
+        place_name(kind, name)?;
         let changed = self.ports.pauses.pause(kind, name, actor).await?;
         self.audit(actor, "pause", format!("{kind} {name}"), u64::from(changed))
             .await?;
@@ -1200,7 +1201,7 @@ impl AdminService {
         kind: PauseKind,
         name: &str,
     ) -> Result<PauseState, AdminError> {
-        pause_name(kind, name)?;
+        place_name(kind, name)?;
         let changed = self.ports.pauses.resume(kind, name).await?;
         self.audit(
             actor,
@@ -1389,8 +1390,9 @@ fn not_found(what: &'static str, id: impl ToString) -> AdminError {
     })
 }
 
-/// A name that can be paused, or a `BadRequest` saying why not.
-fn pause_name(kind: PauseKind, name: &str) -> Result<(), AdminError> {
+/// An exchange or consumer name as pauses and charts take it (1 to 255
+/// characters, no control character), or a `BadRequest` saying why not.
+pub(crate) fn place_name(kind: PauseKind, name: &str) -> Result<(), AdminError> {
     match outbox_ports::invalid_pause_name(name) {
         Some(why) => Err(AdminError::bad(
             "bad_name",

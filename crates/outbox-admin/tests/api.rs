@@ -665,7 +665,7 @@ async fn stats_count_both_sides_and_mark_what_is_not_counted() {
 }
 
 /// The routes the issue asks for; the document and the router must agree with it.
-const ROUTES: [(&str, &str); 30] = [
+const ROUTES: [(&str, &str); 33] = [
     ("get", "/stats"),
     ("get", "/ordering/blocked-keys"),
     ("get", "/failures"),
@@ -696,6 +696,9 @@ const ROUTES: [(&str, &str); 30] = [
     ("post", "/failures/requeue"),
     ("post", "/failures/delete"),
     ("post", "/failures/reconsume"),
+    ("get", "/throughput"),
+    ("get", "/exchanges/{exchange}/throughput"),
+    ("get", "/consumers/{name}/throughput"),
 ];
 
 #[tokio::test]
@@ -782,6 +785,115 @@ async fn stats_read_the_charts_from_the_throughput_log_when_given_one() {
     assert_eq!(total("published_per_minute"), 1_200);
     assert_eq!(total("consumed_per_minute"), 700);
     assert_eq!(stats["precision"]["per_minute"], "recorded");
+}
+
+/// Each exchange's and consumer's chart, every bucket of the window, from the
+/// per-name totals; the list of every name with its totals; bad windows and names
+/// are 400s, and a service without a log says so (404 `not_recorded`).
+#[tokio::test]
+async fn exchange_and_consumer_charts_come_from_the_per_name_totals() {
+    use std::sync::Arc;
+
+    use outbox_adapters_memory::MemoryThroughputLog;
+    use outbox_ports::{SystemClock, ThroughputKind, ThroughputLog};
+
+    let log = Arc::new(MemoryThroughputLog::new(Arc::new(SystemClock)));
+    let n = |name: &str, c: u64| vec![(name.to_owned(), c)];
+    log.add_named(ThroughputKind::Published, &n("orders", 12))
+        .await
+        .unwrap();
+    log.add_named(ThroughputKind::Published, &n("audit", 2))
+        .await
+        .unwrap();
+    log.add_named(ThroughputKind::PublishFailed, &n("orders", 3))
+        .await
+        .unwrap();
+    log.add_named(ThroughputKind::Consumed, &n("billing", 9))
+        .await
+        .unwrap();
+    log.add_named(ThroughputKind::ConsumeFailed, &n("billing", 1))
+        .await
+        .unwrap();
+    // The totals of all are not any name's.
+    log.add(ThroughputKind::Published, 1_000).await.unwrap();
+    let h = harness_configured(tokens(), |service| service.with_throughput(log));
+    for (window, buckets, seconds) in [("1h", 60, 60), ("24h", 96, 900), ("7d", 168, 3600)] {
+        let (status, chart) = h
+            .get(&format!("/exchanges/orders/throughput?window={window}"))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{chart}");
+        assert_eq!(chart["exchange"], "orders");
+        assert_eq!(chart["window"], window);
+        assert_eq!(chart["bucket_seconds"], seconds);
+        let b = chart["buckets"].as_array().unwrap();
+        assert_eq!(b.len(), buckets, "{window}");
+        let sum = |key: &str| b.iter().map(|x| x[key].as_u64().unwrap()).sum::<u64>();
+        assert_eq!((sum("published"), sum("failed")), (12, 3), "{window}");
+        assert_eq!(
+            (chart["published"].as_u64(), chart["failed"].as_u64()),
+            (Some(12), Some(3))
+        );
+        let (status, chart) = h
+            .get(&format!("/consumers/billing/throughput?window={window}"))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{chart}");
+        assert_eq!(chart["consumer"], "billing");
+        assert_eq!(
+            (chart["consumed"].as_u64(), chart["failed"].as_u64()),
+            (Some(9), Some(1))
+        );
+        assert_eq!(chart["buckets"].as_array().unwrap().len(), buckets);
+    }
+    let (status, chart) = h.get("/exchanges/orders/throughput").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(chart["window"], "1h", "the default window");
+    let (status, quiet) = h.get("/exchanges/quiet/throughput").await;
+    assert_eq!(status, StatusCode::OK, "a name with nothing is all zeros");
+    assert_eq!(quiet["published"], 0);
+    let (status, all) = h.get("/throughput?window=24h").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        all,
+        serde_json::json!({
+            "window": "24h",
+            "exchanges": [
+                {"exchange": "audit", "published": 2, "failed": 0},
+                {"exchange": "orders", "published": 12, "failed": 3},
+            ],
+            "consumers": [{"consumer": "billing", "consumed": 9, "failed": 1}],
+        })
+    );
+    for bad in [
+        "/throughput?window=2h",
+        "/exchanges/orders/throughput?window=",
+        "/exchanges/orders/throughput?since=1h",
+        "/consumers/billing/throughput?window=7D",
+    ] {
+        let (status, body) = h.get(bad).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body}");
+    }
+    let long = "x".repeat(256);
+    let (status, body) = h.get(&format!("/exchanges/{long}/throughput")).await;
+    assert_eq!((status, code(&body)), (StatusCode::BAD_REQUEST, "bad_name"));
+    let (status, body) = h.get("/consumers/a%01b/throughput").await;
+    assert_eq!((status, code(&body)), (StatusCode::BAD_REQUEST, "bad_name"));
+    // A read token may read them.
+    let (status, _) = h.call("GET", "/throughput", Some(READ), None).await;
+    assert_eq!(status, StatusCode::OK);
+
+    let without = harness();
+    for path in [
+        "/throughput",
+        "/exchanges/orders/throughput",
+        "/consumers/billing/throughput",
+    ] {
+        let (status, body) = without.get(path).await;
+        assert_eq!(
+            (status, code(&body)),
+            (StatusCode::NOT_FOUND, "not_recorded"),
+            "{path}"
+        );
+    }
 }
 
 /// `stats` says whether each sweep's lock is held right now.

@@ -2230,3 +2230,159 @@ async fn login_attempts_are_limited_per_client_address() {
     let mut other = at("10.1.1.2");
     assert_eq!(other.login(WRITE).await.status, StatusCode::SEE_OTHER);
 }
+
+/// The throughput page lists each exchange and consumer with its totals over the
+/// window asked for; each one's chart page draws its buckets with the window's
+/// axis, says whether it is paused, offers the pause to a writer only, and links
+/// to its rows. Names are escaped; a bad window is a 400; a service without a
+/// throughput log says so.
+#[tokio::test]
+async fn each_exchange_and_consumer_has_a_chart_over_an_hour_a_day_and_a_week() {
+    use outbox_adapters_memory::MemoryThroughputLog;
+    use outbox_ports::{PauseKind, PauseStore, ThroughputKind, ThroughputLog};
+    let log = Arc::new(MemoryThroughputLog::new(Arc::new(SystemClock)));
+    let n = |name: &str, c: u64| vec![(name.to_owned(), c)];
+    log.add_named(ThroughputKind::Published, &n("orders", 30))
+        .await
+        .expect("add");
+    log.add_named(ThroughputKind::PublishFailed, &n("orders", 4))
+        .await
+        .expect("add");
+    log.add_named(ThroughputKind::Published, &n("<i>odd</i>", 1))
+        .await
+        .expect("add");
+    log.add_named(ThroughputKind::Consumed, &n("billing", 12))
+        .await
+        .expect("add");
+    let log_for = log.clone();
+    let h = ui_harness_with(tokens(), UiOptions::default(), move |s| {
+        s.with_throughput(log_for)
+    });
+    h.delivered("billing", &message("orders", "order.created", b"{}"), true)
+        .await;
+    h.outbox
+        .pauses()
+        .pause(PauseKind::Exchange, "orders", "ops")
+        .await
+        .expect("pause");
+    let mut reader = Browser::new(&h);
+    reader.login(READ).await;
+    let page = reader.get("/ui/throughput?window=24h").await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    let exchanges = page
+        .body
+        .split(r#"<table id="exchanges">"#)
+        .nth(1)
+        .expect("exchanges");
+    assert!(
+        exchanges.contains(
+            r#"<a href="/ui/throughput/exchanges/orders?window=24h">orders</a> <span class="badge warn">paused</span></th><td class="num">30</td><td class="num">4</td>"#
+        ),
+        "{exchanges}"
+    );
+    assert!(!page.body.contains("<i>odd"), "escaped");
+    assert!(
+        page.body
+            .contains(r#"href="/ui/throughput/consumers/billing?window=24h">billing</a>"#)
+    );
+    assert!(
+        page.body
+            .contains(r#"data-window="24 h" aria-current="true""#)
+    );
+
+    for (window, tick) in [("1h", "45 min ago"), ("24h", "18 h ago"), ("7d", "6 d ago")] {
+        let chart = reader
+            .get(&format!("/ui/throughput/exchanges/orders?window={window}"))
+            .await;
+        assert_eq!(chart.status, StatusCode::OK, "{}", chart.body);
+        assert!(
+            chart.body.contains(r#"id="paused">paused<"#),
+            "{}",
+            chart.body
+        );
+        let svg = chart
+            .body
+            .split("<svg class=\"chart\"")
+            .nth(1)
+            .expect("svg");
+        assert!(svg.contains("30 published, 4 failed attempts"), "{svg}");
+        assert!(svg.contains(tick), "{window}: {svg}");
+        assert!(
+            chart.body.contains("■ published</span> (30)"),
+            "{}",
+            chart.body
+        );
+        assert!(
+            chart
+                .body
+                .contains(r#"href="/ui/messages?exchange=orders""#)
+        );
+        assert!(
+            !chart.body.contains("pause-toggle"),
+            "a reader is offered no pause"
+        );
+    }
+    let consumer = reader
+        .get("/ui/throughput/consumers/billing?window=7d")
+        .await;
+    assert_eq!(consumer.status, StatusCode::OK);
+    assert!(
+        consumer.body.contains("12 consumed, 0 failed attempts"),
+        "{}",
+        consumer.body
+    );
+    assert!(consumer.body.contains(r#"href="/ui/consumers/billing""#));
+    assert!(!consumer.body.contains(r#"id="paused""#));
+    let odd = reader
+        .get("/ui/throughput/exchanges/%3Ci%3Eodd%3C%2Fi%3E")
+        .await;
+    assert_eq!(odd.status, StatusCode::OK);
+    assert!(!odd.body.contains("<i>odd"), "escaped");
+    for bad in [
+        "/ui/throughput?window=1w",
+        "/ui/throughput/exchanges/orders?window=",
+        "/ui/throughput/consumers/a%00b",
+    ] {
+        assert_eq!(
+            reader.get(bad).await.status,
+            StatusCode::BAD_REQUEST,
+            "{bad}"
+        );
+    }
+
+    let mut writer = Browser::new(&h);
+    writer.login(WRITE).await;
+    let chart = writer.get("/ui/throughput/exchanges/orders").await;
+    assert!(
+        chart.body.contains(">Resume exchange…</button>"),
+        "{}",
+        chart.body
+    );
+    let chart = writer.get("/ui/throughput/consumers/billing").await;
+    assert!(
+        chart.body.contains(">Pause consumer…</button>"),
+        "{}",
+        chart.body
+    );
+    let consumers = writer.get("/ui/consumers").await;
+    assert!(
+        consumers
+            .body
+            .contains(r#"href="/ui/throughput/consumers/billing""#),
+        "{}",
+        consumers.body
+    );
+    let pauses = writer.get("/ui/pauses").await;
+    assert!(
+        pauses
+            .body
+            .contains(r#"href="/ui/throughput/exchanges/orders""#)
+    );
+
+    let plain = harness();
+    let mut b = Browser::new(&plain);
+    b.login(READ).await;
+    let page = b.get("/ui/throughput").await;
+    assert_eq!(page.status, StatusCode::NOT_FOUND);
+    assert!(page.body.contains("not recorded here"), "{}", page.body);
+}

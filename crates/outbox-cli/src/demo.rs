@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use outbox_consumer::{ConsumerConfig, ConsumerWorker, HandlerError, HandlerRegistry, handler_fn};
 use outbox_relay::{
     Dispatcher, DispatcherConfig, LeaseFactory, PublishRetryTask, RelayCounters, RetrySweeper,
-    ThroughputRecorder,
+    TallyRecorder, ThroughputRecorder,
 };
 
 const EXCHANGE: &str = "demo.orders";
@@ -386,7 +386,30 @@ pub async fn run_keeping(opts: &DemoOptions) -> anyhow::Result<(DemoSummary, Dem
             Arc::clone(&consumer_counters),
             |c| &c.consume_failures,
         ),
+        // The consumer's own chart.
+        ThroughputRecorder::of_total(
+            throughput.clone(),
+            ThroughputKind::Consumed,
+            Arc::clone(&consumer_counters),
+            |c| &c.consumed,
+        )
+        .named(CONSUMER),
+        ThroughputRecorder::of_total(
+            throughput.clone(),
+            ThroughputKind::ConsumeFailed,
+            Arc::clone(&consumer_counters),
+            |c| &c.consume_failures,
+        )
+        .named(CONSUMER),
     ];
+    // Each exchange's own chart.
+    let per_exchange = TallyRecorder::new(
+        throughput.clone(),
+        Arc::clone(&relay_counters.per_exchange),
+        ThroughputKind::Published,
+        ThroughputKind::PublishFailed,
+    )
+    .every(Duration::from_millis(500));
     let mut tasks = vec![
         tokio::spawn(dispatcher.run(cancel.clone())),
         tokio::spawn(relay_sweeper.run(cancel.clone())),
@@ -398,6 +421,7 @@ pub async fn run_keeping(opts: &DemoOptions) -> anyhow::Result<(DemoSummary, Dem
             .into_iter()
             .map(|r| tokio::spawn(r.every(every).run(cancel.clone()))),
     );
+    tasks.push(tokio::spawn(per_exchange.run(cancel.clone())));
 
     let bar = if opts.progress {
         indicatif::ProgressBar::new(opts.messages)

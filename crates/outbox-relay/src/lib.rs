@@ -47,7 +47,8 @@ pub fn default_publish_layer() -> Option<std::sync::Arc<dyn PublishLayer>> {
     layer
 }
 pub use outbox_runtime::{
-    CancellationToken, LeaseFactory, RetrySweeper, ServiceHealth, SweepTask, ThroughputRecorder,
+    CancellationToken, LeaseFactory, NamedTally, RetrySweeper, ServiceHealth, SweepTask,
+    TallyRecorder, ThroughputRecorder,
 };
 #[cfg(feature = "postgres")]
 pub use pg_wakeup::PgWakeupSource;

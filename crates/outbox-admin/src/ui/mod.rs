@@ -18,7 +18,9 @@
 //! - `render`: HTML responses from templates, and the error page, for `pages` and
 //!   `session` alike.
 //! - `filters`: the list filters as they travel in URLs and forms.
-//! - `view`: status badges, payload views, the per-minute chart as inline SVG.
+//! - `view`: status badges and payload views.
+//! - `chart`: the charts as inline SVG (the overview's, each exchange's and
+//!   consumer's).
 //! - `live`: the overview's numbers pushed over server-sent events as they change.
 //! - `assets`: the vendored htmx (and its SSE extension) and the stylesheet,
 //!   embedded in the binary.
@@ -27,6 +29,7 @@
 //! script or style, nothing loaded from elsewhere.
 
 mod assets;
+mod chart;
 mod filters;
 mod live;
 mod login_limit;
@@ -233,6 +236,9 @@ pub fn ui_router(service: AdminService, auth: AdminAuth, options: UiOptions) -> 
         .route("/failures/requeue", post(pages::requeue_group))
         .route("/failures/delete", post(pages::delete_group))
         .route("/failures/reconsume", post(pages::reconsume_group))
+        .route("/throughput", get(pages::throughput))
+        .route("/throughput/exchanges/{name}", get(pages::exchange_chart))
+        .route("/throughput/consumers/{name}", get(pages::consumer_chart))
         .route("/pauses", get(pages::pauses))
         .route("/pauses/pause", post(pages::pause))
         .route("/pauses/resume", post(pages::resume))

@@ -1,15 +1,13 @@
 //! What the pages show, ready for the templates: status badges that say what each
-//! status means, payloads pretty-printed (JSON), as text, or as hex, and the
-//! per-minute chart as inline SVG (numbers only, so it is safe to embed).
+//! status means, payloads pretty-printed (JSON), as text, or as hex (the charts are
+//! in `chart`).
 
 use std::fmt::Write as _;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use time::OffsetDateTime;
 
-use crate::model::MinuteItem;
-use crate::params::{Side, parse_time};
+use crate::params::Side;
 
 /// Payloads larger than this are cut unless "show all" is asked for.
 pub(crate) const SHOWN_BYTES: usize = 16 * 1024;
@@ -258,125 +256,9 @@ pub(crate) fn preview(text: &str, base64: bool, chars: usize) -> String {
     shown
 }
 
-/// The per-minute chart of the last hour: published, consumed and failed attempts
-/// as three bar series, one slot per minute, oldest left, with a count axis (0,
-/// half the peak, the peak) and a time axis (60 min ago to now, every 15 min).
-/// Only numbers go into the markup.
-pub(crate) fn chart_svg(
-    published: &[MinuteItem],
-    consumed: &[MinuteItem],
-    failed: &[MinuteItem],
-) -> String {
-    const SLOTS: i64 = 60;
-    // The plot, and the margins the axes' labels are drawn in.
-    const W: i64 = 600;
-    const H: i64 = 120;
-    const LEFT: i64 = 48;
-    const TOP: i64 = 8;
-    const BOTTOM: i64 = 20;
-    let now = OffsetDateTime::now_utc().unix_timestamp() / 60;
-    let slots = |items: &[MinuteItem]| {
-        let mut counts = [0u64; SLOTS as usize];
-        for item in items {
-            let Ok(at) = parse_time("minute", &item.minute) else {
-                continue;
-            };
-            let ago = now - at.unix_timestamp() / 60;
-            if (0..SLOTS).contains(&ago) {
-                let slot = (SLOTS - 1 - ago) as usize;
-                counts[slot] = counts[slot].saturating_add(item.count);
-            }
-        }
-        counts
-    };
-    let p = slots(published);
-    let c = slots(consumed);
-    let f = slots(failed);
-    let max = p
-        .iter()
-        .chain(c.iter())
-        .chain(f.iter())
-        .copied()
-        .max()
-        .unwrap_or(0)
-        .max(1);
-    let (total_p, total_c, total_f): (u64, u64, u64) =
-        (p.iter().sum(), c.iter().sum(), f.iter().sum());
-    let slot_w = W / SLOTS;
-    let bar_w = (slot_w / 3).max(1);
-    let (width, height) = (LEFT + W + 8, TOP + H + BOTTOM);
-    let mut svg = format!(
-        r#"<svg class="chart" viewBox="0 0 {width} {height}" role="img" aria-label="Per minute over the last hour: {total_p} published, {total_c} consumed, {total_f} failed attempts (peak {max} a minute)"><title>Published, consumed and failed attempts per minute, last hour (peak {max})</title>"#
-    );
-    // The count axis: gridlines at the peak and half of it, labelled, and 0.
-    let mut ticks = vec![max];
-    if max / 2 > 0 {
-        ticks.push(max / 2);
-    }
-    ticks.push(0);
-    for label in ticks {
-        let value = label;
-        let y = TOP + H - ((value as f64 / max as f64) * H as f64).round() as i64;
-        let _ = write!(
-            svg,
-            r#"<line class="grid" x1="{LEFT}" y1="{y}" x2="{x2}" y2="{y}"></line><text class="tick" x="{tx}" y="{ty}" text-anchor="end">{label}</text>"#,
-            x2 = LEFT + W,
-            tx = LEFT - 6,
-            ty = y + 4
-        );
-    }
-    // The time axis: every 15 minutes, 60 min ago on the left, now on the right.
-    for ago in [60, 45, 30, 15, 0] {
-        let x = LEFT + W - ago * slot_w;
-        let label = if ago == 0 {
-            "now".to_owned()
-        } else {
-            format!("{ago} min ago")
-        };
-        let anchor = match ago {
-            60 => "start",
-            0 => "end",
-            _ => "middle",
-        };
-        let _ = write!(
-            svg,
-            r#"<line class="axis" x1="{x}" y1="{y1}" x2="{x}" y2="{y2}"></line><text class="tick" x="{x}" y="{ty}" text-anchor="{anchor}">{label}</text>"#,
-            y1 = TOP + H,
-            y2 = TOP + H + 4,
-            ty = TOP + H + 16
-        );
-    }
-    for (series, counts, offset) in [
-        ("published", &p, 0),
-        ("consumed", &c, bar_w),
-        ("failed", &f, 2 * bar_w),
-    ] {
-        for (i, &n) in counts.iter().enumerate() {
-            if n == 0 {
-                continue;
-            }
-            let bar = ((n as f64 / max as f64) * H as f64).ceil() as i64;
-            let x = LEFT + i as i64 * slot_w + offset;
-            let y = TOP + H - bar;
-            let _ = write!(
-                svg,
-                r#"<rect class="{series}" x="{x}" y="{y}" width="{bar_w}" height="{bar}"><title>{n} {series}</title></rect>"#
-            );
-        }
-    }
-    let _ = write!(
-        svg,
-        r#"<line class="axis" x1="{LEFT}" y1="{y}" x2="{x2}" y2="{y}"></line></svg>"#,
-        y = TOP + H,
-        x2 = LEFT + W
-    );
-    svg
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::params::format_time;
 
     #[test]
     fn payloads_are_pretty_json_text_or_hex_and_cut_unless_all() {
@@ -444,44 +326,6 @@ mod tests {
         assert_eq!(preview("abcdef", false, 3), "abc…");
         assert_eq!(preview("abc", false, 3), "abc");
         assert_eq!(preview("AAAA", true, 3), "(binary)");
-    }
-
-    #[test]
-    fn the_chart_has_one_bar_per_minute_with_counts() {
-        let now = OffsetDateTime::now_utc();
-        let minute = |ago: i64, count| MinuteItem {
-            minute: format_time(now - time::Duration::minutes(ago)),
-            count,
-        };
-        let svg = chart_svg(
-            &[minute(0, 10), minute(5, 5), minute(90, 7)],
-            &[minute(1, 3)],
-            &[minute(2, 4), minute(3, 1)],
-        );
-        assert_eq!(svg.matches("class=\"published\"").count(), 2, "{svg}");
-        assert_eq!(svg.matches("class=\"consumed\"").count(), 1, "{svg}");
-        assert_eq!(svg.matches("class=\"failed\"").count(), 2, "{svg}");
-        assert!(
-            svg.contains("15 published, 3 consumed, 5 failed attempts"),
-            "{svg}"
-        );
-        assert!(
-            svg.contains(r#"height="120""#),
-            "the peak fills the chart: {svg}"
-        );
-        // The axes: the peak, half of it and 0; the time every 15 minutes.
-        for tick in [">10</text>", ">5</text>", ">0</text>"] {
-            assert!(svg.contains(tick), "{tick}: {svg}");
-        }
-        for tick in [
-            "60 min ago",
-            "45 min ago",
-            "30 min ago",
-            "15 min ago",
-            ">now<",
-        ] {
-            assert!(svg.contains(tick), "{tick}: {svg}");
-        }
     }
 }
 

@@ -15,6 +15,8 @@ use crate::ui::session::Session;
 struct ConsumerRow {
     href: String,
     dead_href: String,
+    /// Its throughput chart.
+    chart_href: String,
     item: ConsumerItem,
     consumed: String,
 }
@@ -38,6 +40,7 @@ pub(crate) async fn consumers(State(ui): UiState, Extension(session): Extension<
         .map(|item| {
             let href = ui.at(&format!("/consumers/{}", encode(&item.name)));
             ConsumerRow {
+                chart_href: ui.at(&format!("/throughput/consumers/{}", encode(&item.name))),
                 dead_href: format!("{href}?status=dead"),
                 href,
                 consumed: opt_num(item.consumed),

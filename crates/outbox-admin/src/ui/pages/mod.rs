@@ -10,6 +10,7 @@
 //! - `detail`: one message or delivery, with its actions.
 //! - `actions`: the POSTs (single and bulk requeue, delete, reconsume, ...).
 //! - `selection`: bulk actions on the rows ticked in a list.
+//! - `throughput`: every exchange's and consumer's totals, and each one's chart.
 //! - `consumers`, `blocked_keys`, `failures`, `pauses`, `dead_letters`, `audit`: those
 //!   pages.
 //!
@@ -27,6 +28,7 @@ mod lists;
 mod overview;
 mod pauses;
 mod selection;
+mod throughput;
 
 pub(crate) use actions::{
     bulk_delete, bulk_reconsume, bulk_requeue, delete, delete_dead_letter, publish_now, reconsume,
@@ -42,6 +44,7 @@ pub(crate) use lists::{deliveries, delivery_tabs, message_tabs, messages};
 pub(crate) use overview::{live_fragment, overview, overview_live};
 pub(crate) use pauses::{pause, pauses, resume};
 pub(crate) use selection::{deliveries_selected, messages_selected};
+pub(crate) use throughput::{consumer_chart, exchange_chart, throughput};
 
 use std::sync::Arc;
 

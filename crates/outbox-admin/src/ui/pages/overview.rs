@@ -13,7 +13,7 @@ use crate::model::{ConsumerItem, StatsResponse};
 use crate::ui::filters::encode;
 use crate::ui::render::render;
 use crate::ui::session::Session;
-use crate::ui::view;
+use crate::ui::{chart, view};
 use std::sync::Arc;
 
 use crate::ui::{Page, Ui, UiError};
@@ -193,7 +193,7 @@ fn live(ui: &Ui, stats: StatsResponse) -> Live {
         dead: stats.outbox.dead,
         blocked_keys: stats.outbox.blocked_keys,
         oldest_age: age(stats.outbox.oldest_unsent_age_seconds, &stats.outbox),
-        chart: view::chart_svg(
+        chart: chart::overview(
             &stats.published_per_minute,
             &stats.consumed_per_minute,
             &failed,

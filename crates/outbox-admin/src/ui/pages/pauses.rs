@@ -19,6 +19,8 @@ use crate::ui::session::{Session, check_write, redirect};
 struct PauseRow {
     kind: &'static str,
     name: String,
+    /// Its throughput chart.
+    chart_href: String,
     since: String,
     by: String,
 }
@@ -79,6 +81,11 @@ pub(crate) async fn pauses(
         .into_iter()
         .map(|p| PauseRow {
             kind: kind_name(p.kind),
+            chart_href: ui.at(&format!(
+                "/throughput/{}s/{}",
+                kind_name(p.kind),
+                crate::ui::filters::encode(&p.name)
+            )),
             name: p.name,
             since: p.since.unwrap_or_default(),
             by: p.by,

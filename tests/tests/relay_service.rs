@@ -427,6 +427,42 @@ async fn publish_failures_are_retried_by_the_sweep_until_sent() {
     );
     let (seen, _) = w.drain(20, Duration::from_secs(5)).await;
     assert_eq!(seen.len(), 20);
+    // The exchange's own chart has them, added by the time the relay stopped: the
+    // sends, and every failed attempt of the dispatcher and the sweep.
+    for window in ["1h", "24h", "7d"] {
+        let (code, out, err) = operator(
+            &cfg,
+            &[
+                "throughput",
+                "exchange",
+                &late,
+                "--window",
+                window,
+                "--json",
+            ],
+        );
+        assert_eq!(code, Some(0), "{err}");
+        let chart = parse_json(&out);
+        assert_eq!(chart["published"], 20, "{window}: {chart}");
+        assert_eq!(
+            chart["failed"].as_f64(),
+            Some(failures),
+            "{window}: {chart}"
+        );
+    }
+    let (code, out, err) = operator(&cfg, &["throughput", "--json"]);
+    assert_eq!(code, Some(0), "{err}");
+    let all = parse_json(&out);
+    assert!(
+        all["exchanges"]
+            .as_array()
+            .expect("exchanges")
+            .iter()
+            .any(|e| e["exchange"] == late.as_str() && e["published"] == 20),
+        "{all}"
+    );
+    let (code, _, err) = operator(&cfg, &["throughput", "--window", "2h"]);
+    assert_eq!(code, Some(2), "a bad window is a usage error: {err}");
     w.cleanup().await;
 }
 

@@ -324,6 +324,44 @@ pub(crate) async fn service(cfg: &RelayConfig) -> anyhow::Result<AdminService> {
         .service(wired.admin, wired.state, vec![cfg.sweep.state_key.clone()]))
 }
 
+/// [`service`] reading the throughput log too, for `outbox throughput`.
+pub(crate) async fn service_with_throughput(cfg: &RelayConfig) -> anyhow::Result<AdminService> {
+    let wired = crate::wiring::wire(cfg, "outbox-cli").await?;
+    crate::wiring::migrate_if_asked(cfg, wired.postgres.as_ref()).await?;
+    Ok(cfg
+        .admin
+        .service(wired.admin, wired.state, vec![cfg.sweep.state_key.clone()])
+        .with_throughput(wired.throughput))
+}
+
+/// `outbox throughput`: every exchange's and consumer's totals over `window`, or
+/// one's (`place`) bucket by bucket.
+///
+/// # Errors
+/// A name no exchange or consumer can have; what the log says.
+pub(crate) async fn throughput(
+    service: &AdminService,
+    place: Option<(outbox_ports::PauseKind, String)>,
+    window: outbox_ports::ChartWindow,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    match place {
+        None => {
+            let totals = service.throughput_totals(window).await?;
+            out::either(json, &totals, out::throughput_totals)?;
+        }
+        Some((outbox_ports::PauseKind::Exchange, name)) => {
+            let t = service.exchange_throughput(&name, window).await?;
+            out::either(json, &t, out::exchange_throughput)?;
+        }
+        Some((_, name)) => {
+            let t = service.consumer_throughput(&name, window).await?;
+            out::either(json, &t, out::consumer_throughput)?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 fn bulk_done(verb: &str, dry_run: bool, outcome: &BulkResponse, json: bool) -> anyhow::Result<()> {
     if json {
         out::json(outcome)

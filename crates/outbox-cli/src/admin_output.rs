@@ -10,6 +10,7 @@ use outbox_admin::model::{
     BlockedKeyPage, BulkProgress, ConsumerItem, DeadLetterPage, DeadLetterView, FailureGroups,
     MessageDetail, MessagePage, PauseKindItem, PauseList, StatsResponse,
 };
+use outbox_admin::model::{ConsumerThroughput, ExchangeThroughput, ThroughputTotals};
 
 /// Whether a bulk action shows its progress: on a terminal (stderr), not with
 /// `--json` (scripts read stdout only, but nothing extra is drawn for them either)
@@ -436,6 +437,77 @@ pub(crate) fn stats(s: &StatsResponse) {
             None => println!("sweep {}\tno report yet", w.key),
         }
     }
+}
+
+/// Every exchange and consumer with its totals over the window: kind, name,
+/// completed (published or consumed), failed attempts.
+pub(crate) fn throughput_totals(t: &ThroughputTotals) {
+    let mut table = Table::new(&["KIND", "NAME", "COMPLETED", "FAILED ATTEMPTS"]);
+    for e in &t.exchanges {
+        table.row(vec![
+            "exchange".to_owned(),
+            printable(&e.exchange),
+            e.published.to_string(),
+            e.failed.to_string(),
+        ]);
+    }
+    for c in &t.consumers {
+        table.row(vec![
+            "consumer".to_owned(),
+            printable(&c.consumer),
+            c.consumed.to_string(),
+            c.failed.to_string(),
+        ]);
+    }
+    table.print();
+    eprintln!(
+        "{} exchange(s), {} consumer(s) over the last {} (published or consumed: COMPLETED)",
+        t.exchanges.len(),
+        t.consumers.len(),
+        t.window
+    );
+}
+
+/// One exchange's buckets, oldest first.
+pub(crate) fn exchange_throughput(t: &ExchangeThroughput) {
+    let mut table = Table::new(&["START", "PUBLISHED", "FAILED ATTEMPTS"]);
+    for b in &t.buckets {
+        table.row(vec![
+            b.start.clone(),
+            b.published.to_string(),
+            b.failed.to_string(),
+        ]);
+    }
+    table.print();
+    eprintln!(
+        "exchange {}: {} published, {} failed attempts over the last {} ({} s a bucket)",
+        printable(&t.exchange),
+        t.published,
+        t.failed,
+        t.window,
+        t.bucket_seconds
+    );
+}
+
+/// One consumer's buckets, oldest first.
+pub(crate) fn consumer_throughput(t: &ConsumerThroughput) {
+    let mut table = Table::new(&["START", "CONSUMED", "FAILED ATTEMPTS"]);
+    for b in &t.buckets {
+        table.row(vec![
+            b.start.clone(),
+            b.consumed.to_string(),
+            b.failed.to_string(),
+        ]);
+    }
+    table.print();
+    eprintln!(
+        "consumer {}: {} consumed, {} failed attempts over the last {} ({} s a bucket)",
+        printable(&t.consumer),
+        t.consumed,
+        t.failed,
+        t.window,
+        t.bucket_seconds
+    );
 }
 
 #[cfg(test)]

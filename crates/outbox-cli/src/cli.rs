@@ -143,6 +143,28 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// What each exchange published and each consumer consumed over the last hour,
+    /// day or week, with failed attempts; or one exchange's or consumer's, bucket
+    /// by bucket (a minute, 15 minutes, an hour). From the totals every relay and
+    /// worker adds every few seconds.
+    #[command(
+        after_help = "Examples:\n  outbox throughput\n  outbox throughput --window 24h\n  outbox throughput exchange orders --window 7d --json"
+    )]
+    Throughput {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// `exchange` or `consumer`: only that one, bucket by bucket.
+        #[arg(requires = "name")]
+        kind: Option<PauseKindArg>,
+        /// Its name.
+        name: Option<String>,
+        /// `1h`, `24h` or `7d`.
+        #[arg(long, default_value = "1h", value_parser = chart_window)]
+        window: outbox_ports::ChartWindow,
+        /// Print it as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Counts by status, last hour's throughput and the last sweep report.
     #[command(after_help = "Examples:\n  outbox stats\n  outbox stats --json")]
     Stats {
@@ -158,6 +180,11 @@ enum Command {
         after_help = "Examples:\n  outbox demo\n  outbox demo --poison 3 --dead-publish 2 --serve"
     )]
     Demo(DemoArgs),
+}
+
+/// A chart's window as `--window` names it.
+fn chart_window(value: &str) -> Result<outbox_ports::ChartWindow, String> {
+    outbox_ports::ChartWindow::parse(value).ok_or_else(|| "expected 1h, 24h or 7d".to_owned())
 }
 
 /// What `outbox pause` and `outbox resume` act on.
@@ -429,6 +456,22 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(service) => admin_cli::pauses(&service, json).await,
             Err(code) => Ok(code),
         },
+        Command::Throughput {
+            config,
+            kind,
+            name,
+            window,
+            json,
+        } => {
+            init_logging("warn");
+            let cfg = match load_persistent(&config.config) {
+                Ok(cfg) => cfg,
+                Err(code) => return Ok(code),
+            };
+            let service = admin_cli::service_with_throughput(&cfg).await?;
+            let place = kind.map(outbox_ports::PauseKind::from).zip(name);
+            admin_cli::throughput(&service, place, window, json).await
+        }
         Command::Stats { config, json } => match operator(&config).await? {
             Ok(service) => admin_cli::stats(&service, json).await,
             Err(code) => Ok(code),

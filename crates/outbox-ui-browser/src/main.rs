@@ -18,11 +18,12 @@ use anyhow::{Context as _, anyhow, bail, ensure};
 use fantoccini::{Client, ClientBuilder, Locator};
 use outbox_adapters_memory::{
     MemoryAuditLog, MemoryInboxStore, MemoryLock, MemoryOutboxStore, MemorySweepState,
+    MemoryThroughputLog,
 };
 use outbox_admin::{AdminAuth, AdminPorts, AdminService, AdminToken, Role, Secret, UiOptions};
 use outbox_core::{Decision, Message, MessageId, NewMessage};
 use outbox_ports::prelude::*;
-use outbox_ports::{Lease, PublishFailure, SystemClock};
+use outbox_ports::{Lease, PublishFailure, SystemClock, ThroughputKind};
 use serde_json::{Value, json};
 
 const READ: &str = "browser-read-token-0123456789";
@@ -147,6 +148,18 @@ async fn seeded_app(
                 .await?;
         }
     }
+    // Each exchange's and consumer's chart: what relays and workers would add.
+    let throughput = Arc::new(MemoryThroughputLog::new(clock.clone()));
+    for (kind, name, count) in [
+        (ThroughputKind::Published, "orders", 42),
+        (ThroughputKind::PublishFailed, "orders", 5),
+        (ThroughputKind::Published, "billing", 3),
+        (ThroughputKind::Consumed, "shipping", 7),
+    ] {
+        throughput
+            .add_named(kind, &[(name.to_owned(), count)])
+            .await?;
+    }
     let service = AdminService::new(AdminPorts {
         outbox: outbox.clone(),
         inbox: inbox.clone(),
@@ -154,6 +167,7 @@ async fn seeded_app(
         pauses: Arc::new(outbox.pauses()),
         outbox_store: outbox,
     })
+    .with_throughput(throughput)
     .with_sweep_reports(state, vec!["outbox.publish-retry.last-state".into()])
     .with_locks(lock, vec!["outbox.publish-retry.run-lock".into()]);
     let auth = AdminAuth::new(vec![
@@ -927,6 +941,68 @@ impl Scenarios<'_> {
         Ok(())
     }
 
+    /// The throughput page lists the exchanges; one opens its chart, whose window
+    /// tabs redraw it over the day and the week, and whose link leads to its
+    /// messages.
+    async fn an_exchanges_chart_over_an_hour_a_day_and_a_week(&self) -> anyhow::Result<()> {
+        self.goto("/ui/throughput").await?;
+        self.c
+            .wait()
+            .for_element(Locator::XPath(
+                "//table[@id='exchanges']//a[normalize-space()='orders']",
+            ))
+            .await?
+            .click()
+            .await?;
+        let totals = self.text("#chart-totals").await?;
+        ensure!(
+            totals.contains("published (42)") && totals.contains("failed attempts (5)"),
+            "totals: {totals}"
+        );
+        for (tab, window, said) in [
+            (
+                "24 h",
+                "window=24h",
+                "Every 15 minutes over the last 24 hours: 42 published, 5 failed attempts",
+            ),
+            (
+                "7 d",
+                "window=7d",
+                "Per hour over the last 7 days: 42 published, 5 failed attempts",
+            ),
+            (
+                "1 h",
+                "window=1h",
+                "Per minute over the last hour: 42 published, 5 failed attempts",
+            ),
+        ] {
+            self.click(&format!("#window-tabs a[data-window='{tab}']"))
+                .await?;
+            let current = self
+                .attr("#window-tabs a[aria-current='true']", "data-window")
+                .await?;
+            ensure!(current.as_deref() == Some(tab), "current tab: {current:?}");
+            let url = self.c.current_url().await?;
+            ensure!(url.as_str().contains(window), "{url}");
+            let label = self
+                .attr("svg.chart", "aria-label")
+                .await?
+                .unwrap_or_default();
+            ensure!(label.contains(said), "{tab}: {label}");
+            let bars = self
+                .c
+                .find_all(Locator::Css("svg.chart rect.published"))
+                .await?;
+            ensure!(bars.len() == 1, "{tab}: {} bars", bars.len());
+        }
+        self.click("#rows-link").await?;
+        let at = self.path().await?;
+        ensure!(at.starts_with("/ui/messages?"), "{at}");
+        let exchange = self.attr("#f-exchange", "value").await?;
+        ensure!(exchange.as_deref() == Some("orders"), "{exchange:?}");
+        Ok(())
+    }
+
     /// A failure group reconsumed from the failures page: the dialog counts its
     /// dead deliveries first, and afterwards the consumer has none dead.
     async fn reconsume_a_failure_group_after_its_count(&self) -> anyhow::Result<()> {
@@ -1261,6 +1337,10 @@ async fn run(docs: Option<PathBuf>) -> anyhow::Result<()> {
         scenario!(
             "pause and resume a consumer from its row",
             s.pause_and_resume_a_consumer_from_its_row()
+        );
+        scenario!(
+            "an exchange's chart over an hour, a day and a week",
+            s.an_exchanges_chart_over_an_hour_a_day_and_a_week()
         );
         scenario!(
             "reconsume a failure group after its dry-run count",

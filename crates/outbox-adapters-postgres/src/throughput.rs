@@ -100,10 +100,18 @@ impl PgThroughputLog {
                      AND t.start >= b.start AND t.start < b.start + $3 * interval '1 second' \
                  GROUP BY b.start ORDER BY b.start"
             ),
+            // From hour rows where whole hours of the window have them, minute rows
+            // before that (the day's first 45 minutes at most; the hour's window
+            // has minutes only): a day reads about 24 + 45 rows a name, not 1,440.
             totals_named: format!(
-                "SELECT name, sum(count)::bigint FROM {named} WHERE kind = $1 AND width = $2 \
-                 AND start >= to_timestamp(floor(extract(epoch FROM now()) / $3) * $3) - ($4 - 1) * $3 * interval '1 second' \
-                 GROUP BY name HAVING sum(count) > 0 ORDER BY name"
+                "WITH w AS (SELECT to_timestamp(floor(extract(epoch FROM now()) / $2) * $2) \
+                     - ($3 - 1) * $2 * interval '1 second' AS since), \
+                 h AS (SELECT since, CASE WHEN $4 THEN 'infinity'::timestamptz \
+                     ELSE to_timestamp(ceil(extract(epoch FROM since) / 3600) * 3600) END AS hours_from FROM w) \
+                 SELECT t.name, sum(t.count)::bigint FROM {named} t, h WHERE t.kind = $1 \
+                 AND ((t.width = 3600 AND t.start >= h.hours_from) \
+                   OR (t.width = 60 AND t.start >= h.since AND t.start < h.hours_from)) \
+                 GROUP BY t.name HAVING sum(t.count) > 0 ORDER BY t.name"
             ),
             named_forgotten_at: Arc::new(AtomicI64::new(i64::MIN)),
         }
@@ -123,11 +131,15 @@ impl ThroughputLog for PgThroughputLog {
             .await
             .map_err(|e| port("record throughput", e))?;
         // A few old rows at most (one a minute): the writers keep the table small.
-        sqlx::query(&self.forget)
+        // Not this add's failure: the count is recorded (an error here would have
+        // the caller add it again); old rows go next time.
+        if let Err(e) = sqlx::query(&self.forget)
             .bind(kind.as_str())
             .execute(&self.pool)
             .await
-            .map_err(|e| port("forget old throughput", e))?;
+        {
+            tracing::debug!(error = %e, "old per-minute totals not deleted; trying again later");
+        }
         Ok(())
     }
 
@@ -231,9 +243,9 @@ impl ThroughputLog for PgThroughputLog {
     ) -> Result<Vec<(String, u64)>, PortError> {
         let rows: Vec<(String, i64)> = sqlx::query_as(&self.totals_named)
             .bind(kind.as_str())
-            .bind(row_width(window))
             .bind(window.bucket_seconds() as f64)
             .bind(window.buckets() as i32)
+            .bind(window == ChartWindow::Hour)
             .fetch_all(&self.pool)
             .await
             .map_err(|e| port("read throughput per name", e))?;

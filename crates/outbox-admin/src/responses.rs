@@ -40,7 +40,8 @@ pub(crate) enum QueryErrors {
     /// No admin token is configured (`admin_disabled`).
     #[response(status = 403)]
     Forbidden(ErrorBody),
-    /// No such entry, or no such path (an empty path segment).
+    /// No such entry, no such path (an empty path segment), or no throughput log
+    /// behind the charts (`not_recorded`).
     #[response(status = 404)]
     NotFound(ErrorBody),
     /// A store could not be reached (`store_unavailable`).

@@ -241,28 +241,10 @@ impl RelayBuilder {
         .with_reports(tx);
         tracing::info!(instance = %self.instance, "relay starting");
         let health = Arc::new(ServiceHealth::default());
-        // Each pipeline on its own task, so one that panics ends only itself; any
-        // such end fails the relay (see `supervision`).
-        let pipelines: Vec<JoinHandle<()>> = dispatchers
-            .into_iter()
-            .map(|d| {
-                supervise(
-                    "dispatcher",
-                    d.run(cancel.clone()),
-                    cancel.clone(),
-                    Arc::clone(&health),
-                )
-            })
-            .collect();
-        // Supervised too: a retention that stopped would let the table grow unseen.
-        let retention = retention.map(|task| {
-            supervise(
-                "retention",
-                task.run(cancel.clone()),
-                cancel.clone(),
-                Arc::clone(&health),
-            )
-        });
+        // Fired as the pipelines and the sweep end, however they end (a panic too:
+        // the guards drop).
+        let (dispatch_done, sweep_done) = (CancellationToken::new(), CancellationToken::new());
+        // Made before any pipeline runs: everything they count is recorded.
         let throughput = self.throughput.map(|log| {
             // Published and failed attempts (the overview's failures series), one
             // task: both stop together at shutdown, each adding what is left.
@@ -285,16 +267,48 @@ impl RelayBuilder {
                 ThroughputKind::Published,
                 ThroughputKind::PublishFailed,
             );
-            let cancel_all = cancel.clone();
+            // The recorders stop once the pipelines and the sweep have stopped (their
+            // last marks counted), not when the token fires: what the last batches
+            // did is added too.
+            let (dispatched, swept) = (dispatch_done.clone(), sweep_done.clone());
+            let stop = CancellationToken::new();
             supervise(
                 "throughput",
                 async move {
+                    let stop_after_work = async {
+                        dispatched.cancelled().await;
+                        swept.cancelled().await;
+                        stop.cancel();
+                    };
                     tokio::join!(
-                        published.run(cancel_all.clone()),
-                        failed.run(cancel_all.clone()),
-                        per_exchange.run(cancel_all)
+                        stop_after_work,
+                        published.run(stop.clone()),
+                        failed.run(stop.clone()),
+                        per_exchange.run(stop.clone())
                     );
                 },
+                cancel.clone(),
+                Arc::clone(&health),
+            )
+        });
+        // Each pipeline on its own task, so one that panics ends only itself; any
+        // such end fails the relay (see `supervision`).
+        let pipelines: Vec<JoinHandle<()>> = dispatchers
+            .into_iter()
+            .map(|d| {
+                supervise(
+                    "dispatcher",
+                    d.run(cancel.clone()),
+                    cancel.clone(),
+                    Arc::clone(&health),
+                )
+            })
+            .collect();
+        // Supervised too: a retention that stopped would let the table grow unseen.
+        let retention = retention.map(|task| {
+            supervise(
+                "retention",
+                task.run(cancel.clone()),
                 cancel.clone(),
                 Arc::clone(&health),
             )
@@ -314,11 +328,18 @@ impl RelayBuilder {
         );
         RelayHandles {
             dispatcher: tokio::spawn(async move {
+                let _done = dispatch_done.drop_guard();
                 futures::future::join_all(pipelines).await;
             }),
             sweeper: supervise(
                 "publish-retry sweeper",
-                sweeper.run(cancel.clone()),
+                {
+                    let run = sweeper.run(cancel.clone());
+                    async move {
+                        let _done = sweep_done.drop_guard();
+                        run.await;
+                    }
+                },
                 cancel.clone(),
                 Arc::clone(&health),
             ),

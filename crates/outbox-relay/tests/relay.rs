@@ -1247,7 +1247,7 @@ async fn a_publish_layer_changes_what_goes_out_and_is_told_each_outcome() {
 
 /// With a throughput log, each exchange's confirmed publishes and failed attempts
 /// are added under its name (its own chart) besides the totals of all, the last
-/// of them as the relay stops; a message never sent counts in neither.
+/// of them as the relay stops.
 #[tokio::test]
 async fn a_relay_records_each_exchanges_publishes_and_failed_attempts() {
     use outbox_ports::{ChartWindow, ThroughputKind, ThroughputLog};
@@ -1316,4 +1316,69 @@ async fn a_relay_records_each_exchanges_publishes_and_failed_attempts() {
         .map(|m| m.count)
         .sum::<u64>();
     assert_eq!(total, 25, "the totals of all as before");
+}
+
+/// A relay stopped mid-stream adds what its last batches did before its recorders
+/// stop: the totals and each exchange's counts in the log equal what it marked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_stopped_mid_stream_records_its_last_batches() {
+    use outbox_ports::{ChartWindow, ThroughputKind, ThroughputLog};
+    for round in 0..5 {
+        let (store, broker) = setup();
+        store
+            .enqueue(outbox_testkit::messages(4_000))
+            .await
+            .expect("enqueue");
+        let log = Arc::new(outbox_adapters_memory::MemoryThroughputLog::new(Arc::new(
+            SystemClock,
+        )));
+        let cancel = CancellationToken::new();
+        let relay = outbox_relay::RelayBuilder::new(
+            store.clone(),
+            Arc::new(broker.clone()),
+            Arc::new(outbox_adapters_memory::MemoryLock::new()),
+            Arc::new(outbox_adapters_memory::MemorySweepState::new(Arc::new(
+                SystemClock,
+            ))),
+        )
+        .dispatch(DispatcherConfig {
+            batch_size: 50,
+            idle_poll: Duration::from_millis(5),
+            pipelines: 2,
+            retry: fast_retry(5),
+            ..DispatcherConfig::default()
+        })
+        .throughput(log.clone())
+        .start(&cancel);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while store.count(OutboxStatus::Sent) < 200 * (round + 1) {
+            assert!(tokio::time::Instant::now() < deadline, "too slow");
+            tokio::task::yield_now().await;
+        }
+        let counters = relay.counters.clone();
+        cancel.cancel();
+        tokio::time::timeout(Duration::from_secs(10), relay.join())
+            .await
+            .expect("stops promptly");
+        let marked = counters.published.load(SeqCst);
+        assert!(marked < 4_000, "stopped mid-stream: {marked}");
+        let total = log
+            .per_minute(ThroughputKind::Published, Duration::from_secs(3600))
+            .await
+            .expect("read")
+            .iter()
+            .map(|m| m.count)
+            .sum::<u64>();
+        let named = log
+            .named_totals(ThroughputKind::Published, ChartWindow::Hour)
+            .await
+            .expect("read");
+        assert_eq!(total, marked, "round {round}: the totals of all");
+        assert_eq!(
+            named,
+            vec![("contract".to_owned(), marked)],
+            "round {round}: the exchange's"
+        );
+        assert_eq!(store.count(OutboxStatus::Sent), marked);
+    }
 }

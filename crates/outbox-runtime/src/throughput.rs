@@ -26,6 +26,10 @@ pub struct ThroughputRecorder {
     interval: Duration,
     /// Added under this name (a consumer's) instead of to the totals of all.
     name: Option<String>,
+    /// The counter when this recorder was made: what was counted before is not
+    /// this recorder's to add (another recorder of the same process, or nobody,
+    /// had it), what comes after is, even before its task first runs.
+    baseline: u64,
 }
 
 impl ThroughputRecorder {
@@ -36,12 +40,14 @@ impl ThroughputRecorder {
         kind: ThroughputKind,
         counter: Arc<dyn Fn() -> u64 + Send + Sync>,
     ) -> Self {
+        let baseline = counter();
         Self {
             log,
             kind,
             counter,
             interval: THROUGHPUT_INTERVAL,
             name: None,
+            baseline,
         }
     }
 
@@ -76,9 +82,7 @@ impl ThroughputRecorder {
 
     /// Runs until `cancel` fires, then adds what is left.
     pub async fn run(self, cancel: CancellationToken) {
-        // What was counted before this recorder started is not this instance's to
-        // add again (another recorder of the same process, or nobody, had it).
-        let mut recorded = (self.counter)();
+        let mut recorded = self.baseline;
         loop {
             let go_on = sleep_or_cancel(self.interval, &cancel).await;
             let total = (self.counter)();
@@ -95,8 +99,13 @@ impl ThroughputRecorder {
             match added {
                 Ok(()) => recorded = total,
                 // Kept for the next add: a chart may lag, it does not lose counts.
-                Err(e) => {
+                Err(e) if e.is_retryable() => {
                     tracing::warn!(kind = self.kind.as_str(), error = %e, "per-minute totals not recorded; trying again later");
+                }
+                // Trying again cannot help: left out, so later counts still go in.
+                Err(e) => {
+                    tracing::warn!(kind = self.kind.as_str(), left_out = growth, error = %e, "per-minute totals refused; left out of the chart");
+                    recorded = total;
                 }
             }
             if !go_on {
@@ -113,23 +122,42 @@ impl ThroughputRecorder {
 /// never out of the totals of all.
 #[derive(Debug, Default)]
 pub struct NamedTally {
+    /// Set once a recorder takes from it: until then nothing is held (a relay
+    /// without a throughput log keeps no per-exchange counts).
+    recording: AtomicBool,
     counts: Mutex<HashMap<String, (u64, u64)>>,
     /// Whether a name was left out already (said once a process).
     overflowed: AtomicBool,
+}
+
+/// Whether `name` can have a chart: at most 255 bytes (AMQP's limit for an
+/// exchange), no NUL.
+fn chartable(name: &str) -> bool {
+    name.len() <= 255 && !name.contains('\0')
 }
 
 /// A name with what it completed and its failed attempts.
 pub type NamedCounts = (String, u64, u64);
 
 impl NamedTally {
-    /// Adds each `(name, completed, failed)`.
+    /// Holds what is added from now on (a [`TallyRecorder`] over it calls this).
+    pub fn start_recording(&self) {
+        self.recording.store(true, Ordering::Relaxed);
+    }
+
+    /// Adds each `(name, completed, failed)`, once recording.
     pub fn add_all<'a>(&self, counts: impl IntoIterator<Item = (&'a str, u64, u64)>) {
+        if !self.recording.load(Ordering::Relaxed) {
+            return;
+        }
         let mut held = self
             .counts
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         for (name, done, failed) in counts {
-            if done == 0 && failed == 0 {
+            // No exchange or consumer has such a name (a message AMQP cannot carry
+            // names it: it is dead at once); the store could not keep it either.
+            if (done == 0 && failed == 0) || !chartable(name) {
                 continue;
             }
             if let Some(c) = held.get_mut(name) {
@@ -184,6 +212,7 @@ impl TallyRecorder {
         completed: ThroughputKind,
         failed: ThroughputKind,
     ) -> Self {
+        tally.start_recording();
         Self {
             log,
             tally,
@@ -229,6 +258,11 @@ impl TallyRecorder {
                 continue;
             }
             if let Err(e) = self.log.add_named(kind, counts).await {
+                if !e.is_retryable() {
+                    // Trying again cannot help: left out, so later counts still go in.
+                    tracing::warn!(kind = kind.as_str(), error = %e, "per-name totals refused; left out of the charts");
+                    continue;
+                }
                 // Kept for the next add: a chart may lag, it does not lose counts.
                 tracing::warn!(kind = kind.as_str(), error = %e, "per-name totals not recorded; trying again later");
                 let is_completed = kind == self.completed;

@@ -16,14 +16,38 @@ use outbox_runtime::{CancellationToken, NamedTally, TallyRecorder, ThroughputRec
 struct Flaky {
     inner: MemoryThroughputLog,
     down: AtomicBool,
+    /// While down, refuse for good (a fatal error) rather than for now.
+    for_good: AtomicBool,
+}
+
+impl Flaky {
+    fn new() -> Self {
+        Self {
+            inner: MemoryThroughputLog::new(Arc::new(SystemClock)),
+            down: AtomicBool::new(false),
+            for_good: AtomicBool::new(false),
+        }
+    }
+
+    fn refusing(&self) -> Result<(), PortError> {
+        if !self.down.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        if self.for_good.load(Ordering::SeqCst) {
+            return Err(PortError::Fatal {
+                operation: "add",
+                message: "a name the store cannot keep".into(),
+                source: None,
+            });
+        }
+        Err(PortError::transient("add", "store down"))
+    }
 }
 
 #[async_trait]
 impl ThroughputLog for Flaky {
     async fn add(&self, kind: ThroughputKind, count: u64) -> Result<(), PortError> {
-        if self.down.load(Ordering::SeqCst) {
-            return Err(PortError::transient("add", "store down"));
-        }
+        self.refusing()?;
         self.inner.add(kind, count).await
     }
 
@@ -40,9 +64,7 @@ impl ThroughputLog for Flaky {
         kind: ThroughputKind,
         counts: &[(String, u64)],
     ) -> Result<(), PortError> {
-        if self.down.load(Ordering::SeqCst) {
-            return Err(PortError::transient("add", "store down"));
-        }
+        self.refusing()?;
         self.inner.add_named(kind, counts).await
     }
 
@@ -75,10 +97,7 @@ async fn total(log: &dyn ThroughputLog) -> u64 {
 
 #[tokio::test]
 async fn growth_is_added_once_kept_across_a_failed_add_and_flushed_at_shutdown() {
-    let log = Arc::new(Flaky {
-        inner: MemoryThroughputLog::new(Arc::new(SystemClock)),
-        down: AtomicBool::new(false),
-    });
+    let log = Arc::new(Flaky::new());
     let counter = Arc::new(AtomicU64::new(40));
     let recorder = ThroughputRecorder::of_total(
         log.clone(),
@@ -118,10 +137,7 @@ async fn named(log: &dyn ThroughputLog, kind: ThroughputKind) -> Vec<(String, u6
 
 #[tokio::test]
 async fn a_tally_is_added_per_name_kept_across_a_failed_add_and_flushed_at_shutdown() {
-    let log = Arc::new(Flaky {
-        inner: MemoryThroughputLog::new(Arc::new(SystemClock)),
-        down: AtomicBool::new(false),
-    });
+    let log = Arc::new(Flaky::new());
     let tally = Arc::new(NamedTally::default());
     let recorder = TallyRecorder::new(
         log.clone(),
@@ -199,6 +215,15 @@ async fn a_named_recorder_adds_a_totals_growth_under_its_name_only() {
 #[test]
 fn a_tally_holds_at_most_as_many_names_as_one_add_takes() {
     let tally = NamedTally::default();
+    tally.add_all([("before", 1, 0)]);
+    assert!(
+        tally.take().is_empty(),
+        "nothing held before a recorder takes from it"
+    );
+    tally.start_recording();
+    // No exchange can have these names, and no store could keep them.
+    tally.add_all([("a\0b", 1, 0), (&"x".repeat(256), 1, 0)]);
+    assert!(tally.take().is_empty());
     let names: Vec<String> = (0..outbox_ports::MAX_NAMES_PER_ADD + 5)
         .map(|i| format!("e{i}"))
         .collect();
@@ -209,4 +234,48 @@ fn a_tally_holds_at_most_as_many_names_as_one_add_takes() {
     assert_eq!(taken.len(), outbox_ports::MAX_NAMES_PER_ADD);
     assert!(taken.contains(&("e0".to_owned(), 2, 0)));
     assert!(!taken.iter().any(|t| t.0 == "quiet"));
+}
+
+#[tokio::test]
+async fn counts_a_log_refuses_for_good_are_left_out_and_later_ones_still_go_in() {
+    let log = Arc::new(Flaky::new());
+    let tally = Arc::new(NamedTally::default());
+    let counter = Arc::new(AtomicU64::new(0));
+    let by_name = TallyRecorder::new(
+        log.clone(),
+        Arc::clone(&tally),
+        ThroughputKind::Published,
+        ThroughputKind::PublishFailed,
+    )
+    .every(Duration::from_millis(20));
+    let of_total = ThroughputRecorder::of_total(
+        log.clone(),
+        ThroughputKind::Published,
+        counter.clone(),
+        |c| c,
+    )
+    .every(Duration::from_millis(20));
+    let cancel = CancellationToken::new();
+    let tasks = [
+        tokio::spawn(by_name.run(cancel.clone())),
+        tokio::spawn(of_total.run(cancel.clone())),
+    ];
+    log.for_good.store(true, Ordering::SeqCst);
+    log.down.store(true, Ordering::SeqCst);
+    tally.add_all([("orders", 5, 0)]);
+    counter.fetch_add(5, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    log.down.store(false, Ordering::SeqCst);
+    tally.add_all([("orders", 2, 0)]);
+    counter.fetch_add(2, Ordering::SeqCst);
+    cancel.cancel();
+    for t in tasks {
+        t.await.expect("recorder");
+    }
+    assert_eq!(
+        named(&*log, ThroughputKind::Published).await,
+        vec![("orders".to_owned(), 2)],
+        "the refused 5 are not tried again forever, the later 2 are in"
+    );
+    assert_eq!(total(&*log).await, 2);
 }

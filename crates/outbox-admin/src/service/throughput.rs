@@ -29,10 +29,18 @@ impl AdminService {
         window: ChartWindow,
     ) -> Result<Paired, AdminError> {
         let log = self.throughput_log()?;
-        let done = log.named_series(completed, name, window).await?;
-        let failed = log.named_series(failed, name, window).await?;
-        // Both read the store's now: a minute may have turned between the two
-        // reads, so failed counts are matched to their bucket by its start.
+        // Each read takes the store's now: read again when a bucket turned between
+        // the two (rare; the buckets would not pair up).
+        let mut tries = 0;
+        let (done, failed) = loop {
+            let done = log.named_series(completed, name, window).await?;
+            let failed = log.named_series(failed, name, window).await?;
+            tries += 1;
+            let first = |s: &[BucketCount]| s.first().map(|b| b.start);
+            if first(&done) == first(&failed) || tries == 3 {
+                break (done, failed);
+            }
+        };
         let failed_at = |b: &BucketCount| {
             failed
                 .iter()

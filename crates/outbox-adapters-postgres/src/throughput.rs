@@ -20,9 +20,11 @@ use crate::rows::millis;
 /// How long per-minute totals are kept.
 const KEPT: &str = "1 day";
 /// How long per-name minute rows are kept: the day chart and its first bucket.
-const NAMED_MINUTES_KEPT: &str = "1 day 15 minutes";
+/// (In minutes and hours, not days: a day in a zone with daylight saving time
+/// is not always 24 hours.)
+const NAMED_MINUTES_KEPT: &str = "1455 minutes";
 /// How long per-name hour rows are kept: the week chart and its first bucket.
-const NAMED_HOURS_KEPT: &str = "7 days 1 hour";
+const NAMED_HOURS_KEPT: &str = "169 hours";
 
 /// [`ThroughputLog`] on PostgreSQL: one row per kind and minute of the database's
 /// clock, added to with an upsert.
@@ -138,7 +140,7 @@ impl ThroughputLog for PgThroughputLog {
             .execute(&self.pool)
             .await
         {
-            tracing::debug!(error = %e, "old per-minute totals not deleted; trying again later");
+            tracing::warn!(error = %e, "old per-minute totals not deleted; trying again later");
         }
         Ok(())
     }
@@ -206,7 +208,7 @@ impl ThroughputLog for PgThroughputLog {
             // Not this add's failure: the rows are recorded; old ones go next time.
             if let Err(e) = sqlx::query(&self.forget_named).execute(&self.pool).await {
                 self.named_forgotten_at.store(last, Ordering::Relaxed);
-                tracing::debug!(error = %e, "old per-name throughput not deleted; trying again later");
+                tracing::warn!(error = %e, "old per-name throughput not deleted; trying again later");
             }
         }
         Ok(())

@@ -95,6 +95,18 @@ async fn counts_land_in_their_bucket_and_the_oldest_bucket_is_not_forgotten() {
         .expect("needs PostgreSQL: set OUTBOX_TEST_DATABASE_URL");
     let schema = common::fresh(&pool).await;
     let table = format!("{}.outbox_throughput_named", schema.quoted());
+    // Each statement reads its own now(): start well inside a minute and a quarter,
+    // so none turns while the test runs (it takes well under a second).
+    let (to_minute, to_quarter): (f64, f64) = sqlx::query_as(
+        "SELECT (60 - extract(epoch FROM now())::numeric % 60)::float8, \
+                (900 - extract(epoch FROM now())::numeric % 900)::float8",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("now");
+    if to_minute < 5.0 || to_quarter < 5.0 {
+        tokio::time::sleep(std::time::Duration::from_secs_f64(to_minute + 0.5)).await;
+    }
     let quarter = "to_timestamp(floor(extract(epoch FROM now()) / 900) * 900)";
     let hour = "to_timestamp(floor(extract(epoch FROM now()) / 3600) * 3600)";
     // The minute before the current quarter; the day window's first minute; the

@@ -327,16 +327,21 @@ impl RelayBuilder {
             Arc::clone(&health),
         );
         RelayHandles {
-            dispatcher: tokio::spawn(async move {
-                let _done = dispatch_done.drop_guard();
-                futures::future::join_all(pipelines).await;
-            }),
+            dispatcher: {
+                // Made now, so a task dropped before it first runs fires it too.
+                let done = dispatch_done.drop_guard();
+                tokio::spawn(async move {
+                    let _done = done;
+                    futures::future::join_all(pipelines).await;
+                })
+            },
             sweeper: supervise(
                 "publish-retry sweeper",
                 {
                     let run = sweeper.run(cancel.clone());
+                    let done = sweep_done.drop_guard();
                     async move {
-                        let _done = sweep_done.drop_guard();
+                        let _done = done;
                         run.await;
                     }
                 },

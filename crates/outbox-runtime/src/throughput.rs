@@ -98,14 +98,11 @@ impl ThroughputRecorder {
             };
             match added {
                 Ok(()) => recorded = total,
-                // Kept for the next add: a chart may lag, it does not lose counts.
-                Err(e) if e.is_retryable() => {
-                    tracing::warn!(kind = self.kind.as_str(), error = %e, "per-minute totals not recorded; trying again later");
-                }
-                // Trying again cannot help: left out, so later counts still go in.
+                // Kept for the next add: a chart may lag, it does not lose counts
+                // (what a store refuses for good, a name it cannot keep, never
+                // reaches it: see `chartable`).
                 Err(e) => {
-                    tracing::warn!(kind = self.kind.as_str(), left_out = growth, error = %e, "per-minute totals refused; left out of the chart");
-                    recorded = total;
+                    tracing::warn!(kind = self.kind.as_str(), error = %e, "per-minute totals not recorded; trying again later");
                 }
             }
             if !go_on {
@@ -258,12 +255,8 @@ impl TallyRecorder {
                 continue;
             }
             if let Err(e) = self.log.add_named(kind, counts).await {
-                if !e.is_retryable() {
-                    // Trying again cannot help: left out, so later counts still go in.
-                    tracing::warn!(kind = kind.as_str(), error = %e, "per-name totals refused; left out of the charts");
-                    continue;
-                }
                 // Kept for the next add: a chart may lag, it does not lose counts.
+                // (At most `MAX_NAMES_PER_ADD` names, each one a store can keep.)
                 tracing::warn!(kind = kind.as_str(), error = %e, "per-name totals not recorded; trying again later");
                 let is_completed = kind == self.completed;
                 kept.extend(counts.iter().map(|(name, n)| {

@@ -16,8 +16,6 @@ use outbox_runtime::{CancellationToken, NamedTally, TallyRecorder, ThroughputRec
 struct Flaky {
     inner: MemoryThroughputLog,
     down: AtomicBool,
-    /// While down, refuse for good (a fatal error) rather than for now.
-    for_good: AtomicBool,
 }
 
 impl Flaky {
@@ -25,22 +23,14 @@ impl Flaky {
         Self {
             inner: MemoryThroughputLog::new(Arc::new(SystemClock)),
             down: AtomicBool::new(false),
-            for_good: AtomicBool::new(false),
         }
     }
 
     fn refusing(&self) -> Result<(), PortError> {
-        if !self.down.load(Ordering::SeqCst) {
-            return Ok(());
+        if self.down.load(Ordering::SeqCst) {
+            return Err(PortError::transient("add", "store down"));
         }
-        if self.for_good.load(Ordering::SeqCst) {
-            return Err(PortError::Fatal {
-                operation: "add",
-                message: "a name the store cannot keep".into(),
-                source: None,
-            });
-        }
-        Err(PortError::transient("add", "store down"))
+        Ok(())
     }
 }
 
@@ -234,48 +224,4 @@ fn a_tally_holds_at_most_as_many_names_as_one_add_takes() {
     assert_eq!(taken.len(), outbox_ports::MAX_NAMES_PER_ADD);
     assert!(taken.contains(&("e0".to_owned(), 2, 0)));
     assert!(!taken.iter().any(|t| t.0 == "quiet"));
-}
-
-#[tokio::test]
-async fn counts_a_log_refuses_for_good_are_left_out_and_later_ones_still_go_in() {
-    let log = Arc::new(Flaky::new());
-    let tally = Arc::new(NamedTally::default());
-    let counter = Arc::new(AtomicU64::new(0));
-    let by_name = TallyRecorder::new(
-        log.clone(),
-        Arc::clone(&tally),
-        ThroughputKind::Published,
-        ThroughputKind::PublishFailed,
-    )
-    .every(Duration::from_millis(20));
-    let of_total = ThroughputRecorder::of_total(
-        log.clone(),
-        ThroughputKind::Published,
-        counter.clone(),
-        |c| c,
-    )
-    .every(Duration::from_millis(20));
-    let cancel = CancellationToken::new();
-    let tasks = [
-        tokio::spawn(by_name.run(cancel.clone())),
-        tokio::spawn(of_total.run(cancel.clone())),
-    ];
-    log.for_good.store(true, Ordering::SeqCst);
-    log.down.store(true, Ordering::SeqCst);
-    tally.add_all([("orders", 5, 0)]);
-    counter.fetch_add(5, Ordering::SeqCst);
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    log.down.store(false, Ordering::SeqCst);
-    tally.add_all([("orders", 2, 0)]);
-    counter.fetch_add(2, Ordering::SeqCst);
-    cancel.cancel();
-    for t in tasks {
-        t.await.expect("recorder");
-    }
-    assert_eq!(
-        named(&*log, ThroughputKind::Published).await,
-        vec![("orders".to_owned(), 2)],
-        "the refused 5 are not tried again forever, the later 2 are in"
-    );
-    assert_eq!(total(&*log).await, 2);
 }

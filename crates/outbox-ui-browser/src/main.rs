@@ -149,7 +149,8 @@ async fn seeded_app(
         }
     }
     // Each exchange's and consumer's chart: what relays and workers would add.
-    let throughput = Arc::new(MemoryThroughputLog::new(clock.clone()));
+    let past = Arc::new(PastClock::default());
+    let throughput = Arc::new(MemoryThroughputLog::new(past.clone()));
     for (kind, name, count) in [
         (ThroughputKind::Published, "orders", 42),
         (ThroughputKind::PublishFailed, "orders", 5),
@@ -160,6 +161,42 @@ async fn seeded_app(
             .add_named(kind, &[(name.to_owned(), count)])
             .await?;
     }
+    // A day of `payments` (the docs' screenshot): a daily wave, and failures in
+    // one hour, added as a relay would have added them.
+    for minutes_ago in (0..24 * 60).step_by(5) {
+        past.set_minutes_ago(minutes_ago);
+        let hour = (minutes_ago / 60) as f64;
+        let published = 300.0 + 200.0 * (hour / 24.0 * std::f64::consts::TAU).cos();
+        throughput
+            .add_named(
+                ThroughputKind::Published,
+                &[("payments".to_owned(), published as u64)],
+            )
+            .await?;
+        if minutes_ago / 60 == 6 {
+            throughput
+                .add_named(
+                    ThroughputKind::PublishFailed,
+                    &[("payments".to_owned(), 40)],
+                )
+                .await?;
+        }
+    }
+    // The last hour of every exchange and consumer (the overview's chart).
+    for minutes_ago in 0..60_i64 {
+        past.set_minutes_ago(minutes_ago);
+        let wave = (minutes_ago as f64 / 60.0 * std::f64::consts::TAU).sin();
+        let published = (40.0 + 15.0 * wave) as u64;
+        throughput.add(ThroughputKind::Published, published).await?;
+        throughput
+            .add(ThroughputKind::Consumed, published.saturating_sub(3))
+            .await?;
+        if minutes_ago % 9 == 4 {
+            throughput.add(ThroughputKind::PublishFailed, 6).await?;
+            throughput.add(ThroughputKind::ConsumeFailed, 2).await?;
+        }
+    }
+    past.set_minutes_ago(0);
     let service = AdminService::new(AdminPorts {
         outbox: outbox.clone(),
         inbox: inbox.clone(),
@@ -211,6 +248,26 @@ async fn seeded_app(
             ),
         )
         .nest("/api/v1", outbox_admin::router(service, auth)))
+}
+
+/// The system's clock, or as it read some minutes ago (to seed a day of charts).
+#[derive(Default)]
+struct PastClock {
+    minutes_ago: std::sync::atomic::AtomicI64,
+}
+
+impl PastClock {
+    fn set_minutes_ago(&self, minutes: i64) {
+        self.minutes_ago
+            .store(minutes, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl outbox_ports::Clock for PastClock {
+    fn now(&self) -> outbox_core::Timestamp {
+        let ago = self.minutes_ago.load(std::sync::atomic::Ordering::Relaxed);
+        outbox_ports::Clock::now(&SystemClock) - time::Duration::minutes(ago)
+    }
 }
 
 fn free_port() -> anyhow::Result<u16> {
@@ -1230,6 +1287,13 @@ impl Scenarios<'_> {
         self.wait_for("#payload").await?;
         std::fs::write(
             dir.join("dashboard-message.png"),
+            self.c.screenshot().await?,
+        )?;
+        self.goto("/ui/throughput/exchanges/payments?window=24h")
+            .await?;
+        self.wait_for("svg.chart").await?;
+        std::fs::write(
+            dir.join("dashboard-throughput.png"),
             self.c.screenshot().await?,
         )?;
         Ok(())

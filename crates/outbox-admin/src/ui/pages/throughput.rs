@@ -162,6 +162,48 @@ struct ChartPage {
     pauses: String,
 }
 
+/// One exchange's or consumer's counts over a window, and where its rows are.
+struct Charted {
+    kind: PauseKind,
+    name: String,
+    window: ChartWindow,
+    /// A bucket each: completed (published or consumed), failed attempts.
+    done: Vec<u64>,
+    failed: Vec<u64>,
+    /// Their sums.
+    totals: (u64, u64),
+    rows_href: String,
+    rows_word: &'static str,
+}
+
+/// The chart page of `c`.
+async fn chart_page(ui: &Ui, session: &Session, c: Charted) -> Page {
+    let (item, done_word, path) = match c.kind {
+        PauseKind::Consumer => (PauseKindItem::Consumer, "consumed", "consumers"),
+        _ => (PauseKindItem::Exchange, "published", "exchanges"),
+    };
+    let paused = paused(ui, item).await?.contains(&c.name);
+    let here = ui.at(&format!("/throughput/{path}/{}", encode(&c.name)));
+    render(
+        StatusCode::OK,
+        &ChartPage {
+            chrome: chrome(ui, session, "throughput").await,
+            kind: c.kind.as_str(),
+            paused,
+            tabs: window_tabs(&here, c.window),
+            span: span(c.window),
+            chart: chart::window(c.window, done_word, &c.done, &c.failed),
+            done_word,
+            done: c.totals.0,
+            failed: c.totals.1,
+            rows_href: c.rows_href,
+            rows_word: c.rows_word,
+            pauses: ui.at("/pauses"),
+            name: c.name,
+        },
+    )
+}
+
 /// `GET <base>/throughput/exchanges/{name}`: one exchange's chart.
 pub(crate) async fn exchange_chart(
     State(ui): UiState,
@@ -172,28 +214,18 @@ pub(crate) async fn exchange_chart(
     let name = crate::params::text("exchange", path(name)?)?;
     let window = parse_window(query(q)?.window.as_deref())?;
     let t = ui.service.exchange_throughput(&name, window).await?;
-    let done: Vec<u64> = t.buckets.iter().map(|b| b.published).collect();
-    let failed: Vec<u64> = t.buckets.iter().map(|b| b.failed).collect();
-    let paused = paused(&ui, PauseKindItem::Exchange).await?.contains(&name);
-    let here = ui.at(&format!("/throughput/exchanges/{}", encode(&name)));
-    render(
-        StatusCode::OK,
-        &ChartPage {
-            chrome: chrome(&ui, &session, "throughput").await,
-            kind: PauseKind::Exchange.as_str(),
-            paused,
-            tabs: window_tabs(&here, window),
-            span: span(window),
-            chart: chart::window(window, "published", &done, &failed),
-            done_word: "published",
-            done: t.published,
-            failed: t.failed,
-            rows_href: format!("{}?exchange={}", ui.at("/messages"), encode(&name)),
-            rows_word: "Its messages",
-            pauses: ui.at("/pauses"),
-            name,
-        },
-    )
+    let (done, failed) = t.buckets.iter().map(|b| (b.published, b.failed)).unzip();
+    let charted = Charted {
+        kind: PauseKind::Exchange,
+        window,
+        done,
+        failed,
+        totals: (t.published, t.failed),
+        rows_href: format!("{}?exchange={}", ui.at("/messages"), encode(&name)),
+        rows_word: "Its messages",
+        name,
+    };
+    chart_page(&ui, &session, charted).await
 }
 
 /// `GET <base>/throughput/consumers/{name}`: one consumer's chart.
@@ -206,26 +238,16 @@ pub(crate) async fn consumer_chart(
     let name = crate::params::text("consumer", path(name)?)?;
     let window = parse_window(query(q)?.window.as_deref())?;
     let t = ui.service.consumer_throughput(&name, window).await?;
-    let done: Vec<u64> = t.buckets.iter().map(|b| b.consumed).collect();
-    let failed: Vec<u64> = t.buckets.iter().map(|b| b.failed).collect();
-    let paused = paused(&ui, PauseKindItem::Consumer).await?.contains(&name);
-    let here = ui.at(&format!("/throughput/consumers/{}", encode(&name)));
-    render(
-        StatusCode::OK,
-        &ChartPage {
-            chrome: chrome(&ui, &session, "throughput").await,
-            kind: PauseKind::Consumer.as_str(),
-            paused,
-            tabs: window_tabs(&here, window),
-            span: span(window),
-            chart: chart::window(window, "consumed", &done, &failed),
-            done_word: "consumed",
-            done: t.consumed,
-            failed: t.failed,
-            rows_href: ui.consumer_at(&name),
-            rows_word: "Its deliveries",
-            pauses: ui.at("/pauses"),
-            name,
-        },
-    )
+    let (done, failed) = t.buckets.iter().map(|b| (b.consumed, b.failed)).unzip();
+    let charted = Charted {
+        kind: PauseKind::Consumer,
+        window,
+        done,
+        failed,
+        totals: (t.consumed, t.failed),
+        rows_href: ui.consumer_at(&name),
+        rows_word: "Its deliveries",
+        name,
+    };
+    chart_page(&ui, &session, charted).await
 }

@@ -1245,6 +1245,41 @@ async fn a_publish_layer_changes_what_goes_out_and_is_told_each_outcome() {
     );
 }
 
+/// A relay of two pipelines over `store` and `broker` adding to a throughput log
+/// in memory, and the log.
+fn relay_with_a_log(
+    store: &Arc<MemoryOutboxStore>,
+    broker: &MemoryBroker,
+    batch_size: u32,
+    retry: RetryPolicy,
+    cancel: &CancellationToken,
+) -> (
+    outbox_relay::RelayHandles,
+    Arc<outbox_adapters_memory::MemoryThroughputLog>,
+) {
+    let log = Arc::new(outbox_adapters_memory::MemoryThroughputLog::new(Arc::new(
+        SystemClock,
+    )));
+    let relay = outbox_relay::RelayBuilder::new(
+        store.clone(),
+        Arc::new(broker.clone()),
+        Arc::new(outbox_adapters_memory::MemoryLock::new()),
+        Arc::new(outbox_adapters_memory::MemorySweepState::new(Arc::new(
+            SystemClock,
+        ))),
+    )
+    .dispatch(DispatcherConfig {
+        batch_size,
+        idle_poll: Duration::from_millis(5),
+        pipelines: 2,
+        retry,
+        ..DispatcherConfig::default()
+    })
+    .throughput(log.clone())
+    .start(cancel);
+    (relay, log)
+}
+
 /// With a throughput log, each exchange's confirmed publishes and failed attempts
 /// are added under its name (its own chart) besides the totals of all, the last
 /// of them as the relay stops.
@@ -1264,28 +1299,9 @@ async fn a_relay_records_each_exchanges_publishes_and_failed_attempts() {
     }));
     broker.declare_exchange("lost", ExchangeKind::Topic);
     store.enqueue(msgs).await.expect("enqueue");
-    let log = Arc::new(outbox_adapters_memory::MemoryThroughputLog::new(Arc::new(
-        SystemClock,
-    )));
     let cancel = CancellationToken::new();
-    let relay = outbox_relay::RelayBuilder::new(
-        store.clone(),
-        Arc::new(broker.clone()),
-        Arc::new(outbox_adapters_memory::MemoryLock::new()),
-        Arc::new(outbox_adapters_memory::MemorySweepState::new(Arc::new(
-            SystemClock,
-        ))),
-    )
-    .dispatch(DispatcherConfig {
-        batch_size: 7,
-        idle_poll: Duration::from_millis(5),
-        pipelines: 2,
-        // The first failure is the last: each failing message counts once.
-        retry: fast_retry(1),
-        ..DispatcherConfig::default()
-    })
-    .throughput(log.clone())
-    .start(&cancel);
+    // The first failure is the last: each failing message counts once.
+    let (relay, log) = relay_with_a_log(&store, &broker, 7, fast_retry(1), &cancel);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while store.count(OutboxStatus::Sent) < 25 || store.count(OutboxStatus::Dead) < 3 {
         assert!(tokio::time::Instant::now() < deadline, "not all done");
@@ -1329,27 +1345,8 @@ async fn a_relay_stopped_mid_stream_records_its_last_batches() {
             .enqueue(outbox_testkit::messages(4_000))
             .await
             .expect("enqueue");
-        let log = Arc::new(outbox_adapters_memory::MemoryThroughputLog::new(Arc::new(
-            SystemClock,
-        )));
         let cancel = CancellationToken::new();
-        let relay = outbox_relay::RelayBuilder::new(
-            store.clone(),
-            Arc::new(broker.clone()),
-            Arc::new(outbox_adapters_memory::MemoryLock::new()),
-            Arc::new(outbox_adapters_memory::MemorySweepState::new(Arc::new(
-                SystemClock,
-            ))),
-        )
-        .dispatch(DispatcherConfig {
-            batch_size: 50,
-            idle_poll: Duration::from_millis(5),
-            pipelines: 2,
-            retry: fast_retry(5),
-            ..DispatcherConfig::default()
-        })
-        .throughput(log.clone())
-        .start(&cancel);
+        let (relay, log) = relay_with_a_log(&store, &broker, 50, fast_retry(5), &cancel);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         while store.count(OutboxStatus::Sent) < 200 * (round + 1) {
             assert!(tokio::time::Instant::now() < deadline, "too slow");

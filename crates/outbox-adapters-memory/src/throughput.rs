@@ -7,8 +7,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use outbox_core::Timestamp;
 use outbox_ports::{
-    BucketCount, ChartWindow, Clock, MAX_NAMES_PER_ADD, MinuteCount, PortError, ThroughputKind,
-    ThroughputLog,
+    BucketCount, ChartWindow, Clock, MinuteCount, PortError, ThroughputKind, ThroughputLog,
+    check_names_per_add,
 };
 
 use crate::listing::window_start;
@@ -96,9 +96,7 @@ impl ThroughputLog for MemoryThroughputLog {
         kind: ThroughputKind,
         counts: &[(String, u64)],
     ) -> Result<(), PortError> {
-        if counts.len() > MAX_NAMES_PER_ADD {
-            return Err(too_many_names(counts.len()));
-        }
+        check_names_per_add(counts.len())?;
         let minute = self.clock.now().unix_timestamp().div_euclid(60);
         let mut m = self
             .named
@@ -161,13 +159,5 @@ impl ThroughputLog for MemoryThroughputLog {
             }
         }
         Ok(totals.into_iter().filter(|(_, c)| *c > 0).collect())
-    }
-}
-
-fn too_many_names(n: usize) -> PortError {
-    PortError::Fatal {
-        operation: "record throughput per name",
-        message: format!("{n} names in one add; at most {MAX_NAMES_PER_ADD}"),
-        source: None,
     }
 }

@@ -8,8 +8,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use outbox_core::Timestamp;
 use outbox_ports::{
-    BucketCount, ChartWindow, MAX_NAMES_PER_ADD, MinuteCount, PortError, ThroughputKind,
-    ThroughputLog,
+    BucketCount, ChartWindow, MinuteCount, PortError, ThroughputKind, ThroughputLog,
+    check_names_per_add,
 };
 use sqlx::PgPool;
 
@@ -170,16 +170,7 @@ impl ThroughputLog for PgThroughputLog {
         kind: ThroughputKind,
         counts: &[(String, u64)],
     ) -> Result<(), PortError> {
-        if counts.len() > MAX_NAMES_PER_ADD {
-            return Err(PortError::Fatal {
-                operation: "record throughput per name",
-                message: format!(
-                    "{} names in one add; at most {MAX_NAMES_PER_ADD}",
-                    counts.len()
-                ),
-                source: None,
-            });
-        }
+        check_names_per_add(counts.len())?;
         let (names, values): (Vec<&str>, Vec<i64>) = counts
             .iter()
             .filter(|(_, c)| *c > 0)

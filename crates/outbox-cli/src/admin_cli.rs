@@ -317,21 +317,28 @@ fn uid() -> Option<String> {
 /// # Errors
 /// An unreachable store, failed migrations.
 pub(crate) async fn service(cfg: &RelayConfig) -> anyhow::Result<AdminService> {
-    let wired = crate::wiring::wire(cfg, "outbox-cli").await?;
-    crate::wiring::migrate_if_asked(cfg, wired.postgres.as_ref()).await?;
-    Ok(cfg
-        .admin
-        .service(wired.admin, wired.state, vec![cfg.sweep.state_key.clone()]))
+    Ok(wired_service(cfg).await?.0)
 }
 
 /// [`service`] reading the throughput log too, for `outbox throughput`.
 pub(crate) async fn service_with_throughput(cfg: &RelayConfig) -> anyhow::Result<AdminService> {
+    let (service, throughput) = wired_service(cfg).await?;
+    Ok(service.with_throughput(throughput))
+}
+
+/// The operator's admin service and the throughput log of the same wiring.
+async fn wired_service(
+    cfg: &RelayConfig,
+) -> anyhow::Result<(
+    AdminService,
+    std::sync::Arc<dyn outbox_ports::ThroughputLog>,
+)> {
     let wired = crate::wiring::wire(cfg, "outbox-cli").await?;
     crate::wiring::migrate_if_asked(cfg, wired.postgres.as_ref()).await?;
-    Ok(cfg
+    let service = cfg
         .admin
-        .service(wired.admin, wired.state, vec![cfg.sweep.state_key.clone()])
-        .with_throughput(wired.throughput))
+        .service(wired.admin, wired.state, vec![cfg.sweep.state_key.clone()]);
+    Ok((service, wired.throughput))
 }
 
 /// `outbox throughput`: every exchange's and consumer's totals over `window`, or

@@ -470,43 +470,51 @@ pub(crate) fn throughput_totals(t: &ThroughputTotals) {
 
 /// One exchange's buckets, oldest first.
 pub(crate) fn exchange_throughput(t: &ExchangeThroughput) {
-    let mut table = Table::new(&["START", "PUBLISHED", "FAILED ATTEMPTS"]);
-    for b in &t.buckets {
-        table.row(vec![
-            b.start.clone(),
-            b.published.to_string(),
-            b.failed.to_string(),
-        ]);
-    }
-    table.print();
-    eprintln!(
-        "exchange {}: {} published, {} failed attempts over the last {} ({} s a bucket)",
-        printable(&t.exchange),
-        t.published,
-        t.failed,
-        t.window,
-        t.bucket_seconds
+    let buckets = t.buckets.iter().map(|b| (&b.start, b.published, b.failed));
+    let place = ("exchange", t.exchange.as_str(), "published");
+    buckets_table(
+        place,
+        buckets,
+        (t.published, t.failed),
+        &t.window,
+        t.bucket_seconds,
     );
 }
 
 /// One consumer's buckets, oldest first.
 pub(crate) fn consumer_throughput(t: &ConsumerThroughput) {
-    let mut table = Table::new(&["START", "CONSUMED", "FAILED ATTEMPTS"]);
-    for b in &t.buckets {
-        table.row(vec![
-            b.start.clone(),
-            b.consumed.to_string(),
-            b.failed.to_string(),
-        ]);
+    let buckets = t.buckets.iter().map(|b| (&b.start, b.consumed, b.failed));
+    let place = ("consumer", t.consumer.as_str(), "consumed");
+    buckets_table(
+        place,
+        buckets,
+        (t.consumed, t.failed),
+        &t.window,
+        t.bucket_seconds,
+    );
+}
+
+/// `(start, completed, failed)` a bucket under `place` (`(kind, name, what it
+/// completes)`), then the sums on stderr.
+fn buckets_table<'a>(
+    (kind, name, done_word): (&str, &str, &str),
+    buckets: impl Iterator<Item = (&'a String, u64, u64)>,
+    (done, failed): (u64, u64),
+    window: &str,
+    bucket_seconds: u64,
+) {
+    let header: &'static [&'static str] = match done_word {
+        "consumed" => &["START", "CONSUMED", "FAILED ATTEMPTS"],
+        _ => &["START", "PUBLISHED", "FAILED ATTEMPTS"],
+    };
+    let mut table = Table::new(header);
+    for (start, d, f) in buckets {
+        table.row(vec![start.clone(), d.to_string(), f.to_string()]);
     }
     table.print();
     eprintln!(
-        "consumer {}: {} consumed, {} failed attempts over the last {} ({} s a bucket)",
-        printable(&t.consumer),
-        t.consumed,
-        t.failed,
-        t.window,
-        t.bucket_seconds
+        "{kind} {}: {done} {done_word}, {failed} failed attempts over the last {window} ({bucket_seconds} s a bucket)",
+        printable(name)
     );
 }
 

@@ -50,7 +50,9 @@ pub use outbox::{
 };
 pub use pause::{MAX_PAUSE_NAME_CHARS, Pause, PauseKind, PauseStore, invalid_pause_name};
 pub use state::{StateWrite, SweepStateStore};
-pub use throughput::{BucketCount, ChartWindow, MAX_NAMES_PER_ADD, ThroughputKind, ThroughputLog};
+pub use throughput::{
+    BucketCount, ChartWindow, MAX_NAMES_PER_ADD, ThroughputKind, ThroughputLog, check_names_per_add,
+};
 
 #[cfg(feature = "mocks")]
 pub use {

@@ -16,6 +16,22 @@ use crate::{MinuteCount, PortError};
 /// later (it keeps what it could not add).
 pub const MAX_NAMES_PER_ADD: usize = 1_000;
 
+/// What every [`ThroughputLog::add_named`] checks first: at most
+/// [`MAX_NAMES_PER_ADD`] names.
+///
+/// # Errors
+/// [`PortError::Fatal`] naming the count and the limit.
+pub fn check_names_per_add(names: usize) -> Result<(), PortError> {
+    if names > MAX_NAMES_PER_ADD {
+        return Err(PortError::Fatal {
+            operation: "record throughput per name",
+            message: format!("{names} names in one add; at most {MAX_NAMES_PER_ADD}"),
+            source: None,
+        });
+    }
+    Ok(())
+}
+
 /// The span a chart of one exchange or consumer covers, and how finely.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]

@@ -336,23 +336,16 @@ async fn several_pipelines_send_each_message_exactly_once() {
     let msgs: Vec<Message> = outbox_testkit::messages(3_000);
     store.enqueue(msgs.clone()).await.expect("enqueue");
     let cancel = CancellationToken::new();
-    let relay = outbox_relay::RelayBuilder::new(
-        store.clone(),
-        Arc::new(broker.clone()),
-        Arc::new(outbox_adapters_memory::MemoryLock::new()),
-        Arc::new(outbox_adapters_memory::MemorySweepState::new(Arc::new(
-            SystemClock,
-        ))),
-    )
-    .dispatch(DispatcherConfig {
-        batch_size: 40,
-        idle_poll: Duration::from_millis(5),
-        pipelines: 4,
-        retry: fast_retry(5),
-        ..DispatcherConfig::default()
-    })
-    .instance("pipelined")
-    .start(&cancel);
+    let relay = relay_builder(&store, &broker)
+        .dispatch(DispatcherConfig {
+            batch_size: 40,
+            idle_poll: Duration::from_millis(5),
+            pipelines: 4,
+            retry: fast_retry(5),
+            ..DispatcherConfig::default()
+        })
+        .instance("pipelined")
+        .start(&cancel);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while store.count(OutboxStatus::Sent) < 3_000 {
         assert!(tokio::time::Instant::now() < deadline, "not all sent");
@@ -1245,6 +1238,21 @@ async fn a_publish_layer_changes_what_goes_out_and_is_told_each_outcome() {
     );
 }
 
+/// A relay over `store` and `broker`, with a lock and a sweep state in memory.
+fn relay_builder(
+    store: &Arc<MemoryOutboxStore>,
+    broker: &MemoryBroker,
+) -> outbox_relay::RelayBuilder {
+    outbox_relay::RelayBuilder::new(
+        store.clone(),
+        Arc::new(broker.clone()),
+        Arc::new(outbox_adapters_memory::MemoryLock::new()),
+        Arc::new(outbox_adapters_memory::MemorySweepState::new(Arc::new(
+            SystemClock,
+        ))),
+    )
+}
+
 /// A relay of two pipelines over `store` and `broker` adding to a throughput log
 /// in memory, and the log.
 fn relay_with_a_log(
@@ -1260,23 +1268,16 @@ fn relay_with_a_log(
     let log = Arc::new(outbox_adapters_memory::MemoryThroughputLog::new(Arc::new(
         SystemClock,
     )));
-    let relay = outbox_relay::RelayBuilder::new(
-        store.clone(),
-        Arc::new(broker.clone()),
-        Arc::new(outbox_adapters_memory::MemoryLock::new()),
-        Arc::new(outbox_adapters_memory::MemorySweepState::new(Arc::new(
-            SystemClock,
-        ))),
-    )
-    .dispatch(DispatcherConfig {
-        batch_size,
-        idle_poll: Duration::from_millis(5),
-        pipelines: 2,
-        retry,
-        ..DispatcherConfig::default()
-    })
-    .throughput(log.clone())
-    .start(cancel);
+    let relay = relay_builder(store, broker)
+        .dispatch(DispatcherConfig {
+            batch_size,
+            idle_poll: Duration::from_millis(5),
+            pipelines: 2,
+            retry,
+            ..DispatcherConfig::default()
+        })
+        .throughput(log.clone())
+        .start(cancel);
     (relay, log)
 }
 

@@ -222,6 +222,91 @@ fn after_handover(target: &str, e: &lapin::Error, failed: PortError) -> PublishO
     }
 }
 
+/// A message's confirm as it came in, before returns are matched.
+enum Settled {
+    /// Acked: `Confirmed`, unless the broker returned it (see [`Returns`]).
+    Acked,
+    /// Its outcome, whatever was returned.
+    Decided(PublishOutcome),
+}
+
+/// The `basic.return`s of one window, matched by the returned message's own
+/// `message_id`, never by the confirm lapin attached them to.
+///
+/// A return carries no delivery tag. RabbitMQ sends it before the ack of its
+/// message, and lapin hands each waiting return to the next confirm it completes,
+/// in whatever order: with acks coalesced (`multiple`) below the oldest
+/// unconfirmed tag, that is often another message's confirm (frames captured from
+/// RabbitMQ 3.10: `return 833`, then `ack 790 multiple` took it, then a bare
+/// `ack 833`). Each return precedes its own message's ack, and each completed
+/// confirm takes the oldest waiting return, so returns waiting never outnumber the
+/// returned messages not yet confirmed: once every confirm of the window is in,
+/// every return has been handed out. A window with a confirm that failed or timed
+/// out has no such guarantee (a return may still wait, for a message acked bare).
+#[derive(Default)]
+struct Returns {
+    /// Each return: the returned message's id, and the broker's reason.
+    returned: Vec<(Option<String>, String)>,
+    /// A confirm of the window failed or timed out after its message was handed
+    /// over: a return may not have been handed out.
+    incomplete: bool,
+}
+
+impl Returns {
+    fn take(&mut self, returned: Option<lapin::message::BasicReturnMessage>) {
+        if let Some(r) = returned {
+            let id = r
+                .properties
+                .message_id()
+                .as_ref()
+                .map(|s| s.as_str().to_owned());
+            self.returned
+                .push((id, format!("{} {}", r.reply_code, r.reply_text)));
+        }
+    }
+
+    /// Each message's outcome, and how many returns named no message of `ids`.
+    ///
+    /// An acked message the broker returned is `Unroutable`. An acked message not
+    /// seen returned is `Confirmed` only when that proves it was routed: when a
+    /// return named no message of the window (never expected: every message
+    /// carries its id), it is a failed attempt; when a confirm of the window
+    /// failed, it is sent again (`NotSent`, a duplicate the inbox absorbs). Never
+    /// marked sent while no queue may have it.
+    fn outcomes(self, ids: &[String], settled: Vec<Settled>) -> (Vec<PublishOutcome>, usize) {
+        let known: HashSet<&str> = ids.iter().map(String::as_str).collect();
+        let mut by_id: HashMap<String, String> = HashMap::new();
+        let mut unmatched = 0;
+        for (id, why) in self.returned {
+            match id {
+                Some(id) if known.contains(id.as_str()) => {
+                    by_id.insert(id, why);
+                }
+                _ => unmatched += 1,
+            }
+        }
+        let outcomes = ids
+            .iter()
+            .zip(settled)
+            .map(|(id, s)| match s {
+                Settled::Decided(outcome) => outcome,
+                Settled::Acked => match by_id.get(id) {
+                    Some(why) => PublishOutcome::Unroutable(why.clone()),
+                    None if unmatched > 0 => PublishOutcome::Failed(PortError::transient(
+                        "confirm",
+                        "the broker returned a message of this window that names no message of it; none can be told routed",
+                    )),
+                    None if self.incomplete => not_sent(
+                        "acked while another confirm of its window failed: a return for it may be unread; sent again",
+                    ),
+                    None => PublishOutcome::Confirmed,
+                },
+            })
+            .collect();
+        (outcomes, unmatched)
+    }
+}
+
 /// The longest [`RabbitPublisher::check`] waits for its round trip on an open
 /// connection before it drops the connection: under the 5 s a relay's `/readyz`
 /// gives each check.
@@ -593,36 +678,55 @@ impl RabbitPublisher {
                 }
             }
         }
-        let mut outcomes = Vec::with_capacity(messages.len());
+        // First every confirm, then the outcomes: a return rides on whichever
+        // confirm lapin completes next (see `Returns`), often another message's.
+        let mut returns = Returns::default();
+        let mut settled = Vec::with_capacity(messages.len());
         for (&(_, target), p) in messages.iter().zip(pending) {
-            let outcome = match p {
-                Err(outcome) => outcome,
+            let settled_one = match p {
+                Err(outcome) => Settled::Decided(outcome),
                 Ok(confirm) => match timeout_at(window_deadline, confirm).await {
-                    Ok(Ok(Confirmation::Ack(None))) => PublishOutcome::Confirmed,
-                    Ok(Ok(Confirmation::Ack(Some(returned)))) => PublishOutcome::Unroutable(
-                        format!("{} {}", returned.reply_code, returned.reply_text),
-                    ),
-                    Ok(Ok(Confirmation::Nack(_))) => {
-                        PublishOutcome::Nacked("the broker refused the message".to_owned())
+                    Ok(Ok(Confirmation::Ack(returned))) => {
+                        returns.take(returned);
+                        Settled::Acked
                     }
-                    Ok(Ok(Confirmation::NotRequested)) => PublishOutcome::Failed(PortError::fatal(
-                        "publish",
-                        "publisher confirms are off on this channel",
+                    Ok(Ok(Confirmation::Nack(returned))) => {
+                        returns.take(returned);
+                        Settled::Decided(PublishOutcome::Nacked(
+                            "the broker refused the message".to_owned(),
+                        ))
+                    }
+                    Ok(Ok(Confirmation::NotRequested)) => Settled::Decided(PublishOutcome::Failed(
+                        PortError::fatal("publish", "publisher confirms are off on this channel"),
                     )),
                     Ok(Err(e)) => {
                         broken = true;
-                        after_handover(target, &e, port("confirm", "exchange", "", &e))
+                        returns.incomplete = true;
+                        Settled::Decided(after_handover(
+                            target,
+                            &e,
+                            port("confirm", "exchange", "", &e),
+                        ))
                     }
                     // Handed over, unconfirmed: it may be with the broker. An attempt,
                     // retried later. The session goes: a late confirm must not be
                     // taken for another message's.
                     Err(_) => {
                         broken = true;
-                        PublishOutcome::Failed(self.stalled(session))
+                        returns.incomplete = true;
+                        Settled::Decided(PublishOutcome::Failed(self.stalled(session)))
                     }
                 },
             };
-            outcomes.push(outcome);
+            settled.push(settled_one);
+        }
+        let ids: Vec<String> = messages.iter().map(|(m, _)| m.id.to_string()).collect();
+        let (outcomes, unmatched) = returns.outcomes(&ids, settled);
+        if unmatched > 0 {
+            tracing::error!(
+                unmatched,
+                "the broker returned messages whose id is not in the window; every acked message of the window counts as a failed attempt"
+            );
         }
         (outcomes, broken)
     }
@@ -767,5 +871,86 @@ impl Publisher for RabbitPublisher {
                 ))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("m{i}")).collect()
+    }
+
+    fn acked(n: usize) -> Vec<Settled> {
+        (0..n).map(|_| Settled::Acked).collect()
+    }
+
+    fn kinds(outcomes: &[PublishOutcome]) -> Vec<&'static str> {
+        outcomes
+            .iter()
+            .map(|o| match o {
+                PublishOutcome::Confirmed => "confirmed",
+                PublishOutcome::Unroutable(_) => "unroutable",
+                PublishOutcome::NotSent(_) => "not sent",
+                PublishOutcome::Failed(_) => "failed",
+                PublishOutcome::Nacked(_) => "nacked",
+                _ => "other",
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_return_counts_for_the_message_it_names_not_the_confirm_that_carried_it() {
+        // m2's return came attached to m0's confirm; m2 itself was acked bare.
+        let returns = Returns {
+            returned: vec![(Some("m2".into()), "312 NO_ROUTE".into())],
+            incomplete: false,
+        };
+        let (outcomes, unmatched) = returns.outcomes(&ids(3), acked(3));
+        assert_eq!(kinds(&outcomes), ["confirmed", "confirmed", "unroutable"]);
+        assert_eq!(unmatched, 0);
+    }
+
+    #[test]
+    fn a_nacked_message_stays_nacked_and_its_return_still_counts_for_another() {
+        let returns = Returns {
+            returned: vec![(Some("m0".into()), "312 NO_ROUTE".into())],
+            incomplete: false,
+        };
+        let settled = vec![
+            Settled::Acked,
+            Settled::Decided(PublishOutcome::Nacked("refused".into())),
+        ];
+        let (outcomes, _) = returns.outcomes(&ids(2), settled);
+        assert_eq!(kinds(&outcomes), ["unroutable", "nacked"]);
+    }
+
+    #[test]
+    fn a_return_naming_no_message_of_the_window_leaves_none_confirmed() {
+        for id in [None, Some("elsewhere".to_owned())] {
+            let returns = Returns {
+                returned: vec![(id, "312 NO_ROUTE".into())],
+                incomplete: false,
+            };
+            let (outcomes, unmatched) = returns.outcomes(&ids(2), acked(2));
+            assert_eq!(kinds(&outcomes), ["failed", "failed"]);
+            assert_eq!(unmatched, 1);
+        }
+    }
+
+    #[test]
+    fn after_a_failed_confirm_an_acked_message_not_seen_returned_is_sent_again() {
+        let returns = Returns {
+            returned: vec![(Some("m1".into()), "312 NO_ROUTE".into())],
+            incomplete: true,
+        };
+        let settled = vec![
+            Settled::Acked,
+            Settled::Acked,
+            Settled::Decided(PublishOutcome::Failed(PortError::transient("confirm", "x"))),
+        ];
+        let (outcomes, _) = returns.outcomes(&ids(3), settled);
+        assert_eq!(kinds(&outcomes), ["not sent", "unroutable", "failed"]);
     }
 }

@@ -36,9 +36,10 @@ mod throughput;
 pub type OnBatch<'a> = &'a mut (dyn FnMut(BulkProgress) + Send);
 
 /// What a bulk action does to each entry it picks, on its side `S`: how it
-/// counts, which statuses it changes, one batch of it, and its audit name.
+/// counts, which statuses it changes, one batch of it, and its audit name. It is
+/// moved into the task that changes the entries and audits them (`run_bulk`).
 #[async_trait]
-trait BulkAction<S: Lifecycle>: Sync {
+trait BulkAction<S: Lifecycle>: Send + Sync + 'static {
     /// The audit log's action, and its target from the filter as written.
     fn audited(&self, target: String) -> (&'static str, String);
     /// The statuses it changes, each in its own batches.
@@ -68,8 +69,8 @@ struct Delete {
 }
 
 /// One consumer's deliveries run through their handler again.
-struct Reconsume<'a> {
-    consumer: &'a str,
+struct Reconsume {
+    consumer: String,
 }
 
 #[async_trait]
@@ -135,7 +136,7 @@ impl BulkAction<OutboxStatus> for Delete {
 }
 
 #[async_trait]
-impl BulkAction<InboxStatus> for Reconsume<'_> {
+impl BulkAction<InboxStatus> for Reconsume {
     fn audited(&self, target: String) -> (&'static str, String) {
         ("reconsume_matching", format!("{} {target}", self.consumer))
     }
@@ -152,7 +153,7 @@ impl BulkAction<InboxStatus> for Reconsume<'_> {
     ) -> Result<u64, PortError> {
         ports
             .inbox
-            .count_deliveries(self.consumer, filter, max)
+            .count_deliveries(&self.consumer, filter, max)
             .await
     }
 
@@ -164,7 +165,7 @@ impl BulkAction<InboxStatus> for Reconsume<'_> {
     ) -> Result<BulkOutcome, PortError> {
         ports
             .inbox
-            .reconsume_matching(self.consumer, filter, max)
+            .reconsume_matching(&self.consumer, filter, max)
             .await
     }
 }
@@ -766,6 +767,7 @@ impl AdminService {
         max: u64,
     ) -> Result<BulkResponse, AdminError> {
         let bulk = Bulk::new(filter, target, dry_run, max);
+        let consumer = consumer.to_owned();
         self.run_bulk(actor, Reconsume { consumer }, bulk, &mut |_| {})
             .await
     }
@@ -788,6 +790,7 @@ impl AdminService {
         on_batch: OnBatch<'_>,
     ) -> Result<BulkResponse, AdminError> {
         let bulk = Bulk::new(filter, target, dry_run, max);
+        let consumer = consumer.to_owned();
         self.run_bulk(actor, Reconsume { consumer }, bulk, on_batch)
             .await
     }
@@ -796,7 +799,13 @@ impl AdminService {
     /// (all a dry run does), changes them in batches telling `on_batch` after
     /// each, and records what was changed in the audit log (also when an error
     /// stopped it).
-    async fn run_bulk<S: Lifecycle>(
+    ///
+    /// The changes and their audit run in a task of their own: a caller that goes
+    /// away mid-way (an HTTP client that disconnects, a proxy's timeout: the
+    /// request's future is dropped) does not cut the loop between the batches
+    /// and the audit row that counts them; the action runs to its end and is
+    /// audited as if the caller had waited.
+    async fn run_bulk<S: Lifecycle + Send + Sync + 'static>(
         &self,
         actor: &str,
         action: impl BulkAction<S>,
@@ -835,13 +844,34 @@ impl AdminService {
                 changed: 0,
             });
         }
-        let statuses = action.statuses(filter);
-        let applied = self
-            .in_batches(&action, filter, &statuses, matched, max, on_batch)
-            .await;
-        let (audited, target) = action.audited(target);
-        self.finish_bulk(actor, audited, target, matched, applied)
-            .await
+        let (told, mut progress) = tokio::sync::mpsc::unbounded_channel();
+        let service = self.clone();
+        let filter = filter.clone();
+        let actor = actor.to_owned();
+        let job = tokio::spawn(async move {
+            let statuses = action.statuses(&filter);
+            let mut tell = |p: BulkProgress| {
+                // The caller may be gone: its progress is then nobody's.
+                let _ = told.send(p);
+            };
+            let applied = service
+                .in_batches(&action, &filter, &statuses, matched, max, &mut tell)
+                .await;
+            let (audited, target) = action.audited(target);
+            service
+                .finish_bulk(&actor, audited, target, matched, applied)
+                .await
+        });
+        // Ends when the task does (it drops the sender).
+        while let Some(p) = progress.recv().await {
+            on_batch(p);
+        }
+        job.await.unwrap_or_else(|e| {
+            Err(AdminError::Port(PortError::transient(
+                "bulk action",
+                format!("the action stopped: {e}"),
+            )))
+        })
     }
 
     /// Applies a bulk action in batches of at most `self.bulk_batch`, up to `max`

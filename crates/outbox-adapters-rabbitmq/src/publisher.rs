@@ -178,47 +178,129 @@ fn refused_before_sending(e: &lapin::Error) -> bool {
     )
 }
 
-/// Whether `e` is the broker closing the channel for a publish to an exchange that
-/// does not exist (`404 NOT_FOUND - no exchange 'x' in vhost 'v'`: the only
-/// NOT_FOUND a `basic.publish` raises), and if so the exchange it names (`None`
-/// when the text does not say). Every later frame on that channel is discarded
-/// and every confirm outstanding on it fails with this error, whatever exchange
-/// its message was for.
-fn missing_exchange(e: &lapin::Error) -> Option<Option<String>> {
+/// What the broker refused when it closed the channel for one `basic.publish`.
+/// Every later frame on that channel is discarded and every confirm outstanding on
+/// it fails with the same error, whatever its message: only the messages the
+/// refusal is about were at fault.
+#[derive(Debug, PartialEq, Eq)]
+enum Refusal {
+    /// `404 NOT_FOUND - no exchange 'x' in vhost 'v'` (the only NOT_FOUND a
+    /// `basic.publish` raises): `Some(x)`, or `None` when the text does not say.
+    MissingExchange(Option<String>),
+    /// `403 ACCESS_REFUSED - access to exchange 'x' in vhost 'v' refused for user
+    /// 'u'` (no write permission on it), or `cannot publish to internal exchange
+    /// 'x' ...`: `Some(x)`, or `None` when the text does not say.
+    Forbidden(Option<String>),
+    /// `406 PRECONDITION_FAILED - message size N is larger than configured max
+    /// size M`: bodies over `M` bytes.
+    LargerThan(usize),
+}
+
+/// The exchange named in `'...' in vhost` after `marker`, if the text says.
+fn named_exchange(text: &str, marker: &str) -> Option<String> {
+    text.split_once(marker)
+        .and_then(|(_, rest)| rest.split_once("' in vhost"))
+        .map(|(name, _)| name.to_owned())
+}
+
+/// The refusal `e` stands for, if it is the broker closing the channel for a
+/// publish (see [`Refusal`]).
+fn refusal(e: &lapin::Error) -> Option<Refusal> {
     let lapin::ErrorKind::ProtocolError(amqp) = e.kind() else {
         return None;
     };
-    if amqp.get_id() != 404 {
-        return None;
-    }
-    let text = amqp.get_message().as_str();
-    Some(
-        text.split_once("no exchange '")
-            .and_then(|(_, rest)| rest.rsplit_once("' in vhost"))
-            .map(|(name, _)| name.to_owned()),
-    )
+    refusal_of(amqp.get_id(), amqp.get_message().as_str())
 }
 
-/// The outcome of a message whose publish or confirm failed with `e` after it was
-/// handed over. A channel closed for another message's missing exchange
-/// ([`missing_exchange`]) did not refuse this one: `NotSent`, no attempt spent (it
-/// may have been routed before the close: a duplicate the inbox absorbs), and the
-/// next batch checks its exchange afresh. Only a message whose own exchange is the
-/// one named missing (or, the name unknown, none) spends an attempt; otherwise
-/// `failed`, the outcome the error stands for.
-fn after_handover(target: &str, e: &lapin::Error, failed: PortError) -> PublishOutcome {
-    match missing_exchange(e) {
-        Some(Some(name)) if name == target => PublishOutcome::Failed(PortError::NotFound {
-            what: "exchange",
-            id: name,
-        }),
-        Some(_) => not_sent(PortError::transient(
+fn refusal_of(code: u16, text: &str) -> Option<Refusal> {
+    match code {
+        404 => Some(Refusal::MissingExchange(named_exchange(
+            text,
+            "no exchange '",
+        ))),
+        403 => Some(Refusal::Forbidden(
+            named_exchange(text, "access to exchange '")
+                .or_else(|| named_exchange(text, "internal exchange '")),
+        )),
+        406 => text
+            .split_once("larger than configured max size ")
+            .and_then(|(_, rest)| {
+                rest.split(|c: char| !c.is_ascii_digit())
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .map(Refusal::LargerThan),
+        _ => None,
+    }
+}
+
+/// Whether `refusal` is about `message`, published to `target`; `None` for a
+/// missing exchange not named (see [`after_handover`]).
+fn at_fault(refusal: &Refusal, message: &Message, target: &str) -> Option<bool> {
+    match refusal {
+        Refusal::MissingExchange(Some(name)) | Refusal::Forbidden(Some(name)) => {
+            Some(name == target)
+        }
+        Refusal::MissingExchange(None) => None,
+        Refusal::Forbidden(None) => Some(true),
+        Refusal::LargerThan(max) => Some(message.payload.len() > *max),
+    }
+}
+
+/// Whether `why`, the refusal that closed the channel `window` went out on, costs
+/// `message` an attempt (see [`after_handover`]).
+fn spends_an_attempt(
+    why: &Refusal,
+    window: &[(&Message, &str)],
+    (message, target): (&Message, &str),
+) -> bool {
+    match at_fault(why, message, target) {
+        Some(true) => true,
+        // The passive checks of the next batch find a missing exchange.
+        Some(false) if matches!(why, Refusal::MissingExchange(_)) => false,
+        Some(false) => !window
+            .iter()
+            .any(|&(m, t)| at_fault(why, m, t) == Some(true)),
+        None => false,
+    }
+}
+
+/// The outcome of a message of `window` whose publish or confirm failed with `e`
+/// after it was handed over. A channel closed for another message's refusal
+/// ([`Refusal`]) did not refuse this one: `NotSent`, no attempt spent (it may have
+/// been routed before the close: a duplicate the inbox absorbs), and for a missing
+/// exchange the next batch checks its exchange afresh. Only a message the refusal
+/// is about (its exchange named, or its body over the size named) spends an
+/// attempt; so does every message when the broker's text does not say which (a
+/// 403 without a name), or when a 403 or 406 fits none of the window's (a text
+/// this code misreads: excusing them all would send the culprit again and again
+/// without ever spending its attempts). A missing exchange spends an attempt only
+/// for a message it names (the next batch's passive checks find it). Any other
+/// error: `failed`.
+fn after_handover(
+    window: &[(&Message, &str)],
+    (message, target): (&Message, &str),
+    e: &lapin::Error,
+    failed: PortError,
+) -> PublishOutcome {
+    let Some(why) = refusal(e) else {
+        return PublishOutcome::Failed(failed);
+    };
+    match (spends_an_attempt(&why, window, (message, target)), why) {
+        (true, Refusal::MissingExchange(Some(name))) => {
+            PublishOutcome::Failed(PortError::NotFound {
+                what: "exchange",
+                id: name,
+            })
+        }
+        (true, _) => PublishOutcome::Failed(failed),
+        (false, _) => not_sent(PortError::transient(
             "publish",
             format!(
-                "the broker closed the channel for a missing exchange ({e}); this message, for exchange {target:?}, is sent again"
+                "the broker closed the channel for another message's refusal ({e}); this message, for exchange {target:?}, is sent again"
             ),
         )),
-        None => PublishOutcome::Failed(failed),
     }
 }
 
@@ -670,7 +752,7 @@ impl RabbitPublisher {
                 Ok(Err(e)) => {
                     broken = true;
                     let failed = port("publish", "exchange", target, &e);
-                    pending.push(Err(after_handover(target, &e, failed)));
+                    pending.push(Err(after_handover(messages, (m, target), &e, failed)));
                 }
                 Err(_) => {
                     broken = true;
@@ -682,7 +764,7 @@ impl RabbitPublisher {
         // confirm lapin completes next (see `Returns`), often another message's.
         let mut returns = Returns::default();
         let mut settled = Vec::with_capacity(messages.len());
-        for (&(_, target), p) in messages.iter().zip(pending) {
+        for (&(m, target), p) in messages.iter().zip(pending) {
             let settled_one = match p {
                 Err(outcome) => Settled::Decided(outcome),
                 Ok(confirm) => match timeout_at(window_deadline, confirm).await {
@@ -703,7 +785,8 @@ impl RabbitPublisher {
                         broken = true;
                         returns.incomplete = true;
                         Settled::Decided(after_handover(
-                            target,
+                            messages,
+                            (m, target),
                             &e,
                             port("confirm", "exchange", "", &e),
                         ))
@@ -876,7 +959,91 @@ impl Publisher for RabbitPublisher {
 
 #[cfg(test)]
 mod tests {
+    use outbox_core::{MessageId, Timestamp};
+
     use super::*;
+
+    #[test]
+    fn a_refusal_costs_an_attempt_only_to_the_messages_it_is_about() {
+        let at = Timestamp::now_utc();
+        let msg = |x: &str, size: usize| {
+            outbox_core::NewMessage::new(x, "k", vec![0; size])
+                .into_message(MessageId::from_uuid(uuid_of(size)), at)
+        };
+        let (small, big, other) = (msg("a", 10), msg("a", 500), msg("b", 10));
+        let window = [(&small, "a"), (&big, "a"), (&other, "b")];
+        let spends = |why: &Refusal| -> Vec<bool> {
+            window
+                .iter()
+                .map(|&w| spends_an_attempt(why, &window, w))
+                .collect()
+        };
+        assert_eq!(spends(&Refusal::LargerThan(100)), [false, true, false]);
+        assert_eq!(
+            spends(&Refusal::Forbidden(Some("b".into()))),
+            [false, false, true]
+        );
+        assert_eq!(spends(&Refusal::Forbidden(None)), [true, true, true]);
+        // A refusal that fits none of the window's: none is excused, or the
+        // culprit would be sent again and again without spending its attempts.
+        assert_eq!(spends(&Refusal::LargerThan(1_000)), [true, true, true]);
+        assert_eq!(
+            spends(&Refusal::Forbidden(Some("c".into()))),
+            [true, true, true]
+        );
+        assert_eq!(
+            spends(&Refusal::MissingExchange(Some("a".into()))),
+            [true, true, false]
+        );
+        assert_eq!(
+            spends(&Refusal::MissingExchange(Some("c".into()))),
+            [false, false, false]
+        );
+        assert_eq!(
+            spends(&Refusal::MissingExchange(None)),
+            [false, false, false]
+        );
+    }
+
+    fn uuid_of(n: usize) -> uuid::Uuid {
+        uuid::Uuid::from_u128(n as u128 + 1)
+    }
+
+    #[test]
+    fn a_channel_refusal_names_what_it_refused() {
+        let user = "for user 'u'";
+        assert_eq!(
+            refusal_of(404, "NOT_FOUND - no exchange 'a.b' in vhost '/'"),
+            Some(Refusal::MissingExchange(Some("a.b".into())))
+        );
+        assert_eq!(
+            refusal_of(
+                403,
+                &format!("ACCESS_REFUSED - access to exchange 'x' in vhost '/' refused {user}")
+            ),
+            Some(Refusal::Forbidden(Some("x".into())))
+        );
+        assert_eq!(
+            refusal_of(
+                403,
+                "ACCESS_REFUSED - cannot publish to internal exchange 'amq.rabbitmq.trace' in vhost '/'"
+            ),
+            Some(Refusal::Forbidden(Some("amq.rabbitmq.trace".into())))
+        );
+        assert_eq!(
+            refusal_of(403, "ACCESS_REFUSED - something else"),
+            Some(Refusal::Forbidden(None))
+        );
+        assert_eq!(
+            refusal_of(
+                406,
+                "PRECONDITION_FAILED - message size 200000 is larger than configured max size 131072"
+            ),
+            Some(Refusal::LargerThan(131_072))
+        );
+        assert_eq!(refusal_of(406, "PRECONDITION_FAILED - other"), None);
+        assert_eq!(refusal_of(320, "CONNECTION_FORCED"), None);
+    }
 
     fn ids(n: usize) -> Vec<String> {
         (0..n).map(|i| format!("m{i}")).collect()

@@ -144,11 +144,13 @@ mod tests {
         let env = [
             (
                 "OUTBOX__POSTGRES__URL".to_owned(),
-                "postgres://app:pg-secret-1@db:5432/shop".to_owned(),
+                // A password may also come in the query (issue 47).
+                "postgres://app:pg-secret-1@db:5432/shop?sslmode=require&SSLPassword=pg-secret-4"
+                    .to_owned(),
             ),
             (
                 "OUTBOX__RABBITMQ__URL".to_owned(),
-                "amqp://app:mq-secret-2@mq:5672/%2f".to_owned(),
+                "amqp://app:mq-secret-2@mq:5672/%2f?heartbeat=10&password=mq-secret-5".to_owned(),
             ),
             (
                 "OUTBOX__HTTP__TOKEN".to_owned(),
@@ -159,12 +161,20 @@ mod tests {
         let lines = settings_lines(&cfg);
         let text: Vec<String> = lines.iter().map(|(s, l)| format!("{s}: {l}")).collect();
         let all = text.join("\n");
-        for secret in ["pg-secret-1", "mq-secret-2", "http-secret-3"] {
+        let debug = format!("{cfg:?}");
+        for secret in [
+            "pg-secret-1",
+            "mq-secret-2",
+            "http-secret-3",
+            "pg-secret-4",
+            "mq-secret-5",
+        ] {
             assert!(!all.contains(secret), "{secret} shows:\n{all}");
+            assert!(!debug.contains(secret), "{secret} shows in Debug:\n{debug}");
         }
         for expected in [
             "adapters: store=postgres publisher=rabbitmq lock=redis sweep_state=redis",
-            "url=postgres://app:***@db:5432/shop",
+            "url=postgres://app:***@db:5432/shop?sslmode=require&SSLPassword=***",
             "sweep: interval=1m",
             "dispatch: batch_size=500 lease_ttl=1m",
             "retention: enabled=true sent_after=7d",

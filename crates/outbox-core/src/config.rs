@@ -150,16 +150,93 @@ pub fn validate_key(key: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Query keys whose values are secrets (compared case-insensitively, also as the
+/// end of a longer key: `client_secret`, `access_token`, `sslpassword`).
+const SECRET_QUERY_KEYS: &[&str] = &["password", "pass", "pwd", "sslpassword", "token", "secret"];
+
+/// Whether query key `key` names a secret.
+fn is_secret_key(key: &str) -> bool {
+    let key = percent_decoded(key).to_ascii_lowercase();
+    SECRET_QUERY_KEYS.contains(&key.as_str())
+        || ["password", "token", "secret"]
+            .iter()
+            .any(|end| key.ends_with(end))
+}
+
+/// `text` with its `%XX` escapes decoded (bytes that are not UTF-8 replaced).
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| char::from(b).to_digit(16);
+        match (bytes[i], bytes.get(i + 1).copied(), bytes.get(i + 2).copied()) {
+            (b'%', Some(h), Some(l)) if hex(h).is_some() && hex(l).is_some() => {
+                let (h, l) = (hex(h).unwrap_or(0), hex(l).unwrap_or(0));
+                out.push(u8::try_from(h * 16 + l).unwrap_or(b'?'));
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The query of `url` (after the first `?`, before any `#`) as its range.
+fn query_range(url: &str) -> Option<std::ops::Range<usize>> {
+    let start = url.find('?')? + 1;
+    let end = url[start..].find('#').map_or(url.len(), |e| start + e);
+    Some(start..end)
+}
+
+/// The query's `key=value` pairs (split on `&` and `;`), as written.
+fn query_pairs(query: &str) -> impl Iterator<Item = (&str, Option<&str>)> {
+    query.split(['&', ';']).map(|pair| match pair.split_once('=') {
+        Some((k, v)) => (k, Some(v)),
+        None => (pair, None),
+    })
+}
+
 /// Passwords never reach logs, errors or `Debug` output: connection URLs are shown
 /// through these.
-/// `url` with any password replaced by `***`, for messages and logs.
+/// `url` with any password replaced by `***`, for messages and logs: the
+/// user-info's, and the value of every secret query key (`?password=`,
+/// `sslpassword`, `pass`, `pwd`, `token`, `secret`, any case).
 #[must_use]
 pub fn redact_url(url: &str) -> String {
+    let shown = redact_userinfo(url);
+    let Some(range) = query_range(&shown) else {
+        return shown;
+    };
+    let query: Vec<String> = query_pairs(&shown[range.clone()])
+        .map(|(k, v)| match v {
+            Some(_) if is_secret_key(k) => format!("{k}=***"),
+            Some(v) => format!("{k}={v}"),
+            None => k.to_owned(),
+        })
+        .collect();
+    // Separators kept as written (`&` or `;`).
+    let mut rebuilt = String::new();
+    let mut seps = shown[range.clone()].chars().filter(|c| *c == '&' || *c == ';');
+    for (i, pair) in query.iter().enumerate() {
+        if i > 0 {
+            rebuilt.push(seps.next().unwrap_or('&'));
+        }
+        rebuilt.push_str(pair);
+    }
+    format!("{}{rebuilt}{}", &shown[..range.start], &shown[range.end..])
+}
+
+/// `url` with the user-info's password replaced by `***`.
+fn redact_userinfo(url: &str) -> String {
     let Some(scheme_end) = url.find("://") else {
         return url.to_owned();
     };
     let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let authority = &rest[..authority_end];
     match authority.rfind('@') {
         Some(at) => {
@@ -176,22 +253,47 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
-/// `text` with `url` shown redacted and its password replaced by `***`, in case an
-/// error message echoes either.
+/// `text` with `url` shown redacted and its secrets (the user-info's password,
+/// secret query values; as written and percent-decoded) replaced by `***`, in case
+/// an error message echoes either.
 #[must_use]
 pub fn redact_secret_in(text: &str, url: &str) -> String {
     let mut out = text.replace(url, &redact_url(url));
-    if let Some(password) = password_of(url) {
-        if !password.is_empty() {
-            out = out.replace(password, "***");
+    let mut secrets = secrets_of(url);
+    // The longest first: a secret that holds another is replaced whole.
+    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    for secret in secrets {
+        if !secret.is_empty() && secret != "***" {
+            out = out.replace(&secret, "***");
         }
     }
     out
 }
 
+/// The secrets `url` holds, as written and percent-decoded.
+fn secrets_of(url: &str) -> Vec<String> {
+    let mut secrets: Vec<String> = Vec::new();
+    if let Some(password) = password_of(url) {
+        secrets.push(password.to_owned());
+    }
+    if let Some(range) = query_range(url) {
+        for (k, v) in query_pairs(&url[range]) {
+            if let Some(v) = v.filter(|_| is_secret_key(k)) {
+                secrets.push(v.to_owned());
+                secrets.push(v.replace('+', " "));
+            }
+        }
+    }
+    let decoded: Vec<String> = secrets.iter().map(|s| percent_decoded(s)).collect();
+    secrets.extend(decoded);
+    secrets.sort();
+    secrets.dedup();
+    secrets
+}
+
 fn password_of(url: &str) -> Option<&str> {
     let rest = &url[url.find("://")? + 3..];
-    let authority = &rest[..rest.find(['/', '?']).unwrap_or(rest.len())];
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
     let userinfo = &authority[..authority.rfind('@')?];
     userinfo.split_once(':').map(|(_, p)| p)
 }
@@ -218,6 +320,48 @@ mod tests {
         assert_eq!(redact_url("redis://:pw@h:6379/0"), "redis://:***@h:6379/0");
         assert_eq!(redact_url("postgres://app@h/db"), "postgres://app@h/db");
         assert_eq!(redact_url("not a url"), "not a url");
+    }
+
+    #[test]
+    fn a_password_in_the_query_never_shows() {
+        let url = "postgres://app@db.example/orders?sslmode=require&PassWord=s3cr%2Ft&application_name=relay";
+        let shown = redact_url(url);
+        assert_eq!(
+            shown,
+            "postgres://app@db.example/orders?sslmode=require&PassWord=***&application_name=relay"
+        );
+        for key in [
+            "password",
+            "pass",
+            "pwd",
+            "sslpassword",
+            "token",
+            "secret",
+            "SSLPASSWORD",
+            "client_secret",
+            "access_token",
+        ] {
+            let url = format!("amqp://guest@h:5672/%2f?heartbeat=10;{key}=hunter2#frag");
+            let shown = redact_url(&url);
+            assert!(!shown.contains("hunter2"), "{key}: {shown}");
+            assert!(shown.contains("heartbeat=10;"), "{key}: {shown}");
+            assert!(shown.ends_with("=***#frag"), "{key}: {shown}");
+        }
+        // Both places at once, and a user-info password still hidden.
+        assert_eq!(
+            redact_url("redis://u:pw1@h/0?token=t0k"),
+            "redis://u:***@h/0?token=***"
+        );
+        // Keys that only look alike are kept; a bare key has no value to hide.
+        assert_eq!(
+            redact_url("postgres://h/db?passage=1&password"),
+            "postgres://h/db?passage=1&password"
+        );
+        // An error that echoes the value, as written or decoded, hides it too.
+        let said = format!("cannot connect to {url}: password s3cr/t refused (s3cr%2Ft)");
+        let redacted = redact_secret_in(&said, url);
+        assert!(!redacted.contains("s3cr"), "{redacted}");
+        assert!(redacted.contains("PassWord=***"), "{redacted}");
     }
 
     #[test]

@@ -33,7 +33,7 @@ pub use api::router;
 pub use auth::{Actor, AdminAuth, AdminToken, Role, Secret};
 pub use error::AdminError;
 pub use openapi::document as openapi_document;
-pub use redact::{REDACTED, Redaction, ShownBytes};
+pub use redact::{REDACTED, Redaction, ShownBytes, WITHHELD};
 pub use service::{AdminPorts, AdminService, DEFAULT_BULK_BATCH, OnBatch};
 #[cfg(feature = "ui")]
 pub use ui::{OneTimeLogin, TrustedProxy, UiOptions, random_secret, ui_router};

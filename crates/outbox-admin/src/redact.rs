@@ -11,6 +11,12 @@ use serde_json::Value;
 /// What stands in for a hidden value.
 pub const REDACTED: &str = "***";
 
+/// What stands in for a whole body that cannot be redacted field by field (not
+/// JSON, shown as base64 or hex) while JSON keys are hidden: withheld on every
+/// view.
+pub const WITHHELD: &str =
+    "*** (withheld: JSON keys are redacted here and this body cannot be redacted field by field)";
+
 /// The redaction lists.
 #[derive(Debug, Clone, Default)]
 pub struct Redaction {
@@ -97,11 +103,43 @@ impl Redaction {
         };
         match text.filter(|_| as_text) {
             Some(text) => self.text(text),
-            None => ShownBytes {
+            None if self.json_fields.is_empty() => ShownBytes {
                 text: STANDARD.encode(bytes),
                 base64: true,
                 redacted: false,
             },
+            None => self.opaque(bytes, text),
+        }
+    }
+
+    /// A body not shown as text (binary, or a content type that is not text)
+    /// while JSON keys are hidden: hidden means hidden on every view, base64 and
+    /// hex included. A whole JSON document (its content type did not say so) is
+    /// redacted key by key and shown as text when a hidden key was in it, as
+    /// base64 when none was; anything else cannot be redacted field by field
+    /// (protobuf, compressed, a cut preview) and is withheld whole, as
+    /// [`WITHHELD`].
+    fn opaque(&self, bytes: &[u8], text: Option<&str>) -> ShownBytes {
+        let whole = text.filter(|t| t.len() == bytes.len());
+        if let Some(mut value) = whole.and_then(|t| serde_json::from_str::<Value>(t).ok()) {
+            return if self.redact_value(&mut value) {
+                ShownBytes {
+                    text: value.to_string(),
+                    base64: false,
+                    redacted: true,
+                }
+            } else {
+                ShownBytes {
+                    text: STANDARD.encode(bytes),
+                    base64: true,
+                    redacted: false,
+                }
+            };
+        }
+        ShownBytes {
+            text: WITHHELD.to_owned(),
+            base64: false,
+            redacted: true,
         }
     }
 
@@ -123,11 +161,20 @@ impl Redaction {
                 }
             }
             // Not JSON as a whole (often a preview cut short): it cannot be redacted
-            // key by key, so it is withheld when a redacted key name appears in it.
+            // key by key, so it is withheld when a redacted key name appears in it,
+            // and when it is not text at all (control characters other than line
+            // breaks and tabs: a binary format such as protobuf carries a hidden
+            // value without its key's name; list previews do not know the content
+            // type).
             Err(_) => {
                 let lower = text.to_lowercase();
                 if self.json_fields.iter().any(|f| lower.contains(f.as_str())) {
                     plain(REDACTED.to_owned(), true)
+                } else if text
+                    .chars()
+                    .any(|c| c.is_control() && !matches!(c, '\n' | '\r' | '\t'))
+                {
+                    plain(WITHHELD.to_owned(), true)
                 } else {
                     plain(text.to_owned(), false)
                 }
@@ -200,13 +247,39 @@ mod tests {
 
     #[test]
     fn binary_is_base64_and_a_cut_character_is_dropped() {
-        let shown = redaction().bytes(&[0xff, 0x00], false, true);
+        let none = Redaction::new(["authorization"], Vec::<String>::new());
+        let shown = none.bytes(&[0xff, 0x00], false, true);
         assert!(shown.base64);
         let cut = "é".as_bytes()[..1].to_vec();
         let mut preview = b"ab".to_vec();
         preview.extend(cut);
         let shown = redaction().bytes(&preview, true, true);
         assert_eq!((shown.text.as_str(), shown.base64), ("ab", false));
+    }
+
+    #[test]
+    fn a_body_that_cannot_be_redacted_field_by_field_is_withheld_whole() {
+        // Protobuf-like: the value with no key name in it, not UTF-8.
+        let proto = b"\x0a\x07hunter2\xff";
+        for as_text in [true, false] {
+            let shown = redaction().bytes(proto, false, as_text);
+            assert_eq!(
+                (shown.text.as_str(), shown.base64, shown.redacted),
+                (WITHHELD, false, true)
+            );
+        }
+        // Valid UTF-8 under a content type that is not text: no hex or base64.
+        let shown = redaction().bytes(b"\x0a\x07hunter2", false, false);
+        assert_eq!(shown.text, WITHHELD);
+        // JSON under a binary content type: redacted key by key.
+        let shown = redaction().bytes(br#"{"password":"hunter2","n":1}"#, false, false);
+        assert!(shown.redacted && !shown.base64, "{shown:?}");
+        assert!(!shown.text.contains("hunter2") && shown.text.contains(r#""n":1"#));
+        let clean = redaction().bytes(br#"{"n":1}"#, false, false);
+        assert_eq!((clean.base64, clean.redacted), (true, false));
+        // Without JSON keys to hide, binary is base64 as before.
+        let none = Redaction::new(["authorization"], Vec::<String>::new());
+        assert!(none.bytes(proto, false, false).base64);
     }
 
     #[test]

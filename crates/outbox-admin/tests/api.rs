@@ -627,6 +627,58 @@ async fn redacted_headers_and_json_fields_never_show() {
     assert!(detail["payload"].as_str().unwrap().contains(r#""n":1"#));
 }
 
+/// Hidden means hidden on every view: a body whose content type is not text (or
+/// that is not UTF-8) is never handed out as base64 while JSON keys are hidden,
+/// unless it is JSON and redacted key by key (issue 47).
+#[tokio::test]
+async fn a_body_redaction_cannot_reach_is_withheld_not_shown_as_base64() {
+    use base64::Engine as _;
+    let h = harness_with(tokens(), Redaction::new(["X-Token"], ["password"]));
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    // Protobuf-like (the secret without its key name), JSON under a binary
+    // content type, and bytes that are not UTF-8 under a JSON content type.
+    let proto = b"\x0a\x07hunter2\x10\x01".to_vec();
+    let json = br#"{"password":"hunter2","n":1}"#.to_vec();
+    let broken = b"{\"password\":\"hunter2\xff\"}".to_vec();
+    let mut ids = Vec::new();
+    for (payload, content_type) in [
+        (&proto, "application/x-protobuf"),
+        (&json, "application/octet-stream"),
+        (&broken, "application/json"),
+    ] {
+        let mut m = message("orders", "a", payload);
+        m.content_type = content_type.to_owned();
+        ids.push((h.pending(m).await, payload.clone()));
+    }
+    h.dead_letter("billing", &proto).await;
+    for (id, payload) in &ids {
+        let (status, detail) = h.get(&format!("/messages/{id}")).await;
+        assert_eq!(status, StatusCode::OK);
+        let text = detail.to_string();
+        assert!(
+            !text.contains("hunter2") && !text.contains(&b64(payload)),
+            "{text}"
+        );
+        assert_eq!(detail["payload_redacted"], true, "{text}");
+        assert_eq!(detail["payload_base64"], false, "{text}");
+    }
+    let (_, json_detail) = h.get(&format!("/messages/{}", ids[1].0)).await;
+    assert!(
+        json_detail["payload"].as_str().unwrap().contains(r#""n":1"#),
+        "JSON is redacted key by key: {json_detail}"
+    );
+    let (_, proto_detail) = h.get(&format!("/messages/{}", ids[0].0)).await;
+    assert_eq!(proto_detail["payload"], outbox_admin::WITHHELD);
+    for uri in ["/messages", "/dead-letters", "/dead-letters/1"] {
+        let (_, body) = h.get(uri).await;
+        let text = body.to_string();
+        assert!(
+            !text.contains("hunter2") && !text.contains(&b64(&proto)),
+            "{uri}: {text}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn stats_count_both_sides_and_mark_what_is_not_counted() {
     let h = harness();

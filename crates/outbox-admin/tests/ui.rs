@@ -2386,3 +2386,30 @@ async fn each_exchange_and_consumer_has_a_chart_over_an_hour_a_day_and_a_week() 
     assert_eq!(page.status, StatusCode::NOT_FOUND);
     assert!(page.body.contains("not recorded here"), "{}", page.body);
 }
+
+/// A body redaction cannot reach (binary, JSON keys hidden) is withheld on the
+/// page too: no hex dump, no base64, a word saying why (issue 47).
+#[tokio::test]
+async fn a_binary_body_is_withheld_from_its_page_while_json_keys_are_hidden() {
+    let h = ui_harness_with(tokens(), UiOptions::default(), |s| {
+        s.with_redaction(outbox_admin::Redaction::new(
+            Vec::<String>::new(),
+            ["password"],
+        ))
+    });
+    let mut m = message("orders", "a", b"\x0a\x07hunter2\x10\x01\xff");
+    m.content_type = "application/x-protobuf".into();
+    let id = h.pending(m).await;
+    let mut b = Browser::new(&h);
+    b.login(READ).await;
+    let page = b.get(&format!("/ui/messages/{id}")).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(
+        !page.body.contains("68 75 6e 74") && !page.body.contains("hunter2"),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("withheld"), "{}", page.body);
+    let list = b.get("/ui/messages").await;
+    assert!(!list.body.contains("hunter2"), "{}", list.body);
+}

@@ -16,12 +16,16 @@
 //! - `chaos [--quick] [--only NAME,...]`: builds the debug binaries and runs the fault
 //!   suite `outbox-chaos`, which stops and starts the local services, prints a table
 //!   and writes `target/chaos/summary.json` (see RELIABILITY.md). `ci` runs the quick
-//!   subset after the tests.
+//!   subset after the tests. `chaos --generative [--seed N] [--duration D]`: the
+//!   generative checker instead (random workloads from a seed, every message's fate
+//!   checked; `target/chaos/generative.json`); `ci` runs it for 3 minutes after the
+//!   quick subset.
 //! - `soak [--duration 60m] [--rate 1000] [--seed N]`: builds the debug binaries and
 //!   runs the endurance run `outbox-chaos soak`: two relays and two consumers under
 //!   steady traffic with random faults (it stops and starts the local services),
 //!   writing `target/soak/summary.json` and `target/soak/soak.svg` (see
-//!   RELIABILITY.md). Not part of `ci`.
+//!   RELIABILITY.md). Not part of `ci`. `soak --generative [--duration 60m] [--seed
+//!   N]`: the generative checker's rounds for an hour (or `--duration`).
 //! - `api-fuzz`: Schemathesis (from PyPI; `.ci/run` installs it) against the admin
 //!   API of a live `outbox run`: no 5xx for any generated input, every response as
 //!   documented. `ci` runs it last.
@@ -138,7 +142,7 @@ fn main() -> ExitCode {
         Some("cluster") => cluster::cluster(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask <ci|guard|it|bench [--quick]|chaos [--quick] [--only NAME,...]|soak [--duration 60m] [--rate 1000] [--seed N]|api-fuzz|ui-test [--docs DIR]|cluster <up|down|status>>\n\n  ci     fmt check, clippy -D warnings, dependency guard, all tests, quick chaos, api-fuzz\n  guard  dependency guard, the paths of ARCHITECTURE.md's code map, circles of modules\n  it     tests against the real PostgreSQL, RabbitMQ and Redis only\n  bench  the relay side by side with the raw limits (target/bench/summary.json)\n  chaos  the fault suite against the local services (target/chaos/summary.json)\n  soak   an endurance run with random faults (target/soak/summary.json, soak.svg)\n  api-fuzz  Schemathesis against the admin API of a live `outbox run`\n  ui-test  the dashboard's browser tests in headless chromium (target/ui-screenshots on failure)\n  cluster  a local 3-node RabbitMQ cluster on 5681-5683 (up, down, status)"
+                "usage: cargo xtask <ci|guard|it|bench [--quick]|chaos [--quick] [--only NAME,...] [--generative [--seed N] [--duration D]]|soak [--duration 60m] [--rate 1000] [--seed N] [--generative]|api-fuzz|ui-test [--docs DIR]|cluster <up|down|status>>\n\n  ci     fmt check, clippy -D warnings, dependency guard, all tests, quick chaos, api-fuzz\n  guard  dependency guard, the paths of ARCHITECTURE.md's code map, circles of modules\n  it     tests against the real PostgreSQL, RabbitMQ and Redis only\n  bench  the relay side by side with the raw limits (target/bench/summary.json)\n  chaos  the fault suite against the local services (target/chaos/summary.json);\n         --generative: random workloads from a seed, every message checked (generative.json)\n  soak   an endurance run with random faults (target/soak/summary.json, soak.svg)\n  api-fuzz  Schemathesis against the admin API of a live `outbox run`\n  ui-test  the dashboard's browser tests in headless chromium (target/ui-screenshots on failure)\n  cluster  a local 3-node RabbitMQ cluster on 5681-5683 (up, down, status)"
             );
             return ExitCode::from(2);
         }
@@ -269,7 +273,15 @@ fn ci() -> Result<(), String> {
     )
     .and_then(|()| run("doc tests", cargo().args(["test", "--workspace", "--doc"])))
     .and_then(|()| ui_test::ui_test(&[]))
-    .and_then(|()| chaos_on(&["--quick".to_owned()], &cluster));
+    .and_then(|()| chaos_on(&["--quick".to_owned()], &cluster))
+    // The generative checker (issue 47): random workloads for 3 minutes, the
+    // seeds that once failed first.
+    .and_then(|()| {
+        chaos_on(
+            &["--generative", "--duration", "3m"].map(str::to_owned),
+            &cluster,
+        )
+    });
     drop(cluster);
     tested?;
     api_fuzz::api_fuzz()?;
@@ -311,8 +323,11 @@ fn chaos(args: &[String]) -> Result<(), String> {
         .position(|a| a == "--only")
         .and_then(|i| args.get(i + 1));
     let help = args.iter().any(|a| a == "--help" || a == "-h");
+    let generative = args.iter().any(|a| a == "--generative");
     // Starting three nodes takes a minute: only for a run with a cluster scenario.
-    let needed = !help && only.is_none_or(|o| o.split(',').any(|n| n.starts_with("cluster_")));
+    let needed = !help
+        && !generative
+        && only.is_none_or(|o| o.split(',').any(|n| n.starts_with("cluster_")));
     let cluster = if needed {
         cluster::ForTests::start()?
     } else {
@@ -347,7 +362,7 @@ fn chaos_on(args: &[String], cluster: &cluster::ForTests) -> Result<(), String> 
     run("chaos", &mut cmd)
 }
 
-const SOAK_USAGE: &str = "usage: cargo xtask soak [--duration 60m] [--rate 1000] [--seed N] [--release]\n\n  two relays and two consumers against the local services, orders at --rate a second\n  for --duration (90s, 3m, 60m, ...), faults every 2 minutes on average from a seeded\n  schedule; writes target/soak/summary.json, samples.json and soak.svg (RELIABILITY.md);\n  --release builds and runs the optimised binaries (debug by default)";
+const SOAK_USAGE: &str = "usage: cargo xtask soak [--duration 60m] [--rate 1000] [--seed N] [--release]\n       cargo xtask soak --generative [--duration 60m] [--seed N]\n\n  two relays and two consumers against the local services, orders at --rate a second\n  for --duration (90s, 3m, 60m, ...), faults every 2 minutes on average from a seeded\n  schedule; writes target/soak/summary.json, samples.json and soak.svg (RELIABILITY.md);\n  --release builds and runs the optimised binaries (debug by default);\n  --generative: the generative checker's rounds for --duration (an hour by default),\n  as `cargo xtask chaos --generative` runs them (target/chaos/generative.json)";
 
 /// The arguments of `soak`, checked before anything is built: each flag once, with
 /// a value. `Ok(false)`: `--help`.
@@ -358,6 +373,7 @@ fn soak_args_ok(args: &[String]) -> Result<bool, String> {
         match a.as_str() {
             "--help" | "-h" => return Ok(false),
             "--release" if !seen.contains(&"--release") => seen.push("--release"),
+            "--generative" if !seen.contains(&"--generative") => seen.push("--generative"),
             "--duration" | "--rate" | "--seed" => {
                 if seen.contains(&a.as_str()) {
                     return Err(format!("{a} given twice"));
@@ -385,6 +401,19 @@ fn soak(args: &[String]) -> Result<(), String> {
         Err(e) => return Err(format!("soak: {e}\n{SOAK_USAGE}")),
     }
     let release = args.iter().any(|a| a == "--release");
+    if args.iter().any(|a| a == "--generative") {
+        if release || args.iter().any(|a| a == "--rate") {
+            return Err(format!(
+                "soak: --generative takes --duration and --seed only\n{SOAK_USAGE}"
+            ));
+        }
+        // The generative checker for an hour unless told otherwise.
+        let mut with = args.to_vec();
+        if !args.iter().any(|a| a == "--duration") {
+            with.extend(["--duration".to_owned(), "60m".to_owned()]);
+        }
+        return chaos_on(&with, &cluster::ForTests::none());
+    }
     let mut build = cargo();
     build.args([
         "build",
@@ -867,5 +896,7 @@ mod tests {
         assert!(args(&["--quick"]).is_err());
         assert!(args(&["--rate"]).is_err());
         assert!(args(&["--seed", "1", "--seed", "2"]).is_err());
+        assert_eq!(args(&["--generative", "--seed", "3"]), Ok(true));
+        assert!(args(&["--generative", "--generative"]).is_err());
     }
 }

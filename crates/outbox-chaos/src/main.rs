@@ -6,10 +6,12 @@
 //! A scenario passes when nothing is lost and nothing took effect twice (and its own
 //! checks hold). Services a scenario stops are started again even when it fails.
 //!
-//! Usage: `outbox-chaos [--quick] [--only NAME[,NAME...]]`; the programs under test
+//! Usage: `outbox-chaos [--quick] [--only NAME[,NAME...]]` (or `--generative
+//! [--seed N] [--duration D]`, the generative checker); the programs under test
 //! are found next to this one (`outbox`, `billing-consumer`). Prints a table and
 //! writes `target/chaos/summary.json`; exits 1 if a scenario failed.
 
+mod generative;
 mod scenarios;
 mod soak;
 mod world;
@@ -323,10 +325,19 @@ async fn main() -> ExitCode {
     if args.first().is_some_and(|a| a == "soak") {
         return soak::main(&args[1..], bins()).await;
     }
+    if args.iter().any(|a| a == "--generative") {
+        let ctx = |bins| Ctx {
+            urls: Urls::from_env(),
+            cluster: cluster_urls(),
+            bins,
+            quick: false,
+        };
+        return generative::main(&args, ctx, bins()).await;
+    }
     if args.iter().any(|a| a == "--help" || a == "-h") {
         let names: Vec<&str> = SCENARIOS.iter().map(|(s, _, _)| *s).collect();
         eprintln!(
-            "usage: outbox-chaos [--quick] [--only NAME[,NAME...]]\n       outbox-chaos soak [--duration 60m] [--rate 1000] [--seed N]\n\nscenarios: {}\n--quick runs those of CI with smaller streams; soak is the endurance run; see RELIABILITY.md",
+            "usage: outbox-chaos [--quick] [--only NAME[,NAME...]]\n       outbox-chaos --generative [--seed N] [--duration D]\n       outbox-chaos soak [--duration 60m] [--rate 1000] [--seed N]\n\nscenarios: {}\n--quick runs those of CI with smaller streams; soak is the endurance run; see RELIABILITY.md",
             names.join(", ")
         );
         return ExitCode::SUCCESS;

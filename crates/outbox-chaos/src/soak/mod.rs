@@ -14,7 +14,7 @@
 mod faults;
 mod latency;
 mod sampler;
-mod schedule;
+pub(crate) mod schedule;
 mod svg;
 mod tap;
 mod verdict;

@@ -1,0 +1,797 @@
+//! Runs one round's [`Plan`] against the real services: a world of its own (the
+//! chaos suite's schemas, exchange, billing queue and tap), the relays and the
+//! billing consumer as processes reaching the broker through a proxy (so that
+//! their connections can be dropped), producer lanes, the timeline of faults and
+//! operator actions, everything healed when production ends, then waiting until
+//! the round settles and reading what [`check`](super::check) needs.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use futures::StreamExt as _;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicGetOptions, BasicQosOptions, ExchangeDeclareOptions,
+    ExchangeDeleteOptions, QueueBindOptions,
+};
+use lapin::types::FieldTable;
+use outbox_adapters_postgres::{PgOutbox, PgPauses};
+use outbox_core::MessageId;
+use outbox_core::event::to_new_message;
+use outbox_examples::billing::CONSUMER;
+use outbox_examples::events::OrderCreated;
+use outbox_ports::{OutboxOperator as _, PauseKind, PauseStore as _};
+use outbox_testkit::proxy::{TcpProxy, host_port};
+use tokio::process::Child;
+use uuid::Uuid;
+
+use super::check::{Committed, Observed};
+use super::plan::{Action, LANES, Plan, Tx, Via};
+use crate::Ctx;
+use crate::world::{CONFIRM_TIMEOUT, LEASE_TTL, World};
+
+/// The binding key of the billing queue (the shop's), which the tap mirrors.
+const ROUTED: &str = "order.*";
+/// How long a round may take to settle after production ends.
+pub(crate) const SETTLE: Duration = Duration::from_secs(120);
+
+/// What a round leaves for the checker, and for the reader.
+pub(crate) struct Finished {
+    pub(crate) observed: Observed,
+    /// The round settled before [`SETTLE`] ran out.
+    pub(crate) settled_in: Option<Duration>,
+    pub(crate) notes: Vec<String>,
+    /// Where the round's logs and configs are (removed when it passes).
+    pub(crate) world: World,
+}
+
+/// What the run's operator did.
+#[derive(Default)]
+struct Ops {
+    deleted: HashSet<Uuid>,
+    touched: HashSet<Uuid>,
+    requeued: u64,
+}
+
+/// The processes of a round.
+struct Procs {
+    relays: Vec<Option<Child>>,
+    consumer: Option<Child>,
+    /// Successors started so far (for their names).
+    started: u32,
+}
+
+struct Round {
+    w: World,
+    plan: Plan,
+    proxy: TcpProxy,
+    procs: tokio::sync::Mutex<Procs>,
+    ops: Mutex<Ops>,
+    tap: Arc<Mutex<HashMap<Uuid, u32>>>,
+    poison: String,
+}
+
+impl Round {
+    fn relay_config(&self, name: &str) -> PathBuf {
+        let s = &self.plan.settings;
+        let w = &self.w;
+        let coord = if s.redis { "redis" } else { "postgres" };
+        let text = format!(
+            r#"instance = "{name}-{id}"
+[adapters]
+store = "postgres"
+publisher = "rabbitmq"
+lock = "{coord}"
+sweep_state = "{coord}"
+[postgres]
+url = "{pg}"
+schema = "{schema}"
+max_connections = 4
+[rabbitmq]
+url = {amqp:?}
+confirm_timeout = "{confirm_s}s"
+max_in_flight = {in_flight}
+[redis]
+url = "{redis}"
+[dispatch]
+batch_size = {batch}
+lease_ttl = "{lease_s}s"
+idle_poll = "500ms"
+[retry]
+initial_backoff = "500ms"
+max_backoff = "2s"
+max_attempts = {attempts}
+[sweep]
+interval = "1s"
+lock_wait = "200ms"
+lock_ttl = "3s"
+lock_key = "{lock}"
+state_key = "{state}"
+[retention]
+enabled = false
+[ordering]
+on_dead = "{on_dead}"
+[http]
+enabled = false
+"#,
+            id = w.id,
+            pg = w.proc_pg_url(),
+            schema = w.shop.outbox_schema,
+            amqp = self.proxy.url_for(&w.urls.amqp),
+            confirm_s = CONFIRM_TIMEOUT.as_secs(),
+            in_flight = s.max_in_flight,
+            redis = w.urls.redis,
+            batch = s.batch_size,
+            lease_s = LEASE_TTL.as_secs(),
+            attempts = s.max_attempts,
+            lock = w.lock_key,
+            state = w.state_key,
+            on_dead = if s.skip_dead_heads { "skip" } else { "block" },
+        );
+        let path = w.dir.join(format!("{name}.toml"));
+        if let Err(e) = std::fs::write(&path, text) {
+            eprintln!("generative: cannot write {}: {e}", path.display());
+        }
+        path
+    }
+
+    fn start_relay(&self, procs: &mut Procs, i: usize) -> anyhow::Result<()> {
+        procs.started += 1;
+        let name = format!("r{i}-{}", procs.started);
+        let cfg = self.relay_config(&name);
+        procs.relays[i] = Some(self.w.relay(&name, &cfg)?);
+        Ok(())
+    }
+
+    fn start_consumer(&self, procs: &mut Procs) -> anyhow::Result<()> {
+        procs.started += 1;
+        let name = format!("c-{}", procs.started);
+        let s = &self.plan.settings;
+        let percent = s.transient_percent.to_string();
+        procs.consumer = Some(self.w.consumer(
+            &name,
+            &[
+                ("BILLING_POISON_ORDERS", self.poison.as_str()),
+                ("BILLING_FAIL_FIRST_PERCENT", percent.as_str()),
+                (
+                    "BILLING_ORDERED_BY_KEY",
+                    if s.ordered_consumer { "true" } else { "false" },
+                ),
+            ],
+        )?);
+        Ok(())
+    }
+
+    /// Declares the exchange and binds the billing queue, then the tap (in this
+    /// order, so that no message reaches the tap alone: the tap's copy is the
+    /// evidence that a queue had it).
+    async fn bind(&self) -> anyhow::Result<()> {
+        let ch = self.w.channel().await?;
+        ch.exchange_declare(
+            self.w.shop.exchange.as_str().into(),
+            lapin::ExchangeKind::Topic,
+            ExchangeDeclareOptions {
+                durable: true,
+                ..ExchangeDeclareOptions::default()
+            },
+            FieldTable::default(),
+        )
+        .await?;
+        for q in [&self.w.shop.queue, &self.w.tap] {
+            ch.queue_bind(
+                q.as_str().into(),
+                self.w.shop.exchange.as_str().into(),
+                ROUTED.into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Removes the bindings, the tap's first.
+    async fn unbind(&self) -> anyhow::Result<()> {
+        let ch = self.w.channel().await?;
+        for q in [&self.w.tap, &self.w.shop.queue] {
+            ch.queue_unbind(
+                q.as_str().into(),
+                self.w.shop.exchange.as_str().into(),
+                ROUTED.into(),
+                FieldTable::default(),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    async fn delete_exchange(&self) -> anyhow::Result<()> {
+        // The tap's binding first, as in `unbind`: the exchange's deletion takes
+        // both, in an order of the broker's.
+        let ch = self.w.channel().await?;
+        ch.queue_unbind(
+            self.w.tap.as_str().into(),
+            self.w.shop.exchange.as_str().into(),
+            ROUTED.into(),
+            FieldTable::default(),
+        )
+        .await?;
+        ch.exchange_delete(
+            self.w.shop.exchange.as_str().into(),
+            ExchangeDeleteOptions::default(),
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn kill_relay(&self, i: usize, down: Duration) -> anyhow::Result<()> {
+        let old = self.procs.lock().await.relays[i].take();
+        if let Some(mut c) = old {
+            let _ = c.start_kill();
+            let _ = c.wait().await;
+        }
+        tokio::time::sleep(down).await;
+        let mut procs = self.procs.lock().await;
+        if procs.relays[i].is_none() {
+            self.start_relay(&mut procs, i)?;
+        }
+        Ok(())
+    }
+
+    async fn kill_consumer(&self, down: Duration) -> anyhow::Result<()> {
+        let old = self.procs.lock().await.consumer.take();
+        if let Some(mut c) = old {
+            let _ = c.start_kill();
+            let _ = c.wait().await;
+        }
+        tokio::time::sleep(down).await;
+        let mut procs = self.procs.lock().await;
+        if procs.consumer.is_none() {
+            self.start_consumer(&mut procs)?;
+        }
+        Ok(())
+    }
+
+    /// Up to `n` dead messages, oldest first.
+    async fn dead(&self, n: u32) -> anyhow::Result<Vec<Uuid>> {
+        Ok(sqlx::query_scalar(&format!(
+            "SELECT id FROM {}.outbox_messages WHERE status = 'dead' ORDER BY seq LIMIT $1",
+            self.w.shop.outbox_schema.quoted()
+        ))
+        .bind(i64::from(n))
+        .fetch_all(&self.w.pool)
+        .await?)
+    }
+
+    async fn act(self: &Arc<Self>, action: Action) -> anyhow::Result<()> {
+        let ms = Duration::from_millis;
+        let pauses = PgPauses::new(self.w.pool.clone(), &self.w.shop.outbox_schema);
+        match action {
+            Action::KillRelay { relay, down_ms } => self.kill_relay(relay, ms(down_ms)).await?,
+            Action::KillConsumer { down_ms } => self.kill_consumer(ms(down_ms)).await?,
+            Action::DropBroker { for_ms } => {
+                self.proxy.cut();
+                tokio::time::sleep(ms(for_ms)).await;
+                self.proxy.restore();
+            }
+            Action::KillPgConnections => {
+                sqlx::query(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+                )
+                .bind(&self.w.proc_app)
+                .execute(&self.w.pool)
+                .await?;
+            }
+            Action::PauseExchange { for_ms } => {
+                pauses
+                    .pause(PauseKind::Exchange, &self.w.shop.exchange, "generative")
+                    .await?;
+                tokio::time::sleep(ms(for_ms)).await;
+                pauses
+                    .resume(PauseKind::Exchange, &self.w.shop.exchange)
+                    .await?;
+            }
+            Action::PauseConsumer { for_ms } => {
+                pauses
+                    .pause(PauseKind::Consumer, CONSUMER, "generative")
+                    .await?;
+                tokio::time::sleep(ms(for_ms)).await;
+                pauses.resume(PauseKind::Consumer, CONSUMER).await?;
+            }
+            Action::Unbind { for_ms } => {
+                self.unbind().await?;
+                tokio::time::sleep(ms(for_ms)).await;
+                self.bind().await?;
+            }
+            Action::DeleteExchange { for_ms } => {
+                self.delete_exchange().await?;
+                tokio::time::sleep(ms(for_ms)).await;
+                self.bind().await?;
+            }
+            Action::Requeue { n } => {
+                for id in self.dead(n).await? {
+                    if self
+                        .w
+                        .outbox
+                        .requeue_message(MessageId::from_uuid(id))
+                        .await
+                        .is_ok()
+                    {
+                        let mut ops = self.ops.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+                        ops.touched.insert(id);
+                        ops.requeued += 1;
+                    }
+                }
+            }
+            Action::Delete { n } => {
+                for id in self.dead(n).await? {
+                    // Recorded before the delete: a delete that answers an error
+                    // may still have happened.
+                    self.ops
+                        .lock()
+                        .map_err(|_| anyhow::anyhow!("poisoned"))?
+                        .touched
+                        .insert(id);
+                    let done = self
+                        .w
+                        .outbox
+                        .delete_message(MessageId::from_uuid(id), false)
+                        .await;
+                    let gone = done.is_ok() || !self.row_exists(id).await;
+                    if gone {
+                        self.ops
+                            .lock()
+                            .map_err(|_| anyhow::anyhow!("poisoned"))?
+                            .deleted
+                            .insert(id);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn row_exists(&self, id: Uuid) -> bool {
+        sqlx::query_scalar::<_, bool>(&format!(
+            "SELECT EXISTS (SELECT 1 FROM {}.outbox_messages WHERE id = $1)",
+            self.w.shop.outbox_schema.quoted()
+        ))
+        .bind(id)
+        .fetch_one(&self.w.pool)
+        .await
+        .unwrap_or(true)
+    }
+
+    /// Undoes every fault: the proxy forwards, nothing paused, the exchange and
+    /// bindings there, every process running.
+    async fn heal(&self) -> anyhow::Result<()> {
+        self.proxy.restore();
+        let pauses = PgPauses::new(self.w.pool.clone(), &self.w.shop.outbox_schema);
+        pauses
+            .resume(PauseKind::Exchange, &self.w.shop.exchange)
+            .await?;
+        pauses.resume(PauseKind::Consumer, CONSUMER).await?;
+        self.bind().await?;
+        let mut procs = self.procs.lock().await;
+        for i in 0..procs.relays.len() {
+            if procs.relays[i].is_none() {
+                self.start_relay(&mut procs, i)?;
+            }
+        }
+        if procs.consumer.is_none() {
+            self.start_consumer(&mut procs)?;
+        }
+        Ok(())
+    }
+
+    /// Reads everything the checker needs; `tap` as counted so far.
+    async fn observe(&self) -> anyhow::Result<Observed> {
+        let (s, o) = (
+            self.w.shop.schema.quoted(),
+            self.w.shop.outbox_schema.quoted(),
+        );
+        let pool = &self.w.pool;
+        let committed: Vec<(Uuid, i64, Option<String>, bool, bool)> = sqlx::query_as(&format!(
+            "SELECT message_id, order_id, ordering_key, unroutable, refused FROM {s}.gen_ledger"
+        ))
+        .fetch_all(pool)
+        .await?;
+        let outbox: Vec<(Uuid, String)> =
+            sqlx::query_as(&format!("SELECT id, status FROM {o}.outbox_messages"))
+                .fetch_all(pool)
+                .await?;
+        let blocked: Vec<Uuid> = if self.plan.settings.skip_dead_heads {
+            Vec::new()
+        } else {
+            sqlx::query_scalar(&format!(
+                "SELECT p.id FROM {o}.outbox_messages p
+                 WHERE p.status IN ('pending', 'publish_failed') AND p.ordering_key IS NOT NULL
+                   AND EXISTS (SELECT 1 FROM {o}.outbox_messages d
+                               WHERE d.ordering_key = p.ordering_key AND d.seq < p.seq
+                                 AND d.status = 'dead')"
+            ))
+            .fetch_all(pool)
+            .await?
+        };
+        let inbox: Vec<(Uuid, String)> = sqlx::query_as(&format!(
+            "SELECT message_id, status FROM {o}.outbox_inbox WHERE consumer = $1"
+        ))
+        .bind(CONSUMER)
+        .fetch_all(pool)
+        .await?;
+        let dead_letters: Vec<String> = sqlx::query_scalar(&format!(
+            "SELECT message_id FROM {o}.outbox_dead_letters WHERE message_id IS NOT NULL"
+        ))
+        .fetch_all(pool)
+        .await?;
+        let effects: Vec<(i64, Uuid, i64)> = sqlx::query_as(&format!(
+            "SELECT order_id, message_id, billed_seq FROM {s}.invoices"
+        ))
+        .fetch_all(pool)
+        .await?;
+        let (deleted, touched) = {
+            let ops = self.ops.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+            (ops.deleted.clone(), ops.touched.clone())
+        };
+        let queued = self.w.queue_depth(&self.w.shop.queue).await.unwrap_or(1)
+            + self.w.queue_depth(&self.w.tap).await.unwrap_or(1);
+        Ok(Observed {
+            committed: committed
+                .into_iter()
+                .map(|(id, order_id, key, unroutable, refused)| Committed {
+                    id,
+                    order_id,
+                    key,
+                    unroutable,
+                    refused,
+                })
+                .collect(),
+            outbox: outbox.into_iter().collect(),
+            blocked: blocked.into_iter().collect(),
+            inbox: inbox.into_iter().collect(),
+            dead_letters: dead_letters
+                .iter()
+                .filter_map(|s| Uuid::parse_str(s).ok())
+                .collect(),
+            effects,
+            tap: self.tap.lock().map(|t| t.clone()).unwrap_or_default(),
+            deleted,
+            touched,
+            drained: queued == 0,
+            ordered: self.plan.settings.ordered_consumer,
+        })
+    }
+}
+
+/// Creates the round's ledger: a row per message, in the message's transaction.
+async fn create_ledger(w: &World) -> anyhow::Result<()> {
+    sqlx::query(&format!(
+        "CREATE TABLE {}.gen_ledger (message_id uuid PRIMARY KEY, order_id bigint NOT NULL, \
+         ordering_key text, unroutable boolean NOT NULL, refused boolean NOT NULL)",
+        w.shop.schema.quoted()
+    ))
+    .execute(&w.pool)
+    .await?;
+    Ok(())
+}
+
+fn routing_key(order_id: i64, unroutable: bool) -> String {
+    if unroutable {
+        format!("nowhere.{}", order_id % 5)
+    } else {
+        "order.created".to_owned()
+    }
+}
+
+/// Runs one producer transaction; `Ok(false)` when it failed (nothing of it
+/// committed, or the ledger says what did).
+async fn produce(w: &World, tx: &Tx) -> anyhow::Result<()> {
+    let (s, o) = (w.shop.schema.quoted(), w.shop.outbox_schema.quoted());
+    let mut db = w.pool.begin().await?;
+    let mut ids = Vec::with_capacity(tx.msgs.len());
+    match tx.via {
+        Via::Library => {
+            let outbox = PgOutbox::new(w.shop.outbox_schema.clone());
+            for m in &tx.msgs {
+                let mut event = to_new_message(&OrderCreated {
+                    order_id: m.order_id,
+                    total_cents: 100 + m.order_id,
+                })?
+                .with_source("generative");
+                event.exchange.clone_from(&w.shop.exchange);
+                event.routing_key = routing_key(m.order_id, m.unroutable);
+                if let Some(k) = m.key {
+                    event = event.with_ordering_key(format!("k{k}"));
+                }
+                if m.delay_ms > 0 {
+                    event = event.deliver_after(Duration::from_millis(u64::from(m.delay_ms)));
+                }
+                let id = outbox.enqueue(&mut db, event).await?;
+                ids.push(*id.as_uuid());
+            }
+        }
+        Via::Sql => {
+            ids = tx.msgs.iter().map(|_| Uuid::now_v7()).collect();
+            let orders: Vec<i64> = tx.msgs.iter().map(|m| m.order_id).collect();
+            let keys: Vec<String> = tx
+                .msgs
+                .iter()
+                .map(|m| routing_key(m.order_id, m.unroutable))
+                .collect();
+            let okeys: Vec<Option<String>> = tx
+                .msgs
+                .iter()
+                .map(|m| m.key.map(|k| format!("k{k}")))
+                .collect();
+            let delays: Vec<i32> = tx
+                .msgs
+                .iter()
+                .map(|m| i32::try_from(m.delay_ms).unwrap_or(i32::MAX))
+                .collect();
+            let refused: Vec<bool> = tx.msgs.iter().map(|m| m.refused).collect();
+            sqlx::query(&format!(
+                "INSERT INTO {o}.outbox_messages (id, exchange, routing_key, message_type, payload, ordering_key, not_before)
+                 SELECT t.id, $6, t.rk, 'order.created',
+                        convert_to(CASE WHEN t.refused
+                                        THEN json_build_object('not_an_order', t.order_id)::text
+                                        ELSE json_build_object('order_id', t.order_id, 'total_cents', 100 + t.order_id)::text
+                                   END, 'UTF8'),
+                        t.okey,
+                        CASE WHEN t.delay_ms > 0 THEN now() + t.delay_ms * interval '1 millisecond' END
+                 FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::int[], $7::bool[])
+                      WITH ORDINALITY AS t(id, order_id, rk, okey, delay_ms, refused, n)
+                 ORDER BY t.n"
+            ))
+            .bind(&ids)
+            .bind(&orders)
+            .bind(&keys)
+            .bind(&okeys)
+            .bind(&delays)
+            .bind(&w.shop.exchange)
+            .bind(&refused)
+            .execute(&mut *db)
+            .await?;
+        }
+    }
+    let orders: Vec<i64> = tx.msgs.iter().map(|m| m.order_id).collect();
+    let okeys: Vec<Option<String>> = tx
+        .msgs
+        .iter()
+        .map(|m| m.key.map(|k| format!("k{k}")))
+        .collect();
+    let unroutable: Vec<bool> = tx.msgs.iter().map(|m| m.unroutable).collect();
+    let refused: Vec<bool> = tx.msgs.iter().map(|m| m.refused).collect();
+    sqlx::query(&format!(
+        "INSERT INTO {s}.gen_ledger SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::bool[], $5::bool[])"
+    ))
+    .bind(&ids)
+    .bind(&orders)
+    .bind(&okeys)
+    .bind(&unroutable)
+    .bind(&refused)
+    .execute(&mut *db)
+    .await?;
+    if tx.roll_back {
+        db.rollback().await?;
+    } else {
+        db.commit().await?;
+    }
+    Ok(())
+}
+
+/// Consumes the tap into `seen` until the channel fails or `stop` is set.
+async fn consume_tap(
+    ch: lapin::Channel,
+    tap: String,
+    seen: Arc<Mutex<HashMap<Uuid, u32>>>,
+) -> anyhow::Result<()> {
+    ch.basic_qos(1000, BasicQosOptions::default()).await?;
+    let mut deliveries = ch
+        .basic_consume(
+            tap.as_str().into(),
+            "generative-tap".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
+    while let Some(d) = deliveries.next().await {
+        let d = d?;
+        record(&seen, d.properties.message_id().as_ref(), d.redelivered);
+        d.ack(BasicAckOptions::default()).await?;
+    }
+    Ok(())
+}
+
+fn record(seen: &Mutex<HashMap<Uuid, u32>>, id: Option<&lapin::types::ShortString>, again: bool) {
+    let Some(id) = id.and_then(|s| Uuid::parse_str(s.as_str()).ok()) else {
+        return;
+    };
+    if let Ok(mut seen) = seen.lock() {
+        let n = seen.entry(id).or_default();
+        // A copy handed again after the tap's own channel dropped is no new copy.
+        if !(again && *n > 0) {
+            *n += 1;
+        }
+    }
+}
+
+/// Runs `plan` and reads the outcome.
+pub(crate) async fn run(ctx: &Ctx, plan: Plan) -> anyhow::Result<Finished> {
+    let mut w = World::new_in("gen", &ctx.urls, &ctx.bins, "target/chaos/logs").await?;
+    let mut notes = Vec::new();
+    create_ledger(&w).await?;
+    // The tap as the billing queue is bound, not `#` (which would route what is
+    // meant to be routed nowhere).
+    {
+        let ch = w.channel().await?;
+        ch.queue_unbind(
+            w.tap.as_str().into(),
+            w.shop.exchange.as_str().into(),
+            "#".into(),
+            FieldTable::default(),
+        )
+        .await?;
+        ch.queue_bind(
+            w.tap.as_str().into(),
+            w.shop.exchange.as_str().into(),
+            ROUTED.into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
+    }
+    let target = host_port(&ctx.urls.amqp).context("no host:port in the AMQP URL")?;
+    let proxy = TcpProxy::start(target).await?;
+    w.through(proxy.url_for(&ctx.urls.amqp));
+    let poison: Vec<String> = plan
+        .msgs()
+        .filter(|m| m.poison)
+        .map(|m| m.order_id.to_string())
+        .collect();
+    let relays = plan.settings.relays;
+    let round = Arc::new(Round {
+        w,
+        proxy,
+        procs: tokio::sync::Mutex::new(Procs {
+            relays: (0..relays).map(|_| None).collect(),
+            consumer: None,
+            started: 0,
+        }),
+        ops: Mutex::new(Ops::default()),
+        tap: Arc::new(Mutex::new(HashMap::new())),
+        poison: poison.join(","),
+        plan,
+    });
+
+    // The tap, consumed for the whole round on a connection of its own.
+    let tap_conn =
+        outbox_adapters_rabbitmq::connect(&ctx.urls.amqp, Duration::from_secs(10)).await?;
+    let tap_ch = tap_conn.create_channel().await?;
+    let tap_task = tokio::spawn(consume_tap(
+        tap_ch.clone(),
+        round.w.tap.clone(),
+        Arc::clone(&round.tap),
+    ));
+
+    round.heal().await?;
+    let t0 = Instant::now();
+    let mut lanes = Vec::new();
+    for lane in 0..LANES {
+        let r = Arc::clone(&round);
+        lanes.push(tokio::spawn(async move {
+            let mut failed = 0u64;
+            for tx in r.plan.txs.iter().filter(|t| t.lane == lane) {
+                tokio::time::sleep_until((t0 + Duration::from_millis(tx.at_ms)).into()).await;
+                if produce(&r.w, tx).await.is_err() {
+                    failed += 1;
+                }
+            }
+            failed
+        }));
+    }
+    let events = {
+        let r = Arc::clone(&round);
+        tokio::spawn(async move {
+            let mut running = Vec::new();
+            for e in r.plan.events.clone() {
+                tokio::time::sleep_until((t0 + Duration::from_millis(e.at_ms)).into()).await;
+                let r = Arc::clone(&r);
+                running.push(tokio::spawn(async move {
+                    r.act(e.action)
+                        .await
+                        .map_err(|err| format!("{} at {} ms: {err:#}", e.action.name(), e.at_ms))
+                }));
+            }
+            let mut errors = Vec::new();
+            for t in running {
+                if let Ok(Err(e)) = t.await {
+                    errors.push(e);
+                }
+            }
+            errors
+        })
+    };
+    let mut failed_txs = 0;
+    for l in lanes {
+        failed_txs += l.await.unwrap_or(0);
+    }
+    let production_end = t0 + Duration::from_millis(round.plan.production_ms);
+    tokio::time::sleep_until(production_end.into()).await;
+    for e in events.await.unwrap_or_default() {
+        notes.push(format!("action refused or failed: {e}"));
+    }
+    // Healed again: a fault's undo can have failed under another fault.
+    round.heal().await?;
+    if failed_txs > 0 {
+        notes.push(format!(
+            "{failed_txs} producer transactions failed (under a fault; the ledger says what committed)"
+        ));
+    }
+
+    // Settled: nothing in progress, twice in a row 2 s apart.
+    let healed = Instant::now();
+    let mut quiet = 0;
+    let settled_in = loop {
+        let settled = match round.observe().await {
+            Ok(o) => o.drained && super::check::check(&o, false).settled,
+            Err(_) => false,
+        };
+        quiet = if settled { quiet + 1 } else { 0 };
+        if quiet >= 2 {
+            break Some(healed.elapsed());
+        }
+        if healed.elapsed() > SETTLE {
+            break None;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    };
+
+    // The processes stop; the tap is read to its end.
+    let mut procs = round.procs.lock().await;
+    let mut children: Vec<Child> = procs.relays.iter_mut().filter_map(Option::take).collect();
+    children.extend(procs.consumer.take());
+    drop(procs);
+    let mut unclean = 0;
+    for c in children {
+        if !crate::world::terminate(c).await {
+            unclean += 1;
+        }
+    }
+    if unclean > 0 {
+        notes.push(format!(
+            "{unclean} process(es) did not stop cleanly on SIGTERM"
+        ));
+    }
+    let _ = tap_ch.close(200, "done".into()).await;
+    tap_task.abort();
+    let ch = round.w.channel().await?;
+    while let Some(got) = ch
+        .basic_get(
+            round.w.tap.as_str().into(),
+            BasicGetOptions { no_ack: true },
+        )
+        .await?
+    {
+        record(
+            &round.tap,
+            got.delivery.properties.message_id().as_ref(),
+            got.delivery.redelivered,
+        );
+    }
+    let _ = tap_conn.close(200, "done".into()).await;
+    let observed = round.observe().await?;
+    let requeued = round.ops.lock().map(|o| o.requeued).unwrap_or(0);
+    if requeued > 0 {
+        notes.push(format!("the operator requeued {requeued} dead messages"));
+    }
+    let round = Arc::try_unwrap(round)
+        .map_err(|_| anyhow::anyhow!("a task of the round still holds it"))?;
+    Ok(Finished {
+        observed,
+        settled_in,
+        notes,
+        world: round.w,
+    })
+}

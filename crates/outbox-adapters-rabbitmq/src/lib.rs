@@ -38,7 +38,7 @@ pub use publisher::{RabbitPublisher, RabbitPublisherConfig};
 pub use subscriber::RabbitSubscriber;
 pub use tls::{RabbitTls, TlsFileError};
 pub use topology::{
-    BindingSpec, ExchangeKind, ExchangeSpec, Overflow, QueueSpec, QueueType, Topology,
+    BindingSpec, Declared, ExchangeKind, ExchangeSpec, Overflow, QueueSpec, QueueType, Topology,
     TopologyError,
 };
 

@@ -118,6 +118,8 @@ pub struct RabbitPublisher {
     topology: Option<Topology>,
     /// The topology's sharded exchanges and their shard counts.
     shards: HashMap<String, u16>,
+    /// Queues the last topology declaration passed over (their home node down).
+    unavailable_queues: std::sync::Mutex<Vec<String>>,
 }
 
 impl fmt::Debug for RabbitPublisher {
@@ -420,6 +422,7 @@ impl RabbitPublisher {
             next: AtomicUsize::new(0),
             topology: None,
             shards: HashMap::new(),
+            unavailable_queues: std::sync::Mutex::default(),
         }
     }
 
@@ -515,8 +518,13 @@ impl RabbitPublisher {
                 }
                 // Declared just now: no passive check needed for these.
                 // (a sharded exchange's shards, not its own name, which is not declared).
-                Ok(Ok(())) => {
-                    exchanges.extend(topology.expanded().exchanges.into_iter().map(|x| x.name))
+                Ok(Ok(declared)) => {
+                    exchanges.extend(topology.expanded().exchanges.into_iter().map(|x| x.name));
+                    *self
+                        .unavailable_queues
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) =
+                        declared.unavailable_queues;
                 }
             }
         }
@@ -920,6 +928,17 @@ impl Publisher for RabbitPublisher {
                 o.unwrap_or_else(|| {
                     PublishOutcome::Failed(PortError::fatal("publish", "no outcome"))
                 })
+            })
+            .collect()
+    }
+
+    fn degraded(&self) -> Vec<String> {
+        self.unavailable_queues
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .map(|q| {
+                format!("queue {q:?} unavailable: its home node is down; nothing routed to it arrives until that node is back")
             })
             .collect()
     }

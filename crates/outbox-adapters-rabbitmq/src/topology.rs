@@ -590,13 +590,20 @@ impl Topology {
     /// changes nothing), after [`Topology::validate`]: nothing is declared when a
     /// setting is refused.
     ///
+    /// A classic queue whose home node is down (on a cluster) is passed over, with
+    /// its bindings, and named in the [`Declared`] returned: it exists (declared
+    /// before, with its bindings), and refusing to go on would stop every exchange's
+    /// publishing until that one node is back. Only that queue's routes are lost
+    /// meanwhile (a message routed only there is returned, unroutable).
+    ///
     /// # Errors
     /// A fatal [`PortError`] for a refused setting; the first declaration the broker
     /// refuses (e.g. an existing queue with other settings), or a connection failure.
-    pub async fn declare(&self, connection: &lapin::Connection) -> Result<(), PortError> {
+    pub async fn declare(&self, connection: &lapin::Connection) -> Result<Declared, PortError> {
         self.validate()
             .map_err(|e| PortError::fatal("declare topology", e.to_string()))?;
         let plain = self.expanded();
+        let mut declared = Declared::default();
         let mut channel = connection
             .create_channel()
             .await
@@ -633,7 +640,7 @@ impl Topology {
                     )
                     .await
                     .map_err(|e| port("declare exchange", "exchange", dlx, &e))?;
-                let declared = channel
+                let dlq_declared = channel
                     .queue_declare(
                         dlq.as_str().into(),
                         QueueDeclareOptions {
@@ -643,7 +650,7 @@ impl Topology {
                         FieldTable::default(),
                     )
                     .await;
-                match declared {
+                match dlq_declared {
                     Ok(_) => {
                         channel
                             .queue_bind(
@@ -662,6 +669,7 @@ impl Topology {
                     // that one is back. The refusal closed the channel.
                     Err(e) if home_node_down(&e) => {
                         tracing::warn!(queue = %dlq, error = %e, "the dead-letter queue's node is down; it stays as declared before");
+                        declared.unavailable_queues.push(dlq.clone());
                         channel = connection
                             .create_channel()
                             .await
@@ -675,12 +683,28 @@ impl Topology {
                 durable: q.durable || q.queue_type == QueueType::Quorum,
                 ..QueueDeclareOptions::default()
             };
-            channel
+            match channel
                 .queue_declare(q.name.as_str().into(), options, args)
                 .await
-                .map_err(|e| port("declare queue", "queue", &q.name, &e))?;
+            {
+                Ok(_) => {}
+                // As for the dead-letter queue above: passed over, with its
+                // bindings; the refusal closed the channel.
+                Err(e) if home_node_down(&e) => {
+                    tracing::warn!(queue = %q.name, error = %e, "the queue's home node is down; it and its bindings stay as declared before, and nothing reaches it until the node is back");
+                    declared.unavailable_queues.push(q.name.clone());
+                    channel = connection
+                        .create_channel()
+                        .await
+                        .map_err(|e| port("open channel", "channel", "", &e))?;
+                }
+                Err(e) => return Err(port("declare queue", "queue", &q.name, &e)),
+            }
         }
         for b in &plain.bindings {
+            if declared.unavailable_queues.contains(&b.queue) {
+                continue;
+            }
             channel
                 .queue_bind(
                     b.queue.as_str().into(),
@@ -693,8 +717,18 @@ impl Topology {
                 .map_err(|e| port("bind queue", "exchange", &b.exchange, &e))?;
         }
         let _ = channel.close(200, "declared".into()).await;
-        Ok(())
+        Ok(declared)
     }
+}
+
+/// What [`Topology::declare`] could not declare and passed over.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Declared {
+    /// Classic queues (a dead-letter queue, or one of the topology's) whose home
+    /// node is down: they keep what was declared before, and receive nothing until
+    /// that node is back.
+    pub unavailable_queues: Vec<String>,
 }
 
 /// No dead-letter queue named by two of `queues`.

@@ -203,3 +203,97 @@ async fn a_topology_declares_on_another_node_while_its_dead_letter_queues_node_i
             .await;
     }
 }
+
+/// Found in review: a classic queue of the topology homed on a node that is down
+/// fails `queue.declare` (`404 ... home node ... is down or inaccessible`), which
+/// failed every connection the publisher opened, so nothing was published to any
+/// exchange until that node returned. Only that queue's routes may wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_classic_queue_on_a_down_node_stops_only_its_own_routes() {
+    let Some(urls) = cluster_urls("the classic queue's home node test") else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    let (classic, quorum) = (Names::new("home-down"), Names::new("home-up"));
+    let exchange = |name: &str| ExchangeSpec {
+        name: name.to_owned(),
+        kind: ExchangeKind::Topic,
+        durable: true,
+        shards: 1,
+    };
+    let bind = |queue: &str, exchange: &str| BindingSpec {
+        queue: queue.to_owned(),
+        exchange: exchange.to_owned(),
+        routing_key: "#".into(),
+    };
+    let topology = Topology {
+        exchanges: vec![exchange(&classic.exchange), exchange(&quorum.exchange)],
+        queues: vec![
+            QueueSpec::durable(&classic.queue),
+            QueueSpec {
+                queue_type: QueueType::Quorum,
+                ..QueueSpec::durable(&quorum.queue)
+            },
+        ],
+        bindings: vec![
+            bind(&classic.queue, &classic.exchange),
+            bind(&quorum.queue, &quorum.exchange),
+        ],
+    };
+    let tls = RabbitTls::default();
+    // Through node 2 only: the classic queue lives there.
+    let second = connect_any(&urls[1..2], &tls, Duration::from_secs(10))
+        .await
+        .expect("node 2");
+    topology
+        .declare(&second)
+        .await
+        .expect("declare through node 2");
+    let _ = second.close(200, "declared".into()).await;
+    let node2 = stop_node(&node_of_port(5682)).expect("stop node 2");
+
+    let others = vec![urls[0].clone(), urls[2].clone()];
+    let declared = {
+        let c = connect_any(&others, &tls, Duration::from_secs(10))
+            .await
+            .expect("node 1 or 3");
+        let d = topology.declare(&c).await;
+        let _ = c.close(200, "declared".into()).await;
+        d
+    };
+    let publisher = RabbitPublisher::new(RabbitPublisherConfig {
+        failover_urls: others[1..].to_vec(),
+        confirm_timeout: Duration::from_secs(5),
+        connect_timeout: Duration::from_secs(3),
+        reconnect_backoff: Duration::from_millis(200),
+        ..RabbitPublisherConfig::new(others[0].clone())
+    })
+    .with_topology(topology.clone());
+    let first = messages(&quorum.exchange, 20);
+    publish_all(&publisher, &first, Duration::from_secs(30)).await;
+    let degraded = publisher.degraded();
+
+    // The publisher's own node restarted (node 2 still down): it reconnects,
+    // passes over the classic queue again, and publishes.
+    let any = node_of_port(5681);
+    let ports = connection_ports(&any);
+    let held = ports.first().map(|p| node_of_port(*p));
+    let later = messages(&quorum.exchange, 20);
+    if let Some(held) = &held {
+        let own = stop_node(held).expect("stop the publisher's node");
+        assert!(own.restore(), "{held} came back");
+    }
+    publish_all(&publisher, &later, Duration::from_secs(90)).await;
+    assert!(node2.restore(), "node 2 came back");
+
+    let declared = declared.expect("the topology declares with the classic queue's node down");
+    assert_eq!(declared.unavailable_queues, vec![classic.queue.clone()]);
+    assert_eq!(degraded.len(), 1, "{degraded:?}");
+    assert!(degraded[0].contains(&classic.queue), "{degraded:?}");
+    assert!(held.is_some(), "the publisher's connection was seen");
+    let cleanup = connect_any(&urls, &tls, Duration::from_secs(10))
+        .await
+        .expect("the cluster answers");
+    classic.delete(&cleanup).await;
+    quorum.delete(&cleanup).await;
+}

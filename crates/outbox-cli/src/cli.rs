@@ -643,7 +643,10 @@ async fn declare_topology(cfg: &RelayConfig) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("cannot start: topology: {e}"))?;
     let declared = topology.declare(&connection).await;
     let _ = connection.close(200, "topology declared".into()).await;
-    declared.map_err(|e| anyhow::anyhow!("cannot start: topology: {e}"))?;
+    let declared = declared.map_err(|e| anyhow::anyhow!("cannot start: topology: {e}"))?;
+    for queue in &declared.unavailable_queues {
+        tracing::warn!(%queue, "topology: the queue's home node is down; starting without it (only its routes wait for the node)");
+    }
     tracing::info!(
         exchanges = topology.exchanges.len(),
         queues = topology.queues.len(),

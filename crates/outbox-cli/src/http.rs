@@ -230,20 +230,32 @@ async fn readyz(State(state): State<HttpState>, headers: HeaderMap) -> Response 
     if let Some(p) = &state.progress {
         checks.push(("progress", p.stalled().map_or(Ok(()), Err)));
     }
+    let (status, text) = readiness_report(&checks, state.publisher.degraded());
+    (status, text).into_response()
+}
+
+/// `/readyz`'s status and text: 200 when every check passed, a line a check
+/// (`name: ok` or `name: error`), then a `degraded:` line for each route the
+/// broker cannot serve now (detail, never a failure: every other route publishes).
+fn readiness_report(
+    checks: &[(&str, Result<(), String>)],
+    degraded: Vec<String>,
+) -> (StatusCode, String) {
     let ready = checks.iter().all(|(_, r)| r.is_ok());
-    let lines: Vec<String> = checks
+    let mut lines: Vec<String> = checks
         .iter()
         .map(|(name, r)| match r {
             Ok(()) => format!("{name}: ok"),
             Err(e) => format!("{name}: {e}"),
         })
         .collect();
+    lines.extend(degraded.into_iter().map(|d| format!("degraded: {d}")));
     let status = if ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    (status, lines.join("\n") + "\n").into_response()
+    (status, lines.join("\n") + "\n")
 }
 
 /// The longest `/readyz` waits for any one service. A service behind a network
@@ -322,6 +334,8 @@ async fn metrics_text(State(state): State<HttpState>, headers: HeaderMap) -> Res
         .absolute(c.publish_failures.load(Ordering::Relaxed));
     metrics::counter!("outbox_dead_total").absolute(c.dead.load(Ordering::Relaxed));
     metrics::counter!("outbox_publish_deferred_total").absolute(c.deferred.load(Ordering::Relaxed));
+    #[allow(clippy::cast_precision_loss)]
+    metrics::gauge!("outbox_broker_degraded_routes").set(state.publisher.degraded().len() as f64);
     if let Some(p) = &state.progress {
         metrics::gauge!("outbox_relay_stalled").set(if p.stalled().is_some() { 1.0 } else { 0.0 });
     }
@@ -528,4 +542,27 @@ async fn serve_on(
     )
     .with_graceful_shutdown(cancel.cancelled_owned())
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_degraded_route_is_detail_and_a_failed_check_is_a_failure() {
+        let ok = [("store", Ok(())), ("broker", Ok(()))];
+        let (status, text) = readiness_report(
+            &ok,
+            vec!["queue \"q\" unavailable: its home node is down".into()],
+        );
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(
+            text,
+            "store: ok\nbroker: ok\ndegraded: queue \"q\" unavailable: its home node is down\n"
+        );
+        let failed = [("store", Ok(())), ("broker", Err("unreachable".to_owned()))];
+        let (status, text) = readiness_report(&failed, Vec::new());
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(text, "store: ok\nbroker: unreachable\n");
+    }
 }

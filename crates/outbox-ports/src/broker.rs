@@ -84,6 +84,14 @@ pub trait Publisher: Send + Sync {
     /// # Errors
     /// [`PortError::Transient`] when it is not.
     async fn check(&self) -> Result<(), PortError>;
+
+    /// What the broker cannot serve now though it is reachable, one line each (on
+    /// RabbitMQ: queues of the topology whose home node is down, passed over when
+    /// the connection was opened). Shown by readiness as detail, never a failure:
+    /// every other route still publishes.
+    fn degraded(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// The AMQP header that carries a message's ordering key to consumers (AMQP has no

@@ -1667,6 +1667,50 @@ async fn the_ordering_command_lists_blocked_keys() {
 /// named on stdout and showing its original, the original kept dead and never
 /// requeued beside it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pausing_an_exchange_no_unsent_message_carries_warns_on_stderr_and_holds() {
+    let Some(w) = World::new("pausewarn").await else {
+        return;
+    };
+    let cfg = w.config("cli", "[http]\nenabled = false\n");
+    sqlx::query(&format!(
+        "INSERT INTO {}.outbox_messages (exchange, routing_key, payload) VALUES ($1, 'k', '\\x00'::bytea)",
+        w.schema.quoted()
+    ))
+    .bind(&w.exchange)
+    .execute(&w.pool)
+    .await
+    .expect("a pending row");
+
+    // The exchange messages carry: no warning.
+    let (code, stdout, stderr) = operator(&cfg, &["pause", "exchange", &w.exchange]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("paused exchange"), "{stderr}");
+    assert!(!stderr.contains("warning"), "{stderr}");
+    assert_eq!(stdout, "", "nothing on stdout");
+    // One of its shards' names, which no message carries: paused, with a warning
+    // on stderr naming the exchange to pause instead.
+    let shard = format!("{}.shard-1", w.exchange);
+    let (code, stdout, stderr) = operator(&cfg, &["pause", "exchange", &shard]);
+    assert_eq!(code, Some(0), "a warning is no failure: {stderr}");
+    assert_eq!(stdout, "", "nothing on stdout");
+    let warning = stderr
+        .lines()
+        .find(|l| l.starts_with("warning: "))
+        .unwrap_or_else(|| panic!("no warning on stderr: {stderr}"));
+    assert!(
+        warning.contains(&format!("no unsent message carries the exchange name {shard:?}"))
+            && warning.contains(&format!("pause {:?}", w.exchange)),
+        "{warning}"
+    );
+    let (code, stdout, stderr) = operator(&cfg, &["pauses"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.lines().any(|l| l.starts_with(&format!("exchange\t{shard}\t"))),
+        "the pause is in force all the same: {stdout}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_replay_command_edits_a_dead_message_only_when_editing_is_on() {
     let Some(w) = World::new("replaycli").await else {
         return;

@@ -1085,6 +1085,14 @@ pub struct PauseState {
     pub paused: bool,
     /// Whether this request changed that (false: it was so already).
     pub changed: bool,
+    /// An exchange's unsent messages now (pending, delayed or failing: those a
+    /// pause holds), read after the change; null for a consumer, or when they
+    /// could not be counted.
+    pub unsent: Option<u64>,
+    /// Something the operator should read (null: nothing): an exchange paused
+    /// that no unsent message carries, which may be a typo or a shard's name.
+    /// The pause is in force all the same.
+    pub warning: Option<String>,
 }
 
 #[cfg(test)]

@@ -385,10 +385,14 @@ async fn set_pause(
 }
 
 /// Pauses an exchange: the relays hold its messages pending (each ordering key's
-/// order kept) while every other exchange flows. Takes no body.
+/// order kept) while every other exchange flows. Takes no body. The answer counts
+/// the exchange's unsent messages now (`unsent`); when none carries that name, the
+/// pause is in force all the same (it holds what is written to it from now on) and
+/// `warning` says so: a typo, or a shard's name (`orders.shard-1`: messages carry
+/// the sharded exchange's own name) holds nothing.
 #[utoipa::path(post, path = "/exchanges/{exchange}/pause", tag = "pauses",
     params(("exchange" = String, Path, description = "Exchange name: 1 to 255 characters, no control character", pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]{1,255}$")),
-    responses((status = 200, body = PauseState), WriteErrors))]
+    responses((status = 200, body = PauseState, description = "Paused (`changed`: it was not before), with the exchange's unsent messages now (`unsent`) and a `warning` (null, or a text when no unsent message carries the name)"), WriteErrors))]
 pub(crate) async fn pause_exchange(
     State(s): Service,
     Extension(actor): Extension<Actor>,

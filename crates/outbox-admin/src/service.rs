@@ -1198,6 +1198,8 @@ impl AdminService {
     /// Pauses `name` (audited as `pause`, with the target `exchange NAME` or
     /// `consumer NAME` and a count of 1 when it was not paused before, else 0).
     /// Every relay or consumer of the store obeys at its next claim or pause check.
+    /// An exchange's answer counts its unsent messages, with a warning when none
+    /// carries that name (a typo, a shard's name): the pause holds all the same.
     ///
     /// # Errors
     /// `BadRequest` for a name that cannot be paused (empty, over 255 characters, a
@@ -1212,12 +1214,40 @@ impl AdminService {
         let changed = self.ports.pauses.pause(kind, name, actor).await?;
         self.audit(actor, "pause", format!("{kind} {name}"), u64::from(changed))
             .await?;
+        let unsent = self.unsent_of(kind, name).await;
         Ok(PauseState {
             kind: kind.into(),
             name: name.to_owned(),
             paused: true,
             changed,
+            unsent,
+            warning: (unsent == Some(0)).then(|| no_unsent_warning(name)),
         })
+    }
+
+    /// How many unsent messages (pending, delayed or failing) exchange `name`
+    /// holds now; `None` for a consumer, or when they cannot be counted (the
+    /// pause or resume is done either way: logged, not failed).
+    async fn unsent_of(&self, kind: PauseKind, name: &str) -> Option<u64> {
+        if kind != PauseKind::Exchange {
+            return None;
+        }
+        let mut unsent = 0;
+        for status in [OutboxStatus::Pending, OutboxStatus::PublishFailed] {
+            let filter = MessageFilter {
+                status: Some(status),
+                exchange: Some(name.to_owned()),
+                ..MessageFilter::default()
+            };
+            match self.ports.outbox.count_messages(&filter, u64::MAX).await {
+                Ok(n) => unsent += n,
+                Err(e) => {
+                    tracing::warn!(error = %e, exchange = name, "counting a paused exchange's unsent messages failed");
+                    return None;
+                }
+            }
+        }
+        Some(unsent)
     }
 
     /// Lifts the pause of `name` (audited as `resume`, counting 1 when it was
@@ -1245,6 +1275,8 @@ impl AdminService {
             name: name.to_owned(),
             paused: false,
             changed,
+            unsent: self.unsent_of(kind, name).await,
+            warning: None,
         })
     }
 
@@ -1418,6 +1450,30 @@ fn not_found(what: &'static str, id: impl ToString) -> AdminError {
         what,
         id: id.to_string(),
     })
+}
+
+/// What a pause of exchange `name` says when no unsent message carries that name:
+/// it holds only messages written to it from now on, and a shard's name (the
+/// relay publishes a sharded exchange's messages to `NAME.shard-N`, but they
+/// carry `NAME`) or a typo holds nothing.
+fn no_unsent_warning(name: &str) -> String {
+    let shard_of = name
+        .rsplit_once(".shard-")
+        .filter(|(base, n)| !base.is_empty() && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        .map(|(base, _)| base);
+    let hint = match shard_of {
+        Some(base) => format!(
+            "{name:?} looks like a shard of the sharded exchange {base:?}, whose messages \
+             carry {base:?}: pause {base:?} to hold them"
+        ),
+        None => "check the name for a typo; a sharded exchange is paused by its own name \
+                 (the one its messages carry), not by a shard's such as NAME.shard-0"
+            .to_owned(),
+    };
+    format!(
+        "no unsent message carries the exchange name {name:?}; the pause holds only \
+         messages written to it from now on. {hint}"
+    )
 }
 
 /// An exchange or consumer name as pauses and charts take it (1 to 255

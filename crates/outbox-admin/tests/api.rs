@@ -1532,6 +1532,79 @@ async fn exchanges_and_consumers_pause_and_resume_with_the_write_role_audited() 
     assert_eq!(actions, expected);
 }
 
+#[tokio::test]
+async fn a_pause_counts_the_exchange_s_unsent_messages_and_warns_when_none_carries_the_name() {
+    let h = harness();
+    h.pending(message("orders", "order.created", b"{}")).await;
+    h.pending(message("orders", "order.created", b"{}")).await;
+    h.pending(message("payments", "paid", b"{}")).await;
+
+    // An exchange messages carry: counted, no warning.
+    let (status, body) = h.write("POST", "/exchanges/orders/pause", None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["unsent"], 2, "{body}");
+    assert!(body["warning"].is_null(), "{body}");
+    assert_eq!(body["changed"], true, "today's fields stay: {body}");
+
+    // A shard's queue name, which no message carries: in force all the same,
+    // with a warning naming the sharded exchange to pause instead.
+    let (status, body) = h
+        .write("POST", "/exchanges/orders.shard-1/pause", None)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        (&body["paused"], &body["changed"], &body["unsent"]),
+        (&serde_json::json!(true), &serde_json::json!(true), &serde_json::json!(0)),
+        "{body}"
+    );
+    let warning = body["warning"].as_str().unwrap_or_else(|| panic!("a warning: {body}"));
+    assert!(
+        warning.contains("no unsent message carries the exchange name \"orders.shard-1\"")
+            && warning.contains("pause \"orders\""),
+        "{warning}"
+    );
+    // A typo: warned too, with the hint about sharded names.
+    let (status, body) = h.write("POST", "/exchanges/ordres/pause", None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["unsent"], 0, "{body}");
+    let warning = body["warning"].as_str().unwrap_or_else(|| panic!("a warning: {body}"));
+    assert!(
+        warning.contains("\"ordres\"") && warning.contains("typo") && warning.contains("shard"),
+        "{warning}"
+    );
+    let (_, body) = h.get("/pauses").await;
+    let names: Vec<&str> = body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["orders", "orders.shard-1", "ordres"], "{body}");
+
+    // A consumer has no unsent messages of its own to count.
+    let (status, body) = h.write("POST", "/consumers/billing/pause", None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body["unsent"].is_null() && body["warning"].is_null(), "{body}");
+    // A resume counts what it lets flow.
+    let (_, body) = h.write("POST", "/exchanges/orders/resume", None).await;
+    assert_eq!((&body["unsent"], &body["warning"]), (&serde_json::json!(2), &serde_json::json!(null)), "{body}");
+
+    // The document describes both fields of the answer.
+    let (_, doc) = h.get("/openapi.json").await;
+    let state = &doc["components"]["schemas"]["PauseState"]["properties"];
+    for field in ["unsent", "warning"] {
+        assert!(
+            state[field]["description"].as_str().is_some_and(|d| !d.is_empty()),
+            "{field}: {state}"
+        );
+    }
+    let described = doc["paths"]["/exchanges/{exchange}/pause"]["post"]["responses"]["200"]
+        ["description"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(described.contains("warning"), "{described}");
+}
+
 /// Dead messages of `exchange`, each failed with its own error text.
 async fn dead_with(
     h: &support::Harness,

@@ -710,7 +710,8 @@ pub(crate) async fn failures(service: &AdminService, json: bool) -> anyhow::Resu
 }
 
 /// Runs `outbox pause KIND NAME` (`pause`) or `outbox resume KIND NAME`; says on
-/// stderr what changed.
+/// stderr what changed, and the answer's warning (an exchange no unsent message
+/// carries).
 ///
 /// # Errors
 /// A name that cannot be paused, what the stores say.
@@ -733,6 +734,9 @@ pub(crate) async fn pause(
         (true, false) => eprintln!("{kind} {shown} was paused already"),
         (false, true) => eprintln!("resumed {kind} {shown}"),
         (false, false) => eprintln!("{kind} {shown} was not paused"),
+    }
+    if let Some(warning) = &state.warning {
+        eprintln!("warning: {}", out::printable(warning));
     }
     Ok(ExitCode::SUCCESS)
 }

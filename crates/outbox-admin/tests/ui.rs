@@ -1336,11 +1336,16 @@ async fn a_dead_delivery_is_edited_and_replayed_from_its_page() {
     assert!(!original.body.contains("edit-replay"));
 }
 
+/// The secret the tests' trusted proxy shares with the dashboard.
+const PROXY_SECRET: &str = "proxy-secret-0123456789";
+/// The header the tests' trusted proxy sends it in.
+const SECRET_HEADER: (&str, &str) = ("x-outbox-proxy-secret", PROXY_SECRET);
+
 /// Behind a trusted proxy: a request from the proxy's address naming a user with
 /// a role is signed in as that user (a session and its cookie, writes still need
 /// the CSRF token); the same header from another address is ignored (off to the
 /// login); a user without a role is refused; a token session gives way to the
-/// user the proxy names.
+/// user the proxy names (with the secret it shares on every request).
 #[tokio::test]
 async fn a_trusted_proxy_signs_in_the_user_it_names_and_only_from_its_address() {
     use axum::extract::connect_info::MockConnectInfo;
@@ -1353,6 +1358,8 @@ async fn a_trusted_proxy_signs_in_the_user_it_names_and_only_from_its_address() 
         from: vec!["10.0.0.0/8".parse().expect("net")],
         users: BTreeMap::from([("alice".to_owned(), Role::Write)]),
         groups: BTreeMap::from([("viewers".to_owned(), Role::Read)]),
+        secret_header: "x-outbox-proxy-secret".into(),
+        secret: Secret::new(PROXY_SECRET),
     };
     let options = UiOptions {
         trusted_proxy: Some(proxy),
@@ -1391,7 +1398,7 @@ async fn a_trusted_proxy_signs_in_the_user_it_names_and_only_from_its_address() 
     let page = get(
         proxied.clone(),
         "/ui/messages",
-        &[("x-forwarded-user", "alice")],
+        &[("x-forwarded-user", "alice"), SECRET_HEADER],
     )
     .await;
     assert_eq!(page.status, StatusCode::OK, "{}", page.body);
@@ -1413,6 +1420,7 @@ async fn a_trusted_proxy_signs_in_the_user_it_names_and_only_from_its_address() 
             .uri(format!("/ui/messages/{id}/requeue"))
             .header(header::COOKIE, &cookie)
             .header("x-forwarded-user", "alice")
+            .header(SECRET_HEADER.0, SECRET_HEADER.1)
             .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
             .body(Body::from(form))
             .expect("request")
@@ -1475,6 +1483,7 @@ async fn a_trusted_proxy_signs_in_the_user_it_names_and_only_from_its_address() 
                 .uri("/ui/login")
                 .header(header::COOKIE, &login_cookie)
                 .header("x-forwarded-for", xff)
+                .header(SECRET_HEADER.0, SECRET_HEADER.1)
                 .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
                 .body(Body::from(format!(
                     "token=wrong-token-0123456789&login_csrf={nonce}"
@@ -1512,7 +1521,7 @@ async fn a_trusted_proxy_signs_in_the_user_it_names_and_only_from_its_address() 
     let spoofed = get(
         from("192.168.1.9", &h.app),
         "/ui/messages",
-        &[("x-forwarded-user", "alice")],
+        &[("x-forwarded-user", "alice"), SECRET_HEADER],
     )
     .await;
     assert_eq!(spoofed.status, StatusCode::SEE_OTHER);
@@ -1537,6 +1546,7 @@ async fn a_trusted_proxy_signs_in_the_user_it_names_and_only_from_its_address() 
         &[
             ("x-forwarded-user", "vic"),
             ("x-forwarded-groups", "viewers"),
+            SECRET_HEADER,
         ],
     )
     .await;
@@ -1548,7 +1558,7 @@ async fn a_trusted_proxy_signs_in_the_user_it_names_and_only_from_its_address() 
     let nobody = get(
         proxied.clone(),
         "/ui/messages",
-        &[("x-forwarded-user", "mallory")],
+        &[("x-forwarded-user", "mallory"), SECRET_HEADER],
     )
     .await;
     assert_eq!(nobody.status, StatusCode::FORBIDDEN);
@@ -1564,6 +1574,7 @@ async fn a_trusted_proxy_signs_in_the_user_it_names_and_only_from_its_address() 
         &[
             ("x-forwarded-user", "alice"),
             ("cookie", &token_cookie.join("; ")),
+            SECRET_HEADER,
         ],
     )
     .await;
@@ -1593,6 +1604,7 @@ async fn a_trusted_proxy_signs_in_the_user_it_names_and_only_from_its_address() 
                 .method("POST")
                 .uri(format!("/ui/messages/{id}/delete"))
                 .header("x-forwarded-user", "alice")
+                .header(SECRET_HEADER.0, SECRET_HEADER.1)
                 .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
                 .body(Body::from("csrf=x"))
                 .expect("request"),
@@ -2187,8 +2199,8 @@ async fn a_session_in_a_shared_store_survives_a_restart_and_follows_its_token() 
     assert_eq!(other.get("/ui").await.status, StatusCode::SEE_OTHER);
 }
 
-/// Login attempts are limited per client address: ten in a burst, then 429 with
-/// Retry-After (even for the right token) while another address still logs in.
+/// Failed login attempts are limited per client address: ten in a burst, then 429
+/// with Retry-After (even for the right token) while another address still logs in.
 #[tokio::test]
 async fn login_attempts_are_limited_per_client_address() {
     use axum::extract::connect_info::MockConnectInfo;
@@ -2217,7 +2229,7 @@ async fn login_attempts_are_limited_per_client_address() {
         limited.body
     );
     assert!(
-        limited.body.contains("too many login attempts"),
+        limited.body.contains("too many failed login attempts"),
         "{}",
         limited.body
     );
@@ -2412,4 +2424,125 @@ async fn a_binary_body_is_withheld_from_its_page_while_json_keys_are_hidden() {
     assert!(page.body.contains("withheld"), "{}", page.body);
     let list = b.get("/ui/messages").await;
     assert!(!list.body.contains("hunter2"), "{}", list.body);
+}
+
+/// A browser at `ip` (the TCP peer the server sees), its requests carrying
+/// `extra` headers (a proxy's `X-Forwarded-For`, ...).
+fn browser_at(h: &Harness, ip: &str, extra: &'static [(&'static str, &'static str)]) -> Browser {
+    use axum::extract::connect_info::MockConnectInfo;
+    let mut b = Browser::new(h);
+    b.app = h
+        .app
+        .clone()
+        .layer(axum::middleware::from_fn(
+            move |mut request: axum::extract::Request, next: axum::middleware::Next| async move {
+                for (k, v) in extra {
+                    request
+                        .headers_mut()
+                        .insert(*k, v.parse().expect("header value"));
+                }
+                next.run(request).await
+            },
+        ))
+        .layer(MockConnectInfo(std::net::SocketAddr::new(
+            ip.parse().expect("ip"),
+            4711,
+        )));
+    b
+}
+
+/// Anonymous garbage never locks out a valid login: posts that are no login
+/// (no form, no nonce, a wrong nonce) cost no allowance, so after any number of
+/// them from the address everyone shares behind a plain TLS proxy, the right
+/// token still logs in (issue 47).
+#[tokio::test]
+async fn garbage_login_posts_never_lock_out_a_valid_login() {
+    let h = harness();
+    let mut garbage = browser_at(&h, "10.1.1.1", &[]);
+    for n in 0..50 {
+        let form = match n % 3 {
+            0 => String::new(),
+            1 => "token=x".to_owned(),
+            _ => "token=not-a-token-0123456789&login_csrf=forged".to_owned(),
+        };
+        let answer = garbage.post("/ui/login", &form).await;
+        assert!(
+            answer.status == StatusCode::FORBIDDEN || answer.status == StatusCode::BAD_REQUEST,
+            "post {n}: {}",
+            answer.status
+        );
+    }
+    let mut operator = browser_at(&h, "10.1.1.1", &[]);
+    let answer = operator.login(WRITE).await;
+    assert_eq!(answer.status, StatusCode::SEE_OTHER, "{}", answer.body);
+    assert_eq!(answer.location(), "/ui");
+}
+
+/// A proxy declared a forwarder (`UiOptions::forwarders`) is believed for
+/// `X-Forwarded-For` only: failed logins count per client it forwards for (one
+/// client's guesses do not lock out another behind it), and its user header
+/// signs nobody in (issue 47).
+#[tokio::test]
+async fn a_forwarder_counts_failures_per_client_it_forwards_for_and_signs_in_nobody() {
+    let options = UiOptions {
+        forwarders: vec!["10.9.9.9/32".parse().expect("net")],
+        ..UiOptions::default()
+    };
+    let h = ui_harness(tokens(), options);
+    let mut guesser = browser_at(&h, "10.9.9.9", &[("x-forwarded-for", "203.0.113.7")]);
+    for n in 0..10 {
+        let answer = guesser.login("not-a-token-0123456789").await;
+        assert_eq!(answer.status, StatusCode::UNAUTHORIZED, "attempt {n}");
+    }
+    let limited = guesser.login(WRITE).await;
+    assert_eq!(limited.status, StatusCode::TOO_MANY_REQUESTS);
+    let mut other = browser_at(&h, "10.9.9.9", &[("x-forwarded-for", "203.0.113.8")]);
+    assert_eq!(other.login(WRITE).await.status, StatusCode::SEE_OTHER);
+    let mut sso = browser_at(
+        &h,
+        "10.9.9.9",
+        &[("x-forwarded-user", "alice"), ("x-forwarded-for", "203.0.113.9")],
+    );
+    let page = sso.get("/ui/messages").await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER, "no sign-in by a forwarder");
+}
+
+/// A trusted proxy on loopback (the documented `from = ["127.0.0.1/32"]`) is any
+/// local process: its headers are believed only with the secret shared with the
+/// proxy, never without it or with another (issue 47).
+#[tokio::test]
+async fn sso_headers_without_the_proxys_secret_are_refused() {
+    use outbox_admin::TrustedProxy;
+    use std::collections::BTreeMap;
+    let options = UiOptions {
+        trusted_proxy: Some(TrustedProxy {
+            user_header: "x-forwarded-user".into(),
+            groups_header: None,
+            from: vec!["127.0.0.1/32".parse().expect("net")],
+            users: BTreeMap::from([("alice".to_owned(), Role::Write)]),
+            groups: BTreeMap::new(),
+            secret_header: "x-outbox-proxy-secret".into(),
+            secret: Secret::new(PROXY_SECRET),
+        }),
+        ..UiOptions::default()
+    };
+    let h = ui_harness(tokens(), options);
+    let mut local = browser_at(&h, "127.0.0.1", &[("x-forwarded-user", "alice")]);
+    let page = local.get("/ui/messages").await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
+    assert!(page.location().ends_with("/ui/login"), "{}", page.location());
+    assert!(local.cookies.keys().all(|k| !k.contains("session")));
+    let mut forged = browser_at(
+        &h,
+        "127.0.0.1",
+        &[
+            ("x-forwarded-user", "alice"),
+            ("x-outbox-proxy-secret", "proxy-secret-0123456788"),
+        ],
+    );
+    assert_eq!(forged.get("/ui/messages").await.status, StatusCode::SEE_OTHER);
+    let mut proxy = browser_at(&h, "127.0.0.1", &[("x-forwarded-user", "alice"), SECRET_HEADER]);
+    let page = proxy.get("/ui/messages").await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert!(page.body.contains("alice"));
 }

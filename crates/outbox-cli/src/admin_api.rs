@@ -63,6 +63,44 @@ pub struct TrustedProxyConfig {
     /// Roles by group name (the strongest of a user's groups).
     #[serde(default)]
     pub groups: std::collections::BTreeMap<String, Role>,
+    /// The secret the proxy sends on every request in `secret_header` (at least
+    /// [`MIN_SECRET_CHARS`] characters): without it the user header is anyone's
+    /// (any local process, when `from` is loopback). `Debug` shows `***`.
+    #[serde(default)]
+    pub secret: Option<Secret>,
+    /// A file holding the secret instead (one final line break dropped).
+    #[serde(default)]
+    pub secret_file: Option<std::path::PathBuf>,
+    /// The header the proxy sends the secret in.
+    #[serde(default = "default_secret_header")]
+    pub secret_header: String,
+}
+
+fn default_secret_header() -> String {
+    "X-Outbox-Proxy-Secret".to_owned()
+}
+
+/// `list` (addresses or networks) as networks: a bare address is one address;
+/// `/0` (every address) is refused.
+fn networks(at: &str, field: &str, list: &[String]) -> Result<Vec<ipnet::IpNet>, ConfigError> {
+    let nets = list
+        .iter()
+        .map(|f| {
+            f.parse::<ipnet::IpNet>()
+                .or_else(|_| f.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                .map_err(|_| {
+                    ConfigError::new(at, field, format!("{f:?} is not an address or network"))
+                })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if let Some(all) = nets.iter().find(|n| n.prefix_len() == 0) {
+        return Err(ConfigError::new(
+            at,
+            field,
+            format!("{all} is every address: anyone could claim to be the proxy; list the proxy's own"),
+        ));
+    }
+    Ok(nets)
 }
 
 impl TrustedProxyConfig {
@@ -92,31 +130,58 @@ impl TrustedProxyConfig {
                 "must name the proxy's addresses (requests from elsewhere are not believed)",
             ));
         }
-        let from = self
-            .from
-            .iter()
-            .map(|f| {
-                f.parse::<ipnet::IpNet>()
-                    .or_else(|_| f.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
-                    .map_err(|_| {
-                        ConfigError::new(&at, "from", format!("{f:?} is not an address or network"))
-                    })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        if let Some(all) = from.iter().find(|n| n.prefix_len() == 0) {
-            return Err(ConfigError::new(
-                &at,
-                "from",
-                format!(
-                    "{all} is every address: anyone could sign in as anyone; list the proxy's own"
-                ),
-            ));
-        }
+        let from = networks(&at, "from", &self.from)?;
         if self.users.is_empty() && self.groups.is_empty() {
             return Err(ConfigError::new(
                 &at,
                 "users",
                 "give roles to users or groups (users = { alice = \"write\" })",
+            ));
+        }
+        if axum::http::HeaderName::from_bytes(self.secret_header.as_bytes()).is_err() {
+            return Err(ConfigError::new(
+                &at,
+                "secret_header",
+                "is not a header name",
+            ));
+        }
+        let secret = match (&self.secret, &self.secret_file) {
+            (Some(secret), None) => secret.clone(),
+            (None, Some(path)) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    ConfigError::new(
+                        &at,
+                        "secret_file",
+                        format!("{} cannot be read: {e}", path.display()),
+                    )
+                })?;
+                let text = text.strip_suffix('\n').unwrap_or(&text);
+                Secret::new(text.strip_suffix('\r').unwrap_or(text))
+            }
+            (Some(_), Some(_)) => {
+                return Err(ConfigError::new(
+                    &at,
+                    "secret",
+                    "and secret_file are both set; give one",
+                ));
+            }
+            (None, None) => {
+                return Err(ConfigError::new(
+                    &at,
+                    "secret",
+                    format!(
+                        "is required: the secret the proxy sends in {} on every request (without it any process that reaches the port could sign in as anyone)",
+                        self.secret_header
+                    ),
+                ));
+            }
+        };
+        let chars = secret.expose().chars().count();
+        if chars < MIN_SECRET_CHARS {
+            return Err(ConfigError::new(
+                &at,
+                "secret",
+                format!("must be at least {MIN_SECRET_CHARS} characters (got {chars})"),
             ));
         }
         Ok(outbox_admin::TrustedProxy {
@@ -125,6 +190,8 @@ impl TrustedProxyConfig {
             from,
             users: self.users.clone(),
             groups: self.groups.clone(),
+            secret_header: self.secret_header.to_ascii_lowercase(),
+            secret,
         })
     }
 }
@@ -196,6 +263,10 @@ pub struct UiConfig {
     /// How long a login lasts (`"8h"`).
     #[serde(with = "outbox_core::duration")]
     pub session_ttl: std::time::Duration,
+    /// Addresses (or networks) of proxies that only forward (a TLS terminator, a
+    /// load balancer): their `X-Forwarded-For` names the client whose failed
+    /// logins count; nobody is signed in by them.
+    pub forwarders: Vec<String>,
 }
 
 impl Default for UiConfig {
@@ -205,6 +276,7 @@ impl Default for UiConfig {
             enabled: true,
             secure_cookies: defaults.secure_cookies,
             session_ttl: defaults.session_ttl,
+            forwarders: Vec::new(),
         }
     }
 }
@@ -220,6 +292,7 @@ impl AdminConfig {
         if let Some(p) = &self.trusted_proxy {
             p.proxy(section)?;
         }
+        networks(&format!("{section}.ui"), "forwarders", &self.ui.forwarders)?;
         let mut names = HashSet::new();
         let mut secrets = HashSet::new();
         for (i, token) in self.tokens.iter().enumerate() {
@@ -314,6 +387,8 @@ impl AdminConfig {
                         .trusted_proxy
                         .as_ref()
                         .and_then(|p| p.proxy("admin").ok()),
+                    forwarders: networks("admin.ui", "forwarders", &self.ui.forwarders)
+                        .unwrap_or_default(),
                     shutdown,
                     session_store,
                     ..outbox_admin::UiOptions::default()

@@ -721,6 +721,7 @@ impl RelayConfig {
                     .list_separator(",")
                     .with_list_parse_key("admin.redact_headers")
                     .with_list_parse_key("admin.redact_json_fields")
+                    .with_list_parse_key("admin.ui.forwarders")
                     .with_list_parse_key("rabbitmq.urls")
                     .source(Some(overrides)),
             )

@@ -931,6 +931,7 @@ groups_header = "X-Forwarded-Groups"
 from = ["127.0.0.1/32", "10.0.0.7"]
 users = { alice = "write" }
 groups = { viewers = "read" }
+secret = "proxy-secret-0123456789"
 "#;
     let cfg = RelayConfig::load_with_env(&file(&format!("{GOOD}{good}")), env(&[])).expect("loads");
     let proxy = cfg
@@ -942,6 +943,12 @@ groups = { viewers = "read" }
         .expect("valid");
     assert_eq!(proxy.from.len(), 2);
     assert_eq!(proxy.user_header, "x-forwarded-user");
+    assert_eq!(proxy.secret_header, "x-outbox-proxy-secret");
+    assert_eq!(proxy.secret.expose(), "proxy-secret-0123456789");
+    assert!(
+        !format!("{cfg:?}").contains("proxy-secret-0123456789"),
+        "Debug hides the proxy's secret"
+    );
     for (bad, named) in [
         (
             good.replace(r#"["127.0.0.1/32", "10.0.0.7"]"#, "[]"),
@@ -958,11 +965,38 @@ groups = { viewers = "read" }
                 .replace(r#"groups = { viewers = "read" }"#, ""),
             "users",
         ),
+        // Without the shared secret any local process could sign in (issue 47).
+        (
+            good.replace(r#"secret = "proxy-secret-0123456789""#, ""),
+            "secret",
+        ),
+        (
+            good.replace("proxy-secret-0123456789", "short"),
+            "at least 16",
+        ),
+        (
+            good.replace(
+                r#"secret = "proxy-secret-0123456789""#,
+                r#"secret_file = "/nonexistent/secret""#,
+            ),
+            "/nonexistent/secret cannot be read",
+        ),
     ] {
         let e = error_of(&format!("{GOOD}{bad}"), &[]);
         assert!(
             e.contains("trusted_proxy") && e.contains(named),
             "{named}: {e}"
         );
+        assert!(!e.contains("proxy-secret-0123456789"), "{e}");
     }
+    // A forwarder is believed for X-Forwarded-For only; `/0` is refused.
+    let forwarders = "[admin.ui]\nforwarders = [\"10.0.0.9\", \"192.168.0.0/24\"]\n";
+    let cfg = RelayConfig::load_with_env(&file(&format!("{GOOD}{forwarders}")), env(&[]))
+        .expect("loads");
+    assert_eq!(cfg.admin.ui.forwarders.len(), 2);
+    let e = error_of(
+        &format!("{GOOD}[admin.ui]\nforwarders = [\"::/0\"]\n"),
+        &[],
+    );
+    assert!(e.contains("forwarders") && e.contains("every address"), "{e}");
 }

@@ -1,44 +1,63 @@
-//! Login attempts limited per client address (governor's keyed rate limiter):
-//! ten a minute, then one every six seconds, so guessing tokens through the login
-//! form is as slow as it is pointless, while a person who mistypes is never in
-//! the way. The address is the TCP peer's, or behind the trusted proxy the one it
-//! forwarded for.
+//! Failed logins limited per client address: ten in a burst, then one every six
+//! seconds (a generic cell rate: each failure takes six seconds of allowance, ten
+//! may be taken at once), so guessing tokens through the login form is as slow as
+//! it is pointless, while a person who mistypes is never in the way.
+//!
+//! Only a failed password counts: a post that is no login at all (no form, no
+//! nonce, another page's nonce) is refused before this is asked and costs nothing,
+//! so anonymous garbage cannot lock a valid login out; a right token never
+//! counts either. While an address has used its allowance, every login from it is
+//! refused before the token is looked at (a right one too: the answer must not
+//! tell a guess that hit). The address is the TCP peer's, or behind a declared
+//! forwarder or the trusted proxy the one it forwarded for.
 
+use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::num::NonZeroU32;
-use std::time::Duration;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
-use governor::clock::{Clock as _, DefaultClock};
-use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
-
-/// Attempts a client address may make in a burst (and per minute after it).
+/// Failed attempts a client address may make in a burst (and per minute after it).
 pub(crate) const LOGIN_ATTEMPTS_PER_MINUTE: u32 = 10;
+
+/// The allowance one failed attempt takes.
+const PER_ATTEMPT: Duration = Duration::from_secs(60 / LOGIN_ATTEMPTS_PER_MINUTE as u64);
 
 /// Addresses remembered before the idle ones are forgotten.
 const REMEMBERED: usize = 10_000;
 
 pub(crate) struct LoginLimit {
-    limiter: DefaultKeyedRateLimiter<IpAddr>,
-    clock: DefaultClock,
+    /// Per address, when its allowance is whole again (the "theoretical arrival
+    /// time" of the cell rate algorithm).
+    full_at: Mutex<HashMap<IpAddr, Instant>>,
 }
 
 impl LoginLimit {
     pub(crate) fn new() -> Self {
-        let per_minute = NonZeroU32::new(LOGIN_ATTEMPTS_PER_MINUTE).unwrap_or(NonZeroU32::MIN);
-        let clock = DefaultClock::default();
         Self {
-            limiter: RateLimiter::keyed(Quota::per_minute(per_minute)),
-            clock,
+            full_at: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Counts an attempt from `client`: `Err` with the wait before the next one may
-    /// be made when it is one too many. An unknown client (a server without
-    /// connect info) is not limited: one bucket for all would let anyone lock
-    /// everyone out. IPv6 clients count by their /64 (one host holds a whole /64).
-    /// Past [`REMEMBERED`] addresses, idle ones are forgotten; while still over it,
-    /// new addresses share one bucket, so memory stays bounded.
-    pub(crate) fn attempt(&self, client: Option<IpAddr>) -> Result<(), Duration> {
+    /// Whether `client` may try a login now: `Err` with the wait before it may,
+    /// when its failed attempts used its allowance up. Counts nothing.
+    pub(crate) fn check(&self, client: Option<IpAddr>) -> Result<(), Duration> {
+        self.at(client, Instant::now(), false)
+    }
+
+    /// Counts a failed attempt (a well-formed login whose token was wrong) of
+    /// `client`.
+    pub(crate) fn failed(&self, client: Option<IpAddr>) {
+        // Asked after `check` allowed it: nothing to refuse any more.
+        let _ = self.at(client, Instant::now(), true);
+    }
+
+    /// `check` (and with `count`, the failure counted) at `now`. An unknown
+    /// client (a server without connect info) is not limited: one bucket for all
+    /// would let anyone lock everyone out. IPv6 clients count by their /64 (one
+    /// host holds a whole /64). Past [`REMEMBERED`] addresses, those whose
+    /// allowance is whole are forgotten; while still over it, new addresses share
+    /// one bucket, so memory stays bounded.
+    fn at(&self, client: Option<IpAddr>, now: Instant, count: bool) -> Result<(), Duration> {
         let Some(client) = client else {
             return Ok(());
         };
@@ -49,15 +68,26 @@ impl LoginLimit {
             },
             v4 => v4,
         };
-        if self.limiter.len() > REMEMBERED {
-            self.limiter.retain_recent();
-            if self.limiter.len() > REMEMBERED {
+        let mut full_at = self.full_at.lock().unwrap_or_else(PoisonError::into_inner);
+        if !full_at.contains_key(&key) && full_at.len() >= REMEMBERED {
+            full_at.retain(|_, at| *at > now);
+            if full_at.len() >= REMEMBERED {
                 key = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
             }
         }
-        self.limiter
-            .check_key(&key)
-            .map_err(|not_until| not_until.wait_time_from(self.clock.now()))
+        let whole = full_at.get(&key).map_or(now, |at| (*at).max(now));
+        // One more failure fits while the allowance is short of whole by at most
+        // the burst less one.
+        let tolerance = PER_ATTEMPT * (LOGIN_ATTEMPTS_PER_MINUTE - 1);
+        if let Some(next) = whole.checked_sub(tolerance) {
+            if next > now {
+                return Err(next - now);
+            }
+        }
+        if count {
+            full_at.insert(key, whole + PER_ATTEMPT);
+        }
+        Ok(())
     }
 }
 
@@ -66,34 +96,47 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ten_attempts_then_a_wait_per_address() {
+    fn ten_failures_then_a_wait_per_address() {
         let limit = LoginLimit::new();
+        let now = Instant::now();
         let (a, b): (IpAddr, IpAddr) = (
             "10.0.0.1".parse().expect("ip"),
             "10.0.0.2".parse().expect("ip"),
         );
         for n in 0..LOGIN_ATTEMPTS_PER_MINUTE {
-            assert!(limit.attempt(Some(a)).is_ok(), "attempt {n}");
+            assert!(limit.at(Some(a), now, false).is_ok(), "check {n}");
+            assert!(limit.at(Some(a), now, true).is_ok(), "failure {n}");
         }
-        let wait = limit.attempt(Some(a)).expect_err("one too many");
+        let wait = limit.at(Some(a), now, false).expect_err("one too many");
+        assert_eq!(wait, PER_ATTEMPT);
         assert!(
-            wait > Duration::ZERO && wait <= Duration::from_secs(6),
-            "{wait:?}"
+            limit.at(Some(a), now + PER_ATTEMPT, false).is_ok(),
+            "one more after six seconds"
         );
         assert!(
-            limit.attempt(Some(b)).is_ok(),
+            limit.at(Some(b), now, false).is_ok(),
             "another address has its own"
         );
         // One IPv6 host holds a /64: its addresses share an allowance.
         for n in 0..LOGIN_ATTEMPTS_PER_MINUTE {
             let ip: IpAddr = format!("2001:db8::{n:x}").parse().expect("ip");
-            assert!(limit.attempt(Some(ip)).is_ok(), "attempt {n}");
+            assert!(limit.at(Some(ip), now, true).is_ok(), "failure {n}");
         }
         let other_host: IpAddr = "2001:db8::ffff".parse().expect("ip");
-        assert!(limit.attempt(Some(other_host)).is_err(), "the same /64");
+        assert!(limit.at(Some(other_host), now, false).is_err(), "the same /64");
         // No address known: not limited (one bucket for all would lock all out).
         for _ in 0..100 {
-            assert!(limit.attempt(None).is_ok());
+            limit.failed(None);
+        }
+        assert!(limit.check(None).is_ok());
+    }
+
+    #[test]
+    fn checks_alone_never_use_the_allowance() {
+        let limit = LoginLimit::new();
+        let a: IpAddr = "10.0.0.1".parse().expect("ip");
+        for _ in 0..1_000 {
+            assert!(limit.check(Some(a)).is_ok());
         }
     }
 }

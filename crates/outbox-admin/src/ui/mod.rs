@@ -74,6 +74,11 @@ pub struct UiOptions {
     /// Sign-in by a trusted proxy (single sign-on in front of the dashboard);
     /// `None`: the login form only.
     pub trusted_proxy: Option<TrustedProxy>,
+    /// Addresses of proxies that only forward (a TLS terminator, a load
+    /// balancer): their `X-Forwarded-For` names the client whose failed logins
+    /// are counted, so one client's failures do not lock out everyone behind the
+    /// proxy. Nobody is signed in by them (that is `trusted_proxy`).
+    pub forwarders: Vec<ipnet::IpNet>,
     /// Turns `true` (or is dropped) when the server shuts down: the overview's
     /// live streams end then, so a graceful shutdown does not wait for open
     /// pages. `None`: each stream still ends within 5 minutes.
@@ -93,6 +98,7 @@ impl Default for UiOptions {
             max_sessions: 10_000,
             one_time_login: None,
             trusted_proxy: None,
+            forwarders: Vec::new(),
             shutdown: None,
             session_store: None,
         }
@@ -120,7 +126,7 @@ pub(crate) struct Ui {
     pub(crate) one_time: Mutex<Option<OneTimeLogin>>,
     /// The overview's live numbers, shared by every open overview page.
     pub(crate) live: live::LiveFeed,
-    /// Login attempts per client address.
+    /// Failed login attempts per client address.
     pub(crate) login_limit: login_limit::LoginLimit,
 }
 

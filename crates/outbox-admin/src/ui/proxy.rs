@@ -1,17 +1,20 @@
 //! Sign-in by a trusted proxy: single sign-on in front of the dashboard
 //! (oauth2-proxy, an ingress's auth, and the like) names the signed-in user, and
 //! its groups, in request headers. Those headers are believed only on requests
-//! whose peer address is one of the proxy's (`from`): from anywhere else anyone
-//! could send them, so they are ignored there and the login form applies. A user
-//! gets a role by name or through a group; one with neither is refused, not let
-//! in read-only.
+//! whose peer address is one of the proxy's (`from`) and that carry the secret
+//! shared with the proxy in its header (compared in constant time, never logged):
+//! from anywhere else, or without the secret (any local process when `from` is
+//! loopback), anyone could send them, so they are ignored there and the login form
+//! applies. A user gets a role by name or through a group; one with neither is
+//! refused, not let in read-only.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use axum::http::HeaderMap;
+use subtle::ConstantTimeEq;
 
-use crate::auth::{Actor, Role};
+use crate::auth::{Actor, Role, Secret};
 
 /// The longest user or group name taken from a header.
 const MAX_NAME_CHARS: usize = 255;
@@ -34,6 +37,13 @@ pub struct TrustedProxy {
     pub users: BTreeMap<String, Role>,
     /// Roles by group name (a user in several gets the strongest).
     pub groups: BTreeMap<String, Role>,
+    /// The header the proxy sends [`secret`](Self::secret) in
+    /// (`X-Outbox-Proxy-Secret`), on every request.
+    pub secret_header: String,
+    /// The secret shared with the proxy: a request without it (exactly once, in
+    /// `secret_header`) is not the proxy's, whatever its peer address. `Debug`
+    /// hides it.
+    pub secret: Secret,
 }
 
 /// What the proxy says of a request.
@@ -48,37 +58,46 @@ pub(crate) enum Proxied {
     NoRole(String),
 }
 
-impl TrustedProxy {
-    /// Whether `peer` is one of the proxy's addresses.
-    fn trusts(&self, peer: IpAddr) -> bool {
-        // An IPv4 peer may arrive as an IPv4-mapped IPv6 address on a dual-stack
-        // socket: compared as the IPv4 address it is.
-        let peer = match peer {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(peer, IpAddr::V4),
-            v4 => v4,
-        };
-        self.from.iter().any(|net| net.contains(&peer))
-    }
+/// Whether `peer` is in one of `nets`. An IPv4 peer may arrive as an IPv4-mapped
+/// IPv6 address on a dual-stack socket: compared as the IPv4 address it is.
+pub(crate) fn in_nets(nets: &[ipnet::IpNet], peer: IpAddr) -> bool {
+    let peer = match peer {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(peer, IpAddr::V4),
+        v4 => v4,
+    };
+    nets.iter().any(|net| net.contains(&peer))
+}
 
-    /// The client a request came from: when `peer` is the proxy, the last address
-    /// of its `X-Forwarded-For` (the one the proxy itself appended); else `peer`.
-    pub(crate) fn client_of(&self, peer: Option<IpAddr>, headers: &HeaderMap) -> Option<IpAddr> {
-        if !peer.is_some_and(|p| self.trusts(p)) {
-            return peer;
+/// The client a forwarding proxy says it forwarded for: the last address of its
+/// `X-Forwarded-For` (the one the proxy itself appended).
+pub(crate) fn forwarded_for(headers: &HeaderMap) -> Option<IpAddr> {
+    headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .next_back()
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.rsplit(',').next())
+        .and_then(|v| v.trim().parse().ok())
+}
+
+impl TrustedProxy {
+    /// Whether a request from `peer` with `headers` is the proxy's: `peer` is one
+    /// of its addresses and the shared secret came, once, in its header.
+    pub(crate) fn vouches(&self, peer: Option<IpAddr>, headers: &HeaderMap) -> bool {
+        if !peer.is_some_and(|p| in_nets(&self.from, p)) {
+            return false;
         }
-        headers
-            .get_all("x-forwarded-for")
-            .iter()
-            .next_back()
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.rsplit(',').next())
-            .and_then(|v| v.trim().parse().ok())
-            .or(peer)
+        let mut sent = headers.get_all(self.secret_header.as_str()).iter();
+        let (Some(value), None) = (sent.next(), sent.next()) else {
+            return false;
+        };
+        let secret = self.secret.expose().as_bytes();
+        !secret.is_empty() && bool::from(value.as_bytes().ct_eq(secret))
     }
 
     /// Who `headers` say signed in, when `peer` is the proxy.
     pub(crate) fn identify(&self, peer: Option<IpAddr>, headers: &HeaderMap) -> Proxied {
-        if !peer.is_some_and(|p| self.trusts(p)) {
+        if !self.vouches(peer, headers) {
             return Proxied::No;
         }
         let Some(user) = header_text(headers, &self.user_header, MAX_NAME_CHARS) else {
@@ -153,15 +172,45 @@ mod tests {
                 ("ops".to_owned(), Role::Write),
                 ("dev".to_owned(), Role::Read),
             ]),
+            secret_header: "x-outbox-proxy-secret".into(),
+            secret: Secret::new(SECRET),
         }
     }
 
+    const SECRET: &str = "proxy-secret-0123456789";
+
+    /// `pairs` with the proxy's secret.
     fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = without_secret(pairs);
+        h.insert("x-outbox-proxy-secret", SECRET.parse().unwrap_or_else(|_| unreachable!()));
+        h
+    }
+
+    fn without_secret(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
         for (k, v) in pairs {
             h.insert(*k, v.parse().unwrap_or_else(|_| unreachable!()));
         }
         h
+    }
+
+    #[test]
+    fn without_the_shared_secret_the_headers_are_anyones() {
+        let p = proxy();
+        let alice = [("x-forwarded-user", "alice")];
+        assert!(matches!(p.identify(at("10.1.2.3"), &headers(&alice)), Proxied::As(_)));
+        assert_eq!(
+            p.identify(at("10.1.2.3"), &without_secret(&alice)),
+            Proxied::No,
+            "no secret"
+        );
+        let mut wrong = without_secret(&alice);
+        wrong.insert("x-outbox-proxy-secret", "proxy-secret-0123456788".parse().unwrap_or_else(|_| unreachable!()));
+        assert_eq!(p.identify(at("10.1.2.3"), &wrong), Proxied::No, "a wrong one");
+        let mut twice = headers(&alice);
+        twice.append("x-outbox-proxy-secret", SECRET.parse().unwrap_or_else(|_| unreachable!()));
+        assert_eq!(p.identify(at("10.1.2.3"), &twice), Proxied::No, "sent twice");
+        assert!(!format!("{p:?}").contains(SECRET), "Debug hides it");
     }
 
     fn at(ip: &str) -> Option<IpAddr> {

@@ -349,30 +349,8 @@ pub(crate) async fn login(
     extensions: axum::http::Extensions,
     form: Result<Form<LoginForm>, FormRejection>,
 ) -> Page {
-    // The client: the TCP peer, or behind the trusted proxy the address it says
-    // it forwarded for (else every client would share the proxy's allowance).
-    let peer = peer_of(&extensions);
-    let client = match &ui.options.trusted_proxy {
-        Some(proxy) => proxy.client_of(peer, &headers),
-        None => peer,
-    };
-    if let Err(wait) = ui.login_limit.attempt(client) {
-        // Rounded up: a client that waits what it is told is not refused again.
-        let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
-        tracing::warn!(client = ?client, "dashboard login attempts limited");
-        let mut page = login_page(
-            &ui,
-            StatusCode::TOO_MANY_REQUESTS,
-            Some(format!(
-                "too many login attempts from your address; try again in {seconds} s"
-            )),
-            None,
-        )?;
-        if let Ok(v) = seconds.to_string().parse() {
-            page.headers_mut().insert(header::RETRY_AFTER, v);
-        }
-        return Ok(page);
-    }
+    // Garbage (no form, no nonce, another page's nonce) is refused before the
+    // limit is asked and costs no allowance: only a failed token counts.
     let Ok(Form(form)) = form else {
         return login_page(
             &ui,
@@ -391,6 +369,24 @@ pub(crate) async fn login(
             None,
         );
     }
+    let client = client_of(&ui, peer_of(&extensions), &headers);
+    if let Err(wait) = ui.login_limit.check(client) {
+        // Rounded up: a client that waits what it is told is not refused again.
+        let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        tracing::warn!(client = ?client, "dashboard login attempts limited");
+        let mut page = login_page(
+            &ui,
+            StatusCode::TOO_MANY_REQUESTS,
+            Some(format!(
+                "too many failed login attempts from your address; try again in {seconds} s"
+            )),
+            None,
+        )?;
+        if let Ok(v) = seconds.to_string().parse() {
+            page.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        return Ok(page);
+    }
     let token = form.token.unwrap_or_default();
     if let Some(actor) = take_one_time(&ui, &token) {
         return open_session(&ui, actor, Via::Once).await;
@@ -404,12 +400,37 @@ pub(crate) async fn login(
             Some(AdminError::NotConfigured.to_string()),
             None,
         ),
-        Err(_) => login_page(
-            &ui,
-            StatusCode::UNAUTHORIZED,
-            Some("unknown token".into()),
-            None,
-        ),
+        Err(_) => {
+            ui.login_limit.failed(client);
+            login_page(
+                &ui,
+                StatusCode::UNAUTHORIZED,
+                Some("unknown token".into()),
+                None,
+            )
+        }
+    }
+}
+
+/// The client a login came from, whose failures are counted: the TCP peer, or
+/// when the peer is a declared forwarder or the trusted proxy (vouching with its
+/// secret) the address it says it forwarded for (else every client would share
+/// the proxy's allowance).
+fn client_of(
+    ui: &Ui,
+    peer: Option<std::net::IpAddr>,
+    headers: &HeaderMap,
+) -> Option<std::net::IpAddr> {
+    let forwarded = peer.is_some_and(|p| super::proxy::in_nets(&ui.options.forwarders, p))
+        || ui
+            .options
+            .trusted_proxy
+            .as_ref()
+            .is_some_and(|p| p.vouches(peer, headers));
+    if forwarded {
+        super::proxy::forwarded_for(headers).or(peer)
+    } else {
+        peer
     }
 }
 

@@ -770,7 +770,12 @@ impl RabbitPublisher {
         }
         // First every confirm, then the outcomes: a return rides on whichever
         // confirm lapin completes next (see `Returns`), often another message's.
-        let mut returns = Returns::default();
+        let mut returns = Returns {
+            // The channel broke while publishing: the confirms of what was handed
+            // over may have failed, with a return still waiting.
+            incomplete: broken,
+            ..Returns::default()
+        };
         let mut settled = Vec::with_capacity(messages.len());
         for (&(m, target), p) in messages.iter().zip(pending) {
             let settled_one = match p {

@@ -78,13 +78,31 @@ pub(crate) fn either<T: serde::Serialize>(
 /// # Errors
 /// When it cannot be serialized (never for the API's types).
 pub(crate) fn json(value: &impl serde::Serialize) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(value)?);
+    println!("{}", json_text(value)?);
     Ok(())
 }
 
-/// One line on stdout.
+/// `value` as pretty JSON with every control character escaped: serde_json
+/// escapes those below U+0020; DEL and the C1 controls (U+0080 to U+009F, CSI
+/// among them), which a terminal may obey, can only stand inside strings and
+/// are written `\u00XX` there too.
+fn json_text(value: &impl serde::Serialize) -> anyhow::Result<String> {
+    let text = serde_json::to_string_pretty(value)?;
+    Ok(text
+        .chars()
+        .map(|c| {
+            if c.is_control() && c != '\n' {
+                format!("\\u{:04x}", u32::from(c))
+            } else {
+                c.to_string()
+            }
+        })
+        .collect())
+}
+
+/// One line on stdout (what it names from messages or the store escaped).
 pub(crate) fn line(text: &str) {
-    println!("{text}");
+    println!("{}", printable_text(text));
 }
 
 fn or_dash(value: Option<&str>) -> &str {
@@ -179,6 +197,23 @@ pub(crate) fn blocked_key_page(page: &BlockedKeyPage) {
     }
 }
 
+/// `text` (a payload, a body, an error) on lines of its own: control characters
+/// shown escaped as in [`printable`] (terminal escapes, carriage returns, DEL, C1),
+/// but line breaks and tabs kept, which make the text readable.
+pub(crate) fn printable_text(text: &str) -> String {
+    text.split_inclusive(['\n', '\t'])
+        .map(|piece| {
+            let (body, end) = match piece.char_indices().last() {
+                Some((at, c @ ('\n' | '\t'))) => (&piece[..at], Some(c)),
+                _ => (piece, None),
+            };
+            let mut shown = printable(body);
+            shown.extend(end);
+            shown
+        })
+        .collect()
+}
+
 /// `text` on one line of a tab-separated listing: control characters (tabs,
 /// newlines, terminal escapes) shown escaped.
 pub(crate) fn printable(text: &str) -> String {
@@ -244,6 +279,14 @@ pub(crate) fn message_page(page: &MessagePage) {
 
 /// One message, a field per line, then its payload and each consumer's side.
 pub(crate) fn message_detail(m: &MessageDetail) {
+    print!("{}", message_detail_text(m));
+}
+
+/// [`message_detail`]'s text: what producers, consumers and stores wrote
+/// (names, headers, payload, errors) with its control characters escaped.
+fn message_detail_text(m: &MessageDetail) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
     let fields = [
         ("id", Some(m.id.as_str())),
         ("status", Some(m.status.as_str())),
@@ -261,11 +304,12 @@ pub(crate) fn message_detail(m: &MessageDetail) {
         ("last_error", m.last_error.as_deref()),
     ];
     for (name, value) in fields {
-        println!("{name}\t{}", or_dash(value));
+        let _ = writeln!(out, "{name}\t{}", printable(or_dash(value)));
     }
-    println!("attempts\t{}", m.attempts);
+    let _ = writeln!(out, "attempts\t{}", m.attempts);
     for a in &m.failed_attempts {
-        println!(
+        let _ = writeln!(
+            out,
             "failed_attempt\t{}\t{}\t{}",
             a.attempt,
             a.at,
@@ -273,25 +317,28 @@ pub(crate) fn message_detail(m: &MessageDetail) {
         );
     }
     for (name, value) in &m.headers {
-        println!("header\t{name}: {value}");
+        let _ = writeln!(out, "header\t{}: {}", printable(name), printable(value));
     }
     let encoding = if m.payload_base64 { " (base64)" } else { "" };
-    println!(
+    let _ = writeln!(
+        out,
         "payload\t{} bytes{encoding}{}",
         m.payload_size,
         if m.payload_redacted { ", redacted" } else { "" }
     );
-    println!("{}", m.payload);
+    let _ = writeln!(out, "{}", printable_text(&m.payload));
     for d in &m.deliveries {
-        println!(
+        let _ = writeln!(
+            out,
             "consumer\t{}\t{}\tattempts={}\t{}\t{}",
-            d.consumer,
+            printable(&d.consumer),
             d.status,
             d.attempts,
             or_dash(d.consumed_at.as_deref()),
-            d.last_error.as_deref().unwrap_or("")
+            printable(d.last_error.as_deref().unwrap_or(""))
         );
     }
+    out
 }
 
 /// Every consumer with its counts.
@@ -367,13 +414,21 @@ pub(crate) fn marked_dead_letters(items: &[DeadLetterView]) {
 
 /// One dead letter with its whole body.
 pub(crate) fn dead_letter_detail(d: &DeadLetterView) {
-    println!("{}", dead_letter_line(d));
+    print!("{}", dead_letter_text(d));
+}
+
+/// [`dead_letter_detail`]'s text, control characters escaped.
+fn dead_letter_text(d: &DeadLetterView) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(out, "{}", dead_letter_line(d));
     for (name, value) in &d.headers {
-        println!("header\t{name}: {value}");
+        let _ = writeln!(out, "header\t{}: {}", printable(name), printable(value));
     }
     let encoding = if d.body_base64 { " (base64)" } else { "" };
-    println!("body\t{} bytes{encoding}", d.body_size);
-    println!("{}", d.body);
+    let _ = writeln!(out, "body\t{} bytes{encoding}", d.body_size);
+    let _ = writeln!(out, "{}", printable_text(&d.body));
+    out
 }
 
 /// The dashboard's numbers.
@@ -390,7 +445,7 @@ pub(crate) fn stats(s: &StatsResponse) {
     for c in &s.consumers {
         println!(
             "consumer {}\treceived={}\tconsumed={}\tconsume_failed={}\tdead={}\tdead_letters={}{}",
-            c.name,
+            printable(&c.name),
             c.received,
             c.consumed
                 .map_or_else(|| "not counted".to_owned(), |n| n.to_string()),
@@ -424,7 +479,7 @@ pub(crate) fn stats(s: &StatsResponse) {
     );
     for w in &s.sweeps {
         if !w.available {
-            println!("sweep {}\tstate unavailable", w.key);
+            println!("sweep {}\tstate unavailable", printable(&w.key));
             continue;
         }
         match &w.completed_at {
@@ -528,6 +583,59 @@ mod tests {
         assert!(!progress_wanted(true, false, true), "--json");
         assert!(!progress_wanted(false, true, true), "--dry-run");
         assert!(!progress_wanted(false, false, false), "not a terminal");
+    }
+
+    /// ESC as a producer could put it in a header, a body and an error: a
+    /// sequence that clears the screen, and one in C1 form (U+009B).
+    const CLEAR: &str = "\u{1b}[2J\u{1b}]0;pwned\u{7}\u{9b}31m";
+
+    fn no_escape_reaches_the_terminal(text: &str) {
+        assert!(
+            !text
+                .chars()
+                .any(|c| c.is_control() && c != '\n' && c != '\t'),
+            "{text:?}"
+        );
+    }
+
+    #[test]
+    fn a_message_shown_escapes_what_producers_and_handlers_wrote() {
+        let detail: MessageDetail = serde_json::from_value(serde_json::json!({
+            "id": "0190aa", "status": "dead", "exchange": format!("orders{CLEAR}"),
+            "routing_key": "a", "headers": {format!("x-{CLEAR}"): format!("v{CLEAR}")},
+            "content_type": "text/plain", "created_at": "2026-01-01T00:00:00Z",
+            "payload": format!("line one{CLEAR}\nline\ttwo\r"), "payload_base64": false,
+            "payload_redacted": false, "payload_size": 10, "attempts": 1,
+            "last_error": format!("handler said {CLEAR}"),
+            "failed_attempts": [{"attempt": 1, "at": "2026-01-01T00:00:00Z", "error": CLEAR}],
+            "deliveries": [],
+        }))
+        .expect("a detail");
+        let text = message_detail_text(&detail);
+        no_escape_reaches_the_terminal(&text);
+        assert!(text.contains(r"\u{1b}[2J"), "{text}");
+        assert!(
+            text.contains("line one") && text.contains("\nline\ttwo\\r\n"),
+            "line breaks and tabs kept, CR escaped: {text:?}"
+        );
+        let json = json_text(&detail).expect("json");
+        no_escape_reaches_the_terminal(&json);
+        let back: serde_json::Value = serde_json::from_str(&json).expect("still JSON");
+        assert_eq!(back["last_error"], format!("handler said {CLEAR}"));
+    }
+
+    #[test]
+    fn a_dead_letter_shown_escapes_its_headers_and_body() {
+        let letter: DeadLetterView = serde_json::from_value(serde_json::json!({
+            "id": 1, "consumer": "billing", "routing_key": format!("k{CLEAR}"),
+            "reason": format!("undecodable {CLEAR}"), "received_at": "2026-01-01T00:00:00Z",
+            "headers": {"x-h": CLEAR}, "body": format!("{{}}{CLEAR}"), "body_base64": false,
+            "body_redacted": false, "body_size": 2,
+        }))
+        .expect("a dead letter");
+        let text = dead_letter_text(&letter);
+        no_escape_reaches_the_terminal(&text);
+        assert!(text.contains(r"undecodable \u{1b}[2J"), "{text}");
     }
 
     #[test]

@@ -339,15 +339,28 @@ pub fn main() -> ExitCode {
     match runtime.block_on(dispatch(cli)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("{}", error_text(&e));
             ExitCode::FAILURE
         }
     }
 }
 
+/// A command's error as printed: its chain, with what a message or the store put
+/// in it (a header, a handler's error text) unable to drive the terminal:
+/// control characters escaped, line breaks and tabs kept.
+fn error_text(e: &anyhow::Error) -> String {
+    format!(
+        "error: {}",
+        crate::admin_output::printable_text(&format!("{e:#}"))
+    )
+}
+
 fn load(path: &std::path::Path) -> Result<RelayConfig, ExitCode> {
     RelayConfig::load(path).map_err(|e| {
-        eprintln!("error: {e}");
+        eprintln!(
+            "error: {}",
+            crate::admin_output::printable_text(&e.to_string())
+        );
         ExitCode::from(CONFIG_ERROR)
     })
 }
@@ -1004,6 +1017,22 @@ mod tests {
     use clap::CommandFactory as _;
 
     use super::Cli;
+
+    #[test]
+    fn an_error_printed_escapes_what_messages_put_in_it() {
+        let e = anyhow::anyhow!("handler failed: \u{1b}[2J\u{9b}31m\r\nsecond line")
+            .context("reconsume 0190aa");
+        let text = super::error_text(&e);
+        assert!(
+            !text.chars().any(|c| c.is_control() && c != '\n'),
+            "{text:?}"
+        );
+        assert!(
+            text.starts_with("error: reconsume 0190aa: handler failed: \\u{1b}[2J"),
+            "{text:?}"
+        );
+        assert!(text.ends_with("\\r\nsecond line"), "{text:?}");
+    }
 
     /// Every subcommand, nested ones included, with its path.
     fn every_subcommand(cmd: &clap::Command, path: &str, out: &mut Vec<(String, clap::Command)>) {

@@ -19,8 +19,15 @@ impl Table {
         }
     }
 
+    /// A row; each cell's control characters are shown escaped (a cell is on
+    /// one line, and no producer's text reaches the terminal as escapes).
     pub(crate) fn row(&mut self, cells: Vec<String>) {
-        self.rows.push(cells);
+        self.rows.push(
+            cells
+                .iter()
+                .map(|c| crate::admin_output::printable(c))
+                .collect(),
+        );
     }
 
     /// On stdout, as [`Table::render`] makes it for stdout.
@@ -101,6 +108,17 @@ mod tests {
             sample().render(false),
             "0190aa\tdead\tno route\n01\tpublish_failed\t\n"
         );
+    }
+
+    #[test]
+    fn a_cell_never_carries_a_terminal_escape() {
+        let mut t = Table::new(&["ERROR"]);
+        t.row(vec!["\u{1b}[2Jgone\r\u{9b}31m".into()]);
+        for terminal in [true, false] {
+            let text = t.render(terminal);
+            assert!(!text.chars().any(|c| c.is_control() && c != '\n'), "{text:?}");
+            assert!(text.contains(r"\u{1b}[2Jgone\r\u{9b}31m"), "{text:?}");
+        }
     }
 
     #[test]

@@ -24,6 +24,9 @@ pub(crate) struct Committed {
     pub(crate) key: Option<String>,
     pub(crate) unroutable: bool,
     pub(crate) refused: bool,
+    /// The dead message this one replays (the operator's edit and replay): both
+    /// carry the same order, whose effect must be applied once.
+    pub(crate) replay_of: Option<Uuid>,
 }
 
 /// Everything read at the end of a round (or while waiting for it to settle).
@@ -166,13 +169,15 @@ pub(crate) fn check(o: &Observed, last: bool) -> Verdict {
         });
     };
     let mut fates = Vec::with_capacity(o.committed.len());
+    let mut reported = HashSet::new();
     for m in &o.committed {
         let effects = if m.refused {
             0
         } else {
             effects_of.get(&m.order_id).map_or(0, Vec::len) as u32
         };
-        if effects > 1 {
+        // Once per order, whether a message or its replay holds it.
+        if effects > 1 && reported.insert(m.order_id) {
             push(
                 Kind::DuplicateEffect,
                 m.id,
@@ -290,6 +295,7 @@ mod tests {
             key: key.map(str::to_owned),
             unroutable: false,
             refused: false,
+            replay_of: None,
         }
     }
 
@@ -379,6 +385,25 @@ mod tests {
         let v = check(&o, true);
         assert_eq!(v.count(Kind::DuplicateEffect), 1);
         assert_eq!(v.violations[0].message_id, id(2));
+    }
+
+    #[test]
+    fn a_replay_applied_beside_its_delivered_original_is_one_duplicate() {
+        // Defect 2's shape: the original dead though delivered, its replay
+        // delivered too.
+        let mut o = clean();
+        o.outbox.insert(id(2), "dead".into());
+        let mut replay = msg(20, None);
+        replay.order_id = 2;
+        replay.replay_of = Some(id(2));
+        o.committed.push(replay);
+        o.outbox.insert(id(20), "sent".into());
+        o.inbox.insert(id(20), "consumed".into());
+        o.tap.insert(id(20), 1);
+        o.effects.push((2, id(20), 4));
+        let v = check(&o, true);
+        assert_eq!(v.count(Kind::DuplicateEffect), 1, "{:?}", v.violations);
+        assert_eq!(v.violations.len(), 1);
     }
 
     #[test]

@@ -26,7 +26,7 @@ use plan::Plan;
 use crate::Ctx;
 use crate::world::Bins;
 
-const USAGE: &str = "usage: outbox-chaos --generative [--seed N] [--duration D]\n\n  --seed N      the first round's seed (default: the seeds of generative-seeds.txt, then\n                one from the clock); alone, without --duration, one round of that seed\n  --duration D  run rounds (about 50 s each) for D (90s, 3m, 1h); the next round's seed\n                is the last one's plus one\n\nwrites target/chaos/generative.json; exits 1 on any lost, twice-applied, out-of-order\nor stuck message; see RELIABILITY.md";
+const USAGE: &str = "usage: outbox-chaos --generative [--seed N] [--duration D] [--replay]\n\n  --seed N      the first round's seed (default: the seeds of generative-seeds.txt, then\n                one from the clock); alone, without --duration, one round of that seed\n  --duration D  run rounds (about 50 s each) for D (90s, 3m, 1h); the next round's seed\n                is the last one's plus one\n  --replay      run the operator's replays the plans draw (skipped by default while\n                issue 47's defect 2 is open)\n\nwrites target/chaos/generative.json; exits 1 on any lost, twice-applied, out-of-order\nor stuck message; see RELIABILITY.md";
 
 /// Seeds that once found a defect, run first by every `--duration` run: a failing
 /// seed becomes a test by a line in this file (with a comment on what it found).
@@ -35,13 +35,18 @@ const REGRESSIONS: &str = include_str!("../../generative-seeds.txt");
 /// About how long a round takes: its production, settling and setup.
 const ROUND_ESTIMATE: Duration = Duration::from_secs(Plan::PRODUCTION_MS / 1000 + 20);
 
-/// At most this many violations are listed in the JSON (all are counted).
-const LISTED: usize = 1000;
+/// At most this many violations of a round are listed in the JSON, the worst
+/// kinds first (all are counted).
+const LISTED: usize = 200;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Args {
     seed: Option<u64>,
     duration: Option<Duration>,
+    /// Run the operator's replays the plans draw (skipped otherwise: issue 47's
+    /// defect 2, a replay of a dead message that was delivered applies it twice,
+    /// is open).
+    replay: bool,
 }
 
 /// `Ok(None)`: `--help`.
@@ -49,6 +54,7 @@ fn parse_args(args: &[String]) -> Result<Option<Args>, String> {
     let mut a = Args {
         seed: None,
         duration: None,
+        replay: false,
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -56,6 +62,7 @@ fn parse_args(args: &[String]) -> Result<Option<Args>, String> {
         match flag.as_str() {
             "--help" | "-h" => return Ok(None),
             "--generative" => {}
+            "--replay" => a.replay = true,
             "--seed" if a.seed.is_none() => {
                 let v = value()?;
                 a.seed = Some(v.parse().map_err(|_| format!("--seed {v:?}: a number"))?);
@@ -127,12 +134,12 @@ fn copy_bins(from: &Bins) -> anyhow::Result<Bins> {
     })
 }
 
-async fn round(ctx: &Ctx, seed: u64) -> RoundReport {
+async fn round(ctx: &Ctx, seed: u64, replay: bool) -> RoundReport {
     let plan = Plan::draw(seed);
     eprintln!("generative: seed {seed}: {}", plan.describe());
     let describe = plan.describe();
     let started = Instant::now();
-    let finished = match run::run(ctx, plan).await {
+    let finished = match run::run(ctx, plan, replay).await {
         Ok(f) => f,
         Err(e) => {
             return RoundReport {
@@ -143,13 +150,14 @@ async fn round(ctx: &Ctx, seed: u64) -> RoundReport {
             };
         }
     };
-    let v = check::check(&finished.observed, true);
+    let mut v = check::check(&finished.observed, true);
+    v.violations.sort_by_key(|x| x.kind);
     let fates: serde_json::Map<String, serde_json::Value> = v
         .fates
         .iter()
         .map(|(f, n)| (format!("{f:?}"), serde_json::json!(n)))
         .collect();
-    let passed = v.violations.is_empty();
+    let passed = v.violations.is_empty() && finished.exited.is_empty();
     let json = serde_json::json!({
         "seed": seed,
         "plan": describe,
@@ -165,6 +173,7 @@ async fn round(ctx: &Ctx, seed: u64) -> RoundReport {
         "duration_s": started.elapsed().as_secs(),
         "logs": finished.world.dir.display().to_string(),
         "notes": finished.notes,
+        "exited": finished.exited,
         "passed": passed,
     });
     eprintln!(
@@ -181,6 +190,9 @@ async fn round(ctx: &Ctx, seed: u64) -> RoundReport {
     );
     for n in &finished.notes {
         eprintln!("generative: seed {seed}: note: {n}");
+    }
+    for x in &finished.exited {
+        eprintln!("generative: seed {seed}: FAILED: {x}");
     }
     for x in v.violations.iter().take(20) {
         eprintln!(
@@ -199,7 +211,7 @@ async fn round(ctx: &Ctx, seed: u64) -> RoundReport {
         seed,
         json,
         violations: v.violations,
-        error: None,
+        error: (!finished.exited.is_empty()).then(|| finished.exited.join("; ")),
     }
 }
 
@@ -242,7 +254,7 @@ pub(crate) async fn main(
             break;
         }
         let r = tokio::select! {
-            r = round(&ctx, seed) => r,
+            r = round(&ctx, seed, args.replay) => r,
             _ = tokio::signal::ctrl_c() => {
                 eprintln!("generative: interrupted during seed {seed}");
                 reports.push(RoundReport {
@@ -259,6 +271,10 @@ pub(crate) async fn main(
     let all: Vec<(u64, &check::Violation)> = reports
         .iter()
         .flat_map(|r| r.violations.iter().map(move |v| (r.seed, v)))
+        .collect();
+    let listed: Vec<(u64, &check::Violation)> = reports
+        .iter()
+        .flat_map(|r| r.violations.iter().take(LISTED).map(move |v| (r.seed, v)))
         .collect();
     let count = |k: Kind| all.iter().filter(|(_, v)| v.kind == k).count();
     let failed_seeds: Vec<u64> = reports
@@ -277,12 +293,13 @@ pub(crate) async fn main(
         "duplicate_effects": count(Kind::DuplicateEffect),
         "out_of_order": count(Kind::OutOfOrder),
         "stuck": count(Kind::Stuck),
-        "violations": all.iter().take(LISTED).map(|(seed, v)| serde_json::json!({
+        "violations": listed.iter().map(|(seed, v)| serde_json::json!({
             "seed": seed,
             "message_id": v.message_id.to_string(),
             "what": format!("{}: {}", kind_name(v.kind), v.what),
         })).collect::<Vec<_>>(),
-        "violations_listed": all.len().min(LISTED),
+        "violations_listed": listed.len(),
+        "violations_total": all.len(),
         "failed_seeds": failed_seeds,
         "errors": reports.iter().filter_map(|r| r.error.as_ref().map(|e| serde_json::json!({"seed": r.seed, "error": e}))).collect::<Vec<_>>(),
         "duration_s": started.elapsed().as_secs(),
@@ -340,6 +357,7 @@ mod tests {
             Ok(Some(Args {
                 seed: Some(5),
                 duration: Some(Duration::from_secs(180)),
+                replay: false,
             }))
         );
         assert_eq!(args(&["--help"]), Ok(None));
@@ -355,12 +373,14 @@ mod tests {
         let one: Vec<u64> = seeds(&Args {
             seed: Some(9),
             duration: None,
+            replay: false,
         })
         .collect();
         assert_eq!(one, vec![9]);
         let many: Vec<u64> = seeds(&Args {
             seed: Some(100),
             duration: Some(Duration::from_secs(60)),
+            replay: true,
         })
         .take(regression_seeds(REGRESSIONS).len() + 2)
         .collect();

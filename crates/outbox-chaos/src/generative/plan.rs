@@ -66,6 +66,9 @@ pub(crate) struct Msg {
     pub(crate) refused: bool,
     /// Published no earlier than this long after its commit (0: at once).
     pub(crate) delay_ms: u32,
+    /// A body over the consumer's limit (1 MiB; SQL only): a dead letter, or
+    /// dead in the outbox if the relay refuses it.
+    pub(crate) oversized: bool,
 }
 
 /// One producer transaction.
@@ -106,6 +109,9 @@ pub(crate) enum Action {
     Requeue { n: u32 },
     /// An operator deletes up to `n` dead messages.
     Delete { n: u32 },
+    /// An operator replays up to `n` dead unkeyed messages (edit and replay,
+    /// unedited: a new id, the same body). Run only with `--replay`.
+    Replay { n: u32 },
 }
 
 impl Action {
@@ -122,6 +128,7 @@ impl Action {
             Self::DeleteExchange { .. } => "delete_exchange",
             Self::Requeue { .. } => "requeue",
             Self::Delete { .. } => "delete",
+            Self::Replay { .. } => "replay",
         }
     }
 }
@@ -190,7 +197,7 @@ impl Plan {
 
         // The library's stream: a transaction every `gap_ms` on average, spread
         // over the lanes; SQL bursts of up to 3,000 rows at a few moments.
-        let lib_per_s = pick(&mut rng, &[50u64, 100, 200, 300]);
+        let lib_per_s = pick(&mut rng, &[50u64, 100, 150, 250]);
         let mut starts: Vec<(u64, Via)> = Vec::new();
         let mut t = 0.0;
         while t < production_ms as f64 {
@@ -251,6 +258,7 @@ impl Plan {
                     None
                 };
                 let refused = via == Via::Sql && chance(&mut rng, 0.003);
+                let oversized = via == Via::Sql && !refused && chance(&mut rng, 0.001);
                 msgs.push(Msg {
                     order_id,
                     key,
@@ -262,6 +270,7 @@ impl Plan {
                     } else {
                         0
                     },
+                    oversized,
                 });
             }
             txs.push(Tx {
@@ -281,7 +290,7 @@ impl Plan {
             if at >= (production_ms - 2_000) as f64 {
                 break;
             }
-            let action = match rng.below(13) {
+            let action = match rng.below(14) {
                 0 | 1 => Action::KillRelay {
                     relay: rng.below(settings.relays),
                     down_ms: pick(&mut rng, &[0, 500, 3_000]),
@@ -308,8 +317,11 @@ impl Plan {
                 10 | 11 => Action::Requeue {
                     n: pick(&mut rng, &[1, 10, 100]),
                 },
-                _ => Action::Delete {
+                12 => Action::Delete {
                     n: pick(&mut rng, &[1, 10]),
+                },
+                _ => Action::Replay {
+                    n: pick(&mut rng, &[1, 10, 50]),
                 },
             };
             events.push(Event {
@@ -414,6 +426,7 @@ mod tests {
         assert!(any(&|p| p.msgs().any(|m| m.poison)));
         assert!(any(&|p| p.msgs().any(|m| m.refused)));
         assert!(any(&|p| p.msgs().any(|m| m.delay_ms > 0)));
+        assert!(any(&|p| p.msgs().any(|m| m.oversized)));
         for name in [
             "kill_relay",
             "kill_consumer",
@@ -425,6 +438,7 @@ mod tests {
             "delete_exchange",
             "requeue",
             "delete",
+            "replay",
         ] {
             assert!(
                 any(&|p| p.events.iter().any(|e| e.action.name() == name)),

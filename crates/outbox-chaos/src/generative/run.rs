@@ -32,17 +32,26 @@ use super::plan::{Action, LANES, Plan, Tx, Via};
 use crate::Ctx;
 use crate::world::{CONFIRM_TIMEOUT, LEASE_TTL, World};
 
+/// The padding of an oversized body: over the consumer's 1 MiB.
+const OVERSIZED: i32 = (1 << 20) + 1024;
+
 /// The binding key of the billing queue (the shop's), which the tap mirrors.
 const ROUTED: &str = "order.*";
-/// How long a round may take to settle after production ends.
-pub(crate) const SETTLE: Duration = Duration::from_secs(120);
+/// How long a round may go on settling without any message moving (no effect,
+/// no status changed, no copy at the tap): what is still in progress then is
+/// stuck.
+pub(crate) const STALLED: Duration = Duration::from_secs(30);
+/// How long a round may take to settle after production ends, moving or not.
+pub(crate) const SETTLE: Duration = Duration::from_secs(300);
 
 /// What a round leaves for the checker, and for the reader.
 pub(crate) struct Finished {
     pub(crate) observed: Observed,
-    /// The round settled before [`SETTLE`] ran out.
+    /// The round settled before it stalled or [`SETTLE`] ran out.
     pub(crate) settled_in: Option<Duration>,
     pub(crate) notes: Vec<String>,
+    /// Processes that ended by themselves during the round.
+    pub(crate) exited: Vec<String>,
     /// Where the round's logs and configs are (removed when it passes).
     pub(crate) world: World,
 }
@@ -53,6 +62,9 @@ struct Ops {
     deleted: HashSet<Uuid>,
     touched: HashSet<Uuid>,
     requeued: u64,
+    replayed: u64,
+    /// Replays drawn but not run (without `--replay`).
+    replays_skipped: u64,
 }
 
 /// The processes of a round.
@@ -71,6 +83,8 @@ struct Round {
     ops: Mutex<Ops>,
     tap: Arc<Mutex<HashMap<Uuid, u32>>>,
     poison: String,
+    /// Run the plan's replays (`--replay`).
+    replay: bool,
 }
 
 impl Round {
@@ -325,6 +339,25 @@ enabled = false
                     }
                 }
             }
+            Action::Replay { n } => {
+                if !self.replay {
+                    self.ops
+                        .lock()
+                        .map_err(|_| anyhow::anyhow!("poisoned"))?
+                        .replays_skipped += 1;
+                    return Ok(());
+                }
+                let ids: Vec<Uuid> = sqlx::query_scalar(&format!(
+                    "SELECT id FROM {}.outbox_messages WHERE status = 'dead' AND ordering_key IS NULL ORDER BY seq LIMIT $1",
+                    self.w.shop.outbox_schema.quoted()
+                ))
+                .bind(i64::from(n))
+                .fetch_all(&self.w.pool)
+                .await?;
+                for id in ids {
+                    self.replay_one(id).await?;
+                }
+            }
             Action::Delete { n } => {
                 for id in self.dead(n).await? {
                     // Recorded before the delete: a delete that answers an error
@@ -353,6 +386,42 @@ enabled = false
         Ok(())
     }
 
+    /// Replays dead message `id` unedited, as the admin API's edit and replay
+    /// does (a new id, the same body and routing, no key, due at once), and writes
+    /// the replay into the ledger once the store took it.
+    async fn replay_one(&self, id: Uuid) -> anyhow::Result<()> {
+        let Some(original) = self.w.outbox.get_message(MessageId::from_uuid(id)).await? else {
+            return Ok(());
+        };
+        let mut replay = original.message;
+        let new_id = Uuid::now_v7();
+        replay.id = MessageId::from_uuid(new_id);
+        replay.not_before = None;
+        replay.ordering_key = None;
+        if self
+            .w
+            .outbox
+            .replay_message(MessageId::from_uuid(id), replay)
+            .await
+            .is_err()
+        {
+            return Ok(());
+        }
+        sqlx::query(&format!(
+            "INSERT INTO {s}.gen_ledger (message_id, order_id, ordering_key, unroutable, refused, replay_of) \
+             SELECT $1, order_id, NULL, unroutable, refused, message_id FROM {s}.gen_ledger WHERE message_id = $2",
+            s = self.w.shop.schema.quoted()
+        ))
+        .bind(new_id)
+        .bind(id)
+        .execute(&self.w.pool)
+        .await?;
+        let mut ops = self.ops.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+        ops.touched.insert(id);
+        ops.replayed += 1;
+        Ok(())
+    }
+
     async fn row_exists(&self, id: Uuid) -> bool {
         sqlx::query_scalar::<_, bool>(&format!(
             "SELECT EXISTS (SELECT 1 FROM {}.outbox_messages WHERE id = $1)",
@@ -362,6 +431,30 @@ enabled = false
         .fetch_one(&self.w.pool)
         .await
         .unwrap_or(true)
+    }
+
+    /// Processes that ended by themselves (not killed by the round): each is a
+    /// failure of the round, named with its exit status.
+    async fn exited(&self) -> Vec<String> {
+        let mut procs = self.procs.lock().await;
+        let mut out = Vec::new();
+        let Procs {
+            relays, consumer, ..
+        } = &mut *procs;
+        for (name, slot) in relays
+            .iter_mut()
+            .enumerate()
+            .map(|(i, c)| (format!("relay {i}"), c))
+            .chain(std::iter::once(("the consumer".to_owned(), consumer)))
+        {
+            if let Some(c) = slot {
+                if let Ok(Some(status)) = c.try_wait() {
+                    out.push(format!("{name} exited by itself ({status}); see its log"));
+                    *slot = None;
+                }
+            }
+        }
+        out
     }
 
     /// Undoes every fault: the proxy forwards, nothing paused, the exchange and
@@ -393,9 +486,10 @@ enabled = false
             self.w.shop.outbox_schema.quoted(),
         );
         let pool = &self.w.pool;
-        let committed: Vec<(Uuid, i64, Option<String>, bool, bool)> = sqlx::query_as(&format!(
-            "SELECT message_id, order_id, ordering_key, unroutable, refused FROM {s}.gen_ledger"
-        ))
+        let committed: Vec<LedgerRow> =
+            sqlx::query_as(&format!(
+                "SELECT message_id, order_id, ordering_key, unroutable, refused, replay_of FROM {s}.gen_ledger"
+            ))
         .fetch_all(pool)
         .await?;
         let outbox: Vec<(Uuid, String)> =
@@ -440,13 +534,16 @@ enabled = false
         Ok(Observed {
             committed: committed
                 .into_iter()
-                .map(|(id, order_id, key, unroutable, refused)| Committed {
-                    id,
-                    order_id,
-                    key,
-                    unroutable,
-                    refused,
-                })
+                .map(
+                    |(id, order_id, key, unroutable, refused, replay_of)| Committed {
+                        id,
+                        order_id,
+                        key,
+                        unroutable,
+                        refused,
+                        replay_of,
+                    },
+                )
                 .collect(),
             outbox: outbox.into_iter().collect(),
             blocked: blocked.into_iter().collect(),
@@ -465,11 +562,36 @@ enabled = false
     }
 }
 
+/// What moves while a round settles: effects, statuses, copies at the tap.
+/// A ledger row: id, order, key, unroutable, refused, replayed message.
+type LedgerRow = (Uuid, i64, Option<String>, bool, bool, Option<Uuid>);
+
+/// Effects, outbox and inbox rows by status, copies at the tap.
+type Progress = (usize, Vec<(String, usize)>, Vec<(String, usize)>, u64);
+
+fn progress(o: &Observed) -> Progress {
+    let count = |m: &HashMap<Uuid, String>| {
+        let mut by: HashMap<&str, usize> = HashMap::new();
+        for s in m.values() {
+            *by.entry(s.as_str()).or_default() += 1;
+        }
+        let mut v: Vec<(String, usize)> = by.into_iter().map(|(k, n)| (k.to_owned(), n)).collect();
+        v.sort();
+        v
+    };
+    (
+        o.effects.len(),
+        count(&o.outbox),
+        count(&o.inbox),
+        o.tap.values().map(|n| u64::from(*n)).sum(),
+    )
+}
+
 /// Creates the round's ledger: a row per message, in the message's transaction.
 async fn create_ledger(w: &World) -> anyhow::Result<()> {
     sqlx::query(&format!(
         "CREATE TABLE {}.gen_ledger (message_id uuid PRIMARY KEY, order_id bigint NOT NULL, \
-         ordering_key text, unroutable boolean NOT NULL, refused boolean NOT NULL)",
+         ordering_key text, unroutable boolean NOT NULL, refused boolean NOT NULL, replay_of uuid)",
         w.shop.schema.quoted()
     ))
     .execute(&w.pool)
@@ -531,17 +653,24 @@ async fn produce(w: &World, tx: &Tx) -> anyhow::Result<()> {
                 .map(|m| i32::try_from(m.delay_ms).unwrap_or(i32::MAX))
                 .collect();
             let refused: Vec<bool> = tx.msgs.iter().map(|m| m.refused).collect();
+            let pad: Vec<i32> = tx
+                .msgs
+                .iter()
+                .map(|m| if m.oversized { OVERSIZED } else { 0 })
+                .collect();
             sqlx::query(&format!(
                 "INSERT INTO {o}.outbox_messages (id, exchange, routing_key, message_type, payload, ordering_key, not_before)
                  SELECT t.id, $6, t.rk, 'order.created',
                         convert_to(CASE WHEN t.refused
                                         THEN json_build_object('not_an_order', t.order_id)::text
+                                        WHEN t.pad > 0
+                                        THEN json_build_object('order_id', t.order_id, 'total_cents', 100 + t.order_id, 'pad', repeat('x', t.pad))::text
                                         ELSE json_build_object('order_id', t.order_id, 'total_cents', 100 + t.order_id)::text
                                    END, 'UTF8'),
                         t.okey,
                         CASE WHEN t.delay_ms > 0 THEN now() + t.delay_ms * interval '1 millisecond' END
-                 FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::int[], $7::bool[])
-                      WITH ORDINALITY AS t(id, order_id, rk, okey, delay_ms, refused, n)
+                 FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::int[], $7::bool[], $8::int[])
+                      WITH ORDINALITY AS t(id, order_id, rk, okey, delay_ms, refused, pad, n)
                  ORDER BY t.n"
             ))
             .bind(&ids)
@@ -551,6 +680,7 @@ async fn produce(w: &World, tx: &Tx) -> anyhow::Result<()> {
             .bind(&delays)
             .bind(&w.shop.exchange)
             .bind(&refused)
+            .bind(&pad)
             .execute(&mut *db)
             .await?;
         }
@@ -564,7 +694,8 @@ async fn produce(w: &World, tx: &Tx) -> anyhow::Result<()> {
     let unroutable: Vec<bool> = tx.msgs.iter().map(|m| m.unroutable).collect();
     let refused: Vec<bool> = tx.msgs.iter().map(|m| m.refused).collect();
     sqlx::query(&format!(
-        "INSERT INTO {s}.gen_ledger SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::bool[], $5::bool[])"
+        "INSERT INTO {s}.gen_ledger (message_id, order_id, ordering_key, unroutable, refused) \
+         SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::bool[], $5::bool[])"
     ))
     .bind(&ids)
     .bind(&orders)
@@ -618,7 +749,7 @@ fn record(seen: &Mutex<HashMap<Uuid, u32>>, id: Option<&lapin::types::ShortStrin
 }
 
 /// Runs `plan` and reads the outcome.
-pub(crate) async fn run(ctx: &Ctx, plan: Plan) -> anyhow::Result<Finished> {
+pub(crate) async fn run(ctx: &Ctx, plan: Plan, replay: bool) -> anyhow::Result<Finished> {
     let mut w = World::new_in("gen", &ctx.urls, &ctx.bins, "target/chaos/logs").await?;
     let mut notes = Vec::new();
     create_ledger(&w).await?;
@@ -663,6 +794,7 @@ pub(crate) async fn run(ctx: &Ctx, plan: Plan) -> anyhow::Result<Finished> {
         tap: Arc::new(Mutex::new(HashMap::new())),
         poison: poison.join(","),
         plan,
+        replay,
     });
 
     // The tap, consumed for the whole round on a connection of its own.
@@ -723,6 +855,7 @@ pub(crate) async fn run(ctx: &Ctx, plan: Plan) -> anyhow::Result<Finished> {
         notes.push(format!("action refused or failed: {e}"));
     }
     // Healed again: a fault's undo can have failed under another fault.
+    let mut exited = round.exited().await;
     round.heal().await?;
     if failed_txs > 0 {
         notes.push(format!(
@@ -733,22 +866,42 @@ pub(crate) async fn run(ctx: &Ctx, plan: Plan) -> anyhow::Result<Finished> {
     // Settled: nothing in progress, twice in a row 2 s apart.
     let healed = Instant::now();
     let mut quiet = 0;
+    let mut last_move = (Instant::now(), None);
     let settled_in = loop {
-        let settled = match round.observe().await {
-            Ok(o) => o.drained && super::check::check(&o, false).settled,
-            Err(_) => false,
+        let (settled, moved) = match round.observe().await {
+            Ok(o) => {
+                let signature = progress(&o);
+                let moved = last_move.1.as_ref() != Some(&signature);
+                last_move.1 = Some(signature);
+                (o.drained && super::check::check(&o, false).settled, moved)
+            }
+            Err(_) => (false, false),
         };
+        if moved {
+            last_move.0 = Instant::now();
+        }
         quiet = if settled { quiet + 1 } else { 0 };
         if quiet >= 2 {
             break Some(healed.elapsed());
         }
-        if healed.elapsed() > SETTLE {
+        let gone = round.exited().await;
+        if !gone.is_empty() {
+            exited.extend(gone);
+            round.heal().await?;
+        }
+        if healed.elapsed() > SETTLE || last_move.0.elapsed() > STALLED {
+            notes.push(format!(
+                "not settled {:.0} s after production ended, the last move {:.0} s before",
+                healed.elapsed().as_secs_f64(),
+                last_move.0.elapsed().as_secs_f64()
+            ));
             break None;
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
     };
 
     // The processes stop; the tap is read to its end.
+    exited.extend(round.exited().await);
     let mut procs = round.procs.lock().await;
     let mut children: Vec<Child> = procs.relays.iter_mut().filter_map(Option::take).collect();
     children.extend(procs.consumer.take());
@@ -782,9 +935,21 @@ pub(crate) async fn run(ctx: &Ctx, plan: Plan) -> anyhow::Result<Finished> {
     }
     let _ = tap_conn.close(200, "done".into()).await;
     let observed = round.observe().await?;
-    let requeued = round.ops.lock().map(|o| o.requeued).unwrap_or(0);
+    let (requeued, replayed, skipped) = round
+        .ops
+        .lock()
+        .map(|o| (o.requeued, o.replayed, o.replays_skipped))
+        .unwrap_or_default();
     if requeued > 0 {
         notes.push(format!("the operator requeued {requeued} dead messages"));
+    }
+    if replayed > 0 {
+        notes.push(format!("the operator replayed {replayed} dead messages"));
+    }
+    if skipped > 0 {
+        notes.push(format!(
+            "{skipped} replay actions of the plan not run (without --replay)"
+        ));
     }
     let round = Arc::try_unwrap(round)
         .map_err(|_| anyhow::anyhow!("a task of the round still holds it"))?;
@@ -792,6 +957,7 @@ pub(crate) async fn run(ctx: &Ctx, plan: Plan) -> anyhow::Result<Finished> {
         observed,
         settled_in,
         notes,
+        exited,
         world: round.w,
     })
 }

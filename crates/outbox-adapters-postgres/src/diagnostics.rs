@@ -20,12 +20,11 @@ use crate::error::port;
 pub(crate) enum Explain {
     /// The plan only (`EXPLAIN`): nothing runs.
     Plan,
-    /// The plan as run, with the rows and buffers each step read, without times
-    /// and costs (`EXPLAIN (ANALYZE, BUFFERS, TIMING OFF, COSTS OFF)`): the
-    /// statement runs.
+    /// The plan as run, with the rows each step read, without times and costs
+    /// (`EXPLAIN (ANALYZE, TIMING OFF, COSTS OFF)`): the statement runs.
     Analyze,
     /// As [`Explain::Analyze`], with the planner's costs (`EXPLAIN (ANALYZE,
-    /// BUFFERS, TIMING OFF)`).
+    /// TIMING OFF)`).
     AnalyzeWithCosts,
 }
 
@@ -34,8 +33,8 @@ impl Explain {
     pub(crate) fn of(self, sql: &str) -> String {
         match self {
             Self::Plan => format!("EXPLAIN {sql}"),
-            Self::Analyze => format!("EXPLAIN (ANALYZE, BUFFERS, TIMING OFF, COSTS OFF) {sql}"),
-            Self::AnalyzeWithCosts => format!("EXPLAIN (ANALYZE, BUFFERS, TIMING OFF) {sql}"),
+            Self::Analyze => format!("EXPLAIN (ANALYZE, TIMING OFF, COSTS OFF) {sql}"),
+            Self::AnalyzeWithCosts => format!("EXPLAIN (ANALYZE, TIMING OFF) {sql}"),
         }
     }
 }

@@ -66,18 +66,6 @@ impl PgOutboxStore {
         diagnostics::rolled_back(&self.pool, "explain retry claim", query).await
     }
 
-    /// What an idle relay's work check does (`EXPLAIN ANALYZE` of the query
-    /// behind [`outbox_ports::OutboxRelayPath::pending_claimable`], read-only): for
-    /// tests checking that it reads what a claim could take, never the rows a
-    /// claim passes over (a paused exchange's).
-    ///
-    /// # Errors
-    /// A database error.
-    pub async fn explain_analyze_claimable(&self) -> Result<String, PortError> {
-        let explain = Explain::Analyze.of(&self.sql.claimable);
-        diagnostics::plan(&self.pool, "explain claimable", sqlx::query(&explain)).await
-    }
-
     /// The plan and row counts of a real clearing of expired leases (`EXPLAIN
     /// ANALYZE` of [`outbox_ports::OutboxRelayPath::recover_expired_leases`]), in a
     /// transaction that is rolled back: for tests checking that it reads the front

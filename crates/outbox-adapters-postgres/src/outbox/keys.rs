@@ -92,15 +92,6 @@ pub(super) fn keyed_heads(t: &str, dead_head: DeadHead, cursor: Option<&str>) ->
     )
 }
 
-/// A row `c` (an alias) of table `t` (quoted) of an exchange not paused: not
-/// flagged `paused` (the claims' indexes hold no flagged row, so a pick reads
-/// no paused row), and its exchange named by no pause ([`not_paused`]: a row written by a
-/// transaction already under way when the pause committed is flagged only by the
-/// next pause of that name).
-pub(super) fn unpaused(t: &str, c: &str) -> String {
-    format!("NOT {c}.paused AND {}", not_paused(t, &format!("{c}.exchange")))
-}
-
 /// The exchange column `exchange` names no paused exchange (table outbox_pauses
 /// beside table `t`, the quoted `"schema".outbox_messages`). The pauses are read
 /// once per statement (an uncorrelated subquery: an init plan), and a row of a
@@ -236,6 +227,6 @@ pub(crate) fn claimable_pending_exists(t: &str, dead_head: DeadHead) -> String {
            AND c.not_before IS NOT NULL AND c.not_before <= now() AND {LEASE_FREE} AND {free}) \
          OR EXISTS (SELECT 1 FROM heads)",
         keyed_heads(t, dead_head, None),
-        free = unpaused(t, "c"),
+        free = not_paused(t, "c.exchange"),
     )
 }

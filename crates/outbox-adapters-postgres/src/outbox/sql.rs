@@ -13,7 +13,7 @@ use outbox_ports::DeadHead;
 
 use super::keys::{
     LEASE_FREE, blocked_keys, blocking_list, claimable_pending_exists, first_blocking,
-    head_condition, key_walk, keyed_heads, stuck_list, unpaused,
+    head_condition, key_walk, keyed_heads, not_paused, stuck_list,
 };
 use crate::PgSchema;
 use crate::rows::{
@@ -110,11 +110,8 @@ impl Sql {
         let overdue = readable_time("not_before");
         let lease_free = LEASE_FREE;
         let head = head_condition(&t, dead_head);
-        // An exchange paused by an operator: its rows are left out of every pick
-        // by the index (`NOT c.paused`: the claims' indexes hold no flagged row),
-        // and by the pauses themselves (a row written by a transaction under way
-        // when the pause committed is not flagged; see `unpaused`).
-        let free = unpaused(&t, "c");
+        // An exchange paused by an operator: its rows are passed over by every pick.
+        let free = not_paused(&t, "c.exchange");
         let claim_retries = format!(
             "WITH picked AS (SELECT c.seq FROM {t} c WHERE c.status = 'publish_failed' \
                AND c.next_attempt_at <= now() AND {lease_free} AND {free} AND {head} \
@@ -202,23 +199,20 @@ impl Sql {
             // are then updated by seq (`= ANY` of an array: primary key probes,
             // whatever the statistics of the lease columns say), and the lease is
             // re-tested on the row's newest version, so one claimed meanwhile keeps
-            // its lease. A paused exchange's rows are no claim's: their leases,
-            // if any, ran out and stay until a claim takes them after the resume.
+            // its lease.
             recover: format!(
                 "WITH RECURSIVE {recover_walk}, \
                  lease_window AS ( \
                    (SELECT c.seq, c.locked_by, c.locked_until FROM {t} c WHERE c.status = 'pending' \
-                     AND c.not_before IS NULL AND c.ordering_key IS NULL AND NOT c.paused \
-                     ORDER BY c.seq LIMIT $1) \
+                     AND c.not_before IS NULL AND c.ordering_key IS NULL ORDER BY c.seq LIMIT $1) \
                    UNION ALL (SELECT c.seq, c.locked_by, c.locked_until FROM {t} c \
                      WHERE c.status = 'pending' AND c.ordering_key IS NULL AND c.not_before IS NOT NULL \
-                     AND c.not_before <= now() AND NOT c.paused ORDER BY c.not_before, c.seq LIMIT $1) \
+                     AND c.not_before <= now() ORDER BY c.not_before, c.seq LIMIT $1) \
                    UNION ALL (SELECT h.seq, h.locked_by, h.locked_until \
                      FROM (SELECT k FROM keys LIMIT $1) ks CROSS JOIN LATERAL {recover_head} h \
                      WHERE h.status = 'pending') \
                    UNION ALL (SELECT c.seq, c.locked_by, c.locked_until FROM {t} c \
-                     WHERE c.status = 'publish_failed' AND NOT c.paused \
-                     ORDER BY c.next_attempt_at, c.seq LIMIT $1)) \
+                     WHERE c.status = 'publish_failed' ORDER BY c.next_attempt_at, c.seq LIMIT $1)) \
                  UPDATE {t} m SET locked_by = NULL, locked_until = NULL \
                  WHERE m.seq = ANY (ARRAY(SELECT seq FROM lease_window \
                      WHERE locked_by IS NOT NULL AND locked_until < now())) \
@@ -242,9 +236,7 @@ impl Sql {
                    (SELECT count(*) FROM {t} c WHERE c.ordering_key IS NOT NULL \
                       AND c.status IN ({stuck}) AND {head}) AS blocked_keys, \
                    LEAST((SELECT {oldest} FROM {t} WHERE status = 'pending' AND not_before IS NULL \
-                            AND ordering_key IS NULL AND NOT paused ORDER BY seq LIMIT 1), \
-                         (SELECT {oldest} FROM {t} WHERE status = 'pending' AND not_before IS NULL \
-                            AND ordering_key IS NULL AND paused ORDER BY seq LIMIT 1), \
+                            AND ordering_key IS NULL ORDER BY seq LIMIT 1), \
                          (WITH RECURSIVE {walk} SELECT min({head_oldest}) FROM keys CROSS JOIN LATERAL \
                             {first_of_key} h \
                             WHERE h.status = 'pending' AND h.not_before IS NULL), \

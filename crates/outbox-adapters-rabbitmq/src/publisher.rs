@@ -190,8 +190,9 @@ enum Refusal {
     /// `basic.publish` raises): `Some(x)`, or `None` when the text does not say.
     MissingExchange(Option<String>),
     /// `403 ACCESS_REFUSED - access to exchange 'x' in vhost 'v' refused for user
-    /// 'u'` (no write permission on it), or `cannot publish to internal exchange
-    /// 'x' ...`: `Some(x)`, or `None` when the text does not say.
+    /// 'u'` (no write permission on it), `write access to topic 'k' in exchange
+    /// 'x' ...` (a topic permission), or `cannot publish to internal exchange 'x'
+    /// ...`: `Some(x)`, or `None` when the text does not say.
     Forbidden(Option<String>),
     /// `406 PRECONDITION_FAILED - message size N is larger than configured max
     /// size M`: bodies over `M` bytes.
@@ -222,7 +223,10 @@ fn refusal_of(code: u16, text: &str) -> Option<Refusal> {
         ))),
         403 => Some(Refusal::Forbidden(
             named_exchange(text, "access to exchange '")
-                .or_else(|| named_exchange(text, "internal exchange '")),
+                .or_else(|| named_exchange(text, "internal exchange '"))
+                // A topic permission: `write access to topic 'k' in exchange 'x'
+                // in vhost 'v' refused for user 'u'`.
+                .or_else(|| named_exchange(text, " in exchange '")),
         )),
         406 => text
             .split_once("larger than configured max size ")
@@ -1053,6 +1057,15 @@ mod tests {
                 "ACCESS_REFUSED - cannot publish to internal exchange 'amq.rabbitmq.trace' in vhost '/'"
             ),
             Some(Refusal::Forbidden(Some("amq.rabbitmq.trace".into())))
+        );
+        assert_eq!(
+            refusal_of(
+                403,
+                &format!(
+                    "ACCESS_REFUSED - write access to topic 'a.b' in exchange 'x.y' in vhost '/' refused {user}"
+                )
+            ),
+            Some(Refusal::Forbidden(Some("x.y".into())))
         );
         assert_eq!(
             refusal_of(403, "ACCESS_REFUSED - something else"),

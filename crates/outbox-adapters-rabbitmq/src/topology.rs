@@ -593,8 +593,9 @@ impl Topology {
     /// A classic queue whose home node is down (on a cluster) is passed over, with
     /// its bindings, and named in the [`Declared`] returned: it exists (declared
     /// before, with its bindings), and refusing to go on would stop every exchange's
-    /// publishing until that one node is back. Only that queue's routes are lost
-    /// meanwhile (a message routed only there is returned, unroutable).
+    /// publishing until that one node is back. Only that queue's routes wait
+    /// meanwhile: RabbitMQ (3.8 and later) nacks a message routed to it, a failed
+    /// attempt retried with the retry policy.
     ///
     /// # Errors
     /// A fatal [`PortError`] for a refused setting; the first declaration the broker

@@ -50,7 +50,7 @@ pub(crate) struct Finished {
     /// The round settled before it stalled or [`SETTLE`] ran out.
     pub(crate) settled_in: Option<Duration>,
     pub(crate) notes: Vec<String>,
-    /// Processes that ended by themselves during the round.
+    /// Processes that panicked during the round (a failure of the round).
     pub(crate) exited: Vec<String>,
     /// Where the round's logs and configs are (removed when it passes).
     pub(crate) world: World,
@@ -71,6 +71,9 @@ struct Ops {
 struct Procs {
     relays: Vec<Option<Child>>,
     consumer: Option<Child>,
+    /// The name (and log `<name>.log`) of each slot's latest process: the
+    /// relays', then the consumer's.
+    names: Vec<String>,
     /// Successors started so far (for their names).
     started: u32,
 }
@@ -156,12 +159,16 @@ enabled = false
         let name = format!("r{i}-{}", procs.started);
         let cfg = self.relay_config(&name);
         procs.relays[i] = Some(self.w.relay(&name, &cfg)?);
+        procs.names[i] = name;
         Ok(())
     }
 
     fn start_consumer(&self, procs: &mut Procs) -> anyhow::Result<()> {
         procs.started += 1;
         let name = format!("c-{}", procs.started);
+        if let Some(slot) = procs.names.last_mut() {
+            slot.clone_from(&name);
+        }
         let s = &self.plan.settings;
         let percent = s.transient_percent.to_string();
         procs.consumer = Some(self.w.consumer(
@@ -433,28 +440,53 @@ enabled = false
         .unwrap_or(true)
     }
 
-    /// Processes that ended by themselves (not killed by the round): each is a
-    /// failure of the round, named with its exit status.
-    async fn exited(&self) -> Vec<String> {
+    /// Processes that ended by themselves (not killed by the round), each
+    /// restarted at once as a supervisor would. A process that refused to start
+    /// under a fault (`outbox run` and the consumer exit 1 when the broker does not
+    /// answer at start) is a note; one that panicked fails the round. Returns
+    /// (failures, notes).
+    async fn supervise(&self) -> (Vec<String>, Vec<String>) {
         let mut procs = self.procs.lock().await;
-        let mut out = Vec::new();
-        let Procs {
-            relays, consumer, ..
-        } = &mut *procs;
-        for (name, slot) in relays
-            .iter_mut()
-            .enumerate()
-            .map(|(i, c)| (format!("relay {i}"), c))
-            .chain(std::iter::once(("the consumer".to_owned(), consumer)))
-        {
-            if let Some(c) = slot {
-                if let Ok(Some(status)) = c.try_wait() {
-                    out.push(format!("{name} exited by itself ({status}); see its log"));
-                    *slot = None;
-                }
+        let (mut failures, mut notes) = (Vec::new(), Vec::new());
+        let slots = procs.relays.len() + 1;
+        for i in 0..slots {
+            let procs = &mut *procs;
+            let slot = if i < procs.relays.len() {
+                &mut procs.relays[i]
+            } else {
+                &mut procs.consumer
+            };
+            let Some(Ok(Some(status))) = slot.as_mut().map(Child::try_wait) else {
+                continue;
+            };
+            *slot = None;
+            let name = procs.names[i].clone();
+            let log =
+                std::fs::read_to_string(self.w.dir.join(format!("{name}.log"))).unwrap_or_default();
+            let said = log
+                .lines()
+                .find(|l| l.starts_with("Error:") || l.contains("panicked"))
+                .unwrap_or("")
+                .chars()
+                .take(300)
+                .collect::<String>();
+            if log.contains("panicked") {
+                failures.push(format!("{name} panicked ({status}): {said}"));
+            } else {
+                notes.push(format!(
+                    "{name} exited by itself ({status}), restarted: {said}"
+                ));
+            }
+            let started = if i < procs.relays.len() {
+                self.start_relay(procs, i)
+            } else {
+                self.start_consumer(procs)
+            };
+            if let Err(e) = started {
+                failures.push(format!("{name} could not be started again: {e:#}"));
             }
         }
-        out
+        (failures, notes)
     }
 
     /// Undoes every fault: the proxy forwards, nothing paused, the exchange and
@@ -788,6 +820,7 @@ pub(crate) async fn run(ctx: &Ctx, plan: Plan, replay: bool) -> anyhow::Result<F
         procs: tokio::sync::Mutex::new(Procs {
             relays: (0..relays).map(|_| None).collect(),
             consumer: None,
+            names: vec![String::new(); relays + 1],
             started: 0,
         }),
         ops: Mutex::new(Ops::default()),
@@ -845,6 +878,21 @@ pub(crate) async fn run(ctx: &Ctx, plan: Plan, replay: bool) -> anyhow::Result<F
             errors
         })
     };
+    // A supervisor for the production: a process that exits by itself is
+    // started again within a second.
+    let supervisor = {
+        let r = Arc::clone(&round);
+        tokio::spawn(async move {
+            let (mut failures, mut notes) = (Vec::new(), Vec::new());
+            while t0.elapsed() < Duration::from_millis(r.plan.production_ms) {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let (f, n) = r.supervise().await;
+                failures.extend(f);
+                notes.extend(n);
+            }
+            (failures, notes)
+        })
+    };
     let mut failed_txs = 0;
     for l in lanes {
         failed_txs += l.await.unwrap_or(0);
@@ -855,7 +903,9 @@ pub(crate) async fn run(ctx: &Ctx, plan: Plan, replay: bool) -> anyhow::Result<F
         notes.push(format!("action refused or failed: {e}"));
     }
     // Healed again: a fault's undo can have failed under another fault.
-    let mut exited = round.exited().await;
+    let supervising = supervisor.await.unwrap_or_default();
+    let mut exited = supervising.0;
+    notes.extend(supervising.1);
     round.heal().await?;
     if failed_txs > 0 {
         notes.push(format!(
@@ -884,11 +934,9 @@ pub(crate) async fn run(ctx: &Ctx, plan: Plan, replay: bool) -> anyhow::Result<F
         if quiet >= 2 {
             break Some(healed.elapsed());
         }
-        let gone = round.exited().await;
-        if !gone.is_empty() {
-            exited.extend(gone);
-            round.heal().await?;
-        }
+        let (failures, restarted) = round.supervise().await;
+        exited.extend(failures);
+        notes.extend(restarted);
         if healed.elapsed() > SETTLE || last_move.0.elapsed() > STALLED {
             notes.push(format!(
                 "not settled {:.0} s after production ended, the last move {:.0} s before",
@@ -901,7 +949,9 @@ pub(crate) async fn run(ctx: &Ctx, plan: Plan, replay: bool) -> anyhow::Result<F
     };
 
     // The processes stop; the tap is read to its end.
-    exited.extend(round.exited().await);
+    let (failures, restarted) = round.supervise().await;
+    exited.extend(failures);
+    notes.extend(restarted);
     let mut procs = round.procs.lock().await;
     let mut children: Vec<Child> = procs.relays.iter_mut().filter_map(Option::take).collect();
     children.extend(procs.consumer.take());

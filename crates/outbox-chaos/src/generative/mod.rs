@@ -26,7 +26,7 @@ use plan::Plan;
 use crate::Ctx;
 use crate::world::Bins;
 
-const USAGE: &str = "usage: outbox-chaos --generative [--seed N] [--duration D] [--replay]\n\n  --seed N      the first round's seed (default: the seeds of generative-seeds.txt, then\n                one from the clock); alone, without --duration, one round of that seed\n  --duration D  run rounds (about 50 s each) for D (90s, 3m, 1h); the next round's seed\n                is the last one's plus one\n  --replay      run the operator's replays the plans draw (skipped by default while\n                issue 47's defect 2 is open)\n\nwrites target/chaos/generative.json; exits 1 on any lost, twice-applied, out-of-order\nor stuck message; see RELIABILITY.md";
+const USAGE: &str = "usage: outbox-chaos --generative [--seed N] [--duration D] [--replay]\n\n  --seed N      the first round's seed (default: the seeds of generative-seeds.txt, then\n                one from the clock); alone, without --duration, one round of that seed\n  --duration D  run rounds (about 50 s each) for D (90s, 3m, 1h); the next round's seed\n                is the last one's plus one\n  --replay      run the operator's replays the plans draw (skipped by default while\n                issue 47's defect 2 is open)\n  --plans N     print the plans of the first N seeds the run would go through; run nothing\n\nwrites target/chaos/generative.json; exits 1 on any lost, twice-applied, out-of-order\nor stuck message; see RELIABILITY.md";
 
 /// Seeds that once found a defect, run first by every `--duration` run: a failing
 /// seed becomes a test by a line in this file (with a comment on what it found).
@@ -47,6 +47,9 @@ struct Args {
     /// defect 2, a replay of a dead message that was delivered applies it twice,
     /// is open).
     replay: bool,
+    /// Print the plans of the seeds the run would go through (for `--duration`,
+    /// as many as `--plans N` says), run nothing.
+    plans: Option<usize>,
 }
 
 /// `Ok(None)`: `--help`.
@@ -55,6 +58,7 @@ fn parse_args(args: &[String]) -> Result<Option<Args>, String> {
         seed: None,
         duration: None,
         replay: false,
+        plans: None,
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -63,6 +67,10 @@ fn parse_args(args: &[String]) -> Result<Option<Args>, String> {
             "--help" | "-h" => return Ok(None),
             "--generative" => {}
             "--replay" => a.replay = true,
+            "--plans" if a.plans.is_none() => {
+                let v = value()?;
+                a.plans = Some(v.parse().map_err(|_| format!("--plans {v:?}: a number"))?);
+            }
             "--seed" if a.seed.is_none() => {
                 let v = value()?;
                 a.seed = Some(v.parse().map_err(|_| format!("--seed {v:?}: a number"))?);
@@ -71,7 +79,7 @@ fn parse_args(args: &[String]) -> Result<Option<Args>, String> {
                 let v = value()?;
                 a.duration = Some(outbox_core::duration::parse(&v)?);
             }
-            "--seed" | "--duration" => return Err(format!("{flag} given twice")),
+            "--seed" | "--duration" | "--plans" => return Err(format!("{flag} given twice")),
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -216,6 +224,7 @@ async fn round(ctx: &Ctx, seed: u64, replay: bool) -> RoundReport {
 }
 
 /// Runs the generative checker; the exit code of `outbox-chaos --generative`.
+#[allow(clippy::print_stdout)]
 pub(crate) async fn main(
     args: &[String],
     ctx: impl FnOnce(Bins) -> Ctx,
@@ -232,6 +241,12 @@ pub(crate) async fn main(
             return ExitCode::from(2);
         }
     };
+    if let Some(n) = args.plans {
+        for seed in seeds(&args).take(n) {
+            println!("seed {seed}: {}", Plan::draw(seed).describe());
+        }
+        return ExitCode::SUCCESS;
+    }
     let bins = match bins.and_then(|b| copy_bins(&b)) {
         Ok(b) => b,
         Err(e) => {
@@ -358,6 +373,7 @@ mod tests {
                 seed: Some(5),
                 duration: Some(Duration::from_secs(180)),
                 replay: false,
+                plans: None,
             }))
         );
         assert_eq!(args(&["--help"]), Ok(None));
@@ -374,6 +390,7 @@ mod tests {
             seed: Some(9),
             duration: None,
             replay: false,
+            plans: None,
         })
         .collect();
         assert_eq!(one, vec![9]);
@@ -381,6 +398,7 @@ mod tests {
             seed: Some(100),
             duration: Some(Duration::from_secs(60)),
             replay: true,
+            plans: None,
         })
         .take(regression_seeds(REGRESSIONS).len() + 2)
         .collect();

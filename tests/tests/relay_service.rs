@@ -1698,14 +1698,17 @@ async fn pausing_an_exchange_no_unsent_message_carries_warns_on_stderr_and_holds
         .find(|l| l.starts_with("warning: "))
         .unwrap_or_else(|| panic!("no warning on stderr: {stderr}"));
     assert!(
-        warning.contains(&format!("no unsent message carries the exchange name {shard:?}"))
-            && warning.contains(&format!("pause {:?}", w.exchange)),
+        warning.contains(&format!(
+            "no unsent message carries the exchange name {shard:?}"
+        )) && warning.contains(&format!("pause {:?}", w.exchange)),
         "{warning}"
     );
     let (code, stdout, stderr) = operator(&cfg, &["pauses"]);
     assert_eq!(code, Some(0), "{stderr}");
     assert!(
-        stdout.lines().any(|l| l.starts_with(&format!("exchange\t{shard}\t"))),
+        stdout
+            .lines()
+            .any(|l| l.starts_with(&format!("exchange\t{shard}\t"))),
         "the pause is in force all the same: {stdout}"
     );
 }

@@ -310,7 +310,9 @@ mod tests {
             let b = u64::try_from(expected(&adds, window, now).len()).expect("small");
             assert_eq!(totals.first(), Some(&("a".to_owned(), total)), "{window:?}");
             assert!(
-                totals.get(1).is_some_and(|(n, t)| n == "b" && *t > 0 && *t <= b * 12),
+                totals
+                    .get(1)
+                    .is_some_and(|(n, t)| n == "b" && *t > 0 && *t <= b * 12),
                 "{window:?}: {totals:?}"
             );
         }

@@ -1459,7 +1459,9 @@ fn not_found(what: &'static str, id: impl ToString) -> AdminError {
 fn no_unsent_warning(name: &str) -> String {
     let shard_of = name
         .rsplit_once(".shard-")
-        .filter(|(base, n)| !base.is_empty() && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        .filter(|(base, n)| {
+            !base.is_empty() && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())
+        })
         .map(|(base, _)| base);
     let hint = match shard_of {
         Some(base) => format!(

@@ -664,7 +664,10 @@ async fn a_body_redaction_cannot_reach_is_withheld_not_shown_as_base64() {
     }
     let (_, json_detail) = h.get(&format!("/messages/{}", ids[1].0)).await;
     assert!(
-        json_detail["payload"].as_str().unwrap().contains(r#""n":1"#),
+        json_detail["payload"]
+            .as_str()
+            .unwrap()
+            .contains(r#""n":1"#),
         "JSON is redacted key by key: {json_detail}"
     );
     let (_, proto_detail) = h.get(&format!("/messages/{}", ids[0].0)).await;
@@ -1554,10 +1557,16 @@ async fn a_pause_counts_the_exchange_s_unsent_messages_and_warns_when_none_carri
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(
         (&body["paused"], &body["changed"], &body["unsent"]),
-        (&serde_json::json!(true), &serde_json::json!(true), &serde_json::json!(0)),
+        (
+            &serde_json::json!(true),
+            &serde_json::json!(true),
+            &serde_json::json!(0)
+        ),
         "{body}"
     );
-    let warning = body["warning"].as_str().unwrap_or_else(|| panic!("a warning: {body}"));
+    let warning = body["warning"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a warning: {body}"));
     assert!(
         warning.contains("no unsent message carries the exchange name \"orders.shard-1\"")
             && warning.contains("pause \"orders\""),
@@ -1567,7 +1576,9 @@ async fn a_pause_counts_the_exchange_s_unsent_messages_and_warns_when_none_carri
     let (status, body) = h.write("POST", "/exchanges/ordres/pause", None).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["unsent"], 0, "{body}");
-    let warning = body["warning"].as_str().unwrap_or_else(|| panic!("a warning: {body}"));
+    let warning = body["warning"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a warning: {body}"));
     assert!(
         warning.contains("\"ordres\"") && warning.contains("typo") && warning.contains("shard"),
         "{warning}"
@@ -1584,24 +1595,33 @@ async fn a_pause_counts_the_exchange_s_unsent_messages_and_warns_when_none_carri
     // A consumer has no unsent messages of its own to count.
     let (status, body) = h.write("POST", "/consumers/billing/pause", None).await;
     assert_eq!(status, StatusCode::OK, "{body}");
-    assert!(body["unsent"].is_null() && body["warning"].is_null(), "{body}");
+    assert!(
+        body["unsent"].is_null() && body["warning"].is_null(),
+        "{body}"
+    );
     // A resume counts what it lets flow.
     let (_, body) = h.write("POST", "/exchanges/orders/resume", None).await;
-    assert_eq!((&body["unsent"], &body["warning"]), (&serde_json::json!(2), &serde_json::json!(null)), "{body}");
+    assert_eq!(
+        (&body["unsent"], &body["warning"]),
+        (&serde_json::json!(2), &serde_json::json!(null)),
+        "{body}"
+    );
 
     // The document describes both fields of the answer.
     let (_, doc) = h.get("/openapi.json").await;
     let state = &doc["components"]["schemas"]["PauseState"]["properties"];
     for field in ["unsent", "warning"] {
         assert!(
-            state[field]["description"].as_str().is_some_and(|d| !d.is_empty()),
+            state[field]["description"]
+                .as_str()
+                .is_some_and(|d| !d.is_empty()),
             "{field}: {state}"
         );
     }
-    let described = doc["paths"]["/exchanges/{exchange}/pause"]["post"]["responses"]["200"]
-        ["description"]
-        .as_str()
-        .unwrap_or_default();
+    let described =
+        doc["paths"]["/exchanges/{exchange}/pause"]["post"]["responses"]["200"]["description"]
+            .as_str()
+            .unwrap_or_default();
     assert!(described.contains("warning"), "{described}");
 }
 

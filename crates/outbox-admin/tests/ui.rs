@@ -2501,10 +2501,17 @@ async fn a_forwarder_counts_failures_per_client_it_forwards_for_and_signs_in_nob
     let mut sso = browser_at(
         &h,
         "10.9.9.9",
-        &[("x-forwarded-user", "alice"), ("x-forwarded-for", "203.0.113.9")],
+        &[
+            ("x-forwarded-user", "alice"),
+            ("x-forwarded-for", "203.0.113.9"),
+        ],
     );
     let page = sso.get("/ui/messages").await;
-    assert_eq!(page.status, StatusCode::SEE_OTHER, "no sign-in by a forwarder");
+    assert_eq!(
+        page.status,
+        StatusCode::SEE_OTHER,
+        "no sign-in by a forwarder"
+    );
 }
 
 /// A trusted proxy on loopback (the documented `from = ["127.0.0.1/32"]`) is any
@@ -2530,7 +2537,11 @@ async fn sso_headers_without_the_proxys_secret_are_refused() {
     let mut local = browser_at(&h, "127.0.0.1", &[("x-forwarded-user", "alice")]);
     let page = local.get("/ui/messages").await;
     assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
-    assert!(page.location().ends_with("/ui/login"), "{}", page.location());
+    assert!(
+        page.location().ends_with("/ui/login"),
+        "{}",
+        page.location()
+    );
     assert!(local.cookies.keys().all(|k| !k.contains("session")));
     let mut forged = browser_at(
         &h,
@@ -2540,8 +2551,15 @@ async fn sso_headers_without_the_proxys_secret_are_refused() {
             ("x-outbox-proxy-secret", "proxy-secret-0123456788"),
         ],
     );
-    assert_eq!(forged.get("/ui/messages").await.status, StatusCode::SEE_OTHER);
-    let mut proxy = browser_at(&h, "127.0.0.1", &[("x-forwarded-user", "alice"), SECRET_HEADER]);
+    assert_eq!(
+        forged.get("/ui/messages").await.status,
+        StatusCode::SEE_OTHER
+    );
+    let mut proxy = browser_at(
+        &h,
+        "127.0.0.1",
+        &[("x-forwarded-user", "alice"), SECRET_HEADER],
+    );
     let page = proxy.get("/ui/messages").await;
     assert_eq!(page.status, StatusCode::OK, "{}", page.body);
     assert!(page.body.contains("alice"));

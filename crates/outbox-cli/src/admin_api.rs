@@ -97,7 +97,9 @@ fn networks(at: &str, field: &str, list: &[String]) -> Result<Vec<ipnet::IpNet>,
         return Err(ConfigError::new(
             at,
             field,
-            format!("{all} is every address: anyone could claim to be the proxy; list the proxy's own"),
+            format!(
+                "{all} is every address: anyone could claim to be the proxy; list the proxy's own"
+            ),
         ));
     }
     Ok(nets)

@@ -116,7 +116,10 @@ mod tests {
         t.row(vec!["\u{1b}[2Jgone\r\u{9b}31m".into()]);
         for terminal in [true, false] {
             let text = t.render(terminal);
-            assert!(!text.chars().any(|c| c.is_control() && c != '\n'), "{text:?}");
+            assert!(
+                !text.chars().any(|c| c.is_control() && c != '\n'),
+                "{text:?}"
+            );
             assert!(text.contains(r"\u{1b}[2Jgone\r\u{9b}31m"), "{text:?}");
         }
     }

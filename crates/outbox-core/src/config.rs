@@ -170,7 +170,11 @@ fn percent_decoded(text: &str) -> String {
     let mut i = 0;
     while i < bytes.len() {
         let hex = |b: u8| char::from(b).to_digit(16);
-        match (bytes[i], bytes.get(i + 1).copied(), bytes.get(i + 2).copied()) {
+        match (
+            bytes[i],
+            bytes.get(i + 1).copied(),
+            bytes.get(i + 2).copied(),
+        ) {
             (b'%', Some(h), Some(l)) if hex(h).is_some() && hex(l).is_some() => {
                 let (h, l) = (hex(h).unwrap_or(0), hex(l).unwrap_or(0));
                 out.push(u8::try_from(h * 16 + l).unwrap_or(b'?'));
@@ -194,10 +198,12 @@ fn query_range(url: &str) -> Option<std::ops::Range<usize>> {
 
 /// The query's `key=value` pairs (split on `&` and `;`), as written.
 fn query_pairs(query: &str) -> impl Iterator<Item = (&str, Option<&str>)> {
-    query.split(['&', ';']).map(|pair| match pair.split_once('=') {
-        Some((k, v)) => (k, Some(v)),
-        None => (pair, None),
-    })
+    query
+        .split(['&', ';'])
+        .map(|pair| match pair.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (pair, None),
+        })
 }
 
 /// Passwords never reach logs, errors or `Debug` output: connection URLs are shown
@@ -220,7 +226,9 @@ pub fn redact_url(url: &str) -> String {
         .collect();
     // Separators kept as written (`&` or `;`).
     let mut rebuilt = String::new();
-    let mut seps = shown[range.clone()].chars().filter(|c| *c == '&' || *c == ';');
+    let mut seps = shown[range.clone()]
+        .chars()
+        .filter(|c| *c == '&' || *c == ';');
     for (i, pair) in query.iter().enumerate() {
         if i > 0 {
             rebuilt.push(seps.next().unwrap_or('&'));

@@ -123,7 +123,10 @@ mod tests {
             assert!(limit.at(Some(ip), now, true).is_ok(), "failure {n}");
         }
         let other_host: IpAddr = "2001:db8::ffff".parse().expect("ip");
-        assert!(limit.at(Some(other_host), now, false).is_err(), "the same /64");
+        assert!(
+            limit.at(Some(other_host), now, false).is_err(),
+            "the same /64"
+        );
         // No address known: not limited (one bucket for all would lock all out).
         for _ in 0..100 {
             limit.failed(None);

@@ -182,7 +182,10 @@ mod tests {
     /// `pairs` with the proxy's secret.
     fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
         let mut h = without_secret(pairs);
-        h.insert("x-outbox-proxy-secret", SECRET.parse().unwrap_or_else(|_| unreachable!()));
+        h.insert(
+            "x-outbox-proxy-secret",
+            SECRET.parse().unwrap_or_else(|_| unreachable!()),
+        );
         h
     }
 
@@ -198,18 +201,37 @@ mod tests {
     fn without_the_shared_secret_the_headers_are_anyones() {
         let p = proxy();
         let alice = [("x-forwarded-user", "alice")];
-        assert!(matches!(p.identify(at("10.1.2.3"), &headers(&alice)), Proxied::As(_)));
+        assert!(matches!(
+            p.identify(at("10.1.2.3"), &headers(&alice)),
+            Proxied::As(_)
+        ));
         assert_eq!(
             p.identify(at("10.1.2.3"), &without_secret(&alice)),
             Proxied::No,
             "no secret"
         );
         let mut wrong = without_secret(&alice);
-        wrong.insert("x-outbox-proxy-secret", "proxy-secret-0123456788".parse().unwrap_or_else(|_| unreachable!()));
-        assert_eq!(p.identify(at("10.1.2.3"), &wrong), Proxied::No, "a wrong one");
+        wrong.insert(
+            "x-outbox-proxy-secret",
+            "proxy-secret-0123456788"
+                .parse()
+                .unwrap_or_else(|_| unreachable!()),
+        );
+        assert_eq!(
+            p.identify(at("10.1.2.3"), &wrong),
+            Proxied::No,
+            "a wrong one"
+        );
         let mut twice = headers(&alice);
-        twice.append("x-outbox-proxy-secret", SECRET.parse().unwrap_or_else(|_| unreachable!()));
-        assert_eq!(p.identify(at("10.1.2.3"), &twice), Proxied::No, "sent twice");
+        twice.append(
+            "x-outbox-proxy-secret",
+            SECRET.parse().unwrap_or_else(|_| unreachable!()),
+        );
+        assert_eq!(
+            p.identify(at("10.1.2.3"), &twice),
+            Proxied::No,
+            "sent twice"
+        );
         assert!(!format!("{p:?}").contains(SECRET), "Debug hides it");
     }
 

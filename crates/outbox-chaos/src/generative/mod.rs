@@ -121,10 +121,12 @@ struct RoundReport {
     error: Option<String>,
 }
 
-/// Copies the programs under test into `target/chaos/generative-bin`, so a long
-/// run keeps using them whatever is rebuilt meanwhile.
+/// Copies the programs under test into `target/chaos/generative-bin/<pid>`, so a
+/// long run keeps using them (successors of killed processes too) whatever is
+/// rebuilt meanwhile, and another run's copies never replace them.
 fn copy_bins(from: &Bins) -> anyhow::Result<Bins> {
-    let dir = Path::new("target/chaos/generative-bin");
+    let dir = bin_dir();
+    let dir = dir.as_path();
     std::fs::create_dir_all(dir)?;
     let copy = |src: &PathBuf| -> anyhow::Result<PathBuf> {
         let name = src
@@ -140,6 +142,10 @@ fn copy_bins(from: &Bins) -> anyhow::Result<Bins> {
         outbox: copy(&from.outbox)?,
         consumer: copy(&from.consumer)?,
     })
+}
+
+fn bin_dir() -> PathBuf {
+    Path::new("target/chaos/generative-bin").join(std::process::id().to_string())
 }
 
 async fn round(ctx: &Ctx, seed: u64, replay: bool) -> RoundReport {
@@ -320,6 +326,7 @@ pub(crate) async fn main(
         "duration_s": started.elapsed().as_secs(),
         "rounds": reports.iter().map(|r| r.json.clone()).collect::<Vec<_>>(),
     });
+    let _ = std::fs::remove_dir_all(bin_dir());
     let written = std::fs::create_dir_all("target/chaos").and_then(|()| {
         std::fs::write(
             "target/chaos/generative.json",

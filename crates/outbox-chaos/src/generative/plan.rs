@@ -419,6 +419,25 @@ mod tests {
         );
         assert_eq!(plan.msgs().count(), 15_990);
         assert_eq!(plan.msgs().filter(|m| m.unroutable).count(), 2_285);
+        // Seed 1 found it too: two relays, batches of 50 in windows of 32, one
+        // attempt, broker connections cut twice.
+        let plan = Plan::draw(1);
+        assert_eq!(
+            plan.settings,
+            Settings {
+                relays: 2,
+                redis: false,
+                batch_size: 50,
+                max_in_flight: 32,
+                max_attempts: 1,
+                skip_dead_heads: false,
+                ordered_consumer: false,
+                transient_percent: 2,
+                keys: 0,
+            }
+        );
+        assert_eq!(plan.msgs().count(), 4_952);
+        assert_eq!(plan.msgs().filter(|m| m.unroutable).count(), 717);
     }
 
     #[test]

@@ -161,7 +161,10 @@ async fn an_empty_edit_replays_the_message_as_it_was() {
     let original = h.outbox.get_message(id).await.unwrap().unwrap();
     let replay = h.outbox.get_message(new).await.unwrap().unwrap();
     assert_eq!(replay.message.payload, original.message.payload);
-    assert_eq!(replay.message.headers, original.message.headers);
+    // The original's headers, and the one that names the message it stands in for.
+    let mut headers = original.message.headers.clone();
+    headers.insert(outbox_ports::REPLAY_OF_HEADER.to_owned(), id.to_string());
+    assert_eq!(replay.message.headers, headers);
 }
 
 #[tokio::test]

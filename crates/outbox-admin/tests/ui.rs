@@ -1226,6 +1226,22 @@ async fn a_dead_message_is_edited_and_replayed_from_its_page_only_when_editing_i
     b.login(WRITE).await;
     let page = b.get(&format!("/ui/messages/{id}")).await;
     assert!(page.body.contains("id=\"edit-replay\""), "{}", page.body);
+    // Before replaying, the form says whether the original reached a consumer.
+    assert!(
+        page.body.contains("No consumer&#39;s inbox here has recorded this message")
+            || page.body.contains("No consumer's inbox here has recorded this message"),
+        "{}",
+        page.body
+    );
+    let original = h.outbox.get_message(id).await.unwrap().unwrap().message;
+    h.delivered("billing", &original, true).await;
+    let page = b.get(&format!("/ui/messages/{id}")).await;
+    assert!(
+        page.body.contains("yet 1 consumer(s) here recorded it (billing: consumed)"),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("x-outbox-replay-of"));
     let csrf = value_of(&page.body, "csrf").expect("csrf");
     let no_csrf = b
         .post(&format!("/ui/messages/{id}/replay"), "payload=%7B%7D")

@@ -105,6 +105,29 @@ pub const ORDERING_KEY_HEADER: &str = "x-ordering-key";
 /// exchange, whoever set it.
 pub const EXCHANGE_HEADER: &str = "x-outbox-exchange";
 
+/// The header naming the message an operator's replay stands in for (the first
+/// of a chain: a replay of a replay names the same one), set by edit and replay
+/// ([`replay_root`]). A consumer records a delivery carrying it under that id
+/// ([`Envelope::to_message`]): the replay is the original, edited, so an inbox
+/// that recorded the original (consumed, failing or dead) absorbs the replay as a
+/// duplicate, and the original arriving after its replay is absorbed the same way.
+/// A dead message does not prove it reached no queue (a confirm that timed out
+/// after the frame was written): without this, a replay could run a handler a
+/// second time. Reserved like [`EXCHANGE_HEADER`]: whoever sets it, a consumer
+/// reads it so (a value that is not a message id is ignored).
+pub const REPLAY_OF_HEADER: &str = "x-outbox-replay-of";
+
+/// The id a replay of `original` stands in for: the one `original` names in
+/// [`REPLAY_OF_HEADER`] when it is itself a replay, else its own.
+#[must_use]
+pub fn replay_root(original: &Message) -> MessageId {
+    original
+        .headers
+        .get(REPLAY_OF_HEADER)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(original.id)
+}
+
 /// What the broker recorded when it dead-lettered a delivery: the newest entry of
 /// RabbitMQ's `x-death` header (and `x-delivery-count`, when it is there).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -217,7 +240,8 @@ impl Envelope {
         }
     }
 
-    /// The message inside; `received_at` stands in for a missing timestamp.
+    /// The message inside; `received_at` stands in for a missing timestamp. A
+    /// replay ([`REPLAY_OF_HEADER`]) has the id of the message it stands in for.
     ///
     /// # Errors
     /// [`DecodeError`] when there is no usable message id.
@@ -227,9 +251,15 @@ impl Envelope {
             .as_deref()
             .filter(|s| !s.is_empty())
             .ok_or(DecodeError::MissingMessageId)?;
-        let id: MessageId = raw
+        let own: MessageId = raw
             .parse()
             .map_err(|_| DecodeError::InvalidMessageId(raw.to_owned()))?;
+        // A replay is recorded as the message it stands in for (REPLAY_OF_HEADER).
+        let id = self
+            .headers
+            .get(REPLAY_OF_HEADER)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(own);
         if let Some(k) = self
             .ordering_key
             .as_ref()
@@ -346,6 +376,33 @@ mod tests {
             .with_ordering_key("customer-7")
             .into_message(MessageId::v7(at, [7; 10]), at);
         assert_eq!(Envelope::of(&m).to_message(at).expect("decodes"), m);
+    }
+
+    #[test]
+    fn a_replay_is_read_as_the_message_it_stands_in_for() {
+        let at = Timestamp::now_utc();
+        let original =
+            NewMessage::new("e", "k", b"{}".to_vec()).into_message(MessageId::v7(at, [1; 10]), at);
+        assert_eq!(replay_root(&original), original.id);
+        let mut replay = original.clone();
+        replay.id = MessageId::v7(at, [2; 10]);
+        replay.headers.insert(
+            REPLAY_OF_HEADER.to_owned(),
+            replay_root(&original).to_string(),
+        );
+        let read = Envelope::of(&replay).to_message(at).expect("decodes");
+        assert_eq!(read.id, original.id);
+        // A replay of the replay names the same original.
+        assert_eq!(replay_root(&replay), original.id);
+        // A value that is no message id is ignored.
+        replay
+            .headers
+            .insert(REPLAY_OF_HEADER.to_owned(), "not-an-id".to_owned());
+        assert_eq!(
+            Envelope::of(&replay).to_message(at).expect("decodes").id,
+            replay.id
+        );
+        assert_eq!(replay_root(&replay), replay.id);
     }
 
     #[test]

@@ -27,7 +27,8 @@ pub mod trace_context;
 
 pub use broker::{
     Acker, Death, DecodeError, Delivery, DeliveryStream, EXCHANGE_HEADER, Envelope,
-    NO_PUBLISH_DEADLINE, ORDERING_KEY_HEADER, PublishOutcome, Publisher, Subscriber,
+    NO_PUBLISH_DEADLINE, ORDERING_KEY_HEADER, PublishOutcome, Publisher, REPLAY_OF_HEADER,
+    Subscriber, replay_root,
 };
 pub use clock::{Clock, SystemClock};
 pub use error::{BoxError, PortError};

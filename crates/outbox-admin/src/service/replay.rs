@@ -119,7 +119,8 @@ impl AdminService {
     }
 
     /// What `edit` makes of `original`: a new id and time, the edited payload and
-    /// headers (hidden values put back), the rest as it was, checked against AMQP's
+    /// headers (hidden values put back) with [`outbox_ports::REPLAY_OF_HEADER`]
+    /// naming the message it stands in for, the rest as it was, checked against AMQP's
     /// limits (a message a broker would refuse is an input error, not a stored row
     /// that can never be sent).
     fn replayed(&self, original: &Message, edit: ReplayRequest) -> Result<Message, AdminError> {
@@ -127,10 +128,16 @@ impl AdminService {
             None => original.payload.clone(),
             Some(text) => self.edited_payload(original, text)?,
         };
-        let headers = match edit.headers {
+        let mut headers = match edit.headers {
             None => original.headers.clone(),
             Some(headers) => self.edited_headers(&original.headers, headers)?,
         };
+        // Whatever the edit says: consumers record the replay as the message it
+        // stands in for, so an inbox that has the original absorbs it.
+        headers.insert(
+            outbox_ports::REPLAY_OF_HEADER.to_owned(),
+            outbox_ports::replay_root(original).to_string(),
+        );
         let now = self.clock.now();
         let mut random = [0u8; 10];
         getrandom::fill(&mut random)
@@ -299,6 +306,10 @@ impl AdminService {
         let shown_before = self.redaction.headers(&original.headers);
         let shown_after = self.redaction.headers(&replay.headers);
         for name in shown_before.keys().chain(shown_after.keys()) {
+            // Set by the replay itself, not an edit: the target names both ids.
+            if name == outbox_ports::REPLAY_OF_HEADER {
+                continue;
+            }
             let (a, b) = (original.headers.get(name), replay.headers.get(name));
             if a != b && !changes.iter().any(|c: &Value| c["header"] == *name) {
                 changes.push(json!({

@@ -41,6 +41,8 @@ struct ReplayEdit {
     csrf: String,
     payload: String,
     headers: String,
+    /// Whether the original may have been delivered, and what the replay does then.
+    reached: String,
 }
 
 struct ActionButton {
@@ -215,6 +217,18 @@ async fn detail_page(
             csrf: session.csrf.clone(),
             payload: d.payload.clone(),
             headers: serde_json::to_string_pretty(&d.headers).unwrap_or_default(),
+            reached: match side {
+                Side::Outbox => outbox_reached(
+                    &d.deliveries
+                        .iter()
+                        .map(|c| format!("{}: {}", c.consumer, c.status))
+                        .collect::<Vec<_>>(),
+                ),
+                Side::Inbox => "This delivery's handler failed every attempt here: with a \
+                    transactional handler nothing it did was kept, otherwise what it did \
+                    before failing stays. The replay runs the handler once more."
+                    .to_owned(),
+            },
         });
     // A replay link stays on its side: a message's to a message, a delivery's to
     // its consumer's delivery.
@@ -314,4 +328,26 @@ pub(crate) async fn delivery(
     let here = ui.at(&format!("/consumers/{}/deliveries/{id}", encode(&name)));
     let back = (ui.at(&format!("/consumers/{}", encode(&name))), name);
     detail_page(&ui, &session, d, Side::Inbox, here.clone(), back, here, q).await
+}
+
+/// What the replay form says of a dead message's original: which consumers here
+/// recorded it (`consumer: status` each), and that the replay, carrying
+/// [`outbox_ports::REPLAY_OF_HEADER`], is absorbed by them.
+fn outbox_reached(recorded: &[String]) -> String {
+    let header = outbox_ports::REPLAY_OF_HEADER;
+    if recorded.is_empty() {
+        format!(
+            "No consumer's inbox here has recorded this message. It may still have reached a \
+             queue (a confirm that timed out after it was sent): the replay carries {header}, \
+             so a consumer that records the original, now or later, takes the two as one."
+        )
+    } else {
+        format!(
+            "The relay gave up on this message, yet {} consumer(s) here recorded it ({}). The \
+             replay carries {header}: each of them takes it as this message, a duplicate, and \
+             does not handle it again; a consumer without this library's inbox would.",
+            recorded.len(),
+            recorded.join(", ")
+        )
+    }
 }

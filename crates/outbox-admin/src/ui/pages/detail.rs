@@ -345,7 +345,8 @@ fn outbox_reached(recorded: &[String]) -> String {
         format!(
             "The relay gave up on this message, yet {} consumer(s) here recorded it ({}). The \
              replay carries {header}: each of them takes it as this message, a duplicate, and \
-             does not handle it again; a consumer without this library's inbox would.",
+             does not handle it again (where it is dead, replay that consumer's delivery \
+             instead); a consumer without this library's inbox would.",
             recorded.len(),
             recorded.join(", ")
         )

@@ -90,6 +90,10 @@ struct Session {
     /// A publish on `channel` was nacked: the next batch opens a new channel first
     /// (see [`RabbitPublisher::replace_channel`]).
     nacked: bool,
+    /// The topology's declaration passed over a queue (its home node down): when
+    /// to declare it again on this connection (see
+    /// [`RabbitPublisher::with_redeclare_every`]).
+    redeclare_at: Option<Instant>,
 }
 
 impl Session {
@@ -120,6 +124,8 @@ pub struct RabbitPublisher {
     shards: HashMap<String, u16>,
     /// Queues the last topology declaration passed over (their home node down).
     unavailable_queues: std::sync::Mutex<Vec<String>>,
+    /// See [`RabbitPublisher::with_redeclare_every`].
+    redeclare_every: Duration,
 }
 
 impl fmt::Debug for RabbitPublisher {
@@ -427,6 +433,7 @@ impl RabbitPublisher {
             topology: None,
             shards: HashMap::new(),
             unavailable_queues: std::sync::Mutex::default(),
+            redeclare_every: Duration::from_secs(10),
         }
     }
 
@@ -511,6 +518,7 @@ impl RabbitPublisher {
         .map_err(|_| budget("enable confirms"))?
         .map_err(|e| broker("enable confirms", e))?;
         let mut exchanges = HashSet::new();
+        let mut redeclare_at = None;
         if let Some(topology) = &self.topology {
             match timeout_at(deadline, topology.declare(&connection)).await {
                 Err(_) => return Err(budget("declare topology")),
@@ -524,11 +532,7 @@ impl RabbitPublisher {
                 // (a sharded exchange's shards, not its own name, which is not declared).
                 Ok(Ok(declared)) => {
                     exchanges.extend(topology.expanded().exchanges.into_iter().map(|x| x.name));
-                    *self
-                        .unavailable_queues
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner) =
-                        declared.unavailable_queues;
+                    redeclare_at = self.passed_over(declared);
                 }
             }
         }
@@ -538,7 +542,51 @@ impl RabbitPublisher {
             channel,
             exchanges,
             nacked: false,
+            redeclare_at,
         })
+    }
+
+    /// Records what a declaration passed over; when to declare again, if anything.
+    fn passed_over(&self, declared: crate::Declared) -> Option<Instant> {
+        let again = (!declared.unavailable_queues.is_empty())
+            .then(|| Instant::now() + self.redeclare_every);
+        *self
+            .unavailable_queues
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = declared.unavailable_queues;
+        again
+    }
+
+    /// Declares the topology again on `session`'s connection when a queue was
+    /// passed over and its time has come: once the queue's node is back, the queue
+    /// and its bindings are there again (a binding added meanwhile too) without
+    /// waiting for a new connection, and readiness no longer reports it. Bounded
+    /// by `deadline` and a few seconds; a failure leaves the batch alone.
+    async fn redeclare_if_due(&self, session: &mut Session, deadline: Instant) {
+        let (Some(at), Some(topology)) = (session.redeclare_at, &self.topology) else {
+            return;
+        };
+        if Instant::now() < at {
+            return;
+        }
+        let bound = deadline.min(Instant::now() + Duration::from_secs(5));
+        session.redeclare_at = match timeout_at(bound, topology.declare(&session.connection)).await
+        {
+            Ok(Ok(declared)) => self.passed_over(declared),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "declaring the topology again failed; tried again later");
+                Some(Instant::now() + self.redeclare_every)
+            }
+            Err(_) => Some(Instant::now() + self.redeclare_every),
+        };
+    }
+
+    /// How often a connection declares its topology again while a queue of it was
+    /// passed over (its home node down; see [`Topology::declare`]): 10 s unless set.
+    #[must_use]
+    pub fn with_redeclare_every(mut self, every: Duration) -> Self {
+        self.redeclare_every = every;
+        self
     }
 
     /// Replaces the channel of a session that had a publish nacked, at the start of
@@ -871,6 +919,7 @@ impl Publisher for RabbitPublisher {
             Ok(s) => s,
             Err(e) => return finish(outcomes, &e),
         };
+        self.redeclare_if_due(session, deadline).await;
         if session.connection.status().blocked() {
             return finish(
                 outcomes,

@@ -268,7 +268,8 @@ async fn a_classic_queue_on_a_down_node_stops_only_its_own_routes() {
         reconnect_backoff: Duration::from_millis(200),
         ..RabbitPublisherConfig::new(others[0].clone())
     })
-    .with_topology(topology.clone());
+    .with_topology(topology.clone())
+    .with_redeclare_every(Duration::from_millis(500));
     let first = messages(&quorum.exchange, 20);
     publish_all(&publisher, &first, Duration::from_secs(30)).await;
     let degraded = publisher.degraded();
@@ -285,12 +286,26 @@ async fn a_classic_queue_on_a_down_node_stops_only_its_own_routes() {
     }
     publish_all(&publisher, &later, Duration::from_secs(90)).await;
     assert!(node2.restore(), "node 2 came back");
+    // Node 2 back: a batch on the same connection declares the queue again, and
+    // nothing is reported degraded any more.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    publish_all(
+        &publisher,
+        &messages(&quorum.exchange, 5),
+        Duration::from_secs(30),
+    )
+    .await;
+    let after = publisher.degraded();
 
     let declared = declared.expect("the topology declares with the classic queue's node down");
     assert_eq!(declared.unavailable_queues, vec![classic.queue.clone()]);
     assert_eq!(degraded.len(), 1, "{degraded:?}");
     assert!(degraded[0].contains(&classic.queue), "{degraded:?}");
     assert!(held.is_some(), "the publisher's connection was seen");
+    assert!(
+        after.is_empty(),
+        "still reported after node 2 came back: {after:?}"
+    );
     let cleanup = connect_any(&urls, &tls, Duration::from_secs(10))
         .await
         .expect("the cluster answers");

@@ -285,6 +285,9 @@ async fn a_classic_queue_on_a_down_node_stops_only_its_own_routes() {
         assert!(own.restore(), "{held} came back");
     }
     publish_all(&publisher, &later, Duration::from_secs(90)).await;
+    // A message routed only to the queue on the down node is never confirmed
+    // (RabbitMQ nacks it): a failed attempt, retried, never marked sent.
+    let to_down = publisher.publish(&messages(&classic.exchange, 3)).await;
     assert!(node2.restore(), "node 2 came back");
     // Node 2 back: a batch on the same connection declares the queue again, and
     // nothing is reported degraded any more.
@@ -302,6 +305,10 @@ async fn a_classic_queue_on_a_down_node_stops_only_its_own_routes() {
     assert_eq!(degraded.len(), 1, "{degraded:?}");
     assert!(degraded[0].contains(&classic.queue), "{degraded:?}");
     assert!(held.is_some(), "the publisher's connection was seen");
+    assert!(
+        to_down.iter().all(|o| !o.is_confirmed()),
+        "a message for the down queue only was confirmed: {to_down:?}"
+    );
     assert!(
         after.is_empty(),
         "still reported after node 2 came back: {after:?}"

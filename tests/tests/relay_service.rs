@@ -874,7 +874,7 @@ async fn outbox_run_serves_the_admin_api_closed_until_tokens_are_configured() {
     assert_eq!(status, 200, "{audit}");
     let entries = audit["items"].as_array().expect("items");
     assert_eq!(entries.len(), 1, "one write, one record: {audit}");
-    assert_eq!(entries[0]["actor"], "ops-alice");
+    assert_eq!(entries[0]["actor"], "token:ops-alice");
     assert_eq!(entries[0]["action"], "requeue");
     assert_eq!(entries[0]["target"], dead.as_str());
     assert_eq!(entries[0]["count"], 1);

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::routing::{get, post};
 
-use crate::auth::{AdminAuth, require_token};
+use crate::auth::{AdminAuth, Gate, require_token};
 use crate::openapi::openapi_json;
 use crate::routes::{
     audit, blocked_keys, consumers, delete_dead_letter, delete_failure_group, delete_matching,
@@ -28,7 +28,11 @@ async fn method_not_allowed() -> AdminError {
 }
 
 /// The admin API, to be nested (e.g. under `/api/v1`) into any axum service.
-/// Every request, unknown routes included, needs a configured token.
+/// Every request, unknown routes included, needs a configured token. Unknown
+/// bearer tokens are limited per client address (ten in a burst, then one every
+/// six seconds; then 429 with `Retry-After`), which the server must give: serve
+/// it with `into_make_service_with_connect_info::<SocketAddr>()` (without, no
+/// client is limited).
 pub fn router(service: AdminService, auth: AdminAuth) -> Router {
     Router::new()
         .route("/stats", get(stats))
@@ -77,7 +81,7 @@ pub fn router(service: AdminService, auth: AdminAuth) -> Router {
         .fallback(no_route)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
-            Arc::new(auth),
+            Arc::new(Gate::new(auth)),
             require_token,
         ))
         .with_state(Arc::new(service))

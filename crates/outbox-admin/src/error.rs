@@ -35,6 +35,13 @@ pub enum AdminError {
         /// The token's name.
         actor: String,
     },
+    /// This client sent too many unknown bearer tokens: refused, whatever its
+    /// token, for `seconds` (its `Retry-After`).
+    #[error("too many unknown bearer tokens from your address; try again in {seconds} s")]
+    TooManyAttempts {
+        /// How long to wait before the next try.
+        seconds: u64,
+    },
     /// No such route.
     #[error("no such endpoint")]
     NoRoute,
@@ -86,6 +93,7 @@ impl AdminError {
             Self::NotConfigured => (StatusCode::FORBIDDEN, "admin_disabled"),
             Self::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
             Self::Forbidden { .. } => (StatusCode::FORBIDDEN, "forbidden"),
+            Self::TooManyAttempts { .. } => (StatusCode::TOO_MANY_REQUESTS, "too_many_attempts"),
             Self::NoRoute => (StatusCode::NOT_FOUND, "no_such_endpoint"),
             Self::EditOff => (StatusCode::NOT_FOUND, "edit_off"),
             Self::NotRecorded => (StatusCode::NOT_FOUND, "not_recorded"),
@@ -128,6 +136,11 @@ impl IntoResponse for AdminError {
                 axum::http::header::WWW_AUTHENTICATE,
                 axum::http::HeaderValue::from_static("Bearer"),
             );
+        }
+        if let Self::TooManyAttempts { seconds } = self {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, seconds.into());
         }
         response
     }

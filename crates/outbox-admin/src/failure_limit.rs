@@ -1,15 +1,18 @@
-//! Failed logins limited per client address: ten in a burst, then one every six
+//! Failed attempts limited per client address: ten in a burst, then one every six
 //! seconds (a generic cell rate: each failure takes six seconds of allowance, ten
-//! may be taken at once), so guessing tokens through the login form is as slow as
-//! it is pointless, while a person who mistypes is never in the way.
+//! may be taken at once), so guessing tokens (through the dashboard's login form
+//! or as the API's bearer token) is as slow as it is pointless, while a person who
+//! mistypes is never in the way.
 //!
-//! Only a failed password counts: a post that is no login at all (no form, no
-//! nonce, another page's nonce) is refused before this is asked and costs nothing,
-//! so anonymous garbage cannot lock a valid login out; a right token never
-//! counts either. While an address has used its allowance, every login from it is
-//! refused before the token is looked at (a right one too: the answer must not
-//! tell a guess that hit). The address is the TCP peer's, or behind a declared
-//! forwarder or the trusted proxy the one it forwarded for.
+//! Only a failed token counts: a login post that is no login at all (no form, no
+//! nonce, another page's nonce), or an API request without a bearer token, is
+//! refused before this is asked and costs nothing, so anonymous garbage cannot
+//! lock a valid token out; a right token never counts either. While an address
+//! has used its allowance, everything it tries is refused before the token is
+//! looked at (a right one too: the answer must not tell a guess that hit). The
+//! address is the TCP peer's, or behind a declared forwarder (or the dashboard's
+//! trusted proxy) the one it forwarded for, so one client's guesses never lock
+//! out another behind the same proxy.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -17,35 +20,35 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// Failed attempts a client address may make in a burst (and per minute after it).
-pub(crate) const LOGIN_ATTEMPTS_PER_MINUTE: u32 = 10;
+pub(crate) const ATTEMPTS_PER_MINUTE: u32 = 10;
 
 /// The allowance one failed attempt takes.
-const PER_ATTEMPT: Duration = Duration::from_secs(60 / LOGIN_ATTEMPTS_PER_MINUTE as u64);
+const PER_ATTEMPT: Duration = Duration::from_secs(60 / ATTEMPTS_PER_MINUTE as u64);
 
 /// Addresses remembered before the idle ones are forgotten.
 const REMEMBERED: usize = 10_000;
 
-pub(crate) struct LoginLimit {
+pub(crate) struct FailureLimit {
     /// Per address, when its allowance is whole again (the "theoretical arrival
     /// time" of the cell rate algorithm).
     full_at: Mutex<HashMap<IpAddr, Instant>>,
 }
 
-impl LoginLimit {
+impl FailureLimit {
     pub(crate) fn new() -> Self {
         Self {
             full_at: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Whether `client` may try a login now: `Err` with the wait before it may,
+    /// Whether `client` may try a token now: `Err` with the wait before it may,
     /// when its failed attempts used its allowance up. Counts nothing.
     pub(crate) fn check(&self, client: Option<IpAddr>) -> Result<(), Duration> {
         self.at(client, Instant::now(), false)
     }
 
-    /// Counts a failed attempt (a well-formed login whose token was wrong) of
-    /// `client`.
+    /// Counts a failed attempt (a well-formed login or bearer token that is no
+    /// token) of `client`.
     pub(crate) fn failed(&self, client: Option<IpAddr>) {
         // Asked after `check` allowed it: nothing to refuse any more.
         let _ = self.at(client, Instant::now(), true);
@@ -78,7 +81,7 @@ impl LoginLimit {
         let whole = full_at.get(&key).map_or(now, |at| (*at).max(now));
         // One more failure fits while the allowance is short of whole by at most
         // the burst less one.
-        let tolerance = PER_ATTEMPT * (LOGIN_ATTEMPTS_PER_MINUTE - 1);
+        let tolerance = PER_ATTEMPT * (ATTEMPTS_PER_MINUTE - 1);
         if let Some(next) = whole.checked_sub(tolerance) {
             if next > now {
                 return Err(next - now);
@@ -97,13 +100,13 @@ mod tests {
 
     #[test]
     fn ten_failures_then_a_wait_per_address() {
-        let limit = LoginLimit::new();
+        let limit = FailureLimit::new();
         let now = Instant::now();
         let (a, b): (IpAddr, IpAddr) = (
             "10.0.0.1".parse().expect("ip"),
             "10.0.0.2".parse().expect("ip"),
         );
-        for n in 0..LOGIN_ATTEMPTS_PER_MINUTE {
+        for n in 0..ATTEMPTS_PER_MINUTE {
             assert!(limit.at(Some(a), now, false).is_ok(), "check {n}");
             assert!(limit.at(Some(a), now, true).is_ok(), "failure {n}");
         }
@@ -118,7 +121,7 @@ mod tests {
             "another address has its own"
         );
         // One IPv6 host holds a /64: its addresses share an allowance.
-        for n in 0..LOGIN_ATTEMPTS_PER_MINUTE {
+        for n in 0..ATTEMPTS_PER_MINUTE {
             let ip: IpAddr = format!("2001:db8::{n:x}").parse().expect("ip");
             assert!(limit.at(Some(ip), now, true).is_ok(), "failure {n}");
         }
@@ -136,7 +139,7 @@ mod tests {
 
     #[test]
     fn checks_alone_never_use_the_allowance() {
-        let limit = LoginLimit::new();
+        let limit = FailureLimit::new();
         let a: IpAddr = "10.0.0.1".parse().expect("ip");
         for _ in 0..1_000 {
             assert!(limit.check(Some(a)).is_ok());

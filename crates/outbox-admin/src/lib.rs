@@ -18,7 +18,9 @@
 
 mod api;
 mod auth;
+mod client;
 mod error;
+mod failure_limit;
 pub mod model;
 mod openapi;
 pub mod params;
@@ -30,7 +32,9 @@ mod service;
 mod ui;
 
 pub use api::router;
-pub use auth::{Actor, AdminAuth, AdminToken, Role, Secret};
+pub use auth::{
+    Actor, AdminAuth, AdminToken, CLI_ACTOR, ONCE_ACTOR, Role, SSO_ACTOR, Secret, TOKEN_ACTOR,
+};
 pub use error::AdminError;
 pub use openapi::document as openapi_document;
 pub use redact::{REDACTED, Redaction, ShownBytes, WITHHELD};

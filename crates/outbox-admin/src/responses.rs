@@ -20,6 +20,10 @@ pub(crate) enum ReadErrors {
     /// No or an unknown bearer token.
     #[response(status = 401, headers(("WWW-Authenticate" = String, description = "`Bearer`")))]
     Unauthorized(ErrorBody),
+    /// This client sent too many unknown bearer tokens (`too_many_attempts`): every
+    /// request from it is refused, whatever its token, for `Retry-After` seconds.
+    #[response(status = 429, headers(("Retry-After" = u64, description = "Seconds to wait")))]
+    TooManyAttempts(ErrorBody),
     /// No admin token is configured (`admin_disabled`).
     #[response(status = 403)]
     Forbidden(ErrorBody),
@@ -37,6 +41,10 @@ pub(crate) enum QueryErrors {
     /// No or an unknown bearer token.
     #[response(status = 401, headers(("WWW-Authenticate" = String, description = "`Bearer`")))]
     Unauthorized(ErrorBody),
+    /// This client sent too many unknown bearer tokens (`too_many_attempts`): every
+    /// request from it is refused, whatever its token, for `Retry-After` seconds.
+    #[response(status = 429, headers(("Retry-After" = u64, description = "Seconds to wait")))]
+    TooManyAttempts(ErrorBody),
     /// No admin token is configured (`admin_disabled`).
     #[response(status = 403)]
     Forbidden(ErrorBody),
@@ -58,6 +66,10 @@ pub(crate) enum WriteErrors {
     /// No or an unknown bearer token.
     #[response(status = 401, headers(("WWW-Authenticate" = String, description = "`Bearer`")))]
     Unauthorized(ErrorBody),
+    /// This client sent too many unknown bearer tokens (`too_many_attempts`): every
+    /// request from it is refused, whatever its token, for `Retry-After` seconds.
+    #[response(status = 429, headers(("Retry-After" = u64, description = "Seconds to wait")))]
+    TooManyAttempts(ErrorBody),
     /// No admin token is configured (`admin_disabled`), or a read token (`forbidden`).
     #[response(status = 403)]
     Forbidden(ErrorBody),
@@ -82,6 +94,10 @@ pub(crate) enum DocumentErrors {
     /// No or an unknown bearer token.
     #[response(status = 401, headers(("WWW-Authenticate" = String, description = "`Bearer`")))]
     Unauthorized(ErrorBody),
+    /// This client sent too many unknown bearer tokens (`too_many_attempts`): every
+    /// request from it is refused, whatever its token, for `Retry-After` seconds.
+    #[response(status = 429, headers(("Retry-After" = u64, description = "Seconds to wait")))]
+    TooManyAttempts(ErrorBody),
     /// No admin token is configured (`admin_disabled`).
     #[response(status = 403)]
     Forbidden(ErrorBody),

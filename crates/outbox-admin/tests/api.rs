@@ -341,8 +341,13 @@ async fn single_writes_are_guarded_and_audited() {
     assert_eq!(
         shown,
         vec![
-            ("ops".into(), "requeue".into(), dead.to_string(), 1),
-            ("ops".into(), "delete_forced".into(), pending.to_string(), 1),
+            ("token:ops".into(), "requeue".into(), dead.to_string(), 1),
+            (
+                "token:ops".into(),
+                "delete_forced".into(),
+                pending.to_string(),
+                1
+            ),
         ],
         "newest first, failed writes not recorded"
     );
@@ -1443,7 +1448,7 @@ async fn exchanges_and_consumers_pause_and_resume_with_the_write_role_audited() 
     let items = body["items"].as_array().unwrap();
     assert_eq!(items.len(), 2, "{body}");
     assert_eq!(items[0]["kind"], "exchange", "exchanges first: {body}");
-    assert_eq!(items[0]["by"], "ops");
+    assert_eq!(items[0]["by"], "token:ops");
     assert!(items[0]["since"].as_str().unwrap().ends_with('Z'));
     assert_eq!(items[1]["name"], "billing");
     let (_, stats) = h.get("/stats").await;

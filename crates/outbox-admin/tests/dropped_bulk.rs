@@ -157,7 +157,7 @@ async fn a_bulk_requeue_whose_request_is_dropped_mid_way_is_still_audited_with_i
     };
     assert_eq!(entries.len(), 1, "one audit row: {entries:?}");
     assert_eq!(entries[0]["action"], "requeue_matching");
-    assert_eq!(entries[0]["actor"], "ops");
+    assert_eq!(entries[0]["actor"], "token:ops");
     let (_, dead) = h.get("/messages?status=dead").await;
     let left = dead["items"].as_array().unwrap().len() as u64;
     assert_eq!(

@@ -100,6 +100,20 @@ impl Events {
             self.buffer.push_str(&String::from_utf8_lossy(&chunk));
         }
     }
+
+    /// Whether the stream ends (the server closes it) within `wait`: what comes
+    /// before that (events, keep-alives) is read and dropped.
+    async fn ends_within(&mut self, wait: Duration) -> bool {
+        use futures::StreamExt as _;
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            match tokio::time::timeout_at(deadline, self.body.next()).await {
+                Err(_) => return false,
+                Ok(None | Some(Err(_))) => return true,
+                Ok(Some(Ok(_))) => {}
+            }
+        }
+    }
 }
 
 /// A browser: keeps cookies, sends forms.
@@ -490,7 +504,7 @@ async fn writes_need_the_csrf_token_and_a_write_session_and_are_audited() {
     let entry = &page.items[0];
     assert_eq!(
         (entry.actor.as_str(), entry.action.as_str()),
-        ("ops", "requeue")
+        ("token:ops", "requeue")
     );
     // The header works too (what htmx sends).
     let again = h.dead(message("orders", "b", b"{}")).await;
@@ -876,7 +890,10 @@ async fn deleting_a_dead_letter_and_a_message_go_through_the_service() {
         .into_iter()
         .map(|e| format!("{} {}", e.actor, e.action))
         .collect();
-    assert_eq!(actions, ["ops delete", "ops delete_dead_letter"]);
+    assert_eq!(
+        actions,
+        ["token:ops delete", "token:ops delete_dead_letter"]
+    );
 }
 
 #[tokio::test]
@@ -1228,16 +1245,26 @@ async fn a_dead_message_is_edited_and_replayed_from_its_page_only_when_editing_i
     assert!(page.body.contains("id=\"edit-replay\""), "{}", page.body);
     // Before replaying, the form says whether the original reached a consumer.
     assert!(
-        page.body.contains("No consumer&#39;s inbox here has recorded this message")
-            || page.body.contains("No consumer's inbox here has recorded this message"),
+        page.body
+            .contains("No consumer&#39;s inbox here has recorded this message")
+            || page
+                .body
+                .contains("No consumer's inbox here has recorded this message"),
         "{}",
         page.body
     );
-    let original = h.outbox.get_message(id).await.unwrap().unwrap().message;
+    let original = h
+        .outbox
+        .get_message(id)
+        .await
+        .expect("get")
+        .expect("there")
+        .message;
     h.delivered("billing", &original, true).await;
     let page = b.get(&format!("/ui/messages/{id}")).await;
     assert!(
-        page.body.contains("yet 1 consumer(s) here recorded it (billing: consumed)"),
+        page.body
+            .contains("yet 1 consumer(s) here recorded it (billing: consumed)"),
         "{}",
         page.body
     );
@@ -1292,7 +1319,7 @@ async fn a_dead_message_is_edited_and_replayed_from_its_page_only_when_editing_i
         .into_iter()
         .map(|e| format!("{} {}", e.actor, e.action))
         .collect();
-    assert_eq!(actions, ["ops replay"]);
+    assert_eq!(actions, ["token:ops replay"]);
 }
 
 /// A dead delivery's page offers the same form when editing is on; the replay's
@@ -1454,7 +1481,10 @@ async fn a_trusted_proxy_signs_in_the_user_it_names_and_only_from_its_address() 
         .expect("ok");
     assert_eq!(done.status(), StatusCode::SEE_OTHER);
     let audit = h.audit.list(None, 10).await.expect("audit").items;
-    assert_eq!(audit[0].actor, "alice", "the audit names the proxy's user");
+    assert_eq!(
+        audit[0].actor, "sso:alice",
+        "the audit names the proxy's user"
+    );
 
     // The proxy's session holds only while the proxy vouches: its cookie sent
     // from elsewhere (or without the proxy's header) opens nothing.
@@ -2579,4 +2609,247 @@ async fn sso_headers_without_the_proxys_secret_are_refused() {
     let page = proxy.get("/ui/messages").await;
     assert_eq!(page.status, StatusCode::OK, "{}", page.body);
     assert!(page.body.contains("alice"));
+}
+
+/// A live stream ends when its session is logged out by another request (or in
+/// another instance over the same store), not only when the browser closes it
+/// (issue 47).
+#[tokio::test]
+async fn the_overview_stream_ends_when_its_session_is_logged_out() {
+    let store = Arc::new(SharedSessions::default());
+    for shared in [false, true] {
+        let options = || UiOptions {
+            session_store: shared.then(|| store.clone() as _),
+            ..UiOptions::default()
+        };
+        let h = ui_harness(tokens(), options());
+        h.dead(message("orders", "created", b"{}")).await;
+        let mut b = Browser::new(&h);
+        b.login(READ).await;
+        let (status, _, mut events) = b.open_stream("/ui/overview/stream").await;
+        assert_eq!(status, StatusCode::OK);
+        events
+            .next(Duration::from_secs(10))
+            .await
+            .expect("an event");
+        // Another session of the same token is not ended by this logout.
+        let mut colleague = Browser::new(&h);
+        colleague.login(READ).await;
+        let (_, _, mut theirs) = colleague.open_stream("/ui/overview/stream").await;
+        theirs
+            .next(Duration::from_secs(10))
+            .await
+            .expect("an event");
+
+        let csrf = b.csrf().await;
+        let out = b.post("/ui/logout", &format!("csrf={csrf}")).await;
+        assert_eq!(out.status, StatusCode::SEE_OTHER);
+        assert!(
+            events.ends_within(Duration::from_secs(3)).await,
+            "the stream ends at its session's logout (shared store: {shared})"
+        );
+        assert!(
+            !theirs.ends_within(Duration::from_secs(1)).await,
+            "another session's stream goes on"
+        );
+
+        if shared {
+            // Logged out on another instance over the same store: this one sees
+            // it at its next look at the store.
+            let other_instance = ui_harness(tokens(), options());
+            let mut there = Browser::new(&other_instance);
+            there.cookies.clone_from(&colleague.cookies);
+            let csrf = there.csrf().await;
+            let out = there.post("/ui/logout", &format!("csrf={csrf}")).await;
+            assert_eq!(out.status, StatusCode::SEE_OTHER);
+            assert!(
+                theirs.ends_within(Duration::from_secs(8)).await,
+                "a logout on another instance ends the stream within the session check"
+            );
+        }
+    }
+}
+
+/// Single sign-on keeps one session per user the proxy names, reused by every
+/// cookieless page load, so a script (or many browsers) loading pages through the
+/// proxy leaves a bounded number of stored sessions; the pages and their CSRF
+/// tokens keep working (issue 47).
+#[tokio::test]
+async fn cookieless_sso_page_loads_leave_one_session_per_user() {
+    use outbox_admin::TrustedProxy;
+    use std::collections::BTreeMap;
+    let store = Arc::new(SharedSessions::default());
+    let options = UiOptions {
+        trusted_proxy: Some(TrustedProxy {
+            user_header: "x-forwarded-user".into(),
+            groups_header: Some("x-forwarded-groups".into()),
+            from: vec!["10.0.0.0/8".parse().expect("net")],
+            users: BTreeMap::from([("alice".to_owned(), Role::Write)]),
+            groups: BTreeMap::from([("viewers".to_owned(), Role::Read)]),
+            secret_header: "x-outbox-proxy-secret".into(),
+            secret: Secret::new(PROXY_SECRET),
+        }),
+        session_store: Some(store.clone()),
+        ..UiOptions::default()
+    };
+    let h = ui_harness(tokens(), options);
+    let id = h.dead(message("orders", "a", b"{}")).await;
+    let mut first_csrf = None;
+    for n in 0..40 {
+        let mut alice = browser_at(
+            &h,
+            "10.1.2.3",
+            &[("x-forwarded-user", "alice"), SECRET_HEADER],
+        );
+        let page = alice.get("/ui/messages").await;
+        assert_eq!(page.status, StatusCode::OK, "load {n}: {}", page.body);
+        first_csrf.get_or_insert(value_of(&page.body, "csrf").expect("csrf"));
+        let mut vic = browser_at(
+            &h,
+            "10.1.2.4",
+            &[
+                ("x-forwarded-user", "vic"),
+                ("x-forwarded-groups", "viewers"),
+                SECRET_HEADER,
+            ],
+        );
+        assert_eq!(vic.get("/ui/messages").await.status, StatusCode::OK);
+    }
+    assert_eq!(
+        store.0.lock().expect("lock").len(),
+        2,
+        "one stored session per user, whatever the page loads"
+    );
+    // A browser that loaded the first page still writes with its CSRF token.
+    let mut alice = browser_at(
+        &h,
+        "10.1.2.3",
+        &[("x-forwarded-user", "alice"), SECRET_HEADER],
+    );
+    alice.get("/ui/messages").await;
+    let done = alice
+        .post(
+            &format!("/ui/messages/{id}/requeue"),
+            &format!("csrf={}", first_csrf.expect("csrf")),
+        )
+        .await;
+    assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
+    // A logout ends it; the next page load through the proxy opens it again.
+    let csrf = alice.csrf().await;
+    assert_eq!(
+        alice
+            .post("/ui/logout", &format!("csrf={csrf}"))
+            .await
+            .status,
+        StatusCode::SEE_OTHER
+    );
+    assert_eq!(store.0.lock().expect("lock").len(), 1);
+    assert_eq!(alice.get("/ui/messages").await.status, StatusCode::OK);
+    assert_eq!(store.0.lock().expect("lock").len(), 2);
+}
+
+/// Audit actors name their kind: `token:<name>` (an API token or a token's
+/// session), `sso:<user>` (the trusted proxy's user), `once:<name>` (the one-time
+/// login); the CLI's are `cli:<user>`. So an SSO user named `cli:root` or
+/// `token:ops` is audited as `sso:cli:root` and `sso:token:ops`, never as the CLI
+/// or the token (issue 47).
+#[tokio::test]
+async fn audit_actors_name_their_kind_and_no_user_passes_for_another_kind() {
+    use outbox_admin::TrustedProxy;
+    use std::collections::BTreeMap;
+    let options = UiOptions {
+        trusted_proxy: Some(TrustedProxy {
+            user_header: "x-forwarded-user".into(),
+            groups_header: None,
+            from: vec!["10.0.0.0/8".parse().expect("net")],
+            users: BTreeMap::from([
+                ("cli:root".to_owned(), Role::Write),
+                ("token:ops".to_owned(), Role::Write),
+            ]),
+            groups: BTreeMap::new(),
+            secret_header: "x-outbox-proxy-secret".into(),
+            secret: Secret::new(PROXY_SECRET),
+        }),
+        one_time_login: Some(OneTimeLogin {
+            secret: Secret::new("one-time-secret-0123456789"),
+            name: "demo".into(),
+            role: Role::Write,
+        }),
+        ..UiOptions::default()
+    };
+    let mut api = None;
+    let h = ui_harness_with(tokens(), options, |service| {
+        api = Some(outbox_admin::router(
+            service.clone(),
+            AdminAuth::new(tokens()),
+        ));
+        service
+    });
+    let api = api.expect("the API router");
+    let mut ids = Vec::new();
+    for n in 0..5 {
+        ids.push(h.dead(message("orders", &format!("k{n}"), b"{}")).await);
+    }
+    // An API token.
+    let response = api
+        .oneshot(
+            Request::post(format!("/messages/{}/requeue", ids[0]))
+                .header(header::AUTHORIZATION, format!("Bearer {WRITE}"))
+                .body(Body::empty())
+                .expect("request"),
+        )
+        .await
+        .expect("infallible");
+    assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    // A token's session.
+    let mut token = Browser::new(&h);
+    token.login(WRITE).await;
+    // SSO users whose names start with another kind's prefix.
+    let mut cli = browser_at(
+        &h,
+        "10.1.2.3",
+        &[("x-forwarded-user", "cli:root"), SECRET_HEADER],
+    );
+    let mut fake_token = browser_at(
+        &h,
+        "10.1.2.3",
+        &[("x-forwarded-user", "token:ops"), SECRET_HEADER],
+    );
+    // The one-time login.
+    let mut once = Browser::new(&h);
+    let opened = once.get("/ui/login?token=one-time-secret-0123456789").await;
+    assert_eq!(opened.status, StatusCode::SEE_OTHER);
+    for (b, id) in [&mut token, &mut cli, &mut fake_token, &mut once]
+        .into_iter()
+        .zip(&ids[1..])
+    {
+        let csrf = b.csrf().await;
+        let done = b
+            .post(
+                &format!("/ui/messages/{id}/requeue"),
+                &format!("csrf={csrf}"),
+            )
+            .await;
+        assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
+    }
+    let mut actors: Vec<String> = h
+        .audit
+        .list(None, 10)
+        .await
+        .expect("audit")
+        .items
+        .into_iter()
+        .map(|e| e.actor)
+        .collect();
+    actors.reverse();
+    assert_eq!(
+        actors,
+        [
+            "token:ops",
+            "token:ops",
+            "sso:cli:root",
+            "sso:token:ops",
+            "once:demo"
+        ]
+    );
 }

@@ -267,7 +267,8 @@ pub struct UiConfig {
     pub session_ttl: std::time::Duration,
     /// Addresses (or networks) of proxies that only forward (a TLS terminator, a
     /// load balancer): their `X-Forwarded-For` names the client whose failed
-    /// logins count; nobody is signed in by them.
+    /// logins (and the API's failed bearer tokens) count; nobody is signed in by
+    /// them.
     pub forwarders: Vec<String>,
 }
 
@@ -355,10 +356,14 @@ impl AdminConfig {
             .with_edit(self.allow_edit)
     }
 
-    /// The configured tokens.
+    /// The configured tokens; the API counts failed ones per client the
+    /// `[admin.ui] forwarders` forward for, as the dashboard's login does.
     #[must_use]
     pub fn auth(&self) -> AdminAuth {
-        AdminAuth::new(self.tokens.clone())
+        // Checked when the configuration loaded (`validate`).
+        AdminAuth::new(self.tokens.clone()).with_forwarders(
+            networks("admin.ui", "forwarders", &self.ui.forwarders).unwrap_or_default(),
+        )
     }
 
     /// The admin API's router, to nest at [`ADMIN_API_PATH`].

@@ -32,7 +32,6 @@ mod assets;
 mod chart;
 mod filters;
 mod live;
-mod login_limit;
 mod pages;
 mod proxy;
 mod render;
@@ -127,7 +126,7 @@ pub(crate) struct Ui {
     /// The overview's live numbers, shared by every open overview page.
     pub(crate) live: live::LiveFeed,
     /// Failed login attempts per client address.
-    pub(crate) login_limit: login_limit::LoginLimit,
+    pub(crate) login_limit: crate::failure_limit::FailureLimit,
 }
 
 impl Ui {
@@ -159,7 +158,7 @@ pub(crate) enum UiError {
     Admin(AdminError),
     /// A write without this session's CSRF token.
     Csrf,
-    /// A write by a read-only session.
+    /// A write by a read-only session (its actor as the audit log names it).
     ReadOnly(String),
     /// A page that cannot be rendered (a template bug; never an input).
     Render,
@@ -181,7 +180,7 @@ impl UiError {
             ),
             Self::ReadOnly(actor) => (
                 StatusCode::FORBIDDEN,
-                format!("refused: token `{actor}` has the read role; this action needs a write token"),
+                format!("refused: `{actor}` has the read role; this action needs the write role"),
             ),
             Self::Render => (
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -220,7 +219,7 @@ pub fn ui_router(service: AdminService, auth: AdminAuth, options: UiOptions) -> 
         ),
         one_time: Mutex::new(options.one_time_login.take()),
         live: live::LiveFeed::new(),
-        login_limit: login_limit::LoginLimit::new(),
+        login_limit: crate::failure_limit::FailureLimit::new(),
         options,
     });
     let private = Router::new()

@@ -58,27 +58,7 @@ pub(crate) enum Proxied {
     NoRole(String),
 }
 
-/// Whether `peer` is in one of `nets`. An IPv4 peer may arrive as an IPv4-mapped
-/// IPv6 address on a dual-stack socket: compared as the IPv4 address it is.
-pub(crate) fn in_nets(nets: &[ipnet::IpNet], peer: IpAddr) -> bool {
-    let peer = match peer {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(peer, IpAddr::V4),
-        v4 => v4,
-    };
-    nets.iter().any(|net| net.contains(&peer))
-}
-
-/// The client a forwarding proxy says it forwarded for: the last address of its
-/// `X-Forwarded-For` (the one the proxy itself appended).
-pub(crate) fn forwarded_for(headers: &HeaderMap) -> Option<IpAddr> {
-    headers
-        .get_all("x-forwarded-for")
-        .iter()
-        .next_back()
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.rsplit(',').next())
-        .and_then(|v| v.trim().parse().ok())
-}
+pub(crate) use crate::client::{forwarded_for, in_nets};
 
 impl TrustedProxy {
     /// Whether a request from `peer` with `headers` is the proxy's: `peer` is one

@@ -17,6 +17,7 @@ use serde::Deserialize;
 use subtle::ConstantTimeEq;
 
 use super::{Page, Ui, UiError};
+use crate::client::peer_of;
 use crate::{Actor, AdminError};
 
 /// The session cookie.
@@ -87,19 +88,6 @@ pub(crate) fn theme_of(headers: &HeaderMap) -> &'static str {
     }
 }
 
-/// The TCP peer as the server saw it (`into_make_service_with_connect_info`), or
-/// as a test's `MockConnectInfo` layer sets it.
-fn peer_of(extensions: &axum::http::Extensions) -> Option<std::net::IpAddr> {
-    extensions
-        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .map(|c| c.0.ip())
-        .or_else(|| {
-            extensions
-                .get::<axum::extract::connect_info::MockConnectInfo<std::net::SocketAddr>>()
-                .map(|c| c.0.ip())
-        })
-}
-
 /// In front of every page but the login: a valid session, or off to the login.
 /// Behind a trusted proxy, the user it names signs in as it says (a session is
 /// opened for them, or replaced when the proxy names someone else), and one it
@@ -136,18 +124,28 @@ pub(crate) async fn require_session(
                 ),
             );
         }
-        (Some(s), super::proxy::Proxied::As(actor)) if s.actor == actor => (Some(s), false),
+        (Some(s), super::proxy::Proxied::As(actor)) if s.is(Via::Proxy, &actor) => (Some(s), false),
         // A session is opened by a page load only: a POST (perhaps cross-site)
         // never replaces the browser's session, and finds none if it has none.
         (old, super::proxy::Proxied::As(actor))
             if request.method() == Method::GET || request.method() == Method::HEAD =>
         {
             tracing::info!(actor = %actor.name, "dashboard sign-in through the proxy");
-            if let Some(old) = old {
-                // Given way to the user the proxy names: ended, not left open.
+            if let Some(old) = old.filter(|old| old.via != Via::Proxy) {
+                // Given way to the user the proxy names: ended, not left open. (A
+                // proxy's session is its user's one session, which their other
+                // browsers use: it holds only while the proxy vouches anyway.)
                 ui.sessions.remove(&old.id).await;
             }
-            match ui.sessions.create(actor, Via::Proxy, &ui.auth).await {
+            // Only a configured proxy names a user (`Proxied::As`).
+            let Some(proxy) = ui.options.trusted_proxy.as_ref() else {
+                return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+            };
+            match ui
+                .sessions
+                .for_proxy_user(actor, &proxy.secret, &ui.auth)
+                .await
+            {
                 Ok(s) => (Some(s), true),
                 Err(e) => return e.into_response(),
             }
@@ -391,9 +389,14 @@ pub(crate) async fn login(
     if let Some(actor) = take_one_time(&ui, &token) {
         return open_session(&ui, actor, Via::Once).await;
     }
-    let bearer = format!("Bearer {token}");
-    match ui.auth.authorize(&Method::GET, Some(bearer.as_bytes())) {
-        Ok(actor) => open_session(&ui, actor, Via::Token).await,
+    match ui.auth.token(token.as_bytes()) {
+        Ok(token) => {
+            let who = Actor {
+                name: token.name.clone(),
+                role: token.role,
+            };
+            open_session(&ui, who, Via::Token).await
+        }
         Err(AdminError::NotConfigured) => login_page(
             &ui,
             StatusCode::FORBIDDEN,
@@ -421,16 +424,15 @@ fn client_of(
     peer: Option<std::net::IpAddr>,
     headers: &HeaderMap,
 ) -> Option<std::net::IpAddr> {
-    let forwarded = peer.is_some_and(|p| super::proxy::in_nets(&ui.options.forwarders, p))
-        || ui
-            .options
-            .trusted_proxy
-            .as_ref()
-            .is_some_and(|p| p.vouches(peer, headers));
-    if forwarded {
+    let vouched = ui
+        .options
+        .trusted_proxy
+        .as_ref()
+        .is_some_and(|p| p.vouches(peer, headers));
+    if vouched {
         super::proxy::forwarded_for(headers).or(peer)
     } else {
-        peer
+        crate::client::client_of(peer, headers, &ui.options.forwarders)
     }
 }
 

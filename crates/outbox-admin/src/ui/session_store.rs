@@ -56,6 +56,15 @@ impl Via {
         }
     }
 
+    /// What the audit log's actor starts with for a session opened this way.
+    const fn actor_prefix(self) -> &'static str {
+        match self {
+            Self::Token => crate::TOKEN_ACTOR,
+            Self::Proxy => crate::SSO_ACTOR,
+            Self::Once => crate::ONCE_ACTOR,
+        }
+    }
+
     fn parse(s: &str) -> Option<Self> {
         match s {
             "token" => Some(Self::Token),
@@ -66,12 +75,20 @@ impl Via {
     }
 }
 
-/// One logged-in browser (a request extension on every page).
-#[derive(Debug, Clone)]
+/// One logged-in browser (a request extension on every page). `Debug` hides the
+/// cookie's secret and the CSRF token.
+#[derive(Clone)]
 pub(crate) struct Session {
     /// The cookie's secret.
     pub(crate) id: String,
+    /// Who acts, named as the audit log names them: the kind's prefix, then
+    /// [`user`](Self::user) (`token:ops`, `sso:alice`, `once:demo`), so that no
+    /// user can pass for another kind of actor (an SSO user named `cli:root` is
+    /// `sso:cli:root`, never the command line's `cli:root`).
     pub(crate) actor: Actor,
+    /// The token's, the proxy's user's or the one-time login's own name (what the
+    /// page shows).
+    pub(crate) user: String,
     pub(crate) csrf: String,
     pub(crate) theme: &'static str,
     /// How it was opened: a proxy's session holds only while the proxy vouches.
@@ -79,9 +96,28 @@ pub(crate) struct Session {
     expires: Instant,
 }
 
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("id", &"***")
+            .field("actor", &self.actor)
+            .field("user", &self.user)
+            .field("csrf", &"***")
+            .field("via", &self.via)
+            .field("expires", &self.expires)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Session {
     pub(crate) fn can_write(&self) -> bool {
         self.actor.role == Role::Write
+    }
+
+    /// Whether this session was opened `via` for `who` (a name as configured or
+    /// as the proxy says it, not prefixed) with their role.
+    pub(crate) fn is(&self, via: Via, who: &Actor) -> bool {
+        self.via == via && self.user == who.name && self.actor.role == who.role
     }
 
     /// When it ends (a live stream ends then too).
@@ -100,6 +136,9 @@ pub(crate) struct SessionStore {
     ttl: Duration,
     max: usize,
     shared: Option<Arc<dyn tower_sessions_core::SessionStore>>,
+    /// Counts the sessions this process ended (a logout, one given way to
+    /// another, evicted): a live stream looks its own session up when it moves.
+    ended: tokio::sync::watch::Sender<u64>,
 }
 
 /// A shared store that does not answer: the page says so (503), it does not
@@ -120,6 +159,18 @@ fn stored_id(secret: &str) -> Id {
     let mut bytes = [0u8; 16];
     bytes.copy_from_slice(&digest[..16]);
     Id(i128::from_le_bytes(bytes))
+}
+
+/// The cookie's secret of proxy user `user`'s one session: a hash of the proxy's
+/// secret and the name (unguessable without the secret; the same on every
+/// instance).
+fn proxy_session_id(proxy_secret: &crate::Secret, user: &str) -> String {
+    let mut hash = Sha256::new();
+    hash.update(b"outbox dashboard sso session\0");
+    hash.update(proxy_secret.expose().as_bytes());
+    hash.update([0]);
+    hash.update(user.as_bytes());
+    hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// What identifies a token's secret without being it, to tell whether a stored
@@ -151,19 +202,67 @@ impl SessionStore {
             ttl,
             max: max.max(1),
             shared,
+            ended: tokio::sync::watch::channel(0).0,
         }
     }
 
-    /// Opens a session for `actor`.
+    /// Moves whenever this process ends a session: a live stream then looks
+    /// whether its own is still there.
+    pub(crate) fn ended(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.ended.subscribe()
+    }
+
+    fn count_ended(&self) {
+        self.ended.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Opens a session for `who` (named as configured or as the proxy says it;
+    /// the session's actor gets `via`'s prefix).
     pub(crate) async fn create(
         &self,
-        actor: Actor,
+        who: Actor,
+        via: Via,
+        auth: &AdminAuth,
+    ) -> Result<Session, UiError> {
+        self.create_as(random_or_fail()?, who, via, auth).await
+    }
+
+    /// The one session of `who`, signed in by the trusted proxy whose secret is
+    /// `proxy_secret`: reused while it lives (every page load without a cookie,
+    /// in any browser, finds it), opened again when it ended or the user's role
+    /// changed. So the proxy's users hold one stored session each, however many
+    /// pages they load. Its cookie's secret is derived from the proxy's secret and
+    /// the user's name (the same on every instance sharing a store); it opens
+    /// nothing without the proxy, which vouches for it on every request.
+    pub(crate) async fn for_proxy_user(
+        &self,
+        who: Actor,
+        proxy_secret: &crate::Secret,
+        auth: &AdminAuth,
+    ) -> Result<Session, UiError> {
+        let id = proxy_session_id(proxy_secret, &who.name);
+        if let Some(session) = self.get(&id, auth).await? {
+            if session.is(Via::Proxy, &who) {
+                return Ok(session);
+            }
+        }
+        self.create_as(id, who, Via::Proxy, auth).await
+    }
+
+    async fn create_as(
+        &self,
+        id: String,
+        who: Actor,
         via: Via,
         auth: &AdminAuth,
     ) -> Result<Session, UiError> {
         let session = Session {
-            id: random_or_fail()?,
-            actor,
+            id,
+            actor: Actor {
+                name: format!("{}{}", via.actor_prefix(), who.name),
+                role: who.role,
+            },
+            user: who.name,
             csrf: random_or_fail()?,
             theme: "auto",
             via,
@@ -174,7 +273,7 @@ impl SessionStore {
             return Ok(session);
         };
         let mut data = HashMap::from([
-            ("actor".to_owned(), Value::from(session.actor.name.clone())),
+            ("actor".to_owned(), Value::from(session.user.clone())),
             (
                 "role".to_owned(),
                 Value::from(role_name(session.actor.role)),
@@ -183,7 +282,7 @@ impl SessionStore {
             ("via".to_owned(), Value::from(via.as_str())),
         ]);
         if via == Via::Token {
-            if let Some(token) = auth.token_named(&session.actor.name) {
+            if let Some(token) = auth.token_named(&session.user) {
                 let salt = random_or_fail()?;
                 data.insert(
                     "token".to_owned(),
@@ -205,7 +304,8 @@ impl SessionStore {
     fn keep_in_memory(&self, session: &Session) {
         let now = Instant::now();
         let mut sessions = self.memory.lock().unwrap_or_else(PoisonError::into_inner);
-        sessions.retain(|_, s| s.expires > now);
+        let before = sessions.len();
+        sessions.retain(|id, s| s.expires > now && *id != session.id);
         // Each token's own sessions first: one token logging in over and over only
         // ever evicts its own oldest sessions, never another operator's.
         loop {
@@ -231,7 +331,12 @@ impl SessionStore {
             };
             sessions.remove(&oldest);
         }
+        let evicted = sessions.len() < before;
         sessions.insert(session.id.clone(), session.clone());
+        drop(sessions);
+        if evicted {
+            self.count_ended();
+        }
     }
 
     /// The session the cookie's secret `id` opens, if it is alive.
@@ -272,6 +377,7 @@ impl SessionStore {
                 }
                 _ => {
                     let _ = shared.delete(&key).await;
+                    self.count_ended();
                     return Ok(None);
                 }
             },
@@ -286,9 +392,10 @@ impl SessionStore {
         Ok(Some(Session {
             id: id.to_owned(),
             actor: Actor {
-                name: name.to_owned(),
+                name: format!("{}{name}", via.actor_prefix()),
                 role,
             },
+            user: name.to_owned(),
             csrf: csrf.to_owned(),
             theme: "auto",
             via,
@@ -311,6 +418,7 @@ impl SessionStore {
                     .remove(id);
             }
         }
+        self.count_ended();
     }
 }
 
@@ -397,9 +505,61 @@ mod tests {
             .lock()
             .expect("lock")
             .values()
-            .filter(|s| s.actor.name == "script")
+            .filter(|s| s.user == "script")
             .count();
         assert_eq!(scripts, MAX_SESSIONS_PER_TOKEN);
+    }
+
+    #[tokio::test]
+    async fn a_proxy_user_keeps_one_session_in_memory_and_actors_name_their_kind() {
+        let auth = no_tokens();
+        let store = SessionStore::new(Duration::from_secs(60), 100, None);
+        let secret = crate::Secret::new("proxy-secret-0123456789");
+        let who = |name: &str, role| Actor {
+            name: name.into(),
+            role,
+        };
+        let first = store
+            .for_proxy_user(who("cli:root", Role::Write), &secret, &auth)
+            .await
+            .expect("session");
+        assert_eq!(first.actor.name, "sso:cli:root");
+        assert_eq!(first.user, "cli:root");
+        for _ in 0..100 {
+            let again = store
+                .for_proxy_user(who("cli:root", Role::Write), &secret, &auth)
+                .await
+                .expect("session");
+            assert_eq!((&again.id, &again.csrf), (&first.id, &first.csrf));
+        }
+        assert_eq!(store.memory.lock().expect("lock").len(), 1);
+        // Another role (the user's groups changed): opened again, still one.
+        let read = store
+            .for_proxy_user(who("cli:root", Role::Read), &secret, &auth)
+            .await
+            .expect("session");
+        assert_ne!(read.csrf, first.csrf);
+        assert_eq!(store.memory.lock().expect("lock").len(), 1);
+        // Another proxy secret: another id (a session is the proxy's).
+        let other = store
+            .for_proxy_user(
+                who("cli:root", Role::Read),
+                &crate::Secret::new("another-proxy-secret-0123"),
+                &auth,
+            )
+            .await
+            .expect("session");
+        assert_ne!(other.id, read.id);
+        let once = store
+            .create(who("demo", Role::Write), Via::Once, &auth)
+            .await
+            .expect("session");
+        assert_eq!(once.actor.name, "once:demo");
+        let shown = format!("{once:?}");
+        assert!(
+            !shown.contains(&once.id) && !shown.contains(&once.csrf),
+            "{shown}"
+        );
     }
 
     #[test]

@@ -110,7 +110,7 @@ impl Chrome {
 fn frame(ui: &Ui, session: &Session, nav: &'static str) -> Chrome {
     Chrome {
         csrf: session.csrf.clone(),
-        actor: session.actor.name.clone(),
+        actor: session.user.clone(),
         role: match session.actor.role {
             Role::Read => "read",
             Role::Write => "write",

@@ -5,6 +5,7 @@
 
 use std::io::IsTerminal;
 
+pub(crate) use crate::printable::{printable, printable_text};
 use crate::table::Table;
 use outbox_admin::model::{
     BlockedKeyPage, BulkProgress, ConsumerItem, DeadLetterPage, DeadLetterView, FailureGroups,
@@ -195,37 +196,6 @@ pub(crate) fn blocked_key_page(page: &BlockedKeyPage) {
             printable(after).replace('\'', r"'\''")
         );
     }
-}
-
-/// `text` (a payload, a body, an error) on lines of its own: control characters
-/// shown escaped as in [`printable`] (terminal escapes, carriage returns, DEL, C1),
-/// but line breaks and tabs kept, which make the text readable.
-pub(crate) fn printable_text(text: &str) -> String {
-    text.split_inclusive(['\n', '\t'])
-        .map(|piece| {
-            let (body, end) = match piece.char_indices().last() {
-                Some((at, c @ ('\n' | '\t'))) => (&piece[..at], Some(c)),
-                _ => (piece, None),
-            };
-            let mut shown = printable(body);
-            shown.extend(end);
-            shown
-        })
-        .collect()
-}
-
-/// `text` on one line of a tab-separated listing: control characters (tabs,
-/// newlines, terminal escapes) shown escaped.
-pub(crate) fn printable(text: &str) -> String {
-    text.chars()
-        .flat_map(|c| {
-            if c.is_control() {
-                c.escape_default().collect::<Vec<_>>()
-            } else {
-                vec![c]
-            }
-        })
-        .collect()
 }
 
 const MESSAGE_COLUMNS: [&str; 8] = [

@@ -39,6 +39,8 @@ pub mod logging;
 #[cfg(feature = "otel")]
 pub mod otel;
 #[cfg(feature = "cli")]
+mod printable;
+#[cfg(feature = "cli")]
 pub mod settings_log;
 #[cfg(feature = "cli")]
 mod table;

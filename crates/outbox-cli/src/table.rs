@@ -25,7 +25,7 @@ impl Table {
         self.rows.push(
             cells
                 .iter()
-                .map(|c| crate::admin_output::printable(c))
+                .map(|c| crate::printable::printable(c))
                 .collect(),
         );
     }

@@ -202,8 +202,8 @@ impl Gate {
 
 /// The middleware in front of every admin route: a client that sent too many
 /// unknown bearer tokens is refused (429) before its token is looked at; an
-/// unknown bearer token counts against its client (a request without one, or a
-/// known token, does not). Every refusal is logged at warn, naming the client,
+/// unknown bearer token counts against its client (a request without one, a
+/// known token, or the same wrong token sent again lately, does not). Every refusal is logged at warn, naming the client,
 /// method and path and never the token.
 pub(crate) async fn require_token(
     State(gate): State<std::sync::Arc<Gate>>,
@@ -235,7 +235,7 @@ pub(crate) async fn require_token(
         .headers()
         .get(header::AUTHORIZATION)
         .map(axum::http::HeaderValue::as_bytes);
-    let bearer = authorization.is_some_and(|v| v.starts_with(b"Bearer "));
+    let bearer = authorization.filter(|v| v.starts_with(b"Bearer "));
     match gate.auth.authorize(request.method(), authorization) {
         Ok(actor) => {
             request.extensions_mut().insert(actor);
@@ -244,8 +244,8 @@ pub(crate) async fn require_token(
         Err(e) => {
             let (status, reason) = e.status_and_code();
             refused(status.as_u16(), reason);
-            if bearer && matches!(e, AdminError::Unauthorized) {
-                gate.limit.failed(client);
+            if let (Some(token), AdminError::Unauthorized) = (bearer, &e) {
+                gate.limit.failed_token(client, token);
             }
             e.into_response()
         }

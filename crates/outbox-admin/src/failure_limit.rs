@@ -7,7 +7,9 @@
 //! Only a failed token counts: a login post that is no login at all (no form, no
 //! nonce, another page's nonce), or an API request without a bearer token, is
 //! refused before this is asked and costs nothing, so anonymous garbage cannot
-//! lock a valid token out; a right token never counts either. While an address
+//! lock a valid token out; a right token never counts either, nor (on the API) a
+//! wrong bearer token the address sent among its last four (a script retrying
+//! with a stale token guesses nothing new). While an address
 //! has used its allowance, everything it tries is refused before the token is
 //! looked at (a right one too: the answer must not tell a guess that hit). The
 //! address is the TCP peer's, or behind a declared forwarder (or the dashboard's
@@ -15,6 +17,7 @@
 //! out another behind the same proxy.
 
 use std::collections::HashMap;
+use std::hash::BuildHasher as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -28,30 +31,66 @@ const PER_ATTEMPT: Duration = Duration::from_secs(60 / ATTEMPTS_PER_MINUTE as u6
 /// Addresses remembered before the idle ones are forgotten.
 const REMEMBERED: usize = 10_000;
 
+/// Wrong tokens remembered per address (as keyed hashes): one sent again is no
+/// new guess and is not counted again.
+const RECENT: usize = 4;
+
+/// One address's allowance.
+struct Bucket {
+    /// When its allowance is whole again (the "theoretical arrival time" of the
+    /// cell rate algorithm).
+    full_at: Instant,
+    /// Keyed hashes of its last wrong tokens (never the tokens).
+    recent: [u64; RECENT],
+    /// Where the next one goes in `recent`.
+    next: usize,
+}
+
+/// What a look at the limit counts.
+#[derive(Clone, Copy)]
+enum Count {
+    /// Nothing.
+    No,
+    /// A failure.
+    Failure,
+    /// A failure with this wrong token's hash, unless the address sent it lately.
+    Token(u64),
+}
+
 pub(crate) struct FailureLimit {
-    /// Per address, when its allowance is whole again (the "theoretical arrival
-    /// time" of the cell rate algorithm).
-    full_at: Mutex<HashMap<IpAddr, Instant>>,
+    buckets: Mutex<HashMap<IpAddr, Bucket>>,
+    /// Keys the hashes of wrong tokens (random per process).
+    hasher: std::collections::hash_map::RandomState,
 }
 
 impl FailureLimit {
     pub(crate) fn new() -> Self {
         Self {
-            full_at: Mutex::new(HashMap::new()),
+            buckets: Mutex::new(HashMap::new()),
+            hasher: std::collections::hash_map::RandomState::new(),
         }
     }
 
     /// Whether `client` may try a token now: `Err` with the wait before it may,
     /// when its failed attempts used its allowance up. Counts nothing.
     pub(crate) fn check(&self, client: Option<IpAddr>) -> Result<(), Duration> {
-        self.at(client, Instant::now(), false)
+        self.at(client, Instant::now(), Count::No)
     }
 
     /// Counts a failed attempt (a well-formed login or bearer token that is no
     /// token) of `client`.
     pub(crate) fn failed(&self, client: Option<IpAddr>) {
         // Asked after `check` allowed it: nothing to refuse any more.
-        let _ = self.at(client, Instant::now(), true);
+        let _ = self.at(client, Instant::now(), Count::Failure);
+    }
+
+    /// Counts `token`, which is no token, as a failed attempt of `client`, unless
+    /// `client` sent that same wrong token among its last few: a script retrying
+    /// with a stale token guesses nothing new, and must not lock out the valid
+    /// tokens of others at its address; every new guess counts.
+    pub(crate) fn failed_token(&self, client: Option<IpAddr>, token: &[u8]) {
+        let hash = self.hasher.hash_one(token);
+        let _ = self.at(client, Instant::now(), Count::Token(hash));
     }
 
     /// `check` (and with `count`, the failure counted) at `now`. An unknown
@@ -60,7 +99,7 @@ impl FailureLimit {
     /// host holds a whole /64). Past [`REMEMBERED`] addresses, those whose
     /// allowance is whole are forgotten; while still over it, new addresses share
     /// one bucket, so memory stays bounded.
-    fn at(&self, client: Option<IpAddr>, now: Instant, count: bool) -> Result<(), Duration> {
+    fn at(&self, client: Option<IpAddr>, now: Instant, count: Count) -> Result<(), Duration> {
         let Some(client) = client else {
             return Ok(());
         };
@@ -71,14 +110,14 @@ impl FailureLimit {
             },
             v4 => v4,
         };
-        let mut full_at = self.full_at.lock().unwrap_or_else(PoisonError::into_inner);
-        if !full_at.contains_key(&key) && full_at.len() >= REMEMBERED {
-            full_at.retain(|_, at| *at > now);
-            if full_at.len() >= REMEMBERED {
+        let mut buckets = self.buckets.lock().unwrap_or_else(PoisonError::into_inner);
+        if !buckets.contains_key(&key) && buckets.len() >= REMEMBERED {
+            buckets.retain(|_, b| b.full_at > now);
+            if buckets.len() >= REMEMBERED {
                 key = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
             }
         }
-        let whole = full_at.get(&key).map_or(now, |at| (*at).max(now));
+        let whole = buckets.get(&key).map_or(now, |b| b.full_at.max(now));
         // One more failure fits while the allowance is short of whole by at most
         // the burst less one.
         let tolerance = PER_ATTEMPT * (ATTEMPTS_PER_MINUTE - 1);
@@ -87,9 +126,24 @@ impl FailureLimit {
                 return Err(next - now);
             }
         }
-        if count {
-            full_at.insert(key, whole + PER_ATTEMPT);
+        let token = match count {
+            Count::No => return Ok(()),
+            Count::Failure => None,
+            Count::Token(hash) => Some(hash),
+        };
+        let bucket = buckets.entry(key).or_insert(Bucket {
+            full_at: now,
+            recent: [0; RECENT],
+            next: 0,
+        });
+        if let Some(hash) = token {
+            if bucket.recent.contains(&hash) {
+                return Ok(());
+            }
+            bucket.recent[bucket.next] = hash;
+            bucket.next = (bucket.next + 1) % RECENT;
         }
+        bucket.full_at = whole + PER_ATTEMPT;
         Ok(())
     }
 }
@@ -107,27 +161,33 @@ mod tests {
             "10.0.0.2".parse().expect("ip"),
         );
         for n in 0..ATTEMPTS_PER_MINUTE {
-            assert!(limit.at(Some(a), now, false).is_ok(), "check {n}");
-            assert!(limit.at(Some(a), now, true).is_ok(), "failure {n}");
+            assert!(limit.at(Some(a), now, Count::No).is_ok(), "check {n}");
+            assert!(
+                limit.at(Some(a), now, Count::Failure).is_ok(),
+                "failure {n}"
+            );
         }
-        let wait = limit.at(Some(a), now, false).expect_err("one too many");
+        let wait = limit.at(Some(a), now, Count::No).expect_err("one too many");
         assert_eq!(wait, PER_ATTEMPT);
         assert!(
-            limit.at(Some(a), now + PER_ATTEMPT, false).is_ok(),
+            limit.at(Some(a), now + PER_ATTEMPT, Count::No).is_ok(),
             "one more after six seconds"
         );
         assert!(
-            limit.at(Some(b), now, false).is_ok(),
+            limit.at(Some(b), now, Count::No).is_ok(),
             "another address has its own"
         );
         // One IPv6 host holds a /64: its addresses share an allowance.
         for n in 0..ATTEMPTS_PER_MINUTE {
             let ip: IpAddr = format!("2001:db8::{n:x}").parse().expect("ip");
-            assert!(limit.at(Some(ip), now, true).is_ok(), "failure {n}");
+            assert!(
+                limit.at(Some(ip), now, Count::Failure).is_ok(),
+                "failure {n}"
+            );
         }
         let other_host: IpAddr = "2001:db8::ffff".parse().expect("ip");
         assert!(
-            limit.at(Some(other_host), now, false).is_err(),
+            limit.at(Some(other_host), now, Count::No).is_err(),
             "the same /64"
         );
         // No address known: not limited (one bucket for all would lock all out).
@@ -135,6 +195,23 @@ mod tests {
             limit.failed(None);
         }
         assert!(limit.check(None).is_ok());
+    }
+
+    #[test]
+    fn a_wrong_token_sent_again_counts_once_and_new_guesses_each_count() {
+        let limit = FailureLimit::new();
+        let a: IpAddr = "10.0.0.1".parse().expect("ip");
+        for _ in 0..100 {
+            limit.failed_token(Some(a), b"Bearer stale-token");
+        }
+        assert!(
+            limit.check(Some(a)).is_ok(),
+            "one stale token is one failure"
+        );
+        for n in 0..ATTEMPTS_PER_MINUTE - 1 {
+            limit.failed_token(Some(a), format!("Bearer guess-{n}").as_bytes());
+        }
+        assert!(limit.check(Some(a)).is_err(), "each new guess counted");
     }
 
     #[test]

@@ -109,6 +109,15 @@ async fn failed_bearer_tokens_are_limited_per_client_and_logged_without_the_toke
     }
     let (status, _, body) = stats(&anonymous, Some(&format!("Bearer {READ}"))).await;
     assert_eq!(status, StatusCode::OK, "{body}");
+    // A script retrying with a stale token guesses nothing new: it counts once, so
+    // the valid tokens of others at its address still work.
+    let stale = at(&h.app, "10.1.1.4");
+    for n in 0..30 {
+        let (status, _, _) = stats(&stale, Some("Bearer stale-token-0123456789")).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "retry {n}");
+    }
+    let (status, _, body) = stats(&stale, Some(&format!("Bearer {READ}"))).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
 
     let text = String::from_utf8(captured.0.lock().expect("log").clone()).expect("utf-8");
     let refusals: Vec<&str> = text
@@ -117,7 +126,7 @@ async fn failed_bearer_tokens_are_limited_per_client_and_logged_without_the_toke
         .collect();
     assert_eq!(
         refusals.len(),
-        10 + 1 + 30,
+        10 + 1 + 30 + 30,
         "one warning per refusal: {text}"
     );
     assert!(refusals.iter().all(|l| l.contains("WARN")), "{text}");
@@ -132,7 +141,10 @@ async fn failed_bearer_tokens_are_limited_per_client_and_logged_without_the_toke
         refusals[10]
     );
     assert!(
-        !text.contains("guess-") && !text.contains(WRITE) && !text.contains("b3BzOm9wcw"),
+        !text.contains("guess-")
+            && !text.contains("stale-token")
+            && !text.contains(WRITE)
+            && !text.contains("b3BzOm9wcw"),
         "no token in the log: {text}"
     );
 
@@ -164,7 +176,7 @@ async fn behind_a_forwarder_failed_tokens_count_per_client_it_forwards_for() {
     };
     let guesser = forwarded("203.0.113.7");
     for n in 0..10 {
-        let (status, _, _) = stats(&guesser, Some("Bearer not-a-token-0123456789")).await;
+        let (status, _, _) = stats(&guesser, Some(&format!("Bearer guess-{n}-0123456789"))).await;
         assert_eq!(status, StatusCode::UNAUTHORIZED, "guess {n}");
     }
     let (status, _, _) = stats(&guesser, Some(&format!("Bearer {READ}"))).await;
@@ -180,7 +192,10 @@ async fn behind_a_forwarder_failed_tokens_count_per_client_it_forwards_for() {
     let liar = at(&app, "10.1.1.1");
     for n in 0..10 {
         let request = Request::get("/stats")
-            .header(header::AUTHORIZATION, "Bearer not-a-token-0123456789")
+            .header(
+                header::AUTHORIZATION,
+                format!("Bearer guess-{n}-0123456789"),
+            )
             .header("x-forwarded-for", format!("198.51.100.{n}"))
             .body(Body::empty())
             .expect("request");

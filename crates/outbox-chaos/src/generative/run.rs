@@ -41,8 +41,9 @@ const ROUTED: &str = "order.*";
 /// no status changed, no copy at the tap): what is still in progress then is
 /// stuck.
 pub(crate) const STALLED: Duration = Duration::from_secs(30);
-/// How long a round may take to settle after production ends, moving or not.
-pub(crate) const SETTLE: Duration = Duration::from_secs(300);
+/// How long a round may take to settle after production ends while messages
+/// still move: what is in progress then is stuck too.
+pub(crate) const SETTLE: Duration = Duration::from_secs(600);
 
 /// What a round leaves for the checker, and for the reader.
 pub(crate) struct Finished {

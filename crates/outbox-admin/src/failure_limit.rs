@@ -51,7 +51,8 @@ struct Bucket {
 enum Count {
     /// Nothing.
     No,
-    /// A failure.
+    /// A failure (a login's).
+    #[cfg_attr(not(feature = "ui"), allow(dead_code))]
     Failure,
     /// A failure with this wrong token's hash, unless the address sent it lately.
     Token(u64),
@@ -79,6 +80,7 @@ impl FailureLimit {
 
     /// Counts a failed attempt (a well-formed login or bearer token that is no
     /// token) of `client`.
+    #[cfg_attr(not(feature = "ui"), allow(dead_code))] // The dashboard's logins.
     pub(crate) fn failed(&self, client: Option<IpAddr>) {
         // Asked after `check` allowed it: nothing to refuse any more.
         let _ = self.at(client, Instant::now(), Count::Failure);

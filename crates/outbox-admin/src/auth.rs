@@ -203,8 +203,8 @@ impl Gate {
 /// The middleware in front of every admin route: a client that sent too many
 /// unknown bearer tokens is refused (429) before its token is looked at; an
 /// unknown bearer token counts against its client (a request without one, a
-/// known token, or the same wrong token sent again lately, does not). Every refusal is logged at warn, naming the client,
-/// method and path and never the token.
+/// known token, or the same wrong token sent again lately, does not). Every
+/// refusal is logged at warn, naming the client, method and path, never the token.
 pub(crate) async fn require_token(
     State(gate): State<std::sync::Arc<Gate>>,
     mut request: Request,

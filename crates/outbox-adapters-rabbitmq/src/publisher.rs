@@ -320,7 +320,10 @@ fn after_handover(
 enum Settled {
     /// Acked: `Confirmed`, unless the broker returned it (see [`Returns`]).
     Acked,
-    /// Its outcome, whatever was returned.
+    /// Nacked: its confirm completed (and took a waiting return, if any).
+    Nacked(PublishOutcome),
+    /// Its outcome, whatever was returned; its confirm never completed (failed,
+    /// timed out, or the message was never handed over).
     Decided(PublishOutcome),
 }
 
@@ -332,18 +335,18 @@ enum Settled {
 /// in whatever order: with acks coalesced (`multiple`) below the oldest
 /// unconfirmed tag, that is often another message's confirm (frames captured from
 /// RabbitMQ 3.10: `return 833`, then `ack 790 multiple` took it, then a bare
-/// `ack 833`). Each return precedes its own message's ack, and each completed
-/// confirm takes the oldest waiting return, so returns waiting never outnumber the
-/// returned messages not yet confirmed: once every confirm of the window is in,
-/// every return has been handed out. A window with a confirm that failed or timed
-/// out has no such guarantee (a return may still wait, for a message acked bare).
+/// `ack 833`). Each return precedes its own message's ack or nack, and each
+/// completed confirm takes the oldest waiting return, if any. So every returned
+/// message whose confirm completed made one completion while its return waited:
+/// returns handed out are at least as many as the returned messages that
+/// completed. A return still waiting for a message acked bare therefore means
+/// that a return handed out names a message whose confirm never completed (it
+/// failed or timed out). Only then can a bare ack hide a return; the outcomes
+/// below check exactly that.
 #[derive(Default)]
 struct Returns {
     /// Each return: the returned message's id, and the broker's reason.
     returned: Vec<(Option<String>, String)>,
-    /// A confirm of the window failed or timed out after its message was handed
-    /// over: a return may not have been handed out.
-    incomplete: bool,
 }
 
 impl Returns {
@@ -364,11 +367,22 @@ impl Returns {
     /// An acked message the broker returned is `Unroutable`. An acked message not
     /// seen returned is `Confirmed` only when that proves it was routed: when a
     /// return named no message of the window (never expected: every message
-    /// carries its id), it is a failed attempt; when a confirm of the window
-    /// failed, it is sent again (`NotSent`, a duplicate the inbox absorbs). Never
-    /// marked sent while no queue may have it.
+    /// carries its id), it is a failed attempt; when a return named a message
+    /// whose confirm never completed, a return for it may still wait (see
+    /// [`Returns`]): it is sent again (`NotSent`, a duplicate the inbox absorbs).
+    /// Never marked sent while no queue may have it.
     fn outcomes(self, ids: &[String], settled: Vec<Settled>) -> (Vec<PublishOutcome>, usize) {
         let known: HashSet<&str> = ids.iter().map(String::as_str).collect();
+        let uncompleted: HashSet<&str> = ids
+            .iter()
+            .zip(&settled)
+            .filter(|(_, s)| matches!(s, Settled::Decided(_)))
+            .map(|(id, _)| id.as_str())
+            .collect();
+        let incomplete = self
+            .returned
+            .iter()
+            .any(|(id, _)| id.as_deref().is_some_and(|id| uncompleted.contains(id)));
         let mut by_id: HashMap<String, String> = HashMap::new();
         let mut unmatched = 0;
         for (id, why) in self.returned {
@@ -383,15 +397,15 @@ impl Returns {
             .iter()
             .zip(settled)
             .map(|(id, s)| match s {
-                Settled::Decided(outcome) => outcome,
+                Settled::Decided(outcome) | Settled::Nacked(outcome) => outcome,
                 Settled::Acked => match by_id.get(id) {
                     Some(why) => PublishOutcome::Unroutable(why.clone()),
                     None if unmatched > 0 => PublishOutcome::Failed(PortError::transient(
                         "confirm",
                         "the broker returned a message of this window that names no message of it; none can be told routed",
                     )),
-                    None if self.incomplete => not_sent(
-                        "acked while another confirm of its window failed: a return for it may be unread; sent again",
+                    None if incomplete => not_sent(
+                        "acked while a return of its window named a message whose confirm failed: a return for this one may be unread; sent again",
                     ),
                     None => PublishOutcome::Confirmed,
                 },
@@ -822,12 +836,7 @@ impl RabbitPublisher {
         }
         // First every confirm, then the outcomes: a return rides on whichever
         // confirm lapin completes next (see `Returns`), often another message's.
-        let mut returns = Returns {
-            // The channel broke while publishing: the confirms of what was handed
-            // over may have failed, with a return still waiting.
-            incomplete: broken,
-            ..Returns::default()
-        };
+        let mut returns = Returns::default();
         let mut settled = Vec::with_capacity(messages.len());
         for (&(m, target), p) in messages.iter().zip(pending) {
             let settled_one = match p {
@@ -839,7 +848,7 @@ impl RabbitPublisher {
                     }
                     Ok(Ok(Confirmation::Nack(returned))) => {
                         returns.take(returned);
-                        Settled::Decided(PublishOutcome::Nacked(
+                        Settled::Nacked(PublishOutcome::Nacked(
                             "the broker refused the message".to_owned(),
                         ))
                     }
@@ -848,7 +857,6 @@ impl RabbitPublisher {
                     )),
                     Ok(Err(e)) => {
                         broken = true;
-                        returns.incomplete = true;
                         Settled::Decided(after_handover(
                             messages,
                             (m, target),
@@ -861,7 +869,6 @@ impl RabbitPublisher {
                     // taken for another message's.
                     Err(_) => {
                         broken = true;
-                        returns.incomplete = true;
                         Settled::Decided(PublishOutcome::Failed(self.stalled(session)))
                     }
                 },
@@ -1158,7 +1165,6 @@ mod tests {
         // m2's return came attached to m0's confirm; m2 itself was acked bare.
         let returns = Returns {
             returned: vec![(Some("m2".into()), "312 NO_ROUTE".into())],
-            incomplete: false,
         };
         let (outcomes, unmatched) = returns.outcomes(&ids(3), acked(3));
         assert_eq!(kinds(&outcomes), ["confirmed", "confirmed", "unroutable"]);
@@ -1169,11 +1175,10 @@ mod tests {
     fn a_nacked_message_stays_nacked_and_its_return_still_counts_for_another() {
         let returns = Returns {
             returned: vec![(Some("m0".into()), "312 NO_ROUTE".into())],
-            incomplete: false,
         };
         let settled = vec![
             Settled::Acked,
-            Settled::Decided(PublishOutcome::Nacked("refused".into())),
+            Settled::Nacked(PublishOutcome::Nacked("refused".into())),
         ];
         let (outcomes, _) = returns.outcomes(&ids(2), settled);
         assert_eq!(kinds(&outcomes), ["unroutable", "nacked"]);
@@ -1184,7 +1189,6 @@ mod tests {
         for id in [None, Some("elsewhere".to_owned())] {
             let returns = Returns {
                 returned: vec![(id, "312 NO_ROUTE".into())],
-                incomplete: false,
             };
             let (outcomes, unmatched) = returns.outcomes(&ids(2), acked(2));
             assert_eq!(kinds(&outcomes), ["failed", "failed"]);
@@ -1193,17 +1197,24 @@ mod tests {
     }
 
     #[test]
-    fn after_a_failed_confirm_an_acked_message_not_seen_returned_is_sent_again() {
+    fn a_bare_ack_is_trusted_unless_a_return_named_a_message_whose_confirm_failed() {
+        let failed =
+            || Settled::Decided(PublishOutcome::Failed(PortError::transient("confirm", "x")));
+        // m2's return was handed to m0's confirm while m2's own confirm failed:
+        // m1's return may still wait, so m1 is sent again.
+        let returns = Returns {
+            returned: vec![(Some("m2".into()), "312 NO_ROUTE".into())],
+        };
+        let (outcomes, _) =
+            returns.outcomes(&ids(3), vec![Settled::Acked, Settled::Acked, failed()]);
+        assert_eq!(kinds(&outcomes), ["not sent", "not sent", "failed"]);
+        // A failed confirm alone, or returns of completed messages only, leave
+        // the bare acks trusted: every return has been handed out.
         let returns = Returns {
             returned: vec![(Some("m1".into()), "312 NO_ROUTE".into())],
-            incomplete: true,
         };
-        let settled = vec![
-            Settled::Acked,
-            Settled::Acked,
-            Settled::Decided(PublishOutcome::Failed(PortError::transient("confirm", "x"))),
-        ];
-        let (outcomes, _) = returns.outcomes(&ids(3), settled);
-        assert_eq!(kinds(&outcomes), ["not sent", "unroutable", "failed"]);
+        let (outcomes, _) =
+            returns.outcomes(&ids(3), vec![Settled::Acked, Settled::Acked, failed()]);
+        assert_eq!(kinds(&outcomes), ["confirmed", "unroutable", "failed"]);
     }
 }

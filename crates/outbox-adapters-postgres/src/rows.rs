@@ -10,6 +10,9 @@ use sqlx::postgres::PgArguments;
 use sqlx::query::Query;
 use sqlx::types::Json;
 
+/// A row `c` no live lease holds.
+pub(crate) const LEASE_FREE: &str = "(c.locked_until IS NULL OR c.locked_until < now())";
+
 /// The message columns, in the order both tables share (for INSERTs).
 pub(crate) const MESSAGE_COLUMNS: &str = "exchange, routing_key, message_type, headers, payload, content_type, source, correlation_id, created_at";
 

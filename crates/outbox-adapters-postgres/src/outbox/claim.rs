@@ -1,7 +1,9 @@
 //! The relay's claims: pending rows ([`OutboxRelayPath::claim_pending`]), failed
 //! rows due for a retry ([`OutboxRelayPath::claim_due_retries`]), what an idle relay
 //! asks before it sleeps (`pending_claimable`, `next_due_in`), and the clearing of
-//! leases a vanished relay left behind (`recover_expired_leases`).
+//! leases a vanished relay left behind (`recover_expired_leases`). While an
+//! exchange is paused, each claim first lists the exchanges not paused and then
+//! reads only their rows ([`super::paused`]).
 //!
 //! A claim is one statement: the rows are picked `FOR UPDATE SKIP LOCKED` (so
 //! relays never wait on each other) and leased to the claim's holder until the
@@ -24,38 +26,75 @@ use outbox_core::{Decision, MessageId};
 use outbox_ports::{ClaimedMessage, Lease, PortError, PublishFailure};
 
 use super::PgOutboxStore;
+
+/// Per pick of a claim, the exchanges not paused that have rows in its index,
+/// read while some exchange is paused ([`PgOutboxStore::live_exchanges`]).
+#[derive(Debug, Default)]
+pub(super) struct LiveExchanges {
+    /// Of unkeyed rows due now.
+    pub(super) now: Vec<String>,
+    /// Of unkeyed delayed rows.
+    pub(super) due: Vec<String>,
+    /// Of failed rows.
+    pub(super) failed: Vec<String>,
+}
 use super::sql::RECOVER_WINDOW;
 use crate::error::port;
 use crate::rows::{ClaimedRow, decode_in_claim_order, millis};
 
 impl PgOutboxStore {
     /// Claims up to `limit` pending rows under `lease`, keyed ones from the key
-    /// cursor, and moves the cursor past the keys taken.
+    /// cursor, and moves the cursor past the keys taken; in the form for
+    /// whether an exchange is paused (see [`super::paused`]).
     pub(super) async fn claim_pending_rows(
         &self,
         lease: &Lease,
         limit: u32,
     ) -> Result<Vec<ClaimedMessage>, PortError> {
-        let claimed = self
-            .claim(
-                &self.sql.claim_pending,
-                lease,
-                limit,
-                Some(self.key_cursor()),
-            )
-            .await?;
+        let cursor = Some(self.key_cursor());
+        let claimed = match self.live_exchanges().await? {
+            None => {
+                self.claim(&self.sql.claim_pending, lease, limit, cursor, &[])
+                    .await?
+            }
+            Some(live) => {
+                let lists = [live.now, live.due];
+                self.claim(&self.sql.claim_pending_paused, lease, limit, cursor, &lists)
+                    .await?
+            }
+        };
         self.advance_key_cursor(&claimed);
         Ok(claimed)
     }
 
-    /// Claims up to `limit` failed rows whose next attempt is due, under `lease`.
+    /// Claims up to `limit` failed rows whose next attempt is due, under `lease`;
+    /// in the form for whether an exchange is paused.
     pub(super) async fn claim_retry_rows(
         &self,
         lease: &Lease,
         limit: u32,
     ) -> Result<Vec<ClaimedMessage>, PortError> {
-        self.claim(&self.sql.claim_retries, lease, limit, None)
-            .await
+        match self.live_exchanges().await? {
+            None => {
+                self.claim(&self.sql.claim_retries, lease, limit, None, &[])
+                    .await
+            }
+            Some(live) => {
+                let sql = &self.sql.claim_retries_paused;
+                self.claim(sql, lease, limit, None, &[live.failed]).await
+            }
+        }
+    }
+
+    /// `None` while no exchange is paused; else, per pick, the exchanges not
+    /// paused that have rows in its index.
+    pub(super) async fn live_exchanges(&self) -> Result<Option<LiveExchanges>, PortError> {
+        let (paused, now, due, failed): (bool, Vec<String>, Vec<String>, Vec<String>) =
+            sqlx::query_as(&self.sql.live_exchanges)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(|e| port("read pauses", e))?;
+        Ok(paused.then_some(LiveExchanges { now, due, failed }))
     }
 
     /// The key cursor's value for the next claim.
@@ -81,13 +120,15 @@ impl PgOutboxStore {
         *cursor = after.or_else(|| keys.max()).cloned().unwrap_or_default();
     }
 
-    /// Runs claim statement `sql`; `cursor` is its fourth parameter, if it has one.
+    /// Runs claim statement `sql`; `cursor` is its fourth parameter, if it has
+    /// one, and `lists` (of exchanges) the parameters after it.
     async fn claim(
         &self,
         sql: &str,
         lease: &Lease,
         limit: u32,
         cursor: Option<String>,
+        lists: &[Vec<String>],
     ) -> Result<Vec<ClaimedMessage>, PortError> {
         let mut query = sqlx::query_as(sql)
             .bind(i64::from(limit))
@@ -95,6 +136,9 @@ impl PgOutboxStore {
             .bind(millis(lease.ttl));
         if let Some(c) = cursor {
             query = query.bind(c);
+        }
+        for list in lists {
+            query = query.bind(list);
         }
         let rows: Vec<ClaimedRow> = query
             .fetch_all(&self.pool)

@@ -10,6 +10,7 @@ use sqlx::postgres::PgArguments;
 use sqlx::query::Query;
 
 use super::PgOutboxStore;
+use super::claim::LiveExchanges;
 use super::reads::blocked_count_limit;
 use super::sql::RECOVER_WINDOW;
 use crate::diagnostics::{self, Explain};
@@ -22,32 +23,54 @@ impl PgOutboxStore {
     /// # Errors
     /// A database error.
     pub async fn explain_claim_pending(&self, limit: u32) -> Result<String, PortError> {
-        let explain = Explain::Plan.of(&self.sql.claim_pending);
-        let query = self.pending_claim(&explain, limit);
+        let live = self.live_exchanges().await?;
+        let explain = Explain::Plan.of(self.pending_claim_sql(live.as_ref()));
+        let query = self.pending_claim(&explain, limit, live);
         diagnostics::plan(&self.pool, "explain claim", query).await
     }
 
     /// The plan and row counts of a real claim of `limit` pending rows
     /// (`EXPLAIN ANALYZE`), run in a transaction that is rolled back, so nothing
     /// stays claimed: for operators and tests checking that claims read only the
-    /// rows they take.
+    /// rows they take. The claim in the form that would run now (whether an
+    /// exchange is paused).
     ///
     /// # Errors
     /// A database error.
     pub async fn explain_analyze_claim_pending(&self, limit: u32) -> Result<String, PortError> {
-        let explain = Explain::Analyze.of(&self.sql.claim_pending);
-        let query = self.pending_claim(&explain, limit);
+        let live = self.live_exchanges().await?;
+        let explain = Explain::Analyze.of(self.pending_claim_sql(live.as_ref()));
+        let query = self.pending_claim(&explain, limit, live);
         diagnostics::rolled_back(&self.pool, "explain claim", query).await
     }
 
+    /// The pending claim's statement in the form for `live`.
+    fn pending_claim_sql(&self, live: Option<&LiveExchanges>) -> &str {
+        if live.is_some() {
+            &self.sql.claim_pending_paused
+        } else {
+            &self.sql.claim_pending
+        }
+    }
+
     /// `explain` (of the pending claim) with a claim's values: `limit` rows, a
-    /// lease of no time held by `explain`, the key cursor as it stands.
-    fn pending_claim<'q>(&self, explain: &'q str, limit: u32) -> Query<'q, Postgres, PgArguments> {
-        sqlx::query(explain)
+    /// lease of no time held by `explain`, the key cursor as it stands, and the
+    /// exchanges of `live` if an exchange is paused.
+    fn pending_claim<'q>(
+        &self,
+        explain: &'q str,
+        limit: u32,
+        live: Option<LiveExchanges>,
+    ) -> Query<'q, Postgres, PgArguments> {
+        let query = sqlx::query(explain)
             .bind(i64::from(limit))
             .bind("explain")
             .bind(0_i64)
-            .bind(self.key_cursor())
+            .bind(self.key_cursor());
+        match live {
+            Some(live) => query.bind(live.now).bind(live.due),
+            None => query,
+        }
     }
 
     /// The plan and row counts of a real claim of `limit` failed rows due for a
@@ -58,12 +81,32 @@ impl PgOutboxStore {
     /// # Errors
     /// A database error.
     pub async fn explain_analyze_claim_retries(&self, limit: u32) -> Result<String, PortError> {
-        let explain = Explain::Analyze.of(&self.sql.claim_retries);
+        let live = self.live_exchanges().await?;
+        let sql = match live {
+            Some(_) => &self.sql.claim_retries_paused,
+            None => &self.sql.claim_retries,
+        };
+        let explain = Explain::Analyze.of(sql);
         let query = sqlx::query(&explain)
             .bind(i64::from(limit))
             .bind("explain")
             .bind(0_i64);
+        let query = match live {
+            Some(live) => query.bind(live.failed),
+            None => query,
+        };
         diagnostics::rolled_back(&self.pool, "explain retry claim", query).await
+    }
+
+    /// The plan and row counts of an idle relay's work check (`EXPLAIN ANALYZE`
+    /// of [`outbox_ports::OutboxRelayPath::pending_claimable`], read-only): for
+    /// tests checking that it reads about what a claim would take.
+    ///
+    /// # Errors
+    /// A database error.
+    pub async fn explain_analyze_claimable(&self) -> Result<String, PortError> {
+        let explain = Explain::Analyze.of(&self.sql.claimable);
+        diagnostics::plan(&self.pool, "explain work check", sqlx::query(&explain)).await
     }
 
     /// The plan and row counts of a real clearing of expired leases (`EXPLAIN

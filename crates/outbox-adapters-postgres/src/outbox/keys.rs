@@ -13,10 +13,8 @@
 use outbox_core::OutboxStatus;
 use outbox_ports::DeadHead;
 
+use super::paused::{DUE, NOW, not_paused};
 use crate::rows::readable_time;
-
-/// A row `c` no live lease holds.
-pub(super) const LEASE_FREE: &str = "(c.locked_until IS NULL OR c.locked_until < now())";
 
 /// A row `c` of table `t` (quoted) that is its ordering key's head: no key, or no
 /// earlier row of its key still unsent (in flight, delayed, failing, or dead unless
@@ -89,21 +87,6 @@ pub(super) fn keyed_heads(t: &str, dead_head: DeadHead, cursor: Option<&str>) ->
             "keys.k"
         ),
         not_paused(t, "h.exchange")
-    )
-}
-
-/// The exchange column `exchange` names no paused exchange (table outbox_pauses
-/// beside table `t`, the quoted `"schema".outbox_messages`). The pauses are read
-/// once per statement (an uncorrelated subquery: an init plan), and a row of a
-/// paused exchange is passed over where the claim's pick reads it, so the picks
-/// keep their index order and a paused keyed head still holds its key back.
-pub(super) fn not_paused(t: &str, exchange: &str) -> String {
-    let schema = t
-        .strip_suffix(".outbox_messages")
-        .unwrap_or_else(|| unreachable!("the claims read a schema's outbox_messages: {t}"));
-    format!(
-        "{exchange} <> ALL (ARRAY(SELECT p.name FROM {schema}.outbox_pauses p \
-           WHERE p.kind = 'exchange'))"
     )
 }
 
@@ -215,18 +198,18 @@ pub(super) fn blocked_keys(t: &str, dead_head: DeadHead, cursor: Option<&str>) -
 
 /// Whether a claim of pending rows of table `t` (quoted) would take anything: a
 /// row pending and not leased that is due, its key's head and of an exchange not
-/// paused, exactly what the
-/// claim's three picks look for (so an idle relay is never told there is work the
-/// claim will not take).
+/// paused, exactly what the claim's three picks look for (so an idle relay is
+/// never told there is work the claim will not take); the unkeyed picks in the
+/// form for whether an exchange is paused (see [`super::paused`]), so a paused
+/// backlog is not read by the check that each commit into it starts.
 pub(crate) fn claimable_pending_exists(t: &str, dead_head: DeadHead) -> String {
     format!(
-        "WITH RECURSIVE {} \
-         SELECT EXISTS (SELECT 1 FROM {t} c WHERE c.status = 'pending' \
-           AND c.not_before IS NULL AND c.ordering_key IS NULL AND {LEASE_FREE} AND {free}) \
-         OR EXISTS (SELECT 1 FROM {t} c WHERE c.status = 'pending' AND c.ordering_key IS NULL \
-           AND c.not_before IS NOT NULL AND c.not_before <= now() AND {LEASE_FREE} AND {free}) \
-         OR EXISTS (SELECT 1 FROM heads)",
+        "WITH RECURSIVE {}, {}, {} \
+         SELECT {} OR {} OR EXISTS (SELECT 1 FROM heads)",
         keyed_heads(t, dead_head, None),
-        free = not_paused(t, "c.exchange"),
+        NOW.exchange_walk(t),
+        DUE.exchange_walk(t),
+        NOW.any(t),
+        DUE.any(t),
     )
 }

@@ -13,7 +13,8 @@
 //! - [`explain`]: `EXPLAIN` of the store's statements, through
 //!   [`crate::diagnostics`];
 //! - [`sql`]: every statement's text, built once per store; [`keys`]: the SQL
-//!   fragments of the ordering-key rule they share.
+//!   fragments of the ordering-key rule they share; [`paused`]: the picks' form
+//!   for while an exchange is paused.
 //!
 //! The port traits' impls here only delegate, each to the module of its concern.
 
@@ -22,6 +23,7 @@ mod enqueue;
 mod explain;
 mod keys;
 mod marks;
+mod paused;
 mod reads;
 mod records;
 mod retention;

@@ -12,13 +12,14 @@
 use outbox_ports::DeadHead;
 
 use super::keys::{
-    LEASE_FREE, blocked_keys, blocking_list, claimable_pending_exists, first_blocking,
-    head_condition, key_walk, keyed_heads, not_paused, stuck_list,
+    blocked_keys, blocking_list, claimable_pending_exists, first_blocking, head_condition,
+    key_walk, keyed_heads, stuck_list,
 };
+use super::paused::{self, not_paused};
 use crate::PgSchema;
 use crate::rows::{
-    HISTORY_COLUMNS, MESSAGE_COLUMNS, REPLAY_COLUMNS, append_failed_attempt, outbox_extra_columns,
-    read_columns, readable_time,
+    HISTORY_COLUMNS, LEASE_FREE, MESSAGE_COLUMNS, REPLAY_COLUMNS, append_failed_attempt,
+    outbox_extra_columns, read_columns, readable_time,
 };
 
 /// The insert of several messages in one statement, over arrays (`unnest`): the
@@ -52,7 +53,10 @@ pub(super) const RECOVER_WINDOW: i64 = 10_000;
 #[derive(Debug)]
 pub(super) struct Sql {
     pub(super) claim_pending: String,
+    pub(super) claim_pending_paused: String,
     pub(super) claim_retries: String,
+    pub(super) claim_retries_paused: String,
+    pub(super) live_exchanges: String,
     pub(super) next_due: String,
     pub(super) claimable: String,
     pub(super) mark_sent: String,
@@ -120,6 +124,17 @@ impl Sql {
              FROM picked WHERE m.seq = picked.seq \
              RETURNING m.seq, {returning}"
         );
+        // While an exchange is paused (see `paused`): the same pick, of the failed
+        // rows of the exchanges listed in $4 only, read exchange by exchange.
+        let retry_rows =
+            format!("c.status = 'publish_failed' AND c.next_attempt_at <= now() AND {head}");
+        let claim_retries_paused = format!(
+            "WITH picked AS ({}) \
+             UPDATE {t} m SET locked_by = $2, locked_until = now() + $3 * interval '1 millisecond' \
+             WHERE m.seq = ANY (ARRAY(SELECT seq FROM picked)) \
+             RETURNING m.seq, {returning}",
+            paused::failed(&retry_rows).per_exchange(&t, "$4")
+        );
         // Three picks, oldest seq first: rows without a key and due time by seq
         // (outbox_pending_unkeyed); delayed rows without a key whose time has come
         // by due time (outbox_scheduled, read only up to now(): the delayed rows
@@ -144,7 +159,30 @@ impl Sql {
              RETURNING m.seq, {returning}",
             keyed_heads(&t, dead_head, Some("$4"))
         );
+        // While an exchange is paused (see `paused`): the unkeyed picks of the
+        // exchanges listed in $5 (immediate) and $6 (delayed) only, read exchange
+        // by exchange; the keyed pick as always. The update finds the picked rows
+        // by primary key whatever the statistics say (a large unsent backlog, as
+        // a long pause leaves, could otherwise be joined by a scan of the table).
+        let claim_pending_paused = format!(
+            "WITH RECURSIVE {}, \
+             now_rows AS ({}), \
+             due_rows AS ({}), \
+             keyed_rows AS (SELECT c.seq FROM {t} c WHERE c.seq IN (SELECT seq FROM heads LIMIT $1) \
+               AND c.status = 'pending' AND {lease_free} FOR UPDATE SKIP LOCKED), \
+             picked AS (SELECT seq FROM now_rows UNION ALL SELECT seq FROM due_rows \
+               UNION ALL SELECT seq FROM keyed_rows ORDER BY seq LIMIT $1) \
+             UPDATE {t} m SET locked_by = $2, locked_until = now() + $3 * interval '1 millisecond' \
+             WHERE m.seq = ANY (ARRAY(SELECT seq FROM picked)) \
+             RETURNING m.seq, {returning}",
+            keyed_heads(&t, dead_head, Some("$4")),
+            paused::NOW.per_exchange(&t, "$5"),
+            paused::DUE.per_exchange(&t, "$6"),
+        );
         Self {
+            claim_pending_paused,
+            claim_retries_paused,
+            live_exchanges: paused::live_exchanges(&t),
             // The key's head and how many wait behind it (as a blocked key's, up
             // to the cap: $2 is the cap plus one).
             head_of_key: format!(

@@ -128,6 +128,17 @@ pub fn replay_root(original: &Message) -> MessageId {
         .unwrap_or(original.id)
 }
 
+/// Stamps `headers` (a replay's) with [`REPLAY_OF_HEADER`] naming what a replay of
+/// `original` stands in for ([`replay_root`]), whatever they said before: every
+/// replay, however it is edited and whoever makes it, is then recorded by a
+/// consumer as the message it replaces.
+pub fn stamp_replay_of(headers: &mut Headers, original: &Message) {
+    headers.insert(
+        REPLAY_OF_HEADER.to_owned(),
+        replay_root(original).to_string(),
+    );
+}
+
 /// What the broker recorded when it dead-lettered a delivery: the newest entry of
 /// RabbitMQ's `x-death` header (and `x-delivery-count`, when it is there).
 #[derive(Debug, Clone, PartialEq, Eq)]

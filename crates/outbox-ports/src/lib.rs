@@ -28,7 +28,7 @@ pub mod trace_context;
 pub use broker::{
     Acker, Death, DecodeError, Delivery, DeliveryStream, EXCHANGE_HEADER, Envelope,
     NO_PUBLISH_DEADLINE, ORDERING_KEY_HEADER, PublishOutcome, Publisher, REPLAY_OF_HEADER,
-    Subscriber, replay_root,
+    Subscriber, replay_root, stamp_replay_of,
 };
 pub use clock::{Clock, SystemClock};
 pub use error::{BoxError, PortError};

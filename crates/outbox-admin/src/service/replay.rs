@@ -134,10 +134,7 @@ impl AdminService {
         };
         // Whatever the edit says: consumers record the replay as the message it
         // stands in for, so an inbox that has the original absorbs it.
-        headers.insert(
-            outbox_ports::REPLAY_OF_HEADER.to_owned(),
-            outbox_ports::replay_root(original).to_string(),
-        );
+        outbox_ports::stamp_replay_of(&mut headers, original);
         let now = self.clock.now();
         let mut random = [0u8; 10];
         getrandom::fill(&mut random)

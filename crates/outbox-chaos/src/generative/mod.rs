@@ -26,7 +26,7 @@ use plan::Plan;
 use crate::Ctx;
 use crate::world::Bins;
 
-const USAGE: &str = "usage: outbox-chaos --generative [--seed N] [--duration D] [--replay]\n\n  --seed N      the first round's seed (default: the seeds of generative-seeds.txt, then\n                one from the clock); alone, without --duration, one round of that seed\n  --duration D  run rounds (about 50 s each) for D (90s, 3m, 1h); the next round's seed\n                is the last one's plus one\n  --replay      run the operator's replays the plans draw (skipped by default while\n                issue 47's defect 2 is open)\n  --plans N     print the plans of the first N seeds the run would go through; run nothing\n\nwrites target/chaos/generative.json; exits 1 on any lost, twice-applied, out-of-order\nor stuck message; see RELIABILITY.md";
+const USAGE: &str = "usage: outbox-chaos --generative [--seed N] [--duration D] [--no-replay]\n\n  --seed N      the first round's seed (default: the seeds of generative-seeds.txt, then\n                one from the clock); alone, without --duration, one round of that seed\n  --duration D  run rounds (about 50 s each) for D (90s, 3m, 1h); the next round's seed\n                is the last one's plus one\n  --no-replay   skip the operator's replays the plans draw (run by default since\n                issue 47's defect 2 was fixed; --replay is accepted and changes nothing)\n  --plans N     print the plans of the first N seeds the run would go through; run nothing\n\nwrites target/chaos/generative.json; exits 1 on any lost, twice-applied, out-of-order\nor stuck message; see RELIABILITY.md";
 
 /// Seeds that once found a defect, run first by every `--duration` run: a failing
 /// seed becomes a test by a line in this file (with a comment on what it found).
@@ -43,9 +43,9 @@ const LISTED: usize = 200;
 struct Args {
     seed: Option<u64>,
     duration: Option<Duration>,
-    /// Run the operator's replays the plans draw (skipped otherwise: issue 47's
-    /// defect 2, a replay of a dead message that was delivered applies it twice,
-    /// is open).
+    /// Run the operator's replays the plans draw (the default; `--no-replay`
+    /// skips them, as every run did while issue 47's defect 2, a replay of a dead
+    /// message that was delivered applied twice, was open).
     replay: bool,
     /// Print the plans of the seeds the run would go through (for `--duration`,
     /// as many as `--plans N` says), run nothing.
@@ -57,7 +57,7 @@ fn parse_args(args: &[String]) -> Result<Option<Args>, String> {
     let mut a = Args {
         seed: None,
         duration: None,
-        replay: false,
+        replay: true,
         plans: None,
     };
     let mut it = args.iter();
@@ -67,6 +67,7 @@ fn parse_args(args: &[String]) -> Result<Option<Args>, String> {
             "--help" | "-h" => return Ok(None),
             "--generative" => {}
             "--replay" => a.replay = true,
+            "--no-replay" => a.replay = false,
             "--plans" if a.plans.is_none() => {
                 let v = value()?;
                 a.plans = Some(v.parse().map_err(|_| format!("--plans {v:?}: a number"))?);
@@ -379,9 +380,13 @@ mod tests {
             Ok(Some(Args {
                 seed: Some(5),
                 duration: Some(Duration::from_secs(180)),
-                replay: false,
+                replay: true,
                 plans: None,
             }))
+        );
+        assert_eq!(
+            args(&["--no-replay"]).map(|a| a.map(|a| a.replay)),
+            Ok(Some(false))
         );
         assert_eq!(args(&["--help"]), Ok(None));
         assert!(args(&["--seed"]).is_err());

@@ -401,7 +401,8 @@ enabled = false
         let Some(original) = self.w.outbox.get_message(MessageId::from_uuid(id)).await? else {
             return Ok(());
         };
-        let mut replay = original.message;
+        let mut replay = original.message.clone();
+        outbox_ports::stamp_replay_of(&mut replay.headers, &original.message);
         let new_id = Uuid::now_v7();
         replay.id = MessageId::from_uuid(new_id);
         replay.not_before = None;

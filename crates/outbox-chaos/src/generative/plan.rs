@@ -24,6 +24,10 @@ pub(crate) const LANES: usize = 4;
 /// `generative-seeds.txt` as they were drawn (465 at most on a key).
 pub(crate) const MAX_PER_KEY: usize = 600;
 
+/// Mixed into the seed for the stream of the faults drawn after the first
+/// regression seeds (`StallBroker`, `SlowBroker`).
+const LATER_STREAM: u64 = 0x9E37_79B9_7F4A_7C15;
+
 /// The relays' and consumer's settings of a round.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Settings {
@@ -101,6 +105,13 @@ pub(crate) enum Action {
     /// Every broker connection of the relays and the consumer closed by the proxy
     /// in front of the broker, new ones refused for `for_ms`.
     DropBroker { for_ms: u64 },
+    /// Nothing forwarded either way between the relays and the consumer and the
+    /// broker for `for_ms`, nothing closed (a half-open network: confirms and
+    /// deliveries hang until the confirm timeout or the lease runs out).
+    StallBroker { for_ms: u64 },
+    /// Every chunk between them and the broker delayed by `delay_ms` each way for
+    /// `for_ms`.
+    SlowBroker { delay_ms: u64, for_ms: u64 },
     /// `pg_terminate_backend` of every PostgreSQL connection of the relays and the
     /// consumer (only theirs, by `application_name`).
     KillPgConnections,
@@ -129,6 +140,8 @@ impl Action {
             Self::KillRelay { .. } => "kill_relay",
             Self::KillConsumer { .. } => "kill_consumer",
             Self::DropBroker { .. } => "drop_broker",
+            Self::StallBroker { .. } => "stall_broker",
+            Self::SlowBroker { .. } => "slow_broker",
             Self::KillPgConnections => "kill_pg_connections",
             Self::PauseExchange { .. } => "pause_exchange",
             Self::PauseConsumer { .. } => "pause_consumer",
@@ -348,6 +361,32 @@ impl Plan {
                 action,
             });
         }
+        // Faults added after the first regression seeds were drawn come from a
+        // stream of their own, so the plans those seeds drew stay as they were,
+        // with these on top.
+        let mut later = Rng::new(seed ^ LATER_STREAM);
+        let mut at = 0.0;
+        loop {
+            at += -2.0 * mean_gap_ms * (1.0 - later.unit()).ln();
+            if at >= (production_ms - 2_000) as f64 {
+                break;
+            }
+            let action = if later.below(2) == 0 {
+                Action::StallBroker {
+                    for_ms: pick(&mut later, &[500, 3_000, 12_000]),
+                }
+            } else {
+                Action::SlowBroker {
+                    delay_ms: pick(&mut later, &[20, 100, 400]),
+                    for_ms: pick(&mut later, &[2_000, 8_000]),
+                }
+            };
+            events.push(Event {
+                at_ms: at as u64,
+                action,
+            });
+        }
+        events.sort_by_key(|e| e.at_ms);
         Self {
             seed,
             settings,
@@ -508,6 +547,8 @@ mod tests {
             "kill_relay",
             "kill_consumer",
             "drop_broker",
+            "stall_broker",
+            "slow_broker",
             "kill_pg_connections",
             "pause_exchange",
             "pause_consumer",

@@ -298,6 +298,16 @@ enabled = false
                 tokio::time::sleep(ms(for_ms)).await;
                 self.proxy.restore();
             }
+            Action::StallBroker { for_ms } => {
+                self.proxy.stall();
+                tokio::time::sleep(ms(for_ms)).await;
+                self.proxy.resume();
+            }
+            Action::SlowBroker { delay_ms, for_ms } => {
+                self.proxy.delay(ms(delay_ms));
+                tokio::time::sleep(ms(for_ms)).await;
+                self.proxy.delay(Duration::ZERO);
+            }
             Action::KillPgConnections => {
                 sqlx::query(
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
@@ -495,6 +505,8 @@ enabled = false
     /// bindings there, every process running.
     async fn heal(&self) -> anyhow::Result<()> {
         self.proxy.restore();
+        self.proxy.resume();
+        self.proxy.delay(Duration::ZERO);
         let pauses = PgPauses::new(self.w.pool.clone(), &self.w.shop.outbox_schema);
         pauses
             .resume(PauseKind::Exchange, &self.w.shop.exchange)

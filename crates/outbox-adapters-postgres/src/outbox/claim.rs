@@ -35,6 +35,8 @@ pub(super) struct LiveExchanges {
     pub(super) now: Vec<String>,
     /// Of unkeyed delayed rows.
     pub(super) due: Vec<String>,
+    /// Of keyed pending rows.
+    pub(super) keyed: Vec<String>,
     /// Of failed rows.
     pub(super) failed: Vec<String>,
 }
@@ -58,7 +60,7 @@ impl PgOutboxStore {
                     .await?
             }
             Some(live) => {
-                let lists = [live.now, live.due];
+                let lists = [live.now, live.due, live.keyed];
                 self.claim(&self.sql.claim_pending_paused, lease, limit, cursor, &lists)
                     .await?
             }
@@ -89,12 +91,17 @@ impl PgOutboxStore {
     /// `None` while no exchange is paused; else, per pick, the exchanges not
     /// paused that have rows in its index.
     pub(super) async fn live_exchanges(&self) -> Result<Option<LiveExchanges>, PortError> {
-        let (paused, now, due, failed): (bool, Vec<String>, Vec<String>, Vec<String>) =
-            sqlx::query_as(&self.sql.live_exchanges)
-                .fetch_one(&self.pool)
-                .await
-                .map_err(|e| port("read pauses", e))?;
-        Ok(paused.then_some(LiveExchanges { now, due, failed }))
+        type Lists = (bool, Vec<String>, Vec<String>, Vec<String>, Vec<String>);
+        let (paused, now, due, keyed, failed): Lists = sqlx::query_as(&self.sql.live_exchanges)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| port("read pauses", e))?;
+        Ok(paused.then_some(LiveExchanges {
+            now,
+            due,
+            keyed,
+            failed,
+        }))
     }
 
     /// The key cursor's value for the next claim.

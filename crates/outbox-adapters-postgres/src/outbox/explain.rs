@@ -68,7 +68,7 @@ impl PgOutboxStore {
             .bind(0_i64)
             .bind(self.key_cursor());
         match live {
-            Some(live) => query.bind(live.now).bind(live.due),
+            Some(live) => query.bind(live.now).bind(live.due).bind(live.keyed),
             None => query,
         }
     }

@@ -13,7 +13,7 @@
 use outbox_core::OutboxStatus;
 use outbox_ports::DeadHead;
 
-use super::paused::{DUE, NOW, not_paused};
+use super::paused::{DUE, KEYED, NOW, any_exchange_paused, not_paused};
 use crate::rows::readable_time;
 
 /// A row `c` of table `t` (quoted) that is its ordering key's head: no key, or no
@@ -87,6 +87,62 @@ pub(super) fn keyed_heads(t: &str, dead_head: DeadHead, cursor: Option<&str>) ->
             "keys.k"
         ),
         not_paused(t, "h.exchange")
+    )
+}
+
+/// A CTE `name(seq)` for a claim while an exchange is paused: the heads
+/// [`keyed_heads`] gives, of the exchanges in `exchanges` (a `text[]`
+/// expression: a parameter, or an array of a walk's exchanges) only. Per
+/// exchange, the keys that have a pending row of that exchange are walked from
+/// `cursor` (wrapping around, as [`key_walk`] does) over
+/// outbox_keyed_by_exchange, one probe a key, so the keys of a paused exchange
+/// are never visited; a key's head is taken when it is a row of that exchange
+/// (so a key is taken through one exchange only), and at most `limit` (a
+/// parameter or a number) heads an exchange, merged oldest first.
+pub(super) fn keyed_heads_by_exchange(
+    t: &str,
+    dead_head: DeadHead,
+    name: &str,
+    (cursor, limit): (&str, &str),
+    exchanges: &str,
+) -> String {
+    let next_key = |cond: &str| {
+        format!(
+            "(SELECT ordering_key FROM {t} WHERE exchange >= w.x AND exchange <= w.x \
+               AND ordering_key IS NOT NULL AND {cond} AND status = 'pending' \
+               ORDER BY exchange, ordering_key LIMIT 1)"
+        )
+    };
+    let walk = |walk: &str, first: &str, upto: &str| {
+        format!(
+            "{walk}(k) AS ({} UNION ALL SELECT {} FROM {walk} WHERE {walk}.k IS NOT NULL)",
+            next_key(first),
+            next_key(&format!("ordering_key > {walk}.k{upto}"))
+        )
+    };
+    let after = walk("after_cursor", &format!("ordering_key > {cursor}"), "");
+    let before = walk(
+        "upto_cursor",
+        &format!("ordering_key <= {cursor}"),
+        &format!(" AND ordering_key <= {cursor}"),
+    );
+    let head = first_blocking(
+        t,
+        dead_head,
+        "e.seq, e.status, e.not_before, e.locked_until, e.exchange",
+        "keys.k",
+    );
+    let live = not_paused(t, "w.x");
+    format!(
+        "{name}(seq) AS (SELECT p.seq FROM unnest({exchanges}::text[]) w(x) CROSS JOIN LATERAL \
+           (SELECT h.seq FROM (WITH RECURSIVE {after}, {before} \
+               SELECT k FROM after_cursor WHERE k IS NOT NULL \
+               UNION ALL SELECT k FROM upto_cursor WHERE k IS NOT NULL) keys \
+             CROSS JOIN LATERAL {head} h \
+             WHERE h.status = 'pending' AND h.exchange = w.x \
+             AND (h.not_before IS NULL OR h.not_before <= now()) \
+             AND (h.locked_until IS NULL OR h.locked_until < now()) LIMIT {limit}) p \
+         WHERE {live} ORDER BY p.seq LIMIT {limit})"
     )
 }
 
@@ -203,13 +259,23 @@ pub(super) fn blocked_keys(t: &str, dead_head: DeadHead, cursor: Option<&str>) -
 /// form for whether an exchange is paused (see [`super::paused`]), so a paused
 /// backlog is not read by the check that each commit into it starts.
 pub(crate) fn claimable_pending_exists(t: &str, dead_head: DeadHead) -> String {
+    let keyed = keyed_heads_by_exchange(
+        t,
+        dead_head,
+        "heads_by_exchange",
+        ("''", "1"),
+        &KEYED.live(t),
+    );
     format!(
-        "WITH RECURSIVE {}, {}, {} \
-         SELECT {} OR {} OR EXISTS (SELECT 1 FROM heads)",
+        "WITH RECURSIVE {}, {}, {}, {}, {keyed} \
+         SELECT {} OR {} OR CASE WHEN {} THEN EXISTS (SELECT 1 FROM heads_by_exchange) \
+           ELSE EXISTS (SELECT 1 FROM heads) END",
         keyed_heads(t, dead_head, None),
         NOW.exchange_walk(t),
         DUE.exchange_walk(t),
+        KEYED.exchange_walk(t),
         NOW.any(t),
         DUE.any(t),
+        any_exchange_paused(t),
     )
 }

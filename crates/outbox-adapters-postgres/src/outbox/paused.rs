@@ -155,6 +155,15 @@ pub(super) const DUE: Pick<'static> = Pick {
     order: &["c.not_before", "c.seq"],
 };
 
+/// Keyed rows: only their exchange walk is used (the keys of each exchange are
+/// walked by `keys::keyed_heads_by_exchange`), over outbox_keyed_by_exchange.
+pub(super) const KEYED: Pick<'static> = Pick {
+    walk: "exchanges_keyed",
+    rows: "c.status = 'pending' AND c.ordering_key IS NOT NULL",
+    predicate: "status = 'pending' AND ordering_key IS NOT NULL",
+    order: &["c.seq"],
+};
+
 /// Failed rows due for a retry that meet `rows` (conditions on `c`: the status,
 /// the due time and the key-head rule): by next attempt over outbox_retry_due,
 /// or outbox_retry_by_exchange while an exchange is paused.
@@ -169,18 +178,20 @@ pub(super) fn failed(rows: &str) -> Pick<'_> {
 
 /// The statement listing, per pick, the exchanges not paused that have rows in
 /// the pick's index, and whether any exchange is paused: `(paused, now, due,
-/// failed)`. While none is, the walks stop at their first probe's one-time
+/// keyed, failed)`. While none is, the walks stop at their first probe's one-time
 /// filter and the lists are empty.
 pub(super) fn live_exchanges(t: &str) -> String {
     let failed = failed("");
     format!(
-        "WITH RECURSIVE {}, {}, {} SELECT {}, {}, {}, {}",
+        "WITH RECURSIVE {}, {}, {}, {} SELECT {}, {}, {}, {}, {}",
         NOW.exchange_walk(t),
         DUE.exchange_walk(t),
+        KEYED.exchange_walk(t),
         failed.exchange_walk(t),
         any_exchange_paused(t),
         NOW.live(t),
         DUE.live(t),
+        KEYED.live(t),
         failed.live(t)
     )
 }

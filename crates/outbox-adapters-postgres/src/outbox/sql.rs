@@ -13,7 +13,7 @@ use outbox_ports::DeadHead;
 
 use super::keys::{
     blocked_keys, blocking_list, claimable_pending_exists, first_blocking, head_condition,
-    key_walk, keyed_heads, stuck_list,
+    key_walk, keyed_heads, keyed_heads_by_exchange, stuck_list,
 };
 use super::paused::{self, not_paused};
 use crate::PgSchema;
@@ -159,9 +159,9 @@ impl Sql {
              RETURNING m.seq, {returning}",
             keyed_heads(&t, dead_head, Some("$4"))
         );
-        // While an exchange is paused (see `paused`): the unkeyed picks of the
-        // exchanges listed in $5 (immediate) and $6 (delayed) only, read exchange
-        // by exchange; the keyed pick as always. The update finds the picked rows
+        // While an exchange is paused (see `paused`): the picks of the exchanges
+        // listed in $5 (immediate), $6 (delayed) and $7 (keyed) only, read
+        // exchange by exchange. The update finds the picked rows
         // by primary key whatever the statistics say (a large unsent backlog, as
         // a long pause leaves, could otherwise be joined by a scan of the table).
         let claim_pending_paused = format!(
@@ -175,7 +175,7 @@ impl Sql {
              UPDATE {t} m SET locked_by = $2, locked_until = now() + $3 * interval '1 millisecond' \
              WHERE m.seq = ANY (ARRAY(SELECT seq FROM picked)) \
              RETURNING m.seq, {returning}",
-            keyed_heads(&t, dead_head, Some("$4")),
+            keyed_heads_by_exchange(&t, dead_head, "heads", ("$4", "$1"), "$7"),
             paused::NOW.per_exchange(&t, "$5"),
             paused::DUE.per_exchange(&t, "$6"),
         );

@@ -55,6 +55,9 @@ pub(crate) struct Observed {
     pub(crate) drained: bool,
     /// The consumer handles each key's messages one after another.
     pub(crate) ordered: bool,
+    /// Rows of the exchange paused for the whole round that a relay claimed,
+    /// published or gave up on (with what it did): none may be.
+    pub(crate) held_moved: Vec<(Uuid, String)>,
 }
 
 /// What the checker fails a round for.
@@ -64,6 +67,8 @@ pub(crate) enum Kind {
     DuplicateEffect,
     OutOfOrder,
     Stuck,
+    /// A message of a paused exchange claimed or published.
+    PauseBroken,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -243,6 +248,13 @@ pub(crate) fn check(o: &Observed, last: bool) -> Verdict {
     if o.ordered {
         out_of_order(o, &effects_of, &mut v);
     }
+    for (id, what) in &o.held_moved {
+        v.violations.push(Violation {
+            kind: Kind::PauseBroken,
+            message_id: *id,
+            what: format!("a message of the exchange paused throughout the round moved: {what}"),
+        });
+    }
     v
 }
 
@@ -322,6 +334,16 @@ mod tests {
         assert!(v.violations.is_empty(), "{:?}", v.violations);
         assert!(v.settled);
         assert_eq!(v.fates.get(&Fate::Consumed), Some(&3));
+    }
+
+    #[test]
+    fn a_paused_exchange_s_message_that_moved_breaks_the_pause() {
+        let mut o = clean();
+        o.held_moved
+            .push((id(9), "publish_failed after 1 attempt".into()));
+        let v = check(&o, false);
+        assert_eq!(v.count(Kind::PauseBroken), 1);
+        assert!(v.violations[0].what.contains("paused throughout"));
     }
 
     #[test]

@@ -182,6 +182,7 @@ async fn round(ctx: &Ctx, seed: u64, replay: bool) -> RoundReport {
         "duplicate_effects": v.count(Kind::DuplicateEffect),
         "out_of_order": v.count(Kind::OutOfOrder),
         "stuck": v.count(Kind::Stuck),
+        "pause_broken": v.count(Kind::PauseBroken),
         "duplicate_deliveries": v.duplicate_deliveries,
         "dead_but_delivered": v.dead_but_delivered,
         "settled_s": finished.settled_in.map(|d| (d.as_secs_f64() * 10.0).round() / 10.0),
@@ -192,12 +193,13 @@ async fn round(ctx: &Ctx, seed: u64, replay: bool) -> RoundReport {
         "passed": passed,
     });
     eprintln!(
-        "generative: seed {seed}: {} messages, {} lost, {} duplicate effects, {} out of order, {} stuck ({} dead-but-delivered, {} duplicate deliveries) in {:.0} s: {}",
+        "generative: seed {seed}: {} messages, {} lost, {} duplicate effects, {} out of order, {} stuck, {} paused moved ({} dead-but-delivered, {} duplicate deliveries) in {:.0} s: {}",
         v.messages,
         v.count(Kind::Lost),
         v.count(Kind::DuplicateEffect),
         v.count(Kind::OutOfOrder),
         v.count(Kind::Stuck),
+        v.count(Kind::PauseBroken),
         v.dead_but_delivered,
         v.duplicate_deliveries,
         started.elapsed().as_secs_f64(),
@@ -315,6 +317,7 @@ pub(crate) async fn main(
         "duplicate_effects": count(Kind::DuplicateEffect),
         "out_of_order": count(Kind::OutOfOrder),
         "stuck": count(Kind::Stuck),
+        "pause_broken": count(Kind::PauseBroken),
         "violations": listed.iter().map(|(seed, v)| serde_json::json!({
             "seed": seed,
             "message_id": v.message_id.to_string(),
@@ -362,6 +365,7 @@ fn kind_name(k: Kind) -> &'static str {
         Kind::DuplicateEffect => "duplicate effect",
         Kind::OutOfOrder => "out of order",
         Kind::Stuck => "stuck",
+        Kind::PauseBroken => "pause broken",
     }
 }
 

@@ -24,8 +24,9 @@ pub(crate) const LANES: usize = 4;
 /// `generative-seeds.txt` as they were drawn (465 at most on a key).
 pub(crate) const MAX_PER_KEY: usize = 600;
 
-/// Mixed into the seed for the stream of the faults drawn after the first
-/// regression seeds (`StallBroker`, `SlowBroker`).
+/// Mixed into the seed for the stream of what was added to the plans after the
+/// first regression seeds (the exchange paused throughout, `StallBroker`,
+/// `SlowBroker`).
 const LATER_STREAM: u64 = 0x9E37_79B9_7F4A_7C15;
 
 /// The relays' and consumer's settings of a round.
@@ -171,6 +172,20 @@ pub(crate) struct Plan {
     pub(crate) events: Vec<Event>,
     /// How long producers and faults run; everything is healed after it.
     pub(crate) production_ms: u64,
+    /// A second exchange, paused for the whole round with a backlog of its own,
+    /// so that the relays claim the shop's messages in the form they use while
+    /// an exchange is paused; none of its messages may move.
+    pub(crate) held: Option<Held>,
+}
+
+/// The backlog of the exchange paused for a whole round: immediate, keyed (a key
+/// each, none shared with the shop's keys) and delayed rows, written by plain SQL
+/// before production starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Held {
+    pub(crate) immediate: u32,
+    pub(crate) keyed: u32,
+    pub(crate) delayed: u32,
 }
 
 fn pick<T: Copy>(rng: &mut Rng, of: &[T]) -> T {
@@ -365,6 +380,11 @@ impl Plan {
         // stream of their own, so the plans those seeds drew stay as they were,
         // with these on top.
         let mut later = Rng::new(seed ^ LATER_STREAM);
+        let held = chance(&mut later, 0.5).then(|| Held {
+            immediate: pick(&mut later, &[100, 2_000, 20_000]),
+            keyed: pick(&mut later, &[0, 50, 2_000]),
+            delayed: pick(&mut later, &[0, 200]),
+        });
         let mut at = 0.0;
         loop {
             at += -2.0 * mean_gap_ms * (1.0 - later.unit()).ln();
@@ -393,6 +413,7 @@ impl Plan {
             txs,
             events,
             production_ms,
+            held,
         }
     }
 
@@ -420,8 +441,14 @@ impl Plan {
             .iter()
             .map(|e| format!("{}@{:.1}s", e.action.name(), e.at_ms as f64 / 1000.0))
             .collect();
+        let held = self.held.map_or_else(String::new, |h| {
+            format!(
+                "; another exchange paused throughout ({} immediate, {} keyed, {} delayed)",
+                h.immediate, h.keyed, h.delayed
+            )
+        });
         format!(
-            "relays {} ({}), batch_size {}, max_in_flight {}, max_attempts {}, on_dead {}, ordered consumer {}, transient failures {}%, {} keys; {} messages in {} transactions ({lib} library, {sql} SQL; {unroutable} unroutable, {keyed} keyed); events: {}",
+            "relays {} ({}), batch_size {}, max_in_flight {}, max_attempts {}, on_dead {}, ordered consumer {}, transient failures {}%, {} keys; {} messages in {} transactions ({lib} library, {sql} SQL; {unroutable} unroutable, {keyed} keyed){held}; events: {}",
             s.relays,
             if s.redis { "redis" } else { "postgres" },
             s.batch_size,

@@ -28,7 +28,7 @@ use tokio::process::Child;
 use uuid::Uuid;
 
 use super::check::{Committed, Observed};
-use super::plan::{Action, LANES, Plan, Tx, Via};
+use super::plan::{Action, Held, LANES, Plan, Tx, Via};
 use crate::Ctx;
 use crate::world::{CONFIRM_TIMEOUT, LEASE_TTL, World};
 
@@ -525,6 +525,39 @@ enabled = false
         Ok(())
     }
 
+    /// The exchange paused for the whole round: named after the shop's, never
+    /// declared, its backlog written by plain SQL and the pause set before any
+    /// relay starts (so a relay that ignored it would fail to publish them and
+    /// mark them, which the checker sees).
+    async fn hold_an_exchange(&self, held: Held) -> anyhow::Result<()> {
+        let o = self.w.shop.outbox_schema.quoted();
+        let exchange = self.held_exchange();
+        PgPauses::new(self.w.pool.clone(), &self.w.shop.outbox_schema)
+            .pause(PauseKind::Exchange, &exchange, "generative")
+            .await?;
+        for (n, key, due) in [
+            (held.immediate, "NULL", "NULL"),
+            (held.keyed, "'held-' || i", "NULL"),
+            (held.delayed, "NULL", "now() + interval '1 second'"),
+        ] {
+            sqlx::query(&format!(
+                "INSERT INTO {o}.outbox_messages (exchange, routing_key, payload, ordering_key, not_before) \
+                 SELECT $1, 'order.held', convert_to('{{}}', 'UTF8'), {key}, {due} \
+                 FROM generate_series(1, $2) i"
+            ))
+            .bind(&exchange)
+            .bind(i64::from(n))
+            .execute(&self.w.pool)
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// The name of the exchange paused for the whole round.
+    fn held_exchange(&self) -> String {
+        format!("{}.held", self.w.shop.exchange)
+    }
+
     /// Reads everything the checker needs; `tap` as counted so far.
     async fn observe(&self) -> anyhow::Result<Observed> {
         let (s, o) = (
@@ -575,6 +608,14 @@ enabled = false
             let ops = self.ops.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
             (ops.deleted.clone(), ops.touched.clone())
         };
+        let held_moved: Vec<(Uuid, String)> = sqlx::query_as(&format!(
+            "SELECT id, status || ' after ' || attempts || ' attempts, lease ' \
+               || coalesce(locked_by, 'none') FROM {o}.outbox_messages \
+             WHERE exchange = $1 AND NOT (status = 'pending' AND attempts = 0 AND locked_by IS NULL)"
+        ))
+        .bind(self.held_exchange())
+        .fetch_all(pool)
+        .await?;
         let queued = self.w.queue_depth(&self.w.shop.queue).await.unwrap_or(1)
             + self.w.queue_depth(&self.w.tap).await.unwrap_or(1);
         Ok(Observed {
@@ -593,6 +634,7 @@ enabled = false
                 .collect(),
             outbox: outbox.into_iter().collect(),
             blocked: blocked.into_iter().collect(),
+            held_moved,
             inbox: inbox.into_iter().collect(),
             dead_letters: dead_letters
                 .iter()
@@ -855,6 +897,9 @@ pub(crate) async fn run(ctx: &Ctx, plan: Plan, replay: bool) -> anyhow::Result<F
     ));
 
     round.heal().await?;
+    if let Some(held) = round.plan.held {
+        round.hold_an_exchange(held).await?;
+    }
     let t0 = Instant::now();
     let mut lanes = Vec::new();
     for lane in 0..LANES {

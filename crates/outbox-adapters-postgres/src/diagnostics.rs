@@ -20,8 +20,10 @@ use crate::error::port;
 pub(crate) enum Explain {
     /// The plan only (`EXPLAIN`): nothing runs.
     Plan,
-    /// The plan as run, with the rows each step read, without times and costs
-    /// (`EXPLAIN (ANALYZE, TIMING OFF, COSTS OFF)`): the statement runs.
+    /// The plan as run, with the rows each step read and the pages it touched,
+    /// without times and costs (`EXPLAIN (ANALYZE, BUFFERS, TIMING OFF, COSTS
+    /// OFF)`): the statement runs. (Rows an index scan steps over inside the
+    /// index show in its pages only.)
     Analyze,
     /// As [`Explain::Analyze`], with the planner's costs (`EXPLAIN (ANALYZE,
     /// TIMING OFF)`).
@@ -33,7 +35,7 @@ impl Explain {
     pub(crate) fn of(self, sql: &str) -> String {
         match self {
             Self::Plan => format!("EXPLAIN {sql}"),
-            Self::Analyze => format!("EXPLAIN (ANALYZE, TIMING OFF, COSTS OFF) {sql}"),
+            Self::Analyze => format!("EXPLAIN (ANALYZE, BUFFERS, TIMING OFF, COSTS OFF) {sql}"),
             Self::AnalyzeWithCosts => format!("EXPLAIN (ANALYZE, TIMING OFF) {sql}"),
         }
     }

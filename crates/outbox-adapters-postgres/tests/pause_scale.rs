@@ -50,6 +50,7 @@ const IMMEDIATE: (&str, &str, &str) = ("NULL", "pending", "NULL");
 const DUE: (&str, &str, &str) = ("now() - interval '1 minute'", "pending", "NULL");
 const LATER: (&str, &str, &str) = ("now() + interval '1 day'", "pending", "NULL");
 const FAILED_DUE: (&str, &str, &str) = ("NULL", "publish_failed", "now() - interval '1 minute'");
+const FAILED_LATER: (&str, &str, &str) = ("NULL", "publish_failed", "now() + interval '1 day'");
 
 /// The most rows a claim may visit here. It takes the 600 rows of the exchanges
 /// not paused (50 of them the heads of 50 keys), and the plan's scans count each of them about five times over (the
@@ -58,6 +59,46 @@ const FAILED_DUE: (&str, &str, &str) = ("NULL", "publish_failed", "now() - inter
 /// alone is 160,000 rows, and a claim that passed over it visited 141,904
 /// (before its keys were added).
 const BOUND: u64 = 3_000;
+
+/// The most buffer accesses a scan of the due rows of one exchange may make
+/// here (its index by exchange: outbox_scheduled_by_exchange or
+/// outbox_retry_by_exchange) for the 100 due rows it takes: a few index pages (8
+/// measured). The live exchange's 100,000 delayed and 50,000 failed rows still
+/// to come sit after them in those indexes: a scan that does not stop at the
+/// first row still to come reads them all (501 measured, with the exchange
+/// written as a range; rows stepped over inside an index show in its pages only,
+/// never in its rows).
+const DUE_SCAN_PAGES: u64 = 60;
+
+/// Per scan of an index by exchange of due rows in an `EXPLAIN (ANALYZE,
+/// BUFFERS)` text, the buffers it accessed (hit and read), from the `Buffers:`
+/// line below it.
+fn due_scan_pages(plan: &str) -> Vec<(String, u64)> {
+    let lines: Vec<&str> = plan.lines().collect();
+    let mut found = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let Some(index) = ["outbox_scheduled_by_exchange", "outbox_retry_by_exchange"]
+            .into_iter()
+            .find(|ix| line.contains("Scan") && line.contains(ix))
+        else {
+            continue;
+        };
+        let buffers = lines[i + 1..]
+            .iter()
+            .take(4)
+            .find(|l| l.trim_start().starts_with("Buffers:"))
+            .map_or(0, |l| {
+                ["hit=", "read="]
+                    .iter()
+                    .filter_map(|k| l.split(k).nth(1))
+                    .filter_map(|n| n.split([' ', ',']).next())
+                    .filter_map(|n| n.parse::<u64>().ok())
+                    .sum()
+            });
+        found.push((index.to_owned(), buffers));
+    }
+    found
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_backlog_costs_the_other_exchanges_claims_nothing() {
@@ -70,9 +111,10 @@ async fn a_paused_backlog_costs_the_other_exchanges_claims_nothing() {
         // And 20,000 keys of the paused exchange, a row each, before the keys
         // of the live exchange in the walk's order: 50 keys of two rows each.
         fill_keyed(&pool, &schema, "held", 20_000, IMMEDIATE, "'a-' || i").await;
-        // An exchange with a large delayed backlog still to come (its due rows
-        // must be found without visiting those), and a third, small one.
-        fill(&pool, &schema, "live", 40_000, LATER).await;
+        // An exchange with large delayed and failed backlogs still to come (its
+        // due rows must be found without visiting those), and a third, small one.
+        fill(&pool, &schema, "live", 100_000, LATER).await;
+        fill(&pool, &schema, "live", 50_000, FAILED_LATER).await;
         fill(&pool, &schema, "live", 300, IMMEDIATE).await;
         fill(&pool, &schema, "live", 100, DUE).await;
         fill(&pool, &schema, "live", 100, FAILED_DUE).await;
@@ -108,7 +150,14 @@ async fn a_paused_backlog_costs_the_other_exchanges_claims_nothing() {
             ] {
                 let plan = plan.expect("explain");
                 let visited = rows_visited(&plan);
-                eprintln!("{planner}, {what}: {visited} rows visited");
+                let due_scans = due_scan_pages(&plan);
+                eprintln!("{planner}, {what}: {visited} rows visited, due scans {due_scans:?}");
+                for (index, pages) in due_scans {
+                    assert!(
+                        pages <= DUE_SCAN_PAGES,
+                        "{planner}: a {what}'s scan of {index} accessed {pages} buffers:\n{plan}"
+                    );
+                }
                 assert!(
                     visited <= BOUND,
                     "{planner}: a {what} visited {visited} rows (the paused backlog is \
@@ -169,5 +218,58 @@ async fn a_paused_backlog_costs_the_other_exchanges_claims_nothing() {
         assert_eq!((pending.len(), of(&pending, "held")), (1000, 1000));
         let retries = store.claim_due_retries(&lease, 1000).await.expect("claim");
         assert_eq!((retries.len(), of(&retries, "held")), (1000, 1000));
+    });
+}
+
+/// While an exchange is paused, the keys of every other exchange take turns: a
+/// claim walks each exchange's keys from that exchange's own cursor. With one
+/// cursor shared by all, an exchange whose keys sort below another's started
+/// from its first keys at every claim that took one of the other's (the cursor
+/// then stood above all of its keys), so its first keys drained while the rest
+/// waited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_of_every_live_exchange_take_turns_while_another_is_paused() {
+    with_db!(|pool, schema| {
+        let t = format!("{}.outbox_messages", schema.quoted());
+        // 100 keys of 10 rows each per exchange, the two exchanges' rows
+        // interleaved in seq order, so that each claim takes heads of both.
+        sqlx::query(&format!(
+            "INSERT INTO {t} (exchange, routing_key, payload, ordering_key) \
+             SELECT CASE WHEN i % 2 = 0 THEN 'billing' ELSE 'shipping' END, 'k', '\\x00'::bytea, \
+               CASE WHEN i % 2 = 0 THEN 'inv-' ELSE 'shp-' END || lpad(((i / 2) % 100)::text, 4, '0') \
+             FROM generate_series(0, 3999) i"
+        ))
+        .execute(&pool)
+        .await
+        .expect("fill");
+        sqlx::query(&format!(
+            "INSERT INTO {}.outbox_pauses (kind, name, paused_by) VALUES ('exchange', 'held', 'test')",
+            schema.quoted()
+        ))
+        .execute(&pool)
+        .await
+        .expect("pause");
+        let store = PgOutboxStore::new(pool.clone(), schema.clone());
+        let mut billing_keys = std::collections::HashSet::new();
+        for _ in 0..5 {
+            let lease = Lease::new("relay", Duration::from_secs(60));
+            let claimed = store.claim_pending(&lease, 40).await.expect("claim");
+            assert!(!claimed.is_empty());
+            for c in &claimed {
+                if c.message.exchange == "billing" {
+                    billing_keys.insert(c.message.ordering_key.clone().expect("keyed"));
+                }
+            }
+            let ids: Vec<_> = claimed.iter().map(|c| c.message.id).collect();
+            store.mark_sent(&lease, &ids).await.expect("mark");
+        }
+        // About 20 billing heads a claim, each claim from where the last one
+        // stopped: 100 keys in 5 claims. From the first keys every time: 40 at
+        // most.
+        assert!(
+            billing_keys.len() >= 80,
+            "5 claims took the heads of only {} billing keys",
+            billing_keys.len()
+        );
     });
 }

@@ -44,6 +44,14 @@ use super::sql::RECOVER_WINDOW;
 use crate::error::port;
 use crate::rows::{ClaimedRow, decode_in_claim_order, millis};
 
+/// Where a key cursor standing at `cursor` goes after a claim took `keys`: to
+/// the greatest one after it, or (the walk wrapped around) the greatest one
+/// before it, or back to the start (empty) when none was taken.
+fn next_cursor<'k>(cursor: &str, keys: impl Iterator<Item = &'k String> + Clone) -> String {
+    let after = keys.clone().filter(|k| k.as_str() > cursor).max();
+    after.or_else(|| keys.max()).cloned().unwrap_or_default()
+}
+
 impl PgOutboxStore {
     /// Claims up to `limit` pending rows under `lease`, keyed ones from the key
     /// cursor, and moves the cursor past the keys taken; in the form for
@@ -53,20 +61,64 @@ impl PgOutboxStore {
         lease: &Lease,
         limit: u32,
     ) -> Result<Vec<ClaimedMessage>, PortError> {
-        let cursor = Some(self.key_cursor());
-        let claimed = match self.live_exchanges().await? {
+        match self.live_exchanges().await? {
             None => {
-                self.claim(&self.sql.claim_pending, lease, limit, cursor, &[])
-                    .await?
+                let cursor = Some(self.key_cursor());
+                let claimed = self
+                    .claim(&self.sql.claim_pending, lease, limit, cursor, &[])
+                    .await?;
+                self.advance_key_cursor(&claimed);
+                Ok(claimed)
             }
             Some(live) => {
-                let lists = [live.now, live.due, live.keyed];
-                self.claim(&self.sql.claim_pending_paused, lease, limit, cursor, &lists)
-                    .await?
+                let sql = &self.sql.claim_pending_paused;
+                let lists = self.paused_claim_lists(live);
+                let claimed = self.claim(sql, lease, limit, None, &lists).await?;
+                self.advance_exchange_key_cursors(&lists[0], &claimed);
+                Ok(claimed)
             }
+        }
+    }
+
+    /// The parameters after the lease of a pending claim while an exchange is
+    /// paused, in their order: the exchanges with keyed rows, the key cursor of
+    /// each, the exchanges with immediate rows, with delayed rows.
+    pub(super) fn paused_claim_lists(&self, live: LiveExchanges) -> [Vec<String>; 4] {
+        let cursors = {
+            let by_exchange = self
+                .exchange_key_cursors
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            live.keyed
+                .iter()
+                .map(|x| by_exchange.get(x).cloned().unwrap_or_default())
+                .collect()
         };
-        self.advance_key_cursor(&claimed);
-        Ok(claimed)
+        [live.keyed, cursors, live.now, live.due]
+    }
+
+    /// Moves each listed exchange's key cursor past the keys the claim took of
+    /// that exchange, by [`next_cursor`]'s rule; forgets the cursors of
+    /// exchanges no longer listed.
+    fn advance_exchange_key_cursors(&self, listed: &[String], claimed: &[ClaimedMessage]) {
+        let mut by_exchange = self
+            .exchange_key_cursors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        by_exchange.retain(|x, _| listed.contains(x));
+        for x in listed {
+            let keys = claimed
+                .iter()
+                .filter(|c| c.message.exchange == *x)
+                .filter_map(|c| c.message.ordering_key.as_ref());
+            let cursor = by_exchange.get(x).map_or("", String::as_str);
+            let next = next_cursor(cursor, keys);
+            if next.is_empty() {
+                by_exchange.remove(x);
+            } else {
+                by_exchange.insert(x.clone(), next);
+            }
+        }
     }
 
     /// Claims up to `limit` failed rows whose next attempt is due, under `lease`;
@@ -123,8 +175,7 @@ impl PgOutboxStore {
         let keys = claimed
             .iter()
             .filter_map(|c| c.message.ordering_key.as_ref());
-        let after = keys.clone().filter(|k| **k > *cursor).max();
-        *cursor = after.or_else(|| keys.max()).cloned().unwrap_or_default();
+        *cursor = next_cursor(&cursor, keys);
     }
 
     /// Runs claim statement `sql`; `cursor` is its fourth parameter, if it has

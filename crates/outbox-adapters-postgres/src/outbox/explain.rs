@@ -54,8 +54,8 @@ impl PgOutboxStore {
     }
 
     /// `explain` (of the pending claim) with a claim's values: `limit` rows, a
-    /// lease of no time held by `explain`, the key cursor as it stands, and the
-    /// exchanges of `live` if an exchange is paused.
+    /// lease of no time held by `explain`, and the key cursor as it stands, or
+    /// the exchanges of `live` and their key cursors if an exchange is paused.
     fn pending_claim<'q>(
         &self,
         explain: &'q str,
@@ -65,11 +65,13 @@ impl PgOutboxStore {
         let query = sqlx::query(explain)
             .bind(i64::from(limit))
             .bind("explain")
-            .bind(0_i64)
-            .bind(self.key_cursor());
+            .bind(0_i64);
         match live {
-            Some(live) => query.bind(live.now).bind(live.due).bind(live.keyed),
-            None => query,
+            Some(live) => {
+                let [keyed, cursors, now, due] = self.paused_claim_lists(live);
+                query.bind(keyed).bind(cursors).bind(now).bind(due)
+            }
+            None => query.bind(self.key_cursor()),
         }
     }
 

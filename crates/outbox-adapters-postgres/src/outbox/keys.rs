@@ -94,18 +94,28 @@ pub(super) fn keyed_heads(t: &str, dead_head: DeadHead, cursor: Option<&str>) ->
 /// [`keyed_heads`] gives, of the exchanges in `exchanges` (a `text[]`
 /// expression: a parameter, or an array of a walk's exchanges) only. Per
 /// exchange, the keys that have a pending row of that exchange are walked from
-/// `cursor` (wrapping around, as [`key_walk`] does) over
-/// outbox_keyed_by_exchange, one probe a key, so the keys of a paused exchange
-/// are never visited; a key's head is taken when it is a row of that exchange
-/// (so a key is taken through one exchange only), and at most `limit` (a
-/// parameter or a number) heads an exchange, merged oldest first.
+/// that exchange's own cursor (the same place of `cursors`, a `text[]`
+/// parameter; without, from the start), wrapping around as [`key_walk`] does,
+/// over outbox_keyed_by_exchange, one probe a key, so the keys of a paused
+/// exchange are never visited; a key's head is taken when it is a row of that
+/// exchange (so a key is taken through one exchange only), and at most `limit`
+/// (a parameter or a number) heads an exchange, merged oldest first. A cursor
+/// an exchange: with one shared by all, an exchange whose keys sort below
+/// another's would start from its first keys at every claim.
 pub(super) fn keyed_heads_by_exchange(
     t: &str,
     dead_head: DeadHead,
     name: &str,
-    (cursor, limit): (&str, &str),
-    exchanges: &str,
+    limit: &str,
+    (exchanges, cursors): (&str, Option<&str>),
 ) -> String {
+    let (from, cursor) = match cursors {
+        Some(c) => (
+            format!("unnest({exchanges}::text[], {c}::text[]) w(x, cursor)"),
+            "w.cursor",
+        ),
+        None => (format!("unnest({exchanges}::text[]) w(x)"), "''"),
+    };
     let next_key = |cond: &str| {
         format!(
             "(SELECT ordering_key FROM {t} WHERE exchange >= w.x AND exchange <= w.x \
@@ -134,7 +144,7 @@ pub(super) fn keyed_heads_by_exchange(
     );
     let live = not_paused(t, "w.x");
     format!(
-        "{name}(seq) AS (SELECT p.seq FROM unnest({exchanges}::text[]) w(x) CROSS JOIN LATERAL \
+        "{name}(seq) AS (SELECT p.seq FROM {from} CROSS JOIN LATERAL \
            (SELECT h.seq FROM (WITH RECURSIVE {after}, {before} \
                SELECT k FROM after_cursor WHERE k IS NOT NULL \
                UNION ALL SELECT k FROM upto_cursor WHERE k IS NOT NULL) keys \
@@ -263,8 +273,8 @@ pub(crate) fn claimable_pending_exists(t: &str, dead_head: DeadHead) -> String {
         t,
         dead_head,
         "heads_by_exchange",
-        ("''", "1"),
-        &KEYED.live(t),
+        "1",
+        (&KEYED.live(t), None),
     );
     format!(
         "WITH RECURSIVE {}, {}, {}, {}, {keyed} \

@@ -29,6 +29,7 @@ mod records;
 mod retention;
 mod sql;
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -55,6 +56,9 @@ pub struct PgOutboxStore {
     /// The ordering key after which this store's next claim starts walking the
     /// keys (see [`keys::keyed_heads`]); shared by its clones.
     key_cursor: Arc<Mutex<String>>,
+    /// While an exchange is paused, a key cursor per exchange instead (see
+    /// [`keys::keyed_heads_by_exchange`]); shared by its clones.
+    exchange_key_cursors: Arc<Mutex<HashMap<String, String>>>,
 }
 
 impl PgOutboxStore {
@@ -66,6 +70,7 @@ impl PgOutboxStore {
             sql: Arc::new(Sql::new(&schema, DeadHead::default())),
             outbox: PgOutbox::new(schema),
             key_cursor: Arc::default(),
+            exchange_key_cursors: Arc::default(),
         }
     }
 

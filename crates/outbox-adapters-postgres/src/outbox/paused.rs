@@ -66,9 +66,30 @@ pub(super) struct Pick<'a> {
     /// The pick's order within one exchange, columns of `c` (`c.seq`, or
     /// `c.not_before, c.seq`).
     pub(super) order: &'a [&'a str],
+    /// Whether the pick takes only rows due now, by a time that is the second
+    /// column of its index by exchange.
+    pub(super) due_only: bool,
 }
 
 impl Pick<'_> {
+    /// Row `c`'s exchange is `w.x`. For a pick of due rows, an equality, so the
+    /// scan of the index by exchange stops at the exchange's first row still to
+    /// come (after a range on the first column, or a row comparison, the bound
+    /// on the due time is only checked row by row, and the scan reads every
+    /// later delayed or failed row of the exchange: `tests/pause_scale.rs`
+    /// counts its pages). Otherwise the closed range `>= x AND <= x`, as the keys
+    /// are written (see `keys::first_blocking`: with an equality the planner may
+    /// price a walk of the pick's own index in order below the probe, and that
+    /// walk passes over the paused rows again); both are ordered by `(exchange,
+    /// order)`, which only the index by exchange gives without a sort.
+    fn of_exchange(&self) -> &'static str {
+        if self.due_only {
+            "c.exchange = w.x"
+        } else {
+            "c.exchange >= w.x AND c.exchange <= w.x"
+        }
+    }
+
     /// The CTE (for a `WITH RECURSIVE`) walking the exchanges that have rows in
     /// the pick's index, in order, one probe each; it yields a single NULL when
     /// no exchange is paused, so it costs nothing then.
@@ -93,14 +114,11 @@ impl Pick<'_> {
 
     /// A statement's pick of `seq`: up to `$1` rows of the exchanges in
     /// `exchanges` (a `text[]` parameter, those [`Self::live`] found) that are not
-    /// paused now, each exchange's rows locked `FOR UPDATE SKIP LOCKED` in the
-    /// pick's order. The exchange is written as the closed range `>= x AND <= x`
-    /// ordered by `(exchange, order)`, as the keys are (see
-    /// `keys::first_blocking`): with an equality the planner may price a walk of
-    /// the pick's own index in order below the probe, and that walk passes over
-    /// the paused rows again.
+    /// paused now, each exchange's rows ([`Self::of_exchange`]) locked `FOR
+    /// UPDATE SKIP LOCKED` in the pick's order.
     pub(super) fn per_exchange(&self, t: &str, exchanges: &str) -> String {
         let rows = self.rows;
+        let of_exchange = self.of_exchange();
         let inner = self.order.join(", ");
         let outer = self
             .order
@@ -112,7 +130,7 @@ impl Pick<'_> {
         format!(
             "SELECT p.seq FROM unnest({exchanges}::text[]) w(x) CROSS JOIN LATERAL \
                (SELECT {inner} FROM {t} c \
-               WHERE c.exchange >= w.x AND c.exchange <= w.x AND {rows} AND {LEASE_FREE} \
+               WHERE {of_exchange} AND {rows} AND {LEASE_FREE} \
                ORDER BY c.exchange, {inner} LIMIT $1 FOR UPDATE SKIP LOCKED) p \
              WHERE {live} ORDER BY {outer} LIMIT $1"
         )
@@ -125,12 +143,13 @@ impl Pick<'_> {
     /// idle relay's work check).
     pub(super) fn any(&self, t: &str) -> String {
         let (walk, rows) = (self.walk, self.rows);
+        let of_exchange = self.of_exchange();
         let live = not_paused(t, "w.x");
         let paused = any_exchange_paused(t);
         format!(
             "EXISTS (SELECT 1 FROM {t} c WHERE {rows} AND {LEASE_FREE} AND NOT {paused}) \
              OR EXISTS (SELECT 1 FROM {walk} w CROSS JOIN LATERAL (SELECT 1 FROM {t} c \
-               WHERE c.exchange >= w.x AND c.exchange <= w.x AND {rows} AND {LEASE_FREE} \
+               WHERE {of_exchange} AND {rows} AND {LEASE_FREE} \
                LIMIT 1) p WHERE w.x IS NOT NULL AND {live})"
         )
     }
@@ -143,6 +162,7 @@ pub(super) const NOW: Pick<'static> = Pick {
     rows: "c.status = 'pending' AND c.not_before IS NULL AND c.ordering_key IS NULL",
     predicate: "status = 'pending' AND not_before IS NULL AND ordering_key IS NULL",
     order: &["c.seq"],
+    due_only: false,
 };
 
 /// Unkeyed delayed rows whose time has come: by due time over
@@ -153,6 +173,7 @@ pub(super) const DUE: Pick<'static> = Pick {
            AND c.not_before <= now()",
     predicate: "status = 'pending' AND not_before IS NOT NULL AND ordering_key IS NULL",
     order: &["c.not_before", "c.seq"],
+    due_only: true,
 };
 
 /// Keyed rows: only their exchange walk is used (the keys of each exchange are
@@ -162,6 +183,7 @@ pub(super) const KEYED: Pick<'static> = Pick {
     rows: "c.status = 'pending' AND c.ordering_key IS NOT NULL",
     predicate: "status = 'pending' AND ordering_key IS NOT NULL",
     order: &["c.seq"],
+    due_only: false,
 };
 
 /// Failed rows due for a retry that meet `rows` (conditions on `c`: the status,
@@ -173,6 +195,7 @@ pub(super) fn failed(rows: &str) -> Pick<'_> {
         rows,
         predicate: "status = 'publish_failed'",
         order: &["c.next_attempt_at", "c.seq"],
+        due_only: true,
     }
 }
 

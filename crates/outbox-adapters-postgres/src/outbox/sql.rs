@@ -160,8 +160,8 @@ impl Sql {
             keyed_heads(&t, dead_head, Some("$4"))
         );
         // While an exchange is paused (see `paused`): the picks of the exchanges
-        // listed in $5 (immediate), $6 (delayed) and $7 (keyed) only, read
-        // exchange by exchange. The update finds the picked rows
+        // listed in $4 (keyed, with their key cursors in $5), $6 (immediate) and
+        // $7 (delayed) only, read exchange by exchange. The update finds the picked rows
         // by primary key whatever the statistics say (a large unsent backlog, as
         // a long pause leaves, could otherwise be joined by a scan of the table).
         let claim_pending_paused = format!(
@@ -175,9 +175,9 @@ impl Sql {
              UPDATE {t} m SET locked_by = $2, locked_until = now() + $3 * interval '1 millisecond' \
              WHERE m.seq = ANY (ARRAY(SELECT seq FROM picked)) \
              RETURNING m.seq, {returning}",
-            keyed_heads_by_exchange(&t, dead_head, "heads", ("$4", "$1"), "$7"),
-            paused::NOW.per_exchange(&t, "$5"),
-            paused::DUE.per_exchange(&t, "$6"),
+            keyed_heads_by_exchange(&t, dead_head, "heads", "$1", ("$4", Some("$5"))),
+            paused::NOW.per_exchange(&t, "$6"),
+            paused::DUE.per_exchange(&t, "$7"),
         );
         Self {
             claim_pending_paused,

@@ -342,7 +342,7 @@ pub(crate) async fn main(
         return ExitCode::FAILURE;
     }
     eprintln!(
-        "generative: {} rounds (seeds {:?}) in {:.0} s, {messages} messages: {} lost, {} duplicate effects, {} out of order, {} stuck; target/chaos/generative.json written",
+        "generative: {} rounds (seeds {:?}) in {:.0} s, {messages} messages: {} lost, {} duplicate effects, {} out of order, {} stuck, {} paused moved; target/chaos/generative.json written",
         reports.len(),
         reports.iter().map(|r| r.seed).collect::<Vec<_>>(),
         started.elapsed().as_secs_f64(),
@@ -350,6 +350,7 @@ pub(crate) async fn main(
         count(Kind::DuplicateEffect),
         count(Kind::OutOfOrder),
         count(Kind::Stuck),
+        count(Kind::PauseBroken),
     );
     if failed_seeds.is_empty() {
         ExitCode::SUCCESS

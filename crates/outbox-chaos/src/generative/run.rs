@@ -89,6 +89,10 @@ struct Round {
     poison: String,
     /// Run the plan's replays (`--replay`).
     replay: bool,
+    /// The row version (`xmin`) of every message of the exchange paused
+    /// throughout, as written: a claim rewrites a row even when the row comes
+    /// back to pending later (released unsent, its lease run out).
+    held_versions: Mutex<HashMap<Uuid, String>>,
 }
 
 impl Round {
@@ -279,10 +283,12 @@ enabled = false
     /// Up to `n` dead messages, oldest first.
     async fn dead(&self, n: u32) -> anyhow::Result<Vec<Uuid>> {
         Ok(sqlx::query_scalar(&format!(
-            "SELECT id FROM {}.outbox_messages WHERE status = 'dead' ORDER BY seq LIMIT $1",
+            "SELECT id FROM {}.outbox_messages WHERE status = 'dead' AND exchange = $2 \
+             ORDER BY seq LIMIT $1",
             self.w.shop.outbox_schema.quoted()
         ))
         .bind(i64::from(n))
+        .bind(&self.w.shop.exchange)
         .fetch_all(&self.w.pool)
         .await?)
     }
@@ -550,6 +556,16 @@ enabled = false
             .execute(&self.w.pool)
             .await?;
         }
+        let versions: Vec<(Uuid, String)> = sqlx::query_as(&format!(
+            "SELECT id, xmin::text FROM {o}.outbox_messages WHERE exchange = $1"
+        ))
+        .bind(&exchange)
+        .fetch_all(&self.w.pool)
+        .await?;
+        *self
+            .held_versions
+            .lock()
+            .map_err(|_| anyhow::anyhow!("poisoned"))? = versions.into_iter().collect();
         Ok(())
     }
 
@@ -608,14 +624,32 @@ enabled = false
             let ops = self.ops.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
             (ops.deleted.clone(), ops.touched.clone())
         };
-        let held_moved: Vec<(Uuid, String)> = sqlx::query_as(&format!(
-            "SELECT id, status || ' after ' || attempts || ' attempts, lease ' \
-               || coalesce(locked_by, 'none') FROM {o}.outbox_messages \
-             WHERE exchange = $1 AND NOT (status = 'pending' AND attempts = 0 AND locked_by IS NULL)"
+        let held_now: Vec<(Uuid, String, String)> = sqlx::query_as(&format!(
+            "SELECT id, xmin::text, status || ' after ' || attempts || ' attempts, lease ' \
+               || coalesce(locked_by, 'none') FROM {o}.outbox_messages WHERE exchange = $1"
         ))
         .bind(self.held_exchange())
         .fetch_all(pool)
         .await?;
+        let held_moved = {
+            let written = self
+                .held_versions
+                .lock()
+                .map_err(|_| anyhow::anyhow!("poisoned"))?;
+            let mut moved: Vec<(Uuid, String)> = held_now
+                .iter()
+                .filter(|(id, xmin, _)| written.get(id) != Some(xmin))
+                .map(|(id, _, state)| (*id, format!("rewritten since it was written ({state})")))
+                .collect();
+            let present: HashSet<Uuid> = held_now.iter().map(|(id, _, _)| *id).collect();
+            moved.extend(
+                written
+                    .keys()
+                    .filter(|id| !present.contains(id))
+                    .map(|id| (*id, "its row is gone".to_owned())),
+            );
+            moved
+        };
         let queued = self.w.queue_depth(&self.w.shop.queue).await.unwrap_or(1)
             + self.w.queue_depth(&self.w.tap).await.unwrap_or(1);
         Ok(Observed {
@@ -884,6 +918,7 @@ pub(crate) async fn run(ctx: &Ctx, plan: Plan, replay: bool) -> anyhow::Result<F
         poison: poison.join(","),
         plan,
         replay,
+        held_versions: Mutex::new(HashMap::new()),
     });
 
     // The tap, consumed for the whole round on a connection of its own.

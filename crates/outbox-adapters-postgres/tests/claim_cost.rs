@@ -9,8 +9,9 @@ mod common;
 
 use std::time::Duration;
 
-use outbox_adapters_postgres::{PgOutboxStore, PgPool, PgSchema};
+use outbox_adapters_postgres::{PgOutboxStore, PgPauses, PgPool, PgSchema};
 use outbox_ports::Lease;
+use outbox_ports::PauseKind;
 use outbox_ports::prelude::*;
 
 /// PostgreSQL's default `jit_above_cost`: the threshold on a server as installed
@@ -71,14 +72,10 @@ async fn a_claim_is_estimated_far_under_the_jit_threshold() {
             // paused (the claim then reads the backlog's exchange by itself).
             for form in ["no pause", "another exchange paused"] {
                 if form != "no pause" {
-                    sqlx::query(&format!(
-                        "INSERT INTO {}.outbox_pauses (kind, name, paused_by) \
-                         VALUES ('exchange', 'held', 'test')",
-                        schema.quoted()
-                    ))
-                    .execute(&pool)
-                    .await
-                    .expect("pause");
+                    PgPauses::new(pool.clone(), &schema)
+                        .pause(PauseKind::Exchange, "held", "test")
+                        .await
+                        .expect("pause");
                 }
                 for (planner, p) in common::planners(&pool).await {
                     let store = PgOutboxStore::new(p, schema.clone());

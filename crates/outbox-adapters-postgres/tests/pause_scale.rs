@@ -12,8 +12,9 @@ use common::rows_visited;
 
 use std::time::Duration;
 
-use outbox_adapters_postgres::{PgOutboxStore, PgPool, PgSchema};
+use outbox_adapters_postgres::{PgOutboxStore, PgPauses, PgPool, PgSchema};
 use outbox_ports::Lease;
+use outbox_ports::PauseKind;
 use outbox_ports::prelude::*;
 
 /// Inserts `n` rows of `exchange` in the given state (SQL for `not_before`,
@@ -120,13 +121,11 @@ async fn a_paused_backlog_costs_the_other_exchanges_claims_nothing() {
         fill(&pool, &schema, "live", 100, FAILED_DUE).await;
         fill(&pool, &schema, "other", 50, IMMEDIATE).await;
         fill_keyed(&pool, &schema, "live", 100, IMMEDIATE, "'b-' || (i % 50)").await;
-        let pauses = format!("{}.outbox_pauses", schema.quoted());
-        sqlx::query(&format!(
-            "INSERT INTO {pauses} (kind, name, paused_by) VALUES ('exchange', 'held', 'test')"
-        ))
-        .execute(&pool)
-        .await
-        .expect("pause");
+        let pauses = PgPauses::new(pool.clone(), &schema);
+        pauses
+            .pause(PauseKind::Exchange, "held", "test")
+            .await
+            .expect("pause");
         sqlx::query(&format!(
             "VACUUM ANALYZE {}.outbox_messages",
             schema.quoted()
@@ -209,8 +208,8 @@ async fn a_paused_backlog_costs_the_other_exchanges_claims_nothing() {
         );
 
         // The pause lifted, the paused rows flow, oldest first.
-        sqlx::query(&format!("DELETE FROM {pauses}"))
-            .execute(&pool)
+        pauses
+            .resume(PauseKind::Exchange, "held")
             .await
             .expect("resume");
         assert_eq!(store.pending_claimable().await.expect("check"), Some(true));
@@ -242,13 +241,10 @@ async fn keys_of_every_live_exchange_take_turns_while_another_is_paused() {
         .execute(&pool)
         .await
         .expect("fill");
-        sqlx::query(&format!(
-            "INSERT INTO {}.outbox_pauses (kind, name, paused_by) VALUES ('exchange', 'held', 'test')",
-            schema.quoted()
-        ))
-        .execute(&pool)
-        .await
-        .expect("pause");
+        PgPauses::new(pool.clone(), &schema)
+            .pause(PauseKind::Exchange, "held", "test")
+            .await
+            .expect("pause");
         let store = PgOutboxStore::new(pool.clone(), schema.clone());
         let mut billing_keys = std::collections::HashSet::new();
         for _ in 0..5 {

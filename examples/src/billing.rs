@@ -5,19 +5,15 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use outbox::runtime::ThroughputRecorder;
+use outbox::consumer::{ConsumerBuilder, ConsumerRetention, PgConsumerWorker};
+use outbox::event::decode;
+use outbox::ports::SystemClock;
+use outbox::postgres::{PgConnection, PgDatabase, PgSchema, sqlx};
+use outbox::rabbitmq::RabbitSubscriber;
 use outbox::{
-    CancellationToken, ConsumerConfig, ConsumerRetention, Context, HandlerError, LeaseFactory,
-    PgConsumerWorker, PgEventHandler, PgHandlerRegistry, RetrySweeper,
+    CancellationToken, ConsumerConfig, Context, HandlerError, Message, PgEventHandler,
+    PgHandlerRegistry, RetryPolicy, SweepConfig, async_trait,
 };
-use outbox_adapters_postgres::{
-    PgConnection, PgInboxStore, PgLock, PgSchema, PgSweepState, PgThroughputLog,
-};
-use outbox_adapters_rabbitmq::RabbitSubscriber;
-use outbox_core::event::decode;
-use outbox_core::{Message, RetryPolicy, SweepConfig};
-use outbox_ports::{SystemClock, ThroughputKind};
 
 use crate::Shop;
 use crate::events::OrderCreated;
@@ -149,7 +145,7 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let pool = shop.pool().await?;
     shop.setup(&pool).await?;
-    let inbox = PgInboxStore::new(pool.clone(), &shop.outbox_schema);
+    let pg = PgDatabase::new(pool.clone(), shop.outbox_schema.clone());
     let handlers = PgHandlerRegistry::new().on::<OrderCreated>(Billing {
         schema: shop.schema.clone(),
         faults,
@@ -170,40 +166,30 @@ pub async fn run(
         ..ConsumerConfig::new(CONSUMER, &shop.queue)
     };
     let worker = PgConsumerWorker::new(
-        inbox,
+        pg.inbox(),
         Arc::new(
             RabbitSubscriber::new(&shop.amqp_url).with_failover_urls(&shop.amqp_failover_urls),
         ),
         handlers,
         Arc::new(SystemClock),
         config,
-    );
-    let instance = LeaseFactory::instance_id("billing");
+    )
+    // What it consumed, added to the per-minute totals the admin API's charts read.
+    .with_throughput(Arc::new(pg.throughput()));
+    // The lock's holder: unique per process on a host.
+    let instance = format!("billing-{}", std::process::id());
     let sweep = SweepConfig {
         interval: sweep_interval,
         ..SweepConfig::for_consumer(CONSUMER)
     };
-    let sweeper = RetrySweeper::new(
-        sweep,
-        Arc::new(PgLock::new(pool.clone(), &shop.outbox_schema, &instance)),
-        Arc::new(PgSweepState::new(pool.clone(), &shop.outbox_schema)),
-        Arc::new(SystemClock),
-        Arc::new(worker.retry_task()),
-    );
-    let counters = worker.counters();
-    let progress = worker.progress();
-    let sweeping = tokio::spawn(sweeper.run(cancel.clone()));
-    // What this consumer consumed, added to the per-minute totals the admin API's
-    // charts read.
-    let throughput = tokio::spawn(
-        ThroughputRecorder::of_total(
-            Arc::new(PgThroughputLog::new(pool.clone(), &shop.outbox_schema)),
-            ThroughputKind::Consumed,
-            Arc::clone(&counters),
-            |c| &c.consumed,
-        )
-        .run(cancel.clone()),
-    );
+    // The worker and its consume-retry sweep.
+    let consumer = ConsumerBuilder::new(
+        worker,
+        Arc::new(pg.lock(&instance)),
+        Arc::new(pg.sweep_state()),
+    )
+    .sweep(sweep)
+    .start(&cancel);
     let metrics = std::env::var("BILLING_METRICS_ADDR")
         .ok()
         .and_then(|a| a.parse().ok())
@@ -211,14 +197,12 @@ pub async fn run(
             tokio::spawn(outbox_cli::http::serve_consumer_ready(
                 addr,
                 CONSUMER.to_owned(),
-                counters,
-                progress,
+                Arc::clone(&consumer.counters),
+                Arc::clone(&consumer.progress),
                 cancel.clone(),
             ))
         });
-    worker.run(cancel.clone()).await;
-    let _ = sweeping.await;
-    let _ = throughput.await;
+    consumer.join().await;
     if let Some(m) = metrics {
         let _ = m.await;
     }
@@ -248,13 +232,13 @@ pub async fn main_from_env() -> anyhow::Result<()> {
         fail_at_commit: order_ids(var("BILLING_FAIL_AT_COMMIT_ORDERS")),
     };
     let interval = var("BILLING_SWEEP_INTERVAL")
-        .map(|v| outbox_core::duration::parse(&v))
+        .map(|v| outbox::duration::parse(&v))
         .transpose()
         .map_err(anyhow::Error::msg)?
         .unwrap_or(Duration::from_secs(60));
     let retention = match var("BILLING_RETENTION_CONSUMED_AFTER") {
         Some(v) => ConsumerRetention::default()
-            .with_consumed_after(outbox_core::duration::parse(&v).map_err(anyhow::Error::msg)?)?,
+            .with_consumed_after(outbox::duration::parse(&v).map_err(anyhow::Error::msg)?)?,
         None => ConsumerRetention::default(),
     };
     let cancel = CancellationToken::new();

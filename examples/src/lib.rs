@@ -17,10 +17,8 @@
 
 use std::time::Duration;
 
-use outbox_adapters_postgres::{PgPool, PgSchema};
-use outbox_adapters_rabbitmq::{
-    BindingSpec, ExchangeKind, ExchangeSpec, QueueSpec, QueueType, Topology,
-};
+use outbox::postgres::{PgPool, PgSchema, sqlx};
+use outbox::rabbitmq::{ExchangeKind, QueueSpec, QueueType, Topology, lapin};
 
 pub mod billing;
 pub mod events;
@@ -52,7 +50,7 @@ pub struct Shop {
 // The URLs' passwords hidden.
 impl std::fmt::Debug for Shop {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let redact = outbox_core::config::redact_url;
+        let redact = outbox::postgres::redact_url;
         f.debug_struct("Shop")
             .field("database_url", &redact(&self.database_url))
             .field("amqp_url", &redact(&self.amqp_url))
@@ -184,13 +182,22 @@ impl Shop {
         }
     }
 
+    /// The exchange, the billing queue (with its dead-letter queue, if any) and
+    /// their binding.
+    fn topology(&self) -> Topology {
+        Topology::new()
+            .exchange(&self.exchange, ExchangeKind::Topic)
+            .queue_spec(self.queue_spec())
+            .bind(&self.queue, &self.exchange, "order.*")
+    }
+
     /// A connection to the broker: `amqp_url`, else one of the failover URLs.
-    async fn amqp(&self, timeout: Duration) -> Result<lapin::Connection, outbox_ports::PortError> {
-        match outbox_adapters_rabbitmq::connect(&self.amqp_url, timeout).await {
+    async fn amqp(&self, timeout: Duration) -> Result<lapin::Connection, outbox::ports::PortError> {
+        match outbox::rabbitmq::connect(&self.amqp_url, timeout).await {
             Err(_) if !self.amqp_failover_urls.is_empty() => {
-                outbox_adapters_rabbitmq::connect_any(
+                outbox::rabbitmq::connect_any(
                     &self.amqp_failover_urls,
-                    &outbox_adapters_rabbitmq::RabbitTls::default(),
+                    &outbox::rabbitmq::RabbitTls::default(),
                     timeout,
                 )
                 .await
@@ -204,10 +211,7 @@ impl Shop {
     /// # Errors
     /// An unreachable database.
     pub async fn pool(&self) -> anyhow::Result<PgPool> {
-        Ok(
-            outbox_adapters_postgres::connect(&self.database_url, 8, Duration::from_secs(10))
-                .await?,
-        )
+        Ok(outbox::postgres::connect(&self.database_url, 8, Duration::from_secs(10)).await?)
     }
 
     /// Creates the business tables, the outbox tables and the broker topology
@@ -216,7 +220,7 @@ impl Shop {
     /// # Errors
     /// Database or broker errors.
     pub async fn setup(&self, pool: &PgPool) -> anyhow::Result<()> {
-        outbox_adapters_postgres::migrate(pool, &self.outbox_schema).await?;
+        outbox::postgres::migrate(pool, &self.outbox_schema).await?;
         let s = self.schema.quoted();
         for sql in [
             format!("CREATE SCHEMA IF NOT EXISTS {s}"),
@@ -230,22 +234,7 @@ impl Shop {
             sqlx::query(&sql).execute(pool).await?;
         }
         let conn = self.amqp(Duration::from_secs(10)).await?;
-        Topology {
-            exchanges: vec![ExchangeSpec {
-                name: self.exchange.clone(),
-                kind: ExchangeKind::Topic,
-                durable: true,
-                shards: 1,
-            }],
-            queues: vec![self.queue_spec()],
-            bindings: vec![BindingSpec {
-                queue: self.queue.clone(),
-                exchange: self.exchange.clone(),
-                routing_key: "order.*".into(),
-            }],
-        }
-        .declare(&conn)
-        .await?;
+        self.topology().declare(&conn).await?;
         let _ = conn.close(200, "declared".into()).await;
         Ok(())
     }
@@ -255,24 +244,7 @@ impl Shop {
     /// nothing is reported.
     pub async fn teardown(&self, pool: &PgPool) {
         if let Ok(conn) = self.amqp(Duration::from_secs(5)).await {
-            if let Ok(ch) = conn.create_channel().await {
-                for q in std::iter::once(self.queue.clone()).chain(self.dead_letter_queue()) {
-                    let _ = ch
-                        .queue_delete(
-                            q.as_str().into(),
-                            lapin::options::QueueDeleteOptions::default(),
-                        )
-                        .await;
-                }
-                for x in std::iter::once(self.exchange.clone()).chain(self.dead_letter_exchange()) {
-                    let _ = ch
-                        .exchange_delete(
-                            x.as_str().into(),
-                            lapin::options::ExchangeDeleteOptions::default(),
-                        )
-                        .await;
-                }
-            }
+            let _ = self.topology().delete(&conn).await;
         }
         for s in [&self.schema, &self.outbox_schema] {
             let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {} CASCADE", s.quoted()))

@@ -1,8 +1,7 @@
 //! The order service: an order row and its `order.created` message, one transaction.
 
-use outbox_adapters_postgres::{PgOutbox, PgPool};
-use outbox_core::MessageId;
-use outbox_core::event::to_new_message;
+use outbox::postgres::{PgOutbox, PgPool, sqlx};
+use outbox::{Event as _, MessageId, NewMessage};
 
 use crate::Shop;
 use crate::events::OrderCreated;
@@ -37,7 +36,10 @@ pub async fn create_keyed(
     roll_back: bool,
     ordering_key: Option<&str>,
 ) -> anyhow::Result<MessageId> {
-    let outbox = PgOutbox::new(shop.outbox_schema.clone());
+    // The shop's exchange is a setting (SHOP_EXCHANGE), not the type's default:
+    // the producer maps it.
+    let outbox = PgOutbox::new(shop.outbox_schema.clone())
+        .with_exchange(OrderCreated::EXCHANGE, &shop.exchange);
     let mut tx = pool.begin().await?;
     sqlx::query(&format!(
         "INSERT INTO {}.orders (id, total_cents) VALUES ($1, $2)",
@@ -47,13 +49,11 @@ pub async fn create_keyed(
     .bind(total_cents)
     .execute(&mut *tx)
     .await?;
-    let mut event = to_new_message(&OrderCreated {
+    let mut event: NewMessage = outbox::event::to_new_message(&OrderCreated {
         order_id: id,
         total_cents,
     })?
     .with_source("order-service");
-    // The shop's exchange is a setting (SHOP_EXCHANGE), not the type's default.
-    event.exchange.clone_from(&shop.exchange);
     if let Some(key) = ordering_key {
         event = event.with_ordering_key(key);
     }

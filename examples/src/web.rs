@@ -17,8 +17,8 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
-use outbox_adapters_postgres::{PgOutbox, PgPool};
-use outbox_core::event::to_new_message;
+use outbox::event::to_new_message;
+use outbox::postgres::{PgOutbox, PgPool, sqlx};
 use serde::{Deserialize, Serialize};
 
 use crate::Shop;

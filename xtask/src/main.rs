@@ -1,8 +1,8 @@
 //! Project automation, run as `cargo xtask <command>` (alias in `.cargo/config.toml`).
 //!
 //! - `ci`: everything CI checks: formatting, clippy with warnings denied (also on
-//!   `outbox-app` without default features, and a check with each of its features
-//!   alone), the dependency guard, and the whole test suite.
+//!   `outbox-app` and the facade without default features, and a check with each of
+//!   their features alone), the dependency guard, and the whole test suite.
 //! - `guard`: the dependency guard alone (the architecture invariants that a
 //!   dependency graph can prove), and every path ARCHITECTURE.md's code map names
 //!   exists ([`code_map_problems`] has the rule), and no modules of a library crate
@@ -40,6 +40,7 @@
 
 mod api_fuzz;
 mod cluster;
+mod glob_reexports;
 mod module_cycles;
 mod ui_test;
 
@@ -67,49 +68,12 @@ const APP_FEATURE_STACKS: &[(&str, &[&str])] = &[
         "rabbitmq",
         &["outbox-adapters-rabbitmq", "lapin", "amq-protocol"],
     ),
-    (
-        "redis",
-        &[
-            "outbox-adapters-redis",
-            "redis",
-            "deadpool",
-            "deadpool-redis",
-        ],
-    ),
-    ("http", &["axum", "hyper", "metrics-exporter-prometheus"]),
-    ("admin", &["outbox-admin", "utoipa", "askama"]),
-    // The OTLP exporter sends with hyper's client (the HTTP stack `http` brings
-    // too) and tracing-opentelemetry is a tracing-subscriber layer (as `cli`'s
-    // logging is): a crate may be in several stacks.
-    (
-        "otel",
-        &[
-            "opentelemetry",
-            "opentelemetry_sdk",
-            "opentelemetry-otlp",
-            "opentelemetry-http",
-            "opentelemetry-proto",
-            "tracing-opentelemetry",
-            "hyper",
-            "tracing-subscriber",
-        ],
-    ),
-    (
-        "cli",
-        &[
-            "outbox-adapters-memory",
-            "clap",
-            "config",
-            "toml",
-            "indicatif",
-            "tracing-subscriber",
-        ],
-    ),
+    ("memory", &["outbox-adapters-memory"]),
 ];
 
-/// Features of `outbox-app` that turn on others (besides `cli`, which is all of
-/// them): alone, such a feature may bring the stacks of these too.
-const APP_FEATURE_IMPLIES: &[(&str, &[&str])] = &[("admin", &["http"])];
+/// Features of `outbox-app` that turn on others: alone, such a feature may bring
+/// the stacks of these too (none today).
+const APP_FEATURE_IMPLIES: &[(&str, &[&str])] = &[];
 
 /// Crates that do I/O or bring a runtime; the pure core must not reach any of them.
 const IO_CRATES: &[&str] = &[
@@ -568,9 +532,10 @@ fn guard() -> Result<(), String> {
     problems.extend(tls_problems()?);
     problems.extend(code_map_problems()?);
     problems.extend(module_cycles::module_cycle_problems()?);
+    problems.extend(glob_reexports::glob_reexport_problems()?);
     if problems.is_empty() {
         eprintln!(
-            "xtask: guard passed (outbox-core: {} normal dependencies, none doing I/O; adapters independent; outbox-admin on ports only; clap, config and anyhow in outbox-cli only; the facade without features pulls no driver; one binary `outbox`; outbox-app's features bring only their own stacks; TLS on rustls with ring only, no OpenSSL; every path of ARCHITECTURE.md's code map exists; no new circle of modules in a library crate)",
+            "xtask: guard passed (outbox-core: {} normal dependencies, none doing I/O; adapters independent; outbox-admin on ports only; clap, config and anyhow in outbox-cli only; the facade without features pulls no driver; one binary `outbox`; outbox-app's features bring only their own stacks; TLS on rustls with ring only, no OpenSSL; every path of ARCHITECTURE.md's code map exists; no new circle of modules in a library crate; no glob re-export at the root of a crate users depend on)",
             core.len()
         );
         Ok(())
@@ -719,26 +684,22 @@ fn declares_bin(manifest: &str, name: &str) -> bool {
 }
 
 /// `outbox-app` without default features brings no stack of any feature, and each
-/// feature alone (but `cli`, which is all of them) brings no other feature's stack:
-/// a service embedding the services pays only for the adapters it chose.
+/// feature alone brings no other feature's stack: a service built on it pays only
+/// for the adapters it chose.
 fn app_feature_problems() -> Result<Vec<String>, String> {
     let mut problems = Vec::new();
-    // A crate named here that the defaults do not bring (a typo, a rename upstream)
-    // would make its check pass vacuously.
-    let all = normal_deps("outbox-app")?;
+    // A crate named here that no feature brings (a typo, a rename upstream) would
+    // make its check pass vacuously.
+    let all = normal_deps_with("outbox-app", &["--all-features"])?;
     for (feature, stack) in APP_FEATURE_STACKS {
         for missing in stack.iter().filter(|c| !all.iter().any(|d| d == *c)) {
             problems.push(format!(
-                "xtask's APP_FEATURE_STACKS lists {missing} for feature {feature}, but outbox-app with default features does not depend on it: fix the list"
+                "xtask's APP_FEATURE_STACKS lists {missing} for feature {feature}, but outbox-app with every feature does not depend on it: fix the list"
             ));
         }
     }
-    let selections = std::iter::once(None).chain(
-        APP_FEATURE_STACKS
-            .iter()
-            .filter(|(feature, _)| *feature != "cli")
-            .map(|(feature, _)| Some(*feature)),
-    );
+    let selections =
+        std::iter::once(None).chain(APP_FEATURE_STACKS.iter().map(|(feature, _)| Some(*feature)));
     for selected in selections {
         let mut args = vec!["--no-default-features"];
         args.extend(selected.iter().flat_map(|f| ["--features", f]));

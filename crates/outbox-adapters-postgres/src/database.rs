@@ -15,7 +15,8 @@ use crate::{
 ///
 /// let pg = PgDatabase::new(pool, PgSchema::new("outbox")?);
 /// pg.migrate().await?;
-/// let (store, inbox) = (pg.outbox(), pg.inbox());
+/// let producer = pg.producer(); // enqueue in your own transactions
+/// let (store, inbox) = (pg.relay_store(), pg.inbox());
 /// let (lock, state) = (pg.lock("relay-1"), pg.sweep_state());
 /// # let _ = (store, inbox, lock, state);
 /// # Ok(()) }
@@ -41,16 +42,26 @@ impl PgDatabase {
         migrate(&self.pool, &self.schema).await
     }
 
-    /// Enqueues inside the caller's own transactions.
+    /// The producer: what an application enqueues with, inside its own
+    /// transactions (`producer.enqueue(&mut *tx, &event)`).
     #[must_use]
     pub fn producer(&self) -> PgOutbox {
         PgOutbox::new(self.schema.clone())
     }
 
-    /// The relay's store: claims, marks, retention, the operator's reads.
+    /// The relay's store: claims, marks, retention, the operator's reads. Not for
+    /// producing: its own `enqueue` commits on a pooled connection, outside any
+    /// transaction of yours ([`Self::producer`] is the producer).
+    #[must_use]
+    pub fn relay_store(&self) -> PgOutboxStore {
+        PgOutboxStore::new(self.pool.clone(), self.schema.clone())
+    }
+
+    /// The relay's store, under its old name.
+    #[deprecated(note = "the relay's store is `relay_store()`; the producer is `producer()`")]
     #[must_use]
     pub fn outbox(&self) -> PgOutboxStore {
-        PgOutboxStore::new(self.pool.clone(), self.schema.clone())
+        self.relay_store()
     }
 
     /// The consumers' inbox.

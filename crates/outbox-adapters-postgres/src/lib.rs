@@ -55,6 +55,10 @@ pub use throughput::PgThroughputLog;
 pub use ui_sessions::{UI_SESSIONS_TABLE, delete_expired_ui_sessions, ui_sessions};
 pub use wakeup::{PgWakeup, Wake};
 
+/// The sqlx this adapter is built on (0.8): a transaction passed to the producer
+/// must be of this sqlx. Use it as `outbox::postgres::sqlx` rather than a
+/// dependency of your own, or depend on the same version.
+pub use sqlx;
 /// Re-export of the sqlx items callers need to hold transactions for enqueue.
 pub use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 

@@ -27,7 +27,7 @@ async fn every_piece_of_the_handle_works_on_its_schema() {
         .await
         .expect("enqueue");
     tx.commit().await.expect("commit");
-    assert_eq!(pg.outbox().stats().await.expect("stats").pending, 1);
+    assert_eq!(pg.relay_store().stats().await.expect("stats").pending, 1);
     assert_eq!(
         pg.inbox().stats("billing").await.expect("stats").consumed,
         0

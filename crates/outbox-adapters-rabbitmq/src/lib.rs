@@ -34,6 +34,9 @@ use std::time::Duration;
 use outbox_core::config::{redact_secret_in, redact_url};
 use outbox_ports::PortError;
 
+/// The lapin this adapter is built on (4): for declaring or deleting what
+/// [`Topology`] does not cover, on a connection from [`connect`].
+pub use lapin;
 pub use publisher::{RabbitPublisher, RabbitPublisherConfig};
 pub use subscriber::RabbitSubscriber;
 pub use tls::{RabbitTls, TlsFileError};

@@ -722,6 +722,104 @@ impl Topology {
     }
 }
 
+impl Topology {
+    /// Nothing to declare yet; add with [`Self::exchange`], [`Self::queue`] and
+    /// [`Self::bind`].
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A durable exchange `name` of `kind`.
+    #[must_use]
+    pub fn exchange(mut self, name: impl Into<String>, kind: ExchangeKind) -> Self {
+        self.exchanges.push(ExchangeSpec {
+            name: name.into(),
+            kind,
+            durable: true,
+            shards: 1,
+        });
+        self
+    }
+
+    /// A durable classic queue `name` ([`QueueSpec::durable`]); for a quorum
+    /// queue or a dead-letter queue, [`Self::queue_spec`].
+    #[must_use]
+    pub fn queue(self, name: impl Into<String>) -> Self {
+        self.queue_spec(QueueSpec::durable(name))
+    }
+
+    /// A queue with every setting of `spec`.
+    #[must_use]
+    pub fn queue_spec(mut self, spec: QueueSpec) -> Self {
+        self.queues.push(spec);
+        self
+    }
+
+    /// Binds `queue` to `exchange` with `routing_key` (a pattern on a topic
+    /// exchange: `order.*`).
+    #[must_use]
+    pub fn bind(
+        mut self,
+        queue: impl Into<String>,
+        exchange: impl Into<String>,
+        routing_key: impl Into<String>,
+    ) -> Self {
+        self.bindings.push(BindingSpec {
+            queue: queue.into(),
+            exchange: exchange.into(),
+            routing_key: routing_key.into(),
+        });
+        self
+    }
+
+    /// Deletes what [`Self::declare`] declares: the queues (with the messages in
+    /// them), their dead-letter queues and exchanges, and the exchanges, shards
+    /// included. For tests and teardown; what is already gone is passed over.
+    ///
+    /// # Errors
+    /// A connection or channel failure, or a deletion the broker refuses.
+    pub async fn delete(&self, connection: &lapin::Connection) -> Result<(), PortError> {
+        let plain = self.expanded();
+        let channel = connection
+            .create_channel()
+            .await
+            .map_err(|e| port("open channel", "channel", "", &e))?;
+        for q in &plain.queues {
+            let dead_letters = q.dead_letter_queue.iter().chain(std::iter::once(&q.name));
+            for name in dead_letters {
+                channel
+                    .queue_delete(
+                        name.as_str().into(),
+                        lapin::options::QueueDeleteOptions::default(),
+                    )
+                    .await
+                    .map_err(|e| port("delete queue", "queue", name, &e))?;
+            }
+        }
+        let dead_letter_exchanges = plain
+            .queues
+            .iter()
+            .filter_map(|q| q.dead_letter_exchange.as_ref());
+        for name in plain
+            .exchanges
+            .iter()
+            .map(|x| &x.name)
+            .chain(dead_letter_exchanges)
+        {
+            channel
+                .exchange_delete(
+                    name.as_str().into(),
+                    lapin::options::ExchangeDeleteOptions::default(),
+                )
+                .await
+                .map_err(|e| port("delete exchange", "exchange", name, &e))?;
+        }
+        let _ = channel.close(200, "deleted".into()).await;
+        Ok(())
+    }
+}
+
 /// What [`Topology::declare`] could not declare and passed over.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]

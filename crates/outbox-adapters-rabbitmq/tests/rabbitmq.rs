@@ -8,7 +8,8 @@ use std::time::Duration;
 use common::{Names, depth};
 use lapin::options::{BasicAckOptions, BasicGetOptions};
 use outbox_adapters_rabbitmq::{
-    Overflow, QueueSpec, RabbitPublisher, RabbitPublisherConfig, RabbitSubscriber,
+    ExchangeKind, Overflow, QueueSpec, RabbitPublisher, RabbitPublisherConfig, RabbitSubscriber,
+    Topology,
 };
 use outbox_core::{Message, MessageId, NewMessage, Timestamp};
 use outbox_ports::{PortError, PublishOutcome, Publisher, Subscriber};
@@ -604,5 +605,72 @@ async fn batches_published_at_once_use_their_own_connections_and_all_arrive_once
             batches.iter().flatten().map(|m| m.id.to_string()).collect();
         assert_eq!(seen, sent);
         names.delete(&conn).await;
+    });
+}
+
+#[tokio::test]
+async fn a_topology_deletes_what_it_declared_and_passes_over_what_is_gone() {
+    with_broker!(|conn| {
+        let names = Names::new("teardown");
+        let dead = format!("{}.dead", names.queue);
+        let dlx = format!("{}.dlx", names.queue);
+        let topology = Topology::new()
+            .exchange(&names.exchange, ExchangeKind::Topic)
+            .queue_spec(QueueSpec::quorum_with_limit(&names.queue, 3, &dlx, &dead))
+            .bind(&names.queue, &names.exchange, "#");
+        topology.declare(&conn).await.expect("declared");
+        let exists = |kind: &'static str, name: String| {
+            let conn = &conn;
+            async move {
+                let ch = conn.create_channel().await.expect("channel");
+                let passive = lapin::options::ExchangeDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                };
+                match kind {
+                    "exchange" => ch
+                        .exchange_declare(
+                            name.as_str().into(),
+                            lapin::ExchangeKind::Topic,
+                            passive,
+                            lapin::types::FieldTable::default(),
+                        )
+                        .await
+                        .is_ok(),
+                    _ => ch
+                        .queue_declare(
+                            name.as_str().into(),
+                            lapin::options::QueueDeclareOptions {
+                                passive: true,
+                                ..Default::default()
+                            },
+                            lapin::types::FieldTable::default(),
+                        )
+                        .await
+                        .is_ok(),
+                }
+            }
+        };
+        assert!(exists("queue", names.queue.clone()).await);
+        assert!(exists("queue", dead.clone()).await);
+        topology.delete(&conn).await.expect("deleted");
+        assert!(
+            !exists("queue", names.queue.clone()).await,
+            "the queue is gone"
+        );
+        assert!(
+            !exists("queue", dead.clone()).await,
+            "its dead-letter queue too"
+        );
+        assert!(
+            !exists("exchange", names.exchange.clone()).await,
+            "the exchange too"
+        );
+        assert!(
+            !exists("exchange", dlx.clone()).await,
+            "the dead-letter exchange too"
+        );
+        // Deleting again finds nothing to delete, and that is not an error.
+        topology.delete(&conn).await.expect("deleting what is gone");
     });
 }

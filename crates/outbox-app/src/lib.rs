@@ -1,49 +1,28 @@
-//! Deprecated: the services moved into crates of their own. This crate keeps the
-//! old paths working for one release, as re-exports:
+//! Wiring a service on `outbox`: one builder that starts the embedded relay (with
+//! its wake-up and publish-retry sweep), any number of consumers (each with its
+//! consume-retry sweep, under keys derived from its name) and stops them all
+//! gracefully, on a future or on the process's signals.
 //!
-//! - the relay (`Dispatcher`, `RelayBuilder`, retention): `outbox-relay`;
-//! - the consumers (`ConsumerWorker`, `PgConsumerWorker`, handlers): `outbox-consumer`;
-//! - what both run on (sweeper, leases, stall watchdog, supervision): `outbox-runtime`;
-//! - the `outbox` binary, its configuration, HTTP endpoints and the demo: `outbox-cli`.
+//! - [`Service::postgres`] (features `postgres` and `rabbitmq`): the outbox and
+//!   inbox in PostgreSQL, RabbitMQ as the broker, transactional handlers
+//!   (exactly once in effect).
+//! - [`Service::memory`] (feature `memory`): every port in memory, for demos and
+//!   tests, with backend-neutral handlers.
 //!
-//! New code depends on the `outbox` facade (features `postgres`, `rabbitmq`,
-//! `redis`, `memory`, `admin`, `otel`). The features of this crate keep their
-//! meaning and forward to the crates above.
+//! `outbox run` derives its relay's sweep keys with [`keys`] too, so an embedded
+//! relay and the standalone one on the same schema share one sweep.
 
-#[cfg(feature = "admin")]
-pub use outbox_cli::admin_api;
-#[cfg(feature = "http")]
-pub use outbox_cli::http;
-#[cfg(feature = "otel")]
-pub use outbox_cli::otel;
-#[cfg(feature = "cli")]
-pub use outbox_cli::{admin_cli, cli, config, demo, demo_serve, logging, topology_config, wiring};
-#[cfg(feature = "postgres")]
-pub use outbox_consumer::pg as pg_consumer;
-pub use outbox_consumer::retention as consumer_retention;
-pub use outbox_consumer::worker as consumer;
-pub use outbox_relay::dispatcher as relay;
-#[cfg(feature = "postgres")]
-pub use outbox_relay::pg_wakeup;
-pub use outbox_relay::{sent_retention, service};
-pub use outbox_runtime::{lease, stall, supervision, sweeper, throughput};
+mod error;
+pub mod keys;
+#[cfg(feature = "memory")]
+mod memory;
+#[cfg(all(feature = "postgres", feature = "rabbitmq"))]
+mod postgres;
+mod running;
 
-pub use outbox_consumer::{
-    AttemptContext, ConsumeRetryTask, ConsumerConfig, ConsumerCounters, ConsumerRetention,
-    ConsumerWorker, Failure, Handled, Handler, HandlerError, HandlerRegistry, Handlers, InboxPath,
-    InboxRetryTask, InboxWorker, NeutralInbox, Unrecorded, handler_fn,
-};
-#[cfg(feature = "postgres")]
-pub use outbox_consumer::{
-    PgConsumeRetryTask, PgConsumerWorker, PgHandler, PgHandlerRegistry, PgTxInbox,
-};
-#[cfg(feature = "postgres")]
-pub use outbox_relay::PgWakeupSource;
-pub use outbox_relay::{
-    Dispatcher, DispatcherConfig, PublishCounts, PublishRetryTask, RelayBuilder, RelayCounters,
-    RelayHandles, RetentionConfig, SentRetentionTask, VacuumMode,
-};
-pub use outbox_runtime::{
-    CancellationToken, DEFAULT_STALL_AFTER, LeaseFactory, Random, RetrySweeper, ServiceHealth,
-    SweepTask, ThroughputRecorder, default_random, sleep_or_cancel,
-};
+pub use error::ServiceError;
+#[cfg(feature = "memory")]
+pub use memory::{Memory, MemoryServiceBuilder};
+#[cfg(all(feature = "postgres", feature = "rabbitmq"))]
+pub use postgres::{PgServiceBuilder, PgSource, Postgres};
+pub use running::{Service, shutdown_signal};

@@ -582,22 +582,7 @@ async fn run_demo(a: DemoArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        _ = interrupt => tracing::info!("SIGINT: shutting down"),
-        () = terminate => tracing::info!("SIGTERM: shutting down"),
-    }
+    outbox_app::shutdown_signal().await;
 }
 
 /// Fails fast on what no retry can fix (a wrong password, a wrong host) before

@@ -740,11 +740,14 @@ impl RelayConfig {
     /// (one would hold back the other's retries). Keys set explicitly are kept.
     pub fn scope_default_keys(&mut self) {
         let Some(pg) = &self.postgres else { return };
+        // The keys an embedded relay (`Service::postgres`) derives too: both on one
+        // schema share one sweep.
+        let scoped = outbox_app::keys::relay_sweep(&pg.schema, self.sweep.clone());
         if self.sweep.lock_key == outbox_core::config::DEFAULT_LOCK_KEY {
-            self.sweep.lock_key = format!("outbox.{}.retry.run-lock", pg.schema);
+            self.sweep.lock_key = scoped.lock_key;
         }
         if self.sweep.state_key == outbox_core::config::DEFAULT_STATE_KEY {
-            self.sweep.state_key = format!("outbox.{}.retry.last-state", pg.schema);
+            self.sweep.state_key = scoped.state_key;
         }
     }
 

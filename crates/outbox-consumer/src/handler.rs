@@ -13,7 +13,7 @@ use outbox_core::{ConfigError, HandlerFailure, Message, RetryPolicy};
 use outbox_runtime::supervision::panic_text;
 use tracing::Instrument as _;
 
-pub use crate::handler_error::HandlerError;
+pub use crate::handler_error::{HandlerError, HandlerResult};
 
 /// Handles one message. Must tolerate being called again for the same message after
 /// a failure (that is what a retry is).
@@ -35,6 +35,17 @@ pub trait Handler: Send + Sync {
     async fn handle_attempt(&self, message: &Message, attempt: u32) -> Result<(), HandlerError> {
         let _ = attempt;
         self.handle(message).await
+    }
+}
+
+#[async_trait]
+impl<H: Handler + ?Sized> Handler for Arc<H> {
+    async fn handle(&self, message: &Message) -> Result<(), HandlerError> {
+        (**self).handle(message).await
+    }
+
+    async fn handle_attempt(&self, message: &Message, attempt: u32) -> Result<(), HandlerError> {
+        (**self).handle_attempt(message, attempt).await
     }
 }
 
@@ -73,6 +84,9 @@ pub struct Handlers<H: ?Sized> {
     by_routing_key: HashMap<String, Arc<H>>,
     fallback: Option<Arc<H>>,
     policies: HashMap<String, RetryPolicy>,
+    /// Registrations that replaced an earlier one ([`Handlers::check`] refuses
+    /// them).
+    duplicates: Vec<String>,
 }
 
 /// Backend-neutral handlers.
@@ -86,6 +100,7 @@ impl<H: ?Sized> Default for Handlers<H> {
             by_routing_key: HashMap::new(),
             fallback: None,
             policies: HashMap::new(),
+            duplicates: Vec::new(),
         }
     }
 }
@@ -98,6 +113,7 @@ impl<H: ?Sized> Clone for Handlers<H> {
             by_routing_key: self.by_routing_key.clone(),
             fallback: self.fallback.clone(),
             policies: self.policies.clone(),
+            duplicates: self.duplicates.clone(),
         }
     }
 }
@@ -113,10 +129,16 @@ impl<H: ?Sized> Handlers<H> {
     /// `outbox-version`, 1 when absent). What typed registration (`on::<E>`) uses.
     #[must_use]
     pub fn on_version(mut self, message_type: &str, version: u32, handler: Arc<H>) -> Self {
-        self.by_version
+        if self
+            .by_version
             .entry(message_type.to_owned())
             .or_default()
-            .insert(version, handler);
+            .insert(version, handler)
+            .is_some()
+        {
+            self.duplicates
+                .push(format!("type {message_type:?} version {version}"));
+        }
         self
     }
 
@@ -139,22 +161,65 @@ impl<H: ?Sized> Handlers<H> {
     /// Handles messages whose type is `message_type`.
     #[must_use]
     pub fn on_type(mut self, message_type: &str, handler: Arc<H>) -> Self {
-        self.by_type.insert(message_type.to_owned(), handler);
+        if self
+            .by_type
+            .insert(message_type.to_owned(), handler)
+            .is_some()
+        {
+            self.duplicates.push(format!("type {message_type:?}"));
+        }
         self
     }
 
     /// Handles messages routed with `routing_key`.
     #[must_use]
     pub fn on_routing_key(mut self, routing_key: &str, handler: Arc<H>) -> Self {
-        self.by_routing_key.insert(routing_key.to_owned(), handler);
+        if self
+            .by_routing_key
+            .insert(routing_key.to_owned(), handler)
+            .is_some()
+        {
+            self.duplicates.push(format!("routing key {routing_key:?}"));
+        }
         self
     }
 
     /// Handles everything else.
     #[must_use]
     pub fn fallback(mut self, handler: Arc<H>) -> Self {
-        self.fallback = Some(handler);
+        if self.fallback.replace(handler).is_some() {
+            self.duplicates.push("the fallback".to_owned());
+        }
         self
+    }
+
+    /// Checks that no registration replaced an earlier one: two handlers for one
+    /// (type, version), type, routing key or fallback are a mistake (the first
+    /// would never run), refused when a service is built.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming each twice-registered key.
+    pub fn check(&self, consumer: &str) -> Result<(), ConfigError> {
+        if self.duplicates.is_empty() {
+            return Ok(());
+        }
+        Err(ConfigError::new(
+            &format!("consumer {consumer:?}"),
+            "handlers",
+            format!(
+                "registered twice: {}; keep one handler each",
+                self.duplicates.join(", ")
+            ),
+        ))
+    }
+
+    /// Whether no handler is registered at all.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.by_version.is_empty()
+            && self.by_type.is_empty()
+            && self.by_routing_key.is_empty()
+            && self.fallback.is_none()
     }
 
     /// The handler for `message`, if any.

@@ -19,6 +19,9 @@ pub struct HandlerError {
     error: BoxError,
 }
 
+/// What a handler returns: `Ok(())` when handled, else why not.
+pub type HandlerResult = Result<(), HandlerError>;
+
 impl HandlerError {
     /// Retried with the retry policy's backoff while its attempts last (what `?`
     /// and `.into()` make).

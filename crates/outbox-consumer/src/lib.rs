@@ -40,13 +40,15 @@ pub mod worker;
 
 pub use builder::{ConsumerBuilder, ConsumerHandles};
 pub use counters::ConsumerCounters;
+pub use handler_error::HandlerResult;
 pub use layer::HandlingLayer;
 pub use outbox_runtime::{
     CancellationToken, LeaseFactory, RetrySweeper, SweepTask, ThroughputRecorder,
 };
 #[cfg(feature = "postgres")]
 pub use pg::{
-    PgConsumeRetryTask, PgConsumerWorker, PgEventHandler, PgHandler, PgHandlerRegistry, PgTxInbox,
+    PgConsumeRetryTask, PgConsumerWorker, PgEventFn, PgEventHandler, PgHandler, PgHandlerRegistry,
+    PgTxInbox,
 };
 pub use retention::ConsumerRetention;
 pub use typed::{CAUSATION_HEADER, Context, EventHandler};

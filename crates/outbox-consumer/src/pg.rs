@@ -4,6 +4,7 @@
 //! does not run; a failure rolls the handler's writes back and is stored for the
 //! consume sweep ([`PgConsumeRetryTask`]), which retries in a transaction too.
 
+use std::future::Future;
 use std::marker::PhantomData;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -11,7 +12,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::FutureExt as _;
-use outbox_adapters_postgres::{ConsumeOutcome, PgConnection, PgInboxStore, TxHandler};
+use outbox_adapters_postgres::{ConsumeOutcome, PgConnection, PgInboxStore, PgOutbox, TxHandler};
 use outbox_core::event::decode;
 use outbox_core::{Event, HandlerFailure, Message};
 use outbox_ports::{ClaimedDelivery, Clock, InboxConsumerPath, InboxRetention, Lease, Subscriber};
@@ -50,6 +51,46 @@ pub trait PgHandler: Send + Sync {
         let _ = attempt;
         self.handle(conn, message).await
     }
+
+    /// Handles `message` in the context `cx` (its attempt number, and the outbox
+    /// its follow-ups go to): what the consumer calls. By default
+    /// [`Self::handle_attempt`]; typed handlers pass `cx` on.
+    ///
+    /// # Errors
+    /// As [`Self::handle`].
+    async fn handle_in(
+        &self,
+        conn: &mut PgConnection,
+        message: &Message,
+        cx: Context,
+    ) -> Result<(), HandlerError> {
+        self.handle_attempt(conn, message, cx.attempt).await
+    }
+}
+
+#[async_trait]
+impl<H: PgHandler + ?Sized> PgHandler for Arc<H> {
+    async fn handle(&self, conn: &mut PgConnection, message: &Message) -> Result<(), HandlerError> {
+        (**self).handle(conn, message).await
+    }
+
+    async fn handle_attempt(
+        &self,
+        conn: &mut PgConnection,
+        message: &Message,
+        attempt: u32,
+    ) -> Result<(), HandlerError> {
+        (**self).handle_attempt(conn, message, attempt).await
+    }
+
+    async fn handle_in(
+        &self,
+        conn: &mut PgConnection,
+        message: &Message,
+        cx: Context,
+    ) -> Result<(), HandlerError> {
+        (**self).handle_in(conn, message, cx).await
+    }
 }
 
 /// Transactional handlers by type, routing key, fallback.
@@ -61,6 +102,8 @@ pub type PgHandlerRegistry = Handlers<dyn PgHandler>;
 pub struct PgTxInbox {
     inbox: PgInboxStore,
     handlers: PgHandlerRegistry,
+    /// Where typed handlers' follow-ups go ([`Context::publish`]).
+    producer: PgOutbox,
     /// First deliveries without an ordering key, gathered into shared transactions;
     /// `None`: one transaction each.
     batches: Option<GroupCommit>,
@@ -72,10 +115,19 @@ impl PgTxInbox {
     #[must_use]
     pub fn new(inbox: PgInboxStore, handlers: PgHandlerRegistry) -> Self {
         Self {
+            producer: PgOutbox::new(inbox.schema().clone()),
             inbox,
             handlers,
             batches: None,
         }
+    }
+
+    /// Typed handlers' follow-ups ([`Context::publish`]) are enqueued by
+    /// `producer` (default: the inbox's schema, no exchange mapping).
+    #[must_use]
+    pub fn with_producer(mut self, producer: PgOutbox) -> Self {
+        self.producer = producer;
+        self
     }
 
     /// Gathers first deliveries without an ordering key into shared transactions as
@@ -100,10 +152,12 @@ impl PgTxInbox {
         let handler = self.handlers.resolve(message);
         let policy = self.handlers.policy_for(message);
         let m = message.clone();
+        let mut cx = Context::of(message, attempt);
+        cx.outbox = Some(self.producer.clone());
         Box::new(move |conn: &mut PgConnection| {
             Box::pin(async move {
                 let h = handler?;
-                let run = AssertUnwindSafe(h.handle_attempt(conn, &m, attempt)).catch_unwind();
+                let run = AssertUnwindSafe(h.handle_in(conn, &m, cx)).catch_unwind();
                 let failure = match tokio::time::timeout(timeout, run).await {
                     Ok(Ok(Ok(()))) => return Ok(()),
                     Ok(Ok(Err(e))) => e.into_failure(),
@@ -301,17 +355,80 @@ impl<E: Event, H: PgEventHandler<E>> PgHandler for PgTyped<E, H> {
         message: &Message,
         attempt: u32,
     ) -> Result<(), HandlerError> {
-        let event = decode::<E>(message).map_err(HandlerError::permanent)?;
-        self.handler
-            .handle(conn, event, Context::of(message, attempt))
+        self.handle_in(conn, message, Context::of(message, attempt))
             .await
+    }
+
+    async fn handle_in(
+        &self,
+        conn: &mut PgConnection,
+        message: &Message,
+        cx: Context,
+    ) -> Result<(), HandlerError> {
+        let event = decode::<E>(message).map_err(HandlerError::permanent)?;
+        self.handler.handle(conn, event, cx).await
+    }
+}
+
+#[async_trait]
+impl<E: Event, H: PgEventHandler<E> + ?Sized> PgEventHandler<E> for Arc<H> {
+    async fn handle(
+        &self,
+        conn: &mut PgConnection,
+        event: E,
+        cx: Context,
+    ) -> Result<(), HandlerError> {
+        (**self).handle(conn, event, cx).await
+    }
+}
+
+/// An `async fn` (or an async closure that captures nothing) taking the inbox
+/// transaction's connection, the decoded event and its context: what
+/// [`PgHandlerRegistry::on_fn`] takes. Implemented for every such function; a
+/// handler with state of its own is a struct implementing [`PgEventHandler`].
+pub trait PgEventFn<'c, E>: Send + Sync + 'static {
+    /// The future the function returns.
+    type Future: Future<Output = Result<(), HandlerError>> + Send + 'c;
+
+    /// Calls the function.
+    fn call(&self, conn: &'c mut PgConnection, event: E, cx: Context) -> Self::Future;
+}
+
+impl<'c, E, F, Fut> PgEventFn<'c, E> for F
+where
+    E: 'c,
+    F: Fn(&'c mut PgConnection, E, Context) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), HandlerError>> + Send + 'c,
+{
+    type Future = Fut;
+
+    fn call(&self, conn: &'c mut PgConnection, event: E, cx: Context) -> Fut {
+        self(conn, event, cx)
+    }
+}
+
+/// A [`PgEventFn`] as a [`PgEventHandler`].
+struct PgFn<F>(F);
+
+#[async_trait]
+impl<E: Event, F> PgEventHandler<E> for PgFn<F>
+where
+    F: for<'c> PgEventFn<'c, E>,
+{
+    async fn handle(
+        &self,
+        conn: &mut PgConnection,
+        event: E,
+        cx: Context,
+    ) -> Result<(), HandlerError> {
+        self.0.call(conn, event, cx).await
     }
 }
 
 impl Handlers<dyn PgHandler> {
     /// Handles messages of type `E::TYPE` and version `E::VERSION`, decoded into
-    /// `E`, in the inbox's transaction (replacing a handler registered for that
-    /// type and version before).
+    /// `E`, in the inbox's transaction (a second handler for that type and version
+    /// replaces the first, and [`Handlers::check`] refuses the registry).
     #[must_use]
     pub fn on<E: Event>(self, handler: impl PgEventHandler<E>) -> Self {
         let typed: Arc<dyn PgHandler> = Arc::new(PgTyped {
@@ -319,5 +436,64 @@ impl Handlers<dyn PgHandler> {
             event: PhantomData::<fn() -> E>,
         });
         self.on_version(E::TYPE, E::VERSION, typed)
+    }
+
+    /// As [`Self::on`], with an `async fn` (or a capture-free async closure):
+    ///
+    /// ```
+    /// # use outbox_consumer::{Context, HandlerError, PgHandlerRegistry};
+    /// # use outbox_adapters_postgres::PgConnection;
+    /// # #[derive(serde::Serialize, serde::Deserialize)]
+    /// # struct OrderCreated { order_id: i64 }
+    /// # impl outbox_core::Event for OrderCreated {
+    /// #     const TYPE: &'static str = "order.created";
+    /// #     const EXCHANGE: &'static str = "orders";
+    /// # }
+    /// async fn bill(conn: &mut PgConnection, order: OrderCreated, cx: Context) -> Result<(), HandlerError> {
+    ///     outbox_adapters_postgres::sqlx::query("INSERT INTO invoices (order_id) VALUES ($1)")
+    ///         .bind(order.order_id)
+    ///         .execute(&mut *conn)
+    ///         .await?;
+    ///     Ok(())
+    /// }
+    /// let handlers = PgHandlerRegistry::new().on_fn(bill);
+    /// # let _ = handlers;
+    /// ```
+    #[must_use]
+    pub fn on_fn<E: Event, F>(self, handler: F) -> Self
+    where
+        F: for<'c> PgEventFn<'c, E>,
+    {
+        self.on::<E>(PgFn(handler))
+    }
+}
+
+impl Context {
+    /// Publishes `event` as a follow-up of this message (see
+    /// [`Self::follow_up`]) through `conn`, the inbox transaction's connection:
+    /// it is enqueued in the outbox of the consumer's schema (with the service's
+    /// exchange mapping) and exists only if the handling commits. Exactly once in
+    /// effect with the message handled.
+    ///
+    /// # Errors
+    /// A permanent [`HandlerError`] when `event` cannot become a message or the
+    /// context is not a PostgreSQL consumer's; the store's error otherwise
+    /// (retryable).
+    pub async fn publish<E: Event>(
+        &self,
+        conn: &mut PgConnection,
+        event: &E,
+    ) -> Result<outbox_core::MessageId, HandlerError> {
+        let Some(producer) = &self.outbox else {
+            return Err(HandlerError::permanent(
+                "Context::publish outside a PostgreSQL consumer: no outbox to enqueue into",
+            ));
+        };
+        let message = self.follow_up(event).map_err(HandlerError::permanent)?;
+        // A message over a limit is permanent too; a store error is retryable.
+        producer
+            .enqueue(conn, message)
+            .await
+            .map_err(HandlerError::from_port)
     }
 }

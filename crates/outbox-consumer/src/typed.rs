@@ -40,6 +40,10 @@ pub struct Context {
     pub causation_id: Option<String>,
     /// Every header, the trace context (`traceparent`, `tracestate`) included.
     pub headers: Headers,
+    /// The outbox a transactional handler's follow-ups go to (`Context::publish`),
+    /// set by the PostgreSQL consumer.
+    #[cfg(feature = "postgres")]
+    pub(crate) outbox: Option<outbox_adapters_postgres::PgOutbox>,
 }
 
 impl Context {
@@ -54,6 +58,8 @@ impl Context {
             correlation_id: message.correlation_id.clone(),
             causation_id: message.causation_id().map(str::to_owned),
             headers: message.headers.clone(),
+            #[cfg(feature = "postgres")]
+            outbox: None,
         }
     }
 
@@ -107,6 +113,13 @@ where
     }
 }
 
+#[async_trait]
+impl<E: Event, H: EventHandler<E> + ?Sized> EventHandler<E> for Arc<H> {
+    async fn handle(&self, event: E, cx: Context) -> Result<(), HandlerError> {
+        (**self).handle(event, cx).await
+    }
+}
+
 /// Decodes, then calls the typed handler.
 struct Typed<E, H> {
     handler: H,
@@ -129,7 +142,8 @@ impl<E: Event, H: EventHandler<E>> Handler for Typed<E, H> {
 
 impl Handlers<dyn Handler> {
     /// Handles messages of type `E::TYPE` and version `E::VERSION`, decoded into
-    /// `E` (replacing a handler registered for that type and version before).
+    /// `E` (a second handler for that type and version replaces the first, and
+    /// [`Handlers::check`] refuses the registry).
     #[must_use]
     pub fn on<E: Event>(self, handler: impl EventHandler<E>) -> Self {
         let typed: Arc<dyn Handler> = Arc::new(Typed {

@@ -1,8 +1,10 @@
 //! A transactional outbox, an idempotent inbox and a retry relay for RabbitMQ.
 //!
-//! This is the crate to depend on. It re-exports the domain ([`outbox_core`]'s
-//! types at the root), the ports ([`ports`]), the relay ([`relay`]) and the
-//! consumers ([`consumer`]), and, by feature, the adapters:
+//! This is the crate to depend on. Its root names what an application uses: the
+//! [`Service`] builder (the embedded relay, consumers, shutdown), typed messages
+//! ([`Event`]), handlers and their [`Context`]. Further modules hold what fewer
+//! need: [`service`] (the builders), [`relay`] and [`consumer`] (wiring by hand),
+//! [`ports`] (the traits adapters implement) and, by feature, the adapters:
 //!
 //! | feature | module | brings |
 //! |---|---|---|
@@ -17,6 +19,9 @@
 //! With `default-features = false` it pulls no database, broker or cache driver.
 //! `use outbox::prelude::*;` brings the names an application uses and every port
 //! trait (anonymously, so their methods can be called).
+//!
+//! Versions: a transaction given to the producer is one of sqlx 0.8, re-exported
+//! as [`postgres::sqlx`]; the broker client is lapin 4 ([`rabbitmq::lapin`]).
 //!
 //! ```
 //! use outbox::prelude::*;
@@ -94,84 +99,132 @@
 //! }
 //! ```
 
-pub use outbox_core::*;
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+// The root lists each name once; the prelude repeats the common ones.
+
+pub use outbox_app::{Service, ServiceError};
 
 /// `#[derive(Event)]`: implements [`Event`] from
 /// `#[event(type = "..", exchange = "..", version = N, routing_key = "..")]`
 /// (`version` and `routing_key` optional).
 #[cfg(feature = "derive")]
+#[cfg_attr(docsrs, doc(cfg(feature = "derive")))]
 pub use outbox_macros::Event;
+
+pub use outbox_core::{
+    ConfigError, DecodeError, Due, Event, EventError, Headers, InboxStatus, IntoNewMessage,
+    Message, MessageId, NewMessage, OutboxStatus, RetryPolicy, SweepConfig, Timestamp,
+};
+pub use outbox_runtime::{CancellationToken, EnqueueEvents, new_message_id};
+
+pub use outbox_consumer::{
+    ConsumerConfig, Context, EventHandler, Handler, HandlerError, HandlerRegistry, HandlerResult,
+    handler_fn,
+};
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use outbox_consumer::{PgEventFn, PgEventHandler, PgHandler, PgHandlerRegistry};
+pub use outbox_relay::{DispatcherConfig, RetentionConfig};
+
+/// For implementing [`Handler`] and the ports without a dependency of your own.
+pub use async_trait::async_trait;
+
+/// Typed messages: encoding an [`Event`] and decoding a received [`Message`].
+pub mod event {
+    pub use outbox_core::event::{
+        DEFAULT_VERSION, VERSION_HEADER, decode, to_new_message, version_of,
+    };
+}
+
+/// Durations as `outbox.toml` writes them (`200ms`, `5s`, `1h`).
+pub mod duration {
+    pub use outbox_core::duration::{format, parse};
+}
+
+/// The builders behind [`Service`]: their settings and what a running service
+/// offers.
+pub mod service {
+    pub use outbox_app::keys;
+    #[cfg(feature = "memory")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "memory")))]
+    pub use outbox_app::{Memory, MemoryServiceBuilder};
+    #[cfg(all(feature = "postgres", feature = "rabbitmq"))]
+    #[cfg_attr(docsrs, doc(cfg(all(feature = "postgres", feature = "rabbitmq"))))]
+    pub use outbox_app::{PgServiceBuilder, PgSource, Postgres};
+}
+
+/// The relay by hand, for wiring it without [`Service`].
+pub mod relay {
+    #[cfg(feature = "postgres")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+    pub use outbox_relay::PgWakeupSource;
+    pub use outbox_relay::{
+        Dispatcher, PublishRetryTask, RelayBuilder, RelayCounters, RelayHandles, VacuumMode,
+    };
+}
+
+/// Consumers by hand, for wiring them without [`Service`].
+pub mod consumer {
+    pub use outbox_consumer::typed::CAUSATION_HEADER;
+    pub use outbox_consumer::{
+        ConsumerBuilder, ConsumerCounters, ConsumerHandles, ConsumerRetention, ConsumerWorker,
+    };
+    #[cfg(feature = "postgres")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+    pub use outbox_consumer::{PgConsumerWorker, PgTxInbox};
+}
 
 /// The ports: the traits every adapter implements.
 pub use outbox_ports as ports;
 
-/// The relay: dispatcher, publish retries, retention, `RelayBuilder`.
-pub use outbox_relay as relay;
-
-/// The consumers: handlers, the inbox worker, consume retries, retention.
-pub use outbox_consumer as consumer;
-
-/// What the relay and the consumers run on: sweeper, leases, stall watchdog.
-pub use outbox_runtime as runtime;
-
-/// The PostgreSQL adapter.
+/// The PostgreSQL adapter (`sqlx` 0.8 as [`postgres::sqlx`]).
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use outbox_adapters_postgres as postgres;
 
-/// The RabbitMQ adapter.
+/// The RabbitMQ adapter (`lapin` 4 as [`rabbitmq::lapin`]).
 #[cfg(feature = "rabbitmq")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rabbitmq")))]
 pub use outbox_adapters_rabbitmq as rabbitmq;
 
 /// The Redis adapter.
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use outbox_adapters_redis as redis;
 
 /// The in-memory adapters, with fault injection.
 #[cfg(feature = "memory")]
+#[cfg_attr(docsrs, doc(cfg(feature = "memory")))]
 pub use outbox_adapters_memory as memory;
 
 /// The admin API and dashboard.
 #[cfg(feature = "admin")]
+#[cfg_attr(docsrs, doc(cfg(feature = "admin")))]
 pub use outbox_admin as admin;
 
-/// For implementing [`consumer::Handler`] and the ports without a dependency of
-/// your own.
-pub use async_trait::async_trait;
-
-pub use outbox_consumer::{
-    ConsumeRetryTask, ConsumerBuilder, ConsumerConfig, ConsumerHandles, ConsumerRetention,
-    ConsumerWorker, Context, EventHandler, Handler, HandlerError, HandlerRegistry, handler_fn,
-};
-#[cfg(feature = "postgres")]
-pub use outbox_consumer::{
-    PgConsumeRetryTask, PgConsumerWorker, PgEventHandler, PgHandler, PgHandlerRegistry,
-};
-#[cfg(feature = "postgres")]
-pub use outbox_relay::PgWakeupSource;
-pub use outbox_relay::{
-    Dispatcher, DispatcherConfig, PublishRetryTask, RelayBuilder, RelayHandles, RetentionConfig,
-};
-pub use outbox_runtime::{
-    CancellationToken, EnqueueEvents, LeaseFactory, RetrySweeper, new_message_id,
-};
-
-/// The names an application uses, and every port trait anonymously.
+/// The names a service uses, and every port trait anonymously (so their methods
+/// can be called): `use outbox::prelude::*;`.
 pub mod prelude {
+    #[doc(no_inline)]
     pub use outbox_ports::prelude::*;
-    pub use outbox_ports::{Clock, InboxStore, OutboxStore, PortError, Publisher, SystemClock};
+    #[doc(no_inline)]
+    pub use outbox_ports::{InboxStore, OutboxStore, PortError};
 
+    #[doc(no_inline)]
     pub use crate::{
-        CancellationToken, ConsumerBuilder, ConsumerConfig, ConsumerWorker, Context, Dispatcher,
-        DispatcherConfig, EnqueueEvents, Event, EventHandler, Handler, HandlerError,
-        HandlerRegistry, InboxStatus, IntoNewMessage, Message, MessageId, NewMessage, OutboxStatus,
-        PublishRetryTask, RelayBuilder, RetryPolicy, RetrySweeper, SweepConfig, async_trait,
-        handler_fn, new_message_id,
+        CancellationToken, ConsumerConfig, Context, DispatcherConfig, EnqueueEvents, Event,
+        EventHandler, Handler, HandlerError, HandlerRegistry, HandlerResult, InboxStatus,
+        IntoNewMessage, Message, MessageId, NewMessage, OutboxStatus, RetryPolicy, Service,
+        ServiceError, async_trait, handler_fn, new_message_id,
     };
     #[cfg(feature = "postgres")]
-    pub use crate::{
-        PgConsumeRetryTask, PgConsumerWorker, PgEventHandler, PgHandler, PgHandlerRegistry,
-        PgWakeupSource,
-    };
+    #[doc(no_inline)]
+    pub use crate::{PgEventHandler, PgHandler, PgHandlerRegistry};
     #[cfg(feature = "postgres")]
-    pub use outbox_adapters_postgres::{PgDatabase, PgOutbox, PgOutboxStore, PgPool, PgSchema};
+    #[doc(no_inline)]
+    pub use outbox_adapters_postgres::{PgConnection, PgPool, sqlx};
+    #[cfg(feature = "rabbitmq")]
+    #[doc(no_inline)]
+    pub use outbox_adapters_rabbitmq::{ExchangeKind, Topology};
 }

@@ -75,6 +75,12 @@ pub struct PgInboxStore {
 pub const HELD_CHECK_EVERY: Duration = Duration::from_secs(5);
 
 impl PgInboxStore {
+    /// The schema of the inbox's tables.
+    #[must_use]
+    pub const fn schema(&self) -> &PgSchema {
+        &self.schema
+    }
+
     /// A store on `pool` over the tables of `schema` (run [`crate::migrate`] first).
     #[must_use]
     pub fn new(pool: PgPool, schema: &PgSchema) -> Self {

@@ -9,6 +9,8 @@
 //! (`unnest`), in order. The producer's trace context is stored with the message,
 //! in the same transaction.
 
+use std::collections::BTreeMap;
+
 use outbox_core::message::DEFAULT_MAX_PAYLOAD_BYTES;
 use outbox_core::{Event, IntoNewMessage, Message, MessageId};
 use outbox_ports::PortError;
@@ -38,12 +40,18 @@ use crate::rows::{bind_message_columns, column};
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Debug, Clone)]
+///
+/// The exchange a typed event names is a compile-time constant; where it differs
+/// per environment, the producer maps it at run time
+/// ([`Self::with_exchange_prefix`], [`Self::with_exchange`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PgOutbox {
     schema: PgSchema,
     insert: String,
     insert_one: String,
     max_payload_bytes: usize,
+    exchange_prefix: String,
+    exchanges: BTreeMap<String, String>,
 }
 
 impl PgOutbox {
@@ -55,6 +63,34 @@ impl PgOutbox {
             insert_one: insert_one(&schema),
             schema,
             max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
+            exchange_prefix: String::new(),
+            exchanges: BTreeMap::new(),
+        }
+    }
+
+    /// Every message this producer enqueues goes to `prefix` + its exchange
+    /// (`"staging."`: `orders` becomes `staging.orders`), unless
+    /// [`Self::with_exchange`] maps its exchange. The result is checked as any
+    /// exchange name is, at enqueue.
+    #[must_use]
+    pub fn with_exchange_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.exchange_prefix = prefix.into();
+        self
+    }
+
+    /// A message for exchange `from` goes to `to` instead (no prefix added).
+    #[must_use]
+    pub fn with_exchange(mut self, from: impl Into<String>, to: impl Into<String>) -> Self {
+        self.exchanges.insert(from.into(), to.into());
+        self
+    }
+
+    /// The exchange a message for `exchange` is stored with.
+    #[must_use]
+    pub fn exchange_for(&self, exchange: &str) -> String {
+        match self.exchanges.get(exchange) {
+            Some(to) => to.clone(),
+            None => format!("{}{exchange}", self.exchange_prefix),
         }
     }
 
@@ -174,7 +210,10 @@ impl PgOutbox {
         let messages = messages.into_iter();
         let mut made = Vec::with_capacity(messages.size_hint().0);
         for m in messages {
-            let m = m.into_new_message(self.max_payload_bytes)?;
+            let mut m = m.into_new_message(self.max_payload_bytes)?;
+            if !self.exchange_prefix.is_empty() || !self.exchanges.is_empty() {
+                m.exchange = self.exchange_for(&m.exchange);
+            }
             m.validate(self.max_payload_bytes)?;
             let mut m = m.into_message(MessageId::from_uuid(uuid::Uuid::now_v7()), now);
             // The producer's trace context (through a `create` span), stored in this

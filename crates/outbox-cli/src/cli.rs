@@ -781,7 +781,7 @@ async fn run_relay(cfg: RelayConfig) -> anyhow::Result<ExitCode> {
         builder = builder.wakeup(w);
     }
     let mut relay = builder.start(&cancel);
-    let reports = std::mem::replace(&mut relay.reports, tokio::sync::mpsc::unbounded_channel().1);
+    let reports = std::mem::replace(&mut relay.reports, tokio::sync::mpsc::channel(1).1);
     let sweeps = tokio::spawn(http::record_sweeps(reports));
     let server = if let Some(listener) = listener {
         let state = http::HttpState {

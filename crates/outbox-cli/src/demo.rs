@@ -306,7 +306,8 @@ pub async fn run_keeping(opts: &DemoOptions) -> anyhow::Result<(DemoSummary, Dem
         Duration::from_secs(30),
     )
     .with_counters(Arc::clone(&relay_counters));
-    let (reports_tx, mut reports_rx) = mpsc::unbounded_channel();
+    // Read only at the end, to count the sweeps: room for every one of a run.
+    let (reports_tx, mut reports_rx) = mpsc::channel(1 << 20);
     let relay_sweeper = RetrySweeper::new(
         relay_sweep,
         lock.clone(),

@@ -180,7 +180,7 @@ fn describe_metrics() {
 }
 
 /// Records every sweep report as metrics until the channel closes.
-pub async fn record_sweeps(mut reports: mpsc::UnboundedReceiver<SweepReport>) {
+pub async fn record_sweeps(mut reports: mpsc::Receiver<SweepReport>) {
     let _ = prometheus();
     while let Some(r) = reports.recv().await {
         let secs = (r.completed_at - r.started_at).as_seconds_f64().max(0.0);

@@ -52,8 +52,9 @@ pub struct ConsumerHandles {
     pub counters: Arc<ConsumerCounters>,
     /// The worker's progress and the stall watchdog's verdict (for readiness).
     pub progress: Arc<outbox_runtime::stall::RelayProgress>,
-    /// Every completed sweep's report.
-    pub reports: mpsc::UnboundedReceiver<SweepReport>,
+    /// Completed sweeps' reports: the last [`outbox_runtime::sweeper::REPORTS_KEPT`]
+    /// not yet read (newer ones are dropped while it is full).
+    pub reports: mpsc::Receiver<SweepReport>,
     /// Failed once a task panicked or stopped before the token fired.
     pub health: Arc<ServiceHealth>,
 }
@@ -109,7 +110,7 @@ impl<P: InboxPath> ConsumerBuilder<P> {
     pub fn start(self, cancel: &CancellationToken) -> ConsumerHandles {
         let counters = self.worker.counters();
         let progress = self.worker.progress();
-        let (tx, reports) = mpsc::unbounded_channel();
+        let (tx, reports) = mpsc::channel(outbox_runtime::sweeper::REPORTS_KEPT);
         let sweeper = RetrySweeper::new(
             self.sweep,
             self.lock,

@@ -916,6 +916,32 @@ enum Ended {
     Stopped,
 }
 
+/// Failed attempts to subscribe: the pause before the next (1 s, doubling to
+/// 30 s), and whether this failure says something the log has not said yet (a
+/// missing queue would otherwise log the same ERROR every second, forever).
+#[derive(Default)]
+struct SubscribeRefusals {
+    failed: u32,
+    last_error: String,
+    news: bool,
+}
+
+impl SubscribeRefusals {
+    /// Records a failure with `error`; returns the pause before the next attempt.
+    fn failed(&mut self, error: &str) -> Duration {
+        self.news = self.failed == 0 || error != self.last_error;
+        error.clone_into(&mut self.last_error);
+        self.failed = self.failed.saturating_add(1);
+        let doublings = (self.failed - 1).min(5);
+        Duration::from_secs(1 << doublings).min(Duration::from_secs(30))
+    }
+
+    /// Whether the last failure is the first, or another error than the one before.
+    const fn is_news(&self) -> bool {
+        self.news
+    }
+}
+
 /// One subscription of [`consume`], until it is cancelled, paused or ended.
 async fn subscription<F, Fut>(
     subscriber: &dyn Subscriber,
@@ -930,16 +956,27 @@ where
     Fut: Future<Output = ()> + Send + 'static,
 {
     let name = &config.name;
+    let mut refusals = SubscribeRefusals::default();
     let mut stream = loop {
         // Paused meanwhile (the broker was away): no subscription at all.
         if *paused.borrow() {
             return Ended::Paused;
         }
         match subscriber.subscribe(&config.queue, config.prefetch).await {
-            Ok(s) => break s,
+            Ok(s) => {
+                if refusals.failed > 0 {
+                    tracing::info!(consumer = %name, queue = %config.queue, failed_attempts = refusals.failed, "subscribed after failed attempts");
+                }
+                break s;
+            }
             Err(e) => {
-                tracing::error!(consumer = %name, queue = %config.queue, error = %e, "cannot subscribe; retrying");
-                if !sleep_or_cancel(Duration::from_secs(1), cancel).await {
+                let pause = refusals.failed(&e.to_string());
+                if refusals.is_news() {
+                    tracing::error!(consumer = %name, queue = %config.queue, error = %e, retry_in = %outbox_core::duration::format(pause), "cannot subscribe; retrying with backoff (logged again when the error changes)");
+                } else {
+                    tracing::debug!(consumer = %name, queue = %config.queue, error = %e, "cannot subscribe; retrying");
+                }
+                if !sleep_or_cancel(pause, cancel).await {
                     return Ended::Stopped;
                 }
             }
@@ -1177,6 +1214,10 @@ impl<P: InboxPath> SweepTask for InboxRetryTask<P> {
         "consume-retry"
     }
 
+    fn subject(&self) -> Option<&str> {
+        Some(&self.shared.config.name)
+    }
+
     async fn run_batch(&self, limit: u32) -> Result<BatchCounts, PortError> {
         self.run_batch_while_held(limit, &|| true).await
     }
@@ -1262,7 +1303,24 @@ impl<P: InboxPath> SweepTask for InboxRetryTask<P> {
 mod tests {
     use outbox_ports::Death;
 
-    use super::{ConsumerConfig, given_up_reason};
+    use super::{ConsumerConfig, SubscribeRefusals, given_up_reason};
+
+    #[test]
+    fn a_refused_subscription_backs_off_and_is_news_only_when_its_error_changes() {
+        let mut r = SubscribeRefusals::default();
+        let pauses: Vec<u64> = (0..8)
+            .map(|_| {
+                let pause = r.failed("NOT_FOUND - no queue 'billing'").as_secs();
+                assert_eq!(r.is_news(), pause == 1, "only the first is news");
+                pause
+            })
+            .collect();
+        assert_eq!(pauses, [1, 2, 4, 8, 16, 30, 30, 30]);
+        r.failed("connection refused");
+        assert!(r.is_news(), "another error is news");
+        r.failed("connection refused");
+        assert!(!r.is_news());
+    }
 
     fn death(queue: &str) -> Death {
         Death {

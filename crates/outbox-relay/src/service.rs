@@ -60,8 +60,9 @@ pub struct RelayHandles {
     pub sweeper: JoinHandle<()>,
     /// Totals of both.
     pub counters: Arc<RelayCounters>,
-    /// Every completed sweep's report.
-    pub reports: mpsc::UnboundedReceiver<SweepReport>,
+    /// Completed sweeps' reports: the last [`outbox_runtime::sweeper::REPORTS_KEPT`]
+    /// not yet read (newer ones are dropped while it is full).
+    pub reports: mpsc::Receiver<SweepReport>,
     /// This instance's name.
     pub instance: String,
     /// Failed once a task panicked or stopped before the token fired: readiness
@@ -230,7 +231,7 @@ impl RelayBuilder {
             self.dispatch.lease_ttl.max(Duration::from_secs(1)),
         )
         .with_counters(Arc::clone(&counters));
-        let (tx, reports) = mpsc::unbounded_channel();
+        let (tx, reports) = mpsc::channel(outbox_runtime::sweeper::REPORTS_KEPT);
         let sweeper = RetrySweeper::new(
             self.sweep,
             self.lock,

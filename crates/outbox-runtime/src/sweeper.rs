@@ -28,6 +28,12 @@ pub trait SweepTask: Send + Sync {
     /// A short name for logs (`publish-retry`, `consume-retry`).
     fn name(&self) -> &'static str;
 
+    /// What the task sweeps for, when there are several of its kind: the
+    /// consumer's name of a consume-retry task. Logs name it.
+    fn subject(&self) -> Option<&str> {
+        None
+    }
+
     /// Housekeeping at the start of a sweep, under the lock.
     ///
     /// # Errors
@@ -69,7 +75,23 @@ pub struct RetrySweeper {
     clock: Arc<dyn Clock>,
     task: Arc<dyn SweepTask>,
     schedule: SweepSchedule,
-    reports: Option<mpsc::UnboundedSender<SweepReport>>,
+    reports: Option<mpsc::Sender<SweepReport>>,
+    /// The task's name and subject, as logs say it (`consume-retry billing`).
+    label: String,
+}
+
+/// Reports kept for a reader that has not taken them yet; past it the newest is
+/// dropped (a report is for metrics and tests, never needed to make progress).
+pub const REPORTS_KEPT: usize = 64;
+
+/// Why a sweep stopped, as a log line says it.
+fn end_text(end: Option<SweepEnd>) -> &'static str {
+    match end {
+        Some(SweepEnd::NothingDue) => "nothing more due",
+        Some(SweepEnd::BoundReached) => "batch bound reached",
+        Some(SweepEnd::LockLost) => "lock lost",
+        None => "cancelled",
+    }
 }
 
 impl RetrySweeper {
@@ -81,7 +103,12 @@ impl RetrySweeper {
         clock: Arc<dyn Clock>,
         task: Arc<dyn SweepTask>,
     ) -> Self {
+        let label = match task.subject() {
+            Some(subject) => format!("{} {subject}", task.name()),
+            None => task.name().to_owned(),
+        };
         Self {
+            label,
             schedule: SweepSchedule::new(config.interval),
             config,
             lock,
@@ -92,9 +119,10 @@ impl RetrySweeper {
         }
     }
 
-    /// Sends every completed sweep's report to `tx` (for metrics, tests, the demo).
+    /// Sends every completed sweep's report to `tx` (for metrics, tests, the demo);
+    /// a report that finds the channel full is dropped, never waited for.
     #[must_use]
-    pub fn with_reports(mut self, tx: mpsc::UnboundedSender<SweepReport>) -> Self {
+    pub fn with_reports(mut self, tx: mpsc::Sender<SweepReport>) -> Self {
         self.reports = Some(tx);
         self
     }
@@ -102,9 +130,14 @@ impl RetrySweeper {
     /// Runs until `cancel` fires. A batch in progress is finished first and the lock
     /// released; cancellation never leaves a claim half marked.
     pub async fn run(mut self, cancel: CancellationToken) {
-        let task = self.task.name();
+        let task = self.label.clone();
+        let task = task.as_str();
         self.log_last_state_at_start().await;
-        tracing::info!(task, interval = ?self.config.interval, "retry sweeper started");
+        tracing::info!(
+            task,
+            interval = %outbox_core::duration::format(self.config.interval),
+            "retry sweeper started"
+        );
         while !cancel.is_cancelled() {
             let wait = match self.round(&cancel).await {
                 Ok(wait) => wait,
@@ -126,7 +159,7 @@ impl RetrySweeper {
             Ok(Some(r)) => {
                 self.schedule.adopt_at_start(&r);
                 tracing::info!(
-                    task = self.task.name(),
+                    task = %self.label,
                     completed_at = %r.completed_at,
                     publish_retried = r.publish_retried,
                     consume_retried = r.consume_retried,
@@ -135,7 +168,7 @@ impl RetrySweeper {
             }
             Ok(None) => {}
             Err(e) => {
-                tracing::warn!(task = self.task.name(), error = %e, "could not read the last sweep state");
+                tracing::warn!(task = %self.label, error = %e, "could not read the last sweep state");
             }
         }
     }
@@ -145,7 +178,7 @@ impl RetrySweeper {
             Ok(Some(r)) => LastCompleted::Shared(r.completed_at),
             Ok(None) => LastCompleted::Absent,
             Err(e) => {
-                tracing::warn!(task = self.task.name(), error = %e, "could not read the sweep state; using this instance's last sweep");
+                tracing::warn!(task = %self.label, error = %e, "could not read the sweep state; using this instance's last sweep");
                 LastCompleted::Unreadable
             }
         }
@@ -163,8 +196,9 @@ impl RetrySweeper {
             r = self.lock.acquire(&self.config.lock_key, self.config.lock_ttl, self.config.lock_wait) => r?,
         };
         let Some(guard) = acquired else {
-            tracing::info!(
-                task = self.task.name(),
+            // Routine when several instances run: one of them sweeps.
+            tracing::debug!(
+                task = %self.label,
                 "retry lock not acquired; skipping this round"
             );
             return Ok(self
@@ -173,7 +207,7 @@ impl RetrySweeper {
         };
         let result = self.sweep_under_lock(&*guard, cancel).await;
         if let Err(e) = guard.release().await {
-            tracing::warn!(task = self.task.name(), error = %e, "could not release the retry lock; its lease will run out");
+            tracing::warn!(task = %self.label, error = %e, "could not release the retry lock; its lease will run out");
         }
         result
     }
@@ -188,7 +222,7 @@ impl RetrySweeper {
         if let SweepAction::Wait(d) = self.schedule.recheck_under_lock(shared, self.clock.now()) {
             return Ok(d);
         }
-        let task = self.task.name();
+        let task = self.label.as_str();
         let mut progress = SweepProgress::start(
             self.clock.now(),
             self.config.batch_size,
@@ -235,20 +269,35 @@ impl RetrySweeper {
                 Err(e) => tracing::warn!(task, error = %e, "could not write the sweep state"),
             }
         }
-        tracing::info!(
-            task,
-            fencing_token,
-            publish_retried = report.publish_retried,
-            publish_failed = report.publish_failed,
-            consume_retried = report.consume_retried,
-            consume_failed = report.consume_failed,
-            completed_at = %report.completed_at,
-            batches = progress.batches(),
-            end = ?end,
-            "retry sweep completed"
-        );
+        let idle = report.publish_retried == 0
+            && report.publish_failed == 0
+            && report.consume_retried == 0
+            && report.consume_failed == 0;
+        // A sweep that found nothing is routine: at DEBUG, or a consumer swept every
+        // second would fill the log with it.
+        macro_rules! completed {
+            ($level:ident) => {
+                tracing::$level!(
+                    task,
+                    fencing_token,
+                    publish_retried = report.publish_retried,
+                    publish_failed = report.publish_failed,
+                    consume_retried = report.consume_retried,
+                    consume_failed = report.consume_failed,
+                    completed_at = %report.completed_at,
+                    batches = progress.batches(),
+                    end = end_text(end),
+                    "retry sweep completed"
+                )
+            };
+        }
+        if idle {
+            completed!(debug);
+        } else {
+            completed!(info);
+        }
         if let Some(tx) = &self.reports {
-            let _ = tx.send(report);
+            let _ = tx.try_send(report);
         }
         Ok(self
             .schedule
@@ -278,7 +327,7 @@ impl RetrySweeper {
                 // now); the batch's error is likely its consequence (a claim whose
                 // lease or time ran out while this instance stood still).
                 Err(e) if !guard.is_held() => {
-                    tracing::warn!(task = self.task.name(), error = %e, "a batch failed after the retry lock was lost");
+                    tracing::warn!(task = %self.label, error = %e, "a batch failed after the retry lock was lost");
                     return Ok(Some(SweepEnd::LockLost));
                 }
                 Err(e) => return Err(e),

@@ -117,7 +117,7 @@ fn report_completed_at(at: Timestamp) -> SweepReport {
 struct Run {
     cancel: CancellationToken,
     handle: tokio::task::JoinHandle<()>,
-    reports: mpsc::UnboundedReceiver<SweepReport>,
+    reports: mpsc::Receiver<SweepReport>,
     started: Instant,
 }
 
@@ -128,7 +128,7 @@ fn start(
     clock: Arc<dyn Clock>,
     task: Arc<dyn SweepTask>,
 ) -> Run {
-    let (tx, reports) = mpsc::unbounded_channel();
+    let (tx, reports) = mpsc::channel(1 << 16);
     let cancel = CancellationToken::new();
     let sweeper = RetrySweeper::new(config, lock, state, clock, task).with_reports(tx);
     let started = Instant::now();

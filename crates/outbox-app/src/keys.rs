@@ -2,8 +2,6 @@
 //! embedded relay, `outbox run` and every consumer: instances of one sweep share
 //! its keys, and two sweeps never do.
 
-use std::time::Duration;
-
 use outbox_core::{RetryPolicy, SweepConfig};
 
 /// The relay's publish-retry sweep over the tables of `schema`:
@@ -19,23 +17,19 @@ pub fn relay_sweep(schema: &str, base: SweepConfig) -> SweepConfig {
 }
 
 /// The consume-retry sweep of consumer `name`
-/// ([`SweepConfig::for_consumer`]), run as often as `retry`'s first backoff (at
-/// least every second, at most every minute): a delivery that failed is retried
-/// about when its policy says, not at the next minute.
+/// ([`SweepConfig::for_consumer_retrying`], what `ConsumerBuilder` uses too): run
+/// as often as `retry`'s first backoff (at least every second, at most every
+/// minute), so a delivery that failed is retried about when its policy says, not
+/// at the next minute.
 #[must_use]
 pub fn consumer_sweep(name: &str, retry: &RetryPolicy) -> SweepConfig {
-    let interval = retry
-        .initial_backoff
-        .clamp(Duration::from_secs(1), Duration::from_secs(60));
-    SweepConfig {
-        interval,
-        state_ttl: SweepConfig::default().state_ttl.max(interval),
-        ..SweepConfig::for_consumer(name)
-    }
+    SweepConfig::for_consumer_retrying(name, retry)
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]

@@ -72,14 +72,15 @@ impl ConsumerHandles {
 
 impl<P: InboxPath> ConsumerBuilder<P> {
     /// `worker` with a consume-retry sweep over `lock` and `state`, under this
-    /// consumer's own keys (`SweepConfig::for_consumer`) and the default interval.
+    /// consumer's own keys, as often as its retry policy's first backoff
+    /// (`SweepConfig::for_consumer_retrying`: 1 s by default).
     #[must_use]
     pub fn new(
         worker: InboxWorker<P>,
         lock: Arc<dyn DistributedLock>,
         state: Arc<dyn SweepStateStore>,
     ) -> Self {
-        let sweep = SweepConfig::for_consumer(worker.name());
+        let sweep = SweepConfig::for_consumer_retrying(worker.name(), &worker.config().retry);
         Self {
             worker,
             lock,

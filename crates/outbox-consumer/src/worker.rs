@@ -622,6 +622,12 @@ impl<P: InboxPath> InboxWorker<P> {
         &self.shared.config.name
     }
 
+    /// The consumer's settings.
+    #[must_use]
+    pub fn config(&self) -> &ConsumerConfig {
+        &self.shared.config
+    }
+
     /// A worker for `config.queue`, recording and handling through `path` as
     /// `config.name`.
     pub fn with_path(
@@ -917,7 +923,7 @@ enum Ended {
 }
 
 /// Failed attempts to subscribe: the pause before the next (1 s, doubling to
-/// 30 s), and whether this failure says something the log has not said yet (a
+/// 5 s: a broker back from a restart is found again within seconds), and whether this failure says something the log has not said yet (a
 /// missing queue would otherwise log the same ERROR every second, forever).
 #[derive(Default)]
 struct SubscribeRefusals {
@@ -932,8 +938,8 @@ impl SubscribeRefusals {
         self.news = self.failed == 0 || error != self.last_error;
         error.clone_into(&mut self.last_error);
         self.failed = self.failed.saturating_add(1);
-        let doublings = (self.failed - 1).min(5);
-        Duration::from_secs(1 << doublings).min(Duration::from_secs(30))
+        let doublings = (self.failed - 1).min(3);
+        Duration::from_secs(1 << doublings).min(Duration::from_secs(5))
     }
 
     /// Whether the last failure is the first, or another error than the one before.
@@ -1315,7 +1321,7 @@ mod tests {
                 pause
             })
             .collect();
-        assert_eq!(pauses, [1, 2, 4, 8, 16, 30, 30, 30]);
+        assert_eq!(pauses, [1, 2, 4, 5, 5, 5, 5, 5]);
         r.failed("connection refused");
         assert!(r.is_news(), "another error is news");
         r.failed("connection refused");

@@ -95,6 +95,22 @@ impl SweepConfig {
         }
     }
 
+    /// [`Self::for_consumer`], swept as often as `retry`'s first backoff (at least
+    /// every second, at most every minute): a delivery that failed is retried about
+    /// when the consumer's policy says, not at the next minute.
+    #[must_use]
+    pub fn for_consumer_retrying(consumer: &str, retry: &crate::RetryPolicy) -> Self {
+        let interval = retry
+            .initial_backoff
+            .clamp(Duration::from_secs(1), Duration::from_secs(60));
+        let base = Self::for_consumer(consumer);
+        Self {
+            interval,
+            state_ttl: base.state_ttl.max(interval),
+            ..base
+        }
+    }
+
     /// Checks every setting; `prefix` is the dotted path of this section.
     ///
     /// # Errors
@@ -416,6 +432,24 @@ mod tests {
         assert_eq!(c.lock_wait, Duration::from_secs(3), "default kept");
         let e = serde_json::from_str::<SweepConfig>(r#"{"intervall":"5s"}"#).expect_err("typo");
         assert!(e.to_string().contains("intervall"), "{e}");
+    }
+
+    #[test]
+    fn a_consumer_sweep_follows_its_first_backoff_within_a_second_and_a_minute() {
+        let at = |secs_ms: u64| {
+            let retry = crate::RetryPolicy {
+                initial_backoff: Duration::from_millis(secs_ms),
+                max_backoff: Duration::from_secs(3600),
+                ..crate::RetryPolicy::default()
+            };
+            SweepConfig::for_consumer_retrying("billing", &retry)
+        };
+        assert_eq!(at(2_000).interval, Duration::from_secs(2));
+        assert_eq!(at(10).interval, Duration::from_secs(1));
+        assert_eq!(at(600_000).interval, Duration::from_secs(60));
+        let c = at(1_000);
+        assert_eq!(c.lock_key, SweepConfig::for_consumer("billing").lock_key);
+        assert!(c.validate("sweep").is_ok());
     }
 
     #[test]

@@ -8,11 +8,11 @@
 //!
 //! | feature | module | brings |
 //! |---|---|---|
-//! | `postgres` (default) | [`postgres`] | outbox and inbox stores, lock, sweep state, migrations; `PgConsumerWorker`, `PgHandler` (exactly once in effect), `PgWakeupSource` |
-//! | `rabbitmq` (default) | [`rabbitmq`] | publisher with confirms, subscriber, topology |
-//! | `redis` | [`redis`] | lock and sweep state |
-//! | `memory` | [`memory`] | every port in memory, with fault injection |
-//! | `admin` | [`admin`] | the admin API and dashboard as an axum `Router` |
+//! | `postgres` (default) | `outbox::postgres` | outbox and inbox stores, lock, sweep state, migrations, sqlx; transactional handlers (`PgHandler`, `PgEventHandler`: exactly once in effect); with `rabbitmq`, `Service::postgres` |
+//! | `rabbitmq` (default) | `outbox::rabbitmq` | publisher with confirms, subscriber, topology, lapin |
+//! | `redis` | `outbox::redis` | lock and sweep state |
+//! | `memory` | `outbox::memory` | every port in memory, with fault injection; `Service::memory` |
+//! | `admin` | `outbox::admin` | the admin API and dashboard as an axum `Router` |
 //! | `otel` | | `send` and `process` spans continuing the trace stored at enqueue |
 //! | `derive` (default) | | `#[derive(Event)]` for typed messages |
 //!

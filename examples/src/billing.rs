@@ -194,7 +194,7 @@ pub async fn run(
         .ok()
         .and_then(|a| a.parse().ok())
         .map(|addr| {
-            tokio::spawn(outbox_cli::http::serve_consumer_ready(
+            tokio::spawn(outbox::telemetry::http::serve_consumer_ready(
                 addr,
                 CONSUMER.to_owned(),
                 Arc::clone(&consumer.counters),

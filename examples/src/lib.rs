@@ -260,13 +260,13 @@ impl Shop {
 ///
 /// # Errors
 /// The exporter could not be built.
-pub fn telemetry(service: &str) -> anyhow::Result<outbox_cli::logging::Telemetry> {
-    outbox_cli::logging::init(
+pub fn telemetry(service: &str) -> anyhow::Result<outbox::telemetry::Telemetry> {
+    outbox::telemetry::init(
         "info,lapin=warn",
-        &outbox_cli::config::LogConfig::default(),
-        &outbox_cli::config::TelemetryConfig {
+        &outbox::telemetry::LogConfig::default(),
+        &outbox::telemetry::TelemetryConfig {
             service_name: service.to_owned(),
-            ..outbox_cli::config::TelemetryConfig::default()
+            ..outbox::telemetry::TelemetryConfig::default()
         },
     )
     .map_err(anyhow::Error::msg)

@@ -123,6 +123,7 @@ impl<B> Service<B> {
 
 /// Refuses two consumers of one name, a consumer without handlers, and handlers
 /// registered twice.
+#[cfg(any(feature = "memory", all(feature = "postgres", feature = "rabbitmq")))]
 pub(crate) fn check_consumers<'a>(
     consumers: impl Iterator<
         Item = (

@@ -34,10 +34,11 @@ pub mod demo;
 pub mod demo_serve;
 #[cfg(feature = "http")]
 pub mod http;
+/// Kept here too, where they were first public: outbox-telemetry's.
 #[cfg(feature = "cli")]
-pub mod logging;
+pub use outbox_telemetry::logging;
 #[cfg(feature = "otel")]
-pub mod otel;
+pub use outbox_telemetry::otel;
 #[cfg(feature = "cli")]
 mod printable;
 #[cfg(feature = "cli")]

@@ -13,7 +13,8 @@
 //! | `redis` | `outbox::redis` | lock and sweep state |
 //! | `memory` | `outbox::memory` | every port in memory, with fault injection; `Service::memory` |
 //! | `admin` | `outbox::admin` | the admin API and dashboard as an axum `Router` |
-//! | `otel` | | `send` and `process` spans continuing the trace stored at enqueue |
+//! | `telemetry` | `outbox::telemetry` | the log as `outbox run` writes it, the Prometheus recorder, a consumer's `/healthz`, `/readyz`, `/metrics` |
+//! | `otel` | | `send` and `process` spans continuing the trace stored at enqueue (with `telemetry`, the OTLP exporter) |
 //! | `derive` (default) | | `#[derive(Event)]` for typed messages |
 //!
 //! With `default-features = false` it pulls no database, broker or cache driver.
@@ -197,6 +198,12 @@ pub use outbox_adapters_redis as redis;
 #[cfg(feature = "memory")]
 #[cfg_attr(docsrs, doc(cfg(feature = "memory")))]
 pub use outbox_adapters_memory as memory;
+
+/// The process's log, the span exporter (with `otel`), the Prometheus recorder and
+/// a consumer's health and metrics endpoints.
+#[cfg(feature = "telemetry")]
+#[cfg_attr(docsrs, doc(cfg(feature = "telemetry")))]
+pub use outbox_telemetry as telemetry;
 
 /// The admin API and dashboard.
 #[cfg(feature = "admin")]

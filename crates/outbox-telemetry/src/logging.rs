@@ -1,4 +1,4 @@
-//! The log of the `outbox` command: text or JSON lines on stderr, filtered in
+//! The log of the `outbox` command and of services that log as it does: text or JSON lines on stderr, filtered in
 //! `RUST_LOG` syntax (the variable wins over `[log] filter`), and with the `otel`
 //! feature and an OTLP endpoint, the OpenTelemetry layer exporting spans. JSON
 //! lines carry `trace_id` and `span_id` while an OpenTelemetry span is active.

@@ -52,7 +52,9 @@ pub use schema::{MAX_SCHEMA_LEN, PgSchema, check_current, migrate};
 pub use state::PgSweepState;
 pub use throughput::PgThroughputLog;
 #[cfg(feature = "ui-sessions")]
-pub use ui_sessions::{UI_SESSIONS_TABLE, delete_expired_ui_sessions, ui_sessions};
+pub use ui_sessions::{
+    PgUiSessionStore, UI_SESSIONS_TABLE, delete_expired_ui_sessions, ui_sessions,
+};
 pub use wakeup::{PgWakeup, Wake};
 
 /// The sqlx this adapter is built on (0.8): a transaction passed to the producer

@@ -192,20 +192,19 @@ async fn the_readmes_first_run_works_as_written() {
         .lines()
         .find_map(|l| l.strip_prefix("url = \"amqp://"))
         .map(|rest| format!("amqp://{}", rest.trim_end_matches('"')));
-    if let Some(url) = amqp_url {
-        if let Ok(conn) =
+    if let Some(url) = amqp_url
+        && let Ok(conn) =
             lapin::Connection::connect(&url, lapin::ConnectionProperties::default()).await
-        {
-            if let Ok(channel) = conn.create_channel().await {
-                let _ = channel
-                    .queue_delete(
-                        "orders.audit".into(),
-                        lapin::options::QueueDeleteOptions::default(),
-                    )
-                    .await;
-            }
-            let _ = conn.close(0, "".into()).await;
+    {
+        if let Ok(channel) = conn.create_channel().await {
+            let _ = channel
+                .queue_delete(
+                    "orders.audit".into(),
+                    lapin::options::QueueDeleteOptions::default(),
+                )
+                .await;
         }
+        let _ = conn.close(0, "".into()).await;
     }
     let _ = sqlx::raw_sql(&format!("DROP SCHEMA {schema} CASCADE"))
         .execute(&pool)

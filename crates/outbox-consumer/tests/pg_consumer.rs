@@ -83,7 +83,7 @@ impl PgHandler for Billing {
         if n == 1 && seq == 7 {
             panic!("boom on the first attempt");
         }
-        if n == 1 && seq % 10 == 0 {
+        if n == 1 && seq.is_multiple_of(10) {
             return Err("downstream not ready".into());
         }
         Ok(())
@@ -858,10 +858,10 @@ async fn a_handler_that_ends_the_inbox_transaction_is_counted_dead_and_runs_once
     loop {
         let mut dead = 0;
         for m in &msgs {
-            if let Some(r) = inbox.get_delivery(NAME, m.id).await.expect("get") {
-                if r.status == InboxStatus::Dead {
-                    dead += 1;
-                }
+            if let Some(r) = inbox.get_delivery(NAME, m.id).await.expect("get")
+                && r.status == InboxStatus::Dead
+            {
+                dead += 1;
             }
         }
         if dead == msgs.len() && b.queue_depth(QUEUE) == (0, 0) {

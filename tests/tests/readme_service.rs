@@ -160,10 +160,14 @@ async fn the_readmes_typed_service_runs_as_written() {
     let admin = sqlx::PgPool::connect(&admin_url)
         .await
         .expect("PostgreSQL reachable");
-    sqlx::query(&format!("CREATE DATABASE {}", sandbox.database))
-        .execute(&admin)
-        .await
-        .expect("create the test's database");
+    // SAFETY-SQL: `readme_` and digits, made above.
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "CREATE DATABASE {}",
+        sandbox.database
+    )))
+    .execute(&admin)
+    .await
+    .expect("create the test's database");
     admin.close().await;
     rabbitmqctl(&["add_vhost", &sandbox.vhost]).await;
     rabbitmqctl(&[

@@ -68,10 +68,10 @@ pub async fn delete_expired_ui_sessions(
     pool: &PgPool,
     schema: &PgSchema,
 ) -> Result<u64, sqlx::Error> {
-    Ok(sqlx::query(&format!(
+    Ok(sqlx::query(sqlx::AssertSqlSafe(format!(
         "DELETE FROM {} WHERE expiry_date < now()",
         table(schema)
-    ))
+    )))
     .execute(pool)
     .await?
     .rows_affected())
@@ -88,11 +88,11 @@ fn encode(record: &Record) -> session_store::Result<Vec<u8>> {
 impl PgUiSessionStore {
     /// Inserts `record` unless its id is taken; whether it was inserted.
     async fn insert_new(&self, record: &Record) -> session_store::Result<bool> {
-        let inserted = sqlx::query(&format!(
+        let inserted = sqlx::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO {} (id, data, expiry_date) VALUES ($1, $2, $3) \
              ON CONFLICT (id) DO NOTHING",
             self.table
-        ))
+        )))
         .bind(record.id.to_string())
         .bind(encode(record)?)
         .bind(record.expiry_date)
@@ -116,11 +116,11 @@ impl SessionStore for PgUiSessionStore {
     }
 
     async fn save(&self, record: &Record) -> session_store::Result<()> {
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO {} (id, data, expiry_date) VALUES ($1, $2, $3) \
              ON CONFLICT (id) DO UPDATE SET data = excluded.data, expiry_date = excluded.expiry_date",
             self.table
-        ))
+        )))
         .bind(record.id.to_string())
         .bind(encode(record)?)
         .bind(record.expiry_date)
@@ -133,10 +133,10 @@ impl SessionStore for PgUiSessionStore {
     /// The record of `session_id` if it has not expired (by this process's clock,
     /// which set the expiry).
     async fn load(&self, session_id: &Id) -> session_store::Result<Option<Record>> {
-        let data: Option<Vec<u8>> = sqlx::query_scalar(&format!(
+        let data: Option<Vec<u8>> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
             "SELECT data FROM {} WHERE id = $1 AND expiry_date > $2",
             self.table
-        ))
+        )))
         .bind(session_id.to_string())
         .bind(OffsetDateTime::now_utc())
         .fetch_optional(&self.pool)
@@ -149,11 +149,14 @@ impl SessionStore for PgUiSessionStore {
     }
 
     async fn delete(&self, session_id: &Id) -> session_store::Result<()> {
-        sqlx::query(&format!("DELETE FROM {} WHERE id = $1", self.table))
-            .bind(session_id.to_string())
-            .execute(&self.pool)
-            .await
-            .map_err(|e| backend(&e))?;
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DELETE FROM {} WHERE id = $1",
+            self.table
+        )))
+        .bind(session_id.to_string())
+        .execute(&self.pool)
+        .await
+        .map_err(|e| backend(&e))?;
         Ok(())
     }
 }

@@ -34,10 +34,10 @@ fn in_an_hour() -> OffsetDateTime {
 }
 
 async fn rows(pool: &PgPool, schema: &PgSchema) -> Vec<(String, OffsetDateTime)> {
-    sqlx::query_as(&format!(
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT id, expiry_date FROM {}.{UI_SESSIONS_TABLE} ORDER BY id",
         schema.quoted()
-    ))
+    )))
     .fetch_all(pool)
     .await
     .expect("the sessions' rows")
@@ -177,10 +177,10 @@ async fn rows_are_messagepack_records() {
         let store = store(&pool, &schema);
         let written = record(in_an_hour(), "ops-alice");
         // A row as the old store wrote it.
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO {}.{UI_SESSIONS_TABLE} (id, data, expiry_date) VALUES ($1, $2, $3)",
             schema.quoted()
-        ))
+        )))
         .bind(written.id.to_string())
         .bind(rmp_serde::to_vec(&written).expect("encode"))
         .bind(written.expiry_date)
@@ -193,10 +193,10 @@ async fn rows_are_messagepack_records() {
         );
         let mut created = record(in_an_hour(), "ops-bob");
         store.create(&mut created).await.expect("create");
-        let data: Vec<u8> = sqlx::query_scalar(&format!(
+        let data: Vec<u8> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
             "SELECT data FROM {}.{UI_SESSIONS_TABLE} WHERE id = $1",
             schema.quoted()
-        ))
+        )))
         .bind(created.id.to_string())
         .fetch_one(&pool)
         .await

@@ -1442,9 +1442,11 @@ async fn run(docs: Option<PathBuf>) -> anyhow::Result<()> {
         }
     }
     let _ = client.close().await;
-    let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-        .execute(&pool)
-        .await;
+    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP SCHEMA IF EXISTS {schema} CASCADE"
+    )))
+    .execute(&pool)
+    .await;
     result
 }
 

@@ -88,7 +88,9 @@ pub(crate) async fn pg_lock_stall(ctx: &Ctx) -> anyhow::Result<Report> {
     let looking = Instant::now();
     let (holder, locked) = loop {
         let mut tx = w.pool.begin().await?;
-        let ids: Vec<uuid::Uuid> = sqlx::query_scalar(&catch).fetch_all(&mut *tx).await?;
+        let ids: Vec<uuid::Uuid> = sqlx::query_scalar(sqlx::AssertSqlSafe(&*catch))
+            .fetch_all(&mut *tx)
+            .await?;
         if !ids.is_empty() {
             break (tx, ids.len());
         }

@@ -81,10 +81,10 @@ impl PgEventHandler<OrderCreated> for Billing {
         {
             return Err(format!("billing backend busy for order {order_id}").into());
         }
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO {}.invoices (order_id, message_id, amount_cents) VALUES ($1, $2, $3)",
             self.schema.quoted()
-        ))
+        )))
         .bind(order_id)
         .bind(cx.message_id.as_uuid())
         .bind(total)

@@ -231,7 +231,7 @@ impl Shop {
                 "CREATE TABLE IF NOT EXISTS {s}.invoices (order_id bigint PRIMARY KEY, message_id uuid NOT NULL, amount_cents bigint NOT NULL, billed_at timestamptz NOT NULL DEFAULT now())"
             ),
         ] {
-            sqlx::query(&sql).execute(pool).await?;
+            sqlx::query(sqlx::AssertSqlSafe(sql)).execute(pool).await?;
         }
         let conn = self.amqp(Duration::from_secs(10)).await?;
         self.topology().declare(&conn).await?;
@@ -247,9 +247,12 @@ impl Shop {
             let _ = self.topology().delete(&conn).await;
         }
         for s in [&self.schema, &self.outbox_schema] {
-            let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {} CASCADE", s.quoted()))
-                .execute(pool)
-                .await;
+            let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DROP SCHEMA IF EXISTS {} CASCADE",
+                s.quoted()
+            )))
+            .execute(pool)
+            .await;
         }
     }
 }

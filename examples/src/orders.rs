@@ -41,10 +41,10 @@ pub async fn create_keyed(
     let outbox = PgOutbox::new(shop.outbox_schema.clone())
         .with_exchange(OrderCreated::EXCHANGE, &shop.exchange);
     let mut tx = pool.begin().await?;
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "INSERT INTO {}.orders (id, total_cents) VALUES ($1, $2)",
         shop.schema.quoted()
-    ))
+    )))
     .bind(id)
     .bind(total_cents)
     .execute(&mut *tx)

@@ -107,10 +107,10 @@ async fn create_order(
         Ok(tx) => tx,
         Err(e) => return internal(e),
     };
-    let inserted = sqlx::query(&format!(
+    let inserted = sqlx::query(sqlx::AssertSqlSafe(format!(
         "INSERT INTO {}.orders (id, total_cents) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING",
         app.shop.schema.quoted()
-    ))
+    )))
     .bind(order.order_id)
     .bind(order.total_cents)
     .execute(&mut *tx)

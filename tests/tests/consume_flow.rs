@@ -102,7 +102,7 @@ impl Flow {
     }
 
     async fn scalar(&self, sql: &str) -> i64 {
-        sqlx::query_scalar(sql)
+        sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
             .fetch_one(&self.pool)
             .await
             .expect("query")
@@ -117,10 +117,10 @@ impl Flow {
     }
 
     async fn inbox(&self, status: &str) -> i64 {
-        sqlx::query_scalar(&format!(
+        sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
             "SELECT count(*) FROM {}.outbox_inbox WHERE status = $1",
             self.shop.outbox_schema.quoted()
-        ))
+        )))
         .bind(status)
         .fetch_one(&self.pool)
         .await
@@ -191,10 +191,10 @@ async fn terminate(mut child: Child) -> bool {
 }
 
 async fn assert_exactly_once(f: &Flow, committed: &HashSet<i64>, rolled_back: &HashSet<i64>) {
-    let billed: Vec<i64> = sqlx::query_scalar(&format!(
+    let billed: Vec<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT order_id FROM {}.invoices",
         f.shop.schema.quoted()
-    ))
+    )))
     .fetch_all(&f.pool)
     .await
     .expect("invoices");
@@ -361,10 +361,10 @@ async fn a_poison_message_ends_dead_while_the_rest_flows_and_reconsume_brings_it
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let status: String = sqlx::query_scalar(&format!(
+    let status: String = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT status FROM {}.outbox_inbox WHERE message_id = $1::uuid",
         f.shop.outbox_schema.quoted()
-    ))
+    )))
     .bind(&id)
     .fetch_one(&f.pool)
     .await
@@ -414,10 +414,10 @@ async fn handler_database_faults_end_dead_with_their_reason_while_the_rest_flows
         f.invoices().await as usize == committed.len() - 2
     })
     .await;
-    let errors: Vec<(i32, String)> = sqlx::query_as(&format!(
+    let errors: Vec<(i32, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT attempts, last_error FROM {}.outbox_inbox WHERE status = 'dead' ORDER BY seq",
         f.shop.outbox_schema.quoted()
-    ))
+    )))
     .fetch_all(&f.pool)
     .await
     .expect("dead rows");
@@ -475,7 +475,7 @@ async fn a_body_that_is_not_an_order_is_dead_after_one_attempt_naming_the_type()
          VALUES ($1, 'order.created', 'order.created', convert_to($2, 'UTF8')) RETURNING id"
     );
     let insert = |body: &'static str| {
-        sqlx::query_scalar::<_, sqlx::types::Uuid>(&sql)
+        sqlx::query_scalar::<_, sqlx::types::Uuid>(sqlx::AssertSqlSafe(&*sql))
             .bind(&f.shop.exchange)
             .bind(body)
             .fetch_one(&f.pool)
@@ -491,10 +491,10 @@ async fn a_body_that_is_not_an_order_is_dead_after_one_attempt_naming_the_type()
     f.wait_for("the bad one dead", 60, async || f.inbox("dead").await == 1)
         .await;
     let (status, attempts, last_error, body): (String, i32, String, String) = sqlx::query_as(
-        &format!(
+        sqlx::AssertSqlSafe(format!(
             "SELECT status, attempts, last_error, convert_from(payload, 'UTF8') FROM {o}.outbox_inbox \
              WHERE message_id = $1"
-        ),
+        )),
     )
     .bind(bad)
     .fetch_one(&f.pool)
@@ -506,10 +506,10 @@ async fn a_body_that_is_not_an_order_is_dead_after_one_attempt_naming_the_type()
         "{last_error}"
     );
     assert_eq!(body, r#"{"order_id": "x"}"#);
-    let billed: sqlx::types::Uuid = sqlx::query_scalar(&format!(
+    let billed: sqlx::types::Uuid = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT message_id FROM {}.invoices WHERE order_id = 5",
         f.shop.schema.quoted()
-    ))
+    )))
     .fetch_one(&f.pool)
     .await
     .expect("invoice");
@@ -566,10 +566,10 @@ async fn an_order_posted_over_http_is_billed_once_through_the_relay() {
 
     f.wait_for("the order billed", 60, async || f.invoices().await == 1)
         .await;
-    let (billed, amount): (sqlx::types::Uuid, i64) = sqlx::query_as(&format!(
+    let (billed, amount): (sqlx::types::Uuid, i64) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT message_id, amount_cents FROM {}.invoices WHERE order_id = 42",
         f.shop.schema.quoted()
-    ))
+    )))
     .fetch_one(&f.pool)
     .await
     .expect("invoice");
@@ -623,7 +623,7 @@ impl outbox_consumer::PgEventHandler<outbox_examples::events::OrderCreated> for 
         order: outbox_examples::events::OrderCreated,
         cx: outbox_consumer::Context,
     ) -> Result<(), outbox_consumer::HandlerError> {
-        sqlx::query(&self.invoices)
+        sqlx::query(sqlx::AssertSqlSafe(&*self.invoices))
             .bind(order.order_id)
             .bind(cx.message_id.as_uuid())
             .bind(order.total_cents)

@@ -156,16 +156,21 @@ async fn the_readmes_first_run_works_as_written() {
     let log = || std::fs::read_to_string(dir.join("run.log")).unwrap_or_default();
     assert!(ready, "outbox run never became ready: {}", log());
 
-    sqlx::raw_sql(&sql)
+    // SAFETY-SQL: the README's own INSERT (what it tells a user to run), its schema
+    // renamed to `first_run_` and digits.
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
         .execute(&pool)
         .await
         .expect("the README's INSERT");
     let mut status = String::new();
     for _ in 0..100 {
-        status = sqlx::query_scalar(&format!("SELECT status FROM {schema}.outbox_messages"))
-            .fetch_one(&pool)
-            .await
-            .expect("the message");
+        // SAFETY-SQL: `schema` is `first_run_` and digits (the process id).
+        status = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT status FROM {schema}.outbox_messages"
+        )))
+        .fetch_one(&pool)
+        .await
+        .expect("the message");
         if status == "sent" {
             break;
         }
@@ -192,22 +197,21 @@ async fn the_readmes_first_run_works_as_written() {
         .lines()
         .find_map(|l| l.strip_prefix("url = \"amqp://"))
         .map(|rest| format!("amqp://{}", rest.trim_end_matches('"')));
-    if let Some(url) = amqp_url {
-        if let Ok(conn) =
+    if let Some(url) = amqp_url
+        && let Ok(conn) =
             lapin::Connection::connect(&url, lapin::ConnectionProperties::default()).await
-        {
-            if let Ok(channel) = conn.create_channel().await {
-                let _ = channel
-                    .queue_delete(
-                        "orders.audit".into(),
-                        lapin::options::QueueDeleteOptions::default(),
-                    )
-                    .await;
-            }
-            let _ = conn.close(0, "".into()).await;
+    {
+        if let Ok(channel) = conn.create_channel().await {
+            let _ = channel
+                .queue_delete(
+                    "orders.audit".into(),
+                    lapin::options::QueueDeleteOptions::default(),
+                )
+                .await;
         }
+        let _ = conn.close(0, "".into()).await;
     }
-    let _ = sqlx::raw_sql(&format!("DROP SCHEMA {schema} CASCADE"))
+    let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE")))
         .execute(&pool)
         .await;
     let _ = std::fs::remove_dir_all(&dir);

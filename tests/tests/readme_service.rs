@@ -160,10 +160,14 @@ async fn the_readmes_typed_service_runs_as_written() {
     let admin = sqlx::PgPool::connect(&admin_url)
         .await
         .expect("PostgreSQL reachable");
-    sqlx::query(&format!("CREATE DATABASE {}", sandbox.database))
-        .execute(&admin)
-        .await
-        .expect("create the test's database");
+    // SAFETY-SQL: `readme_` and digits, made above.
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "CREATE DATABASE {}",
+        sandbox.database
+    )))
+    .execute(&admin)
+    .await
+    .expect("create the test's database");
     admin.close().await;
     rabbitmqctl(&["add_vhost", &sandbox.vhost]).await;
     rabbitmqctl(&[
@@ -197,10 +201,10 @@ async fn the_readmes_typed_service_runs_as_written() {
             Instant::now() < deadline,
             "the service did not finish its work within 60 s"
         );
-        if let Some(child) = &mut sandbox.child {
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!("the service exited early: {status}");
-            }
+        if let Some(child) = &mut sandbox.child
+            && let Ok(Some(status)) = child.try_wait()
+        {
+            panic!("the service exited early: {status}");
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
         let ids = |sql: &'static str| {

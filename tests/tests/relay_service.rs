@@ -57,10 +57,10 @@ impl World {
         };
         let id = outbox_testkit::unique_key(test).replace(['.', '-'], "_");
         let schema = PgSchema::new(&format!("e2e_{}", &id[id.len() - 20..])).expect("schema");
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "DROP SCHEMA IF EXISTS {} CASCADE",
             schema.quoted()
-        ))
+        )))
         .execute(&pool)
         .await
         .expect("drop");
@@ -152,10 +152,10 @@ state_key = "e2e.{id}.state"
     }
 
     async fn count(&self, status: &str) -> i64 {
-        sqlx::query_scalar(&format!(
+        sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
             "SELECT count(*) FROM {}.outbox_messages WHERE status = $1",
             self.schema.quoted()
-        ))
+        )))
         .bind(status)
         .fetch_one(&self.pool)
         .await
@@ -226,10 +226,10 @@ impl World {
                     .await;
             }
         }
-        let _ = sqlx::query(&format!(
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
             "DROP SCHEMA IF EXISTS {} CASCADE",
             self.schema.quoted()
-        ))
+        )))
         .execute(&self.pool)
         .await;
         let _ = std::fs::remove_dir_all(&self.dir);
@@ -286,10 +286,10 @@ async fn two_relays_deliver_every_committed_message_and_no_rolled_back_one() {
         w.config("b", "[http]\nenabled = false"),
     );
     let (ra, rb) = (w.relay(&a), w.relay(&b));
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "CREATE TABLE {}.orders (id bigint PRIMARY KEY)",
         w.schema.quoted()
-    ))
+    )))
     .execute(&w.pool)
     .await
     .expect("orders");
@@ -307,10 +307,10 @@ async fn two_relays_deliver_every_committed_message_and_no_rolled_back_one() {
             for i in 0..625_i64 {
                 let order = t * 1000 + i;
                 let mut tx = pool.begin().await.expect("begin");
-                sqlx::query(&format!(
+                sqlx::query(sqlx::AssertSqlSafe(format!(
                     "INSERT INTO {}.orders VALUES ($1)",
                     schema.quoted()
-                ))
+                )))
                 .bind(order)
                 .execute(&mut *tx)
                 .await
@@ -498,10 +498,10 @@ async fn messages_end_dead_and_the_dead_commands_handle_them() {
     assert!(relay.terminate().await.success());
     // Every failed attempt (5 messages, 2 attempts each) is in the per-minute
     // totals the overview's failures series reads, added by the time it stopped.
-    let failed: i64 = sqlx::query_scalar(&format!(
+    let failed: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT coalesce(sum(count), 0)::bigint FROM {}.outbox_throughput WHERE kind = 'publish_failed'",
         w.schema.quoted()
-    ))
+    )))
     .fetch_one(&w.pool)
     .await
     .expect("throughput");
@@ -573,10 +573,10 @@ async fn messages_end_dead_and_the_dead_commands_handle_them() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("is pending, not dead"));
     assert_eq!(w.count("pending").await, 4);
     // Every write of `outbox dead` is in the audit log, as the OS user's.
-    let audit: Vec<(String, String, i64)> = sqlx::query_as(&format!(
+    let audit: Vec<(String, String, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT actor, action, count FROM {}.outbox_audit ORDER BY seq",
         w.schema.quoted()
-    ))
+    )))
     .fetch_all(&w.pool)
     .await
     .expect("audit");
@@ -599,11 +599,11 @@ async fn sigterm_mid_stream_loses_nothing_and_sql_producers_are_relayed() {
         return;
     };
     // Producers in other languages: the smallest plain SQL insert.
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "INSERT INTO {}.outbox_messages (exchange, routing_key, payload) \
          SELECT $1, 'order.created', convert_to('{{\"n\":' || n || '}}', 'UTF8') FROM generate_series(1, 20000) n",
         w.schema.quoted()
-    ))
+    )))
     .bind(&w.exchange)
     .execute(&w.pool)
     .await
@@ -687,13 +687,16 @@ async fn retention_deletes_old_sent_rows_only_and_counts_them() {
         rows(3, "publish_failed", "3 hours"),
         rows(2, "dead", "3 hours"),
     ] {
-        sqlx::query(&sql).execute(&w.pool).await.expect("fill");
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(&w.pool)
+            .await
+            .expect("fill");
     }
     // A dead row that carries an old sent_at (sent, then requeued and dead again
     // would clear it; this one is written by hand) is still not retention's.
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "UPDATE {t} SET sent_at = now() - interval '3 hours' WHERE status = 'dead'"
-    ))
+    )))
     .execute(&w.pool)
     .await
     .expect("dead with sent_at");
@@ -706,7 +709,7 @@ async fn retention_deletes_old_sent_rows_only_and_counts_them() {
     );
     let relay = w.relay(&cfg);
     // A pending message the relay sends meanwhile is recent: kept.
-    sqlx::query(&rows(1, "pending", "3 hours"))
+    sqlx::query(sqlx::AssertSqlSafe(&*rows(1, "pending", "3 hours")))
         .execute(&w.pool)
         .await
         .expect("pending");
@@ -763,11 +766,11 @@ async fn api(
 
 /// Inserts one dead message as a relay leaves it, returning its id.
 async fn insert_dead(w: &World, routing_key: &str) -> String {
-    sqlx::query_scalar::<_, uuid::Uuid>(&format!(
+    sqlx::query_scalar::<_, uuid::Uuid>(sqlx::AssertSqlSafe(format!(
         "INSERT INTO {}.outbox_messages (exchange, routing_key, message_type, payload, status, attempts, last_error) \
          VALUES ($1, $2, 'order.created', convert_to('{{\"n\":1}}', 'UTF8'), 'dead', 5, 'exchange not found') RETURNING id",
         w.schema.quoted()
-    ))
+    )))
     .bind(&w.exchange)
     .bind(routing_key)
     .fetch_one(&w.pool)
@@ -932,11 +935,11 @@ async fn the_operator_commands_filter_requeue_delete_and_are_audited() {
     for _ in 0..2 {
         insert_dead(&w, "k.b").await;
     }
-    let pending: Vec<String> = sqlx::query_scalar::<_, uuid::Uuid>(&format!(
+    let pending: Vec<String> = sqlx::query_scalar::<_, uuid::Uuid>(sqlx::AssertSqlSafe(format!(
         "INSERT INTO {}.outbox_messages (exchange, routing_key, payload) \
          SELECT $1, 'k.a', '\\x00'::bytea FROM generate_series(1, 2) RETURNING id",
         w.schema.quoted()
-    ))
+    )))
     .bind(&w.exchange)
     .fetch_all(&w.pool)
     .await
@@ -1082,11 +1085,11 @@ async fn the_operator_commands_filter_requeue_delete_and_are_audited() {
     assert_eq!(w.count("dead").await, 0);
 
     // Dead letters: a delivery without a message id, kept for consumer billing.
-    let letter: i64 = sqlx::query_scalar(&format!(
+    let letter: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "INSERT INTO {}.outbox_dead_letters (consumer, routing_key, body, reason) \
          VALUES ('billing', 'order.created', convert_to('{{\"order\":7}}', 'UTF8'), 'delivery without a message id') RETURNING seq",
         w.schema.quoted()
-    ))
+    )))
     .fetch_one(&w.pool)
     .await
     .expect("dead letter");
@@ -1131,11 +1134,11 @@ async fn the_operator_commands_filter_requeue_delete_and_are_audited() {
     // Failures grouped: two dead deliveries of a consumer of their own (billing's
     // are counted further on) whose errors differ in a number are one group of two.
     for row in [7, 9] {
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO {}.outbox_inbox (consumer, message_id, exchange, routing_key, payload, created_at, status, last_error) \
              VALUES ('zz-grouped', $1, 'orders', 'order.created', '\\x7b7d', now(), 'dead', $2)",
             w.schema.quoted()
-        ))
+        )))
         .bind(uuid::Uuid::now_v7())
         .bind(format!("row {row} of invoices is locked"))
         .execute(&w.pool)
@@ -1254,10 +1257,10 @@ async fn the_operator_commands_filter_requeue_delete_and_are_audited() {
     assert_eq!(code, Some(1), "already gone");
 
     // Every write that ran, audited as the OS user; dry runs and refusals not.
-    let audit: Vec<(String, String, i64)> = sqlx::query_as(&format!(
+    let audit: Vec<(String, String, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT actor, action, count FROM {}.outbox_audit ORDER BY seq",
         w.schema.quoted()
-    ))
+    )))
     .fetch_all(&w.pool)
     .await
     .expect("audit");
@@ -1287,11 +1290,11 @@ async fn the_operator_commands_filter_requeue_delete_and_are_audited() {
 
     // Reconsume by filter: billing's dead deliveries, inbox status names; not a
     // terminal here, so no progress bar is drawn.
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "INSERT INTO {0}.outbox_inbox (consumer, message_id, exchange, routing_key, payload, created_at, status, attempts) \
          SELECT 'billing', id, exchange, routing_key, payload, created_at, 'dead', 3 FROM {0}.outbox_messages",
         w.schema.quoted()
-    ))
+    )))
     .execute(&w.pool)
     .await
     .expect("dead deliveries");
@@ -1331,10 +1334,10 @@ async fn the_operator_commands_filter_requeue_delete_and_are_audited() {
         !stderr.contains('\u{2588}') && !stderr.contains("reconsumed ("),
         "{stderr}"
     );
-    let received: i64 = sqlx::query_scalar(&format!(
+    let received: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT count(*) FROM {}.outbox_inbox WHERE status = 'received' AND consumer = 'billing'",
         w.schema.quoted()
-    ))
+    )))
     .fetch_one(&w.pool)
     .await
     .expect("count");
@@ -1468,17 +1471,17 @@ async fn outbox_run_publishes_a_delayed_message_at_its_due_time() {
     let t = format!("{}.outbox_messages", w.schema.quoted());
     let idle = format!("{}.outbox_relay_idle", w.schema.quoted());
     w.wait_until("the relay idles on NOTIFY", 30, async || {
-        sqlx::query_scalar::<_, i64>(&format!("SELECT count(*) FROM {idle}"))
+        sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {idle}")))
             .fetch_one(&w.pool)
             .await
             .unwrap_or(0)
             > 0
     })
     .await;
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "INSERT INTO {t} (exchange, routing_key, payload, not_before) \
          VALUES ($1, 'order.delayed', convert_to('{{}}', 'UTF8'), now() + interval '2 seconds')"
-    ))
+    )))
     .bind(&w.exchange)
     .execute(&w.pool)
     .await
@@ -1487,9 +1490,9 @@ async fn outbox_run_publishes_a_delayed_message_at_its_due_time() {
         w.count("sent").await == 1
     })
     .await;
-    let (late_ms,): (f64,) = sqlx::query_as(&format!(
+    let (late_ms,): (f64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT (extract(epoch FROM sent_at - not_before) * 1000)::float8 FROM {t}"
-    ))
+    )))
     .fetch_one(&w.pool)
     .await
     .expect("times");
@@ -1636,14 +1639,14 @@ async fn the_ordering_command_lists_blocked_keys() {
         return;
     };
     let cfg = w.config("cli", "[http]\nenabled = false\n");
-    let head: uuid::Uuid = sqlx::query_scalar(&format!(
+    let head: uuid::Uuid = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "WITH rows AS (INSERT INTO {}.outbox_messages \
            (exchange, routing_key, payload, ordering_key, status, attempts, last_error) \
          VALUES ($1, 'k.o', '\\x00'::bytea, 'cli-key', 'dead', 2, 'nope'), \
                 ($1, 'k.o', '\\x00'::bytea, 'cli-key', 'pending', 0, NULL) \
          RETURNING id, seq) SELECT id FROM rows ORDER BY seq LIMIT 1",
         w.schema.quoted()
-    ))
+    )))
     .bind(&w.exchange)
     .fetch_one(&w.pool)
     .await
@@ -1676,10 +1679,10 @@ async fn pausing_an_exchange_no_unsent_message_carries_warns_on_stderr_and_holds
         return;
     };
     let cfg = w.config("cli", "[http]\nenabled = false\n");
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "INSERT INTO {}.outbox_messages (exchange, routing_key, payload) VALUES ($1, 'k', '\\x00'::bytea)",
         w.schema.quoted()
-    ))
+    )))
     .bind(&w.exchange)
     .execute(&w.pool)
     .await
@@ -1767,11 +1770,11 @@ async fn the_replay_command_edits_a_dead_message_only_when_editing_is_on() {
 
     // A dead delivery: replayed as a new one of the same consumer.
     let delivery = uuid::Uuid::now_v7();
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "INSERT INTO {}.outbox_inbox (consumer, message_id, exchange, routing_key, payload, headers, created_at, status, last_error) \
          VALUES ('billing', $1, 'orders', 'order.created', '\\x7b7d', '{{\"x-bad\":\"1\"}}', now(), 'dead', 'handler said no')",
         w.schema.quoted()
-    ))
+    )))
     .bind(delivery)
     .execute(&w.pool)
     .await
@@ -1879,10 +1882,10 @@ async fn a_dashboard_session_survives_a_restart_of_outbox_run() {
                 .map(|(_, v)| v.trim().to_owned())
         })
         .expect("a session cookie");
-    let stored: Vec<String> = sqlx::query_scalar(&format!(
+    let stored: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT id FROM {}.outbox_ui_sessions",
         w.schema.quoted()
-    ))
+    )))
     .fetch_all(&w.pool)
     .await
     .expect("sessions table");

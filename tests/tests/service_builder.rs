@@ -197,15 +197,16 @@ async fn the_producer_maps_exchanges_at_run_time() {
         .await
         .expect("enqueued");
     tx.commit().await.expect("commit");
-    let exchanges: Vec<String> = sqlx::query_scalar(&format!(
+    // SAFETY-SQL: `schema` is `svc_prefix_` and digits (the process id), made above.
+    let exchanges: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT exchange FROM {schema}.outbox_messages ORDER BY exchange"
-    ))
+    )))
     .fetch_all(&pool)
     .await
     .expect("read back");
     assert_eq!(exchanges, ["billing-v2", "staging.orders"]);
     service.stop().await;
-    let _ = sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
+    let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE")))
         .execute(&pool)
         .await;
 }

@@ -344,10 +344,10 @@ fn up() -> Result<bool, String> {
 fn down() -> Result<(), String> {
     let mut problems = Vec::new();
     for node in &NODES {
-        if running(node) {
-            if let Err(e) = ctl_ok(node, &["stop"]) {
-                problems.push(e);
-            }
+        if running(node)
+            && let Err(e) = ctl_ok(node, &["stop"])
+        {
+            problems.push(e);
         }
     }
     for node in &NODES {
@@ -426,13 +426,13 @@ impl ForTests {
     /// # Errors
     /// The local cluster could not be started.
     pub(crate) fn start() -> Result<Self, String> {
-        if let Ok(named) = std::env::var("OUTBOX_TEST_CLUSTER_URLS") {
-            if !named.trim().is_empty() {
-                return Ok(Self {
-                    urls: named,
-                    started: false,
-                });
-            }
+        if let Ok(named) = std::env::var("OUTBOX_TEST_CLUSTER_URLS")
+            && !named.trim().is_empty()
+        {
+            return Ok(Self {
+                urls: named,
+                started: false,
+            });
         }
         // Started by this run: stopped (and its data removed) by it too, also when
         // starting failed half-way. Nodes that ran already are left running.
@@ -448,10 +448,10 @@ impl ForTests {
 
 impl Drop for ForTests {
     fn drop(&mut self) {
-        if self.started {
-            if let Err(e) = down() {
-                eprintln!("xtask: cluster down: {e}");
-            }
+        if self.started
+            && let Err(e) = down()
+        {
+            eprintln!("xtask: cluster down: {e}");
         }
     }
 }

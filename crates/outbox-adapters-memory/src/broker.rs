@@ -266,13 +266,12 @@ impl MemoryBroker {
 
     fn settle(&self, queue: &str, tag: u64, requeue: bool) {
         let mut st = lock(&self.state);
-        if let Some(q) = st.queues.get_mut(queue) {
-            if let Some(mut item) = q.unacked.remove(&tag) {
-                if requeue {
-                    item.redelivered = true;
-                    q.ready.push_front(item);
-                }
-            }
+        if let Some(q) = st.queues.get_mut(queue)
+            && let Some(mut item) = q.unacked.remove(&tag)
+            && requeue
+        {
+            item.redelivered = true;
+            q.ready.push_front(item);
         }
         drop(st);
         self.changed.notify_waiters();

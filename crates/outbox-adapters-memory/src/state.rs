@@ -65,10 +65,11 @@ impl SweepStateStore for MemorySweepState {
     ) -> Result<StateWrite, PortError> {
         let now = self.clock.now();
         let mut entries = lock(&self.entries);
-        if let Some(e) = entries.get(key) {
-            if e.expires_at > now && e.token > fencing_token {
-                return Ok(StateWrite::Fenced);
-            }
+        if let Some(e) = entries.get(key)
+            && e.expires_at > now
+            && e.token > fencing_token
+        {
+            return Ok(StateWrite::Fenced);
         }
         entries.insert(
             key.to_owned(),

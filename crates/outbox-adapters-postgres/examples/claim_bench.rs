@@ -22,25 +22,25 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
     let pool = connect(&url, 4, Duration::from_secs(5)).await?;
     let schema = PgSchema::new("outbox_claim_bench")?;
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "DROP SCHEMA IF EXISTS {} CASCADE",
         schema.quoted()
-    ))
+    )))
     .execute(&pool)
     .await?;
     migrate(&pool, &schema).await?;
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "INSERT INTO {}.outbox_messages (exchange, routing_key, payload) \
          SELECT 'bench', 'k', convert_to(repeat('x', 1024), 'UTF8') FROM generate_series(1, $1)",
         schema.quoted()
-    ))
+    )))
     .bind(rows)
     .execute(&pool)
     .await?;
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "VACUUM ANALYZE {}.outbox_messages",
         schema.quoted()
-    ))
+    )))
     .execute(&pool)
     .await?;
     let store = PgOutboxStore::new(pool.clone(), schema.clone());
@@ -67,8 +67,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         claim_time.as_secs_f64(),
         mark_time.as_secs_f64()
     );
-    sqlx::query(&format!("DROP SCHEMA {} CASCADE", schema.quoted()))
-        .execute(&pool)
-        .await?;
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP SCHEMA {} CASCADE",
+        schema.quoted()
+    )))
+    .execute(&pool)
+    .await?;
     Ok(())
 }

@@ -54,7 +54,7 @@ struct Row {
 #[async_trait]
 impl AuditLog for PgAuditLog {
     async fn record(&self, entry: AuditEntry) -> Result<(), PortError> {
-        sqlx::query(&self.insert)
+        sqlx::query(sqlx::AssertSqlSafe(&*self.insert))
             .bind(entry.actor)
             .bind(entry.action)
             .bind(entry.target)
@@ -72,8 +72,9 @@ impl AuditLog for PgAuditLog {
     ) -> Result<Page<AuditEntry>, PortError> {
         let limit = page_limit(limit);
         let query = match after {
-            None => sqlx::query_as::<_, Row>(&self.first_page).bind(i64::from(limit) + 1),
-            Some(c) => sqlx::query_as::<_, Row>(&self.next_page)
+            None => sqlx::query_as::<_, Row>(sqlx::AssertSqlSafe(&*self.first_page))
+                .bind(i64::from(limit) + 1),
+            Some(c) => sqlx::query_as::<_, Row>(sqlx::AssertSqlSafe(&*self.next_page))
                 .bind(i64::from(limit) + 1)
                 .bind(i64::try_from(c.0).unwrap_or(i64::MAX)),
         };

@@ -107,7 +107,7 @@ impl PgInboxStore {
     /// A database error.
     pub async fn explain_consumer_counts(&self, consumer: &str) -> Result<String, PortError> {
         let explain = Explain::AnalyzeWithCosts.of(&self.consumer_counts_sql());
-        let query = sqlx::query(&explain).bind(consumer);
+        let query = sqlx::query(sqlx::AssertSqlSafe(explain)).bind(consumer);
         diagnostics::plan(&self.pool, "explain consumer counts", query).await
     }
 }
@@ -133,7 +133,7 @@ impl InboxOperator for PgInboxStore {
             skip("deliveries", &self.inbox()),
             skip("letters", &self.letters())
         );
-        let names: Vec<String> = sqlx::query_scalar(&sql)
+        let names: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
             .fetch_all(&self.pool)
             .await
             .map_err(|e| port("consumers", e))?;
@@ -145,7 +145,7 @@ impl InboxOperator for PgInboxStore {
         let mut consumers = Vec::with_capacity(names.len());
         for name in names {
             let (received, consume_failed, dead, dead_letters): (i64, i64, i64, i64) =
-                sqlx::query_as(&counts)
+                sqlx::query_as(sqlx::AssertSqlSafe(&*counts))
                     .bind(&name)
                     .fetch_one(&self.pool)
                     .await
@@ -231,7 +231,7 @@ impl InboxOperator for PgInboxStore {
             crate::rows::HISTORY_COLUMNS,
             self.inbox()
         );
-        sqlx::query_as::<_, Row>(&sql)
+        sqlx::query_as::<_, Row>(sqlx::AssertSqlSafe(sql))
             .bind(id.as_uuid())
             .fetch_all(&self.pool)
             .await
@@ -315,7 +315,7 @@ impl InboxOperator for PgInboxStore {
             self.letters(),
             w.sql()
         );
-        let rows: Vec<LetterRow> = sqlx::query_as_with(&sql, w.into_args())
+        let rows: Vec<LetterRow> = sqlx::query_as_with(sqlx::AssertSqlSafe(sql), w.into_args())
             .persistent(false)
             .fetch_all(&self.pool)
             .await
@@ -327,11 +327,11 @@ impl InboxOperator for PgInboxStore {
         let Ok(seq) = i64::try_from(id) else {
             return Ok(None);
         };
-        let row: Option<LetterRow> = sqlx::query_as(&format!(
+        let row: Option<LetterRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT {} FROM {} WHERE seq = $1",
             letter_columns(false),
             self.letters()
-        ))
+        )))
         .bind(seq)
         .fetch_optional(&self.pool)
         .await
@@ -341,12 +341,15 @@ impl InboxOperator for PgInboxStore {
 
     async fn delete_dead_letter(&self, id: u64) -> Result<(), PortError> {
         let deleted = match i64::try_from(id) {
-            Ok(seq) => sqlx::query(&format!("DELETE FROM {} WHERE seq = $1", self.letters()))
-                .bind(seq)
-                .execute(&self.pool)
-                .await
-                .map_err(|e| port("delete dead letter", e))?
-                .rows_affected(),
+            Ok(seq) => sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DELETE FROM {} WHERE seq = $1",
+                self.letters()
+            )))
+            .bind(seq)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| port("delete dead letter", e))?
+            .rows_affected(),
             Err(_) => 0,
         };
         if deleted == 1 {

@@ -52,10 +52,12 @@ pub use schema::{MAX_SCHEMA_LEN, PgSchema, check_current, migrate};
 pub use state::PgSweepState;
 pub use throughput::PgThroughputLog;
 #[cfg(feature = "ui-sessions")]
-pub use ui_sessions::{UI_SESSIONS_TABLE, delete_expired_ui_sessions, ui_sessions};
+pub use ui_sessions::{
+    PgUiSessionStore, UI_SESSIONS_TABLE, delete_expired_ui_sessions, ui_sessions,
+};
 pub use wakeup::{PgWakeup, Wake};
 
-/// The sqlx this adapter is built on (0.8): a transaction passed to the producer
+/// The sqlx this adapter is built on (0.9): a transaction passed to the producer
 /// must be of this sqlx. Use it as `outbox::postgres::sqlx` rather than a
 /// dependency of your own, or depend on the same version.
 pub use sqlx;
@@ -90,7 +92,7 @@ pub async fn connect(
 /// the server's setting.
 ///
 /// The keepalives are the server's (`tcp_keepalives_*`): they let the server notice
-/// a client that vanished and end its session, releasing its locks. sqlx 0.8 sets
+/// a client that vanished and end its session, releasing its locks. sqlx 0.9 sets
 /// no TCP keepalive on its own sockets; on the client's side a server that answers
 /// nothing is bounded by the statement timeout only while the server runs it, else
 /// by the operating system's TCP retransmission timeout (and readiness goes red

@@ -33,6 +33,10 @@ pub(crate) fn summary_columns(id: &str, completed: &str) -> String {
 }
 
 /// A `WHERE` clause and its bound values, built clause by clause.
+///
+/// SAFETY-SQL: a clause holds column names and expressions of this crate and the
+/// `$n` placeholders [`Where::bind`] returns, never a value: every value of a
+/// filter (an operator's input) is bound.
 pub(crate) struct Where {
     clauses: Vec<String>,
     args: PgArguments,
@@ -197,11 +201,12 @@ pub(crate) async fn in_batches(
     while outcome.matched < max {
         let batch = (max - outcome.matched).min(BULK_BATCH);
         let (sql, args) = make(cursor, batch)?;
-        let (picked, changed, lowest): (i64, i64, Option<i64>) = sqlx::query_as_with(&sql, args)
-            .persistent(false)
-            .fetch_one(pool)
-            .await
-            .map_err(|e| port(operation, e))?;
+        let (picked, changed, lowest): (i64, i64, Option<i64>) =
+            sqlx::query_as_with(sqlx::AssertSqlSafe(sql), args)
+                .persistent(false)
+                .fetch_one(pool)
+                .await
+                .map_err(|e| port(operation, e))?;
         outcome.matched += u64::try_from(picked).unwrap_or(0);
         outcome.changed += u64::try_from(changed).unwrap_or(0);
         match lowest {
@@ -261,12 +266,14 @@ pub(crate) async fn per_minute(
     completed: &str,
     window: std::time::Duration,
 ) -> Result<Vec<outbox_ports::MinuteCount>, PortError> {
+    // SAFETY-SQL: `table` is the quoted table of a validated schema; `status` and
+    // `completed` are this crate's constants (a status name, a column), never input.
     let sql = format!(
         "SELECT date_trunc('minute', {completed}) AS minute, count(*) FROM {table} \
          WHERE status = '{status}' AND {completed} >= now() - $1 * interval '1 millisecond' \
          GROUP BY 1 ORDER BY 1"
     );
-    let rows: Vec<(Timestamp, i64)> = sqlx::query_as(&sql)
+    let rows: Vec<(Timestamp, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
         .bind(crate::rows::millis(window))
         .fetch_all(pool)
         .await
@@ -300,7 +307,8 @@ pub(crate) async fn failure_counts<S: Lifecycle>(
     let scans: Vec<String> = statuses
         .iter()
         .map(|s| {
-            // A status name of the core's, not input: a literal is safe here.
+            // SAFETY-SQL: a status name of the core's, not input: a literal is safe
+            // here; `place` and `table` are this crate's column and quoted table.
             format!(
                 "SELECT coalesce(last_error, '') AS error, {place} AS place, {at} AS at \
                  FROM {table} WHERE status = '{}'",
@@ -313,7 +321,7 @@ pub(crate) async fn failure_counts<S: Lifecycle>(
          GROUP BY 1, 2 ORDER BY 3 DESC, 2, 1 LIMIT $1",
         scans.join(" UNION ALL ")
     );
-    let rows: Vec<FailureRow> = sqlx::query_as(&sql)
+    let rows: Vec<FailureRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
         .bind(i64::from(max_texts))
         .persistent(false)
         .fetch_all(pool)
@@ -345,7 +353,7 @@ pub(crate) async fn count_at_most(
         "SELECT count(*) FROM (SELECT 1 FROM {table}{} LIMIT {limit}) AS matched",
         where_.sql()
     );
-    let n: i64 = sqlx::query_scalar_with(&sql, where_.into_args())
+    let n: i64 = sqlx::query_scalar_with(sqlx::AssertSqlSafe(sql), where_.into_args())
         .persistent(false)
         .fetch_one(pool)
         .await
@@ -364,7 +372,7 @@ pub(crate) async fn summary_page<S: Lifecycle>(
     let limit = outbox_ports::page_limit(limit);
     let lp = where_.bind(i64::from(limit) + 1)?;
     let sql = format!("{select}{} ORDER BY seq DESC LIMIT {lp}", where_.sql());
-    let rows: Vec<SummaryRow> = sqlx::query_as_with(&sql, where_.into_args())
+    let rows: Vec<SummaryRow> = sqlx::query_as_with(sqlx::AssertSqlSafe(sql), where_.into_args())
         .persistent(false)
         .fetch_all(pool)
         .await

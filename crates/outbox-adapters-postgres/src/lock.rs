@@ -77,7 +77,7 @@ impl PgLock {
         holder: &str,
         ttl: Duration,
     ) -> Result<Option<i64>, PortError> {
-        sqlx::query_scalar::<_, i64>(&self.sql.acquire)
+        sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(&*self.sql.acquire))
             .bind(key)
             .bind(holder)
             .bind(millis(ttl))
@@ -124,7 +124,7 @@ impl DistributedLock for PgLock {
     }
 
     async fn is_locked(&self, key: &str) -> Result<bool, PortError> {
-        sqlx::query_scalar(&self.sql.is_locked)
+        sqlx::query_scalar(sqlx::AssertSqlSafe(&*self.sql.is_locked))
             .bind(key)
             .fetch_one(&self.pool)
             .await
@@ -153,7 +153,7 @@ impl PgLockGuard {
         let renewal = RenewedLease::start(lease.key.clone(), lease.ttl, sent, move || {
             let (l, row) = (l.clone(), Arc::clone(&row));
             async move {
-                let r = sqlx::query(&l.sql.renew)
+                let r = sqlx::query(sqlx::AssertSqlSafe(&*l.sql.renew))
                     .bind(&row.key)
                     .bind(&row.holder)
                     .bind(row.token)
@@ -188,7 +188,7 @@ impl LockGuard for PgLockGuard {
 
     async fn release(&self) -> Result<(), PortError> {
         self.renewal.stop();
-        sqlx::query(&self.lock.sql.release)
+        sqlx::query(sqlx::AssertSqlSafe(&*self.lock.sql.release))
             .bind(&self.lease.key)
             .bind(&self.lease.holder)
             .bind(self.lease.token)

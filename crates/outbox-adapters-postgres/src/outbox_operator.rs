@@ -35,7 +35,7 @@ impl PgOutboxStore {
     ) -> Result<String, PortError> {
         let (sql, args) = self.list_statement(filter, after, limit)?;
         let explain = Explain::Analyze.of(&sql);
-        let query = sqlx::query_with(&explain, args).persistent(false);
+        let query = sqlx::query_with(sqlx::AssertSqlSafe(explain), args).persistent(false);
         diagnostics::plan(self.pool(), "explain list", query).await
     }
 
@@ -101,7 +101,7 @@ impl OutboxOperator for PgOutboxStore {
         limit: u32,
     ) -> Result<Page<MessageSummary>, PortError> {
         let (sql, args) = self.list_statement(filter, after, limit)?;
-        let rows: Vec<SummaryRow> = sqlx::query_as_with(&sql, args)
+        let rows: Vec<SummaryRow> = sqlx::query_as_with(sqlx::AssertSqlSafe(sql), args)
             .persistent(false)
             .fetch_all(self.pool())
             .await
@@ -137,9 +137,9 @@ impl OutboxOperator for PgOutboxStore {
         let t = self.table();
         // The guard is in the statement: a message sent or failed meanwhile is left
         // alone, and the reason read from the row as it is now.
-        let changed = sqlx::query(&format!(
+        let changed = sqlx::query(sqlx::AssertSqlSafe(format!(
             "UPDATE {t} SET not_before = NULL WHERE id = $1 AND status = 'pending'"
-        ))
+        )))
         .bind(id.as_uuid())
         .execute(self.pool())
         .await
@@ -148,12 +148,13 @@ impl OutboxOperator for PgOutboxStore {
         if changed == 1 {
             return Ok(());
         }
-        let status: Option<String> =
-            sqlx::query_scalar(&format!("SELECT status FROM {t} WHERE id = $1"))
-                .bind(id.as_uuid())
-                .fetch_optional(self.pool())
-                .await
-                .map_err(|e| port("publish now", e))?;
+        let status: Option<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT status FROM {t} WHERE id = $1"
+        )))
+        .bind(id.as_uuid())
+        .fetch_optional(self.pool())
+        .await
+        .map_err(|e| port("publish now", e))?;
         match status {
             None => Err(PortError::NotFound {
                 what: "message",
@@ -177,7 +178,7 @@ impl OutboxOperator for PgOutboxStore {
         let idp = w.bind(*id.as_uuid())?;
         let guard = Self::delete_guard(&mut w, true)?;
         let deleted = sqlx::query_with(
-            &format!("DELETE FROM {t} WHERE id = {idp} AND {guard}"),
+            sqlx::AssertSqlSafe(format!("DELETE FROM {t} WHERE id = {idp} AND {guard}")),
             w.into_args(),
         )
         .persistent(false)
@@ -189,9 +190,9 @@ impl OutboxOperator for PgOutboxStore {
             return Ok(());
         }
         // Nothing deleted: say why, from the row as it is now.
-        let found: Option<(String, bool)> = sqlx::query_as(&format!(
+        let found: Option<(String, bool)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT status, coalesce(locked_until >= now(), false) FROM {t} WHERE id = $1"
-        ))
+        )))
         .bind(id.as_uuid())
         .fetch_optional(self.pool())
         .await

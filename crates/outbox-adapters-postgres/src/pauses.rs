@@ -46,7 +46,7 @@ impl PgPauses {
     /// # Errors
     /// [`PortError::Transient`] when the database cannot be reached.
     pub async fn is_paused(&self, kind: PauseKind, name: &str) -> Result<bool, PortError> {
-        sqlx::query_scalar(&self.one)
+        sqlx::query_scalar(sqlx::AssertSqlSafe(&*self.one))
             .bind(kind.as_str())
             .bind(name)
             .fetch_one(&self.pool)
@@ -75,7 +75,7 @@ struct Row {
 impl PauseStore for PgPauses {
     async fn pause(&self, kind: PauseKind, name: &str, by: &str) -> Result<bool, PortError> {
         checked(name)?;
-        let done = sqlx::query(&self.pause)
+        let done = sqlx::query(sqlx::AssertSqlSafe(&*self.pause))
             .bind(kind.as_str())
             .bind(name)
             .bind(by)
@@ -86,7 +86,7 @@ impl PauseStore for PgPauses {
     }
 
     async fn resume(&self, kind: PauseKind, name: &str) -> Result<bool, PortError> {
-        let done = sqlx::query(&self.resume)
+        let done = sqlx::query(sqlx::AssertSqlSafe(&*self.resume))
             .bind(kind.as_str())
             .bind(name)
             .execute(&self.pool)
@@ -96,7 +96,7 @@ impl PauseStore for PgPauses {
     }
 
     async fn pauses(&self) -> Result<Vec<Pause>, PortError> {
-        let rows: Vec<Row> = sqlx::query_as(&self.list)
+        let rows: Vec<Row> = sqlx::query_as(sqlx::AssertSqlSafe(&*self.list))
             .fetch_all(&self.pool)
             .await
             .map_err(|e| port("list pauses", e))?;

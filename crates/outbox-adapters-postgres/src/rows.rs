@@ -378,7 +378,7 @@ pub(crate) async fn delete_in_batches(
     let batch = batch.max(1);
     let mut total = 0;
     loop {
-        let n = sqlx::query(sql)
+        let n = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(millis(age))
             .bind(i64::from(batch))
             .execute(pool)

@@ -108,10 +108,13 @@ pub async fn migrate(pool: &PgPool, schema: &PgSchema) -> Result<(), PgConfigErr
         .await
         .map_err(|e| fail(&e))?;
     // The name is validated and quoted; DDL cannot take it as a bind parameter.
-    sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS {}", schema.quoted()))
-        .execute(&mut *conn)
-        .await
-        .map_err(|e| fail(&e))?;
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "CREATE SCHEMA IF NOT EXISTS {}",
+        schema.quoted()
+    )))
+    .execute(&mut *conn)
+    .await
+    .map_err(|e| fail(&e))?;
     sqlx::query("SELECT set_config('search_path', $1, false)")
         .bind(schema.quoted())
         .execute(&mut *conn)
@@ -152,10 +155,10 @@ pub async fn migrate(pool: &PgPool, schema: &PgSchema) -> Result<(), PgConfigErr
 /// [`PgConfigError::Migration`] when the check itself cannot read.
 pub async fn check_current(pool: &PgPool, schema: &PgSchema) -> Result<(), PgConfigError> {
     let needed = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
-    let read = sqlx::query_scalar::<_, Option<i64>>(&format!(
+    let read = sqlx::query_scalar::<_, Option<i64>>(sqlx::AssertSqlSafe(format!(
         "SELECT max(version) FROM {}._sqlx_migrations WHERE success",
         schema.quoted()
-    ))
+    )))
     .fetch_one(pool)
     .await;
     let found = match read {

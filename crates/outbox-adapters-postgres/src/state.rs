@@ -53,11 +53,12 @@ impl PgSweepState {
 #[async_trait]
 impl SweepStateStore for PgSweepState {
     async fn get(&self, key: &str) -> Result<Option<SweepReport>, PortError> {
-        let stored: Option<serde_json::Value> = sqlx::query_scalar(&self.sql.get)
-            .bind(key)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(|e| port("read sweep state", e))?;
+        let stored: Option<serde_json::Value> =
+            sqlx::query_scalar(sqlx::AssertSqlSafe(&*self.sql.get))
+                .bind(key)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(|e| port("read sweep state", e))?;
         Ok(stored.and_then(|v| match serde_json::from_value(v) {
             Ok(r) => Some(r),
             Err(e) => {
@@ -74,7 +75,7 @@ impl SweepStateStore for PgSweepState {
         ttl: Duration,
         fencing_token: u64,
     ) -> Result<StateWrite, PortError> {
-        let written = sqlx::query(&self.sql.set)
+        let written = sqlx::query(sqlx::AssertSqlSafe(&*self.sql.set))
             .bind(key)
             .bind(Json(report))
             .bind(i64::try_from(fencing_token).unwrap_or(i64::MAX))

@@ -126,7 +126,7 @@ impl ThroughputLog for PgThroughputLog {
         if count == 0 {
             return Ok(());
         }
-        sqlx::query(&self.add)
+        sqlx::query(sqlx::AssertSqlSafe(&*self.add))
             .bind(kind.as_str())
             .bind(i64::try_from(count).unwrap_or(i64::MAX))
             .execute(&self.pool)
@@ -135,7 +135,7 @@ impl ThroughputLog for PgThroughputLog {
         // A few old rows at most (one a minute): the writers keep the table small.
         // Not this add's failure: the count is recorded (an error here would have
         // the caller add it again); old rows go next time.
-        if let Err(e) = sqlx::query(&self.forget)
+        if let Err(e) = sqlx::query(sqlx::AssertSqlSafe(&*self.forget))
             .bind(kind.as_str())
             .execute(&self.pool)
             .await
@@ -150,7 +150,7 @@ impl ThroughputLog for PgThroughputLog {
         kind: ThroughputKind,
         window: Duration,
     ) -> Result<Vec<MinuteCount>, PortError> {
-        let rows: Vec<(Timestamp, i64)> = sqlx::query_as(&self.read)
+        let rows: Vec<(Timestamp, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(&*self.read))
             .bind(kind.as_str())
             .bind(millis(window))
             .fetch_all(&self.pool)
@@ -179,7 +179,7 @@ impl ThroughputLog for PgThroughputLog {
         if names.is_empty() {
             return Ok(());
         }
-        sqlx::query(&self.add_named)
+        sqlx::query(sqlx::AssertSqlSafe(&*self.add_named))
             .bind(kind.as_str())
             .bind(&names)
             .bind(&values)
@@ -197,7 +197,10 @@ impl ThroughputLog for PgThroughputLog {
                 .is_ok()
         {
             // Not this add's failure: the rows are recorded; old ones go next time.
-            if let Err(e) = sqlx::query(&self.forget_named).execute(&self.pool).await {
+            if let Err(e) = sqlx::query(sqlx::AssertSqlSafe(&*self.forget_named))
+                .execute(&self.pool)
+                .await
+            {
                 self.named_forgotten_at.store(last, Ordering::Relaxed);
                 tracing::warn!(error = %e, "old per-name throughput not deleted; trying again later");
             }
@@ -211,7 +214,7 @@ impl ThroughputLog for PgThroughputLog {
         name: &str,
         window: ChartWindow,
     ) -> Result<Vec<BucketCount>, PortError> {
-        let rows: Vec<(Timestamp, i64)> = sqlx::query_as(&self.read_named)
+        let rows: Vec<(Timestamp, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(&*self.read_named))
             .bind(kind.as_str())
             .bind(name)
             .bind(window.bucket_seconds() as f64)
@@ -234,7 +237,7 @@ impl ThroughputLog for PgThroughputLog {
         kind: ThroughputKind,
         window: ChartWindow,
     ) -> Result<Vec<(String, u64)>, PortError> {
-        let rows: Vec<(String, i64)> = sqlx::query_as(&self.totals_named)
+        let rows: Vec<(String, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(&*self.totals_named))
             .bind(kind.as_str())
             .bind(window.bucket_seconds() as f64)
             .bind(window.buckets() as i32)

@@ -238,7 +238,10 @@ pub(crate) async fn reclaim(
     let raise = format!("SET statement_timeout = '{}s'", VACUUM_BOUND.as_secs());
     let mut tries = 0;
     loop {
-        match sqlx::query(&raise).execute(&mut conn).await {
+        match sqlx::query(sqlx::AssertSqlSafe(&*raise))
+            .execute(&mut conn)
+            .await
+        {
             Ok(_) => break,
             Err(e) => {
                 tries += 1;
@@ -282,7 +285,7 @@ async fn reclaim_on(
             // One statement, not a transaction block (a vacuum cannot run in one), not
             // kept prepared (it runs once a round on a connection closed after it).
             let vacuum = format!("VACUUM (SKIP_LOCKED, ANALYZE) {}.{table}", schema.quoted());
-            sqlx::query(&vacuum)
+            sqlx::query(sqlx::AssertSqlSafe(vacuum))
                 .persistent(false)
                 .execute(&mut *conn)
                 .await

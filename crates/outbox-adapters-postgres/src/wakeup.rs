@@ -95,13 +95,13 @@ impl PgWakeup {
     pub async fn wait(&mut self, timeout: Duration) -> Result<Wake, PortError> {
         // Outlives the wait a little, so a crashed relay's row expires by itself.
         let declared_for = timeout + Duration::from_secs(5);
-        sqlx::query(&self.declare)
+        sqlx::query(sqlx::AssertSqlSafe(&*self.declare))
             .bind(&self.relay)
             .bind(millis(declared_for))
             .execute(&self.pool)
             .await
             .map_err(|e| port("declare idle", e))?;
-        let pending: bool = sqlx::query_scalar(&self.has_work)
+        let pending: bool = sqlx::query_scalar(sqlx::AssertSqlSafe(&*self.has_work))
             .fetch_one(&self.pool)
             .await
             .map_err(|e| port("look for work", e))?;
@@ -118,7 +118,7 @@ impl PgWakeup {
                 }
             }
         };
-        sqlx::query(&self.withdraw)
+        sqlx::query(sqlx::AssertSqlSafe(&*self.withdraw))
             .bind(&self.relay)
             .execute(&self.pool)
             .await

@@ -54,28 +54,29 @@ async fn lists_use_indexes_with_a_million_messages() {
             (500, "dead"),
             (500, "pending"),
         ] {
-            sqlx::query(&format!(
+            sqlx::query(sqlx::AssertSqlSafe(format!(
                 "INSERT INTO {t} (exchange, routing_key, payload, status, sent_at, correlation_id) \
                  SELECT 'scale', 'k', convert_to(repeat('x', 300), 'UTF8'), $2, \
                    CASE WHEN $2 = 'sent' THEN now() END, \
                    CASE WHEN i % 1000 = 0 THEN 'corr-' || i END \
                  FROM generate_series(1, $1) AS i"
-            ))
+            )))
             .bind(n)
             .bind(st)
             .execute(&pool)
             .await
             .expect("fill");
         }
-        sqlx::query(&format!("ANALYZE {t}"))
+        sqlx::query(sqlx::AssertSqlSafe(format!("ANALYZE {t}")))
             .execute(&pool)
             .await
             .expect("analyze");
-        let some_id: uuid::Uuid =
-            sqlx::query_scalar(&format!("SELECT id FROM {t} WHERE seq = 500000"))
-                .fetch_one(&pool)
-                .await
-                .expect("an id");
+        let some_id: uuid::Uuid = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT id FROM {t} WHERE seq = 500000"
+        )))
+        .fetch_one(&pool)
+        .await
+        .expect("an id");
 
         let all = MessageFilter::default();
         let deep = Some(PageCursor(1_000));

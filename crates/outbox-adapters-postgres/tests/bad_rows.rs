@@ -29,10 +29,12 @@ async fn drop_row_constraints(pool: &PgPool, schema: &PgSchema) {
     .await
     .expect("constraint names");
     for name in names {
-        sqlx::query(&format!(
+        // SAFETY-SQL: `name` is a constraint of our migrations, read back from
+        // pg_constraint (`outbox_messages_..._amqp`, no `"` in it), quoted.
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "ALTER TABLE {}.outbox_messages DROP CONSTRAINT \"{name}\"",
             schema.quoted()
-        ))
+        )))
         .execute(pool)
         .await
         .expect("drop constraint");
@@ -116,11 +118,11 @@ async fn a_bad_row_claimed_by_a_retry_is_dead_too() {
         let bad = common::insert_raw(&pool, &schema, "k", "[1, 2]")
             .await
             .expect("bad row");
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "UPDATE {}.outbox_messages SET status = 'publish_failed', attempts = 1, \
              next_attempt_at = now() - interval '1 second'",
             schema.quoted()
-        ))
+        )))
         .execute(&pool)
         .await
         .expect("make it a due retry");
@@ -141,11 +143,11 @@ async fn a_bad_row_claimed_by_a_retry_is_dead_too() {
 
 /// The error of an INSERT, as text (panics when it succeeds).
 async fn refused(pool: &PgPool, schema: &PgSchema, columns: &str, values: &str) -> String {
-    match sqlx::query(&format!(
+    match sqlx::query(sqlx::AssertSqlSafe(format!(
         "INSERT INTO {}.outbox_messages (exchange, routing_key, payload, {columns}) \
          VALUES ('orders', 'k', '\\x00', {values})",
         schema.quoted()
-    ))
+    )))
     .execute(pool)
     .await
     {
@@ -174,11 +176,11 @@ async fn the_table_refuses_rows_amqp_cannot_carry() {
         ] {
             // exchange and routing_key are already in the column list: override them.
             let err = match column {
-                "exchange" | "routing_key" => match sqlx::query(&format!(
+                "exchange" | "routing_key" => match sqlx::query(sqlx::AssertSqlSafe(format!(
                     "INSERT INTO {}.outbox_messages ({column}, {}, payload) VALUES ({value}, 'k', '\\x00')",
                     schema.quoted(),
                     if column == "exchange" { "routing_key" } else { "exchange" }
-                ))
+                )))
                 .execute(&pool)
                 .await
                 {
@@ -198,20 +200,20 @@ async fn the_table_refuses_rows_amqp_cannot_carry() {
 
         // At the limits, everything goes in.
         let at_limit = "x".repeat(255);
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO {}.outbox_messages (exchange, routing_key, message_type, content_type, \
              correlation_id, source, headers, payload) VALUES ($1, $1, $1, $1, $1, $1, $2::jsonb, '\\x00')",
             schema.quoted()
-        ))
+        )))
         .bind(&at_limit)
         .bind(format!(r#"{{"{at_limit}": "{}"}}"#, "v".repeat(1000)))
         .execute(&pool)
         .await
         .expect("values at the limits are taken");
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO {}.outbox_messages (exchange, routing_key, payload) VALUES ('', 'q', '\\x00')",
             schema.quoted()
-        ))
+        )))
         .execute(&pool)
         .await
         .expect("the smallest insert of the contract still works");
@@ -242,11 +244,11 @@ async fn insert_raw_expr(
     created_at: &str,
     headers: &str,
 ) -> uuid::Uuid {
-    sqlx::query_scalar(&format!(
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "INSERT INTO {}.outbox_messages (exchange, routing_key, headers, payload, created_at) \
          VALUES ('orders', 'order.created', {headers}, '\\x7b7d', {created_at}) RETURNING id",
         schema.quoted()
-    ))
+    )))
     .fetch_one(pool)
     .await
     .unwrap_or_else(|e| panic!("insert created_at = {created_at}, headers = {headers}: {e}"))
@@ -328,10 +330,10 @@ async fn rows_whose_values_cannot_be_read_are_dead_and_reads_never_fail() {
         assert_eq!((stats.pending, stats.dead), (0, 6));
         // Failures counted with times that cannot be read (never tried, created at
         // infinity or past the year 9999): no panic, the times unknown.
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "UPDATE {}.outbox_messages SET last_attempt_at = NULL WHERE status = 'dead'",
             schema.quoted()
-        ))
+        )))
         .execute(&pool)
         .await
         .expect("never tried");
@@ -379,11 +381,11 @@ async fn headers_larger_than_an_amqp_frame_allows_are_refused_by_enqueue_and_the
         let err = refused(&pool, &schema, "headers", many).await;
         assert!(err.contains("outbox_messages_headers_size_amqp"), "{err}");
         // Just under the limit goes in.
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO {}.outbox_messages (exchange, routing_key, headers, payload) \
              VALUES ('orders', 'k', jsonb_build_object('big', repeat('v', $1)), '\\x00')",
             schema.quoted()
-        ))
+        )))
         .bind(i32::try_from(outbox_core::message::MAX_HEADERS_BYTES - 9).expect("fits"))
         .execute(&pool)
         .await
@@ -405,7 +407,7 @@ async fn undo_limits_migration(pool: &PgPool, schema: &PgSchema) {
             "DELETE FROM {s}._sqlx_migrations WHERE version IN (20261201000001, 20261212000001)"
         ),
     ] {
-        sqlx::query(&statement)
+        sqlx::query(sqlx::AssertSqlSafe(&*statement))
             .execute(pool)
             .await
             .unwrap_or_else(|e| panic!("{statement}: {e}"));
@@ -420,10 +422,10 @@ async fn the_limits_migration_waits_briefly_for_its_lock_adds_constraints_withou
         // Past 2^31, as a busy outbox soon is: the bound is then a bigint literal,
         // which PostgreSQL prints quoted and cast ('3000000013'::bigint) when the
         // second migration reads it back.
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "ALTER TABLE {}.outbox_messages ALTER seq RESTART WITH 3000000000",
             schema.quoted()
-        ))
+        )))
         .execute(&pool)
         .await
         .expect("restart seq");
@@ -448,10 +450,10 @@ async fn the_limits_migration_waits_briefly_for_its_lock_adds_constraints_withou
         // lock_timeout instead of queueing every producer behind its lock for as
         // long as that transaction lasts.
         let mut reader = pool.begin().await.expect("begin");
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT count(*) FROM {}.outbox_messages",
             schema.quoted()
-        ))
+        )))
         .execute(&mut *reader)
         .await
         .expect("read");
@@ -513,10 +515,10 @@ async fn the_limits_migration_waits_briefly_for_its_lock_adds_constraints_withou
         .fetch_all(&pool)
         .await
         .expect("bounds");
-        let highest: i64 = sqlx::query_scalar(&format!(
+        let highest: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
             "SELECT max(seq) FROM {}.outbox_messages",
             schema.quoted()
-        ))
+        )))
         .fetch_one(&pool)
         .await
         .expect("highest seq");

@@ -35,11 +35,11 @@ fn total_cost(plan: &str) -> f64 {
 /// and the table analyzed.
 async fn backlog(pool: &PgPool, schema: &PgSchema, key: &str) {
     let t = format!("{}.outbox_messages", schema.quoted());
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "INSERT INTO {t} (exchange, routing_key, payload, ordering_key) \
          SELECT 'bench', 'k', convert_to(repeat('x', 1024), 'UTF8'), {key} \
          FROM generate_series(0, 19999) i"
-    ))
+    )))
     .execute(pool)
     .await
     .expect("fill");
@@ -50,7 +50,7 @@ async fn backlog(pool: &PgPool, schema: &PgSchema, key: &str) {
         let ids: Vec<_> = claimed.iter().map(|c| c.message.id).collect();
         store.mark_sent(&lease, &ids).await.expect("mark");
     }
-    sqlx::query(&format!("ANALYZE {t}"))
+    sqlx::query(sqlx::AssertSqlSafe(format!("ANALYZE {t}")))
         .execute(pool)
         .await
         .expect("analyze");

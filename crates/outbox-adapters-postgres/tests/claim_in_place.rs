@@ -46,11 +46,11 @@ async fn claims_rewrite_rows_in_place() {
             (", ordering_key", ", 'key' || i"),
             (", not_before", ", now() - interval '1 minute'"),
         ] {
-            sqlx::query(&format!(
+            sqlx::query(sqlx::AssertSqlSafe(format!(
                 "INSERT INTO {t} (exchange, routing_key, payload{extra_cols}) \
                  SELECT 'x', 'k', decode(repeat('ab', 1024), 'hex'){extra_vals} \
                  FROM generate_series(1, 600) i"
-            ))
+            )))
             .execute(&pool)
             .await
             .expect("fill");
@@ -102,16 +102,16 @@ async fn clearing_expired_leases_reads_the_front_of_the_backlog() {
              FROM generate_series(0, 199) i",
             "SELECT 'x', 'k', '\\x00'::bytea, 'publish_failed', NULL, NULL, NULL FROM generate_series(1, 5)",
         ] {
-            sqlx::query(&format!(
+            sqlx::query(sqlx::AssertSqlSafe(format!(
                 "INSERT INTO {t} (exchange, routing_key, payload, status, sent_at, not_before, ordering_key) {fill}"
-            ))
+            )))
             .execute(&pool)
             .await
             .expect("fill");
         }
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "UPDATE {t} SET next_attempt_at = now() + interval '1 hour' WHERE status = 'publish_failed'"
-        ))
+        )))
         .execute(&pool)
         .await
         .expect("failed rows wait");
@@ -123,18 +123,18 @@ async fn clearing_expired_leases_reads_the_front_of_the_backlog() {
         assert_eq!(store.claim_pending(&gone, 5).await.expect("claim").len(), 5);
         // The vanished relay also held one row of each other pick: a due delayed
         // row, a key's head, a failed row being retried.
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "UPDATE {t} SET locked_by = 'gone-too', locked_until = now() - interval '1 second' \
              WHERE seq IN ((SELECT min(seq) FROM {t} WHERE not_before IS NOT NULL), \
                (SELECT min(seq) FROM {t} WHERE ordering_key = 'key07'), \
                (SELECT min(seq) FROM {t} WHERE status = 'publish_failed'))"
-        ))
+        )))
         .execute(&pool)
         .await
         .expect("stale leases");
         // Statistics taken while thousands of rows are leased: the plan must not
         // turn to scanning the table for them.
-        sqlx::query(&format!("VACUUM ANALYZE {t}"))
+        sqlx::query(sqlx::AssertSqlSafe(format!("VACUUM ANALYZE {t}")))
             .execute(&pool)
             .await
             .expect("vacuum");
@@ -175,18 +175,18 @@ async fn clearing_expired_leases_keeps_a_lease_taken_meanwhile() {
     with_db!(|pool, schema| {
         let store = PgOutboxStore::new(pool.clone(), schema.clone());
         let t = format!("{}.outbox_messages", schema.quoted());
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO {t} (exchange, routing_key, payload, locked_by, locked_until) \
              VALUES ('x', 'k', '\\x00'::bytea, 'gone', now() - interval '1 second')"
-        ))
+        )))
         .execute(&pool)
         .await
         .expect("a row with a lease that ran out");
         // Another relay's claim of it, not yet committed.
         let mut claim = pool.begin().await.expect("begin");
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "UPDATE {t} SET locked_by = 'new', locked_until = now() + interval '1 hour'"
-        ))
+        )))
         .execute(&mut *claim)
         .await
         .expect("claim");
@@ -203,10 +203,11 @@ async fn clearing_expired_leases_keeps_a_lease_taken_meanwhile() {
         claim.commit().await.expect("commit");
         let cleared = recovering.await.expect("join").expect("recover");
         assert_eq!(cleared, 0, "a lease taken meanwhile is not cleared");
-        let holder: Option<String> = sqlx::query_scalar(&format!("SELECT locked_by FROM {t}"))
-            .fetch_one(&pool)
-            .await
-            .expect("holder");
+        let holder: Option<String> =
+            sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT locked_by FROM {t}")))
+                .fetch_one(&pool)
+                .await
+                .expect("holder");
         assert_eq!(holder.as_deref(), Some("new"));
     });
 }

@@ -49,8 +49,11 @@ async fn every_piece_of_the_handle_works_on_its_schema() {
     );
     drop(held);
     assert_eq!(pg.schema().as_str(), name);
-    sqlx::query(&format!("DROP SCHEMA {} CASCADE", pg.schema().quoted()))
-        .execute(pg.pool())
-        .await
-        .expect("drop");
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP SCHEMA {} CASCADE",
+        pg.schema().quoted()
+    )))
+    .execute(pg.pool())
+    .await
+    .expect("drop");
 }

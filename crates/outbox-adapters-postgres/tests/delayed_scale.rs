@@ -26,16 +26,16 @@ async fn a_million_delayed_rows_do_not_slow_the_claim() {
             (100, "now() - interval '1 minute'"),
             (400, "NULL"),
         ] {
-            sqlx::query(&format!(
+            sqlx::query(sqlx::AssertSqlSafe(format!(
                 "INSERT INTO {t} (exchange, routing_key, payload, not_before) \
                  SELECT 'scale', 'k', '\\x00'::bytea, {due} FROM generate_series(1, $1)"
-            ))
+            )))
             .bind(n)
             .execute(&pool)
             .await
             .expect("fill");
         }
-        sqlx::query(&format!("VACUUM ANALYZE {t}"))
+        sqlx::query(sqlx::AssertSqlSafe(format!("VACUUM ANALYZE {t}")))
             .execute(&pool)
             .await
             .expect("vacuum");

@@ -80,9 +80,9 @@ fn headers() -> impl Strategy<Value = Value> {
 /// What the functions say of `headers`: (fits, size within the limit).
 async fn verdict(pool: &PgPool, schema: &PgSchema, headers: &Value) -> (bool, bool) {
     let s = schema.quoted();
-    sqlx::query_as(&format!(
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT {s}.outbox_headers_fit_amqp($1), {s}.outbox_headers_amqp_size($1) <= 65536"
-    ))
+    )))
     .bind(headers)
     .fetch_one(pool)
     .await
@@ -179,29 +179,29 @@ async fn usual_headers_are_checked_without_calling_a_function_on_insert_or_updat
             "x-request-id": "7c0d5a0e-1f7b-4c4b-9a55-2bd1f5e0d8f1",
         });
         for headers in [serde_json::json!({}), usual] {
-            sqlx::query(&format!(
+            sqlx::query(sqlx::AssertSqlSafe(format!(
                 "INSERT INTO {s}.outbox_messages (exchange, routing_key, headers, payload) \
                  SELECT 'orders', 'k', $1, '\\x00' FROM generate_series(1, 20)"
-            ))
+            )))
             .bind(&headers)
             .execute(&mut *tx)
             .await
             .expect("insert");
         }
         // As a claim and a mark rewrite each row.
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "UPDATE {s}.outbox_messages SET locked_by = 'relay', locked_until = now()"
-        ))
+        )))
         .execute(&mut *tx)
         .await
         .expect("update");
         assert_eq!(calls(&mut tx, &schema).await, 0);
 
         // The count can see a call: a name of 100 characters goes to the function.
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO {s}.outbox_messages (exchange, routing_key, headers, payload) \
              VALUES ('orders', 'k', jsonb_build_object(repeat('n', 100), 'v'), '\\x00')"
-        ))
+        )))
         .execute(&mut *tx)
         .await
         .expect("a long name that fits");

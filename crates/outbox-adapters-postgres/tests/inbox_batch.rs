@@ -107,7 +107,7 @@ impl Handlers {
                         .await
                         .map_err(err)?;
                 }
-                sqlx::query(&effects)
+                sqlx::query(sqlx::AssertSqlSafe(effects))
                     .bind(id)
                     .execute(&mut *conn)
                     .await
@@ -126,7 +126,7 @@ impl Handlers {
                     }
                     Kind::Deferred => {
                         for _ in 0..2 {
-                            sqlx::query(&deferred)
+                            sqlx::query(sqlx::AssertSqlSafe(&*deferred))
                                 .bind(id)
                                 .execute(&mut *conn)
                                 .await
@@ -161,7 +161,10 @@ async fn setup(pool: &PgPool, schema: &PgSchema) -> (PgInboxStore, Handlers) {
             schema.quoted()
         ),
     ] {
-        sqlx::query(&ddl).execute(pool).await.expect("table");
+        sqlx::query(sqlx::AssertSqlSafe(ddl))
+            .execute(pool)
+            .await
+            .expect("table");
     }
     let handlers = Handlers {
         schema: schema.clone(),
@@ -190,10 +193,10 @@ fn retry(_message: &Message, _attempt: u32, _failure: &HandlerFailure) -> Decisi
 }
 
 async fn effects_of(pool: &PgPool, schema: &PgSchema, id: MessageId) -> i64 {
-    sqlx::query_scalar(&format!(
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT count(*) FROM {}.effects WHERE message_id = $1",
         schema.quoted()
-    ))
+    )))
     .bind(id.as_uuid())
     .fetch_one(pool)
     .await
@@ -204,10 +207,10 @@ async fn effects_of(pool: &PgPool, schema: &PgSchema, id: MessageId) -> i64 {
 /// same for every statement of a transaction; not `xmin`, which inside a savepoint
 /// is the subtransaction's).
 async fn written_at(pool: &PgPool, schema: &PgSchema, id: MessageId) -> String {
-    sqlx::query_scalar(&format!(
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT received_at::text FROM {}.outbox_inbox WHERE consumer = $1 AND message_id = $2",
         schema.quoted()
-    ))
+    )))
     .bind(CONSUMER)
     .bind(id.as_uuid())
     .fetch_one(pool)
@@ -348,10 +351,10 @@ async fn check_batch(
             }
         }
     }
-    let deferred: i64 = sqlx::query_scalar(&format!(
+    let deferred: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT count(*) FROM {}.deferred_unique",
         schema.quoted()
-    ))
+    )))
     .fetch_one(pool)
     .await
     .expect("deferred");
@@ -392,10 +395,13 @@ async fn every_delivery_of_a_batch_is_exactly_once_in_effect_whatever_its_batch_
             let batch = kinds.new_tree(&mut runner).expect("kinds").current();
             check_batch(&pool, &schema, &inbox, &h, &batch).await;
         }
-        sqlx::query(&format!("DROP SCHEMA {} CASCADE", schema.quoted()))
-            .execute(&pool)
-            .await
-            .expect("drop");
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DROP SCHEMA {} CASCADE",
+            schema.quoted()
+        )))
+        .execute(&pool)
+        .await
+        .expect("drop");
     });
 }
 
@@ -499,7 +505,7 @@ fn fails_then_rolls_back(
                 .execute(&mut *conn)
                 .await
                 .map_err(err)?;
-            sqlx::query(&effects)
+            sqlx::query(sqlx::AssertSqlSafe(effects))
                 .bind(id)
                 .execute(&mut *conn)
                 .await
@@ -575,10 +581,10 @@ async fn a_handlers_own_commit_never_records_its_batch_mates_unhandled() {
 async fn without_the_commit_check_a_batch_is_handled_one_transaction_each() {
     with_db!(|pool, schema| {
         let (_inbox, h) = setup(&pool, &schema).await;
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "DROP TRIGGER inbox_batch_sealed ON {}.outbox_inbox",
             schema.quoted()
-        ))
+        )))
         .execute(&pool)
         .await
         .expect("drop the check");
@@ -660,10 +666,10 @@ async fn a_handler_that_reopens_the_transaction_never_costs_its_batch_mates_thei
 async fn one_handlers_synchronous_commit_does_not_reach_its_batch_mates() {
     with_db!(|pool, schema| {
         let (inbox, _h) = setup(&pool, &schema).await;
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "CREATE TABLE {}.seen (message_id uuid, setting text)",
             schema.quoted()
-        ))
+        )))
         .execute(&pool)
         .await
         .expect("table");
@@ -689,7 +695,7 @@ async fn one_handlers_synchronous_commit_does_not_reach_its_batch_mates() {
                             .await
                             .map_err(err)?;
                     }
-                    sqlx::query(&seen)
+                    sqlx::query(sqlx::AssertSqlSafe(seen))
                         .bind(id)
                         .execute(&mut *conn)
                         .await
@@ -706,10 +712,10 @@ async fn one_handlers_synchronous_commit_does_not_reach_its_batch_mates() {
             "{outcomes:?}"
         );
         for m in &msgs[1..] {
-            let saw: String = sqlx::query_scalar(&format!(
+            let saw: String = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
                 "SELECT setting FROM {}.seen WHERE message_id = $1",
                 schema.quoted()
-            ))
+            )))
             .bind(m.id.as_uuid())
             .fetch_one(&pool)
             .await

@@ -34,9 +34,9 @@ async fn claim_one(inbox: &PgInboxStore, consumer: &str) -> Option<MessageId> {
 }
 
 async fn held_without_due_time(pool: &sqlx::PgPool, t: &str, id: MessageId) -> bool {
-    sqlx::query_scalar(&format!(
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT next_attempt_at IS NULL FROM {t} WHERE message_id = $1"
-    ))
+    )))
     .bind(id.as_uuid())
     .fetch_one(pool)
     .await
@@ -46,12 +46,12 @@ async fn held_without_due_time(pool: &sqlx::PgPool, t: &str, id: MessageId) -> b
 /// `n` deliveries of `consumer` and `key` in table `t`, as `hold_behind_key`
 /// writes them (checked by the tests that hold one), in one statement.
 async fn fill_held(pool: &sqlx::PgPool, t: &str, consumer: &str, key: &str, n: i64) {
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "INSERT INTO {t} (consumer, message_id, exchange, routing_key, headers, payload, \
            created_at, ordering_key, status, next_attempt_at) \
          SELECT $1, gen_random_uuid(), 'held', 'k', '{{}}'::jsonb, '\\x00'::bytea, now(), $2, 'received', NULL \
          FROM generate_series(1, $3)"
-    ))
+    )))
     .bind(consumer)
     .bind(key)
     .bind(n)
@@ -139,9 +139,9 @@ async fn finishing_a_delivery_makes_the_next_of_its_key_due() {
         assert!(held_without_due_time(&pool, &t, d.id).await);
 
         // Dead: no longer holds its key; d is due at once.
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "UPDATE {t} SET next_attempt_at = now() WHERE message_id = $1"
-        ))
+        )))
         .bind(b.id.as_uuid())
         .execute(&pool)
         .await
@@ -184,10 +184,10 @@ async fn the_safety_net_releases_a_held_head() {
         assert!(slow.hold_behind_key(&c, &b).await.expect("hold b"));
         assert!(slow.hold_behind_key(&c, &d).await.expect("hold d"));
         // a finishes behind the store's back: nothing makes b due.
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "UPDATE {t} SET status = 'consumed', consumed_at = now(), next_attempt_at = NULL, \
              locked_by = NULL, locked_until = NULL WHERE message_id = $1"
-        ))
+        )))
         .bind(a.id.as_uuid())
         .execute(&pool)
         .await
@@ -232,17 +232,17 @@ async fn an_arrival_racing_its_predecessors_mark_is_not_stranded() {
 
         let gate: i64 = 0x6f75_7462_6f78 + i64::from(std::process::id());
         let pause = format!("{}.pause_held_insert", schema.quoted());
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "CREATE FUNCTION {pause}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
                PERFORM pg_advisory_lock({gate}); PERFORM pg_advisory_unlock({gate}); RETURN NEW; END $$"
-        ))
+        )))
         .execute(&pool)
         .await
         .expect("trigger function");
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "CREATE TRIGGER pause_held BEFORE INSERT ON {t} FOR EACH ROW \
              WHEN (NEW.next_attempt_at IS NULL) EXECUTE FUNCTION {pause}()"
-        ))
+        )))
         .execute(&pool)
         .await
         .expect("trigger");
@@ -331,7 +331,7 @@ async fn a_claim_does_not_walk_the_rows_held_behind_a_key() {
                 .await
                 .expect("other failed");
         }
-        sqlx::query(&format!("VACUUM ANALYZE {t}"))
+        sqlx::query(sqlx::AssertSqlSafe(format!("VACUUM ANALYZE {t}")))
             .execute(&pool)
             .await
             .expect("vacuum");
@@ -446,13 +446,13 @@ async fn the_safety_net_costs_the_keys_with_held_rows() {
         let inbox = PgInboxStore::new(pool.clone(), &schema);
         let t = format!("{}.outbox_inbox", schema.quoted());
         let c = unique_key("consumer");
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO {t} (consumer, message_id, exchange, routing_key, headers, payload, \
                created_at, ordering_key, status, next_attempt_at, locked_by, locked_until) \
              SELECT $1, gen_random_uuid(), 'held', 'k', '{{}}'::jsonb, '\\x00'::bytea, now(), \
                'busy' || i, 'received', now(), 'w', now() + interval '1 hour' \
              FROM generate_series(1, 20000) i"
-        ))
+        )))
         .bind(&c)
         .execute(&pool)
         .await
@@ -462,7 +462,7 @@ async fn the_safety_net_costs_the_keys_with_held_rows() {
         let worker = lease();
         inbox.record_arrival(&c, &a, &worker).await.expect("a");
         assert!(inbox.hold_behind_key(&c, &b).await.expect("hold b"));
-        sqlx::query(&format!("VACUUM ANALYZE {t}"))
+        sqlx::query(sqlx::AssertSqlSafe(format!("VACUUM ANALYZE {t}")))
             .execute(&pool)
             .await
             .expect("vacuum");
@@ -498,10 +498,10 @@ async fn a_held_row_taken_over_is_due_for_the_sweep() {
         assert_eq!(claim_one(&inbox, &c).await, None);
         inbox.record_arrival(&c, &a, &lease()).await.expect("a");
         assert!(inbox.hold_behind_key(&c, &b).await.expect("hold b"));
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "UPDATE {t} SET status = 'consumed', consumed_at = now(), next_attempt_at = NULL, \
              locked_by = NULL, locked_until = NULL WHERE message_id = $1"
-        ))
+        )))
         .bind(a.id.as_uuid())
         .execute(&pool)
         .await
@@ -582,7 +582,7 @@ async fn a_held_arrival_looks_for_its_predecessor_with_one_probe() {
             .await
             .expect("head");
         fill_held(&pool, &t, &c, &key, 50_000).await;
-        sqlx::query(&format!("VACUUM ANALYZE {t}"))
+        sqlx::query(sqlx::AssertSqlSafe(format!("VACUUM ANALYZE {t}")))
             .execute(&pool)
             .await
             .expect("vacuum");

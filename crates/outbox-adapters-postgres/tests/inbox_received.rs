@@ -12,7 +12,7 @@ use outbox_ports::prelude::*;
 use outbox_ports::{InboxStore, Lease};
 
 async fn exec(pool: &sqlx::PgPool, sql: &str) {
-    sqlx::query(sql)
+    sqlx::query(sqlx::AssertSqlSafe(sql))
         .execute(pool)
         .await
         .unwrap_or_else(|e| panic!("{sql}: {e}"));
@@ -72,13 +72,14 @@ async fn the_migration_rewrites_an_inbox_of_the_release_before() {
 
         migrate(&pool, &schema).await.expect("migrate");
 
-        let statuses: Vec<String> =
-            sqlx::query_scalar(&format!("SELECT status FROM {t} ORDER BY seq"))
-                .fetch_all(&pool)
-                .await
-                .expect("statuses");
+        let statuses: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT status FROM {t} ORDER BY seq"
+        )))
+        .fetch_all(&pool)
+        .await
+        .expect("statuses");
         assert_eq!(statuses, ["received", "received", "received", "consumed"]);
-        let refused = sqlx::query(&insert("sent", "NULL", "now()"))
+        let refused = sqlx::query(sqlx::AssertSqlSafe(&*insert("sent", "NULL", "now()")))
             .execute(&pool)
             .await
             .expect_err("'sent' is no inbox status any more");
@@ -146,9 +147,9 @@ async fn an_invalid_index_built_ahead_is_refused_not_renamed_into_place() {
             exec(&pool, &sql).await;
         }
         // UNIQUE over two rows of one consumer fails half way: INVALID is left.
-        let failed = sqlx::query(&format!(
+        let failed = sqlx::query(sqlx::AssertSqlSafe(format!(
             "CREATE UNIQUE INDEX CONCURRENTLY inbox_due_received ON {t} (consumer)"
-        ))
+        )))
         .execute(&pool)
         .await;
         assert!(failed.is_err(), "the concurrent build fails");

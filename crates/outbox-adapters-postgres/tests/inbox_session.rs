@@ -40,7 +40,10 @@ async fn probes(pool: &PgPool, schema: &PgSchema) -> String {
              DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {s}.at_commit()"
         ),
     ] {
-        sqlx::query(&sql).execute(pool).await.expect(&sql);
+        sqlx::query(sqlx::AssertSqlSafe(&*sql))
+            .execute(pool)
+            .await
+            .expect(&sql);
     }
     s.to_owned()
 }
@@ -56,7 +59,7 @@ fn handler(s: &str, n: i32, first: Option<&str>) -> TxHandler<'static> {
     Box::new(move |conn: &mut sqlx::PgConnection| {
         Box::pin(async move {
             for sql in &statements {
-                sqlx::query(sql)
+                sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
                     .execute(&mut *conn)
                     .await
                     .map_err(|e| format!("{sql}: {e}"))?;
@@ -184,9 +187,9 @@ async fn a_handlers_session_settings_reach_neither_its_commit_nor_the_next_deliv
             .expect("consume");
         assert_eq!(out, ConsumeOutcome::Consumed);
 
-        let seen: Vec<(i32, String, String)> = sqlx::query_as(&format!(
+        let seen: Vec<(i32, String, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT n, at, setting FROM {s}.seen ORDER BY n, at"
-        ))
+        )))
         .fetch_all(&setup)
         .await
         .expect("seen");
@@ -240,7 +243,10 @@ async fn a_handler_that_ends_the_transaction_leaves_no_session_setting_behind() 
                  DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {s}.inbox_commit()"
             ),
         ] {
-            sqlx::query(&sql).execute(&setup).await.expect(&sql);
+            sqlx::query(sqlx::AssertSqlSafe(&*sql))
+                .execute(&setup)
+                .await
+                .expect(&sql);
         }
         let one = connect(&common::url(), 1, Duration::from_secs(5))
             .await
@@ -301,11 +307,12 @@ async fn a_handler_that_ends_the_transaction_leaves_no_session_setting_behind() 
             .await;
         assert_eq!(outs.len(), 2);
         assert_eq!(setting().await, default, "batch path");
-        let commits: Vec<String> =
-            sqlx::query_scalar(&format!("SELECT setting FROM {s}.inbox_commits"))
-                .fetch_all(&setup)
-                .await
-                .expect("commits");
+        let commits: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT setting FROM {s}.inbox_commits"
+        )))
+        .fetch_all(&setup)
+        .await
+        .expect("commits");
         assert!(!commits.is_empty(), "the marks of the ended deliveries");
         assert!(
             commits.iter().all(|c| *c == default),

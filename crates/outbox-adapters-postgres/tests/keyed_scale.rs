@@ -20,31 +20,31 @@ async fn a_keyed_backlog_costs_a_claim_its_keys_not_its_rows() {
         let t = format!("{}.outbox_messages", schema.quoted());
         // 2,000 rounds of one message for each of 100 keys (interleaved, as real
         // traffic is), then 100 messages without a key.
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO {t} (exchange, routing_key, payload, ordering_key) \
              SELECT 'scale', 'k', '\\x00'::bytea, 'key' || lpad((i % 100)::text, 3, '0') \
              FROM generate_series(0, 199999) i"
-        ))
+        )))
         .execute(&pool)
         .await
         .expect("fill keyed");
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO {t} (exchange, routing_key, payload) \
              SELECT 'scale', 'k', '\\x00'::bytea FROM generate_series(1, 100)"
-        ))
+        )))
         .execute(&pool)
         .await
         .expect("fill unkeyed");
         // key000's head failed and waits for its retry: the key is held back.
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "UPDATE {t} SET status = 'publish_failed', attempts = 1, \
              next_attempt_at = now() + interval '1 hour' \
              WHERE seq = (SELECT min(seq) FROM {t} WHERE ordering_key = 'key000')"
-        ))
+        )))
         .execute(&pool)
         .await
         .expect("fail a head");
-        sqlx::query(&format!("VACUUM ANALYZE {t}"))
+        sqlx::query(sqlx::AssertSqlSafe(format!("VACUUM ANALYZE {t}")))
             .execute(&pool)
             .await
             .expect("vacuum");
@@ -142,21 +142,21 @@ async fn a_retry_claim_does_not_walk_another_keys_backlog() {
     with_db!(|pool, schema| {
         let store = PgOutboxStore::new(pool.clone(), schema.clone());
         let t = format!("{}.outbox_messages", schema.quoted());
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO {t} (exchange, routing_key, payload, ordering_key) \
              SELECT 'scale', 'k', '\\x00'::bytea, 'big' FROM generate_series(1, 50000)"
-        ))
+        )))
         .execute(&pool)
         .await
         .expect("fill one key");
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO {t} (exchange, routing_key, payload, ordering_key, status, attempts, next_attempt_at) \
              VALUES ('scale', 'k', '\\x00'::bytea, 'small', 'publish_failed', 1, now() - interval '1 second')"
-        ))
+        )))
         .execute(&pool)
         .await
         .expect("a failed head of another key");
-        sqlx::query(&format!("VACUUM ANALYZE {t}"))
+        sqlx::query(sqlx::AssertSqlSafe(format!("VACUUM ANALYZE {t}")))
             .execute(&pool)
             .await
             .expect("vacuum");
@@ -198,23 +198,23 @@ async fn a_retry_claim_does_not_walk_another_keys_backlog() {
 async fn skipped_dead_rows_cost_a_claim_nothing() {
     with_db!(|pool, schema| {
         let t = format!("{}.outbox_messages", schema.quoted());
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO {t} (exchange, routing_key, payload, ordering_key, status, attempts) \
              SELECT 'scale', 'k', '\\x00'::bytea, 'key' || lpad((i % 100)::text, 3, '0'), 'dead', 5 \
              FROM generate_series(0, 19999) i"
-        ))
+        )))
         .execute(&pool)
         .await
         .expect("fill dead");
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO {t} (exchange, routing_key, payload, ordering_key) \
              SELECT 'scale', 'k', '\\x00'::bytea, 'key' || lpad((i * 2)::text, 3, '0') \
              FROM generate_series(0, 49) i"
-        ))
+        )))
         .execute(&pool)
         .await
         .expect("fill live");
-        sqlx::query(&format!("VACUUM ANALYZE {t}"))
+        sqlx::query(sqlx::AssertSqlSafe(format!("VACUUM ANALYZE {t}")))
             .execute(&pool)
             .await
             .expect("vacuum");

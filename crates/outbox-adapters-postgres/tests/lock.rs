@@ -24,10 +24,10 @@ async fn a_blocked_renewal_loses_the_lock_before_its_ttl_runs_out() {
         // third of the TTL): every renewal now waits on its row lock, as behind a
         // stuck connection or a long-running transaction.
         let mut blocker = pool.begin().await.expect("begin");
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT 1 FROM {}.outbox_locks WHERE key = 'sweep' FOR UPDATE",
             schema.quoted()
-        ))
+        )))
         .execute(&mut *blocker)
         .await
         .expect("block the row");
@@ -133,10 +133,10 @@ async fn two_failed_renewals_in_a_row_do_not_lose_the_lock() {
         // Renewals wait on the row, and each one that comes is failed (its
         // connection terminated): two short blips of the database.
         let mut blocker = pool.begin().await.expect("begin");
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT 1 FROM {}.outbox_locks WHERE key = 'sweep' FOR UPDATE",
             schema.quoted()
-        ))
+        )))
         .execute(&mut *blocker)
         .await
         .expect("block the row");

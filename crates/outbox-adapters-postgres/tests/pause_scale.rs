@@ -33,13 +33,13 @@ async fn fill_keyed(
     key: &str,
 ) {
     let t = format!("{}.outbox_messages", schema.quoted());
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "INSERT INTO {t} (exchange, routing_key, payload, not_before, status, attempts, \
            next_attempt_at, ordering_key) \
          SELECT $1, 'k', '\\x00'::bytea, {not_before}, '{status}', \
            CASE WHEN '{status}' = 'publish_failed' THEN 1 ELSE 0 END, {next_attempt_at}, {key} \
          FROM generate_series(1, $2) i"
-    ))
+    )))
     .bind(exchange)
     .bind(n)
     .execute(pool)
@@ -126,10 +126,10 @@ async fn a_paused_backlog_costs_the_other_exchanges_claims_nothing() {
             .pause(PauseKind::Exchange, "held", "test")
             .await
             .expect("pause");
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "VACUUM ANALYZE {}.outbox_messages",
             schema.quoted()
-        ))
+        )))
         .execute(&pool)
         .await
         .expect("vacuum");
@@ -232,12 +232,12 @@ async fn keys_of_every_live_exchange_take_turns_while_another_is_paused() {
         let t = format!("{}.outbox_messages", schema.quoted());
         // 100 keys of 10 rows each per exchange, the two exchanges' rows
         // interleaved in seq order, so that each claim takes heads of both.
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO {t} (exchange, routing_key, payload, ordering_key) \
              SELECT CASE WHEN i % 2 = 0 THEN 'billing' ELSE 'shipping' END, 'k', '\\x00'::bytea, \
                CASE WHEN i % 2 = 0 THEN 'inv-' ELSE 'shp-' END || lpad(((i / 2) % 100)::text, 4, '0') \
              FROM generate_series(0, 3999) i"
-        ))
+        )))
         .execute(&pool)
         .await
         .expect("fill");

@@ -23,10 +23,10 @@ fn lease(name: &str) -> Lease {
 #[tokio::test]
 async fn enqueue_commits_and_rolls_back_with_the_business_transaction() {
     with_db!(|pool, schema| {
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "CREATE TABLE {}.orders (id int PRIMARY KEY)",
             schema.quoted()
-        ))
+        )))
         .execute(&pool)
         .await
         .expect("orders table");
@@ -34,10 +34,10 @@ async fn enqueue_commits_and_rolls_back_with_the_business_transaction() {
         let store = PgOutboxStore::new(pool.clone(), schema.clone());
 
         let mut tx = pool.begin().await.expect("begin");
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO {}.orders VALUES (1)",
             schema.quoted()
-        ))
+        )))
         .execute(&mut *tx)
         .await
         .expect("order 1");
@@ -51,10 +51,10 @@ async fn enqueue_commits_and_rolls_back_with_the_business_transaction() {
         tx.commit().await.expect("commit");
 
         let mut tx = pool.begin().await.expect("begin");
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO {}.orders VALUES (2)",
             schema.quoted()
-        ))
+        )))
         .execute(&mut *tx)
         .await
         .expect("order 2");
@@ -88,11 +88,11 @@ async fn enqueue_commits_and_rolls_back_with_the_business_transaction() {
 #[tokio::test]
 async fn the_smallest_sql_insert_is_relayed_like_any_message() {
     with_db!(|pool, schema| {
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO {}.outbox_messages (exchange, routing_key, payload) \
              VALUES ('orders', 'order.created', convert_to('{{\"id\":7}}', 'UTF8'))",
             schema.quoted()
-        ))
+        )))
         .execute(&pool)
         .await
         .expect("plain SQL insert");
@@ -160,10 +160,12 @@ async fn four_claimers_over_ten_thousand_rows_take_each_once() {
 async fn a_handler_in_the_inbox_transaction_takes_effect_exactly_once() {
     with_db!(|pool, schema| {
         let effects = format!("{}.effects", schema.quoted());
-        sqlx::query(&format!("CREATE TABLE {effects} (message_id uuid, n int)"))
-            .execute(&pool)
-            .await
-            .expect("effects table");
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "CREATE TABLE {effects} (message_id uuid, n int)"
+        )))
+        .execute(&pool)
+        .await
+        .expect("effects table");
         let inbox = PgInboxStore::new(pool.clone(), &schema);
         let m = outbox_testkit::message("orders", "order.created");
         let insert = format!("INSERT INTO {effects} VALUES ($1, 1)");
@@ -173,7 +175,7 @@ async fn a_handler_in_the_inbox_transaction_takes_effect_exactly_once() {
             outbox_adapters_postgres::TxHandler::from(Box::new(
                 move |conn: &mut sqlx::PgConnection| {
                     Box::pin(async move {
-                        sqlx::query(&insert)
+                        sqlx::query(sqlx::AssertSqlSafe(insert))
                             .bind(id)
                             .execute(&mut *conn)
                             .await
@@ -196,10 +198,12 @@ async fn a_handler_in_the_inbox_transaction_takes_effect_exactly_once() {
             ))
         };
         let count = || async {
-            sqlx::query_scalar::<_, i64>(&format!("SELECT count(*) FROM {effects}"))
-                .fetch_one(&pool)
-                .await
-                .expect("count")
+            sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(format!(
+                "SELECT count(*) FROM {effects}"
+            )))
+            .fetch_one(&pool)
+            .await
+            .expect("count")
         };
         let retry = |_, _: &_| Decision::RetryAfter(Duration::from_millis(10));
         let lease = lease("worker");
@@ -233,7 +237,7 @@ async fn a_handler_in_the_inbox_transaction_takes_effect_exactly_once() {
         let ok: outbox_adapters_postgres::TxHandler<'_> =
             Box::new(move |conn: &mut sqlx::PgConnection| {
                 Box::pin(async move {
-                    sqlx::query(&insert2)
+                    sqlx::query(sqlx::AssertSqlSafe(insert2))
                         .bind(id2)
                         .execute(&mut *conn)
                         .await
@@ -283,7 +287,7 @@ fn scripted(
     Box::new(move |conn: &mut sqlx::PgConnection| {
         Box::pin(async move {
             for sql in &statements {
-                sqlx::query(sql)
+                sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
                     .execute(&mut *conn)
                     .await
                     .map_err(|e| format!("{sql}: {e}"))?;
@@ -295,18 +299,22 @@ fn scripted(
 
 async fn effects_table(pool: &outbox_adapters_postgres::PgPool, schema: &PgSchema) -> String {
     let effects = format!("{}.effects", schema.quoted());
-    sqlx::query(&format!("CREATE TABLE {effects} (n int)"))
-        .execute(pool)
-        .await
-        .expect("effects table");
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "CREATE TABLE {effects} (n int)"
+    )))
+    .execute(pool)
+    .await
+    .expect("effects table");
     effects
 }
 
 async fn effect_rows(pool: &outbox_adapters_postgres::PgPool, effects: &str) -> i64 {
-    sqlx::query_scalar::<_, i64>(&format!("SELECT count(*) FROM {effects}"))
-        .fetch_one(pool)
-        .await
-        .expect("count effects")
+    sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(format!(
+        "SELECT count(*) FROM {effects}"
+    )))
+    .fetch_one(pool)
+    .await
+    .expect("count effects")
 }
 
 /// Claims every due delivery of `consumer` and retries each with `handler()`, as the
@@ -373,7 +381,7 @@ async fn a_reconsume_racing_a_retry_does_not_run_the_handler_twice() {
         let slow: outbox_adapters_postgres::TxHandler<'static> =
             Box::new(move |conn: &mut sqlx::PgConnection| {
                 Box::pin(async move {
-                    sqlx::query(&insert)
+                    sqlx::query(sqlx::AssertSqlSafe(insert))
                         .execute(&mut *conn)
                         .await
                         .map_err(|e| e.to_string())?;
@@ -739,10 +747,10 @@ async fn the_lock_is_renewed_while_held_and_reports_a_stolen_lease() {
                 .is_none()
         );
         // Someone else takes the row (as after a pause past the TTL).
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "UPDATE {}.outbox_locks SET holder = 'thief', expires_at = now() + interval '1 hour'",
             schema.quoted()
-        ))
+        )))
         .execute(&pool)
         .await
         .expect("steal");
@@ -778,7 +786,7 @@ async fn retention_deletes_old_sent_rows_in_bounded_batches() {
                 .expect("retention"),
             0
         );
-        sqlx::query(&format!("UPDATE {}.outbox_messages SET sent_at = now() - interval '2 hours' WHERE status = 'sent'", schema.quoted()))
+        sqlx::query(sqlx::AssertSqlSafe(format!("UPDATE {}.outbox_messages SET sent_at = now() - interval '2 hours' WHERE status = 'sent'", schema.quoted())))
             .execute(&pool)
             .await
             .expect("age rows");
@@ -835,10 +843,10 @@ async fn inbox_retention_deletes_only_old_consumed_deliveries() {
                 .expect("retention"),
             0
         );
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "UPDATE {}.outbox_inbox SET consumed_at = now() - interval '2 hours'",
             schema.quoted()
-        ))
+        )))
         .execute(&pool)
         .await
         .expect("age rows");
@@ -902,20 +910,20 @@ async fn inbox_retention_never_deletes_a_row_reconsumed_while_it_ran() {
                 .await
                 .expect("consumed")
         );
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "UPDATE {}.outbox_inbox SET consumed_at = now() - interval '2 hours'",
             schema.quoted()
-        ))
+        )))
         .execute(&pool)
         .await
         .expect("age rows");
         // An operator's reconsume, not yet committed when retention looks.
         let mut reconsume = pool.begin().await.expect("begin");
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "UPDATE {}.outbox_inbox SET status = 'received', attempts = 0, next_attempt_at = now(), \
              consumed_at = NULL WHERE consumer = 'billing' AND message_id = $1",
             schema.quoted()
-        ))
+        )))
         .bind(m.id.as_uuid())
         .execute(&mut *reconsume)
         .await
@@ -950,18 +958,18 @@ async fn sent_retention_never_deletes_a_row_requeued_while_it_ran() {
         let l = lease("relay");
         assert_eq!(store.claim_pending(&l, 10).await.expect("claim").len(), 1);
         store.mark_sent(&l, &[m.id]).await.expect("sent");
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "UPDATE {}.outbox_messages SET sent_at = now() - interval '2 hours'",
             schema.quoted()
-        ))
+        )))
         .execute(&pool)
         .await
         .expect("age rows");
         let mut requeue = pool.begin().await.expect("begin");
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "UPDATE {}.outbox_messages SET status = 'pending', sent_at = NULL WHERE id = $1",
             schema.quoted()
-        ))
+        )))
         .bind(m.id.as_uuid())
         .execute(&mut *requeue)
         .await
@@ -999,10 +1007,10 @@ async fn bad_input_is_a_clear_error_and_writes_nothing() {
             .expect_err("oversized");
         assert!(matches!(err, PortError::InvalidMessage(_)), "{err}");
         assert!(err.to_string().contains("1025"), "{err}");
-        let n: i64 = sqlx::query_scalar(&format!(
+        let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
             "SELECT count(*) FROM {}.outbox_messages",
             schema.quoted()
-        ))
+        )))
         .fetch_one(&pool)
         .await
         .expect("count");
@@ -1090,7 +1098,10 @@ async fn a_failed_migration_leaves_no_lock_behind() {
             format!("CREATE SCHEMA {}", broken.quoted()),
             format!("CREATE TABLE {}.outbox_messages (x int)", broken.quoted()),
         ] {
-            sqlx::query(&sql).execute(&pool).await.expect("prepare");
+            sqlx::query(sqlx::AssertSqlSafe(sql))
+                .execute(&pool)
+                .await
+                .expect("prepare");
         }
         let err = migrate(&pool, &broken).await.expect_err("cannot migrate");
         assert!(err.to_string().contains(broken.as_str()), "{err}");
@@ -1098,9 +1109,12 @@ async fn a_failed_migration_leaves_no_lock_behind() {
         let next = PgSchema::new(&format!("{}_next", schema.as_str())).expect("name");
         let migrated = tokio::time::timeout(Duration::from_secs(20), migrate(&pool, &next)).await;
         for s in [&broken, &next] {
-            let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {} CASCADE", s.quoted()))
-                .execute(&pool)
-                .await;
+            let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DROP SCHEMA IF EXISTS {} CASCADE",
+                s.quoted()
+            )))
+            .execute(&pool)
+            .await;
         }
         migrated
             .expect("a later migration is not blocked by the failed one's lock")
@@ -1148,15 +1162,19 @@ async fn a_schema_behind_this_build_is_refused_naming_outbox_migrate() {
             .await
             .expect("a freshly migrated schema is current");
         let table = format!("{}._sqlx_migrations", schema.quoted());
-        let newest: i64 = sqlx::query_scalar(&format!("SELECT max(version) FROM {table}"))
-            .fetch_one(&pool)
-            .await
-            .expect("versions");
-        sqlx::query(&format!("DELETE FROM {table} WHERE version = $1"))
-            .bind(newest)
-            .execute(&pool)
-            .await
-            .expect("forget the newest");
+        let newest: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT max(version) FROM {table}"
+        )))
+        .fetch_one(&pool)
+        .await
+        .expect("versions");
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DELETE FROM {table} WHERE version = $1"
+        )))
+        .bind(newest)
+        .execute(&pool)
+        .await
+        .expect("forget the newest");
         let behind = outbox_adapters_postgres::check_current(&pool, &schema)
             .await
             .expect_err("one migration behind")
@@ -1190,10 +1208,10 @@ async fn a_history_edited_by_hand_never_stops_a_failure_mark() {
         for junk in [r#""junk""#, r#"{"a": 1}"#, "null", r#"[{"attempt": "x"}]"#] {
             let m = outbox_testkit::message("history-junk", "k");
             store.enqueue(vec![m.clone()]).await.expect("enqueue");
-            sqlx::query(&format!(
+            sqlx::query(sqlx::AssertSqlSafe(format!(
                 "UPDATE {}.outbox_messages SET failed_attempts = $1::jsonb WHERE id = $2",
                 schema.quoted()
-            ))
+            )))
             .bind(junk)
             .bind(m.id.as_uuid())
             .execute(&pool)

@@ -19,13 +19,13 @@ async fn inbox_retention_reads_only_its_own_consumers_rows() {
             (100, "billing", "30 days"),
             (50_000, "billing", "1 minute"),
         ] {
-            sqlx::query(&format!(
+            sqlx::query(sqlx::AssertSqlSafe(format!(
                 "INSERT INTO {t} (consumer, message_id, exchange, routing_key, payload, \
                  created_at, status, consumed_at) \
                  SELECT $2, gen_random_uuid(), 'scale', 'k', '\\x00'::bytea, now(), \
                    'consumed', now() - $3::interval \
                  FROM generate_series(1, $1)"
-            ))
+            )))
             .bind(n)
             .bind(consumer)
             .bind(age)
@@ -33,7 +33,7 @@ async fn inbox_retention_reads_only_its_own_consumers_rows() {
             .await
             .expect("fill");
         }
-        sqlx::query(&format!("ANALYZE {t}"))
+        sqlx::query(sqlx::AssertSqlSafe(format!("ANALYZE {t}")))
             .execute(&pool)
             .await
             .expect("analyze");
@@ -81,21 +81,21 @@ async fn consumer_counts_never_read_the_consumed_rows() {
             (7, "dead"),
             (5, "consume_failed"),
         ] {
-            sqlx::query(&format!(
+            sqlx::query(sqlx::AssertSqlSafe(format!(
                 "INSERT INTO {t} (consumer, message_id, exchange, routing_key, payload, \
                  created_at, status, consumed_at, next_attempt_at) \
                  SELECT 'billing', gen_random_uuid(), 'scale', 'k', '\\x00'::bytea, now(), $2, \
                    CASE WHEN $2 = 'consumed' THEN now() END, \
                    CASE WHEN $2 = 'consume_failed' THEN now() END \
                  FROM generate_series(1, $1)"
-            ))
+            )))
             .bind(n)
             .bind(status)
             .execute(&pool)
             .await
             .expect("fill");
         }
-        sqlx::query(&format!("ANALYZE {t}"))
+        sqlx::query(sqlx::AssertSqlSafe(format!("ANALYZE {t}")))
             .execute(&pool)
             .await
             .expect("analyze");

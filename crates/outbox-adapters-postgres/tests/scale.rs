@@ -40,7 +40,7 @@ async fn claims_stay_on_the_partial_index_after_a_million_rows_went_through_the_
             );
             let pool = pool.clone();
             async move {
-                sqlx::query(&sql)
+                sqlx::query(sqlx::AssertSqlSafe(sql))
                     .bind(n)
                     .execute(&pool)
                     .await
@@ -51,7 +51,7 @@ async fn claims_stay_on_the_partial_index_after_a_million_rows_went_through_the_
             let sql = format!("SELECT count(*) FROM {t} WHERE status = $1");
             let pool = pool.clone();
             async move {
-                sqlx::query_scalar::<_, i64>(&sql)
+                sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql))
                     .bind(status)
                     .fetch_one(&pool)
                     .await
@@ -65,7 +65,7 @@ async fn claims_stay_on_the_partial_index_after_a_million_rows_went_through_the_
             .await
             .expect("send the first 1,000");
         fill_pending(1_000).await;
-        sqlx::query(&format!("VACUUM ANALYZE {t}"))
+        sqlx::query(sqlx::AssertSqlSafe(format!("VACUUM ANALYZE {t}")))
             .execute(&pool)
             .await
             .expect("vacuum");
@@ -76,10 +76,12 @@ async fn claims_stay_on_the_partial_index_after_a_million_rows_went_through_the_
 
         // The situation that hurts: a million rows claimed and marked sent since the
         // last VACUUM and ANALYZE, then new pending rows behind them.
-        sqlx::query(&format!("ALTER TABLE {t} SET (autovacuum_enabled = false)"))
-            .execute(&pool)
-            .await
-            .expect("no autovacuum");
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "ALTER TABLE {t} SET (autovacuum_enabled = false)"
+        )))
+        .execute(&pool)
+        .await
+        .expect("no autovacuum");
         fill_pending(1_000_000).await;
         let started = Instant::now();
         let marked = outbox_testkit::through::send_all_pending(&store, 10_000)
@@ -89,10 +91,12 @@ async fn claims_stay_on_the_partial_index_after_a_million_rows_went_through_the_
         fill_pending(1_000).await;
         let plan = store.explain_claim_pending(500).await.expect("explain");
         let (first, large) = claim_times(&store, 500).await;
-        sqlx::query(&format!("ALTER TABLE {t} RESET (autovacuum_enabled)"))
-            .execute(&pool)
-            .await
-            .expect("reset");
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "ALTER TABLE {t} RESET (autovacuum_enabled)"
+        )))
+        .execute(&pool)
+        .await
+        .expect("reset");
 
         assert_eq!(marked, 1_000_000, "every row went through the marks");
         assert_eq!(count("sent").await, 1_002_000);

@@ -69,10 +69,10 @@ async fn mark_behind_a_row_lock(
     let claimed = store.claim_pending(&lease, 10).await.expect("claim");
     assert_eq!(claimed.len(), 1);
     let mut holder = pool.begin().await.expect("begin");
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "SELECT 1 FROM {}.outbox_messages WHERE id = $1 FOR UPDATE",
         schema.quoted()
-    ))
+    )))
     .bind(id.as_uuid())
     .execute(&mut *holder)
     .await
@@ -137,10 +137,10 @@ async fn migrations_are_exempt_from_the_bounds_and_leave_them_in_place() {
         .await;
         // Another session holds the migrations' table for longer than either bound.
         let mut holder = pool.begin().await.expect("begin");
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "LOCK TABLE {}._sqlx_migrations IN ACCESS EXCLUSIVE MODE",
             schema.quoted()
-        ))
+        )))
         .execute(&mut *holder)
         .await
         .expect("lock");

@@ -47,13 +47,13 @@ async fn stats_read_only_unsent_rows_with_a_million_sent_rows() {
             (10, "publish_failed"),
             (5, "dead"),
         ] {
-            sqlx::query(&format!(
+            sqlx::query(sqlx::AssertSqlSafe(format!(
                 "INSERT INTO {t} (exchange, routing_key, payload, status, sent_at, next_attempt_at) \
                  SELECT 'scale', 'k', '\\x00'::bytea, $2, \
                    CASE WHEN $2 = 'sent' THEN now() END, \
                    CASE WHEN $2 = 'publish_failed' THEN now() + interval '1 hour' END \
                  FROM generate_series(1, $1)"
-            ))
+            )))
             .bind(n)
             .bind(status)
             .execute(&pool)

@@ -8,10 +8,10 @@ use outbox_adapters_postgres::PgThroughputLog;
 use outbox_ports::{ChartWindow, ThroughputKind, ThroughputLog};
 
 async fn place(pool: &sqlx::PgPool, table: &str, width: i32, ago: &str, count: i64) {
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "INSERT INTO {table} (kind, name, width, start, count) VALUES \
          ('published', 'orders', $1, to_timestamp(floor(extract(epoch FROM now() - $2::interval) / $1) * $1), $3)"
-    ))
+    )))
     .bind(width)
     .bind(ago)
     .bind(count)
@@ -52,9 +52,9 @@ async fn each_window_reads_its_rows_and_writers_forget_what_none_shows() {
     log.add_named(ThroughputKind::Published, &[("orders".to_owned(), 1)])
         .await
         .expect("add");
-    let left: Vec<(i32, i64)> = sqlx::query_as(&format!(
+    let left: Vec<(i32, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT width, count FROM {table} ORDER BY width, start"
-    ))
+    )))
     .fetch_all(&pool)
     .await
     .expect("rows");
@@ -71,12 +71,12 @@ async fn each_window_reads_its_rows_and_writers_forget_what_none_shows() {
 /// What a writer's add at `at` (an SQL expression of `now()`, a minute's start)
 /// leaves: a minute row and its hour's row, counting `count`.
 async fn place_add(pool: &sqlx::PgPool, table: &str, at: &str, count: i64) {
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "INSERT INTO {table} (kind, name, width, start, count) \
          SELECT 'published', 'orders', w, to_timestamp(floor(extract(epoch FROM {at}) / w) * w), $1 \
          FROM (VALUES (60), (3600)) AS r(w) \
          ON CONFLICT (kind, name, width, start) DO UPDATE SET count = {table}.count + EXCLUDED.count"
-    ))
+    )))
     .bind(count)
     .execute(pool)
     .await
@@ -133,11 +133,11 @@ async fn counts_land_in_their_bucket_and_the_oldest_bucket_is_not_forgotten() {
     )
     .await;
     // The week window's first hour, and the hour before it.
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "INSERT INTO {table} (kind, name, width, start, count) VALUES \
          ('published', 'orders', 3600, {hour} - interval '167 hours', 7), \
          ('published', 'orders', 3600, {hour} - interval '168 hours', 1000)"
-    ))
+    )))
     .execute(&pool)
     .await
     .expect("place hours");

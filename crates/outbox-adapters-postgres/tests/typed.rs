@@ -97,10 +97,10 @@ async fn read(store: &PgOutboxStore, id: MessageId) -> Message {
 }
 
 async fn rows(pool: &PgPool, schema: &PgSchema) -> i64 {
-    sqlx::query_scalar(&format!(
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT count(*) FROM {}.outbox_messages",
         schema.quoted()
-    ))
+    )))
     .fetch_one(pool)
     .await
     .expect("count")
@@ -108,10 +108,10 @@ async fn rows(pool: &PgPool, schema: &PgSchema) -> i64 {
 
 /// The ids in the table, in insert (claim) order.
 async fn ids_in_order(pool: &PgPool, schema: &PgSchema) -> Vec<MessageId> {
-    sqlx::query_scalar::<_, uuid::Uuid>(&format!(
+    sqlx::query_scalar::<_, uuid::Uuid>(sqlx::AssertSqlSafe(format!(
         "SELECT id FROM {}.outbox_messages ORDER BY seq",
         schema.quoted()
-    ))
+    )))
     .fetch_all(pool)
     .await
     .expect("ids")
@@ -136,35 +136,38 @@ async fn count_insert_statements(pool: &PgPool, schema: &PgSchema) {
              FOR EACH STATEMENT EXECUTE FUNCTION {s}.count_insert()"
         ),
     ] {
-        sqlx::query(&sql).execute(pool).await.expect(&sql);
+        sqlx::query(sqlx::AssertSqlSafe(&*sql))
+            .execute(pool)
+            .await
+            .expect(&sql);
     }
 }
 
 async fn statements(pool: &PgPool, schema: &PgSchema) -> i32 {
-    sqlx::query_scalar(&format!(
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT n FROM {}.insert_statements",
         schema.quoted()
-    ))
+    )))
     .fetch_one(pool)
     .await
     .expect("statements")
 }
 
 async fn orders_table(pool: &PgPool, schema: &PgSchema) {
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "CREATE TABLE {}.orders (id bigint PRIMARY KEY)",
         schema.quoted()
-    ))
+    )))
     .execute(pool)
     .await
     .expect("orders table");
 }
 
 async fn insert_order(tx: &mut sqlx::PgConnection, schema: &PgSchema, id: i64) {
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "INSERT INTO {}.orders VALUES ($1)",
         schema.quoted()
-    ))
+    )))
     .bind(id)
     .execute(tx)
     .await
@@ -247,11 +250,13 @@ async fn an_event_over_the_payload_limit_is_refused_and_the_transaction_goes_on(
         let kept = outbox.enqueue(&mut tx, &order(2, 0)).await.expect("fits");
         tx.commit().await.expect("commit");
         assert_eq!(ids_in_order(&pool, &schema).await, [kept]);
-        let orders: i64 =
-            sqlx::query_scalar(&format!("SELECT count(*) FROM {}.orders", schema.quoted()))
-                .fetch_one(&pool)
-                .await
-                .expect("orders");
+        let orders: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT count(*) FROM {}.orders",
+            schema.quoted()
+        )))
+        .fetch_one(&pool)
+        .await
+        .expect("orders");
         assert_eq!(orders, 1);
     });
 }
@@ -508,7 +513,10 @@ async fn a_row_written_in_plain_sql_by_the_documented_contract_decodes_as_the_ev
                  convert_to('{body}', 'UTF8'))"
             ),
         ] {
-            sqlx::query(&sql).execute(&pool).await.expect(&sql);
+            sqlx::query(sqlx::AssertSqlSafe(&*sql))
+                .execute(&pool)
+                .await
+                .expect(&sql);
         }
         let store = PgOutboxStore::new(pool.clone(), schema.clone());
         let claimed = store.claim_pending(&lease(), 10).await.expect("claim");

@@ -17,7 +17,7 @@ use outbox_adapters_postgres::{PgInboxStore, PgOutboxStore, PgPool, PgSchema};
 use outbox_ports::{OutboxRetention, PortError, SpaceReclaim};
 
 async fn exec(pool: &PgPool, sql: &str) {
-    sqlx::query(sql)
+    sqlx::query(sqlx::AssertSqlSafe(sql))
         .execute(pool)
         .await
         .unwrap_or_else(|e| panic!("{sql}: {e}"));
@@ -214,13 +214,13 @@ async fn a_role_that_does_not_own_the_table_is_told_so() {
         .await;
         // The role's grant goes with it; another run of this test at the same time
         // may still use it, so a failed drop is not this test's failure.
-        let _ = sqlx::query(&format!(
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
             "REVOKE USAGE ON SCHEMA {} FROM {role}",
             schema.quoted()
-        ))
+        )))
         .execute(&pool)
         .await;
-        let _ = sqlx::query(&format!("DROP ROLE IF EXISTS {role}"))
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP ROLE IF EXISTS {role}")))
             .execute(&pool)
             .await;
         if let Err(e) = checked {

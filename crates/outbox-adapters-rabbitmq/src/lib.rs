@@ -125,13 +125,13 @@ pub async fn connect_any(
 /// Maps a lapin error: a refused operation that names a missing entity is
 /// `NotFound`; a broken connection or channel is retryable; the rest is fatal.
 fn port(operation: &'static str, what: &'static str, id: &str, e: &lapin::Error) -> PortError {
-    if let lapin::ErrorKind::ProtocolError(amqp) = e.kind() {
-        if amqp.get_id() == 404 {
-            return PortError::NotFound {
-                what,
-                id: id.to_owned(),
-            };
-        }
+    if let lapin::ErrorKind::ProtocolError(amqp) = e.kind()
+        && amqp.get_id() == 404
+    {
+        return PortError::NotFound {
+            what,
+            id: id.to_owned(),
+        };
     }
     let message = e.to_string();
     match e.kind() {

@@ -917,10 +917,10 @@ impl Publisher for RabbitPublisher {
         let Ok(mut state) = timeout_at(deadline, self.take_state()).await else {
             return finish(outcomes, &out_of_time("publish"));
         };
-        if state.session.as_ref().is_some_and(|s| s.nacked) {
-            if let Err(e) = self.replace_channel(&mut state, deadline).await {
-                return finish(outcomes, &e);
-            }
+        if state.session.as_ref().is_some_and(|s| s.nacked)
+            && let Err(e) = self.replace_channel(&mut state, deadline).await
+        {
+            return finish(outcomes, &e);
         }
         let session = match self.ensure(&mut state, deadline).await {
             Ok(s) => s,

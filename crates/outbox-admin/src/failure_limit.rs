@@ -123,10 +123,10 @@ impl FailureLimit {
         // One more failure fits while the allowance is short of whole by at most
         // the burst less one.
         let tolerance = PER_ATTEMPT * (ATTEMPTS_PER_MINUTE - 1);
-        if let Some(next) = whole.checked_sub(tolerance) {
-            if next > now {
-                return Err(next - now);
-            }
+        if let Some(next) = whole.checked_sub(tolerance)
+            && next > now
+        {
+            return Err(next - now);
         }
         let token = match count {
             Count::No => return Ok(()),

@@ -632,13 +632,13 @@ impl AdminService {
             record.status,
             OutboxStatus::Pending | OutboxStatus::PublishFailed | OutboxStatus::Dead
         );
-        if let (Some(key), true) = (record.message.ordering_key.as_deref(), unsent) {
-            if let Some(head) = self.ports.outbox.head_of_key(key).await? {
-                if head.head == id {
-                    detail.waiting_behind = Some(head.waiting);
-                } else if record.status == OutboxStatus::Pending {
-                    detail.waits_behind = Some(head.head.to_string());
-                }
+        if let (Some(key), true) = (record.message.ordering_key.as_deref(), unsent)
+            && let Some(head) = self.ports.outbox.head_of_key(key).await?
+        {
+            if head.head == id {
+                detail.waiting_behind = Some(head.waiting);
+            } else if record.status == OutboxStatus::Pending {
+                detail.waits_behind = Some(head.head.to_string());
             }
         }
         Ok(detail)

@@ -41,10 +41,10 @@ pub(crate) struct Bench {
 impl Bench {
     pub(crate) async fn fresh_schema(&self, name: &str) -> anyhow::Result<PgSchema> {
         let schema = PgSchema::new(name)?;
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "DROP SCHEMA IF EXISTS {} CASCADE",
             schema.quoted()
-        ))
+        )))
         .execute(&self.pool)
         .await?;
         migrate(&self.pool, &schema).await?;
@@ -78,31 +78,31 @@ impl Bench {
         n: i64,
         keys: Option<i64>,
     ) -> anyhow::Result<()> {
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO {}.outbox_messages (exchange, routing_key, payload, ordering_key) \
              SELECT $1, 'k', convert_to(repeat('x', 1024), 'UTF8'), 'key-' || (g % $3) \
              FROM generate_series(0, $2 - 1) AS g ORDER BY g",
             schema.quoted()
-        ))
+        )))
         .bind(exchange)
         .bind(n)
         .bind(keys)
         .execute(&self.pool)
         .await?;
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "VACUUM ANALYZE {}.outbox_messages",
             schema.quoted()
-        ))
+        )))
         .execute(&self.pool)
         .await?;
         Ok(())
     }
 
     pub(crate) async fn count(&self, schema: &PgSchema, status: &str) -> anyhow::Result<i64> {
-        Ok(sqlx::query_scalar(&format!(
+        Ok(sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
             "SELECT count(*) FROM {}.outbox_messages WHERE status = $1",
             schema.quoted()
-        ))
+        )))
         .bind(status)
         .fetch_one(&self.pool)
         .await?)

@@ -53,29 +53,41 @@ impl Bench {
             )
         };
         let store = PgOutboxStore::new(self.pool.clone(), schema.clone());
-        sqlx::query(&fill(2_000)).execute(&self.pool).await?;
+        sqlx::query(sqlx::AssertSqlSafe(&*fill(2_000)))
+            .execute(&self.pool)
+            .await?;
         send_all_pending(&store, 1_000).await?;
-        sqlx::query(&fill(1_000)).execute(&self.pool).await?;
-        sqlx::query(&format!("VACUUM ANALYZE {t}"))
+        sqlx::query(sqlx::AssertSqlSafe(&*fill(1_000)))
+            .execute(&self.pool)
+            .await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!("VACUUM ANALYZE {t}")))
             .execute(&self.pool)
             .await?;
         let (_, small) = self.claim_times(&store).await?;
         send_all_pending(&store, 1_000).await?;
-        sqlx::query(&format!("ALTER TABLE {t} SET (autovacuum_enabled = false)"))
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "ALTER TABLE {t} SET (autovacuum_enabled = false)"
+        )))
+        .execute(&self.pool)
+        .await?;
+        sqlx::query(sqlx::AssertSqlSafe(&*fill(rows)))
             .execute(&self.pool)
             .await?;
-        sqlx::query(&fill(rows)).execute(&self.pool).await?;
         send_all_pending(&store, 10_000).await?;
-        sqlx::query(&fill(1_000)).execute(&self.pool).await?;
-        let (first, large) = self.claim_times(&store).await?;
-        sqlx::query(&format!("ALTER TABLE {t} RESET (autovacuum_enabled)"))
+        sqlx::query(sqlx::AssertSqlSafe(&*fill(1_000)))
             .execute(&self.pool)
             .await?;
+        let (first, large) = self.claim_times(&store).await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "ALTER TABLE {t} RESET (autovacuum_enabled)"
+        )))
+        .execute(&self.pool)
+        .await?;
         // The admin figures are for the table as the migration keeps it (autovacuum
         // on): vacuumed once the burst is over. Before that, the partial indexes
         // still hold the burst's dead entries, and every count over them pays it
         // (as the first claim does).
-        sqlx::query(&format!("VACUUM ANALYZE {t}"))
+        sqlx::query(sqlx::AssertSqlSafe(format!("VACUUM ANALYZE {t}")))
             .execute(&self.pool)
             .await?;
         let admin = self.admin_times(&schema, rows).await?;

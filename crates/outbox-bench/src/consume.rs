@@ -156,11 +156,11 @@ impl Bench {
         let handler: Arc<dyn PgHandler> = match effect {
             Effect::None => Arc::new(Noop),
             Effect::InsertRow => {
-                sqlx::query(&format!(
+                sqlx::query(sqlx::AssertSqlSafe(format!(
                     "CREATE TABLE IF NOT EXISTS {}.bench_effects (message_id uuid PRIMARY KEY, routing_key text NOT NULL, \
                      bytes integer NOT NULL, at timestamptz NOT NULL DEFAULT now())",
                     schema.quoted()
-                ))
+                )))
                 .execute(&self.pool)
                 .await?;
                 Arc::new(InsertRow {
@@ -223,7 +223,7 @@ struct InsertRow {
 #[async_trait::async_trait]
 impl PgHandler for InsertRow {
     async fn handle(&self, conn: &mut PgConnection, m: &Message) -> Result<(), HandlerError> {
-        sqlx::query(&self.sql)
+        sqlx::query(sqlx::AssertSqlSafe(&*self.sql))
             .bind(m.id.as_uuid())
             .bind(&m.routing_key)
             .bind(i32::try_from(m.payload.len()).unwrap_or(i32::MAX))

@@ -39,23 +39,23 @@ impl Bench {
     pub(crate) async fn delayed_claim(&self, rows: i64) -> anyhow::Result<f64> {
         let schema = self.fresh_schema("bench_delayed_claim").await?;
         let t = format!("{}.outbox_messages", schema.quoted());
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO {t} (exchange, routing_key, payload, not_before) \
              SELECT 'x', 'k', '\\x00'::bytea, now() + interval '30 days' + g * interval '1 second' \
              FROM generate_series(1, $1) AS g"
-        ))
+        )))
         .bind(rows)
         .execute(&self.pool)
         .await?;
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO {t} (exchange, routing_key, payload, not_before) \
              SELECT 'x', 'k', '\\x00'::bytea, \
                CASE WHEN g % 2 = 0 THEN now() - interval '1 minute' + g * interval '1 millisecond' END \
              FROM generate_series(1, 1000) AS g ORDER BY g"
-        ))
+        )))
         .execute(&self.pool)
         .await?;
-        sqlx::query(&format!("VACUUM ANALYZE {t}"))
+        sqlx::query(sqlx::AssertSqlSafe(format!("VACUUM ANALYZE {t}")))
             .execute(&self.pool)
             .await?;
         let store = PgOutboxStore::new(self.pool.clone(), schema.clone());
@@ -169,14 +169,15 @@ impl Bench {
             .queue_delete(DELAYED_QUEUE.into(), QueueDeleteOptions::default())
             .await;
 
-        let due: HashMap<String, f64> = sqlx::query_as::<_, (String, f64)>(&format!(
-            "SELECT id::text, extract(epoch FROM not_before)::float8 FROM {}.outbox_messages",
-            schema.quoted()
-        ))
-        .fetch_all(&self.pool)
-        .await?
-        .into_iter()
-        .collect();
+        let due: HashMap<String, f64> =
+            sqlx::query_as::<_, (String, f64)>(sqlx::AssertSqlSafe(format!(
+                "SELECT id::text, extract(epoch FROM not_before)::float8 FROM {}.outbox_messages",
+                schema.quoted()
+            )))
+            .fetch_all(&self.pool)
+            .await?
+            .into_iter()
+            .collect();
         anyhow::ensure!(due.len() == n, "delayed: {} rows, not {n}", due.len());
         let mut late = Vec::with_capacity(n);
         for (id, at) in &arrivals {

@@ -40,7 +40,9 @@ impl Bench {
                 let mut n = 0_u64;
                 while Instant::now() < until {
                     let mut tx = pool.begin().await?;
-                    sqlx::query(&business).execute(&mut *tx).await?;
+                    sqlx::query(sqlx::AssertSqlSafe(&*business))
+                        .execute(&mut *tx)
+                        .await?;
                     let m = NewMessage::new(EXCHANGE, "order.created", vec![b'x'; 1024])
                         .with_type("order.created");
                     if plain {
@@ -48,7 +50,7 @@ impl Bench {
                             outbox_core::MessageId::from_uuid(uuid::Uuid::now_v7()),
                             time_now(),
                         );
-                        sqlx::query(&plain_insert)
+                        sqlx::query(sqlx::AssertSqlSafe(&*plain_insert))
                             .bind(m.id.as_uuid())
                             .bind(&m.exchange)
                             .bind(&m.routing_key)
@@ -77,15 +79,15 @@ impl Bench {
     async fn enqueue(&mut self, for_how_long: Duration) -> anyhow::Result<(f64, f64)> {
         let schema = self.fresh_schema("bench_enqueue").await?;
         let s = schema.quoted();
-        sqlx::query(&format!("CREATE TABLE {s}.business (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, note text)"))
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE TABLE {s}.business (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, note text)")))
             .execute(&self.pool)
             .await?;
         // The same message columns, without our trigger, partial indexes or defaults.
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "CREATE TABLE {s}.plain_messages (seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, id uuid NOT NULL UNIQUE, \
              exchange text NOT NULL, routing_key text NOT NULL, message_type text, headers jsonb NOT NULL, payload bytea NOT NULL, \
              content_type text NOT NULL, source text, correlation_id text, created_at timestamptz NOT NULL)"
-        ))
+        )))
         .execute(&self.pool)
         .await?;
         let (mut plain, mut ours) = (Vec::new(), Vec::new());

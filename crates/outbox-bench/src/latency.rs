@@ -56,7 +56,7 @@ impl Bench {
         let mut sent = 0_i64;
         while Instant::now() < until {
             tick.tick().await;
-            sqlx::query(&insert)
+            sqlx::query(sqlx::AssertSqlSafe(&*insert))
                 .bind(EXCHANGE)
                 .execute(&self.pool)
                 .await?;
@@ -68,11 +68,11 @@ impl Bench {
         }
         cancel.cancel();
         task.await?;
-        let (p50, p99, max): (f64, f64, f64) = sqlx::query_as(&format!(
+        let (p50, p99, max): (f64, f64, f64) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY ms), percentile_cont(0.99) WITHIN GROUP (ORDER BY ms), max(ms) \
              FROM (SELECT extract(epoch FROM sent_at - created_at)::float8 * 1000 AS ms FROM {}.outbox_messages) t",
             schema.quoted()
-        ))
+        )))
         .fetch_one(&self.pool)
         .await?;
         self.purge().await?;

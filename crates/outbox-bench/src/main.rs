@@ -245,9 +245,11 @@ async fn main() -> anyhow::Result<()> {
     if matches!(only, Some(Only::Claim | Only::Delayed)) {
         record_claim_scale(&mut b, sizes.claim_rows).await?;
         for s in ["bench_claim", "bench_delayed_claim"] {
-            let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {s} CASCADE"))
-                .execute(&b.pool)
-                .await;
+            let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DROP SCHEMA IF EXISTS {s} CASCADE"
+            )))
+            .execute(&b.pool)
+            .await;
         }
         return write_summary(&b, quick, &out);
     }
@@ -312,9 +314,11 @@ async fn main() -> anyhow::Result<()> {
         "bench_memory",
         "bench_enqueue",
     ] {
-        let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {s} CASCADE"))
-            .execute(&b.pool)
-            .await;
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DROP SCHEMA IF EXISTS {s} CASCADE"
+        )))
+        .execute(&b.pool)
+        .await;
     }
     write_summary(&b, quick, &out)
 }

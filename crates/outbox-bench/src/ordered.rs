@@ -39,10 +39,10 @@ impl Bench {
     /// Reads the `n` messages the drain left in the queue (the relay's exchange
     /// routes only to it) and checks them against the table's keys and `seq`s.
     async fn check_order(&self, schema: &PgSchema, n: i64) -> anyhow::Result<()> {
-        let rows: Vec<(String, String, i64)> = sqlx::query_as(&format!(
+        let rows: Vec<(String, String, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT id::text, ordering_key, seq FROM {}.outbox_messages",
             schema.quoted()
-        ))
+        )))
         .fetch_all(&self.pool)
         .await?;
         let by_id: HashMap<String, (String, i64)> = rows

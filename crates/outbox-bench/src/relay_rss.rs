@@ -35,14 +35,13 @@ impl Bench {
         let pid = child.id().context("relay pid")?;
         let mut peak_kib = 0_u64;
         while self.count(&schema, "sent").await? < n {
-            if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
-                if let Some(kib) = status
+            if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status"))
+                && let Some(kib) = status
                     .lines()
                     .find_map(|l| l.strip_prefix("VmHWM:"))
                     .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-                {
-                    peak_kib = peak_kib.max(kib);
-                }
+            {
+                peak_kib = peak_kib.max(kib);
             }
             // Drain the queue meanwhile, so the broker's own memory does not decide.
             self.purge().await?;

@@ -356,18 +356,17 @@ async fn main() -> ExitCode {
         );
         return ExitCode::from(2);
     }
-    if let Some(list) = &only {
-        if let Some(bad) = list
+    if let Some(list) = &only
+        && let Some(bad) = list
             .iter()
             .find(|n| !SCENARIOS.iter().any(|(s, _, _)| s == n))
-        {
-            let names: Vec<&str> = SCENARIOS.iter().map(|(s, _, _)| *s).collect();
-            eprintln!(
-                "outbox-chaos: no scenario {bad:?}; the scenarios: {}",
-                names.join(", ")
-            );
-            return ExitCode::from(2);
-        }
+    {
+        let names: Vec<&str> = SCENARIOS.iter().map(|(s, _, _)| *s).collect();
+        eprintln!(
+            "outbox-chaos: no scenario {bad:?}; the scenarios: {}",
+            names.join(", ")
+        );
+        return ExitCode::from(2);
     }
     let bins = match bins() {
         Ok(b) => b,

@@ -217,7 +217,7 @@ impl World {
                  billed_seq bigint GENERATED ALWAYS AS IDENTITY)"
             ),
         ] {
-            sqlx::query(&sql).execute(&pool).await?;
+            sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&pool).await?;
         }
         shop.setup(&pool).await.context("shop setup")?;
         let amqp = outbox_adapters_rabbitmq::connect(&urls.amqp, Duration::from_secs(10))
@@ -519,16 +519,18 @@ state_key = "{state}"
     }
 
     async fn count(&self, sql: &str) -> anyhow::Result<u64> {
-        let n: i64 = sqlx::query_scalar(sql).fetch_one(&self.pool).await?;
+        let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+            .fetch_one(&self.pool)
+            .await?;
         Ok(u64::try_from(n).unwrap_or(0))
     }
 
     /// Reads the totals.
     pub(crate) async fn tally(&self) -> anyhow::Result<Tally> {
         let (s, o) = (self.shop.schema.quoted(), self.shop.outbox_schema.quoted());
-        let (consumed, effects): (i64, i64) = sqlx::query_as(&format!(
+        let (consumed, effects): (i64, i64) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT count(DISTINCT order_id), count(*) FROM {s}.invoices"
-        ))
+        )))
         .fetch_one(&self.pool)
         .await?;
         let n = |v: i64| u64::try_from(v).unwrap_or(0);

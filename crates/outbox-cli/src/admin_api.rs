@@ -116,14 +116,14 @@ impl TrustedProxyConfig {
         if axum::http::HeaderName::from_bytes(self.header.as_bytes()).is_err() {
             return Err(ConfigError::new(&at, "header", "is not a header name"));
         }
-        if let Some(g) = &self.groups_header {
-            if axum::http::HeaderName::from_bytes(g.as_bytes()).is_err() {
-                return Err(ConfigError::new(
-                    &at,
-                    "groups_header",
-                    "is not a header name",
-                ));
-            }
+        if let Some(g) = &self.groups_header
+            && axum::http::HeaderName::from_bytes(g.as_bytes()).is_err()
+        {
+            return Err(ConfigError::new(
+                &at,
+                "groups_header",
+                "is not a header name",
+            ));
         }
         if self.from.is_empty() {
             return Err(ConfigError::new(

@@ -762,17 +762,16 @@ impl RelayConfig {
             .rabbitmq
             .as_ref()
             .filter(|_| a.publisher == PublisherKind::Rabbitmq)
+            && d.lease_ttl <= r.confirm_timeout
         {
-            if d.lease_ttl <= r.confirm_timeout {
-                return Err(ConfigError::new(
-                    "dispatch",
-                    "lease_ttl",
-                    format!(
-                        "must be longer than rabbitmq.confirm_timeout ({:?} <= {:?}): a batch still waiting for its confirms would lose its claim and be published twice",
-                        d.lease_ttl, r.confirm_timeout
-                    ),
-                ));
-            }
+            return Err(ConfigError::new(
+                "dispatch",
+                "lease_ttl",
+                format!(
+                    "must be longer than rabbitmq.confirm_timeout ({:?} <= {:?}): a batch still waiting for its confirms would lose its claim and be published twice",
+                    d.lease_ttl, r.confirm_timeout
+                ),
+            ));
         }
         if d.pipelines == 0 || d.pipelines > 16 {
             return Err(ConfigError::new(

@@ -306,10 +306,10 @@ async fn one_trace_from_enqueue_through_rabbitmq_to_the_handler() {
         seen, traces,
         "each handler runs once, in its own message's trace"
     );
-    let transactions: i64 = sqlx::query_scalar(&format!(
+    let transactions: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT count(DISTINCT received_at) FROM {}.outbox_inbox",
         schema.quoted()
-    ))
+    )))
     .fetch_one(&pool)
     .await
     .expect("transactions");
@@ -361,7 +361,10 @@ async fn one_trace_from_enqueue_through_rabbitmq_to_the_handler() {
     let _ = ch
         .exchange_delete(exchange.as_str().into(), Default::default())
         .await;
-    let _ = sqlx::query(&format!("DROP SCHEMA {} CASCADE", schema.quoted()))
-        .execute(&pool)
-        .await;
+    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP SCHEMA {} CASCADE",
+        schema.quoted()
+    )))
+    .execute(&pool)
+    .await;
 }

@@ -68,7 +68,10 @@ async fn readiness_answers_in_time_when_the_store_never_does() {
         result("broker").is_ok() && result("lock").is_ok(),
         "{checks:?}"
     );
-    let _ = sqlx::query(&format!("DROP SCHEMA {} CASCADE", schema.quoted()))
-        .execute(&direct)
-        .await;
+    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP SCHEMA {} CASCADE",
+        schema.quoted()
+    )))
+    .execute(&direct)
+    .await;
 }

@@ -43,10 +43,10 @@ async fn database() -> Option<(PgPool, PgSchema, String)> {
     };
     let id = outbox_testkit::unique_key("stall").replace(['.', '-'], "_");
     let schema = PgSchema::new(&format!("st_{}", &id[id.len() - 20..])).expect("schema");
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "DROP SCHEMA IF EXISTS {} CASCADE",
         schema.quoted()
-    ))
+    )))
     .execute(&pool)
     .await
     .expect("drop");
@@ -226,10 +226,10 @@ async fn a_mark_behind_another_sessions_row_lock_fails_readiness_then_recovers_a
         .await
         .expect("the relay claims the batch");
     let mut holder = pool.begin().await.expect("begin");
-    let locked: Vec<sqlx::types::Uuid> = sqlx::query_scalar(&format!(
+    let locked: Vec<sqlx::types::Uuid> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT id FROM {}.outbox_messages ORDER BY seq FOR UPDATE",
         schema.quoted()
-    ))
+    )))
     .fetch_all(&mut *holder)
     .await
     .expect("row locks");
@@ -309,10 +309,10 @@ async fn due_rows_another_session_keeps_locked_fail_readiness_though_every_claim
     let messages = outbox_testkit::messages(MESSAGES);
     store.enqueue(messages.clone()).await.expect("enqueue");
     let mut holder = pool.begin().await.expect("begin");
-    let locked: Vec<sqlx::types::Uuid> = sqlx::query_scalar(&format!(
+    let locked: Vec<sqlx::types::Uuid> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT id FROM {}.outbox_messages ORDER BY seq FOR UPDATE",
         schema.quoted()
-    ))
+    )))
     .fetch_all(&mut *holder)
     .await
     .expect("row locks");

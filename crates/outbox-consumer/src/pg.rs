@@ -186,11 +186,11 @@ impl PgTxInbox {
         attempt: u32,
         failure: &HandlerFailure,
     ) -> outbox_core::Decision {
-        if failure.policy.is_none() {
-            if let Some(policy) = self.handlers.policy_for(message) {
-                let failure = failure.clone().with_policy(Some(policy));
-                return cx.decide_failure(attempt, &failure);
-            }
+        if failure.policy.is_none()
+            && let Some(policy) = self.handlers.policy_for(message)
+        {
+            let failure = failure.clone().with_policy(Some(policy));
+            return cx.decide_failure(attempt, &failure);
         }
         cx.decide_failure(attempt, failure)
     }

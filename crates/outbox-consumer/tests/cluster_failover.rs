@@ -31,7 +31,7 @@ struct Effects(String);
 impl PgHandler for Effects {
     async fn handle(&self, conn: &mut PgConnection, m: &Message) -> Result<(), HandlerError> {
         tokio::time::sleep(Duration::from_millis(20)).await;
-        sqlx::query(&self.0)
+        sqlx::query(sqlx::AssertSqlSafe(&*self.0))
             .bind(m.id.as_uuid())
             .execute(&mut *conn)
             .await?;
@@ -50,10 +50,10 @@ async fn a_consumer_whose_node_stops_resubscribes_through_another_and_applies_ea
     let id = outbox_testkit::unique_key("cf").replace(['.', '-'], "_");
     let schema = PgSchema::new(&format!("cf_{}", &id[id.len() - 20..])).expect("schema");
     migrate(&pool, &schema).await.expect("migrate");
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "CREATE TABLE {}.effects (message_id uuid NOT NULL)",
         schema.quoted()
-    ))
+    )))
     .execute(&pool)
     .await
     .expect("effects");
@@ -125,9 +125,9 @@ async fn a_consumer_whose_node_stops_resubscribes_through_another_and_applies_ea
     let count = |sql: &'static str| {
         let (pool, schema) = (pool.clone(), schema.clone());
         async move {
-            sqlx::query_scalar::<_, i64>(
-                &sql.replace("{t}", &format!("{}.effects", schema.quoted())),
-            )
+            sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(
+                &*sql.replace("{t}", &format!("{}.effects", schema.quoted())),
+            ))
             .fetch_one(&pool)
             .await
             .expect("count")
@@ -205,7 +205,10 @@ async fn a_consumer_whose_node_stops_resubscribes_through_another_and_applies_ea
             )
             .await;
     }
-    let _ = sqlx::query(&format!("DROP SCHEMA {} CASCADE", schema.quoted()))
-        .execute(&pool)
-        .await;
+    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP SCHEMA {} CASCADE",
+        schema.quoted()
+    )))
+    .execute(&pool)
+    .await;
 }

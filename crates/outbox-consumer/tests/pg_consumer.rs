@@ -34,18 +34,18 @@ async fn database() -> Option<(outbox_adapters_postgres::PgPool, PgSchema)> {
     };
     let id = outbox_testkit::unique_key("pgc").replace(['.', '-'], "_");
     let schema = PgSchema::new(&format!("pgc_{}", &id[id.len() - 20..])).expect("schema");
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "DROP SCHEMA IF EXISTS {} CASCADE",
         schema.quoted()
-    ))
+    )))
     .execute(&pool)
     .await
     .expect("drop");
     migrate(&pool, &schema).await.expect("migrate");
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "CREATE TABLE {}.effects (message_id uuid NOT NULL)",
         schema.quoted()
-    ))
+    )))
     .execute(&pool)
     .await
     .expect("effects");
@@ -69,7 +69,7 @@ impl PgHandler for Billing {
             *n += 1;
             *n
         };
-        sqlx::query(&self.insert)
+        sqlx::query(sqlx::AssertSqlSafe(&*self.insert))
             .bind(m.id.as_uuid())
             .execute(&mut *conn)
             .await?;
@@ -83,7 +83,7 @@ impl PgHandler for Billing {
         if n == 1 && seq == 7 {
             panic!("boom on the first attempt");
         }
-        if n == 1 && seq % 10 == 0 {
+        if n == 1 && seq.is_multiple_of(10) {
             return Err("downstream not ready".into());
         }
         Ok(())
@@ -158,10 +158,10 @@ async fn effects_happen_exactly_once_despite_redeliveries_failures_and_panics() 
     cancel.cancel();
     running.await.expect("worker");
 
-    let rows: Vec<(sqlx::types::Uuid, i64)> = sqlx::query_as(&format!(
+    let rows: Vec<(sqlx::types::Uuid, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT message_id, count(*) FROM {}.effects GROUP BY 1",
         schema.quoted()
-    ))
+    )))
     .fetch_all(&pool)
     .await
     .expect("effects");
@@ -237,10 +237,10 @@ impl DbFaults {
         m: &Message,
     ) -> Result<(), HandlerError> {
         for _ in 0..2 {
-            sqlx::query(&format!(
+            sqlx::query(sqlx::AssertSqlSafe(format!(
                 "INSERT INTO {}.deferred_unique VALUES ($1)",
                 self.schema.quoted()
-            ))
+            )))
             .bind(m.id.as_uuid())
             .execute(&mut *conn)
             .await?;
@@ -258,10 +258,10 @@ impl PgHandler for DbFaults {
             *n += 1;
             *n
         };
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO {}.effects VALUES ($1)",
             self.schema.quoted()
-        ))
+        )))
         .bind(m.id.as_uuid())
         .execute(&mut *conn)
         .await?;
@@ -286,10 +286,10 @@ impl PgHandler for DbFaults {
                 // The handler bug under test: it ends the inbox transaction and then
                 // writes, outside any transaction of the worker's.
                 sqlx::query("ROLLBACK").execute(&mut *conn).await?;
-                sqlx::query(&format!(
+                sqlx::query(sqlx::AssertSqlSafe(format!(
                     "INSERT INTO {}.effects VALUES ($1)",
                     self.schema.quoted()
-                ))
+                )))
                 .bind(m.id.as_uuid())
                 .execute(&mut *conn)
                 .await?;
@@ -305,11 +305,11 @@ impl PgHandler for DbFaults {
 }
 
 async fn deferred_table(pool: &outbox_adapters_postgres::PgPool, schema: &PgSchema) {
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "CREATE TABLE {}.deferred_unique (message_id uuid, \
          CONSTRAINT deferred_unique_id UNIQUE (message_id) DEFERRABLE INITIALLY DEFERRED)",
         schema.quoted()
-    ))
+    )))
     .execute(pool)
     .await
     .expect("deferred table");
@@ -326,17 +326,23 @@ fn messages_with(payload: &[u8], n: usize) -> Vec<Message> {
 }
 
 async fn drop_schema(pool: &outbox_adapters_postgres::PgPool, schema: &PgSchema) {
-    sqlx::query(&format!("DROP SCHEMA {} CASCADE", schema.quoted()))
-        .execute(pool)
-        .await
-        .expect("drop");
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP SCHEMA {} CASCADE",
+        schema.quoted()
+    )))
+    .execute(pool)
+    .await
+    .expect("drop");
 }
 
 async fn effect_count(pool: &outbox_adapters_postgres::PgPool, schema: &PgSchema) -> i64 {
-    sqlx::query_scalar(&format!("SELECT count(*) FROM {}.effects", schema.quoted()))
-        .fetch_one(pool)
-        .await
-        .expect("effects")
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT count(*) FROM {}.effects",
+        schema.quoted()
+    )))
+    .fetch_one(pool)
+    .await
+    .expect("effects")
 }
 
 /// Delivers `msgs` through a `PgConsumerWorker` with a `DbFaults` handler; waits until
@@ -592,11 +598,11 @@ async fn the_worker_deletes_old_consumed_rows_and_keeps_the_rest() {
     running.await.expect("worker");
     // Consumed, and dead, long ago (each row's own times moved back: a row without a
     // consumed time would never be old); another consumer's old rows are not ours.
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "UPDATE {}.outbox_inbox SET consumed_at = consumed_at - interval '8 days', \
          last_attempt_at = last_attempt_at - interval '8 days'",
         schema.quoted()
-    ))
+    )))
     .execute(&pool)
     .await
     .expect("age rows");
@@ -612,10 +618,10 @@ async fn the_worker_deletes_old_consumed_rows_and_keeps_the_rest() {
             .await
             .expect("other consumed")
     );
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "UPDATE {}.outbox_inbox SET consumed_at = consumed_at - interval '8 days' WHERE consumer = $1",
         schema.quoted()
-    ))
+    )))
     .bind(other)
     .execute(&pool)
     .await
@@ -858,10 +864,10 @@ async fn a_handler_that_ends_the_inbox_transaction_is_counted_dead_and_runs_once
     loop {
         let mut dead = 0;
         for m in &msgs {
-            if let Some(r) = inbox.get_delivery(NAME, m.id).await.expect("get") {
-                if r.status == InboxStatus::Dead {
-                    dead += 1;
-                }
+            if let Some(r) = inbox.get_delivery(NAME, m.id).await.expect("get")
+                && r.status == InboxStatus::Dead
+            {
+                dead += 1;
             }
         }
         if dead == msgs.len() && b.queue_depth(QUEUE) == (0, 0) {
@@ -935,10 +941,10 @@ async fn consume_all(
         msgs.len() as i64,
         "each once"
     );
-    sqlx::query_scalar::<_, i64>(&format!(
+    sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(format!(
         "SELECT count(DISTINCT received_at) FROM {}.outbox_inbox",
         schema.quoted()
-    ))
+    )))
     .fetch_one(pool)
     .await
     .expect("transactions") as usize

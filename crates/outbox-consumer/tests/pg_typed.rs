@@ -61,10 +61,10 @@ async fn database() -> Option<(outbox_adapters_postgres::PgPool, PgSchema)> {
     let id = outbox_testkit::unique_key("pgt").replace(['.', '-'], "_");
     let schema = PgSchema::new(&format!("pgt_{}", &id[id.len() - 20..])).expect("schema");
     migrate(&pool, &schema).await.expect("migrate");
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "CREATE TABLE {}.invoices (order_id bigint NOT NULL)",
         schema.quoted()
-    ))
+    )))
     .execute(&pool)
     .await
     .expect("invoices");
@@ -87,7 +87,7 @@ impl PgEventHandler<OrderCreated> for Bill {
         order: OrderCreated,
         cx: Context,
     ) -> Result<(), HandlerError> {
-        sqlx::query(&self.insert)
+        sqlx::query(sqlx::AssertSqlSafe(&*self.insert))
             .bind(i64::try_from(order.order_id)?)
             .execute(&mut *conn)
             .await?;
@@ -205,10 +205,10 @@ async fn bad_bodies_die_at_once_and_follow_ups_commit_with_the_inbox_row() {
 
     for m in &messages[3..] {
         let (status, attempts, last_error, payload): (String, i32, Option<String>, Vec<u8>) =
-            sqlx::query_as(&format!(
+            sqlx::query_as(sqlx::AssertSqlSafe(format!(
                 "SELECT status, attempts, last_error, payload FROM {q}.outbox_inbox \
                  WHERE consumer = $1 AND message_id = $2"
-            ))
+            )))
             .bind(NAME)
             .bind(m.id.as_uuid())
             .fetch_one(&pool)
@@ -224,18 +224,18 @@ async fn bad_bodies_die_at_once_and_follow_ups_commit_with_the_inbox_row() {
         assert_eq!(payload, m.payload, "the raw body stays for operators");
     }
 
-    let invoices: Vec<(i64, i64)> = sqlx::query_as(&format!(
+    let invoices: Vec<(i64, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT order_id, count(*) FROM {q}.invoices GROUP BY 1 ORDER BY 1"
-    ))
+    )))
     .fetch_all(&pool)
     .await
     .expect("invoices");
     assert_eq!(invoices, [(1, 1), (2, 1), (3, 1)], "each effect once");
     let follow_ups: Vec<(Option<String>, Option<String>, serde_json::Value)> = sqlx::query_as(
-        &format!(
+        sqlx::AssertSqlSafe(format!(
             "SELECT correlation_id, headers ->> '{CAUSATION_HEADER}', convert_from(payload, 'UTF8')::jsonb \
              FROM {q}.outbox_messages WHERE message_type = 'invoice.issued'"
-        ),
+        )),
     )
     .fetch_all(&pool)
     .await
@@ -263,7 +263,7 @@ async fn bad_bodies_die_at_once_and_follow_ups_commit_with_the_inbox_row() {
             Some(causes[&order_id].to_string().as_str())
         );
     }
-    sqlx::query(&format!("DROP SCHEMA {q} CASCADE"))
+    sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {q} CASCADE")))
         .execute(&pool)
         .await
         .expect("drop");
@@ -344,9 +344,9 @@ async fn a_types_own_policy_also_decides_the_failures_the_inbox_makes() {
     }
     cancel.cancel();
     running.await.expect("worker");
-    let (attempts, last_error): (i32, String) = sqlx::query_as(&format!(
+    let (attempts, last_error): (i32, String) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT attempts, last_error FROM {q}.outbox_inbox WHERE message_id = $1"
-    ))
+    )))
     .bind(m.id.as_uuid())
     .fetch_one(&pool)
     .await
@@ -356,7 +356,7 @@ async fn a_types_own_policy_also_decides_the_failures_the_inbox_makes() {
         attempts, 1,
         "the type's one attempt, not the consumer's five"
     );
-    sqlx::query(&format!("DROP SCHEMA {q} CASCADE"))
+    sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {q} CASCADE")))
         .execute(&pool)
         .await
         .expect("drop");

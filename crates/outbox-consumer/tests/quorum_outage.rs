@@ -32,7 +32,7 @@ struct Effects(String);
 #[async_trait]
 impl PgHandler for Effects {
     async fn handle(&self, conn: &mut PgConnection, m: &Message) -> Result<(), HandlerError> {
-        sqlx::query(&self.0)
+        sqlx::query(sqlx::AssertSqlSafe(&*self.0))
             .bind(m.id.as_uuid())
             .execute(&mut *conn)
             .await?;
@@ -61,10 +61,10 @@ async fn world(test: &str) -> World {
     let id = outbox_testkit::unique_key(test).replace(['.', '-'], "_");
     let schema = PgSchema::new(&format!("qo_{}", &id[id.len() - 20..])).expect("schema");
     migrate(&pool, &schema).await.expect("migrate");
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "CREATE TABLE {}.effects (message_id uuid NOT NULL)",
         schema.quoted()
-    ))
+    )))
     .execute(&pool)
     .await
     .expect("effects");
@@ -138,20 +138,20 @@ impl World {
 
     /// (effect rows, distinct messages with an effect).
     async fn effects(&self) -> (i64, i64) {
-        sqlx::query_as(&format!(
+        sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT count(*), count(DISTINCT message_id) FROM {}.effects",
             self.schema.quoted()
-        ))
+        )))
         .fetch_one(&self.pool)
         .await
         .expect("count effects")
     }
 
     async fn inbox_dead(&self) -> Vec<(uuid::Uuid, Option<String>)> {
-        sqlx::query_as(&format!(
+        sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT message_id, last_error FROM {}.outbox_inbox WHERE consumer = $1 AND status = 'dead'",
             self.schema.quoted()
-        ))
+        )))
         .bind(NAME)
         .fetch_all(&self.pool)
         .await
@@ -190,9 +190,12 @@ impl World {
                     .await;
             }
         }
-        let _ = sqlx::query(&format!("DROP SCHEMA {} CASCADE", self.schema.quoted()))
-            .execute(&self.pool)
-            .await;
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DROP SCHEMA {} CASCADE",
+            self.schema.quoted()
+        )))
+        .execute(&self.pool)
+        .await;
     }
 }
 
@@ -419,7 +422,7 @@ async fn a_delivery_another_queue_dead_lettered_is_kept_as_a_dead_letter() {
     );
     let deadline = Instant::now() + Duration::from_secs(15);
     let kept: Vec<(Option<String>, String)> = loop {
-        let kept = sqlx::query_as(&letters)
+        let kept = sqlx::query_as(sqlx::AssertSqlSafe(&*letters))
             .bind(NAME)
             .fetch_all(&w.pool)
             .await

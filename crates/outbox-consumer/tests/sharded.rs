@@ -37,7 +37,7 @@ impl PgHandler for Effects {
     async fn handle(&self, conn: &mut PgConnection, m: &Message) -> Result<(), HandlerError> {
         tokio::time::sleep(Duration::from_millis(2)).await;
         let seq: i32 = m.headers["seq"].parse().expect("seq");
-        sqlx::query(&self.0)
+        sqlx::query(sqlx::AssertSqlSafe(&*self.0))
             .bind(m.id.as_uuid())
             .bind(m.ordering_key.as_deref())
             .bind(seq)
@@ -75,9 +75,9 @@ async fn one_consumer_takes_every_shard_each_message_once_each_key_in_order() {
     let schema = PgSchema::new(&format!("sh_{}", &id[id.len() - 20..])).expect("schema");
     migrate(&pool, &schema).await.expect("migrate");
     let effects = format!("{}.effects", schema.quoted());
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "CREATE TABLE {effects} (n bigserial, message_id uuid NOT NULL, key text, seq int, exchange text)"
-    ))
+    )))
     .execute(&pool)
     .await
     .expect("effects");
@@ -152,7 +152,7 @@ async fn one_consumer_takes_every_shard_each_message_once_each_key_in_order() {
     let count = |sql: String| {
         let pool = pool.clone();
         async move {
-            sqlx::query_scalar::<_, i64>(&sql)
+            sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql))
                 .fetch_one(&pool)
                 .await
                 .expect("count")
@@ -188,11 +188,11 @@ async fn one_consumer_takes_every_shard_each_message_once_each_key_in_order() {
     dead_letter_from_shard_1(&ch, &exchange, &queue, &given_up.to_string()).await;
     let deadline = Instant::now() + Duration::from_secs(20);
     let dead = loop {
-        let row: Option<(String, String, String)> = sqlx::query_as(&format!(
+        let row: Option<(String, String, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT status, exchange, coalesce(last_error, '') FROM {}.outbox_inbox \
              WHERE consumer = 'billing' AND message_id = $1",
             schema.quoted()
-        ))
+        )))
         .bind(given_up.as_uuid())
         .fetch_optional(&pool)
         .await
@@ -225,11 +225,12 @@ async fn one_consumer_takes_every_shard_each_message_once_each_key_in_order() {
     ))
     .await;
     assert_eq!(wrong_exchange, 0, "handlers see the exchange written for");
-    let rows: Vec<(String, i32)> =
-        sqlx::query_as(&format!("SELECT key, seq FROM {effects} ORDER BY n"))
-            .fetch_all(&pool)
-            .await
-            .expect("rows");
+    let rows: Vec<(String, i32)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT key, seq FROM {effects} ORDER BY n"
+    )))
+    .fetch_all(&pool)
+    .await
+    .expect("rows");
     let mut last: HashMap<String, i32> = HashMap::new();
     for (key, seq) in rows {
         let prev = last.insert(key.clone(), seq);
@@ -262,9 +263,12 @@ async fn one_consumer_takes_every_shard_each_message_once_each_key_in_order() {
             .exchange_delete(x.as_str().into(), ExchangeDeleteOptions::default())
             .await;
     }
-    let _ = sqlx::query(&format!("DROP SCHEMA {} CASCADE", schema.quoted()))
-        .execute(&pool)
-        .await;
+    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP SCHEMA {} CASCADE",
+        schema.quoted()
+    )))
+    .execute(&pool)
+    .await;
 }
 
 /// A delivery as RabbitMQ dead-letters it from shard 1 of `queue` (after its

@@ -40,16 +40,17 @@ pub fn failure_group(error: &str) -> String {
             i += 1;
             continue;
         }
-        if c.is_ascii_hexdigit() && !word_before(&out) {
-            if let Some(end) = hex_value_at(&chars, i) {
-                out.push_str(if end - i == UUID_CHARS && is_uuid(&chars[i..end]) {
-                    "<id>"
-                } else {
-                    "<hex>"
-                });
-                i = end;
-                continue;
-            }
+        if c.is_ascii_hexdigit()
+            && !word_before(&out)
+            && let Some(end) = hex_value_at(&chars, i)
+        {
+            out.push_str(if end - i == UUID_CHARS && is_uuid(&chars[i..end]) {
+                "<id>"
+            } else {
+                "<hex>"
+            });
+            i = end;
+            continue;
         }
         if c.is_ascii_digit() && !word_before(&out) {
             let end = chars[i..]

@@ -38,10 +38,10 @@ async fn services() -> Option<(PgPool, PgSchema, lapin::Connection, String)> {
     };
     let id = outbox_testkit::unique_key("badrows").replace(['.', '-'], "_");
     let schema = PgSchema::new(&format!("br_{}", &id[id.len() - 20..])).expect("schema");
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "DROP SCHEMA IF EXISTS {} CASCADE",
         schema.quoted()
-    ))
+    )))
     .execute(&pool)
     .await
     .expect("drop");
@@ -58,10 +58,12 @@ async fn services() -> Option<(PgPool, PgSchema, lapin::Connection, String)> {
     .await
     .expect("constraints");
     for name in names {
-        sqlx::query(&format!(
+        // SAFETY-SQL: `name` is a constraint of our migrations, read back from
+        // pg_constraint (`outbox_messages_..._amqp`, no `"` in it), quoted.
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "ALTER TABLE {}.outbox_messages DROP CONSTRAINT \"{name}\"",
             schema.quoted()
-        ))
+        )))
         .execute(&pool)
         .await
         .expect("drop constraint");
@@ -126,7 +128,7 @@ async fn rows_amqp_cannot_carry_are_dead_at_once_and_the_others_are_sent() {
     let table = format!("{}.outbox_messages", schema.quoted());
     let mut bad = Vec::new();
     for (column, sql) in bad_rows {
-        let id: uuid::Uuid = sqlx::query_scalar(&sql.replace("{t}", &table))
+        let id: uuid::Uuid = sqlx::query_scalar(sqlx::AssertSqlSafe(&*sql.replace("{t}", &table)))
             .bind(&exchange)
             .bind(&long)
             .fetch_one(&pool)
@@ -188,7 +190,10 @@ async fn rows_amqp_cannot_carry_are_dead_at_once_and_the_others_are_sent() {
     let _ = ch
         .exchange_delete(exchange.as_str().into(), Default::default())
         .await;
-    let _ = sqlx::query(&format!("DROP SCHEMA {} CASCADE", schema.quoted()))
-        .execute(&pool)
-        .await;
+    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP SCHEMA {} CASCADE",
+        schema.quoted()
+    )))
+    .execute(&pool)
+    .await;
 }

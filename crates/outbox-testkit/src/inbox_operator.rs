@@ -304,7 +304,7 @@ fn letter(n: usize) -> DeadLetter {
     let mut headers = Headers::new();
     headers.insert("x-n".into(), n.to_string());
     DeadLetter {
-        message_id: (n % 2 == 0).then(|| format!("raw-{n}")),
+        message_id: n.is_multiple_of(2).then(|| format!("raw-{n}")),
         routing_key: "dl.key".into(),
         headers,
         body: vec![0xff, u8::try_from(n % 256).unwrap_or(0)],

@@ -361,7 +361,7 @@ impl Dashboard {
     }
 }
 
-/// The sessions' store: tower-sessions' PostgreSQL store in a schema of its own
+/// The sessions' store: the PostgreSQL session store in a schema of its own
 /// (`OUTBOX_TEST_DATABASE_URL`, as every PostgreSQL test); the schema is dropped
 /// at the end.
 async fn session_store() -> anyhow::Result<(
@@ -1442,9 +1442,11 @@ async fn run(docs: Option<PathBuf>) -> anyhow::Result<()> {
         }
     }
     let _ = client.close().await;
-    let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-        .execute(&pool)
-        .await;
+    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP SCHEMA IF EXISTS {schema} CASCADE"
+    )))
+    .execute(&pool)
+    .await;
     result
 }
 

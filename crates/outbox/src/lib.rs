@@ -21,7 +21,7 @@
 //! `use outbox::prelude::*;` brings the names an application uses and every port
 //! trait (anonymously, so their methods can be called).
 //!
-//! Versions: a transaction given to the producer is one of sqlx 0.8, re-exported
+//! Versions: a transaction given to the producer is one of sqlx 0.9, re-exported
 //! as [`postgres::sqlx`]; the broker client is lapin 4 ([`rabbitmq::lapin`]).
 //!
 //! ```
@@ -179,7 +179,7 @@ pub mod consumer {
 /// The ports: the traits every adapter implements.
 pub use outbox_ports as ports;
 
-/// The PostgreSQL adapter (`sqlx` 0.8 as [`postgres::sqlx`]).
+/// The PostgreSQL adapter (`sqlx` 0.9 as [`postgres::sqlx`]).
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use outbox_adapters_postgres as postgres;

@@ -31,7 +31,7 @@ pub(super) fn bind_delivery<'q>(
     consumer: &'q str,
     m: &'q Message,
 ) -> Query<'q, Postgres, PgArguments> {
-    bind_message_columns(sqlx::query(sql).bind(consumer), m)
+    bind_message_columns(sqlx::query(sqlx::AssertSqlSafe(sql)).bind(consumer), m)
 }
 
 impl PgInboxStore {
@@ -78,7 +78,7 @@ impl PgInboxStore {
         // caller handles it now (record_arrival takes the recorded row over, as
         // it leads its key). Should this fail, the row stays held and the
         // safety net releases it.
-        let released = sqlx::query(&self.sql.release_if_head)
+        let released = sqlx::query(sqlx::AssertSqlSafe(&*self.sql.release_if_head))
             .bind(consumer)
             .bind(message.id.as_uuid())
             .fetch_optional(&self.pool)
@@ -98,7 +98,7 @@ impl PgInboxStore {
     /// out. Nothing when the row has moved on (consumed, failed) or another
     /// holder has it.
     pub(super) async fn give_up_lease(&self, consumer: &str, id: MessageId, lease: &Lease) {
-        let cleared = sqlx::query(&self.sql.give_up_lease)
+        let cleared = sqlx::query(sqlx::AssertSqlSafe(&*self.sql.give_up_lease))
             .bind(consumer)
             .bind(id.as_uuid())
             .bind(&lease.holder)

@@ -252,7 +252,7 @@ impl PgInboxStore {
         // From a clean session (see SESSION_RESET), with the batch open: the rows
         // inserted next can only be committed once sealed (see BATCH_OPEN).
         let begin = format!("BEGIN; {SESSION_RESET}; {BATCH_OPEN}");
-        let mut tx = match self.pool.begin_with(begin).await {
+        let mut tx = match self.pool.begin_with(sqlx::AssertSqlSafe(begin)).await {
             Ok(tx) => tx,
             Err(e) => return (steps, End::Unreachable(port("begin", e).to_string())),
         };
@@ -270,7 +270,12 @@ impl PgInboxStore {
                 );
             }
         };
-        if let Err(e) = simple_query(&mut tx, &format!("SAVEPOINT {HANDLER_SAVEPOINT}")).await {
+        if let Err(e) = simple_query(
+            &mut tx,
+            sqlx::AssertSqlSafe(format!("SAVEPOINT {HANDLER_SAVEPOINT}")),
+        )
+        .await
+        {
             return (steps, End::Unreachable(port("savepoint", e).to_string()));
         }
         let mut failed = Vec::new();
@@ -284,41 +289,45 @@ impl PgInboxStore {
                 continue;
             }
             let step = match (handler_for(d.message))(&mut tx).await {
-                Ok(()) => match simple_query(&mut tx, &release_and_next()).await {
-                    Ok(_) => Step::Consumed,
-                    Err(e) => match refused_by_database(&e) {
-                        Some(why) if ended_by_handler(&e) => {
-                            return self
-                                .ended(tx, steps, n, ended_reason("returned Ok", &why))
-                                .await;
-                        }
-                        // Aborted by a statement the handler ignored: back to the
-                        // savepoint, which the failed RELEASE left in place.
-                        Some(why) => match rollback_to_savepoint(&mut tx).await {
-                            Ok(()) => {
-                                Step::Failed(HandlerFailure::retryable(aborted_reason(&e, &why)))
+                Ok(()) => {
+                    match simple_query(&mut tx, sqlx::AssertSqlSafe(release_and_next())).await {
+                        Ok(_) => Step::Consumed,
+                        Err(e) => match refused_by_database(&e) {
+                            Some(why) if ended_by_handler(&e) => {
+                                return self
+                                    .ended(tx, steps, n, ended_reason("returned Ok", &why))
+                                    .await;
                             }
-                            // Its savepoint is gone too: it ended the transaction
-                            // and began another, left aborted.
-                            Err(back) if ended_by_handler(&back) => {
-                                let reason = ended_reason("returned Ok", &why);
-                                return self.ended(tx, steps, n, reason).await;
-                            }
-                            Err(e) => {
+                            // Aborted by a statement the handler ignored: back to the
+                            // savepoint, which the failed RELEASE left in place.
+                            Some(why) => match rollback_to_savepoint(&mut tx).await {
+                                Ok(()) => Step::Failed(HandlerFailure::retryable(aborted_reason(
+                                    &e, &why,
+                                ))),
+                                // Its savepoint is gone too: it ended the transaction
+                                // and began another, left aborted.
+                                Err(back) if ended_by_handler(&back) => {
+                                    let reason = ended_reason("returned Ok", &why);
+                                    return self.ended(tx, steps, n, reason).await;
+                                }
+                                Err(e) => {
+                                    return (
+                                        steps,
+                                        End::Unreachable(
+                                            port("rollback to savepoint", e).to_string(),
+                                        ),
+                                    );
+                                }
+                            },
+                            None => {
                                 return (
                                     steps,
-                                    End::Unreachable(port("rollback to savepoint", e).to_string()),
+                                    End::Unreachable(port("release savepoint", e).to_string()),
                                 );
                             }
                         },
-                        None => {
-                            return (
-                                steps,
-                                End::Unreachable(port("release savepoint", e).to_string()),
-                            );
-                        }
-                    },
-                },
+                    }
+                }
                 Err(error) => match rollback_to_savepoint(&mut tx).await {
                     Ok(()) => Step::Failed(error),
                     Err(e) if ended_by_handler(&e) => {
@@ -347,9 +356,9 @@ impl PgInboxStore {
         // would otherwise have its batch-mates acknowledged with neither rows nor
         // the writes of those before it.
         let sealed = async {
-            simple_query(&mut tx, &seal(&self.schema, xid)).await?;
+            simple_query(&mut tx, sqlx::AssertSqlSafe(seal(&self.schema, xid))).await?;
             if !failed.is_empty() {
-                sqlx::query(&self.sql.forget_consumed)
+                sqlx::query(sqlx::AssertSqlSafe(&*self.sql.forget_consumed))
                     .bind(consumer)
                     .bind(&failed)
                     .execute(&mut *tx)
@@ -383,20 +392,21 @@ impl PgInboxStore {
         let stored: Vec<Cow<'_, Message>> =
             batch.iter().map(|d| storable::message(d.message)).collect();
         let m: Vec<&Message> = stored.iter().map(|c| &**c).collect();
-        let (xid, inserted): (String, Vec<Uuid>) = sqlx::query_as(&self.sql.arrive_consumed_many)
-            .bind(consumer)
-            .bind(column(m.iter().copied(), |m| *m.id.as_uuid()))
-            .bind(column(m.iter().copied(), |m| m.exchange.as_str()))
-            .bind(column(m.iter().copied(), |m| m.routing_key.as_str()))
-            .bind(column(m.iter().copied(), |m| m.message_type.as_deref()))
-            .bind(column(m.iter().copied(), |m| Json(&m.headers)))
-            .bind(column(m.iter().copied(), |m| m.payload.as_slice()))
-            .bind(column(m.iter().copied(), |m| m.content_type.as_str()))
-            .bind(column(m.iter().copied(), |m| m.source.as_deref()))
-            .bind(column(m.iter().copied(), |m| m.correlation_id.as_deref()))
-            .bind(column(m.iter().copied(), |m| m.created_at))
-            .fetch_one(conn)
-            .await?;
+        let (xid, inserted): (String, Vec<Uuid>) =
+            sqlx::query_as(sqlx::AssertSqlSafe(&*self.sql.arrive_consumed_many))
+                .bind(consumer)
+                .bind(column(m.iter().copied(), |m| *m.id.as_uuid()))
+                .bind(column(m.iter().copied(), |m| m.exchange.as_str()))
+                .bind(column(m.iter().copied(), |m| m.routing_key.as_str()))
+                .bind(column(m.iter().copied(), |m| m.message_type.as_deref()))
+                .bind(column(m.iter().copied(), |m| Json(&m.headers)))
+                .bind(column(m.iter().copied(), |m| m.payload.as_slice()))
+                .bind(column(m.iter().copied(), |m| m.content_type.as_str()))
+                .bind(column(m.iter().copied(), |m| m.source.as_deref()))
+                .bind(column(m.iter().copied(), |m| m.correlation_id.as_deref()))
+                .bind(column(m.iter().copied(), |m| m.created_at))
+                .fetch_one(conn)
+                .await?;
         let xid = xid
             .parse()
             .map_err(|e| sqlx::Error::Decode(format!("transaction id {xid:?}: {e}").into()))?;
@@ -450,6 +460,8 @@ const BATCH_OPEN: &str = "SET LOCAL outbox.inbox_batch = 'open'";
 /// still the one (`xid`, from PostgreSQL, a number) the batch's rows were inserted
 /// in, and fails otherwise (SQLSTATE P0001).
 fn seal(schema: &PgSchema, xid: u64) -> String {
+    // SAFETY-SQL: besides the validated, quoted schema and a constant, only `xid`,
+    // a u64 (digits only), is spliced.
     format!(
         "RELEASE SAVEPOINT {HANDLER_SAVEPOINT}; SELECT {}.outbox_inbox_batch_seal('{xid}'::xid8)",
         schema.quoted()

@@ -28,7 +28,7 @@ impl PgInboxStore {
         limit: u32,
     ) -> Result<Vec<ClaimedDelivery>, PortError> {
         self.release_held_if_due(consumer).await;
-        let rows: Vec<ClaimedRow> = sqlx::query_as(&self.sql.claim_due)
+        let rows: Vec<ClaimedRow> = sqlx::query_as(sqlx::AssertSqlSafe(&*self.sql.claim_due))
             .bind(consumer)
             .bind(i64::from(limit))
             .bind(&lease.holder)
@@ -60,7 +60,7 @@ impl PgInboxStore {
         // A failure is only logged: the claim that follows must not depend on it
         // (every other due delivery of the consumer would wait), and the next
         // check tries again.
-        match sqlx::query(&self.sql.release_held)
+        match sqlx::query(sqlx::AssertSqlSafe(&*self.sql.release_held))
             .bind(consumer)
             .execute(&self.pool)
             .await

@@ -28,7 +28,7 @@ impl PgInboxStore {
         limit: u32,
     ) -> Result<String, PortError> {
         let explain = Explain::Analyze.of(&self.sql.claim_due);
-        let query = sqlx::query(&explain)
+        let query = sqlx::query(sqlx::AssertSqlSafe(explain))
             .bind(consumer)
             .bind(i64::from(limit))
             .bind("explain")
@@ -44,7 +44,7 @@ impl PgInboxStore {
     /// A database error.
     pub async fn explain_analyze_release_held(&self, consumer: &str) -> Result<String, PortError> {
         let explain = Explain::Analyze.of(&self.sql.release_held);
-        let query = sqlx::query(&explain).bind(consumer);
+        let query = sqlx::query(sqlx::AssertSqlSafe(explain)).bind(consumer);
         diagnostics::rolled_back(&self.pool, "explain held check", query).await
     }
 
@@ -79,7 +79,7 @@ impl PgInboxStore {
         batch: u32,
     ) -> Result<String, PortError> {
         let explain = Explain::Plan.of(&self.sql.retention);
-        let query = sqlx::query(&explain)
+        let query = sqlx::query(sqlx::AssertSqlSafe(explain))
             .bind(millis(age))
             .bind(i64::from(batch.max(1)))
             .bind(consumer);

@@ -41,7 +41,7 @@ impl PgInboxStore {
         consumer: &str,
         letter: DeadLetter,
     ) -> Result<(), PortError> {
-        sqlx::query(&self.sql.dead_letter)
+        sqlx::query(sqlx::AssertSqlSafe(&*self.sql.dead_letter))
             .bind(consumer)
             .bind(storable::opt_text(letter.message_id.as_deref()))
             .bind(storable::text(&letter.routing_key))

@@ -27,14 +27,15 @@ impl PgInboxStore {
         id: MessageId,
         lease: &Lease,
     ) -> Result<bool, PortError> {
-        let marked: Option<(i64, Option<String>)> = sqlx::query_as(&self.sql.mark_consumed)
-            .bind(consumer)
-            .bind(id.as_uuid())
-            .bind(&lease.holder)
-            .bind(sources_of(InboxStatus::Consumed))
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(|e| port("mark consumed", e))?;
+        let marked: Option<(i64, Option<String>)> =
+            sqlx::query_as(sqlx::AssertSqlSafe(&*self.sql.mark_consumed))
+                .bind(consumer)
+                .bind(id.as_uuid())
+                .bind(&lease.holder)
+                .bind(sources_of(InboxStatus::Consumed))
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(|e| port("mark consumed", e))?;
         let Some((seq, key)) = marked else {
             return Ok(false);
         };
@@ -54,16 +55,17 @@ impl PgInboxStore {
         decision: Decision,
     ) -> Result<bool, PortError> {
         let from = failure_sources::<InboxStatus>();
-        let marked: Option<(i64, Option<String>, String)> = sqlx::query_as(&self.sql.mark_failed)
-            .bind(consumer)
-            .bind(id.as_uuid())
-            .bind(&lease.holder)
-            .bind(storable::error_text(error))
-            .bind(retry_delay_ms(decision))
-            .bind(from)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(|e| port("mark consume failed", e))?;
+        let marked: Option<(i64, Option<String>, String)> =
+            sqlx::query_as(sqlx::AssertSqlSafe(&*self.sql.mark_failed))
+                .bind(consumer)
+                .bind(id.as_uuid())
+                .bind(&lease.holder)
+                .bind(storable::error_text(error))
+                .bind(retry_delay_ms(decision))
+                .bind(from)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(|e| port("mark consume failed", e))?;
         let Some((seq, key, status)) = marked else {
             return Ok(false);
         };
@@ -78,7 +80,7 @@ impl PgInboxStore {
     /// is due now. A failure here is only logged: the mark itself has committed,
     /// and the safety net in [`outbox_ports::InboxConsumerPath::claim_due`] releases the row.
     pub(super) async fn promote_next(&self, consumer: &str, key: &str, seq: i64) {
-        let promoted = sqlx::query(&self.sql.promote_next)
+        let promoted = sqlx::query(sqlx::AssertSqlSafe(&*self.sql.promote_next))
             .bind(consumer)
             .bind(key)
             .bind(seq)

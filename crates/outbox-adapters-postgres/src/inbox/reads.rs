@@ -15,7 +15,7 @@ impl PgInboxStore {
     /// [`outbox_ports::InboxStore::stats`].
     pub(super) async fn read_stats(&self, consumer: &str) -> Result<InboxStats, PortError> {
         let (received, consumed, consume_failed, dead, dead_letters): (i64, i64, i64, i64, i64) =
-            sqlx::query_as(&self.sql.stats)
+            sqlx::query_as(sqlx::AssertSqlSafe(&*self.sql.stats))
                 .bind(consumer)
                 .fetch_one(&self.pool)
                 .await
@@ -35,7 +35,7 @@ impl PgInboxStore {
         consumer: &str,
         id: MessageId,
     ) -> Result<Option<InboxStatus>, PortError> {
-        sqlx::query_scalar::<_, String>(&self.sql.status_of)
+        sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(&*self.sql.status_of))
             .bind(consumer)
             .bind(id.as_uuid())
             .fetch_optional(&self.pool)

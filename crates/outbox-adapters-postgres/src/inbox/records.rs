@@ -23,7 +23,7 @@ impl PgInboxStore {
         consumer: &str,
         id: MessageId,
     ) -> Result<Option<InboxRecord>, PortError> {
-        sqlx::query_as::<_, MessageRow>(&self.sql.get)
+        sqlx::query_as::<_, MessageRow>(sqlx::AssertSqlSafe(&*self.sql.get))
             .bind(consumer)
             .bind(id.as_uuid())
             .fetch_optional(&self.pool)
@@ -40,7 +40,7 @@ impl PgInboxStore {
         status: InboxStatus,
         limit: u32,
     ) -> Result<Vec<InboxRecord>, PortError> {
-        sqlx::query_as::<_, MessageRow>(&self.sql.list)
+        sqlx::query_as::<_, MessageRow>(sqlx::AssertSqlSafe(&*self.sql.list))
             .bind(consumer)
             .bind(status.as_str())
             .bind(i64::from(limit))
@@ -60,7 +60,7 @@ impl PgInboxStore {
         again: bool,
     ) -> Result<(), PortError> {
         let sources = outbox_ports::reconsumable_from(again);
-        let n = sqlx::query(&self.sql.reconsume)
+        let n = sqlx::query(sqlx::AssertSqlSafe(&*self.sql.reconsume))
             .bind(consumer)
             .bind(id.as_uuid())
             .bind(names(&sources))
@@ -106,7 +106,7 @@ impl PgInboxStore {
     ) -> Result<(), PortError> {
         replay.validate(outbox_core::message::DEFAULT_MAX_PAYLOAD_BYTES)?;
         let mut tx = self.pool.begin().await.map_err(|e| port("replay", e))?;
-        let marked = sqlx::query(&self.sql.replay_mark)
+        let marked = sqlx::query(sqlx::AssertSqlSafe(&*self.sql.replay_mark))
             .bind(consumer)
             .bind(original.as_uuid())
             .bind(replay.id.as_uuid())
@@ -125,7 +125,7 @@ impl PgInboxStore {
             return Err(refusal);
         }
         crate::rows::bind_message_columns(
-            sqlx::query(&self.sql.replay_insert).bind(consumer),
+            sqlx::query(sqlx::AssertSqlSafe(&*self.sql.replay_insert)).bind(consumer),
             &replay,
         )
         .bind(original.as_uuid())

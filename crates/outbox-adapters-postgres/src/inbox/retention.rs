@@ -62,7 +62,7 @@ impl PgInboxStore {
         age: std::time::Duration,
         batch: u32,
     ) -> Result<u64, PortError> {
-        Ok(sqlx::query(&self.sql.retention)
+        Ok(sqlx::query(sqlx::AssertSqlSafe(&*self.sql.retention))
             .bind(millis(age))
             .bind(i64::from(batch.max(1)))
             .bind(consumer)

@@ -92,10 +92,12 @@ pub(super) fn ended_reason(returned: &str, why: &str) -> String {
 /// a batch). Fails with 25P01/3B001 when the handler ended the transaction
 /// ([`ended_by_handler`]).
 pub(super) async fn rollback_to_savepoint(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
-    sqlx::query(&format!("ROLLBACK TO SAVEPOINT {HANDLER_SAVEPOINT}"))
-        .execute(conn)
-        .await
-        .map(|_| ())
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "ROLLBACK TO SAVEPOINT {HANDLER_SAVEPOINT}"
+    )))
+    .execute(conn)
+    .await
+    .map(|_| ())
 }
 
 /// Runs `handler` in `tx` and commits; see [`Attempt`]. `Err` is a database that
@@ -106,7 +108,7 @@ pub(super) async fn run_and_commit(
 ) -> Result<Attempt, PortError> {
     simple_query(
         &mut tx,
-        &format!("{SESSION_RESET}; SAVEPOINT {HANDLER_SAVEPOINT}"),
+        sqlx::AssertSqlSafe(format!("{SESSION_RESET}; SAVEPOINT {HANDLER_SAVEPOINT}")),
     )
     .await
     .map_err(|e| port("savepoint", e))?;
@@ -130,7 +132,9 @@ pub(super) async fn run_and_commit(
             // failed one does not run), so the errors are the release's.
             let released = simple_query(
                 &mut tx,
-                &format!("RELEASE SAVEPOINT {HANDLER_SAVEPOINT}; {SESSION_RESET}"),
+                sqlx::AssertSqlSafe(format!(
+                    "RELEASE SAVEPOINT {HANDLER_SAVEPOINT}; {SESSION_RESET}"
+                )),
             )
             .await;
             match released {
@@ -220,7 +224,10 @@ pub(super) fn aborted_reason(e: &sqlx::Error, why: &str) -> String {
 }
 
 /// `sql` (statements without parameters, `;`-separated) in one round trip, by the
-/// simple query protocol.
-pub(super) async fn simple_query(conn: &mut PgConnection, sql: &str) -> Result<(), sqlx::Error> {
+/// simple query protocol. A dynamic `sql` comes as `sqlx::AssertSqlSafe`.
+pub(super) async fn simple_query(
+    conn: &mut PgConnection,
+    sql: impl sqlx::SqlSafeStr + Send,
+) -> Result<(), sqlx::Error> {
     sqlx::Executor::execute(conn, sql).await.map(|_| ())
 }

@@ -188,14 +188,15 @@ impl PgInboxStore {
         handler: TxHandler<'_>,
     ) -> Result<ConsumeOutcome, PortError> {
         let mut tx = self.pool.begin().await.map_err(|e| port("begin", e))?;
-        let marked: Option<(i64, Option<String>)> = sqlx::query_as(&self.sql.mark_consumed)
-            .bind(consumer)
-            .bind(message.id.as_uuid())
-            .bind(&lease.holder)
-            .bind(sources_of(InboxStatus::Consumed))
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(|e| port("mark consumed", e))?;
+        let marked: Option<(i64, Option<String>)> =
+            sqlx::query_as(sqlx::AssertSqlSafe(&*self.sql.mark_consumed))
+                .bind(consumer)
+                .bind(message.id.as_uuid())
+                .bind(&lease.holder)
+                .bind(sources_of(InboxStatus::Consumed))
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|e| port("mark consumed", e))?;
         let Some((seq, key)) = marked else {
             tx.rollback().await.map_err(|e| port("rollback", e))?;
             return Ok(ConsumeOutcome::Duplicate);

@@ -144,10 +144,11 @@ impl PgOutboxStore {
     /// paused that have rows in its index.
     pub(super) async fn live_exchanges(&self) -> Result<Option<LiveExchanges>, PortError> {
         type Lists = (bool, Vec<String>, Vec<String>, Vec<String>, Vec<String>);
-        let (paused, now, due, keyed, failed): Lists = sqlx::query_as(&self.sql.live_exchanges)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(|e| port("read pauses", e))?;
+        let (paused, now, due, keyed, failed): Lists =
+            sqlx::query_as(sqlx::AssertSqlSafe(&*self.sql.live_exchanges))
+                .fetch_one(&self.pool)
+                .await
+                .map_err(|e| port("read pauses", e))?;
         Ok(paused.then_some(LiveExchanges {
             now,
             due,
@@ -188,7 +189,7 @@ impl PgOutboxStore {
         cursor: Option<String>,
         lists: &[Vec<String>],
     ) -> Result<Vec<ClaimedMessage>, PortError> {
-        let mut query = sqlx::query_as(sql)
+        let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql))
             .bind(i64::from(limit))
             .bind(&lease.holder)
             .bind(millis(lease.ttl));
@@ -240,7 +241,7 @@ impl PgOutboxStore {
 
     /// The time left until the next delayed row is due, by the database's clock.
     pub(super) async fn next_due(&self) -> Result<Option<Duration>, PortError> {
-        let micros: Option<i64> = sqlx::query_scalar(&self.sql.next_due)
+        let micros: Option<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(&*self.sql.next_due))
             .fetch_optional(&self.pool)
             .await
             .map_err(|e| port("next due", e))?;
@@ -249,7 +250,7 @@ impl PgOutboxStore {
 
     /// Whether a claim of pending rows would take anything now.
     pub(super) async fn claimable(&self) -> Result<Option<bool>, PortError> {
-        sqlx::query_scalar(&self.sql.claimable)
+        sqlx::query_scalar(sqlx::AssertSqlSafe(&*self.sql.claimable))
             .fetch_one(&self.pool)
             .await
             .map(Some)
@@ -259,7 +260,7 @@ impl PgOutboxStore {
     /// Clears the leases that ran out at the front of each claim's order (the
     /// first [`RECOVER_WINDOW`] rows of each pick); returns how many.
     pub(super) async fn recover_leases(&self) -> Result<u64, PortError> {
-        Ok(sqlx::query(&self.sql.recover)
+        Ok(sqlx::query(sqlx::AssertSqlSafe(&*self.sql.recover))
             .bind(RECOVER_WINDOW)
             .execute(&self.pool)
             .await

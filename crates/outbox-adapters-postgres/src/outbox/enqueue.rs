@@ -240,7 +240,7 @@ impl PgOutbox {
             m.validate(self.max_payload_bytes)?;
         }
         if let [m] = messages {
-            bind_message_columns(sqlx::query(&self.insert_one), m)
+            bind_message_columns(sqlx::query(sqlx::AssertSqlSafe(&*self.insert_one)), m)
                 .bind(m.not_before)
                 .bind(&m.ordering_key)
                 .execute(conn)
@@ -249,7 +249,7 @@ impl PgOutbox {
             return Ok(());
         }
         // One array a column, in the order of the insert's `unnest`.
-        sqlx::query(&self.insert)
+        sqlx::query(sqlx::AssertSqlSafe(&*self.insert))
             .bind(column(messages, |m| *m.id.as_uuid()))
             .bind(column(messages, |m| m.exchange.clone()))
             .bind(column(messages, |m| m.routing_key.clone()))

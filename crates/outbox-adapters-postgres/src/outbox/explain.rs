@@ -62,7 +62,7 @@ impl PgOutboxStore {
         limit: u32,
         live: Option<LiveExchanges>,
     ) -> Query<'q, Postgres, PgArguments> {
-        let query = sqlx::query(explain)
+        let query = sqlx::query(sqlx::AssertSqlSafe(explain))
             .bind(i64::from(limit))
             .bind("explain")
             .bind(0_i64);
@@ -89,7 +89,7 @@ impl PgOutboxStore {
             None => &self.sql.claim_retries,
         };
         let explain = Explain::Analyze.of(sql);
-        let query = sqlx::query(&explain)
+        let query = sqlx::query(sqlx::AssertSqlSafe(explain))
             .bind(i64::from(limit))
             .bind("explain")
             .bind(0_i64);
@@ -108,7 +108,12 @@ impl PgOutboxStore {
     /// A database error.
     pub async fn explain_analyze_claimable(&self) -> Result<String, PortError> {
         let explain = Explain::Analyze.of(&self.sql.claimable);
-        diagnostics::plan(&self.pool, "explain work check", sqlx::query(&explain)).await
+        diagnostics::plan(
+            &self.pool,
+            "explain work check",
+            sqlx::query(sqlx::AssertSqlSafe(explain)),
+        )
+        .await
     }
 
     /// The plan and row counts of a real clearing of expired leases (`EXPLAIN
@@ -120,7 +125,7 @@ impl PgOutboxStore {
     /// A database error.
     pub async fn explain_analyze_recover_expired_leases(&self) -> Result<String, PortError> {
         let explain = Explain::Analyze.of(&self.sql.recover);
-        let query = sqlx::query(&explain).bind(RECOVER_WINDOW);
+        let query = sqlx::query(sqlx::AssertSqlSafe(explain)).bind(RECOVER_WINDOW);
         diagnostics::rolled_back(&self.pool, "explain recover leases", query).await
     }
 
@@ -133,7 +138,12 @@ impl PgOutboxStore {
     /// A database error.
     pub async fn explain_stats(&self) -> Result<String, PortError> {
         let explain = Explain::Analyze.of(&self.sql.stats);
-        diagnostics::plan(&self.pool, "explain stats", sqlx::query(&explain)).await
+        diagnostics::plan(
+            &self.pool,
+            "explain stats",
+            sqlx::query(sqlx::AssertSqlSafe(explain)),
+        )
+        .await
     }
 
     /// What a page of blocked keys does: `EXPLAIN ANALYZE` of it (read-only), for
@@ -150,7 +160,7 @@ impl PgOutboxStore {
         let (sql, cursor) = self.blocked_statement(after);
         let explain = Explain::Analyze.of(sql);
         let tx = self.blocked_keys_tx().await?;
-        let mut query = sqlx::query(&explain)
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(explain))
             .bind(i64::from(outbox_ports::page_limit(limit)))
             .bind(blocked_count_limit());
         if let Some(k) = cursor {

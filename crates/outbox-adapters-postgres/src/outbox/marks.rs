@@ -29,7 +29,7 @@ impl PgOutboxStore {
         if ids.is_empty() {
             return Ok(0);
         }
-        Ok(sqlx::query(&self.sql.mark_sent)
+        Ok(sqlx::query(sqlx::AssertSqlSafe(&*self.sql.mark_sent))
             .bind(uuids(ids))
             .bind(&lease.holder)
             .bind(sources_of(OutboxStatus::Sent))
@@ -53,7 +53,7 @@ impl PgOutboxStore {
             .iter()
             .map(|f| retry_delay_ms(f.decision))
             .collect();
-        Ok(sqlx::query(&self.sql.mark_failed)
+        Ok(sqlx::query(sqlx::AssertSqlSafe(&*self.sql.mark_failed))
             .bind(failures.iter().map(|f| *f.id.as_uuid()).collect::<Vec<_>>())
             .bind(
                 failures
@@ -77,7 +77,7 @@ impl PgOutboxStore {
         lease: &Lease,
         ids: &[MessageId],
     ) -> Result<u64, PortError> {
-        Ok(sqlx::query(&self.sql.release)
+        Ok(sqlx::query(sqlx::AssertSqlSafe(&*self.sql.release))
             .bind(uuids(ids))
             .bind(&lease.holder)
             .execute(&self.pool)

@@ -28,7 +28,7 @@ impl PgOutboxStore {
             i64,
             i64,
             Option<time::OffsetDateTime>,
-        ) = sqlx::query_as(&self.sql.stats)
+        ) = sqlx::query_as(sqlx::AssertSqlSafe(&*self.sql.stats))
             .fetch_one(&self.pool)
             .await
             .map_err(|e| port("stats", e))?;
@@ -50,7 +50,7 @@ impl PgOutboxStore {
     /// # Errors
     /// A database error.
     pub async fn count(&self, status: OutboxStatus) -> Result<u64, PortError> {
-        let n: i64 = sqlx::query_scalar(&self.sql.count)
+        let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(&*self.sql.count))
             .bind(status.as_str())
             .fetch_one(&self.pool)
             .await
@@ -63,12 +63,13 @@ impl PgOutboxStore {
         &self,
         key: &str,
     ) -> Result<Option<outbox_ports::KeyHead>, PortError> {
-        let head: Option<(uuid::Uuid, i64)> = sqlx::query_as(&self.sql.head_of_key)
-            .bind(key)
-            .bind(blocked_count_limit())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(|e| port("head of key", e))?;
+        let head: Option<(uuid::Uuid, i64)> =
+            sqlx::query_as(sqlx::AssertSqlSafe(&*self.sql.head_of_key))
+                .bind(key)
+                .bind(blocked_count_limit())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(|e| port("head of key", e))?;
         Ok(head.map(|(id, behind)| {
             let (waiting, waiting_capped) = waiting(behind);
             outbox_ports::KeyHead {
@@ -89,7 +90,7 @@ impl PgOutboxStore {
     ) -> Result<Vec<outbox_ports::BlockedKey>, PortError> {
         let (sql, cursor) = self.blocked_statement(after);
         let mut tx = self.blocked_keys_tx().await?;
-        let mut q = sqlx::query_as::<_, BlockedRow>(sql)
+        let mut q = sqlx::query_as::<_, BlockedRow>(sqlx::AssertSqlSafe(sql))
             .bind(i64::from(outbox_ports::page_limit(limit)))
             .bind(blocked_count_limit());
         if let Some(k) = cursor {

@@ -19,7 +19,7 @@ use crate::rows::{MessageRow, sources_of, stored_status};
 impl PgOutboxStore {
     /// [`outbox_ports::OutboxOperator::get_message`].
     pub(crate) async fn record(&self, id: MessageId) -> Result<Option<OutboxRecord>, PortError> {
-        sqlx::query_as::<_, MessageRow>(&self.sql.get)
+        sqlx::query_as::<_, MessageRow>(sqlx::AssertSqlSafe(&*self.sql.get))
             .bind(id.as_uuid())
             .fetch_optional(&self.pool)
             .await
@@ -34,7 +34,7 @@ impl PgOutboxStore {
         status: OutboxStatus,
         limit: u32,
     ) -> Result<Vec<OutboxRecord>, PortError> {
-        sqlx::query_as::<_, MessageRow>(&self.sql.list)
+        sqlx::query_as::<_, MessageRow>(sqlx::AssertSqlSafe(&*self.sql.list))
             .bind(status.as_str())
             .bind(i64::from(limit))
             .fetch_all(&self.pool)
@@ -47,7 +47,7 @@ impl PgOutboxStore {
 
     /// [`outbox_ports::OutboxOperator::requeue_message`].
     pub(crate) async fn requeue_record(&self, id: MessageId) -> Result<(), PortError> {
-        let n = sqlx::query(&self.sql.requeue)
+        let n = sqlx::query(sqlx::AssertSqlSafe(&*self.sql.requeue))
             .bind(id.as_uuid())
             .bind(sources_of(OutboxStatus::Pending))
             .execute(&self.pool)
@@ -69,7 +69,7 @@ impl PgOutboxStore {
         replay: outbox_core::Message,
     ) -> Result<(), PortError> {
         let mut tx = self.pool.begin().await.map_err(|e| port("replay", e))?;
-        let marked = sqlx::query(&self.sql.replay_mark)
+        let marked = sqlx::query(sqlx::AssertSqlSafe(&*self.sql.replay_mark))
             .bind(original.as_uuid())
             .bind(replay.id.as_uuid())
             .execute(&mut *tx)
@@ -83,7 +83,7 @@ impl PgOutboxStore {
         self.outbox
             .insert_messages(&mut tx, std::slice::from_ref(&replay))
             .await?;
-        sqlx::query(&self.sql.replay_link)
+        sqlx::query(sqlx::AssertSqlSafe(&*self.sql.replay_link))
             .bind(original.as_uuid())
             .bind(replay.id.as_uuid())
             .execute(&mut *tx)
@@ -108,7 +108,7 @@ impl PgOutboxStore {
     pub(crate) async fn delete_record(&self, id: MessageId) -> Result<(), PortError> {
         // The status guard is in the statement: reading the status first and then
         // deleting by id would delete a message requeued in between.
-        let n = sqlx::query(&self.sql.delete)
+        let n = sqlx::query(sqlx::AssertSqlSafe(&*self.sql.delete))
             .bind(id.as_uuid())
             .bind(deletable_statuses())
             .execute(&self.pool)
@@ -120,7 +120,7 @@ impl PgOutboxStore {
         }
         // Nothing deleted: say why (the row may have changed since; the answer then
         // describes its status now, and nothing was deleted either way).
-        match sqlx::query_scalar::<_, String>(&self.sql.status_of)
+        match sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(&*self.sql.status_of))
             .bind(id.as_uuid())
             .fetch_optional(&self.pool)
             .await
@@ -149,10 +149,12 @@ impl PgOutboxStore {
     /// now: gone, held by a relay's lease, or in a status that cannot become
     /// `target`.
     async fn revive_error(&self, id: MessageId, target: OutboxStatus) -> PortError {
-        match sqlx::query_as::<_, (String, Option<uuid::Uuid>)>(&self.sql.status_and_replay)
-            .bind(id.as_uuid())
-            .fetch_optional(&self.pool)
-            .await
+        match sqlx::query_as::<_, (String, Option<uuid::Uuid>)>(sqlx::AssertSqlSafe(
+            &*self.sql.status_and_replay,
+        ))
+        .bind(id.as_uuid())
+        .fetch_optional(&self.pool)
+        .await
         {
             Ok(None) => PortError::NotFound {
                 what: "message",

@@ -36,7 +36,7 @@ impl PgOutboxStore {
 impl OutboxRetention for PgOutboxStore {
     async fn delete_sent_batch(&self, age: Duration, limit: u32) -> Result<u64, PortError> {
         // The statement's own guard: `status = 'sent'` (and an age), nothing else.
-        Ok(sqlx::query(&self.sql.retention)
+        Ok(sqlx::query(sqlx::AssertSqlSafe(&*self.sql.retention))
             .bind(millis(age))
             .bind(i64::from(limit.max(1)))
             .execute(&self.pool)

@@ -56,7 +56,7 @@ pub async fn pool() -> Option<PgPool> {
                             continue;
                         }
                         if let Ok(schema) = PgSchema::new(&s) {
-                            let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {} CASCADE", schema.quoted()))
+                            let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {} CASCADE", schema.quoted())))
                                 .execute(&pool)
                                 .await;
                         }
@@ -181,11 +181,11 @@ pub async fn insert_raw(
     routing_key: &str,
     headers: &str,
 ) -> Result<uuid::Uuid, sqlx::Error> {
-    sqlx::query_scalar(&format!(
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "INSERT INTO {}.outbox_messages (exchange, routing_key, headers, payload) \
          VALUES ('orders', $1, $2::jsonb, '\\x7b7d') RETURNING id",
         schema.quoted()
-    ))
+    )))
     .bind(routing_key)
     .bind(headers)
     .fetch_one(pool)

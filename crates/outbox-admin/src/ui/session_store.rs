@@ -241,10 +241,10 @@ impl SessionStore {
         auth: &AdminAuth,
     ) -> Result<Session, UiError> {
         let id = proxy_session_id(proxy_secret, &who.name);
-        if let Some(session) = self.get(&id, auth).await? {
-            if session.is(Via::Proxy, &who) {
-                return Ok(session);
-            }
+        if let Some(session) = self.get(&id, auth).await?
+            && session.is(Via::Proxy, &who)
+        {
+            return Ok(session);
         }
         self.create_as(id, who, Via::Proxy, auth).await
     }
@@ -281,15 +281,15 @@ impl SessionStore {
             ("csrf".to_owned(), Value::from(session.csrf.clone())),
             ("via".to_owned(), Value::from(via.as_str())),
         ]);
-        if via == Via::Token {
-            if let Some(token) = auth.token_named(&session.user) {
-                let salt = random_or_fail()?;
-                data.insert(
-                    "token".to_owned(),
-                    Value::from(fingerprint(&salt, token.secret.expose())),
-                );
-                data.insert("token_salt".to_owned(), Value::from(salt));
-            }
+        if via == Via::Token
+            && let Some(token) = auth.token_named(&session.user)
+        {
+            let salt = random_or_fail()?;
+            data.insert(
+                "token".to_owned(),
+                Value::from(fingerprint(&salt, token.secret.expose())),
+            );
+            data.insert("token_salt".to_owned(), Value::from(salt));
         }
         let ttl = time::Duration::try_from(self.ttl).unwrap_or(time::Duration::MAX);
         let record = Record {

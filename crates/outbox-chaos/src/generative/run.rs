@@ -282,11 +282,11 @@ enabled = false
 
     /// Up to `n` dead messages, oldest first.
     async fn dead(&self, n: u32) -> anyhow::Result<Vec<Uuid>> {
-        Ok(sqlx::query_scalar(&format!(
+        Ok(sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
             "SELECT id FROM {}.outbox_messages WHERE status = 'dead' AND exchange = $2 \
              ORDER BY seq LIMIT $1",
             self.w.shop.outbox_schema.quoted()
-        ))
+        )))
         .bind(i64::from(n))
         .bind(&self.w.shop.exchange)
         .fetch_all(&self.w.pool)
@@ -371,10 +371,10 @@ enabled = false
                         .replays_skipped += 1;
                     return Ok(());
                 }
-                let ids: Vec<Uuid> = sqlx::query_scalar(&format!(
+                let ids: Vec<Uuid> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
                     "SELECT id FROM {}.outbox_messages WHERE status = 'dead' AND ordering_key IS NULL ORDER BY seq LIMIT $1",
                     self.w.shop.outbox_schema.quoted()
-                ))
+                )))
                 .bind(i64::from(n))
                 .fetch_all(&self.w.pool)
                 .await?;
@@ -432,11 +432,11 @@ enabled = false
         {
             return Ok(());
         }
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO {s}.gen_ledger (message_id, order_id, ordering_key, unroutable, refused, replay_of) \
              SELECT $1, order_id, NULL, unroutable, refused, message_id FROM {s}.gen_ledger WHERE message_id = $2",
             s = self.w.shop.schema.quoted()
-        ))
+        )))
         .bind(new_id)
         .bind(id)
         .execute(&self.w.pool)
@@ -448,10 +448,10 @@ enabled = false
     }
 
     async fn row_exists(&self, id: Uuid) -> bool {
-        sqlx::query_scalar::<_, bool>(&format!(
+        sqlx::query_scalar::<_, bool>(sqlx::AssertSqlSafe(format!(
             "SELECT EXISTS (SELECT 1 FROM {}.outbox_messages WHERE id = $1)",
             self.w.shop.outbox_schema.quoted()
-        ))
+        )))
         .bind(id)
         .fetch_one(&self.w.pool)
         .await
@@ -546,19 +546,19 @@ enabled = false
             (held.keyed, "'held-' || i", "NULL"),
             (held.delayed, "NULL", "now() + interval '1 second'"),
         ] {
-            sqlx::query(&format!(
+            sqlx::query(sqlx::AssertSqlSafe(format!(
                 "INSERT INTO {o}.outbox_messages (exchange, routing_key, payload, ordering_key, not_before) \
                  SELECT $1, 'order.held', convert_to('{{}}', 'UTF8'), {key}, {due} \
                  FROM generate_series(1, $2) i"
-            ))
+            )))
             .bind(&exchange)
             .bind(i64::from(n))
             .execute(&self.w.pool)
             .await?;
         }
-        let versions: Vec<(Uuid, String)> = sqlx::query_as(&format!(
+        let versions: Vec<(Uuid, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT id, xmin::text FROM {o}.outbox_messages WHERE exchange = $1"
-        ))
+        )))
         .bind(&exchange)
         .fetch_all(&self.w.pool)
         .await?;
@@ -582,52 +582,53 @@ enabled = false
         );
         let pool = &self.w.pool;
         let committed: Vec<LedgerRow> =
-            sqlx::query_as(&format!(
+            sqlx::query_as(sqlx::AssertSqlSafe(format!(
                 "SELECT message_id, order_id, ordering_key, unroutable, refused, replay_of FROM {s}.gen_ledger"
-            ))
+            )))
         .fetch_all(pool)
         .await?;
-        let outbox: Vec<(Uuid, String)> =
-            sqlx::query_as(&format!("SELECT id, status FROM {o}.outbox_messages"))
-                .fetch_all(pool)
-                .await?;
+        let outbox: Vec<(Uuid, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT id, status FROM {o}.outbox_messages"
+        )))
+        .fetch_all(pool)
+        .await?;
         let blocked: Vec<Uuid> = if self.plan.settings.skip_dead_heads {
             Vec::new()
         } else {
-            sqlx::query_scalar(&format!(
+            sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
                 "SELECT p.id FROM {o}.outbox_messages p
                  WHERE p.status IN ('pending', 'publish_failed') AND p.ordering_key IS NOT NULL
                    AND EXISTS (SELECT 1 FROM {o}.outbox_messages d
                                WHERE d.ordering_key = p.ordering_key AND d.seq < p.seq
                                  AND d.status = 'dead')"
-            ))
+            )))
             .fetch_all(pool)
             .await?
         };
-        let inbox: Vec<(Uuid, String)> = sqlx::query_as(&format!(
+        let inbox: Vec<(Uuid, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT message_id, status FROM {o}.outbox_inbox WHERE consumer = $1"
-        ))
+        )))
         .bind(CONSUMER)
         .fetch_all(pool)
         .await?;
-        let dead_letters: Vec<String> = sqlx::query_scalar(&format!(
+        let dead_letters: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
             "SELECT message_id FROM {o}.outbox_dead_letters WHERE message_id IS NOT NULL"
-        ))
+        )))
         .fetch_all(pool)
         .await?;
-        let effects: Vec<(i64, Uuid, i64)> = sqlx::query_as(&format!(
+        let effects: Vec<(i64, Uuid, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT order_id, message_id, billed_seq FROM {s}.invoices"
-        ))
+        )))
         .fetch_all(pool)
         .await?;
         let (deleted, touched) = {
             let ops = self.ops.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
             (ops.deleted.clone(), ops.touched.clone())
         };
-        let held_now: Vec<(Uuid, String, String)> = sqlx::query_as(&format!(
+        let held_now: Vec<(Uuid, String, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT id, xmin::text, status || ' after ' || attempts || ' attempts, lease ' \
                || coalesce(locked_by, 'none') FROM {o}.outbox_messages WHERE exchange = $1"
-        ))
+        )))
         .bind(self.held_exchange())
         .fetch_all(pool)
         .await?;
@@ -711,11 +712,11 @@ fn progress(o: &Observed) -> Progress {
 
 /// Creates the round's ledger: a row per message, in the message's transaction.
 async fn create_ledger(w: &World) -> anyhow::Result<()> {
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "CREATE TABLE {}.gen_ledger (message_id uuid PRIMARY KEY, order_id bigint NOT NULL, \
          ordering_key text, unroutable boolean NOT NULL, refused boolean NOT NULL, replay_of uuid)",
         w.shop.schema.quoted()
-    ))
+    )))
     .execute(&w.pool)
     .await?;
     Ok(())
@@ -780,7 +781,7 @@ async fn produce(w: &World, tx: &Tx) -> anyhow::Result<()> {
                 .iter()
                 .map(|m| if m.oversized { OVERSIZED } else { 0 })
                 .collect();
-            sqlx::query(&format!(
+            sqlx::query(sqlx::AssertSqlSafe(format!(
                 "INSERT INTO {o}.outbox_messages (id, exchange, routing_key, message_type, payload, ordering_key, not_before)
                  SELECT t.id, $6, t.rk, 'order.created',
                         convert_to(CASE WHEN t.refused
@@ -794,7 +795,7 @@ async fn produce(w: &World, tx: &Tx) -> anyhow::Result<()> {
                  FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::int[], $7::bool[], $8::int[])
                       WITH ORDINALITY AS t(id, order_id, rk, okey, delay_ms, refused, pad, n)
                  ORDER BY t.n"
-            ))
+            )))
             .bind(&ids)
             .bind(&orders)
             .bind(&keys)
@@ -815,10 +816,10 @@ async fn produce(w: &World, tx: &Tx) -> anyhow::Result<()> {
         .collect();
     let unroutable: Vec<bool> = tx.msgs.iter().map(|m| m.unroutable).collect();
     let refused: Vec<bool> = tx.msgs.iter().map(|m| m.refused).collect();
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "INSERT INTO {s}.gen_ledger (message_id, order_id, ordering_key, unroutable, refused) \
          SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::bool[], $5::bool[])"
-    ))
+    )))
     .bind(&ids)
     .bind(&orders)
     .bind(&okeys)

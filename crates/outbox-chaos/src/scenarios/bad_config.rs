@@ -251,9 +251,12 @@ pub(crate) async fn bad_config(ctx: &Ctx) -> anyhow::Result<Report> {
             stderr.trim().lines().last().unwrap_or("")
         ));
     }
-    let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
-        .execute(&w.pool)
-        .await;
+    // SAFETY-SQL: `schema` is a validated schema's name and `_cfg`, quoted.
+    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
+    )))
+    .execute(&w.pool)
+    .await;
     let passed = r.passed();
     w.cleanup(!passed).await;
     Ok(r)

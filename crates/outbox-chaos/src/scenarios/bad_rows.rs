@@ -106,17 +106,19 @@ const BAD_ROWS: &[BadRow] = &[
 pub(crate) async fn bad_rows(ctx: &Ctx) -> anyhow::Result<Report> {
     let w = World::new("badrows", &ctx.urls, &ctx.bins).await?;
     let o = w.shop.outbox_schema.quoted();
-    let constraints: Vec<String> = sqlx::query_scalar(&format!(
+    let constraints: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT conname::text FROM pg_constraint WHERE conrelid = '{o}.outbox_messages'::regclass \
          AND conname LIKE 'outbox\\_messages\\_%\\_amqp'"
-    ))
+    )))
     .fetch_all(&w.pool)
     .await?;
     for c in &constraints {
-        sqlx::query(&format!(
+        // SAFETY-SQL: a constraint of our migrations, read back from pg_constraint
+        // (`outbox_messages_..._amqp`), quoted with any `"` removed.
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "ALTER TABLE {o}.outbox_messages DROP CONSTRAINT \"{}\"",
             c.replace('"', "")
-        ))
+        )))
         .execute(&w.pool)
         .await?;
     }
@@ -133,12 +135,13 @@ pub(crate) async fn bad_rows(ctx: &Ctx) -> anyhow::Result<Report> {
     wait_committed(&w, 100).await?;
     let mut ids = Vec::new();
     for row in BAD_ROWS {
-        let id: uuid::Uuid = sqlx::query_scalar(&format!(
+        // SAFETY-SQL: the values are SQL literals of the constant BAD_ROWS above.
+        let id: uuid::Uuid = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
             "INSERT INTO {o}.outbox_messages (exchange, routing_key, message_type, headers, created_at, payload) \
              VALUES ({}, {}, {}, {}::jsonb, {}, convert_to('{{\"bad_row\": true}}', 'UTF8')) \
              RETURNING id",
             row.exchange, row.routing_key, row.message_type, row.headers, row.created_at
-        ))
+        )))
         .bind(&w.shop.exchange)
         .fetch_one(&w.pool)
         .await

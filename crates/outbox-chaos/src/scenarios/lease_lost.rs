@@ -52,10 +52,10 @@ pub(crate) async fn lease_lost(ctx: &Ctx) -> anyhow::Result<Report> {
     // Catch the holder in the middle of its sweep.
     let deadline = Instant::now() + Duration::from_secs(30);
     let holder = loop {
-        if let Some(v) = redis_get(&w.urls.redis, &w.lock_key).await {
-            if let Some(i) = names.iter().position(|n| v.starts_with(&format!("{n}-"))) {
-                break i;
-            }
+        if let Some(v) = redis_get(&w.urls.redis, &w.lock_key).await
+            && let Some(i) = names.iter().position(|n| v.starts_with(&format!("{n}-")))
+        {
+            break i;
         }
         anyhow::ensure!(Instant::now() < deadline, "no relay took the sweep lock");
         tokio::time::sleep(Duration::from_millis(10)).await;

@@ -14,11 +14,11 @@ use outbox_testkit::services;
 /// compared with the one before it.
 async fn effects_out_of_order(w: &World, keys: i64) -> anyhow::Result<u64> {
     let s = w.shop.schema.quoted();
-    let n: i64 = sqlx::query_scalar(&format!(
+    let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT count(*) FROM (SELECT order_id, lag(order_id) OVER \
            (PARTITION BY order_id % $1 ORDER BY billed_seq) AS before FROM {s}.invoices) x \
          WHERE before >= order_id"
-    ))
+    )))
     .bind(keys)
     .fetch_one(&w.pool)
     .await?;

@@ -88,7 +88,9 @@ pub(crate) async fn pg_lock_stall(ctx: &Ctx) -> anyhow::Result<Report> {
     let looking = Instant::now();
     let (holder, locked) = loop {
         let mut tx = w.pool.begin().await?;
-        let ids: Vec<uuid::Uuid> = sqlx::query_scalar(&catch).fetch_all(&mut *tx).await?;
+        let ids: Vec<uuid::Uuid> = sqlx::query_scalar(sqlx::AssertSqlSafe(&*catch))
+            .fetch_all(&mut *tx)
+            .await?;
         if !ids.is_empty() {
             break (tx, ids.len());
         }
@@ -102,17 +104,16 @@ pub(crate) async fn pg_lock_stall(ctx: &Ctx) -> anyhow::Result<Report> {
     let mut red_after = None;
     let mut gauge_red = None;
     while locked_at.elapsed() < HOLD {
-        if red_after.is_none() {
-            if let Some((503, body)) = readyz_body(port).await {
-                if body.contains("stalled") {
-                    red_after = Some(locked_at.elapsed());
-                    gauge_red = metric(port, "outbox_relay_stalled").await;
-                    r.notes.push(format!(
-                        "/readyz while locked: {}",
-                        body.trim().replace('\n', "; ")
-                    ));
-                }
-            }
+        if red_after.is_none()
+            && let Some((503, body)) = readyz_body(port).await
+            && body.contains("stalled")
+        {
+            red_after = Some(locked_at.elapsed());
+            gauge_red = metric(port, "outbox_relay_stalled").await;
+            r.notes.push(format!(
+                "/readyz while locked: {}",
+                body.trim().replace('\n', "; ")
+            ));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

@@ -69,9 +69,9 @@ pub(crate) async fn poison(ctx: &Ctx) -> anyhow::Result<Report> {
     r.expected_dead = poison_committed + 3;
     let mut r = conclude(ctx, &w, r, produced, fault_end, vec![relay, consumer]).await?;
     let o = w.shop.outbox_schema.quoted();
-    let letters: Vec<(Option<String>, String, i32)> = sqlx::query_as(&format!(
+    let letters: Vec<(Option<String>, String, i32)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT message_id, reason, octet_length(body) FROM {o}.outbox_dead_letters ORDER BY seq"
-    ))
+    )))
     .fetch_all(&w.pool)
     .await?;
     let mut foreign_found = 0;

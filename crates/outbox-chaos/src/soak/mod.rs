@@ -222,7 +222,9 @@ async fn prepare(w: &World) -> anyhow::Result<()> {
         format!("CREATE INDEX ON {s}.invoices (billed_at)"),
         format!("CREATE INDEX ON {s}.orders (created_at)"),
     ] {
-        sqlx::query(&sql).execute(&w.pool).await?;
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(&w.pool)
+            .await?;
     }
     Ok(())
 }
@@ -425,10 +427,10 @@ async fn settle(w: &World, t0: Instant) -> anyhow::Result<(crate::world::Tally, 
     let mut reader = Reader::new(w, 0.0);
     let o = w.shop.outbox_schema.quoted();
     loop {
-        let backlog: Option<i64> = sqlx::query_scalar(&format!(
+        let backlog: Option<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
             "SELECT (SELECT count(*) FROM {o}.outbox_messages WHERE status IN ('pending', 'publish_failed'))
                   + (SELECT count(*) FROM {o}.outbox_inbox WHERE status IN ('received', 'consume_failed'))"
-        ))
+        )))
         .fetch_one(&w.pool)
         .await
         .ok();

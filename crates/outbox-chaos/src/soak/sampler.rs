@@ -97,18 +97,19 @@ impl<'a> Reader<'a> {
     /// Latency of the orders whose invoice was written in `[a_s, b_s)`.
     pub(crate) async fn window(&self, a_s: f64, b_s: f64) -> anyhow::Result<Window> {
         let s = self.w.shop.schema.quoted();
-        let (count, p50, p99): (i64, Option<f64>, Option<f64>) = sqlx::query_as(&format!(
-            "SELECT count(*),
+        let (count, p50, p99): (i64, Option<f64>, Option<f64>) =
+            sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT count(*),
                     percentile_cont(0.5) WITHIN GROUP (ORDER BY ms),
                     percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)
              FROM (SELECT extract(epoch FROM i.billed_at - o.created_at)::float8 * 1000 AS ms
                    FROM {s}.invoices i JOIN {s}.orders o ON o.id = i.order_id
                    WHERE i.billed_at >= to_timestamp($1) AND i.billed_at < to_timestamp($2)) x"
-        ))
-        .bind(self.t0_epoch + a_s)
-        .bind(self.t0_epoch + b_s)
-        .fetch_one(&self.w.pool)
-        .await?;
+            )))
+            .bind(self.t0_epoch + a_s)
+            .bind(self.t0_epoch + b_s)
+            .fetch_one(&self.w.pool)
+            .await?;
         Ok(Window {
             start_s: a_s,
             end_s: b_s,
@@ -121,7 +122,7 @@ impl<'a> Reader<'a> {
     /// Windows of 10 s starting every second from `from_s`, `n` of them.
     pub(crate) async fn sliding(&self, from_s: f64, n: i32) -> anyhow::Result<Vec<Window>> {
         let s = self.w.shop.schema.quoted();
-        let rows: Vec<(i32, i64, Option<f64>)> = sqlx::query_as(&format!(
+        let rows: Vec<(i32, i64, Option<f64>)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT g.k, x.n, x.p99
              FROM generate_series(0, $2 - 1) AS g(k)
              CROSS JOIN LATERAL (
@@ -133,7 +134,7 @@ impl<'a> Reader<'a> {
                        AND i.billed_at < to_timestamp($1 + g.k + {win})) y) x
              ORDER BY g.k",
             win = super::latency::WINDOW_S
-        ))
+        )))
         .bind(self.t0_epoch + from_s)
         .bind(n)
         .fetch_all(&self.w.pool)
@@ -151,7 +152,7 @@ impl<'a> Reader<'a> {
     }
 
     async fn scalar(&self, sql: &str) -> Option<u64> {
-        sqlx::query_scalar::<_, i64>(sql)
+        sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql))
             .fetch_one(&self.w.pool)
             .await
             .ok()

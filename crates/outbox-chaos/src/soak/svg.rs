@@ -334,7 +334,7 @@ mod tests {
                 let name = tag.split_whitespace().next().unwrap_or_default();
                 stack.push(name.to_owned());
             }
-            if tag.matches('"').count() % 2 != 0 {
+            if !tag.matches('"').count().is_multiple_of(2) {
                 return false;
             }
         }

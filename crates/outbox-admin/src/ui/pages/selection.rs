@@ -58,10 +58,10 @@ fn selection_form(body: &[u8]) -> SelectionForm {
             "confirmed" => form.confirmed = value == "1",
             "id" => form.ids.push(value.into_owned()),
             other => {
-                if let Some(k) = FILTER_KEYS.iter().find(|k| **k == other) {
-                    if !value.is_empty() {
-                        form.filters.push((k, value.into_owned()));
-                    }
+                if let Some(k) = FILTER_KEYS.iter().find(|k| **k == other)
+                    && !value.is_empty()
+                {
+                    form.filters.push((k, value.into_owned()));
                 }
             }
         }

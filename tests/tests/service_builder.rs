@@ -60,6 +60,33 @@ async fn two_consumers_of_one_name_and_a_consumer_without_handlers_are_refused()
 }
 
 #[tokio::test]
+async fn a_consumer_name_no_sweep_key_can_hold_is_refused() {
+    let Err(e) = Service::memory()
+        .consumer("has space", |h| h.on(ok))
+        .build()
+        .await
+    else {
+        panic!("a consumer name with a space was accepted");
+    };
+    assert!(e.to_string().contains("has space"), "{e}");
+}
+
+#[tokio::test]
+async fn a_service_dropped_without_stop_cancels_its_tasks() {
+    let service = Service::memory()
+        .broker(broker())
+        .relay()
+        .consumer("billing", |h| h.on(ok))
+        .build()
+        .await
+        .expect("built");
+    let token = service.cancel_token();
+    assert!(!token.is_cancelled());
+    drop(service);
+    assert!(token.is_cancelled(), "nothing runs on unowned");
+}
+
+#[tokio::test]
 async fn a_postgres_service_without_a_broker_or_with_a_bad_schema_is_refused_before_connecting() {
     // Nothing listens on port 1: a refusal that came after connecting would say so.
     let Err(e) = Service::postgres("postgres://nobody@127.0.0.1:1/none")

@@ -109,10 +109,17 @@ impl SessionStore for PgUiSessionStore {
     /// Inserts `record`, under a fresh id while its id is taken (one statement
     /// per try: no id is ever overwritten).
     async fn create(&self, record: &mut Record) -> session_store::Result<()> {
-        while !self.insert_new(record).await? {
+        // A fresh random id collides about never; a store that refuses every
+        // insert (a trigger, a policy) must not spin forever.
+        for _ in 0..8 {
+            if self.insert_new(record).await? {
+                return Ok(());
+            }
             record.id = Id::default();
         }
-        Ok(())
+        Err(session_store::Error::Backend(
+            "no session id could be stored after 8 attempts".to_owned(),
+        ))
     }
 
     async fn save(&self, record: &Record) -> session_store::Result<()> {

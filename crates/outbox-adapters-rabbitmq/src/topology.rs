@@ -774,8 +774,9 @@ impl Topology {
     }
 
     /// Deletes what [`Self::declare`] declares: the queues (with the messages in
-    /// them), their dead-letter queues and exchanges, and the exchanges, shards
-    /// included. For tests and teardown; what is already gone is passed over.
+    /// them), their dead-letter queues and the dead-letter exchanges declared with
+    /// them, and the exchanges, shards included. For tests and teardown; what is
+    /// already gone is passed over.
     ///
     /// # Errors
     /// A connection or channel failure, or a deletion the broker refuses.
@@ -797,9 +798,12 @@ impl Topology {
                     .map_err(|e| port("delete queue", "queue", name, &e))?;
             }
         }
+        // Only the dead-letter exchanges `declare` declares (those with a
+        // dead-letter queue); one named alone is someone else's.
         let dead_letter_exchanges = plain
             .queues
             .iter()
+            .filter(|q| q.dead_letter_queue.is_some())
             .filter_map(|q| q.dead_letter_exchange.as_ref());
         for name in plain
             .exchanges

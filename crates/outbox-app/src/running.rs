@@ -13,7 +13,8 @@ use crate::ServiceError;
 
 /// A service started by a builder ([`Service::postgres`], [`Service::memory`]):
 /// `B` holds what the backend offers the application (its producer, pool or
-/// broker).
+/// broker). Dropped without [`Self::stop`] or [`Self::run`], it still cancels its
+/// tasks, which then finish what they hold in the background, unawaited.
 pub struct Service<B> {
     pub(crate) backend: B,
     pub(crate) cancel: CancellationToken,
@@ -64,6 +65,11 @@ impl<B> Service<B> {
     /// the process.
     pub async fn run_until(self, shutdown: impl Future<Output = ()>) -> Result<(), ServiceError> {
         let healths: Vec<(String, Arc<ServiceHealth>)> = self.healths().collect();
+        let first_failure = || {
+            healths
+                .iter()
+                .find_map(|(what, h)| h.failure().map(|f| format!("{what}: {f}")))
+        };
         let any_failed = async {
             let waits = healths.iter().map(|(_, h)| Box::pin(h.failed()));
             if waits.len() == 0 {
@@ -76,9 +82,10 @@ impl<B> Service<B> {
             () = any_failed => {}
             () = self.cancel.cancelled() => {}
         }
-        let failure = self.failure();
         self.stop().await;
-        failure.map_or(Ok(()), |f| Err(ServiceError::Failed(f)))
+        // Read after the drain: a task that panicked while finishing what it held
+        // fails the run too.
+        first_failure().map_or(Ok(()), |f| Err(ServiceError::Failed(f)))
     }
 
     /// Runs until the process gets Ctrl-C (SIGINT) or SIGTERM, then stops
@@ -91,13 +98,10 @@ impl<B> Service<B> {
     }
 
     /// Stops every task and waits for them.
-    pub async fn stop(self) {
-        let Self {
-            cancel,
-            relay,
-            consumers,
-            ..
-        } = self;
+    pub async fn stop(mut self) {
+        let cancel = self.cancel.clone();
+        let relay = self.relay.take();
+        let consumers = std::mem::take(&mut self.consumers);
         let waiting: Vec<String> = relay
             .iter()
             .map(|_| "the relay (batches in flight)".to_owned())
@@ -145,6 +149,10 @@ pub(crate) fn check_consumers<'a>(
         config
             .retry
             .validate(&format!("consumer {:?} retry", config.name))?;
+        // The name makes the sweep's lock and state keys: a name no key can hold
+        // is refused here, not at the first sweep.
+        outbox_core::SweepConfig::for_consumer_retrying(&config.name, &config.retry)
+            .validate(&format!("consumer {:?} sweep", config.name))?;
         if !names.insert(config.name.clone()) {
             return Err(ServiceError::Missing(format!(
                 "two consumers are named {:?}: each needs a name of its own (its inbox rows and retry sweep)",
@@ -153,6 +161,14 @@ pub(crate) fn check_consumers<'a>(
         }
     }
     Ok(())
+}
+
+impl<B> Drop for Service<B> {
+    fn drop(&mut self) {
+        // Stopped already (stop, run) or not: either way nothing may run on
+        // unowned.
+        self.cancel.cancel();
+    }
 }
 
 /// Resolves when the first of `futures` does.

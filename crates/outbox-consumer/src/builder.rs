@@ -52,8 +52,8 @@ pub struct ConsumerHandles {
     pub counters: Arc<ConsumerCounters>,
     /// The worker's progress and the stall watchdog's verdict (for readiness).
     pub progress: Arc<outbox_runtime::stall::RelayProgress>,
-    /// Completed sweeps' reports: the last [`outbox_runtime::sweeper::REPORTS_KEPT`]
-    /// not yet read (newer ones are dropped while it is full).
+    /// Completed sweeps' reports, up to [`outbox_runtime::sweeper::REPORTS_KEPT`]
+    /// unread (while it is full, newer ones are dropped).
     pub reports: mpsc::Receiver<SweepReport>,
     /// Failed once a task panicked or stopped before the token fired.
     pub health: Arc<ServiceHealth>,

@@ -60,8 +60,8 @@ pub struct RelayHandles {
     pub sweeper: JoinHandle<()>,
     /// Totals of both.
     pub counters: Arc<RelayCounters>,
-    /// Completed sweeps' reports: the last [`outbox_runtime::sweeper::REPORTS_KEPT`]
-    /// not yet read (newer ones are dropped while it is full).
+    /// Completed sweeps' reports, up to [`outbox_runtime::sweeper::REPORTS_KEPT`]
+    /// unread (while it is full, newer ones are dropped).
     pub reports: mpsc::Receiver<SweepReport>,
     /// This instance's name.
     pub instance: String,

@@ -80,7 +80,7 @@ pub struct RetrySweeper {
     label: String,
 }
 
-/// Reports kept for a reader that has not taken them yet; past it the newest is
+/// Unread reports a channel keeps: while it holds this many, a new report is
 /// dropped (a report is for metrics and tests, never needed to make progress).
 pub const REPORTS_KEPT: usize = 64;
 
@@ -316,7 +316,10 @@ impl RetrySweeper {
             if let SweepStep::Record(end) = progress.before_batch(guard.is_held()) {
                 return Ok(Some(end));
             }
-            let held = || guard.is_held();
+            // Shutdown, like a lost lock, stops a batch between two claims: a task
+            // that claims row by row (consume retries, each up to its handler's
+            // timeout) finishes the row in hand and claims no more.
+            let held = || guard.is_held() && !cancel.is_cancelled();
             let counts = match self
                 .task
                 .run_batch_while_held(self.config.batch_size, &held)

@@ -701,3 +701,63 @@ async fn a_lock_lost_during_before_sweep_runs_no_batch() {
         "no state without the lock"
     );
 }
+
+/// A task that claims row by row (as the consume retries do), each row taking a
+/// second, and asks `held` before each claim.
+#[derive(Default)]
+struct RowByRowTask {
+    rows: AtomicU32,
+}
+
+#[async_trait]
+impl SweepTask for RowByRowTask {
+    fn name(&self) -> &'static str {
+        "row-by-row"
+    }
+
+    async fn run_batch(&self, limit: u32) -> Result<BatchCounts, PortError> {
+        self.run_batch_while_held(limit, &|| true).await
+    }
+
+    async fn run_batch_while_held(
+        &self,
+        limit: u32,
+        held: &(dyn Fn() -> bool + Send + Sync),
+    ) -> Result<BatchCounts, PortError> {
+        let mut counts = BatchCounts::default();
+        while counts.claimed < u64::from(limit) && held() {
+            counts.claimed += 1;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            self.rows.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(counts)
+    }
+}
+
+/// Shutdown stops a batch between two rows: the row in hand is finished and no
+/// other is claimed, so a consumer stops within one handler's time, not a whole
+/// batch's (50 rows of up to 30 s each).
+#[tokio::test(start_paused = true)]
+async fn shutdown_stops_a_row_by_row_batch_after_the_row_in_hand() {
+    let (state, _writes) = state_returning(vec![], || Ok(None));
+    let task = Arc::new(RowByRowTask::default());
+    let clock = Arc::new(TokioClock::starting_at(base()));
+    let run = start(
+        config(),
+        Arc::new(MemoryLock::new()),
+        Arc::new(state),
+        clock,
+        task.clone(),
+    );
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    run.cancel.cancel();
+    tokio::time::timeout(Duration::from_secs(2), run.handle)
+        .await
+        .expect("the sweeper stopped within the row in hand")
+        .expect("sweeper task");
+    assert_eq!(
+        task.rows.load(Ordering::SeqCst),
+        3,
+        "the third row, in hand at the cancel, was finished; no fourth was claimed"
+    );
+}

@@ -70,8 +70,10 @@ impl PgOutbox {
 
     /// Every message this producer enqueues goes to `prefix` + its exchange
     /// (`"staging."`: `orders` becomes `staging.orders`), unless
-    /// [`Self::with_exchange`] maps its exchange. The result is checked as any
-    /// exchange name is, at enqueue.
+    /// [`Self::with_exchange`] maps its exchange. The broker's own exchanges keep
+    /// their names: the default exchange (`""`, straight to a queue) and `amq.*`.
+    /// The result is checked as any exchange name is, at enqueue, before anything
+    /// is written.
     #[must_use]
     pub fn with_exchange_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.exchange_prefix = prefix.into();
@@ -90,6 +92,8 @@ impl PgOutbox {
     pub fn exchange_for(&self, exchange: &str) -> String {
         match self.exchanges.get(exchange) {
             Some(to) => to.clone(),
+            // The broker's exchanges exist under their own names only.
+            None if exchange.is_empty() || exchange.starts_with("amq.") => exchange.to_owned(),
             None => format!("{}{exchange}", self.exchange_prefix),
         }
     }
@@ -282,5 +286,24 @@ impl PgOutboxStore {
         }
         let mut conn = self.pool.acquire().await.map_err(|e| port("enqueue", e))?;
         self.outbox.insert_messages(&mut conn, &messages).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PgOutbox;
+    use crate::PgSchema;
+
+    #[test]
+    fn a_prefix_renames_the_applications_exchanges_not_the_brokers() {
+        let producer = PgOutbox::new(PgSchema::new("outbox").expect("schema"))
+            .with_exchange_prefix("staging.")
+            .with_exchange("invoices", "billing-v2");
+        assert_eq!(producer.exchange_for("orders"), "staging.orders");
+        assert_eq!(producer.exchange_for("invoices"), "billing-v2");
+        // The default exchange routes straight to a queue; `amq.*` are the
+        // broker's own: prefixed, neither would exist.
+        assert_eq!(producer.exchange_for(""), "");
+        assert_eq!(producer.exchange_for("amq.topic"), "amq.topic");
     }
 }

@@ -109,6 +109,13 @@ impl<P: InboxPath> ConsumerBuilder<P> {
     /// Starts the worker and the sweeper; both stop when `cancel` fires.
     #[must_use]
     pub fn start(self, cancel: &CancellationToken) -> ConsumerHandles {
+        if self.sweep.lock_key == outbox_core::config::DEFAULT_LOCK_KEY
+            || self.sweep.state_key == outbox_core::config::DEFAULT_STATE_KEY
+        {
+            // `SweepConfig::default()` has the relay's keys: the two sweeps would
+            // take turns, each holding back the other's retries.
+            tracing::warn!(consumer = %self.worker.name(), lock_key = %self.sweep.lock_key, "this consumer's retry sweep shares the relay's keys; give it its own (SweepConfig::for_consumer_retrying)");
+        }
         let counters = self.worker.counters();
         let progress = self.worker.progress();
         let (tx, reports) = mpsc::channel(outbox_runtime::sweeper::REPORTS_KEPT);

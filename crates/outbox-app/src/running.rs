@@ -71,11 +71,12 @@ impl<B> Service<B> {
                 .find_map(|(what, h)| h.failure().map(|f| format!("{what}: {f}")))
         };
         let any_failed = async {
-            let waits = healths.iter().map(|(_, h)| Box::pin(h.failed()));
-            if waits.len() == 0 {
+            let waits: Vec<_> = healths.iter().map(|(_, h)| Box::pin(h.failed())).collect();
+            // select_all refuses an empty list: nothing that can fail never does.
+            if waits.is_empty() {
                 std::future::pending::<()>().await;
             }
-            futures_select_all(waits).await;
+            futures::future::select_all(waits).await;
         };
         tokio::select! {
             () = shutdown => {}
@@ -169,20 +170,6 @@ impl<B> Drop for Service<B> {
         // unowned.
         self.cancel.cancel();
     }
-}
-
-/// Resolves when the first of `futures` does.
-async fn futures_select_all<F: Future<Output = ()> + Unpin>(futures: impl Iterator<Item = F>) {
-    let mut futures: Vec<F> = futures.collect();
-    std::future::poll_fn(|cx| {
-        for f in &mut futures {
-            if std::pin::Pin::new(f).poll(cx).is_ready() {
-                return std::task::Poll::Ready(());
-            }
-        }
-        std::task::Poll::Pending
-    })
-    .await;
 }
 
 /// Resolves on Ctrl-C (SIGINT), or SIGTERM on Unix, logging which: what

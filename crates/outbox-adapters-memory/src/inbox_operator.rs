@@ -6,14 +6,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use outbox_core::{InboxStatus, MessageId};
 use outbox_ports::{
-    BulkOutcome, ConsumerSummary, DeliveryFilter, DeliverySummary, FailureCount, InboxOperator,
+    BulkOutcome, ConsumerSummary, DeliveryFilter, DeliverySummary, FailureGroup, InboxOperator,
     InboxRecord, InboxStore, MinuteCount, PREVIEW_BYTES, Page, PageCursor, PortError,
     StoredDeadLetter, reconsumable_statuses,
 };
 
 use crate::inbox::{KeptLetter, MemoryInboxStore, record};
 use crate::listing::{
-    BULK_BATCH, below, failure_counts, matches, page, per_minute, summary, window_start,
+    BULK_BATCH, below, failure_groups, matches, page, per_minute, summary, window_start,
 };
 use crate::lock;
 
@@ -224,9 +224,9 @@ impl InboxOperator for MemoryInboxStore {
             .count() as u64)
     }
 
-    async fn failure_counts(&self, max_texts: u32) -> Result<Vec<FailureCount>, PortError> {
+    async fn failure_groups(&self) -> Result<Vec<FailureGroup>, PortError> {
         let t = lock(&self.table);
-        Ok(failure_counts(
+        Ok(failure_groups(
             t.rows
                 .iter()
                 .filter(|(_, r)| {
@@ -238,7 +238,6 @@ impl InboxOperator for MemoryInboxStore {
                 .map(|((consumer, _), r)| {
                     (consumer.as_str(), &r.tracked.state, r.message.created_at)
                 }),
-            max_texts,
         ))
     }
 

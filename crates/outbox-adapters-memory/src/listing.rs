@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use outbox_core::{Lifecycle, Message, SideState, Timestamp};
 use outbox_ports::{
-    FailureCount, MessageFilter, MessageSummary, MinuteCount, PREVIEW_BYTES, Page, PageCursor,
-    page_limit,
+    FailureCount, FailureGroup, MessageFilter, MessageSummary, MinuteCount, PREVIEW_BYTES, Page,
+    PageCursor, page_limit,
 };
 
 /// Rows changed per lock acquisition by a bulk action, so that other callers get
@@ -21,10 +21,9 @@ pub(crate) fn matches<S: Lifecycle>(
     last_error: Option<&str>,
 ) -> bool {
     filter.status.is_none_or(|s| s == status)
-        && filter
-            .errors
-            .as_ref()
-            .is_none_or(|texts| texts.iter().any(|t| t == last_error.unwrap_or_default()))
+        && filter.error_group.as_ref().is_none_or(|g| {
+            outbox_core::failure_group::failure_group(last_error.unwrap_or_default()) == *g
+        })
         && filter
             .exchange
             .as_ref()
@@ -130,13 +129,12 @@ pub(crate) fn window_start(now: Timestamp, window: std::time::Duration) -> Times
         .unwrap_or(Timestamp::UNIX_EPOCH)
 }
 
-/// Failures counted per place and error text, the most frequent texts first (then
-/// by place and text), at most `max_texts`: from each failure's place (exchange or
-/// consumer), its side's state and when its message was created.
-pub(crate) fn failure_counts<'a>(
+/// Failures in groups per place and failure group, every one counted (see
+/// [`outbox_ports::OutboxOperator::failure_groups`]): from each failure's place
+/// (exchange or consumer), its side's state and when its message was created.
+pub(crate) fn failure_groups<'a>(
     failures: impl Iterator<Item = (&'a str, &'a SideState, Timestamp)>,
-    max_texts: u32,
-) -> Vec<FailureCount> {
+) -> Vec<FailureGroup> {
     let mut counts: BTreeMap<(String, String), FailureCount> = BTreeMap::new();
     for (place, state, created_at) in failures {
         let error = state.last_error.clone().unwrap_or_default();
@@ -156,14 +154,5 @@ pub(crate) fn failure_counts<'a>(
                 newest: Some(at),
             });
     }
-    let mut out: Vec<FailureCount> = counts.into_values().collect();
-    // As PostgreSQL's: by count, then place and text.
-    out.sort_by(|a, b| {
-        b.count
-            .cmp(&a.count)
-            .then_with(|| a.place.cmp(&b.place))
-            .then_with(|| a.error.cmp(&b.error))
-    });
-    out.truncate(usize::try_from(max_texts).unwrap_or(usize::MAX));
-    out
+    outbox_ports::group_failures(counts.into_values().collect())
 }

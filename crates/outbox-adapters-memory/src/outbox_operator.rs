@@ -6,13 +6,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use outbox_core::{MessageId, OutboxStatus};
 use outbox_ports::{
-    BLOCKED_WAITING_CAP, BlockedKey, BulkOutcome, FailureCount, KeyHead, MessageFilter,
+    BLOCKED_WAITING_CAP, BlockedKey, BulkOutcome, FailureGroup, KeyHead, MessageFilter,
     MessageSummary, MinuteCount, OutboxOperator, OutboxRecord, Page, PageCursor, PortError,
     deletable_statuses, page_limit, requeueable_statuses,
 };
 
 use crate::listing::{
-    BULK_BATCH, below, failure_counts, matches, page, per_minute, summary, window_start,
+    BULK_BATCH, below, failure_groups, matches, page, per_minute, summary, window_start,
 };
 use crate::lock;
 use crate::outbox::{MemoryOutboxStore, Row, Table};
@@ -286,9 +286,9 @@ impl OutboxOperator for MemoryOutboxStore {
         Ok(self.bulk(filter, max, &Action::Delete { force }))
     }
 
-    async fn failure_counts(&self, max_texts: u32) -> Result<Vec<FailureCount>, PortError> {
+    async fn failure_groups(&self) -> Result<Vec<FailureGroup>, PortError> {
         let t = lock(&self.table);
-        Ok(failure_counts(
+        Ok(failure_groups(
             t.rows
                 .values()
                 .filter(|r| {
@@ -304,7 +304,6 @@ impl OutboxOperator for MemoryOutboxStore {
                         r.message.created_at,
                     )
                 }),
-            max_texts,
         ))
     }
 

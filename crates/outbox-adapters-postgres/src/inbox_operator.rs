@@ -5,7 +5,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use outbox_core::{Headers, InboxStatus, MessageId, Timestamp};
 use outbox_ports::{
-    BulkOutcome, ConsumerSummary, DeliveryFilter, DeliverySummary, FailureCount, InboxOperator,
+    BulkOutcome, ConsumerSummary, DeliveryFilter, DeliverySummary, FailureGroup, InboxOperator,
     InboxRecord, InboxStats, MinuteCount, PREVIEW_BYTES, Page, PageCursor, PortError,
     StoredDeadLetter, reconsumable_statuses,
 };
@@ -14,7 +14,7 @@ use crate::PgInboxStore;
 use crate::diagnostics::{self, Explain};
 use crate::error::port;
 use crate::listing::{
-    Where, count_at_most, failure_counts, in_batches, page_of, per_minute, revive_batch,
+    Where, count_at_most, failure_groups, in_batches, page_of, per_minute, revive_batch,
     summary_columns, summary_page,
 };
 use crate::rows::{MessageRow, names, read_columns, readable_time};
@@ -279,13 +279,12 @@ impl InboxOperator for PgInboxStore {
         count_at_most(&self.pool, &self.inbox(), w, max).await
     }
 
-    async fn failure_counts(&self, max_texts: u32) -> Result<Vec<FailureCount>, PortError> {
-        failure_counts(
+    async fn failure_groups(&self) -> Result<Vec<FailureGroup>, PortError> {
+        failure_groups(
             &self.pool,
             &self.inbox(),
             "consumer",
             &[InboxStatus::ConsumeFailed, InboxStatus::Dead],
-            max_texts,
         )
         .await
     }

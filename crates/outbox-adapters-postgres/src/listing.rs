@@ -97,10 +97,15 @@ impl Where {
             let p = self.bind(at)?;
             self.and(format!("created_at < {p}"));
         }
-        if let Some(errors) = &filter.errors {
-            // As failure_counts reads them: no last error is the empty text.
-            let p = self.bind(errors.clone())?;
-            self.and(format!("coalesce(last_error, '') = ANY({p})"));
+        if let Some(group) = &filter.error_group {
+            if group.is_empty() {
+                // As failure_groups reads them: no last error is the empty group.
+                self.and("coalesce(error_group, '') = ''".to_owned());
+            } else {
+                // Served by the error_group index (rows that ever failed).
+                let p = self.bind(group.clone())?;
+                self.and(format!("error_group = {p}"));
+            }
         }
         if let Some(q) = &filter.q {
             let corr = self.bind(q.clone())?;
@@ -287,22 +292,31 @@ pub(crate) async fn per_minute(
         .collect())
 }
 
-/// A row of [`failure_counts`]: error, place, count, oldest and newest time.
-type FailureRow = (String, String, i64, Option<Timestamp>, Option<Timestamp>);
+/// A row of [`failure_groups`]: place, group, an example, count, oldest and
+/// newest time.
+type GroupRow = (
+    String,
+    String,
+    String,
+    i64,
+    Option<Timestamp>,
+    Option<Timestamp>,
+);
 
-/// Failures of `table` in `statuses` counted per `place` column and error text,
-/// the most frequent first, at most `max_texts`. One scan per status, each with the
-/// status as a literal so that the status's partial index can serve it (seen:
-/// index scans of `outbox_publish_failed` and `outbox_dead` beside 200,000 sent
-/// rows; the inbox has `inbox_due` and `inbox_dead`). Times through
-/// [`readable_time`] (an unreadable one counts as unknown).
-pub(crate) async fn failure_counts<S: Lifecycle>(
+/// Failures of `table` in `statuses` in groups per `place` column and stored
+/// failure group (`error_group`, migration 20261222000001), every group counted
+/// exactly, the largest first. One scan per status, each with the status as a
+/// literal so that the status's partial index can serve it (seen: index scans of
+/// `outbox_publish_failed` and `outbox_dead` beside 200,000 sent rows; the inbox
+/// has `inbox_due` and `inbox_dead`); the example is the least text (`min`, no
+/// sort by frequency). Times through [`readable_time`] (an unreadable one counts
+/// as unknown).
+pub(crate) async fn failure_groups<S: Lifecycle>(
     pool: &PgPool,
     table: &str,
     place: &str,
     statuses: &[S],
-    max_texts: u32,
-) -> Result<Vec<outbox_ports::FailureCount>, PortError> {
+) -> Result<Vec<outbox_ports::FailureGroup>, PortError> {
     let at = readable_time("coalesce(last_attempt_at, created_at)");
     let scans: Vec<String> = statuses
         .iter()
@@ -310,19 +324,19 @@ pub(crate) async fn failure_counts<S: Lifecycle>(
             // SAFETY-SQL: a status name of the core's, not input: a literal is safe
             // here; `place` and `table` are this crate's column and quoted table.
             format!(
-                "SELECT coalesce(last_error, '') AS error, {place} AS place, {at} AS at \
+                "SELECT {place} AS place, coalesce(error_group, '') AS error_group, \
+                 coalesce(last_error, '') AS error, {at} AS at \
                  FROM {table} WHERE status = '{}'",
                 s.as_str()
             )
         })
         .collect();
     let sql = format!(
-        "SELECT error, place, count(*), min(at), max(at) FROM ({}) AS failures \
-         GROUP BY 1, 2 ORDER BY 3 DESC, 2, 1 LIMIT $1",
+        "SELECT place, error_group, min(error), count(*), min(at), max(at) FROM ({}) AS failures \
+         GROUP BY 1, 2 ORDER BY 4 DESC, 1, 2",
         scans.join(" UNION ALL ")
     );
-    let rows: Vec<FailureRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
-        .bind(i64::from(max_texts))
+    let rows: Vec<GroupRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
         .persistent(false)
         .fetch_all(pool)
         .await
@@ -330,8 +344,9 @@ pub(crate) async fn failure_counts<S: Lifecycle>(
     Ok(rows
         .into_iter()
         .map(
-            |(error, place, count, oldest, newest)| outbox_ports::FailureCount {
+            |(place, error, example, count, oldest, newest)| outbox_ports::FailureGroup {
                 error,
+                example,
                 place,
                 count: u64::try_from(count).unwrap_or(0),
                 oldest,

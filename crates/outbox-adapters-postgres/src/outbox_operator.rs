@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use outbox_core::{MessageId, OutboxStatus};
 use outbox_ports::{
-    BulkOutcome, FailureCount, MessageFilter, MessageSummary, MinuteCount, OutboxOperator,
+    BulkOutcome, FailureGroup, MessageFilter, MessageSummary, MinuteCount, OutboxOperator,
     OutboxRecord, Page, PageCursor, PortError, deletable_statuses, page_limit,
     requeueable_statuses,
 };
@@ -15,7 +15,7 @@ use crate::PgOutboxStore;
 use crate::diagnostics::{self, Explain};
 use crate::error::port;
 use crate::listing::{
-    SummaryRow, Where, batch_statement, count_at_most, failure_counts, in_batches, page_of,
+    SummaryRow, Where, batch_statement, count_at_most, failure_groups, in_batches, page_of,
     per_minute, revive_batch, summary_columns,
 };
 use crate::rows::{names, readable_time, stored_status};
@@ -268,13 +268,12 @@ impl OutboxOperator for PgOutboxStore {
         .await
     }
 
-    async fn failure_counts(&self, max_texts: u32) -> Result<Vec<FailureCount>, PortError> {
-        failure_counts(
+    async fn failure_groups(&self) -> Result<Vec<FailureGroup>, PortError> {
+        failure_groups(
             self.pool(),
             &self.table(),
             "exchange",
             &[OutboxStatus::PublishFailed, OutboxStatus::Dead],
-            max_texts,
         )
         .await
     }

@@ -337,7 +337,7 @@ async fn rows_whose_values_cannot_be_read_are_dead_and_reads_never_fail() {
         .execute(&pool)
         .await
         .expect("never tried");
-        let counts = outbox_ports::OutboxOperator::failure_counts(&store, 100)
+        let counts = outbox_ports::OutboxOperator::failure_groups(&store)
             .await
             .expect("failure counts with unreadable times");
         assert_eq!(counts.iter().map(|c| c.count).sum::<u64>(), 6, "{counts:?}");

@@ -118,6 +118,11 @@ macro_rules! side_filters {
             #[param(pattern = "^[^\\u0000]*$")]
             #[schema(pattern = "^[^\\u0000]*$")]
             pub q: Option<String>,
+            /// A failure group, as `/failures` names it (`error`); an error text as
+            /// stored means its group.
+            #[param(pattern = "^[^\\u0000]*$")]
+            #[schema(pattern = "^[^\\u0000]*$")]
+            pub error: Option<String>,
             /// Page size, 1 to 1000 (default 50).
             #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
             #[schema(value_type = Option<u32>, minimum = 1, maximum = 1000)]
@@ -160,6 +165,11 @@ macro_rules! side_filters {
             #[serde(skip_serializing_if = "Option::is_none")]
             #[schema(pattern = "^[^\\u0000]*$")]
             pub q: Option<String>,
+            /// A failure group, as `/failures` names it (`error`); an error text as
+            /// stored means its group.
+            #[serde(skip_serializing_if = "Option::is_none")]
+            #[schema(pattern = "^[^\\u0000]*$")]
+            pub error: Option<String>,
         }
 
         $(
@@ -173,6 +183,7 @@ macro_rules! side_filters {
                         created_after: q.created_after,
                         created_before: q.created_before,
                         q: q.q,
+                        error: q.error,
                         limit: q.limit,
                         cursor: q.cursor,
                     }
@@ -189,6 +200,7 @@ macro_rules! side_filters {
                         created_after: f.created_after,
                         created_before: f.created_before,
                         q: f.q,
+                        error: f.error,
                     }
                 }
             }
@@ -347,7 +359,8 @@ pub struct ConsumerFailuresRequest {
 /// What a bulk action found and did.
 #[derive(Debug, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
 pub struct BulkResponse {
-    /// Entries matched (at most `max`).
+    /// Entries the filter matches, exactly, whatever `max` (which bounds only
+    /// what the action changes).
     pub matched: u64,
     /// Entries changed (0 on a dry run).
     pub changed: u64,
@@ -358,7 +371,8 @@ pub struct BulkResponse {
 /// progress bars.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct BulkProgress {
-    /// Entries the filter matched when the action started (at most `max`): the
+    /// Entries the action set out to change: those the filter matched when it
+    /// started, at most `max`: the
     /// length of a progress bar.
     pub matched: u64,
     /// Entries changed so far, over every batch done.
@@ -478,10 +492,6 @@ pub struct FailureGroupItem {
 pub struct FailureGroups {
     /// The groups.
     pub groups: Vec<FailureGroupItem>,
-    /// A store held more distinct (exchange or consumer, error text) pairs than
-    /// were read (10,000 a side, the most frequent): the groups are built from
-    /// those, and their counts are then lower bounds.
-    pub capped: bool,
 }
 
 /// A page of blocked ordering keys, in key order.

@@ -204,7 +204,8 @@ pub fn filter_from_body<S: Lifecycle>(body: &FilterBody) -> Result<MessageFilter
             .map(|t| parse_time("created_before", t))
             .transpose()?,
         q: text_opt("q", body.q.as_ref())?,
-        errors: None,
+        error_group: text_opt("error", body.error.as_ref())?
+            .map(|e| outbox_core::failure_group::failure_group(&e)),
     })
 }
 
@@ -225,6 +226,7 @@ pub fn list_from_query<S: Lifecycle>(
         created_after: query.created_after,
         created_before: query.created_before,
         q: query.q,
+        error: query.error,
     };
     Ok((filter_from_body(&body)?, cursor, limit))
 }

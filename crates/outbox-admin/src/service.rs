@@ -795,7 +795,7 @@ impl AdminService {
             .await
     }
 
-    /// The one path of every bulk action: counts up to `max` matching entries
+    /// The one path of every bulk action: counts the matching entries, exactly
     /// (all a dry run does), changes them in batches telling `on_batch` after
     /// each, and records what was changed in the audit log (also when an error
     /// stopped it).
@@ -818,7 +818,7 @@ impl AdminService {
             dry_run,
             max,
         } = bulk;
-        let matched = if filter.errors.is_some() && filter.status.is_none() {
+        let matched = if filter.error_group.is_some() && filter.status.is_none() {
             // A failure group's filter names no status, and a sent message or a
             // consumed delivery keeps its last error: count only the statuses the
             // action changes (each served by its own index), not every row that
@@ -829,14 +829,13 @@ impl AdminService {
                     status: Some(status),
                     ..filter.clone()
                 };
-                matched += action.count(&self.ports, &narrowed, max - matched).await?;
-                if matched >= max {
-                    break;
-                }
+                matched += action.count(&self.ports, &narrowed, u64::MAX).await?;
             }
             matched
         } else {
-            action.count(&self.ports, filter, max).await?
+            // Exact, whatever `max` (which bounds only what is changed): an
+            // operator deciding on a dry run reads the true number.
+            action.count(&self.ports, filter, u64::MAX).await?
         };
         if dry_run {
             return Ok(BulkResponse {
@@ -855,7 +854,14 @@ impl AdminService {
                 let _ = told.send(p);
             };
             let applied = service
-                .in_batches(&action, &filter, &statuses, matched, max, &mut tell)
+                .in_batches(
+                    &action,
+                    &filter,
+                    &statuses,
+                    matched.min(max),
+                    max,
+                    &mut tell,
+                )
                 .await;
             let (audited, target) = action.audited(target);
             service
@@ -943,21 +949,14 @@ impl AdminService {
 
     /// Failing and dead messages and deliveries, grouped by their error with what
     /// varies taken out: the outbox's per exchange, then the inbox's per consumer,
-    /// each the largest first. From each store at most
-    /// [`outbox_ports::MAX_FAILURE_TEXTS`] counts (place and error text), the most
-    /// frequent; `capped` says when there were more.
+    /// each the largest first. Every group, each counted exactly (the stores keep
+    /// each row's group).
     ///
     /// # Errors
     /// What the stores say.
     pub async fn failure_groups(&self) -> Result<FailureGroups, AdminError> {
-        // One more than is used: whether the store held more.
-        let ask = outbox_ports::MAX_FAILURE_TEXTS + 1;
-        let keep = outbox_ports::MAX_FAILURE_TEXTS as usize;
-        let mut publish = self.ports.outbox.failure_counts(ask).await?;
-        let mut consume = self.ports.inbox.failure_counts(ask).await?;
-        let capped = publish.len() > keep || consume.len() > keep;
-        publish.truncate(keep);
-        consume.truncate(keep);
+        let publish = self.ports.outbox.failure_groups().await?;
+        let consume = self.ports.inbox.failure_groups().await?;
         let item = |g: outbox_ports::FailureGroup, outbox: bool| FailureGroupItem {
             error: g.error,
             example: g.example,
@@ -967,56 +966,41 @@ impl AdminService {
             oldest: g.oldest.map(format_time),
             newest: g.newest.map(format_time),
         };
-        let groups = outbox_ports::group_failures(publish)
+        let groups = publish
             .into_iter()
             .map(|g| item(g, true))
-            .chain(
-                outbox_ports::group_failures(consume)
-                    .into_iter()
-                    .map(|g| item(g, false)),
-            )
+            .chain(consume.into_iter().map(|g| item(g, false)))
             .collect();
-        Ok(FailureGroups { groups, capped })
+        Ok(FailureGroups { groups })
     }
 
-    /// The stored error texts of `place`'s failure group `error` (outbox side:
-    /// an exchange; inbox: a consumer), from the same counts as
-    /// [`failure_groups`](Self::failure_groups).
-    async fn group_texts(
-        &self,
-        outbox: bool,
-        place: &str,
-        error: &str,
-    ) -> Result<Vec<String>, AdminError> {
-        let counts = if outbox {
-            self.ports
-                .outbox
-                .failure_counts(outbox_ports::MAX_FAILURE_TEXTS)
-                .await?
+    /// `error` as a failure group's name: a group's text is its own group, and an
+    /// error text as stored gives the group it is in.
+    #[must_use]
+    pub fn error_group(error: &str) -> String {
+        outbox_core::failure_group::failure_group(error)
+    }
+
+    /// `place`'s failure group of `error` (outbox side: an exchange; inbox: a
+    /// consumer), when it has failing or dead members.
+    async fn group_of(&self, outbox: bool, place: &str, error: &str) -> Result<String, AdminError> {
+        let group = Self::error_group(error);
+        let groups = if outbox {
+            self.ports.outbox.failure_groups().await?
         } else {
-            self.ports
-                .inbox
-                .failure_counts(outbox_ports::MAX_FAILURE_TEXTS)
-                .await?
+            self.ports.inbox.failure_groups().await?
         };
-        let texts: Vec<String> = counts
-            .into_iter()
-            .filter(|c| {
-                c.place == place && outbox_core::failure_group::failure_group(&c.error) == error
-            })
-            .map(|c| c.error)
-            .collect();
-        if texts.is_empty() {
-            return Err(PortError::NotFound {
-                what: "failure group",
-                id: format!(
-                    "{error:?} of {} {place}",
-                    if outbox { "exchange" } else { "consumer" }
-                ),
-            }
-            .into());
+        if groups.iter().any(|g| g.place == place && g.error == group) {
+            return Ok(group);
         }
-        Ok(texts)
+        Err(PortError::NotFound {
+            what: "failure group",
+            id: format!(
+                "{error:?} of {} {place}",
+                if outbox { "exchange" } else { "consumer" }
+            ),
+        }
+        .into())
     }
 
     /// The filter of `exchange`'s failure group `error` (its stored texts), and
@@ -1028,7 +1012,7 @@ impl AdminService {
     ) -> Result<(MessageFilter, String), AdminError> {
         let filter = MessageFilter {
             exchange: Some(exchange.to_owned()),
-            errors: Some(self.group_texts(true, exchange, error).await?),
+            error_group: Some(self.group_of(true, exchange, error).await?),
             ..MessageFilter::default()
         };
         Ok((filter, group_target("exchange", exchange, error)))
@@ -1090,7 +1074,7 @@ impl AdminService {
         max: u64,
     ) -> Result<BulkResponse, AdminError> {
         let filter = DeliveryFilter {
-            errors: Some(self.group_texts(false, consumer, error).await?),
+            error_group: Some(self.group_of(false, consumer, error).await?),
             ..DeliveryFilter::default()
         };
         let target = group_target("consumer", consumer, error);

@@ -382,7 +382,8 @@ async fn bulk_actions_apply_to_everything_matching_up_to_max() {
             Some(r#"{"filter":{"exchange":"orders","status":"dead"},"max":2}"#),
         )
         .await;
-    assert_eq!(answer, serde_json::json!({"matched": 2, "changed": 2}));
+    // Three match (exactly, whatever max); max lets two change.
+    assert_eq!(answer, serde_json::json!({"matched": 3, "changed": 2}));
     let (_, page) = h.get("/messages?status=dead").await;
     assert_eq!(page["items"].as_array().unwrap().len(), 2);
     let (_, answer) = h
@@ -1804,4 +1805,55 @@ async fn a_failure_groups_count_leaves_out_what_is_no_longer_failing() {
         serde_json::json!({"matched": 1, "changed": 0}),
         "the pending one is not the group's any more"
     );
+}
+
+/// `error=` lists a failure group's members only (the group's text, or an error
+/// as stored, which means its group), on messages, on a consumer's deliveries
+/// and in a bulk action's filter; `/failures` has no `capped` any more.
+#[tokio::test]
+async fn lists_and_bulk_actions_filter_by_failure_group() {
+    let h = harness();
+    let grouped = dead_with(&h, "orders", &["order 17 rejected", "order 42 rejected"]).await;
+    dead_with(&h, "orders", &["broker said no", "order 7 rejected!"]).await;
+    h.delivered("billing", &message("orders", "order.created", b"{}"), false)
+        .await;
+    let ids = |page: &serde_json::Value| -> Vec<String> {
+        page["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let mut want: Vec<String> = grouped.iter().map(ToString::to_string).collect();
+    want.sort();
+    for query in [
+        "/messages?error=order%20%3Cn%3E%20rejected",
+        "/messages?error=order%2099%20rejected",
+        "/messages?exchange=orders&status=dead&error=order%20%3Cn%3E%20rejected",
+    ] {
+        let (status, page) = h.get(query).await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        let mut got = ids(&page);
+        got.sort();
+        assert_eq!(got, want, "{query}");
+    }
+    let (_, none) = h.get("/messages?error=no%20such%20group").await;
+    assert!(ids(&none).is_empty());
+    let (_, deliveries) = h
+        .get("/consumers/billing/deliveries?error=handler%20failed")
+        .await;
+    assert_eq!(ids(&deliveries).len(), 1, "{deliveries}");
+    let (_, deliveries) = h.get("/consumers/billing/deliveries?error=other").await;
+    assert!(ids(&deliveries).is_empty());
+    let (_, answer) = h
+        .write(
+            "POST",
+            "/messages/requeue",
+            Some(r#"{"filter":{"error":"order <n> rejected"},"dry_run":true}"#),
+        )
+        .await;
+    assert_eq!(answer, serde_json::json!({"matched": 2, "changed": 0}));
+    let (_, groups) = h.get("/failures").await;
+    assert!(groups.get("capped").is_none(), "{groups}");
 }

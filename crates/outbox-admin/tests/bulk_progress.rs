@@ -78,7 +78,8 @@ async fn max_caps_the_last_batch_and_a_dry_run_tells_nothing() {
         )
         .await
         .unwrap();
-    assert_eq!((answer.matched, answer.changed), (4, 0));
+    // The count is exact whatever max: ten match.
+    assert_eq!((answer.matched, answer.changed), (10, 0));
     assert!(seen.is_empty());
     let answer = s
         .delete_matching_with_progress(
@@ -92,7 +93,7 @@ async fn max_caps_the_last_batch_and_a_dry_run_tells_nothing() {
         )
         .await
         .unwrap();
-    assert_eq!((answer.matched, answer.changed), (4, 4));
+    assert_eq!((answer.matched, answer.changed), (10, 4));
     assert_eq!(changed(&seen), [3, 4]);
     assert_told_per_batch(&seen, 4);
     let entries = h.audit_entries().await;

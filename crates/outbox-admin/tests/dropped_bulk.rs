@@ -15,7 +15,7 @@ use axum::http::Request;
 use outbox_admin::{AdminAuth, AdminPorts, AdminService};
 use outbox_core::{MessageId, OutboxStatus};
 use outbox_ports::{
-    BlockedKey, BulkOutcome, FailureCount, KeyHead, MessageFilter, MessageSummary, MinuteCount,
+    BlockedKey, BulkOutcome, FailureGroup, KeyHead, MessageFilter, MessageSummary, MinuteCount,
     OutboxOperator, OutboxRecord, Page, PageCursor, PortError,
 };
 use support::{WRITE, harness, message, tokens};
@@ -106,8 +106,8 @@ impl OutboxOperator for Gated {
     async fn head_of_key(&self, key: &str) -> Result<Option<KeyHead>, PortError> {
         self.inner.head_of_key(key).await
     }
-    async fn failure_counts(&self, max_texts: u32) -> Result<Vec<FailureCount>, PortError> {
-        self.inner.failure_counts(max_texts).await
+    async fn failure_groups(&self) -> Result<Vec<FailureGroup>, PortError> {
+        self.inner.failure_groups().await
     }
 }
 

@@ -43,6 +43,10 @@ pub(crate) struct FilterArgs {
     /// A message id or a correlation id, exactly.
     #[arg(long)]
     q: Option<String>,
+    /// Only this failure group, as `outbox failures` names it (an error text as
+    /// stored means its group).
+    #[arg(long)]
+    error: Option<String>,
 }
 
 impl FilterArgs {
@@ -55,6 +59,7 @@ impl FilterArgs {
             created_after: self.created_after.clone(),
             created_before: self.created_before.clone(),
             q: self.q.clone(),
+            error: self.error.clone(),
         }
     }
 
@@ -369,12 +374,24 @@ pub(crate) async fn throughput(
     Ok(ExitCode::SUCCESS)
 }
 
-fn bulk_done(verb: &str, dry_run: bool, outcome: &BulkResponse, json: bool) -> anyhow::Result<()> {
+fn bulk_done(
+    verb: &str,
+    dry_run: bool,
+    max: u64,
+    outcome: &BulkResponse,
+    json: bool,
+) -> anyhow::Result<()> {
     if json {
         out::json(outcome)
     } else if dry_run {
+        // The count is exact; --max bounds only what one run changes.
+        let bounded = if outcome.matched > max {
+            format!(" (at most {max} in one run: --max)")
+        } else {
+            String::new()
+        };
         out::line(&format!(
-            "dry run: {} message(s) match; would {verb} those in a status it applies to",
+            "dry run: {} message(s) match; would {verb} those in a status it applies to{bounded}",
             outcome.matched
         ));
         Ok(())
@@ -495,7 +512,7 @@ pub(crate) async fn messages(
                     )
                     .await;
                 bar.finish();
-                bulk_done("requeue", t.dry_run, &outcome?, t.json)?;
+                bulk_done("requeue", t.dry_run, parse_max(t.max)?, &outcome?, t.json)?;
             }
         }
         MessagesAction::Delete { target: t, force } => {
@@ -518,7 +535,7 @@ pub(crate) async fn messages(
                     .await;
                 bar.finish();
                 let outcome = outcome?;
-                bulk_done("delete", t.dry_run, &outcome, t.json)?;
+                bulk_done("delete", t.dry_run, parse_max(t.max)?, &outcome, t.json)?;
                 if !force && !t.dry_run && outcome.changed < outcome.matched {
                     eprintln!(
                         "note: only dead messages are deleted; pending and failed ones need --force"
@@ -621,7 +638,7 @@ pub(crate) async fn consumers(
                     )
                     .await;
                 bar.finish();
-                bulk_done("reconsume", t.dry_run, &outcome?, t.json)?;
+                bulk_done("reconsume", t.dry_run, parse_max(t.max)?, &outcome?, t.json)?;
             }
         }
     }
@@ -841,7 +858,7 @@ pub(crate) async fn failure_group(
                 .await?
         }
     };
-    bulk_done(verb, g.dry_run, &outcome, g.json)?;
+    bulk_done(verb, g.dry_run, max, &outcome, g.json)?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -137,9 +137,6 @@ pub(crate) fn failure_groups(groups: &FailureGroups) {
     t.print();
     let n = groups.groups.len();
     eprintln!("{n} failure group{}", if n == 1 { "" } else { "s" });
-    if groups.capped {
-        eprintln!("more distinct errors than were read: the counts are lower bounds");
-    }
 }
 
 /// The pauses in force, one line each: kind, name, since, by whom.

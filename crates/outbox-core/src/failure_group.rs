@@ -16,6 +16,12 @@ pub const GROUPED_CHARS: usize = 4_096;
 /// `v2`, stay); whitespace runs become one space and the ends are trimmed. The same
 /// text always gives the same group, a group's text gives itself again, and the
 /// work is linear in the text's length.
+///
+/// Letters, digits and whitespace are ASCII's (`[A-Za-z0-9_]` is a word,
+/// ` \t\n\x0C\r` is space; any other character is kept as written): PostgreSQL
+/// computes the same function for rows written by plain SQL (the adapter's
+/// `outbox_failure_group`, migration 20261222000001), without depending on the
+/// database's locale, and the adapter's tests hold the two equal.
 #[must_use]
 pub fn failure_group(error: &str) -> String {
     let chars: Vec<char> = error.chars().take(GROUPED_CHARS).collect();
@@ -33,7 +39,7 @@ pub fn failure_group(error: &str) -> String {
             i = close.map_or(chars.len(), |p| i + 1 + p + 1);
             continue;
         }
-        if c.is_whitespace() {
+        if c.is_ascii_whitespace() {
             if !out.is_empty() && !out.ends_with(' ') {
                 out.push(' ');
             }
@@ -64,7 +70,7 @@ pub fn failure_group(error: &str) -> String {
         out.push(c);
         i += 1;
     }
-    out.trim_end().to_owned()
+    out.trim_end_matches(' ').to_owned()
 }
 
 const UUID_CHARS: usize = 36;
@@ -107,14 +113,14 @@ fn hex_value_at(chars: &[char], i: usize) -> Option<usize> {
 fn word_before(out: &str) -> bool {
     out.chars()
         .next_back()
-        .is_some_and(|c| c.is_alphanumeric() || c == '_')
+        .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// A letter or digit at `i`: the run before it is part of a word.
 fn word_after(chars: &[char], i: usize) -> bool {
     chars
         .get(i)
-        .is_some_and(|c| c.is_alphanumeric() || *c == '_')
+        .is_some_and(|c| c.is_ascii_alphanumeric() || *c == '_')
 }
 
 /// `8-4-4-4-12` hexadecimal digits.

@@ -40,9 +40,9 @@ pub use lock::{DistributedLock, LockGuard};
 pub use operator::{
     AuditEntry, AuditLog, BLOCKED_WAITING_CAP, BlockedKey, BulkOutcome, ConsumerSummary,
     DeliveryFilter, DeliverySummary, FailureCount, FailureGroup, InboxOperator, KeyHead,
-    MAX_FAILURE_TEXTS, MAX_PAGE_LIMIT, MessageFilter, MessageSummary, MinuteCount, OutboxOperator,
-    PREVIEW_BYTES, Page, PageCursor, StoredDeadLetter, deletable_statuses, group_failures,
-    page_limit, reconsumable_from, reconsumable_statuses, replay_refusal, replayed_refusal,
+    MAX_PAGE_LIMIT, MessageFilter, MessageSummary, MinuteCount, OutboxOperator, PREVIEW_BYTES,
+    Page, PageCursor, StoredDeadLetter, deletable_statuses, group_failures, page_limit,
+    reconsumable_from, reconsumable_statuses, replay_refusal, replayed_refusal,
     requeueable_statuses,
 };
 pub use outbox::{

@@ -112,10 +112,10 @@ pub struct MessageFilter<S: Lifecycle = OutboxStatus> {
     pub created_before: Option<Timestamp>,
     /// A message id or a correlation id, exactly.
     pub q: Option<String>,
-    /// Only those whose last error is one of these texts, exactly (no last error
-    /// reads as the empty text): the texts of a failure group
-    /// ([`group_failures`]).
-    pub errors: Option<Vec<String>>,
+    /// Only those whose last error is in this failure group: the error's text
+    /// with what varies taken out ([`outbox_core::failure_group::failure_group`];
+    /// no last error is the empty group), as [`FailureGroup::error`] names it.
+    pub error_group: Option<String>,
 }
 
 /// Which inbox deliveries an operator means.
@@ -131,7 +131,7 @@ impl<S: Lifecycle> Default for MessageFilter<S> {
             created_after: None,
             created_before: None,
             q: None,
-            errors: None,
+            error_group: None,
         }
     }
 }
@@ -277,14 +277,9 @@ pub struct BlockedKey {
     pub waiting_capped: bool,
 }
 
-/// How many (place, error text) counts the admin service asks a store for, for
-/// [`OutboxOperator::failure_counts`] and [`InboxOperator::failure_counts`] (the
-/// most frequent first). With more in the store, the groups are built from these
-/// only and their counts are lower bounds (the service says so).
-pub const MAX_FAILURE_TEXTS: u32 = 10_000;
-
 /// Failing and dead messages (or deliveries) of one exchange (or consumer) with
-/// one error text, as a store counts them.
+/// one error text, as a store may count them before grouping
+/// ([`group_failures`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FailureCount {
     /// The error text, as stored (`last_error`; empty when none was stored).
@@ -308,7 +303,8 @@ pub struct FailureCount {
 pub struct FailureGroup {
     /// The error with what varies taken out.
     pub error: String,
-    /// One error text of the group as stored (the most frequent).
+    /// One error text of the group as stored (the first in byte order: any
+    /// would do, and this one a store finds without sorting the texts by count).
     pub example: String,
     /// The exchange (outbox) or consumer (inbox).
     pub place: String,
@@ -333,37 +329,33 @@ fn earlier(a: Option<Timestamp>, b: Option<Timestamp>) -> Option<Timestamp> {
 /// is stable).
 #[must_use]
 pub fn group_failures(counts: Vec<FailureCount>) -> Vec<FailureGroup> {
-    let mut groups: std::collections::BTreeMap<(String, String), (FailureGroup, u64)> =
+    let mut groups: std::collections::BTreeMap<(String, String), FailureGroup> =
         std::collections::BTreeMap::new();
     for c in counts {
         let error = outbox_core::failure_group::failure_group(&c.error);
         match groups.entry((c.place.clone(), error.clone())) {
             std::collections::btree_map::Entry::Vacant(v) => {
-                v.insert((
-                    FailureGroup {
-                        error,
-                        example: c.error,
-                        place: c.place,
-                        count: c.count,
-                        oldest: c.oldest,
-                        newest: c.newest,
-                    },
-                    c.count,
-                ));
+                v.insert(FailureGroup {
+                    error,
+                    example: c.error,
+                    place: c.place,
+                    count: c.count,
+                    oldest: c.oldest,
+                    newest: c.newest,
+                });
             }
             std::collections::btree_map::Entry::Occupied(mut o) => {
-                let (g, example_count) = o.get_mut();
+                let g = o.get_mut();
                 g.count += c.count;
                 g.oldest = earlier(g.oldest, c.oldest);
                 g.newest = g.newest.max(c.newest);
-                if c.count > *example_count {
+                if c.error < g.example {
                     g.example = c.error;
-                    *example_count = c.count;
                 }
             }
         }
     }
-    let mut out: Vec<FailureGroup> = groups.into_values().map(|(g, _)| g).collect();
+    let mut out: Vec<FailureGroup> = groups.into_values().collect();
     out.sort_by(|a, b| {
         b.count
             .cmp(&a.count)
@@ -514,13 +506,14 @@ pub trait OutboxOperator: Send + Sync {
     /// [`PortError::Transient`] when the store cannot be reached.
     async fn head_of_key(&self, key: &str) -> Result<Option<KeyHead>, PortError>;
 
-    /// The `PublishFailed` and `Dead` messages counted per exchange and error text,
-    /// the most frequent texts first, at most `max_texts` of them (see
-    /// [`group_failures`] for what an operator is shown).
+    /// The `PublishFailed` and `Dead` messages in groups, one per exchange and
+    /// failure group ([`outbox_core::failure_group::failure_group`] of the last
+    /// error), each counted exactly, the largest first (then by exchange and
+    /// group). Every group, whatever the number of rows or distinct texts.
     ///
     /// # Errors
     /// [`PortError::Transient`] when the store cannot be reached.
-    async fn failure_counts(&self, max_texts: u32) -> Result<Vec<FailureCount>, PortError>;
+    async fn failure_groups(&self) -> Result<Vec<FailureGroup>, PortError>;
 }
 
 /// The operator's view of the consumers' inboxes and dead letters.
@@ -636,12 +629,12 @@ pub trait InboxOperator: Send + Sync {
     /// [`PortError::Transient`] when the store cannot be reached.
     async fn consumed_per_minute(&self, window: Duration) -> Result<Vec<MinuteCount>, PortError>;
 
-    /// The `ConsumeFailed` and `Dead` deliveries counted per consumer and error
-    /// text, the most frequent texts first, at most `max_texts` of them.
+    /// The `ConsumeFailed` and `Dead` deliveries in groups, one per consumer and
+    /// failure group, each counted exactly (as [`OutboxOperator::failure_groups`]).
     ///
     /// # Errors
     /// [`PortError::Transient`] when the store cannot be reached.
-    async fn failure_counts(&self, max_texts: u32) -> Result<Vec<FailureCount>, PortError>;
+    async fn failure_groups(&self) -> Result<Vec<FailureGroup>, PortError>;
 
     /// A page of dead letters (of `consumer`, or of all), newest first.
     ///

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use outbox_core::{Decision, Headers, InboxStatus, Message, MessageId, Timestamp};
 use outbox_ports::{
-    DeadLetter, DeliveryFilter, InboxOperator, InboxStore, Lease, MAX_FAILURE_TEXTS, PREVIEW_BYTES,
-    PageCursor, PortError, group_failures,
+    DeadLetter, DeliveryFilter, InboxOperator, InboxStore, Lease, PREVIEW_BYTES, PageCursor,
+    PortError,
 };
 
 use crate::{LONG_TTL, message, unique_key};
@@ -447,10 +447,10 @@ pub async fn consumed_per_minute_counts_consumed_deliveries(i: InboxUnderTest) {
     assert_eq!(total(i.clone()).await - before, 3);
 }
 
-/// Failed and dead deliveries are counted per consumer and error text (never the
-/// received or consumed ones); grouped, texts that differ in values only are one
-/// group.
-pub async fn failures_are_counted_per_consumer_and_text(i: InboxUnderTest) {
+/// Failed and dead deliveries are grouped per consumer and failure group (never
+/// the received or consumed ones), texts that differ in values only in one
+/// group, each counted exactly.
+pub async fn failures_are_grouped_per_consumer_exactly(i: InboxUnderTest) {
     let (a, b) = (unique_key("fail-a"), unique_key("fail-b"));
     put(&i, &a, &msgs(2), InboxStatus::Consumed).await;
     put(&i, &a, &msgs(1), InboxStatus::Received).await;
@@ -475,23 +475,20 @@ pub async fn failures_are_counted_per_consumer_and_text(i: InboxUnderTest) {
     }
     put(&i, &b, &msgs(2), InboxStatus::Dead).await;
 
-    let counts = i
-        .operator
-        .failure_counts(MAX_FAILURE_TEXTS)
-        .await
-        .expect("counts");
-    let mine = crate::failures_at(&counts, &[&a, &b]);
-    assert_eq!(mine.len(), 4, "{mine:?}");
-    assert!(mine.contains(&(b.clone(), "handler said no".into(), 2)));
-    assert!(mine.contains(&(a.clone(), "handler timed out".into(), 1)));
-    let groups: Vec<_> = group_failures(counts)
-        .into_iter()
-        .filter(|g| g.place == a)
+    let all = i.operator.failure_groups().await.expect("groups");
+    let mine: Vec<(String, String, u64)> = all
+        .iter()
+        .filter(|g| g.place == a || g.place == b)
+        .map(|g| (g.place.clone(), g.error.clone(), g.count))
         .collect();
-    assert_eq!(groups.len(), 2, "{groups:?}");
     assert_eq!(
-        (groups[0].count, groups[0].error.as_str()),
-        (2, "row <n> of \"…\" is locked")
+        mine,
+        vec![
+            (a.clone(), "row <n> of \"…\" is locked".into(), 2),
+            (b.clone(), "handler said no".into(), 2),
+            (a.clone(), "handler timed out".into(), 1),
+        ]
     );
+    let groups: Vec<_> = all.into_iter().filter(|g| g.place == a).collect();
     assert!(groups[0].oldest.is_some() && groups[0].oldest <= groups[0].newest);
 }

@@ -196,8 +196,8 @@ macro_rules! outbox_operator_contract {
                 single_actions_are_guarded,
                 publish_now_makes_a_delayed_message_due,
                 published_per_minute_counts_sent_messages,
-                failures_are_counted_per_exchange_and_text,
-                a_filter_by_error_texts_takes_those_only,
+                failures_are_grouped_per_exchange_exactly,
+                a_filter_by_error_group_takes_those_only,
                 blocked_keys_are_listed_in_key_order,
             ]
         );
@@ -274,7 +274,7 @@ macro_rules! inbox_operator_contract {
                 deliveries_of_a_message_cover_every_consumer,
                 consumers_and_dead_letters,
                 consumed_per_minute_counts_consumed_deliveries,
-                failures_are_counted_per_consumer_and_text,
+                failures_are_grouped_per_consumer_exactly,
             ]
         );
     };
@@ -337,18 +337,4 @@ macro_rules! throughput_log_contract {
             ]
         );
     };
-}
-
-/// `(place, error, count)` of the failure counts of `places` (the contract tests'
-/// own exchanges or consumers, in a store other tests may share).
-#[must_use]
-pub fn failures_at(
-    counts: &[outbox_ports::FailureCount],
-    places: &[&str],
-) -> Vec<(String, String, u64)> {
-    counts
-        .iter()
-        .filter(|c| places.contains(&c.place.as_str()))
-        .map(|c| (c.place.clone(), c.error.clone(), c.count))
-        .collect()
 }

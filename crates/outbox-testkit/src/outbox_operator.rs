@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use outbox_core::{Decision, Message, MessageId, OutboxStatus, Timestamp, TransitionError};
 use outbox_ports::{
-    BLOCKED_WAITING_CAP, Lease, MAX_FAILURE_TEXTS, MAX_PAGE_LIMIT, MessageFilter, OutboxOperator,
-    OutboxStore, PREVIEW_BYTES, PageCursor, PortError, PublishFailure, group_failures,
+    BLOCKED_WAITING_CAP, Lease, MAX_PAGE_LIMIT, MessageFilter, OutboxOperator, OutboxStore,
+    PREVIEW_BYTES, PageCursor, PortError, PublishFailure,
 };
 
 use crate::{LONG_TTL, message, unique_key};
@@ -543,33 +543,44 @@ pub async fn published_per_minute_counts_sent_messages(o: OutboxUnderTest) {
     }
 }
 
-/// Failing and dead messages are counted per exchange and error text (never the
-/// sent or pending ones), the most frequent text first and at most as many texts
-/// as asked; grouped, texts that differ in values only are one group.
-pub async fn failures_are_counted_per_exchange_and_text(o: OutboxUnderTest) {
+/// Failing and dead messages are grouped per exchange and failure group (never
+/// the sent or pending ones), texts that differ in values only in one group,
+/// every group counted exactly (also one whose every text differs), the
+/// largest first.
+pub async fn failures_are_grouped_per_exchange_exactly(o: OutboxUnderTest) {
     let (a, b) = (unique_key("fail-a"), unique_key("fail-b"));
     put(&o, batch(&a, 2), OutboxStatus::Sent).await;
     put(&o, batch(&a, 2), OutboxStatus::Pending).await;
-    // Exchange a: three texts of one group (two failing, one dead), one other.
-    let texts = [
+    // Exchange a: three texts of one group (two failing, one dead), one other,
+    // and 40 dead whose texts all differ (a size per message) in a third.
+    let mut texts: Vec<(String, Decision)> = vec![
         (
-            "refused message 17 by \"billing-1\"",
+            "refused message 17 by \"billing-1\"".into(),
             Decision::RetryAfter(Duration::from_secs(3600)),
         ),
         (
-            "refused message 17 by \"billing-1\"",
+            "refused message 17 by \"billing-1\"".into(),
             Decision::RetryAfter(Duration::from_secs(3600)),
         ),
-        ("refused message 23 by \"billing-2\"", Decision::Dead),
-        ("timeout after 30s", Decision::Dead),
+        ("refused message 23 by \"billing-2\"".into(), Decision::Dead),
+        ("timeout after 30s".into(), Decision::Dead),
     ];
+    for n in 0..40 {
+        texts.push((
+            format!(
+                "PRECONDITION_FAILED - message size {} is larger than max",
+                1_000 + n
+            ),
+            Decision::Dead,
+        ));
+    }
     let msgs = batch(&a, texts.len());
     let failures: Vec<PublishFailure> = msgs
         .iter()
         .zip(texts)
         .map(|(m, (error, decision))| PublishFailure {
             id: m.id,
-            error: error.to_owned(),
+            error,
             decision,
         })
         .collect();
@@ -587,48 +598,46 @@ pub async fn failures_are_counted_per_exchange_and_text(o: OutboxUnderTest) {
         .mark_publish_failed(&l, &failures)
         .await
         .expect("failed");
-    assert_eq!(marked, 4);
-    // Exchange b: the same text as a's other one, counted apart.
+    assert_eq!(marked, 44);
+    // Exchange b: the same group as none of a's, counted apart.
     put(&o, batch(&b, 1), OutboxStatus::Dead).await;
 
-    let counts = o
-        .operator
-        .failure_counts(MAX_FAILURE_TEXTS)
-        .await
-        .expect("counts");
-    let mine = crate::failures_at(&counts, &[&a, &b]);
-    assert_eq!(mine.len(), 4, "{mine:?}");
-    assert!(mine.contains(&(a.clone(), "refused message 17 by \"billing-1\"".into(), 2)));
-    assert!(mine.contains(&(a.clone(), "refused message 23 by \"billing-2\"".into(), 1)));
-    assert!(mine.contains(&(a.clone(), "timeout after 30s".into(), 1)));
-    assert!(mine.contains(&(b.clone(), "broker said no".into(), 1)));
-    for w in counts.windows(2) {
-        assert!(w[0].count >= w[1].count, "the most frequent first");
+    let all = o.operator.failure_groups().await.expect("groups");
+    for w in all.windows(2) {
+        assert!(w[0].count >= w[1].count, "the largest first");
     }
-    for c in counts.iter().filter(|c| c.place == a) {
-        assert!(c.oldest.is_some() && c.oldest <= c.newest, "{c:?}");
+    let mine: Vec<(String, String, u64)> = all
+        .iter()
+        .filter(|g| g.place == a || g.place == b)
+        .map(|g| (g.place.clone(), g.error.clone(), g.count))
+        .collect();
+    assert_eq!(
+        mine,
+        vec![
+            (
+                a.clone(),
+                "PRECONDITION_FAILED - message size <n> is larger than max".into(),
+                40
+            ),
+            (a.clone(), "refused message <n> by \"…\"".into(), 3),
+            (a.clone(), "timeout after <n>s".into(), 1),
+            (b.clone(), "broker said no".into(), 1),
+        ],
+        "every group, counted exactly"
+    );
+    let refused = all
+        .iter()
+        .find(|g| g.place == a && g.count == 3)
+        .expect("the refused group");
+    assert_eq!(refused.example, "refused message 17 by \"billing-1\"");
+    for g in all.iter().filter(|g| g.place == a) {
+        assert!(g.oldest.is_some() && g.oldest <= g.newest, "{g:?}");
         assert!(
-            c.newest
+            g.newest
                 .is_some_and(|n| n <= Timestamp::now_utc() + time::Duration::seconds(5)),
-            "{c:?}"
+            "{g:?}"
         );
     }
-    let one = o.operator.failure_counts(1).await.expect("one");
-    assert_eq!(one.len(), 1, "at most as many texts as asked");
-    assert_eq!(one[0].count, counts[0].count);
-
-    let groups: Vec<_> = group_failures(counts)
-        .into_iter()
-        .filter(|g| g.place == a)
-        .collect();
-    assert_eq!(groups.len(), 2, "{groups:?}");
-    assert_eq!(groups[0].count, 3, "one group of three, the largest first");
-    assert_eq!(groups[0].error, "refused message <n> by \"…\"");
-    assert_eq!(groups[0].example, "refused message 17 by \"billing-1\"");
-    assert_eq!(
-        (groups[1].count, groups[1].error.as_str()),
-        (1, "timeout after <n>s")
-    );
 }
 
 /// "Publish now": a delayed message shows its due time in pages, and once made due
@@ -899,9 +908,9 @@ pub async fn blocked_keys_are_listed_in_key_order(o: OutboxUnderTest) {
     blocked_keys_list_failing_and_dead_heads(o, false).await;
 }
 
-/// A filter by error texts (a failure group's) counts and requeues the messages
-/// whose last error is one of them, exactly, and no other.
-pub async fn a_filter_by_error_texts_takes_those_only(o: OutboxUnderTest) {
+/// A filter by failure group counts and requeues the messages whose last error
+/// is in that group, and no other.
+pub async fn a_filter_by_error_group_takes_those_only(o: OutboxUnderTest) {
     let exchange = unique_key("errors");
     let messages = batch(&exchange, 3);
     let ids: Vec<MessageId> = messages.iter().map(|m| m.id).collect();
@@ -934,7 +943,7 @@ pub async fn a_filter_by_error_texts_takes_those_only(o: OutboxUnderTest) {
     let filter = MessageFilter {
         exchange: Some(exchange.clone()),
         status: Some(OutboxStatus::Dead),
-        errors: Some(vec!["order 1 rejected".into(), "order 2 rejected".into()]),
+        error_group: Some("order <n> rejected".into()),
         ..MessageFilter::default()
     };
     assert_eq!(
@@ -955,6 +964,6 @@ pub async fn a_filter_by_error_texts_takes_those_only(o: OutboxUnderTest) {
     assert_eq!(
         status_of(&o, ids[2]).await,
         Some(OutboxStatus::Dead),
-        "a text that only starts like one of them is another"
+        "a text that only starts like the group's is in another"
     );
 }

@@ -26,9 +26,12 @@ impl PgInboxStore {
         reason: &str,
     ) -> Result<bool, PortError> {
         let stored = storable::message(message);
+        let reason = storable::error_text(reason);
+        let group = outbox_core::failure_group::failure_group(&reason);
         let inserted = bind_delivery(&self.sql.arrive_given_up, consumer, &stored)
             .bind(&stored.ordering_key)
-            .bind(storable::error_text(reason))
+            .bind(reason)
+            .bind(group)
             .fetch_optional(&self.pool)
             .await
             .map_err(|e| port("record a delivery the broker gave up on", e))?;

@@ -55,14 +55,18 @@ impl PgInboxStore {
         decision: Decision,
     ) -> Result<bool, PortError> {
         let from = failure_sources::<InboxStatus>();
+        let error = storable::error_text(error);
+        // Of the text as stored, as the database's trigger would compute it.
+        let group = outbox_core::failure_group::failure_group(&error);
         let marked: Option<(i64, Option<String>, String)> =
             sqlx::query_as(sqlx::AssertSqlSafe(&*self.sql.mark_failed))
                 .bind(consumer)
                 .bind(id.as_uuid())
                 .bind(&lease.holder)
-                .bind(storable::error_text(error))
+                .bind(error)
                 .bind(retry_delay_ms(decision))
                 .bind(from)
+                .bind(group)
                 .fetch_optional(&self.pool)
                 .await
                 .map_err(|e| port("mark consume failed", e))?;

@@ -139,8 +139,8 @@ impl Sql {
             // holds the message already (then it is left as it is). No next
             // attempt time, so no claim takes it; a dead row holds no key back.
             arrive_given_up: format!(
-                "INSERT INTO {t} (consumer, message_id, {MESSAGE_COLUMNS}, ordering_key, status, last_attempt_at, last_error) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'dead', now(), $13) \
+                "INSERT INTO {t} (consumer, message_id, {MESSAGE_COLUMNS}, ordering_key, status, last_attempt_at, last_error, error_group) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'dead', now(), $13, $14) \
                  ON CONFLICT (consumer, message_id) DO NOTHING RETURNING 1"
             ),
             give_up_lease: format!(
@@ -197,7 +197,7 @@ impl Sql {
             ),
             mark_failed: format!(
                 "UPDATE {t} SET status = CASE WHEN $5::bigint IS NULL THEN 'dead' ELSE 'consume_failed' END, \
-                 attempts = attempts + 1, last_attempt_at = now(), last_error = $4, \
+                 attempts = attempts + 1, last_attempt_at = now(), last_error = $4, error_group = $7, \
                  next_attempt_at = now() + $5::bigint * interval '1 millisecond', \
                  locked_by = NULL, locked_until = NULL, {} \
                  WHERE consumer = $1 AND message_id = $2 AND locked_by = $3 AND status = ANY($6) \

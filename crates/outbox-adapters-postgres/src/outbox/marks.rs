@@ -53,17 +53,22 @@ impl PgOutboxStore {
             .iter()
             .map(|f| retry_delay_ms(f.decision))
             .collect();
+        let errors: Vec<String> = failures
+            .iter()
+            .map(|f| crate::storable::error_text(&f.error))
+            .collect();
+        // Of the text as stored, as the database's trigger would compute it.
+        let groups: Vec<String> = errors
+            .iter()
+            .map(|e| outbox_core::failure_group::failure_group(e))
+            .collect();
         Ok(sqlx::query(sqlx::AssertSqlSafe(&*self.sql.mark_failed))
             .bind(failures.iter().map(|f| *f.id.as_uuid()).collect::<Vec<_>>())
-            .bind(
-                failures
-                    .iter()
-                    .map(|f| crate::storable::error_text(&f.error))
-                    .collect::<Vec<_>>(),
-            )
+            .bind(errors)
             .bind(delays)
             .bind(&lease.holder)
             .bind(failure_sources::<OutboxStatus>())
+            .bind(groups)
             .execute(&self.pool)
             .await
             .map_err(|e| port("mark publish failed", e))?

@@ -216,9 +216,11 @@ impl Sql {
                 "UPDATE {t} m SET \
                    status = CASE WHEN f.delay_ms IS NULL THEN 'dead' ELSE 'publish_failed' END, \
                    attempts = m.attempts + 1, last_attempt_at = now(), last_error = f.error, \
+                   error_group = f.error_group, \
                    next_attempt_at = now() + f.delay_ms * interval '1 millisecond', \
                    locked_by = NULL, locked_until = NULL, {} \
-                 FROM unnest($1::uuid[], $2::text[], $3::bigint[]) AS f(id, error, delay_ms) \
+                 FROM unnest($1::uuid[], $2::text[], $3::bigint[], $6::text[]) \
+                   AS f(id, error, delay_ms, error_group) \
                  WHERE m.id = f.id AND m.locked_by = $4 AND m.status = ANY($5)",
                 append_failed_attempt("m.", "f.error")
             ),

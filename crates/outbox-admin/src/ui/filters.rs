@@ -22,6 +22,8 @@ pub(crate) struct ListQuery {
     pub(crate) created_after: Option<String>,
     pub(crate) created_before: Option<String>,
     pub(crate) q: Option<String>,
+    /// A failure group (or an error text, meaning its group).
+    pub(crate) error: Option<String>,
     pub(crate) limit: Option<String>,
     pub(crate) cursor: Option<String>,
     /// A bulk action to confirm (shows the dialog with the dry-run count).
@@ -70,6 +72,7 @@ impl ListQuery {
             created_after: as_rfc3339(clean(self.created_after.as_ref())),
             created_before: as_rfc3339(clean(self.created_before.as_ref())),
             q: clean(self.q.as_ref()),
+            error: clean(self.error.as_ref()),
         }
     }
 
@@ -104,6 +107,7 @@ impl ListQuery {
             ("created_after", body.created_after),
             ("created_before", body.created_before),
             ("q", body.q),
+            ("error", body.error),
         ];
         for (name, value) in fields {
             if let Some(value) = value {

@@ -329,9 +329,23 @@ mod tests {
     }
 }
 
-/// `n` and the noun in the number it takes: `1 message`, `3 messages`.
+/// `n` and the noun in the number it takes: `1 message`, `3 messages`,
+/// `321,000 messages`.
 pub(crate) fn count(n: u64, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
+    format!("{} {}", thousands(n), if n == 1 { one } else { many })
+}
+
+/// `n` with a comma between each group of three digits: `321,000`.
+pub(crate) fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, d) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(d);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -341,6 +355,14 @@ mod count_tests {
         assert_eq!(super::count(1, "message", "messages"), "1 message");
         assert_eq!(super::count(0, "delivery", "deliveries"), "0 deliveries");
         assert_eq!(super::count(2, "delivery", "deliveries"), "2 deliveries");
+        assert_eq!(
+            super::count(321_000, "message", "messages"),
+            "321,000 messages"
+        );
+        for (n, text) in [(0, "0"), (999, "999"), (1_000, "1,000"), (20_003, "20,003")] {
+            assert_eq!(super::thousands(n), text);
+        }
+        assert_eq!(super::thousands(u64::MAX), "18,446,744,073,709,551,615");
     }
 }
 
@@ -366,10 +388,18 @@ pub(crate) fn ago(at: &str, now: time::OffsetDateTime) -> String {
     }
 }
 
-/// The first 8 characters of an id, for a dense list (the full id in its tooltip
-/// and on its page).
+/// The last 8 characters of an id after an ellipsis, for a dense list (the full
+/// id in its tooltip and on its page): the library's ids are UUIDv7, whose first
+/// characters are their time (alike for every row of a minute) and whose last
+/// are random.
 pub(crate) fn short_id(id: &str) -> String {
-    id.chars().take(8).collect()
+    let chars: Vec<char> = id.chars().collect();
+    let tail: String = chars[chars.len().saturating_sub(8)..].iter().collect();
+    if chars.len() > 8 {
+        format!("…{tail}")
+    } else {
+        tail
+    }
 }
 
 #[cfg(test)]
@@ -389,6 +419,21 @@ mod dense_tests {
         assert_eq!(ago("2026-12-04T10:00:00Z", now), "2 d ago");
         assert_eq!(ago("2026-12-06T10:00:04Z", now), "in 4 s");
         assert_eq!(ago("not a time", now), "not a time");
-        assert_eq!(short_id("0190f0a2-7c3e-7a41"), "0190f0a2");
+        assert_eq!(
+            short_id("0190f0a2-7c3e-7a41-8f00-0123456789ab"),
+            "…456789ab"
+        );
+        assert_eq!(short_id("abc"), "abc");
+        // Ids made in one millisecond differ in what is shown.
+        let at = outbox_core::Timestamp::UNIX_EPOCH;
+        let ids: std::collections::HashSet<String> = (0..1_000_u128)
+            .map(|i| {
+                let bits = i.wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835);
+                let mut random = [0_u8; 10];
+                random.copy_from_slice(&bits.to_be_bytes()[6..]);
+                short_id(&outbox_core::MessageId::v7(at, random).to_string())
+            })
+            .collect();
+        assert_eq!(ids.len(), 1_000);
     }
 }

@@ -18,12 +18,16 @@ use crate::ui::view;
 use crate::ui::view::count;
 
 struct GroupRow {
-    count: u64,
+    /// With thousands separators.
+    count: String,
     /// `exchange orders` or `consumer billing`.
     place: String,
-    /// The dead ones of that exchange or consumer, listed.
+    /// The group's members (every status: failing, dead, and those since sent
+    /// or consumed that last failed so), listed.
+    members: String,
+    /// The group's dead members, listed.
     dead: String,
-    /// The failing ones (waiting for their retry), listed.
+    /// The group's failing members (waiting for their retry), listed.
     failing: String,
     error: String,
     example: String,
@@ -41,7 +45,6 @@ struct GroupRow {
 struct FailuresPage {
     chrome: Chrome,
     rows: Vec<GroupRow>,
-    capped: bool,
     here: String,
     notice: Option<String>,
     confirm: Option<Confirm>,
@@ -209,27 +212,27 @@ pub(crate) async fn failures(
         _ => None,
     };
     let groups = ui.service.failure_groups().await?;
-    let capped = groups.capped;
     let rows = groups
         .groups
         .into_iter()
         .map(|g| {
-            let (place, dead, failing) = match (&g.exchange, &g.consumer) {
+            let group = encode(&g.error);
+            let (place, list, failing_status) = match (&g.exchange, &g.consumer) {
                 (Some(x), _) => (
                     format!("exchange {x}"),
-                    ui.at(&format!("/messages?status=dead&exchange={}", encode(x))),
-                    ui.at(&format!(
-                        "/messages?status=publish_failed&exchange={}",
-                        encode(x)
-                    )),
+                    format!("/messages?exchange={}&error={group}", encode(x)),
+                    "publish_failed",
                 ),
                 (None, Some(c)) => (
                     format!("consumer {c}"),
-                    ui.at(&format!("/consumers/{}?status=dead", encode(c))),
-                    ui.at(&format!("/consumers/{}?status=consume_failed", encode(c))),
+                    format!("/consumers/{}?error={group}", encode(c)),
+                    "consume_failed",
                 ),
-                (None, None) => (String::new(), ui.at("/messages"), ui.at("/messages")),
+                (None, None) => (String::new(), format!("/messages?error={group}"), ""),
             };
+            let members = ui.at(&list);
+            let dead = ui.at(&format!("{list}&status=dead"));
+            let failing = ui.at(&format!("{list}&status={failing_status}"));
             let (kind, name) = match (&g.exchange, &g.consumer) {
                 (Some(x), _) => ("exchange", x.clone()),
                 (None, Some(c)) => ("consumer", c.clone()),
@@ -239,8 +242,9 @@ pub(crate) async fn failures(
                 kind,
                 name,
                 group: g.error.clone(),
-                count: g.count,
+                count: view::thousands(g.count),
                 place,
+                members,
                 dead,
                 failing,
                 error: view::preview(&g.error, false, 160),
@@ -255,7 +259,6 @@ pub(crate) async fn failures(
         &FailuresPage {
             chrome: chrome(&ui, &session, "failures").await,
             rows,
-            capped,
             here,
             notice: if gone {
                 Some("That group holds no failing or dead entry any more.".to_owned())

@@ -113,6 +113,7 @@ struct FilterValues {
     created_after: String,
     created_before: String,
     q: String,
+    error: String,
 }
 
 #[derive(Template)]
@@ -151,6 +152,7 @@ fn values(q: &ListQuery) -> FilterValues {
         created_after: v(&q.created_after),
         created_before: v(&q.created_before),
         q: v(&q.q),
+        error: v(&q.error),
     }
 }
 
@@ -367,8 +369,12 @@ async fn list(
             (false, false) => "exist (no filter: every one)",
         };
         let counted = crate::ui::view::count(matched, one, many);
-        let capped = if matched >= DEFAULT_BULK_MAX {
-            format!(" At most {DEFAULT_BULK_MAX} are acted on at once.")
+        // The count is exact; the action's max bounds only what one run changes.
+        let capped = if matched > DEFAULT_BULK_MAX {
+            format!(
+                " One run changes at most {} of them (its max); run it again for the rest.",
+                crate::ui::view::thousands(DEFAULT_BULK_MAX)
+            )
         } else {
             String::new()
         };

@@ -407,6 +407,9 @@ async fn publish_failures_are_retried_by_the_sweep_until_sent() {
         w.count("publish_failed").await == 20
     })
     .await;
+    // /metrics counts them per exchange.
+    let per_exchange = format!("outbox_exchange_publish_failed{{exchange=\"{late}\"}}");
+    assert_eq!(metric(port, &per_exchange).await, 20.0);
     w.declare(&late).await; // the exchange appears: the next sweep gets them through
     w.wait_until("retries to succeed", 30, async || {
         w.count("sent").await == 20

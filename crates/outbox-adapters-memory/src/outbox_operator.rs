@@ -6,9 +6,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use outbox_core::{MessageId, OutboxStatus};
 use outbox_ports::{
-    BLOCKED_WAITING_CAP, BlockedKey, BulkOutcome, FailureGroup, KeyHead, MessageFilter,
-    MessageSummary, MinuteCount, OutboxOperator, OutboxRecord, Page, PageCursor, PortError,
-    deletable_statuses, page_limit, requeueable_statuses,
+    BLOCKED_WAITING_CAP, BlockedKey, BulkOutcome, ExchangeCounts, FailureGroup, KeyHead,
+    MessageFilter, MessageSummary, MinuteCount, OutboxOperator, OutboxRecord, Page, PageCursor,
+    PortError, deletable_statuses, page_limit, requeueable_statuses,
 };
 
 use crate::listing::{
@@ -139,6 +139,54 @@ impl OutboxOperator for MemoryOutboxStore {
             })
             .take(page_limit(limit) as usize)
             .collect())
+    }
+
+    async fn exchange_counts(&self) -> Result<Vec<ExchangeCounts>, PortError> {
+        let t = lock(&self.table);
+        let now = self.clock.now();
+        let mut by_name: std::collections::BTreeMap<&str, ExchangeCounts> =
+            std::collections::BTreeMap::new();
+        for row in t.rows.values() {
+            let status = row.tracked.status;
+            if !matches!(
+                status,
+                OutboxStatus::Pending | OutboxStatus::PublishFailed | OutboxStatus::Dead
+            ) {
+                continue;
+            }
+            let m = &row.message;
+            let c = by_name
+                .entry(m.exchange.as_str())
+                .or_insert_with(|| ExchangeCounts {
+                    exchange: m.exchange.clone(),
+                    pending: 0,
+                    publish_failed: 0,
+                    dead: 0,
+                    oldest_unsent_at: None,
+                });
+            let waits_since = match status {
+                OutboxStatus::Pending => {
+                    c.pending += 1;
+                    match m.not_before {
+                        None => Some(m.created_at),
+                        Some(due) if due <= now => Some(due),
+                        Some(_) => None,
+                    }
+                }
+                OutboxStatus::PublishFailed => {
+                    c.publish_failed += 1;
+                    Some(m.created_at)
+                }
+                _ => {
+                    c.dead += 1;
+                    None
+                }
+            };
+            if let Some(at) = waits_since {
+                c.oldest_unsent_at = Some(c.oldest_unsent_at.map_or(at, |o| o.min(at)));
+            }
+        }
+        Ok(by_name.into_values().collect())
     }
 
     async fn head_of_key(&self, key: &str) -> Result<Option<KeyHead>, PortError> {

@@ -90,6 +90,55 @@ impl OutboxOperator for PgOutboxStore {
         self.blocked_keys_page(after, limit).await
     }
 
+    async fn exchange_counts(&self) -> Result<Vec<outbox_ports::ExchangeCounts>, PortError> {
+        // One scan a status, each with its status as a literal so that its
+        // partial index serves it (as failure_groups), never the sent rows. A
+        // delayed message not yet due waits for nothing; an overdue one since
+        // its due time.
+        let t = self.table();
+        let waits = readable_time(
+            "CASE WHEN status <> 'pending' OR not_before IS NULL THEN created_at \
+             WHEN not_before <= now() THEN not_before END",
+        );
+        let scans: Vec<String> = ["pending", "publish_failed", "dead"]
+            .iter()
+            .map(|status| {
+                // SAFETY-SQL: a status literal of this crate's and the quoted table.
+                format!(
+                    "SELECT exchange, status, \
+                     CASE WHEN status = 'dead' THEN NULL ELSE {waits} END AS waits \
+                     FROM {t} WHERE status = '{status}'"
+                )
+            })
+            .collect();
+        let sql = format!(
+            "SELECT exchange, count(*) FILTER (WHERE status = 'pending'), \
+               count(*) FILTER (WHERE status = 'publish_failed'), \
+               count(*) FILTER (WHERE status = 'dead'), min(waits) \
+             FROM ({}) AS unsent GROUP BY exchange ORDER BY exchange",
+            scans.join(" UNION ALL ")
+        );
+        type CountsRow = (String, i64, i64, i64, Option<outbox_core::Timestamp>);
+        let rows: Vec<CountsRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .persistent(false)
+            .fetch_all(self.pool())
+            .await
+            .map_err(|e| port("count per exchange", e))?;
+        let n = |c: i64| u64::try_from(c).unwrap_or(0);
+        Ok(rows
+            .into_iter()
+            .map(
+                |(exchange, pending, failed, dead, oldest)| outbox_ports::ExchangeCounts {
+                    exchange,
+                    pending: n(pending),
+                    publish_failed: n(failed),
+                    dead: n(dead),
+                    oldest_unsent_at: oldest,
+                },
+            )
+            .collect())
+    }
+
     async fn head_of_key(&self, key: &str) -> Result<Option<outbox_ports::KeyHead>, PortError> {
         self.head_of_key_id(key).await
     }

@@ -964,6 +964,23 @@ pub struct OutboxCounts {
     pub oldest_unsent_age_seconds: Option<u64>,
 }
 
+/// One exchange's unsent and dead messages, and whether it is paused.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+pub struct ExchangeItem {
+    /// The exchange.
+    pub name: String,
+    /// Exact; delayed messages included. While `paused`, the pause holds them.
+    pub pending: u64,
+    /// Exact. While `paused`, their retries wait too.
+    pub publish_failed: u64,
+    /// Exact.
+    pub dead: u64,
+    /// Its longest-waiting unsent message's age in seconds (null: none waits).
+    pub oldest_unsent_age_s: Option<u64>,
+    /// An operator paused it: the relays claim none of its messages.
+    pub paused: bool,
+}
+
 /// The last report of one sweep.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct SweepItem {
@@ -1022,6 +1039,8 @@ pub struct StatsPrecision {
 pub struct StatsResponse {
     /// The outbox.
     pub outbox: OutboxCounts,
+    /// Each exchange with an unsent or dead message or a pause, by name.
+    pub exchanges: Vec<ExchangeItem>,
     /// Each consumer's inbox.
     pub consumers: Vec<ConsumerItem>,
     /// Messages marked sent per minute over the last hour, oldest first (minutes

@@ -18,9 +18,10 @@ use outbox_ports::{
 use crate::AdminError;
 use crate::model::{
     AuditItem, AuditPage, BlockedKeyItem, BlockedKeyPage, BulkProgress, BulkResponse, ConsumeSide,
-    ConsumerItem, DeadLetterPage, DeadLetterView, FailedAttemptItem, FailureGroupItem,
-    FailureGroups, LockItem, MessageDetail, MessageItem, MessagePage, MinuteItem, OutboxCounts,
-    PauseItem, PauseList, PauseState, StatsPrecision, StatsResponse, SweepItem,
+    ConsumerItem, DeadLetterPage, DeadLetterView, ExchangeItem, FailedAttemptItem,
+    FailureGroupItem, FailureGroups, LockItem, MessageDetail, MessageItem, MessagePage, MinuteItem,
+    OutboxCounts, PauseItem, PauseKindItem, PauseList, PauseState, StatsPrecision, StatsResponse,
+    SweepItem,
 };
 use crate::params::{encode_cursor, format_time};
 use crate::redact::{Redaction, is_textual};
@@ -527,6 +528,7 @@ impl AdminService {
             }
         }
         let pauses = self.pause_items().await?;
+        let exchanges = self.exchange_items(&pauses, now).await?;
         Ok(StatsResponse {
             outbox: OutboxCounts {
                 pending: counts.pending,
@@ -540,6 +542,7 @@ impl AdminService {
                     .oldest_unsent_at
                     .map(|at| outbox_core::saturating_elapsed(at, now).as_secs()),
             },
+            exchanges,
             consumers,
             published_per_minute: minutes(published),
             consumed_per_minute: minutes(consumed),
@@ -556,6 +559,53 @@ impl AdminService {
                 failures_per_minute: failures_per_minute.into(),
             },
         })
+    }
+
+    /// Each exchange with an unsent or dead message, and each paused one, by
+    /// name: its counts and its oldest unsent message's age at `now`.
+    async fn exchange_items(
+        &self,
+        pauses: &[PauseItem],
+        now: outbox_core::Timestamp,
+    ) -> Result<Vec<ExchangeItem>, AdminError> {
+        let paused: std::collections::BTreeSet<&str> = pauses
+            .iter()
+            .filter(|p| p.kind == PauseKindItem::Exchange)
+            .map(|p| p.name.as_str())
+            .collect();
+        let mut items: std::collections::BTreeMap<String, ExchangeItem> = self
+            .ports
+            .outbox
+            .exchange_counts()
+            .await?
+            .into_iter()
+            .map(|c| {
+                let item = ExchangeItem {
+                    paused: paused.contains(c.exchange.as_str()),
+                    name: c.exchange.clone(),
+                    pending: c.pending,
+                    publish_failed: c.publish_failed,
+                    dead: c.dead,
+                    oldest_unsent_age_s: c
+                        .oldest_unsent_at
+                        .map(|at| outbox_core::saturating_elapsed(at, now).as_secs()),
+                };
+                (c.exchange, item)
+            })
+            .collect();
+        for name in paused {
+            items
+                .entry(name.to_owned())
+                .or_insert_with(|| ExchangeItem {
+                    name: name.to_owned(),
+                    pending: 0,
+                    publish_failed: 0,
+                    dead: 0,
+                    oldest_unsent_age_s: None,
+                    paused: true,
+                });
+        }
+        Ok(items.into_values().collect())
     }
 
     /// A page of outbox messages.
@@ -1272,6 +1322,15 @@ impl AdminService {
         Ok(PauseList {
             items: self.pause_items().await?,
         })
+    }
+
+    /// How many pauses are in force: what the dashboard's navigation shows
+    /// beside Pauses.
+    ///
+    /// # Errors
+    /// What the pause store says.
+    pub async fn pauses_in_force(&self) -> Result<u64, AdminError> {
+        Ok(self.ports.pauses.pauses().await?.len() as u64)
     }
 
     /// The pauses in force, exchanges first, each kind by name.

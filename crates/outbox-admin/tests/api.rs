@@ -1857,3 +1857,55 @@ async fn lists_and_bulk_actions_filter_by_failure_group() {
     let (_, groups) = h.get("/failures").await;
     assert!(groups.get("capped").is_none(), "{groups}");
 }
+
+/// `/stats` lists each exchange with an unsent or dead message or a pause, by
+/// name, with its counts, its oldest unsent age and whether it is paused; each
+/// consumer says whether it is paused.
+#[tokio::test]
+async fn stats_count_per_exchange_and_show_pauses() {
+    use outbox_ports::{PauseKind, PauseStore as _};
+    let h = harness();
+    // The dead first: making one dead claims what is pending.
+    h.dead(message("orders", "a", b"{}")).await;
+    h.dead(message("billing", "a", b"{}")).await;
+    h.pending(message("orders", "a", b"{}")).await;
+    h.delivered("invoicing", &message("orders", "a", b"{}"), true)
+        .await;
+    h.outbox
+        .pauses()
+        .pause(PauseKind::Exchange, "orders", "ops")
+        .await
+        .expect("pause");
+    h.outbox
+        .pauses()
+        .pause(PauseKind::Exchange, "quiet", "ops")
+        .await
+        .expect("pause");
+    h.outbox
+        .pauses()
+        .pause(PauseKind::Consumer, "invoicing", "ops")
+        .await
+        .expect("pause");
+    let (status, stats) = h.get("/stats").await;
+    assert_eq!(status, StatusCode::OK, "{stats}");
+    let exchanges = stats["exchanges"].as_array().expect("exchanges");
+    let names: Vec<&str> = exchanges
+        .iter()
+        .map(|e| e["name"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(names, ["billing", "orders", "quiet"]);
+    assert_eq!(exchanges[1]["pending"], 1);
+    assert_eq!(exchanges[1]["dead"], 1);
+    assert_eq!(exchanges[1]["publish_failed"], 0);
+    assert_eq!(exchanges[1]["paused"], true);
+    assert!(exchanges[1]["oldest_unsent_age_s"].is_u64());
+    assert_eq!(exchanges[0]["paused"], false);
+    assert!(
+        exchanges[0]["oldest_unsent_age_s"].is_null(),
+        "dead only: none waits"
+    );
+    assert_eq!(exchanges[2]["pending"], 0, "paused with nothing in it");
+    let consumers = stats["consumers"].as_array().expect("consumers");
+    assert_eq!(consumers[0]["name"], "invoicing");
+    assert_eq!(consumers[0]["paused"], true);
+}

@@ -2865,3 +2865,81 @@ async fn audit_actors_name_their_kind_and_no_user_passes_for_another_kind() {
         ]
     );
 }
+
+/// A pause shows on the overview and in the navigation: the paused exchange's
+/// row says it holds its pending messages, the pending card how many pauses
+/// hold, a paused consumer's row says so; each exchange with unsent or dead
+/// messages has its counts; `/api/v1/stats` lists the same.
+#[tokio::test]
+async fn pauses_and_counts_per_exchange_show_on_the_overview() {
+    use outbox_ports::{PauseKind, PauseStore as _};
+    let h = harness();
+    // The dead first: making one dead claims what is pending.
+    h.dead(message("payments", "p", b"{}")).await;
+    for _ in 0..3 {
+        h.pending(message("orders", "order.created", b"{}")).await;
+    }
+    h.pending(message("payments", "p", b"{}")).await;
+    h.delivered("billing", &message("orders", "order.created", b"{}"), true)
+        .await;
+    let mut b = Browser::new(&h);
+    b.login(READ).await;
+    let before = b.get("/ui").await;
+    assert!(!before.body.contains("id=\"nav-pauses\""), "no pause yet");
+    assert!(!before.body.contains("data-paused"));
+    h.outbox
+        .pauses()
+        .pause(PauseKind::Exchange, "orders", "ops")
+        .await
+        .expect("pause");
+    h.outbox
+        .pauses()
+        .pause(PauseKind::Consumer, "billing", "ops")
+        .await
+        .expect("pause");
+    let page = b.get("/ui").await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    let text = unescape(&page.body);
+    assert!(
+        text.contains(r#"id="nav-pauses""#) && text.contains("paused 2"),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"<strong id="held-by-pauses">3 held by a pause</strong>"#),
+        "{text}"
+    );
+    let exchanges = text
+        .split(r#"<table id="exchanges">"#)
+        .nth(1)
+        .expect("the exchanges table");
+    let orders = exchanges
+        .split(r#"<tr data-exchange="orders">"#)
+        .nth(1)
+        .and_then(|r| r.split("</tr>").next())
+        .expect("orders' row");
+    assert!(
+        orders.contains(r#"<td class="num" data-count="pending">3</td>"#),
+        "{orders}"
+    );
+    assert!(orders.contains("paused: holds its 3 pending"), "{orders}");
+    let payments = exchanges
+        .split(r#"<tr data-exchange="payments">"#)
+        .nth(1)
+        .and_then(|r| r.split("</tr>").next())
+        .expect("payments' row");
+    assert!(
+        payments.contains(
+            r#"data-count="dead"><a href="/ui/messages?exchange=payments&status=dead">1</a>"#
+        ),
+        "{payments}"
+    );
+    assert!(payments.contains("publishing"), "{payments}");
+    let consumers = text
+        .split(r#"<table id="consumers">"#)
+        .nth(1)
+        .expect("consumers");
+    assert!(consumers.contains("paused: holds its"), "{consumers}");
+    // Every page's navigation shows the pauses.
+    let messages = b.get("/ui/messages").await;
+    assert!(messages.body.contains(r#"id="nav-pauses""#));
+}

@@ -704,6 +704,7 @@ async fn run_relay(cfg: RelayConfig) -> anyhow::Result<ExitCode> {
         .with_throughput(wired.throughput.clone())
         .with_locks(wired.lock.clone(), vec![cfg.sweep.lock_key.clone()]);
     let pauses = wired.admin.pauses.clone();
+    let exchanges = wired.admin.outbox.clone();
     // The dashboard at /ui calls the same service under the same tokens.
     // Its live streams end when the relay stops: a graceful shutdown waits for
     // open requests, and an open overview page would otherwise be one forever.
@@ -794,6 +795,7 @@ async fn run_relay(cfg: RelayConfig) -> anyhow::Result<ExitCode> {
             health: relay.health.clone(),
             progress: Some(relay.progress.clone()),
             pauses: Some(pauses),
+            exchanges: Some(exchanges),
         };
         let address = cfg.http.address;
         let c = cancel.clone();

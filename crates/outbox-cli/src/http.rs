@@ -47,6 +47,49 @@ pub struct HttpState {
     pub progress: Option<Arc<outbox_runtime::stall::RelayProgress>>,
     /// The pauses operators set (`outbox_paused`); `None` shows none.
     pub pauses: Option<Arc<dyn PauseStore>>,
+    /// The counts per exchange (`outbox_exchange_*{exchange}`); `None` shows none.
+    pub exchanges: Option<Arc<dyn outbox_ports::OutboxOperator>>,
+}
+
+/// The exchanges `/metrics` showed, to show 0 once an exchange has nothing
+/// unsent or dead any more (a gauge stays in the recorder).
+static SHOWN_EXCHANGES: std::sync::Mutex<std::collections::BTreeSet<String>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// `outbox_exchange_pending{exchange}`, `..._publish_failed` and `..._dead`: each
+/// exchange's counts; an exchange no longer counted goes to 0. A store that does
+/// not answer leaves them as they were.
+#[allow(clippy::cast_precision_loss)]
+async fn record_exchanges(operator: &dyn outbox_ports::OutboxOperator) {
+    let counts = match operator.exchange_counts().await {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(error = %e, "metrics: counts per exchange unreadable");
+            return;
+        }
+    };
+    let mut shown = SHOWN_EXCHANGES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let now: std::collections::BTreeSet<String> =
+        counts.iter().map(|c| c.exchange.clone()).collect();
+    for gone in shown.difference(&now) {
+        for name in [
+            "outbox_exchange_pending",
+            "outbox_exchange_publish_failed",
+            "outbox_exchange_dead",
+        ] {
+            metrics::gauge!(name, "exchange" => gone.clone()).set(0.0);
+        }
+    }
+    for c in &counts {
+        let e = c.exchange.clone();
+        metrics::gauge!("outbox_exchange_pending", "exchange" => e.clone()).set(c.pending as f64);
+        metrics::gauge!("outbox_exchange_publish_failed", "exchange" => e.clone())
+            .set(c.publish_failed as f64);
+        metrics::gauge!("outbox_exchange_dead", "exchange" => e).set(c.dead as f64);
+    }
+    *shown = now;
 }
 
 /// The pauses `/metrics` showed as 1, to show 0 once lifted (a gauge stays in
@@ -238,6 +281,9 @@ async fn metrics_text(State(state): State<HttpState>, headers: HeaderMap) -> Res
     }
     if let Some(pauses) = &state.pauses {
         record_pauses(pauses.as_ref()).await;
+    }
+    if let Some(exchanges) = &state.exchanges {
+        record_exchanges(exchanges.as_ref()).await;
     }
     match state.store.stats().await {
         Ok(s) => {

@@ -125,6 +125,7 @@ fn relay_with_readyz(
         health: relay.health.clone(),
         progress: Some(relay.progress.clone()),
         pauses: None,
+        exchanges: None,
     };
     let server = tokio::spawn(http::serve(address, state, cancel.clone()));
     (relay, server, address.port())

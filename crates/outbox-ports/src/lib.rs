@@ -39,10 +39,10 @@ pub use inbox::{
 pub use lock::{DistributedLock, LockGuard};
 pub use operator::{
     AuditEntry, AuditLog, BLOCKED_WAITING_CAP, BlockedKey, BulkOutcome, ConsumerSummary,
-    DeliveryFilter, DeliverySummary, FailureCount, FailureGroup, InboxOperator, KeyHead,
-    MAX_PAGE_LIMIT, MessageFilter, MessageSummary, MinuteCount, OutboxOperator, PREVIEW_BYTES,
-    Page, PageCursor, StoredDeadLetter, deletable_statuses, group_failures, page_limit,
-    reconsumable_from, reconsumable_statuses, replay_refusal, replayed_refusal,
+    DeliveryFilter, DeliverySummary, ExchangeCounts, FailureCount, FailureGroup, InboxOperator,
+    KeyHead, MAX_PAGE_LIMIT, MessageFilter, MessageSummary, MinuteCount, OutboxOperator,
+    PREVIEW_BYTES, Page, PageCursor, StoredDeadLetter, deletable_statuses, group_failures,
+    page_limit, reconsumable_from, reconsumable_statuses, replay_refusal, replayed_refusal,
     requeueable_statuses,
 };
 pub use outbox::{

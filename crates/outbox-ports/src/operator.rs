@@ -195,6 +195,24 @@ pub struct MinuteCount {
     pub count: u64,
 }
 
+/// One exchange's unsent and dead messages (see
+/// [`OutboxOperator::exchange_counts`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExchangeCounts {
+    /// The exchange.
+    pub exchange: String,
+    /// Waiting for their first publish (delayed ones included).
+    pub pending: u64,
+    /// Waiting for a publish retry.
+    pub publish_failed: u64,
+    /// Out of retries.
+    pub dead: u64,
+    /// Since when its longest-waiting unsent message waits: the creation time of
+    /// a pending or failed one, the due time of an overdue delayed one (a delayed
+    /// one not yet due waits for nothing); `None` when none waits.
+    pub oldest_unsent_at: Option<Timestamp>,
+}
+
 /// A consumer known to the inbox, with its counts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumerSummary {
@@ -495,6 +513,14 @@ pub trait OutboxOperator: Send + Sync {
         after: Option<String>,
         limit: u32,
     ) -> Result<Vec<BlockedKey>, PortError>;
+
+    /// Each exchange with a pending, failing or dead message, with how many of
+    /// each and its oldest unsent message's time, by name. Reads the unsent and
+    /// dead rows (each status through its own index), never the sent ones.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn exchange_counts(&self) -> Result<Vec<ExchangeCounts>, PortError>;
 
     /// The head of ordering key `key`: its first message in a status that holds
     /// the key back (pending or failing, and dead unless dead heads are skipped),

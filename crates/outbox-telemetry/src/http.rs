@@ -66,6 +66,18 @@ fn describe_metrics() {
         "1 while an operator has paused the exchange or consumer (kind, name); 0 once resumed."
     );
     describe_gauge!(
+        "outbox_exchange_pending",
+        "One exchange's messages waiting to be published (exchange)."
+    );
+    describe_gauge!(
+        "outbox_exchange_publish_failed",
+        "One exchange's messages waiting for a publish retry (exchange)."
+    );
+    describe_gauge!(
+        "outbox_exchange_dead",
+        "One exchange's messages given up on (exchange)."
+    );
+    describe_gauge!(
         "outbox_store_up",
         "1 when the store answered the last scrape's read."
     );

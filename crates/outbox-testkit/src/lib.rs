@@ -197,6 +197,7 @@ macro_rules! outbox_operator_contract {
                 publish_now_makes_a_delayed_message_due,
                 published_per_minute_counts_sent_messages,
                 failures_are_grouped_per_exchange_exactly,
+                exchanges_are_counted_by_status,
                 a_filter_by_error_group_takes_those_only,
                 blocked_keys_are_listed_in_key_order,
             ]

@@ -967,3 +967,49 @@ pub async fn a_filter_by_error_group_takes_those_only(o: OutboxUnderTest) {
         "a text that only starts like the group's is in another"
     );
 }
+
+/// Each exchange with an unsent or dead message is counted by status, with its
+/// oldest unsent message's time; a delayed message not yet due waits for
+/// nothing; sent messages are not counted and an exchange with only sent ones is
+/// not listed.
+pub async fn exchanges_are_counted_by_status(o: OutboxUnderTest) {
+    let (a, b, c) = (
+        unique_key("per-ex-a"),
+        unique_key("per-ex-b"),
+        unique_key("per-ex-c"),
+    );
+    let started = Timestamp::now_utc() - time::Duration::seconds(5);
+    put(&o, batch(&a, 3), OutboxStatus::Pending).await;
+    put(&o, batch(&a, 2), OutboxStatus::PublishFailed).await;
+    put(&o, batch(&a, 4), OutboxStatus::Dead).await;
+    put(&o, batch(&a, 5), OutboxStatus::Sent).await;
+    put(&o, batch(&b, 1), OutboxStatus::Dead).await;
+    put(&o, batch(&c, 2), OutboxStatus::Sent).await;
+    let mut later = message(&b, "op.key");
+    later.not_before = Some(Timestamp::now_utc() + time::Duration::hours(1));
+    put(&o, vec![later], OutboxStatus::Pending).await;
+    let all = o.operator.exchange_counts().await.expect("counts");
+    for w in all.windows(2) {
+        assert!(w[0].exchange < w[1].exchange, "by name");
+    }
+    let of = |name: &str| all.iter().find(|e| e.exchange == name).cloned();
+    let ea = of(&a).expect("a is listed");
+    assert_eq!(
+        (ea.pending, ea.publish_failed, ea.dead),
+        (3, 2, 4),
+        "{ea:?}"
+    );
+    let oldest = ea.oldest_unsent_at.expect("a has unsent messages");
+    assert!(oldest >= started && oldest <= Timestamp::now_utc() + time::Duration::seconds(5));
+    let eb = of(&b).expect("b is listed");
+    assert_eq!(
+        (eb.pending, eb.publish_failed, eb.dead),
+        (1, 0, 1),
+        "{eb:?}"
+    );
+    assert_eq!(
+        eb.oldest_unsent_at, None,
+        "a delayed message not yet due waits for nothing, a dead one neither"
+    );
+    assert!(of(&c).is_none(), "only sent messages: not listed");
+}

@@ -72,6 +72,9 @@ pub(crate) struct Chrome {
     pub(crate) dead_messages: u64,
     /// Dead deliveries of every consumer, shown beside Consumers.
     pub(crate) dead_deliveries: u64,
+    /// Pauses in force, shown beside Pauses: a paused exchange or consumer
+    /// explains a backlog on every page.
+    pub(crate) pauses_in_force: u64,
 }
 
 /// The frame around every page: who is signed in, the navigation with what is
@@ -79,9 +82,11 @@ pub(crate) struct Chrome {
 /// the page: the page's own read says what is wrong.
 async fn chrome(ui: &Ui, session: &Session, nav: &'static str) -> Chrome {
     let (dead_messages, dead_deliveries) = ui.service.dead_counts().await.unwrap_or_default();
+    let pauses_in_force = ui.service.pauses_in_force().await.unwrap_or_default();
     Chrome {
         dead_messages,
         dead_deliveries,
+        pauses_in_force,
         ..frame(ui, session, nav)
     }
 }
@@ -93,6 +98,7 @@ impl Chrome {
         Self {
             dead_messages: 0,
             dead_deliveries: 0,
+            pauses_in_force: 0,
             base: ui.options.base.clone(),
             home: ui.home(),
             csrf: String::new(),

@@ -28,6 +28,12 @@ pub(crate) struct Live {
     oldest_age: String,
     /// Each consumer with the link to its deliveries.
     consumers: Vec<(String, ConsumerItem)>,
+    /// Each exchange with an unsent or dead message or a pause.
+    exchanges: Vec<ExchangeRow>,
+    /// Pending messages the exchange pauses hold (of `pending`).
+    held_by_pauses: u64,
+    /// The pauses in force, as "exchange orders", "consumer billing".
+    pauses: Vec<String>,
     chart: String,
     published_total: u64,
     consumed_total: u64,
@@ -36,6 +42,21 @@ pub(crate) struct Live {
     failures_recorded: bool,
     per_minute: String,
     sweeps: Vec<SweepRow>,
+}
+
+/// One exchange's row on the overview.
+struct ExchangeRow {
+    name: String,
+    /// Its messages, listed.
+    href: String,
+    pending: String,
+    publish_failed: String,
+    dead: String,
+    /// Its dead messages, listed (when it has any).
+    dead_href: String,
+    /// Its oldest unsent message's age, or "-".
+    age: String,
+    paused: bool,
 }
 
 /// One sweep: its report and its lock, under a name an operator reads.
@@ -107,9 +128,16 @@ fn age(seconds: Option<u64>, outbox: &crate::model::OutboxCounts) -> String {
                 format!("none due ({})", why.join(", "))
             }
         }
-        Some(s) if s < 120 => format!("{s} s"),
-        Some(s) if s < 7200 => format!("{} min", s / 60),
-        Some(s) => format!("{} h {} min", s / 3600, (s % 3600) / 60),
+        Some(s) => short_age(s),
+    }
+}
+
+/// An age in seconds as an operator reads it: "5 s", "3 min", "2 h 5 min".
+fn short_age(s: u64) -> String {
+    match s {
+        s if s < 120 => format!("{s} s"),
+        s if s < 7200 => format!("{} min", s / 60),
+        s => format!("{} h {} min", s / 3600, (s % 3600) / 60),
     }
 }
 
@@ -186,7 +214,43 @@ fn live(ui: &Ui, stats: StatsResponse) -> Live {
         consume: String::new(),
         lock: held.to_owned(),
     }));
+    let held_by_pauses = stats
+        .exchanges
+        .iter()
+        .filter(|e| e.paused)
+        .map(|e| e.pending)
+        .sum();
+    let pauses = stats
+        .pauses
+        .iter()
+        .map(|p| match p.kind {
+            crate::model::PauseKindItem::Exchange => format!("exchange {}", p.name),
+            crate::model::PauseKindItem::Consumer => format!("consumer {}", p.name),
+        })
+        .collect();
+    let exchanges = stats
+        .exchanges
+        .iter()
+        .map(|e| {
+            let href = ui.at(&format!("/messages?exchange={}", encode(&e.name)));
+            ExchangeRow {
+                dead_href: format!("{href}&status=dead"),
+                href,
+                name: e.name.clone(),
+                pending: view::thousands(e.pending),
+                publish_failed: view::thousands(e.publish_failed),
+                dead: view::thousands(e.dead),
+                age: e
+                    .oldest_unsent_age_s
+                    .map_or_else(|| "-".to_owned(), |s| short_age(s)),
+                paused: e.paused,
+            }
+        })
+        .collect();
     Live {
+        exchanges,
+        held_by_pauses,
+        pauses,
         pending: stats.outbox.pending,
         scheduled: stats.outbox.scheduled,
         publish_failed: stats.outbox.publish_failed,
@@ -246,6 +310,7 @@ pub(crate) async fn overview(
     let chrome = Chrome {
         dead_messages: stats.outbox.dead,
         dead_deliveries: stats.consumers.iter().map(|c| c.dead).sum(),
+        pauses_in_force: stats.pauses.len() as u64,
         ..frame(&ui, &session, "overview")
     };
     render(

@@ -106,6 +106,10 @@ impl OutboxOperator for Gated {
     async fn head_of_key(&self, key: &str) -> Result<Option<KeyHead>, PortError> {
         self.inner.head_of_key(key).await
     }
+    async fn exchange_counts(&self) -> Result<Vec<outbox_ports::ExchangeCounts>, PortError> {
+        self.inner.exchange_counts().await
+    }
+
     async fn failure_groups(&self) -> Result<Vec<FailureGroup>, PortError> {
         self.inner.failure_groups().await
     }

@@ -737,12 +737,12 @@ async fn every_page_renders_and_what_users_sent_is_escaped() {
     assert!(
         overview
             .body
-            .contains("sse-connect=\"/ui/overview/stream\"")
+            .contains("data-live=\"/ui/overview/stream\"")
     );
     assert!(overview.body.contains("<svg class=\"chart\""));
     assert!(overview.body.contains("data-consumer=\"billing\""));
     let paused = b.get("/ui?paused=1").await;
-    assert!(!paused.body.contains("sse-connect"), "paused: no stream");
+    assert!(!paused.body.contains("data-live="), "paused: no stream");
     assert!(paused.body.contains("Resume live refresh"));
     let live = b.get("/ui/overview/live").await;
     assert!(
@@ -1047,7 +1047,11 @@ async fn the_failures_page_groups_by_error_and_links_to_the_dead_ones() {
         page.body
     );
     assert!(page.body.contains("broker said no") && page.body.contains("handler failed"));
-    let rows: Vec<&str> = page.body.split("<tr><td class=\"num\">").skip(1).collect();
+    let rows: Vec<&str> = page
+        .body
+        .split("<tr><td class=\"num\" data-label=\"Count\">")
+        .skip(1)
+        .collect();
     assert_eq!(rows.len(), 2, "{}", page.body);
     assert!(
         rows[0].starts_with("2<"),
@@ -1821,13 +1825,13 @@ async fn lists_have_status_tabs_with_counts_and_the_navigation_counts_the_dead()
     // (the rows stay, an operator may be ticking them).
     assert!(
         list.body
-            .contains(r#"<div id="tabs-feed" hx-ext="sse" sse-connect="/ui/overview/stream">"#),
+            .contains(r#"<div id="tabs-feed" data-live="/ui/overview/stream">"#),
         "{}",
         list.body
     );
     assert!(
         list.body
-            .contains(r#"hx-get="/ui/messages/tabs?status=dead" hx-trigger="sse:live""#),
+            .contains(r#"hx-get="/ui/messages/tabs?status=dead" hx-trigger="outbox-live from:body""#),
         "{}",
         list.body
     );
@@ -2070,11 +2074,12 @@ async fn the_overview_pushes_its_numbers_when_they_change_and_stops_at_shutdown(
     let page = b.get("/ui").await;
     assert!(
         page.body
-            .contains(r#"hx-ext="sse" sse-connect="/ui/overview/stream""#),
+            .contains(r#"<div id="live-feed" data-live="/ui/overview/stream">"#),
         "{}",
         page.body
     );
-    assert!(page.body.contains(r#"sse-swap="live""#));
+    // The shared stream's script (one stream per browser, whatever the tabs).
+    assert!(page.body.contains(r#"<script src="/ui/assets/live.js" defer></script>"#));
     assert!(!page.body.contains("hx-trigger"), "no polling");
 
     let (status, headers, mut events) = b.open_stream("/ui/overview/stream").await;

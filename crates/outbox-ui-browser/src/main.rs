@@ -10,6 +10,8 @@
 //! them; a schema of its own, dropped at the end).
 //! `--docs DIR` also saves screenshots of the overview and a message's page there.
 
+mod scale;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -578,18 +580,18 @@ impl Scenarios<'_> {
     /// overview without a reload: the page's own marker survives, the count moves.
     async fn a_change_shows_on_the_overview_without_a_reload(&self) -> anyhow::Result<()> {
         self.goto("/ui").await?;
-        self.wait_for("#live-feed[sse-connect]").await?;
+        self.wait_for("#live-feed[data-live]").await?;
         self.a_requeue_elsewhere_moves("#count-dead").await
     }
 
     /// The same on a list: its dead tab's count moves, its rows stay.
     async fn a_change_shows_on_a_list_without_a_reload(&self) -> anyhow::Result<()> {
         self.goto("/ui/messages?exchange=orders").await?;
-        self.wait_for("#tabs-feed[sse-connect]").await?;
+        self.wait_for("#tabs-feed[data-live]").await?;
         let rows = self.rows().await?;
         // Unfiltered tabs count: the list filtered by exchange shows none.
         self.goto("/ui/messages").await?;
-        self.wait_for("#tabs-feed[sse-connect]").await?;
+        self.wait_for("#tabs-feed[data-live]").await?;
         self.a_requeue_elsewhere_moves("#status-tabs a[data-status=dead] .count")
             .await?;
         self.goto("/ui/messages?exchange=orders").await?;
@@ -1453,19 +1455,25 @@ async fn run(docs: Option<PathBuf>) -> anyhow::Result<()> {
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let docs = match args.as_slice() {
-        [] => None,
-        [flag, dir] if flag == "--docs" => Some(PathBuf::from(dir)),
+    // No argument: the scenarios, then the scale scenario (`scale`); `--scale`:
+    // that one alone.
+    let (docs, scenarios, at_scale) = match args.as_slice() {
+        [] => (None, true, true),
+        [flag] if flag == "--scale" => (None, false, true),
+        [flag, dir] if flag == "--docs" => (Some(PathBuf::from(dir)), true, false),
         _ => {
-            eprintln!("usage: outbox-ui-browser [--docs DIR]");
+            eprintln!("usage: outbox-ui-browser [--docs DIR | --scale]");
             return std::process::ExitCode::from(2);
         }
     };
-    match run(docs).await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("ui-test: {e:#}");
-            std::process::ExitCode::FAILURE
-        }
+    let mut code = std::process::ExitCode::SUCCESS;
+    if scenarios && let Err(e) = run(docs).await {
+        eprintln!("ui-test: {e:#}");
+        code = std::process::ExitCode::FAILURE;
     }
+    if at_scale && let Err(e) = scale::run().await {
+        eprintln!("ui-scale: {e:#}");
+        code = std::process::ExitCode::FAILURE;
+    }
+    code
 }

@@ -104,6 +104,21 @@ struct BulkButton {
     label: &'static str,
 }
 
+/// The page sizes a list offers (the API takes any from 1 to 1,000).
+const PAGE_SIZES: [u32; 5] = [50, 100, 200, 500, 1000];
+/// A list's page size when none is asked for (the API's default).
+const DEFAULT_PAGE_SIZE: u32 = 50;
+
+/// [`PAGE_SIZES`], with `shown` among them (a size asked for in the URL).
+fn page_sizes(shown: u32) -> Vec<u32> {
+    let mut sizes = PAGE_SIZES.to_vec();
+    if !sizes.contains(&shown) {
+        sizes.push(shown);
+        sizes.sort_unstable();
+    }
+    sizes
+}
+
 /// The inputs' current values.
 #[derive(Default)]
 struct FilterValues {
@@ -131,6 +146,9 @@ struct ListPage {
     statuses: Vec<StatusOption>,
     legend: Vec<(&'static str, &'static str)>,
     values: FilterValues,
+    /// The page sizes offered, and the one shown.
+    page_sizes: Vec<u32>,
+    page_size: u32,
     rows: Vec<Row>,
     next: Option<String>,
     first: Option<String>,
@@ -141,6 +159,20 @@ struct ListPage {
     confirm: Option<Confirm>,
     notice: Option<String>,
     error: Option<String>,
+}
+
+impl FilterValues {
+    /// A filter folded under "More filters" is set: the fold opens.
+    fn more_set(&self) -> bool {
+        [
+            &self.routing_key,
+            &self.message_type,
+            &self.created_after,
+            &self.created_before,
+        ]
+        .iter()
+        .any(|v| !v.is_empty())
+    }
 }
 
 fn values(q: &ListQuery) -> FilterValues {
@@ -299,6 +331,8 @@ async fn list(
             .map(|s| (*s, view::meaning(s)))
             .collect(),
         values: values(&q),
+        page_sizes: page_sizes(q.page().map_or(DEFAULT_PAGE_SIZE, |(_, limit)| limit)),
+        page_size: q.page().map_or(DEFAULT_PAGE_SIZE, |(_, limit)| limit),
         rows: Vec::new(),
         next: None,
         first: None,

@@ -289,7 +289,6 @@ struct OverviewPage {
 struct LiveFragment {
     chrome: Chrome,
     live: Live,
-    paused: bool,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -330,7 +329,6 @@ pub(crate) async fn live_fragment(ui: &Arc<Ui>) -> Result<String, UiError> {
     let fragment = LiveFragment {
         chrome: Chrome::bare(ui),
         live: live(ui, stats),
-        paused: false,
     };
     fragment.render().map_err(|e| {
         tracing::error!(error = %e, "template failed");
@@ -349,7 +347,6 @@ pub(crate) async fn overview_live(
         &LiveFragment {
             chrome: frame(&ui, &session, "overview"),
             live: live(&ui, stats),
-            paused: false,
         },
     )
 }

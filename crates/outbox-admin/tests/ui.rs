@@ -734,11 +734,7 @@ async fn every_page_renders_and_what_users_sent_is_escaped() {
     let overview = b.get("/ui").await;
     assert_eq!(overview.status, StatusCode::OK);
     assert!(overview.body.contains(r#"id="count-dead">"#));
-    assert!(
-        overview
-            .body
-            .contains("data-live=\"/ui/overview/stream\"")
-    );
+    assert!(overview.body.contains("data-live=\"/ui/overview/stream\""));
     assert!(overview.body.contains("<svg class=\"chart\""));
     assert!(overview.body.contains("data-consumer=\"billing\""));
     let paused = b.get("/ui?paused=1").await;
@@ -1830,8 +1826,9 @@ async fn lists_have_status_tabs_with_counts_and_the_navigation_counts_the_dead()
         list.body
     );
     assert!(
-        list.body
-            .contains(r#"hx-get="/ui/messages/tabs?status=dead" hx-trigger="outbox-live from:body""#),
+        list.body.contains(
+            r#"hx-get="/ui/messages/tabs?status=dead" hx-trigger="outbox-live from:body""#
+        ),
         "{}",
         list.body
     );
@@ -2079,7 +2076,10 @@ async fn the_overview_pushes_its_numbers_when_they_change_and_stops_at_shutdown(
         page.body
     );
     // The shared stream's script (one stream per browser, whatever the tabs).
-    assert!(page.body.contains(r#"<script src="/ui/assets/live.js" defer></script>"#));
+    assert!(
+        page.body
+            .contains(r#"<script src="/ui/assets/live.js" defer></script>"#)
+    );
     assert!(!page.body.contains("hx-trigger"), "no polling");
 
     let (status, headers, mut events) = b.open_stream("/ui/overview/stream").await;

@@ -40,4 +40,4 @@ pub use openapi::document as openapi_document;
 pub use redact::{REDACTED, Redaction, ShownBytes, WITHHELD};
 pub use service::{AdminPorts, AdminService, DEFAULT_BULK_BATCH, OnBatch};
 #[cfg(feature = "ui")]
-pub use ui::{OneTimeLogin, TrustedProxy, UiOptions, random_secret, ui_router};
+pub use ui::{OneTimeLogin, OneTimeRenewal, TrustedProxy, UiOptions, random_secret, ui_router};

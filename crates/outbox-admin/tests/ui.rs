@@ -120,6 +120,8 @@ impl Events {
 struct Browser {
     app: Router,
     cookies: HashMap<String, String>,
+    /// The `Host` header sent (none by default).
+    host: Option<String>,
 }
 
 impl Browser {
@@ -127,11 +129,15 @@ impl Browser {
         Self {
             app: h.app.clone(),
             cookies: HashMap::new(),
+            host: None,
         }
     }
 
     async fn send(&mut self, method: &str, path: &str, form: Option<String>) -> Answer {
         let mut request = Request::builder().method(method).uri(path);
+        if let Some(host) = &self.host {
+            request = request.header(header::HOST, host);
+        }
         if !self.cookies.is_empty() {
             let cookie: Vec<String> = self
                 .cookies
@@ -287,7 +293,9 @@ async fn login_logout_and_the_cookie_and_security_headers() {
     let mut b = Browser::new(&h);
     let page = b.get("/ui/messages").await;
     assert_eq!(page.status, StatusCode::SEE_OTHER);
-    assert_eq!(page.location(), "/ui/login");
+    assert_eq!(page.location(), "/ui/login?next=%2Fui%2Fmessages");
+    let home = b.get("/ui").await;
+    assert_eq!(home.location(), "/ui/login", "home needs no way back");
 
     let form = b.get("/ui/login").await;
     assert!(
@@ -1584,7 +1592,7 @@ async fn a_trusted_proxy_signs_in_the_user_it_names_and_only_from_its_address() 
     .await;
     assert_eq!(spoofed.status, StatusCode::SEE_OTHER);
     assert!(
-        spoofed.location().ends_with("/ui/login"),
+        spoofed.location().contains("/ui/login"),
         "{}",
         spoofed.location()
     );
@@ -2600,11 +2608,7 @@ async fn sso_headers_without_the_proxys_secret_are_refused() {
     let mut local = browser_at(&h, "127.0.0.1", &[("x-forwarded-user", "alice")]);
     let page = local.get("/ui/messages").await;
     assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
-    assert!(
-        page.location().ends_with("/ui/login"),
-        "{}",
-        page.location()
-    );
+    assert!(page.location().contains("/ui/login"), "{}", page.location());
     assert!(local.cookies.keys().all(|k| !k.contains("session")));
     let mut forged = browser_at(
         &h,
@@ -2947,4 +2951,99 @@ async fn pauses_and_counts_per_exchange_show_on_the_overview() {
     // Every page's navigation shows the pauses.
     let messages = b.get("/ui/messages").await;
     assert!(messages.body.contains(r#"id="nav-pauses""#));
+}
+
+/// A deep link (an alert's, with its filter) survives the sign-in: the login
+/// redirect carries it, the form keeps it, the session opens on it. Only a page
+/// of this dashboard is returned to.
+#[tokio::test]
+async fn signing_in_returns_to_the_page_asked_for() {
+    let h = harness();
+    let mut b = Browser::new(&h);
+    let asked = "/ui/messages?status=dead&exchange=orders";
+    let page = b.get(asked).await;
+    assert_eq!(
+        page.location(),
+        "/ui/login?next=%2Fui%2Fmessages%3Fstatus%3Ddead%26exchange%3Dorders"
+    );
+    let form = b.get(page.location()).await;
+    assert_eq!(form.status, StatusCode::OK);
+    assert_eq!(
+        value_of(&form.body, "next")
+            .map(|v| unescape(&v))
+            .as_deref(),
+        Some(asked),
+        "{}",
+        form.body
+    );
+    let nonce = value_of(&form.body, "login_csrf").expect("nonce");
+    let done = b
+        .post(
+            "/ui/login",
+            &format!(
+                "token={}&login_csrf={nonce}&next={}",
+                encode(READ),
+                encode(asked)
+            ),
+        )
+        .await;
+    assert_eq!(done.status, StatusCode::SEE_OTHER);
+    assert_eq!(done.location(), asked);
+    // Anywhere else is the home page.
+    for evil in [
+        "https://evil.example/ui",
+        "//evil.example/ui",
+        "/ui\\@evil.example",
+        "/other",
+        "/uix",
+        "/ui/messages\u{7f}",
+    ] {
+        let mut other = Browser::new(&h);
+        let form = other.get(&format!("/ui/login?next={}", encode(evil))).await;
+        assert!(value_of(&form.body, "next").is_none(), "{evil}");
+        let nonce = value_of(&form.body, "login_csrf").expect("nonce");
+        let done = other
+            .post(
+                "/ui/login",
+                &format!(
+                    "token={}&login_csrf={nonce}&next={}",
+                    encode(READ),
+                    encode(evil)
+                ),
+            )
+            .await;
+        assert_eq!(done.location(), "/ui", "{evil}");
+    }
+}
+
+/// Two dashboards on one host, on two ports: cookies are per host, so each
+/// names its cookies after the port it is addressed on, and signing in to one
+/// neither uses nor ends the other's session.
+#[tokio::test]
+async fn two_dashboards_on_one_host_keep_their_own_sessions() {
+    let h = harness();
+    let mut b = Browser::new(&h);
+    b.host = Some("127.0.0.1:8080".to_owned());
+    let done = b.login(READ).await;
+    assert_eq!(done.status, StatusCode::SEE_OTHER);
+    let set: Vec<String> = done
+        .headers
+        .get_all(header::SET_COOKIE)
+        .iter()
+        .map(|v| v.to_str().unwrap_or_default().to_owned())
+        .collect();
+    assert!(
+        set.iter().any(|c| c.starts_with("outbox_session_8080=")),
+        "{set:?}"
+    );
+    assert_eq!(b.get("/ui").await.status, StatusCode::OK);
+    // The same browser (its cookies) at the other port: not signed in there.
+    b.host = Some("127.0.0.1:8081".to_owned());
+    assert_eq!(b.get("/ui").await.status, StatusCode::SEE_OTHER);
+    b.login(WRITE).await;
+    assert_eq!(b.get("/ui").await.status, StatusCode::OK);
+    b.host = Some("127.0.0.1:8080".to_owned());
+    let first = b.get("/ui").await;
+    assert_eq!(first.status, StatusCode::OK, "the first session holds");
+    assert!(first.body.contains(r#"<span id="role">read</span>"#));
 }

@@ -55,12 +55,14 @@ pub(crate) async fn ui_times(service: outbox_admin::AdminService) -> anyhow::Res
     let times = tokio::task::spawn_blocking(move || -> anyhow::Result<(f64, f64)> {
         let (status, head, _) = http_get(address, &format!("/ui/login?token={secret}"), None)?;
         anyhow::ensure!(status == 303, "dashboard login: {head}");
-        let cookie = head
+        // The session cookie, named after the port when the request named one.
+        let (name, value) = head
             .lines()
-            .find_map(|l| l.strip_prefix("set-cookie: outbox_session="))
-            .and_then(|v| v.split(';').next())
+            .filter_map(|l| l.strip_prefix("set-cookie: "))
+            .filter(|l| l.starts_with("outbox_session"))
+            .find_map(|l| l.split(';').next()?.split_once('='))
             .context("no session cookie")?;
-        let cookie = format!("outbox_session={cookie}");
+        let cookie = format!("{name}={value}");
         let time = |path: &str, expect: &str| -> anyhow::Result<f64> {
             let mut ms = Vec::new();
             for _ in 0..7 {

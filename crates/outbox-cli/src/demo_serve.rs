@@ -39,17 +39,15 @@ pub fn demo_service(world: &DemoWorld) -> AdminService {
 pub fn demo_app(
     world: &DemoWorld,
     secret: &str,
+    renewal: Option<outbox_admin::OneTimeRenewal>,
     shutdown: Option<tokio::sync::watch::Receiver<bool>>,
 ) -> axum::Router {
     let service = demo_service(world);
     let options = UiOptions {
         shutdown,
         base: UI_PATH.to_owned(),
-        one_time_login: Some(OneTimeLogin {
-            secret: Secret::new(secret),
-            name: "demo".to_owned(),
-            role: Role::Write,
-        }),
+        one_time_login: Some(demo_login(secret)),
+        one_time_renewal: renewal,
         ..UiOptions::default()
     };
     axum::Router::new()
@@ -61,6 +59,30 @@ pub fn demo_app(
             ADMIN_API_PATH,
             outbox_admin::router(service, AdminAuth::default()),
         )
+}
+
+/// The demo's one-time login: `secret` signs in once as `demo`, who may act.
+fn demo_login(secret: &str) -> OneTimeLogin {
+    OneTimeLogin {
+        secret: Secret::new(secret),
+        name: "demo".to_owned(),
+        role: Role::Write,
+    }
+}
+
+/// After each one-time login used, a fresh one, its URL (under `site`, known
+/// once the port is bound) printed on stdout as the first was: a second browser,
+/// or a sign-in after logout, is not met by a closed dashboard.
+fn renewal(site: Arc<std::sync::OnceLock<String>>) -> outbox_admin::OneTimeRenewal {
+    outbox_admin::OneTimeRenewal {
+        hint: "the terminal running `outbox demo --serve` has printed a fresh login link".into(),
+        next: Arc::new(move || {
+            let secret = outbox_admin::random_secret(24).ok()?;
+            let site = site.get()?;
+            println!("dashboard: a fresh one-time login: {site}{UI_PATH}/login?token={secret}");
+            Some(demo_login(&secret))
+        }),
+    }
 }
 
 /// Serves the dashboard over `world` on `address` (loopback only) until `cancel`
@@ -88,11 +110,18 @@ pub async fn serve(
             let _ = stop.send(true);
         });
     }
-    let app = demo_app(world, &secret, Some(shutdown));
+    let site = Arc::new(std::sync::OnceLock::new());
+    let app = demo_app(
+        world,
+        &secret,
+        Some(renewal(Arc::clone(&site))),
+        Some(shutdown),
+    );
     let listener = tokio::net::TcpListener::bind(address)
         .await
         .with_context(|| format!("cannot serve the dashboard on {address}"))?;
     let bound = listener.local_addr()?;
+    let _ = site.set(format!("http://{bound}"));
     announce(&format!("http://{bound}{UI_PATH}/login?token={secret}"));
     axum::serve(listener, app)
         .with_graceful_shutdown(cancel.cancelled_owned())
@@ -207,12 +236,15 @@ mod tests {
         tokio::task::spawn_blocking(move || {
             let (status, head, _) = request(&address, &path, None);
             assert_eq!(status, 303, "{head}");
+            // Named after the port (two dashboards on one host keep theirs).
+            let port = address.rsplit(':').next().expect("a port");
+            let name = format!("outbox_session_{port}=");
             let cookie = head
                 .lines()
-                .find_map(|l| l.strip_prefix("set-cookie: outbox_session="))
+                .find_map(|l| l.strip_prefix("set-cookie: ")?.strip_prefix(name.as_str()))
                 .and_then(|v| v.split(';').next())
                 .expect("a session cookie");
-            let cookie = format!("outbox_session={cookie}");
+            let cookie = format!("{name}{cookie}");
             let (status, _, body) = request(&address, "/ui", Some(&cookie));
             assert_eq!(status, 200);
             assert!(body.contains("data-consumer=\"demo-billing\""), "{body}");
@@ -231,8 +263,17 @@ mod tests {
                 3,
                 "three dead rows: {body}"
             );
-            let (again, _, _) = request(&address, &path, None);
+            let (again, _, body) = request(&address, &path, None);
             assert_eq!(again, 401, "the login URL works once");
+            assert!(
+                body.contains("has printed a fresh login link"),
+                "says where the next login is: {body}"
+            );
+            let (_, _, form) = request(&address, "/ui/login", None);
+            assert!(
+                !form.contains("login-closed"),
+                "a fresh one-time login keeps the dashboard open: {form}"
+            );
             let (api, _, _) = request(&address, "/api/v1/stats", None);
             assert_eq!(api, 403, "the API stays closed: no token configured");
         })

@@ -70,6 +70,10 @@ pub struct UiOptions {
     /// A login that works once, for a URL printed to whoever started the process
     /// (`outbox demo --serve`): `<base>/login?token=<secret>`.
     pub one_time_login: Option<OneTimeLogin>,
+    /// What follows a used one-time login: a fresh one (which whoever started
+    /// the process is shown), so a second browser or a sign-in after logout is
+    /// not met by a closed dashboard. `None`: the one-time login is the only one.
+    pub one_time_renewal: Option<OneTimeRenewal>,
     /// Sign-in by a trusted proxy (single sign-on in front of the dashboard);
     /// `None`: the login form only.
     pub trusted_proxy: Option<TrustedProxy>,
@@ -96,6 +100,7 @@ impl Default for UiOptions {
             session_ttl: Duration::from_secs(8 * 3600),
             max_sessions: 10_000,
             one_time_login: None,
+            one_time_renewal: None,
             trusted_proxy: None,
             forwarders: Vec::new(),
             shutdown: None,
@@ -114,6 +119,26 @@ pub struct OneTimeLogin {
     pub name: String,
     /// What the session may do.
     pub role: Role,
+}
+
+/// A fresh one-time login after each one used (see
+/// [`UiOptions::one_time_renewal`]).
+#[derive(Clone)]
+pub struct OneTimeRenewal {
+    /// Where the login page says the fresh login is (`the terminal running
+    /// outbox demo --serve printed a fresh login link`).
+    pub hint: String,
+    /// Makes (and shows whoever started the process) the next one-time login;
+    /// `None`: none follows.
+    pub next: Arc<dyn Fn() -> Option<OneTimeLogin> + Send + Sync>,
+}
+
+impl std::fmt::Debug for OneTimeRenewal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OneTimeRenewal")
+            .field("hint", &self.hint)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The dashboard's state, shared by every handler.

@@ -25,27 +25,62 @@ const SESSION_COOKIE: &str = "outbox_session";
 /// The login form's nonce cookie.
 const LOGIN_COOKIE: &str = "outbox_login";
 
-/// The name `ui` gives cookie `plain` (the session's, the login nonce's): with
-/// `Secure` cookies, `__Host-` first, which makes the browser refuse it unless it
-/// is Secure, for the whole host (`Path=/`) and set by this host itself (no
-/// `Domain`), so no sibling subdomain can plant or shadow it (a planted nonce
-/// would log the browser in as someone else).
-fn cookie_name(ui: &Ui, plain: &'static str) -> &'static str {
-    match (ui.options.secure_cookies, plain) {
-        (true, SESSION_COOKIE) => "__Host-outbox_session",
-        (true, LOGIN_COOKIE) => "__Host-outbox_login",
-        _ => plain,
+/// The name `ui` gives cookie `plain` (the session's, the login nonce's) for a
+/// request with `headers`: with `Secure` cookies, `__Host-` first, which makes the
+/// browser refuse it unless it is Secure, for the whole host (`Path=/`) and set by
+/// this host itself (no `Domain`), so no sibling subdomain can plant or shadow it
+/// (a planted nonce would log the browser in as someone else). And the port the
+/// browser addressed last (`outbox_session_8080`): cookies are per host, not per
+/// port, so two dashboards on one host would share one session cookie and sign
+/// each other out.
+fn cookie_name(ui: &Ui, plain: &'static str, headers: &HeaderMap) -> String {
+    let prefix = if ui.options.secure_cookies {
+        "__Host-"
+    } else {
+        ""
+    };
+    match port_of(headers) {
+        Some(port) => format!("{prefix}{plain}_{port}"),
+        None => format!("{prefix}{plain}"),
     }
 }
 
+/// The port of the request's `Host` header (`host:8080`, `[::1]:8080`), if it
+/// names one.
+fn port_of(headers: &HeaderMap) -> Option<u16> {
+    let host = headers.get(header::HOST)?.to_str().ok()?;
+    let (name, port) = host.rsplit_once(':')?;
+    // `[::1]` alone: the colon was the address's.
+    if name.starts_with('[') && !name.ends_with(']') {
+        return None;
+    }
+    port.parse().ok()
+}
+
 /// The name of `ui`'s session cookie.
-fn session_cookie(ui: &Ui) -> &'static str {
-    cookie_name(ui, SESSION_COOKIE)
+fn session_cookie(ui: &Ui, headers: &HeaderMap) -> String {
+    cookie_name(ui, SESSION_COOKIE, headers)
 }
 
 /// The name of `ui`'s login nonce cookie.
-fn login_cookie(ui: &Ui) -> &'static str {
-    cookie_name(ui, LOGIN_COOKIE)
+fn login_cookie(ui: &Ui, headers: &HeaderMap) -> String {
+    cookie_name(ui, LOGIN_COOKIE, headers)
+}
+
+/// `next` when it is a page of this dashboard to return to after signing in:
+/// a path under `ui`'s mount point (and nothing else: no scheme, no host, no
+/// `//` or `\\` a browser would read as one, no control character), so a link
+/// cannot send a signing-in operator elsewhere.
+fn return_to(ui: &Ui, next: Option<&str>) -> Option<String> {
+    let next = next?;
+    let base = ui.options.base.as_str();
+    let rest = next.strip_prefix(base)?;
+    let under = rest.is_empty() || rest.starts_with('/') || rest.starts_with('?');
+    let clean = next.starts_with('/')
+        && !next.contains("//")
+        && !next.contains('\\')
+        && next.bytes().all(|b| b.is_ascii_graphic());
+    (under && clean && next.len() <= 2_048).then(|| next.to_owned())
 }
 
 /// The theme cookie (`dark` or `light`; absent: follow the system).
@@ -97,7 +132,8 @@ pub(crate) async fn require_session(
     mut request: Request,
     next: Next,
 ) -> Response {
-    let session = match cookie(request.headers(), session_cookie(&ui)) {
+    let session_name = session_cookie(&ui, request.headers());
+    let session = match cookie(request.headers(), &session_name) {
         Some(id) => match ui.sessions.get(id, &ui.auth).await {
             Ok(session) => session,
             Err(e) => return e.into_response(),
@@ -165,7 +201,7 @@ pub(crate) async fn require_session(
             let mut response = next.run(request).await;
             if opened {
                 let max_age = ui.options.session_ttl.as_secs();
-                if let Ok(v) = set_cookie(&ui, session_cookie(&ui), &id, max_age).parse() {
+                if let Ok(v) = set_cookie(&ui, &session_name, &id, max_age).parse() {
                     response.headers_mut().append(header::SET_COOKIE, v);
                 }
             }
@@ -190,7 +226,20 @@ pub(crate) async fn require_session(
                 }
                 r
             } else if request.method() == Method::GET || request.method() == Method::HEAD {
-                redirect(&login)
+                // Back to the page asked for (an alert's deep link keeps its
+                // filter) once signed in.
+                // The router is nested at the mount point, which the path seen
+                // here has lost.
+                let asked = request
+                    .uri()
+                    .path_and_query()
+                    .map(|p| p.as_str())
+                    .filter(|p| *p != "/")
+                    .map(|p| format!("{}{p}", ui.options.base));
+                match asked.and_then(|p| return_to(&ui, Some(&p))) {
+                    Some(p) => redirect(&format!("{login}?next={}", super::filters::encode(&p))),
+                    None => redirect(&login),
+                }
             } else {
                 super::render::error_page(
                     StatusCode::UNAUTHORIZED,
@@ -234,6 +283,8 @@ pub(crate) fn check_write(
 #[template(path = "login.html")]
 struct LoginPage<'a> {
     base: &'a str,
+    /// The page to return to once signed in (`?next=`), checked.
+    next: Option<String>,
     nonce: String,
     error: Option<String>,
     notice: Option<&'static str>,
@@ -244,12 +295,14 @@ struct LoginPage<'a> {
 pub(crate) struct LoginQuery {
     token: Option<String>,
     notice: Option<String>,
+    next: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct LoginForm {
     token: Option<String>,
     login_csrf: Option<String>,
+    next: Option<String>,
 }
 
 /// Whether anybody could log in: tokens configured, or a one-time login pending.
@@ -262,8 +315,16 @@ fn is_open(ui: &Ui) -> bool {
             .is_some()
 }
 
+/// Where a login page is asked from: the request's headers (the cookies' names
+/// go by its port) and the page to return to.
+struct Asked<'a> {
+    headers: &'a HeaderMap,
+    next: Option<String>,
+}
+
 fn login_page(
     ui: &Ui,
+    asked: &Asked<'_>,
     status: StatusCode,
     error: Option<String>,
     notice: Option<&'static str>,
@@ -271,14 +332,18 @@ fn login_page(
     let nonce = random_or_fail()?;
     let page = LoginPage {
         base: &ui.options.base,
+        next: asked.next.clone(),
         nonce: nonce.clone(),
         error,
         notice,
-        closed: (!is_open(ui)).then(|| AdminError::NotConfigured.to_string()),
+        closed: (!is_open(ui)).then(|| match &ui.options.one_time_renewal {
+            Some(renewal) => format!("its one-time login was used: {}", renewal.hint),
+            None => AdminError::NotConfigured.to_string(),
+        }),
     };
     let body = page.render().map_err(|_| UiError::Render)?;
     let mut response = (status, super::render::html(body)).into_response();
-    if let Ok(v) = set_cookie(ui, login_cookie(ui), &nonce, 3600).parse() {
+    if let Ok(v) = set_cookie(ui, &login_cookie(ui, asked.headers), &nonce, 3600).parse() {
         response.headers_mut().append(header::SET_COOKIE, v);
     }
     Ok(response)
@@ -293,22 +358,45 @@ fn take_one_time(ui: &Ui, presented: &str) -> Option<Actor> {
     if !matches {
         return None;
     }
-    slot.take().map(|login| Actor {
+    let used = slot.take();
+    // The next one, shown to whoever started the process (the demo prints it).
+    if let Some(renewal) = &ui.options.one_time_renewal {
+        *slot = (renewal.next)();
+    }
+    used.map(|login| Actor {
         name: login.name,
         role: login.role,
     })
 }
 
-async fn open_session(ui: &Ui, actor: Actor, via: Via) -> Page {
+/// What the login page says of a one-time login link that did not open a
+/// session: used or wrong, and where a fresh one is, if one follows.
+fn spent_link(ui: &Ui) -> String {
+    let mut text =
+        "this login link was already used or is not valid; log in with a token".to_owned();
+    if let Some(renewal) = &ui.options.one_time_renewal {
+        text = format!(
+            "this login link was already used or is not valid: {}",
+            renewal.hint
+        );
+    }
+    text
+}
+
+async fn open_session(ui: &Ui, asked: &Asked<'_>, actor: Actor, via: Via) -> Page {
     tracing::info!(actor = %actor.name, "dashboard login");
     let session = ui.sessions.create(actor, via, &ui.auth).await?;
-    let mut response = redirect(&ui.home());
+    let mut response = redirect(&asked.next.clone().unwrap_or_else(|| ui.home()));
     let max_age = ui.options.session_ttl.as_secs();
+    let (session_name, login_name) = (
+        session_cookie(ui, asked.headers),
+        login_cookie(ui, asked.headers),
+    );
     let headers = response.headers_mut();
-    if let Ok(v) = set_cookie(ui, session_cookie(ui), &session.id, max_age).parse() {
+    if let Ok(v) = set_cookie(ui, &session_name, &session.id, max_age).parse() {
         headers.append(header::SET_COOKIE, v);
     }
-    if let Ok(v) = set_cookie(ui, login_cookie(ui), "", 0).parse() {
+    if let Ok(v) = set_cookie(ui, &login_name, "", 0).parse() {
         headers.append(header::SET_COOKIE, v);
     }
     Ok(response)
@@ -317,18 +405,22 @@ async fn open_session(ui: &Ui, actor: Actor, via: Via) -> Page {
 /// `GET <base>/login`: the form; `?token=` a one-time login.
 pub(crate) async fn login_form(
     State(ui): State<Arc<Ui>>,
+    headers: HeaderMap,
     query: Result<Query<LoginQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Page {
     let query = query.map(|Query(q)| q).unwrap_or_default();
+    let asked = Asked {
+        headers: &headers,
+        next: return_to(&ui, query.next.as_deref()),
+    };
     if let Some(token) = query.token.as_deref() {
         return match take_one_time(&ui, token) {
-            Some(actor) => open_session(&ui, actor, Via::Once).await,
+            Some(actor) => open_session(&ui, &asked, actor, Via::Once).await,
             None => login_page(
                 &ui,
+                &asked,
                 StatusCode::UNAUTHORIZED,
-                Some(
-                    "this login link was already used or is not valid; log in with a token".into(),
-                ),
+                Some(spent_link(&ui)),
                 None,
             ),
         };
@@ -337,7 +429,7 @@ pub(crate) async fn login_form(
         Some("logged_out") => Some("You are logged out."),
         _ => None,
     };
-    login_page(&ui, StatusCode::OK, None, notice)
+    login_page(&ui, &asked, StatusCode::OK, None, notice)
 }
 
 /// `POST <base>/login`: a token (or the one-time secret) opens a session.
@@ -350,18 +442,29 @@ pub(crate) async fn login(
     // Garbage (no form, no nonce, another page's nonce) is refused before the
     // limit is asked and costs no allowance: only a failed token counts.
     let Ok(Form(form)) = form else {
+        let asked = Asked {
+            headers: &headers,
+            next: None,
+        };
         return login_page(
             &ui,
+            &asked,
             StatusCode::BAD_REQUEST,
             Some("the login form was not understood".into()),
             None,
         );
     };
-    let nonce = cookie(&headers, login_cookie(&ui)).unwrap_or("");
+    let asked = Asked {
+        headers: &headers,
+        next: return_to(&ui, form.next.as_deref()),
+    };
+    let login_name = login_cookie(&ui, &headers);
+    let nonce = cookie(&headers, &login_name).unwrap_or("");
     let sent = form.login_csrf.as_deref().unwrap_or("");
     if nonce.is_empty() || !bool::from(nonce.as_bytes().ct_eq(sent.as_bytes())) {
         return login_page(
             &ui,
+            &asked,
             StatusCode::FORBIDDEN,
             Some("the login form expired or did not come from this page; try again".into()),
             None,
@@ -374,6 +477,7 @@ pub(crate) async fn login(
         tracing::warn!(client = ?client, "dashboard login attempts limited");
         let mut page = login_page(
             &ui,
+            &asked,
             StatusCode::TOO_MANY_REQUESTS,
             Some(format!(
                 "too many failed login attempts from your address; try again in {seconds} s"
@@ -387,7 +491,7 @@ pub(crate) async fn login(
     }
     let token = form.token.unwrap_or_default();
     if let Some(actor) = take_one_time(&ui, &token) {
-        return open_session(&ui, actor, Via::Once).await;
+        return open_session(&ui, &asked, actor, Via::Once).await;
     }
     match ui.auth.token(token.as_bytes()) {
         Ok(token) => {
@@ -395,10 +499,11 @@ pub(crate) async fn login(
                 name: token.name.clone(),
                 role: token.role,
             };
-            open_session(&ui, who, Via::Token).await
+            open_session(&ui, &asked, who, Via::Token).await
         }
         Err(AdminError::NotConfigured) => login_page(
             &ui,
+            &asked,
             StatusCode::FORBIDDEN,
             Some(AdminError::NotConfigured.to_string()),
             None,
@@ -407,6 +512,7 @@ pub(crate) async fn login(
             ui.login_limit.failed(client);
             login_page(
                 &ui,
+                &asked,
                 StatusCode::UNAUTHORIZED,
                 Some("unknown token".into()),
                 None,
@@ -462,7 +568,7 @@ pub(crate) async fn logout(
     ui.sessions.remove(&session.id).await;
     tracing::info!(actor = %session.actor.name, "dashboard logout");
     let mut response = redirect(&ui.at("/login?notice=logged_out"));
-    if let Ok(v) = set_cookie(&ui, session_cookie(&ui), "", 0).parse() {
+    if let Ok(v) = set_cookie(&ui, &session_cookie(&ui, &headers), "", 0).parse() {
         response.headers_mut().append(header::SET_COOKIE, v);
     }
     Ok(response)

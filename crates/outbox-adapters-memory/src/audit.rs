@@ -51,4 +51,15 @@ impl AuditLog for MemoryAuditLog {
             limit,
         ))
     }
+
+    async fn of_target(&self, target: &str, limit: u32) -> Result<Vec<AuditEntry>, PortError> {
+        let entries = lock(&self.entries);
+        Ok(entries
+            .values()
+            .rev()
+            .filter(|e| e.target == target)
+            .take(usize::try_from(limit).unwrap_or(usize::MAX))
+            .cloned()
+            .collect())
+    }
 }

@@ -17,6 +17,7 @@ pub struct PgAuditLog {
     insert: String,
     first_page: String,
     next_page: String,
+    of_target: String,
 }
 
 impl PgAuditLog {
@@ -36,6 +37,10 @@ impl PgAuditLog {
             first_page: format!("SELECT {columns} FROM {t} ORDER BY seq DESC LIMIT $1"),
             next_page: format!(
                 "SELECT {columns} FROM {t} WHERE seq < $2 ORDER BY seq DESC LIMIT $1"
+            ),
+            // outbox_audit_target (migration 20261222000002) serves it.
+            of_target: format!(
+                "SELECT {columns} FROM {t} WHERE target = $2 ORDER BY seq DESC LIMIT $1"
             ),
         }
     }
@@ -96,5 +101,24 @@ impl AuditLog for PgAuditLog {
                 })
             },
         )
+    }
+
+    async fn of_target(&self, target: &str, limit: u32) -> Result<Vec<AuditEntry>, PortError> {
+        let rows = sqlx::query_as::<_, Row>(sqlx::AssertSqlSafe(&*self.of_target))
+            .bind(i64::from(limit))
+            .bind(target)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| port("audit of a target", e))?;
+        Ok(rows
+            .into_iter()
+            .map(|r| AuditEntry {
+                actor: r.actor,
+                action: r.action,
+                target: r.target,
+                count: u64::try_from(r.count).unwrap_or(0),
+                at: r.at,
+            })
+            .collect())
     }
 }

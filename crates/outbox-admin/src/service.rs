@@ -209,6 +209,9 @@ pub struct AdminPorts {
     pub pauses: Arc<dyn PauseStore>,
 }
 
+/// How many of one message's or delivery's recorded actions its page shows.
+pub(crate) const ACTIONS_SHOWN: u32 = 20;
+
 /// The operator's actions.
 #[derive(Clone)]
 pub struct AdminService {
@@ -1461,7 +1464,34 @@ impl AdminService {
             .await
     }
 
-    /// A page of the audit log.
+    /// What operators did to one message (`consumer` `None`) or one delivery,
+    /// one by one, as the audit log recorded it: (action, actor, when), newest
+    /// first per target, at most [`ACTIONS_SHOWN`] each (a bulk action is
+    /// recorded by its filter, not per message).
+    ///
+    /// # Errors
+    /// What the audit log says.
+    pub async fn actions_on(
+        &self,
+        consumer: Option<&str>,
+        id: MessageId,
+    ) -> Result<Vec<(String, String, Option<String>)>, AdminError> {
+        // As the single actions name their target: a message by its id, a
+        // delivery as `consumer/id` (` (again)` when reconsumed once consumed).
+        let targets = match consumer {
+            None => vec![id.to_string()],
+            Some(c) => vec![format!("{c}/{id}"), format!("{c}/{id} (again)")],
+        };
+        let mut actions = Vec::new();
+        for target in targets {
+            for e in self.ports.audit.of_target(&target, ACTIONS_SHOWN).await? {
+                actions.push((e.action, e.actor, e.at.map(format_time)));
+            }
+        }
+        Ok(actions)
+    }
+
+    /// A page of the audit log, newest first.
     ///
     /// # Errors
     /// What the store says.

@@ -1725,10 +1725,10 @@ async fn a_message_page_shows_its_failed_attempts_newest_first() {
         .expect("an attempts table");
     assert!(!table.contains("<i>"), "escaped: {table}");
     let rows: Vec<(String, String)> = table
-        .split("<tr><td class=\"num\">")
+        .split("<tr><td>Attempt ")
         .skip(1)
         .map(|r| {
-            let n = r.split('<').next().unwrap_or_default().to_owned();
+            let n = r.split(' ').next().unwrap_or_default().to_owned();
             let error = unescape(r)
                 .split("<td class=\"wrap\">")
                 .nth(1)
@@ -1746,6 +1746,52 @@ async fn a_message_page_shows_its_failed_attempts_newest_first() {
     assert!(table.contains("<time datetime=\""), "{table}");
     let clean = b.get(&format!("/ui/messages/{fine}")).await;
     assert!(!clean.body.contains(r#"id="attempts""#));
+
+    // Requeued by an operator: the action is in the history, above the run it
+    // ended; the attempts count says it starts again; the last error shown is
+    // an earlier attempt's.
+    let mut ops = Browser::new(&h);
+    ops.login(WRITE).await;
+    let csrf = ops.csrf().await;
+    let done = ops
+        .post(
+            &format!("/ui/messages/{id}/requeue"),
+            &format!("csrf={csrf}"),
+        )
+        .await;
+    assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
+    let page = b.get(&format!("/ui/messages/{id}")).await;
+    let text = unescape(&page.body);
+    let table = text
+        .split(r#"<table id="attempts">"#)
+        .nth(1)
+        .and_then(|t| t.split("</table>").next())
+        .expect("the history");
+    let whats: Vec<&str> = table
+        .split("<td>")
+        .skip(1)
+        .filter_map(|c| c.split("</td>").next())
+        .filter(|c| c.starts_with("Attempt") || c.starts_with("Requeued"))
+        .collect();
+    assert_eq!(
+        whats,
+        [
+            "Requeued by token:ops",
+            "Attempt 3 failed",
+            "Attempt 2 failed",
+            "Attempt 1 failed"
+        ],
+        "{table}"
+    );
+    assert!(
+        table.contains(r#"class="run-start" data-action"#),
+        "{table}"
+    );
+    assert!(
+        text.contains("since it was last requeued or reconsumed; 3 failed before"),
+        "{text}"
+    );
+    assert!(text.contains(r#"id="last-error-earlier""#), "{text}");
 }
 
 /// Status tabs above each list: every status with its count while the list is

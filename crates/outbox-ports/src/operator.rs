@@ -721,6 +721,13 @@ pub trait AuditLog: Send + Sync {
         after: Option<PageCursor>,
         limit: u32,
     ) -> Result<Page<AuditEntry>, PortError>;
+
+    /// The latest `limit` writes whose target is `target` exactly (one message's
+    /// or delivery's id: what was done to it one by one), newest first.
+    ///
+    /// # Errors
+    /// [`PortError::Transient`] when the store cannot be reached.
+    async fn of_target(&self, target: &str, limit: u32) -> Result<Vec<AuditEntry>, PortError>;
 }
 
 /// Why `id` (a message or delivery, `what`) cannot be replayed, from its status,

@@ -57,3 +57,39 @@ pub async fn an_empty_log_has_an_empty_page(log: Arc<dyn AuditLog>) {
     assert!(page.items.is_empty());
     assert_eq!(page.next, None);
 }
+
+/// The writes of one target are read back newest first, exactly that target's
+/// (not one it only starts like), at most `limit`.
+pub async fn writes_are_read_back_by_target(log: Arc<dyn AuditLog>) {
+    let record = |target: &str, action: &str| AuditEntry {
+        actor: "ops".into(),
+        action: action.into(),
+        target: target.into(),
+        count: 1,
+        at: None,
+    };
+    for (target, action) in [
+        ("0190f3a5-6b1c-7d2e-8f00-0123456789ab", "requeue"),
+        ("0190f3a5-6b1c-7d2e-8f00-0123456789ab-x", "requeue"),
+        ("{\"status\":\"dead\"}", "requeue_matching"),
+        ("0190f3a5-6b1c-7d2e-8f00-0123456789ab", "delete"),
+    ] {
+        log.record(record(target, action)).await.expect("record");
+    }
+    let mine = log
+        .of_target("0190f3a5-6b1c-7d2e-8f00-0123456789ab", 10)
+        .await
+        .expect("of target");
+    assert_eq!(
+        mine.iter().map(|e| e.action.as_str()).collect::<Vec<_>>(),
+        ["delete", "requeue"],
+        "newest first, that target only"
+    );
+    assert!(mine.iter().all(|e| e.at.is_some()));
+    let one = log
+        .of_target("0190f3a5-6b1c-7d2e-8f00-0123456789ab", 1)
+        .await
+        .expect("limited");
+    assert_eq!(one.len(), 1);
+    assert!(log.of_target("nothing", 10).await.expect("none").is_empty());
+}

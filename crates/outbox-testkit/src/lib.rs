@@ -311,6 +311,7 @@ macro_rules! audit_log_contract {
             [
                 records_are_listed_newest_first,
                 an_empty_log_has_an_empty_page,
+                writes_are_read_back_by_target,
             ]
         );
     };

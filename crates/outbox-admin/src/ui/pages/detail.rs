@@ -27,12 +27,47 @@ struct DeliveryRow {
     consumed_at: String,
 }
 
-/// One failed attempt in the page's history, newest first.
-struct AttemptRow {
-    attempt: u32,
+/// One entry of the page's history, newest first: a failed attempt, or what an
+/// operator did to it (requeued, reconsumed, made due, ...), which starts a new
+/// run of attempts.
+struct HistoryRow {
+    /// "Attempt 3 failed", "Requeued by ops-alice".
+    what: String,
+    /// An operator's action (drawn as a run's boundary).
+    action: bool,
     at: String,
     ago: String,
+    /// How long after the entry below it ("+12 s"); empty for the oldest.
+    gap: String,
     error: String,
+}
+
+/// An action's name as the history reads it.
+fn acted(action: &str) -> &str {
+    match action {
+        "requeue" => "Requeued",
+        "reconsume" => "Reconsumed",
+        "publish_now" => "Made due now",
+        "delete" | "delete_forced" => "Deleted",
+        other => other,
+    }
+}
+
+/// `b - a` as an operator reads a spacing: "+850 ms", "+12 s", "+3 min", "+2 h".
+fn spacing(a: &str, b: &str) -> String {
+    let parse = |t: &str| {
+        time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok()
+    };
+    let (Some(a), Some(b)) = (parse(a), parse(b)) else {
+        return String::new();
+    };
+    let ms = (b - a).whole_milliseconds().max(0);
+    match ms {
+        ms if ms < 1_000 => format!("+{ms} ms"),
+        ms if ms < 120_000 => format!("+{} s", ms / 1_000),
+        ms if ms < 7_200_000 => format!("+{} min", ms / 60_000),
+        ms => format!("+{} h", ms / 3_600_000),
+    }
 }
 
 /// The edit-and-replay form of a dead message (only with editing on).
@@ -66,7 +101,13 @@ struct DetailPage {
     payload: PayloadView,
     show_all: Option<String>,
     deliveries: Vec<DeliveryRow>,
-    attempts: Vec<AttemptRow>,
+    history: Vec<HistoryRow>,
+    /// Failed attempts before the last requeue or reconsume (earlier runs), when
+    /// there was one: the attempts count starts again at each.
+    earlier_failures: Option<usize>,
+    /// The last error shown is an earlier attempt's (the message was sent or
+    /// consumed since, or requeued and not tried yet).
+    last_error_earlier: bool,
     /// How many failed attempts a record keeps.
     kept: usize,
     actions: Vec<ActionButton>,
@@ -244,21 +285,75 @@ async fn detail_page(
         .waits_behind
         .as_deref()
         .map(|head| ui.at(&format!("/messages/{head}")));
-    // Newest first, as the lists are: the attempt that made it dead on top.
+    // Newest first, as the lists are: the attempt that made it dead on top, and
+    // the operators' actions among the attempts, each starting a new run.
     let now = time::OffsetDateTime::now_utc();
-    let attempts = d
+    let consumer = (side == Side::Inbox).then_some(back.1.as_str());
+    let acted_on = match d.id.parse::<outbox_core::MessageId>() {
+        Ok(id) => ui
+            .service
+            .actions_on(consumer, id)
+            .await
+            .unwrap_or_default(),
+        Err(_) => Vec::new(),
+    };
+    let last_restart = acted_on
+        .iter()
+        .filter(|(action, _, _)| action == "requeue" || action == "reconsume")
+        .filter_map(|(_, _, at)| at.clone())
+        .max();
+    let mut entries: Vec<(String, HistoryRow)> = d
         .failed_attempts
         .iter()
-        .rev()
-        .map(|a| AttemptRow {
-            attempt: a.attempt,
-            ago: view::ago(&a.at, now),
-            at: a.at.clone(),
-            error: a.error.clone(),
+        .map(|a| {
+            (
+                a.at.clone(),
+                HistoryRow {
+                    what: format!("Attempt {} failed", a.attempt),
+                    action: false,
+                    at: a.at.clone(),
+                    ago: view::ago(&a.at, now),
+                    gap: String::new(),
+                    error: a.error.clone(),
+                },
+            )
         })
+        .chain(acted_on.iter().filter_map(|(action, actor, at)| {
+            let at = at.clone()?;
+            Some((
+                at.clone(),
+                HistoryRow {
+                    what: format!("{} by {actor}", acted(action)),
+                    action: true,
+                    ago: view::ago(&at, now),
+                    at,
+                    gap: String::new(),
+                    error: String::new(),
+                },
+            ))
+        }))
         .collect();
+    let instant = |t: &str| {
+        time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok()
+    };
+    entries.sort_by(|a, b| instant(&b.0).cmp(&instant(&a.0)));
+    let mut history: Vec<HistoryRow> = entries.into_iter().map(|(_, row)| row).collect();
+    for i in 0..history.len().saturating_sub(1) {
+        history[i].gap = spacing(&history[i + 1].at, &history[i].at);
+    }
+    let earlier_failures = last_restart.as_ref().map(|restart| {
+        d.failed_attempts
+            .iter()
+            .filter(|a| instant(&a.at) < instant(restart))
+            .count()
+    });
+    let finished = matches!(d.status.as_str(), "sent" | "consumed");
+    let last_error_earlier =
+        d.last_error.is_some() && (finished || (last_restart.is_some() && d.attempts == 0));
     let page = DetailPage {
-        attempts,
+        history,
+        earlier_failures,
+        last_error_earlier,
         kept: outbox_core::FAILED_ATTEMPTS_KEPT,
         waits_behind_href,
         chrome: chrome(

@@ -1251,6 +1251,9 @@ async fn the_operator_commands_filter_requeue_delete_and_are_audited() {
         ),
         (Some(4), Some(0))
     );
+    // Per-minute totals from the throughput log `outbox run` records, as its
+    // dashboard reads them (not recounted from the table).
+    assert_eq!(stats["precision"]["per_minute"], "recorded", "{stats}");
     let (code, stdout, _) = operator(&cfg, &["stats"]);
     assert_eq!(code, Some(0));
     assert!(stdout.contains("pending=4"), "{stdout}");

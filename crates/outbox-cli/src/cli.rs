@@ -485,10 +485,17 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             let place = kind.map(outbox_ports::PauseKind::from).zip(name);
             admin_cli::throughput(&service, place, window, json).await
         }
-        Command::Stats { config, json } => match operator(&config).await? {
-            Ok(service) => admin_cli::stats(&service, json).await,
-            Err(code) => Ok(code),
-        },
+        Command::Stats { config, json } => {
+            init_logging("warn");
+            let cfg = match load_persistent(&config.config) {
+                Ok(cfg) => cfg,
+                Err(code) => return Ok(code),
+            };
+            // The per-minute totals from the throughput log `outbox run` records,
+            // as its dashboard and /api/v1/stats read them: one source, one number.
+            let service = admin_cli::service_with_throughput(&cfg).await?;
+            admin_cli::stats(&service, json).await
+        }
         Command::Dead { config, action } => {
             init_logging("warn");
             let cfg = match load_persistent(&config.config) {

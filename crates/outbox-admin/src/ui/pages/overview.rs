@@ -182,24 +182,38 @@ fn live(ui: &Ui, stats: StatsResponse) -> Live {
                 (true, None) => (String::new(), "never".to_owned()),
                 (true, Some(at)) => (at.clone(), view::ago(&at, now)),
             };
+            // The relay's sweep retries publishes only, a consumer's consumes
+            // only: the other column says so rather than "0 retried, 0 failed".
+            let name = sweep_name(&s.key);
+            let relay = name.starts_with("The relay's");
+            let consumer = name.starts_with("Consume retries of");
+            let none = || "-".to_owned();
             SweepRow {
-                name: sweep_name(&s.key),
+                name,
                 key: match &lock {
                     Some((k, _)) => format!("{} and {k}", s.key),
                     None => s.key.clone(),
                 },
                 completed_at,
                 completed,
-                publish: format!(
-                    "{} retried, {} failed",
-                    opt_num(s.publish_retried),
-                    opt_num(s.publish_failed)
-                ),
-                consume: format!(
-                    "{} retried, {} failed",
-                    opt_num(s.consume_retried),
-                    opt_num(s.consume_failed)
-                ),
+                publish: if consumer {
+                    none()
+                } else {
+                    format!(
+                        "{} retried, {} failed",
+                        opt_num(s.publish_retried),
+                        opt_num(s.publish_failed)
+                    )
+                },
+                consume: if relay {
+                    none()
+                } else {
+                    format!(
+                        "{} retried, {} failed",
+                        opt_num(s.consume_retried),
+                        opt_num(s.consume_failed)
+                    )
+                },
                 lock: lock.map_or("", |(_, held)| held).to_owned(),
             }
         })

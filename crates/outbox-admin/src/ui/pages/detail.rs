@@ -336,7 +336,7 @@ async fn detail_page(
     let instant = |t: &str| {
         time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok()
     };
-    entries.sort_by(|a, b| instant(&b.0).cmp(&instant(&a.0)));
+    entries.sort_by_key(|e| std::cmp::Reverse(instant(&e.0)));
     let mut history: Vec<HistoryRow> = entries.into_iter().map(|(_, row)| row).collect();
     for i in 0..history.len().saturating_sub(1) {
         history[i].gap = spacing(&history[i + 1].at, &history[i].at);

@@ -256,7 +256,7 @@ fn live(ui: &Ui, stats: StatsResponse) -> Live {
                 dead: view::thousands(e.dead),
                 age: e
                     .oldest_unsent_age_s
-                    .map_or_else(|| "-".to_owned(), |s| short_age(s)),
+                    .map_or_else(|| "-".to_owned(), short_age),
                 paused: e.paused,
             }
         })

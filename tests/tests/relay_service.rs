@@ -1380,6 +1380,7 @@ async fn outbox_run_declares_its_topology_from_config_and_refuses_a_conflicting_
         "topo",
         &format!(
             "[http]\naddress = \"127.0.0.1:{port}\"\n\
+             [[admin.tokens]]\nname = \"dashboard\"\nsecret = \"{READ_SECRET}\"\nrole = \"read\"\n\
              [[topology.exchanges]]\nname = \"{exchange}\"\nkind = \"topic\"\n\
              [[topology.queues]]\nname = \"{queue}\"\nmax_length = 1000\noverflow = \"reject-publish\"\n\
              [[topology.bindings]]\nqueue = \"{queue}\"\nexchange = \"{exchange}\"\nrouting_key = \"order.*\"\n"
@@ -1403,6 +1404,12 @@ async fn outbox_run_declares_its_topology_from_config_and_refuses_a_conflicting_
         queue_depth(&w, &queue).await == Some(5)
     })
     .await;
+    // The dashboard's numbers read the topology's queue from the broker.
+    let (status, stats) = api(port, "GET", "/api/v1/stats", Some(READ_SECRET)).await;
+    assert_eq!(status, 200, "{stats}");
+    assert_eq!(stats["precision"]["queues"], "broker", "{stats}");
+    assert_eq!(stats["queues"][0]["name"], queue.as_str(), "{stats}");
+    assert_eq!(stats["queues"][0]["messages"], 5, "{stats}");
     assert!(relay.terminate().await.success());
 
     // The same queue declared as a quorum queue: the broker refuses (it exists as a

@@ -25,6 +25,7 @@
 mod convert;
 mod nodes;
 mod publisher;
+mod queues;
 mod subscriber;
 mod tls;
 mod topology;
@@ -38,6 +39,7 @@ use outbox_ports::PortError;
 /// [`Topology`] does not cover, on a connection from [`connect`].
 pub use lapin;
 pub use publisher::{RabbitPublisher, RabbitPublisherConfig};
+pub use queues::RabbitQueueDepths;
 pub use subscriber::RabbitSubscriber;
 pub use tls::{RabbitTls, TlsFileError};
 pub use topology::{

@@ -964,6 +964,18 @@ pub struct OutboxCounts {
     pub oldest_unsent_age_seconds: Option<u64>,
 }
 
+/// One queue's depth as the broker reports it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+pub struct QueueItem {
+    /// The queue.
+    pub name: String,
+    /// Messages ready in it (published, not yet delivered to a consumer); null
+    /// when the broker could not say (no such queue, its node down).
+    pub messages: Option<u64>,
+    /// Consumers reading it; null as `messages`.
+    pub consumers: Option<u64>,
+}
+
 /// One exchange's unsent and dead messages, and whether it is paused.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
 pub struct ExchangeItem {
@@ -1032,6 +1044,9 @@ pub struct StatsPrecision {
     /// `not_recorded`: no per-minute totals are kept here, so the failures series
     /// are empty (the rows keep only each one's last attempts).
     pub failures_per_minute: String,
+    /// `broker`: `queues` as the broker reported them just now; `not_configured`:
+    /// no queues to read; `unavailable: <why>`: the broker did not answer.
+    pub queues: String,
 }
 
 /// The dashboard's numbers.
@@ -1041,6 +1056,10 @@ pub struct StatsResponse {
     pub outbox: OutboxCounts,
     /// Each exchange with an unsent or dead message or a pause, by name.
     pub exchanges: Vec<ExchangeItem>,
+    /// The consumers' queues as the broker reports them (`outbox run`: the
+    /// topology's queues), in the configured order; empty when none are
+    /// configured or the broker did not answer (`precision.queues` says which).
+    pub queues: Vec<QueueItem>,
     /// Each consumer's inbox.
     pub consumers: Vec<ConsumerItem>,
     /// Messages marked sent per minute over the last hour, oldest first (minutes

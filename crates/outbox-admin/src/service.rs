@@ -20,8 +20,8 @@ use crate::model::{
     AuditItem, AuditPage, BlockedKeyItem, BlockedKeyPage, BulkProgress, BulkResponse, ConsumeSide,
     ConsumerItem, DeadLetterPage, DeadLetterView, ExchangeItem, FailedAttemptItem,
     FailureGroupItem, FailureGroups, LockItem, MessageDetail, MessageItem, MessagePage, MinuteItem,
-    OutboxCounts, PauseItem, PauseKindItem, PauseList, PauseState, StatsPrecision, StatsResponse,
-    SweepItem,
+    OutboxCounts, PauseItem, PauseKindItem, PauseList, PauseState, QueueItem, StatsPrecision,
+    StatsResponse, SweepItem,
 };
 use crate::params::{encode_cursor, format_time};
 use crate::redact::{Redaction, is_textual};
@@ -220,6 +220,7 @@ pub struct AdminService {
     sweeps: Option<(Arc<dyn SweepStateStore>, Vec<String>)>,
     throughput: Option<Arc<dyn ThroughputLog>>,
     locks: Option<(Arc<dyn DistributedLock>, Vec<String>)>,
+    queues: Option<Arc<dyn outbox_ports::QueueDepths>>,
     clock: Arc<dyn Clock>,
     bulk_batch: u64,
     edit: bool,
@@ -286,6 +287,7 @@ impl AdminService {
             sweeps: None,
             throughput: None,
             locks: None,
+            queues: None,
             clock: Arc::new(SystemClock),
             bulk_batch: DEFAULT_BULK_BATCH,
             edit: false,
@@ -314,6 +316,14 @@ impl AdminService {
     #[must_use]
     pub fn with_locks(mut self, lock: Arc<dyn DistributedLock>, keys: Vec<String>) -> Self {
         self.locks = Some((lock, keys));
+        self
+    }
+
+    /// Shows in `stats` the depth of the consumers' queues as the broker reports
+    /// them (what left the outbox and waits to be consumed).
+    #[must_use]
+    pub fn with_queue_depths(mut self, queues: Arc<dyn outbox_ports::QueueDepths>) -> Self {
+        self.queues = Some(queues);
         self
     }
 
@@ -532,6 +542,25 @@ impl AdminService {
         }
         let pauses = self.pause_items().await?;
         let exchanges = self.exchange_items(&pauses, now).await?;
+        // A broker that does not answer makes the depths unknown, not the whole
+        // dashboard unavailable.
+        let (queues, queues_precision) = match &self.queues {
+            None => (Vec::new(), "not_configured".to_owned()),
+            Some(q) => match q.queue_depths().await {
+                Ok(depths) => (
+                    depths
+                        .into_iter()
+                        .map(|d| QueueItem {
+                            name: d.queue,
+                            messages: d.messages,
+                            consumers: d.consumers,
+                        })
+                        .collect(),
+                    "broker".to_owned(),
+                ),
+                Err(e) => (Vec::new(), format!("unavailable: {e}")),
+            },
+        };
         Ok(StatsResponse {
             outbox: OutboxCounts {
                 pending: counts.pending,
@@ -546,6 +575,7 @@ impl AdminService {
                     .map(|at| outbox_core::saturating_elapsed(at, now).as_secs()),
             },
             exchanges,
+            queues,
             consumers,
             published_per_minute: minutes(published),
             consumed_per_minute: minutes(consumed),
@@ -560,6 +590,7 @@ impl AdminService {
                 consumers: "exact; consumed null where not counted".into(),
                 per_minute: per_minute.into(),
                 failures_per_minute: failures_per_minute.into(),
+                queues: queues_precision,
             },
         })
     }

@@ -3093,3 +3093,100 @@ async fn two_dashboards_on_one_host_keep_their_own_sessions() {
     assert_eq!(first.status, StatusCode::OK, "the first session holds");
     assert!(first.body.contains(r#"<span id="role">read</span>"#));
 }
+
+/// Depths the broker "reports", or an error.
+struct FixedDepths(Result<Vec<outbox_ports::QueueDepth>, String>);
+
+#[async_trait::async_trait]
+impl outbox_ports::QueueDepths for FixedDepths {
+    async fn queue_depths(&self) -> Result<Vec<outbox_ports::QueueDepth>, outbox_ports::PortError> {
+        self.0
+            .clone()
+            .map_err(|e| outbox_ports::PortError::transient("queue depths", e))
+    }
+}
+
+/// What waits in the consumers' queues shows on the overview beside what waits
+/// in the outbox: never "nothing unsent" alone while a queue holds 1,520; a
+/// queue the broker cannot report is unknown; a broker that does not answer is
+/// said, and the page still renders.
+#[tokio::test]
+async fn the_overview_shows_the_queues_depths_from_the_broker() {
+    let depths = vec![
+        outbox_ports::QueueDepth {
+            queue: "billing-q".into(),
+            messages: Some(1_520),
+            consumers: Some(2),
+        },
+        outbox_ports::QueueDepth {
+            queue: "gone-q".into(),
+            messages: None,
+            consumers: None,
+        },
+    ];
+    let depths_again = depths.clone();
+    let h = ui_harness_with(tokens(), UiOptions::default(), move |s| {
+        s.with_queue_depths(std::sync::Arc::new(FixedDepths(Ok(depths.clone()))))
+    });
+    let mut b = Browser::new(&h);
+    b.login(READ).await;
+    let page = b.get("/ui").await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    let text = unescape(&page.body);
+    assert!(
+        text.contains("nothing unsent; 1,520 messages wait in queues"),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"<tr data-queue="billing-q"><th scope="row">billing-q</th><td class="num" data-count="messages">1,520</td><td class="num" data-count="consumers">2</td></tr>"#),
+        "{text}"
+    );
+    assert!(text.contains(r#"<tr data-queue="gone-q"><th scope="row">gone-q</th><td class="num" data-count="messages">unknown</td>"#));
+    // /api/v1/stats: the same service's numbers.
+    let service = |h: &Harness, depths: FixedDepths| {
+        AdminService::new(AdminPorts {
+            outbox: h.outbox.clone(),
+            inbox: h.inbox.clone(),
+            audit: h.audit.clone(),
+            outbox_store: h.outbox.clone(),
+            pauses: Arc::new(h.outbox.pauses()),
+        })
+        .with_queue_depths(Arc::new(depths))
+    };
+    let stats = service(&h, FixedDepths(Ok(depths_again)))
+        .stats()
+        .await
+        .expect("stats");
+    assert_eq!(stats.precision.queues, "broker");
+    assert_eq!(stats.queues[0].messages, Some(1_520));
+    assert_eq!(stats.queues[1].messages, None);
+
+    let down = ui_harness_with(tokens(), UiOptions::default(), |s| {
+        s.with_queue_depths(std::sync::Arc::new(FixedDepths(Err(
+            "connection refused".into()
+        ))))
+    });
+    let mut b = Browser::new(&down);
+    b.login(READ).await;
+    let page = b.get("/ui").await;
+    assert_eq!(
+        page.status,
+        StatusCode::OK,
+        "a broker that does not answer fails no page"
+    );
+    assert!(
+        page.body.contains(r#"id="queues-unavailable""#),
+        "{}",
+        page.body
+    );
+    let stats = service(&down, FixedDepths(Err("connection refused".into())))
+        .stats()
+        .await
+        .expect("stats without the broker");
+    assert!(
+        stats.precision.queues.starts_with("unavailable: "),
+        "{}",
+        stats.precision.queues
+    );
+    assert!(stats.queues.is_empty());
+}

@@ -661,6 +661,24 @@ async fn declare_topology(cfg: &RelayConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The depths of the topology's queues (`[[topology.queues]]`, shards expanded)
+/// as the broker reports them, for the dashboard and `/api/v1/stats`; `None`
+/// without a topology or a broker section.
+fn queue_depths(cfg: &RelayConfig) -> Option<std::sync::Arc<dyn outbox_ports::QueueDepths>> {
+    if cfg.topology.is_empty() {
+        return None;
+    }
+    let topology = cfg.topology.to_topology().ok()?.expanded();
+    let r = cfg.rabbitmq.as_ref()?;
+    let queues: Vec<String> = topology.queues.iter().map(|q| q.name.clone()).collect();
+    if queues.is_empty() {
+        return None;
+    }
+    Some(std::sync::Arc::new(
+        outbox_adapters_rabbitmq::RabbitQueueDepths::new(r.nodes(), r.tls().ok()?, queues),
+    ))
+}
+
 /// `name: error` of every failed check.
 fn failures<const N: usize>(checks: [(&str, Result<(), String>); N]) -> Vec<String> {
     checks
@@ -710,6 +728,10 @@ async fn run_relay(cfg: RelayConfig) -> anyhow::Result<ExitCode> {
         )
         .with_throughput(wired.throughput.clone())
         .with_locks(wired.lock.clone(), vec![cfg.sweep.lock_key.clone()]);
+    let admin_service = match queue_depths(&cfg) {
+        Some(depths) => admin_service.with_queue_depths(depths),
+        None => admin_service,
+    };
     let pauses = wired.admin.pauses.clone();
     let exchanges = wired.admin.outbox.clone();
     // The dashboard at /ui calls the same service under the same tokens.

@@ -19,6 +19,7 @@ mod mocks;
 mod operator;
 mod outbox;
 mod pause;
+mod queues;
 #[cfg(feature = "renewal")]
 pub mod renewal;
 mod state;
@@ -50,6 +51,7 @@ pub use outbox::{
     OutboxStore, PublishFailure, SpaceReclaim,
 };
 pub use pause::{MAX_PAUSE_NAME_CHARS, Pause, PauseKind, PauseStore, invalid_pause_name};
+pub use queues::{QueueDepth, QueueDepths};
 pub use state::{StateWrite, SweepStateStore};
 pub use throughput::{
     BucketCount, ChartWindow, MAX_NAMES_PER_ADD, ThroughputKind, ThroughputLog, check_names_per_add,

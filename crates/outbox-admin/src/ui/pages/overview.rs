@@ -30,6 +30,11 @@ pub(crate) struct Live {
     consumers: Vec<(String, ConsumerItem)>,
     /// Each exchange with an unsent or dead message or a pause.
     exchanges: Vec<ExchangeRow>,
+    /// The consumers' queues as the broker reports them: (name, messages,
+    /// consumers), "unknown" where it could not say.
+    queues: Vec<(String, String, String)>,
+    /// Why there are no queue depths, when the broker did not answer.
+    queues_unavailable: Option<String>,
     /// Pending messages the exchange pauses hold (of `pending`).
     held_by_pauses: u64,
     /// The pauses in force, as "exchange orders", "consumer billing".
@@ -261,8 +266,37 @@ fn live(ui: &Ui, stats: StatsResponse) -> Live {
             }
         })
         .collect();
+    let queued: u64 = stats.queues.iter().filter_map(|q| q.messages).sum();
+    let unknown = || "unknown".to_owned();
+    let queues = stats
+        .queues
+        .iter()
+        .map(|q| {
+            (
+                q.name.clone(),
+                q.messages.map_or_else(unknown, view::thousands),
+                q.consumers.map_or_else(unknown, view::thousands),
+            )
+        })
+        .collect();
+    let queues_unavailable = stats
+        .precision
+        .queues
+        .strip_prefix("unavailable: ")
+        .map(str::to_owned);
+    let mut oldest_age = age(stats.outbox.oldest_unsent_age_seconds, &stats.outbox);
+    // Left the outbox is not consumed: a backlog in the broker's queues is said
+    // beside the outbox's age, never a bare "nothing unsent".
+    if queued > 0 {
+        oldest_age = format!(
+            "{oldest_age}; {} in queues",
+            view::count(queued, "message waits", "messages wait")
+        );
+    }
     Live {
         exchanges,
+        queues,
+        queues_unavailable,
         held_by_pauses,
         pauses,
         pending: stats.outbox.pending,
@@ -270,7 +304,7 @@ fn live(ui: &Ui, stats: StatsResponse) -> Live {
         publish_failed: stats.outbox.publish_failed,
         dead: stats.outbox.dead,
         blocked_keys: stats.outbox.blocked_keys,
-        oldest_age: age(stats.outbox.oldest_unsent_age_seconds, &stats.outbox),
+        oldest_age,
         chart: chart::overview(
             &stats.published_per_minute,
             &stats.consumed_per_minute,

@@ -13,7 +13,8 @@ use outbox_ports::{
 
 use crate::inbox::{KeptLetter, MemoryInboxStore, record};
 use crate::listing::{
-    BULK_BATCH, below, failure_groups, matches, page, per_minute, summary, window_start,
+    BULK_BATCH, below, failure_groups, in_list_order, matches, page, per_minute, summary,
+    window_start,
 };
 use crate::lock;
 
@@ -106,9 +107,7 @@ impl InboxOperator for MemoryInboxStore {
     ) -> Result<Page<DeliverySummary>, PortError> {
         let t = lock(&self.table);
         Ok(page(
-            t.order
-                .range(below(after))
-                .rev()
+            in_list_order(&t.order, after, filter.oldest_first)
                 .filter(|(_, key)| key.0 == consumer)
                 .filter_map(|(seq, key)| t.rows.get(key).map(|r| (*seq, r)))
                 .filter(|(_, r)| {

@@ -47,6 +47,21 @@ pub(crate) fn matches<S: Lifecycle>(
         })
 }
 
+/// The entries of `map` after the cursor in a list's order: newest first
+/// (below the cursor), or oldest first (above it).
+pub(crate) fn in_list_order<'a, V>(
+    map: &'a BTreeMap<u64, V>,
+    after: Option<PageCursor>,
+    oldest_first: bool,
+) -> Box<dyn Iterator<Item = (&'a u64, &'a V)> + 'a> {
+    if oldest_first {
+        let from = after.map_or(0, |c| c.0.saturating_add(1));
+        Box::new(map.range(from..))
+    } else {
+        Box::new(map.range(below(after)).rev())
+    }
+}
+
 /// A list item: the message without its payload, of which a preview.
 pub(crate) fn summary<S: Lifecycle>(
     message: &Message,

@@ -12,7 +12,8 @@ use outbox_ports::{
 };
 
 use crate::listing::{
-    BULK_BATCH, below, failure_groups, matches, page, per_minute, summary, window_start,
+    BULK_BATCH, below, failure_groups, in_list_order, matches, page, per_minute, summary,
+    window_start,
 };
 use crate::lock;
 use crate::outbox::{MemoryOutboxStore, Row, Table};
@@ -209,9 +210,7 @@ impl OutboxOperator for MemoryOutboxStore {
     ) -> Result<Page<MessageSummary>, PortError> {
         let t = lock(&self.table);
         Ok(page(
-            t.rows
-                .range(below(after))
-                .rev()
+            in_list_order(&t.rows, after, filter.oldest_first)
                 .filter(|(_, r)| {
                     matches(
                         filter,

@@ -178,8 +178,9 @@ impl InboxOperator for PgInboxStore {
             crate::rows::readable_time("received_at"),
             self.inbox()
         );
-        let w = Self::of_consumer(consumer, filter)?.below(after.map(|c| c.0))?;
-        summary_page(&self.pool, &select, w, limit).await
+        let w = Self::of_consumer(consumer, filter)?
+            .after_cursor(after.map(|c| c.0), filter.oldest_first)?;
+        summary_page(&self.pool, &select, w, limit, filter.oldest_first).await
     }
 
     async fn get_delivery(

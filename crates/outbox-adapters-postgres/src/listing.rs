@@ -129,6 +129,23 @@ impl Where {
         Ok(self)
     }
 
+    /// Only rows after the cursor in a list's order: older (newest first) or
+    /// newer (`oldest_first`).
+    pub(crate) fn after_cursor(
+        mut self,
+        cursor: Option<u64>,
+        oldest_first: bool,
+    ) -> Result<Self, PortError> {
+        if !oldest_first {
+            return self.below(cursor);
+        }
+        if let Some(c) = cursor {
+            let p = self.bind(i64::try_from(c).unwrap_or(i64::MAX))?;
+            self.and(format!("seq > {p}"));
+        }
+        Ok(self)
+    }
+
     /// ` WHERE a AND b` (or nothing).
     pub(crate) fn sql(&self) -> String {
         if self.clauses.is_empty() {
@@ -383,16 +400,26 @@ pub(crate) async fn summary_page<S: Lifecycle>(
     select: &str,
     mut where_: Where,
     limit: u32,
+    oldest_first: bool,
 ) -> Result<outbox_ports::Page<MessageSummary<S>>, PortError> {
     let limit = outbox_ports::page_limit(limit);
     let lp = where_.bind(i64::from(limit) + 1)?;
-    let sql = format!("{select}{} ORDER BY seq DESC LIMIT {lp}", where_.sql());
+    let sql = format!(
+        "{select}{} ORDER BY seq {} LIMIT {lp}",
+        where_.sql(),
+        order(oldest_first)
+    );
     let rows: Vec<SummaryRow> = sqlx::query_as_with(sqlx::AssertSqlSafe(sql), where_.into_args())
         .persistent(false)
         .fetch_all(pool)
         .await
         .map_err(|e| port("list", e))?;
     page_of(rows, limit, |r| r.seq, SummaryRow::summary)
+}
+
+/// A list's `ORDER BY seq` direction.
+pub(crate) const fn order(oldest_first: bool) -> &'static str {
+    if oldest_first { "ASC" } else { "DESC" }
 }
 
 /// The first `limit` rows as a page, with a cursor when one more was fetched.

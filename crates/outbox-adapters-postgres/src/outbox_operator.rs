@@ -47,14 +47,15 @@ impl PgOutboxStore {
     ) -> Result<(String, sqlx::postgres::PgArguments), PortError> {
         let mut w = Where::new()
             .filter(filter, "id")?
-            .below(after.map(|c| c.0))?;
+            .after_cursor(after.map(|c| c.0), filter.oldest_first)?;
         let lp = w.bind(i64::from(page_limit(limit)) + 1)?;
         let sql = format!(
-            "SELECT {}, {} AS due_at FROM {}{} ORDER BY seq DESC LIMIT {lp}",
+            "SELECT {}, {} AS due_at FROM {}{} ORDER BY seq {} LIMIT {lp}",
             summary_columns("id", "sent_at"),
             readable_time("not_before"),
             self.table(),
-            w.sql()
+            w.sql(),
+            crate::listing::order(filter.oldest_first)
         );
         Ok((sql, w.into_args()))
     }

@@ -123,6 +123,10 @@ macro_rules! side_filters {
             #[param(pattern = "^[^\\u0000]*$")]
             #[schema(pattern = "^[^\\u0000]*$")]
             pub error: Option<String>,
+            /// `newest` first (the default) or `oldest` first.
+            #[param(pattern = "^(newest|oldest)$")]
+            #[schema(pattern = "^(newest|oldest)$")]
+            pub sort: Option<String>,
             /// Page size, 1 to 1000 (default 50).
             #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
             #[schema(value_type = Option<u32>, minimum = 1, maximum = 1000)]
@@ -184,6 +188,7 @@ macro_rules! side_filters {
                         created_before: q.created_before,
                         q: q.q,
                         error: q.error,
+                        sort: q.sort,
                         limit: q.limit,
                         cursor: q.cursor,
                     }

@@ -206,6 +206,7 @@ pub fn filter_from_body<S: Lifecycle>(body: &FilterBody) -> Result<MessageFilter
         q: text_opt("q", body.q.as_ref())?,
         error_group: text_opt("error", body.error.as_ref())?
             .map(|e| outbox_core::failure_group::failure_group(&e)),
+        oldest_first: false,
     })
 }
 
@@ -218,6 +219,7 @@ pub fn list_from_query<S: Lifecycle>(
 ) -> Result<(MessageFilter<S>, Option<PageCursor>, u32), AdminError> {
     let limit = parse_limit(query.limit.as_deref())?;
     let cursor = parse_cursor(query.cursor.as_deref())?;
+    let oldest_first = parse_sort(query.sort.as_deref())?;
     let body = FilterBody {
         status: query.status,
         exchange: query.exchange,
@@ -228,7 +230,24 @@ pub fn list_from_query<S: Lifecycle>(
         q: query.q,
         error: query.error,
     };
-    Ok((filter_from_body(&body)?, cursor, limit))
+    let filter = MessageFilter {
+        oldest_first,
+        ..filter_from_body(&body)?
+    };
+    Ok((filter, cursor, limit))
+}
+
+/// A list's order: `newest` first (the default) or `oldest` first; whether it is
+/// oldest first.
+///
+/// # Errors
+/// `bad_sort`.
+pub fn parse_sort(value: Option<&str>) -> Result<bool, AdminError> {
+    match value {
+        None | Some("" | "newest") => Ok(false),
+        Some("oldest") => Ok(true),
+        Some(_) => Err(AdminError::bad("bad_sort", "sort must be newest or oldest")),
+    }
 }
 
 #[cfg(test)]

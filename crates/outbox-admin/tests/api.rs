@@ -1909,3 +1909,40 @@ async fn stats_count_per_exchange_and_show_pauses() {
     assert_eq!(consumers[0]["name"], "invoicing");
     assert_eq!(consumers[0]["paused"], true);
 }
+
+/// `sort=oldest` lists oldest first, on messages and on a consumer's deliveries;
+/// another value is a 400 `bad_sort`.
+#[tokio::test]
+async fn lists_sort_oldest_first_when_asked() {
+    let h = harness();
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(h.pending(message("orders", "a", b"{}")).await.to_string());
+    }
+    for _ in 0..2 {
+        h.delivered("billing", &message("orders", "a", b"{}"), false)
+            .await;
+    }
+    let listed = |page: &serde_json::Value| -> Vec<String> {
+        page["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let (_, oldest) = h.get("/messages?sort=oldest").await;
+    assert_eq!(listed(&oldest), ids);
+    let (_, newest) = h.get("/messages?sort=newest").await;
+    let mut reversed = ids.clone();
+    reversed.reverse();
+    assert_eq!(listed(&newest), reversed);
+    let (_, a) = h.get("/consumers/billing/deliveries?sort=oldest").await;
+    let (_, b) = h.get("/consumers/billing/deliveries").await;
+    let mut b = listed(&b);
+    b.reverse();
+    assert_eq!(listed(&a), b, "{a}");
+    let (status, bad) = h.get("/messages?sort=sideways").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(bad["error"]["code"], "bad_sort");
+}

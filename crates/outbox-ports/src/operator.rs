@@ -116,6 +116,10 @@ pub struct MessageFilter<S: Lifecycle = OutboxStatus> {
     /// with what varies taken out ([`outbox_core::failure_group::failure_group`];
     /// no last error is the empty group), as [`FailureGroup::error`] names it.
     pub error_group: Option<String>,
+    /// Lists only: oldest first (ascending insertion order, the cursor
+    /// continuing upwards) instead of newest first. Counts and bulk actions
+    /// ignore it.
+    pub oldest_first: bool,
 }
 
 /// Which inbox deliveries an operator means.
@@ -132,6 +136,7 @@ impl<S: Lifecycle> Default for MessageFilter<S> {
             created_before: None,
             q: None,
             error_group: None,
+            oldest_first: false,
         }
     }
 }

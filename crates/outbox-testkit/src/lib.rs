@@ -198,6 +198,7 @@ macro_rules! outbox_operator_contract {
                 published_per_minute_counts_sent_messages,
                 failures_are_grouped_per_exchange_exactly,
                 exchanges_are_counted_by_status,
+                lists_go_oldest_first_when_asked,
                 a_filter_by_error_group_takes_those_only,
                 blocked_keys_are_listed_in_key_order,
             ]

@@ -1013,3 +1013,36 @@ pub async fn exchanges_are_counted_by_status(o: OutboxUnderTest) {
     );
     assert!(of(&c).is_none(), "only sent messages: not listed");
 }
+
+/// A list oldest first walks up from the first message, its cursor continuing
+/// upwards; newest first walks down; both see every message once.
+pub async fn lists_go_oldest_first_when_asked(o: OutboxUnderTest) {
+    let exchange = unique_key("order");
+    let ids = put(&o, batch(&exchange, 5), OutboxStatus::Pending).await;
+    let walk = async |oldest_first: bool| {
+        let filter = MessageFilter {
+            exchange: Some(exchange.clone()),
+            oldest_first,
+            ..MessageFilter::default()
+        };
+        let mut seen = Vec::new();
+        let mut after = None;
+        loop {
+            let page = o
+                .operator
+                .list_messages(&filter, after, 2)
+                .await
+                .expect("page");
+            seen.extend(page.items.iter().map(|m| m.id));
+            match page.next {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
+        seen
+    };
+    assert_eq!(walk(true).await, ids, "oldest first, pages of two");
+    let mut newest = ids.clone();
+    newest.reverse();
+    assert_eq!(walk(false).await, newest, "newest first");
+}

@@ -696,7 +696,7 @@ impl Scenarios<'_> {
         self.c
             .wait()
             .at_most(WAIT)
-            .for_url(&self.url("/ui/messages?status=dead&exchange=&q=&error=&routing_key=&type=&created_after=&created_before=&limit=50").parse()?)
+            .for_url(&self.url("/ui/messages?status=dead&exchange=&q=&error=&routing_key=&type=&created_after=&created_before=&sort=newest&limit=50").parse()?)
             .await
             .context("the filter is in the URL")?;
         let rows = self.rows().await?;

@@ -24,6 +24,8 @@ pub(crate) struct ListQuery {
     pub(crate) q: Option<String>,
     /// A failure group (or an error text, meaning its group).
     pub(crate) error: Option<String>,
+    /// `newest` (the default) or `oldest` first.
+    pub(crate) sort: Option<String>,
     pub(crate) limit: Option<String>,
     pub(crate) cursor: Option<String>,
     /// A bulk action to confirm (shows the dialog with the dry-run count).
@@ -81,7 +83,10 @@ impl ListQuery {
     /// # Errors
     /// `bad_status`, `bad_time`.
     pub(crate) fn filter<S: Lifecycle>(&self) -> Result<MessageFilter<S>, AdminError> {
-        filter_from_body(&self.body())
+        Ok(MessageFilter {
+            oldest_first: crate::params::parse_sort(clean(self.sort.as_ref()).as_deref())?,
+            ..filter_from_body(&self.body())?
+        })
     }
 
     /// The page position and size.
@@ -113,6 +118,9 @@ impl ListQuery {
             if let Some(value) = value {
                 pairs.push((name, value));
             }
+        }
+        if let Some(sort) = clean(self.sort.as_ref()) {
+            pairs.push(("sort", sort));
         }
         if let Some(limit) = clean(self.limit.as_ref()) {
             pairs.push(("limit", limit));

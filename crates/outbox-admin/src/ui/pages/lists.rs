@@ -129,6 +129,7 @@ struct FilterValues {
     created_before: String,
     q: String,
     error: String,
+    sort: String,
 }
 
 #[derive(Template)]
@@ -185,6 +186,7 @@ fn values(q: &ListQuery) -> FilterValues {
         created_before: v(&q.created_before),
         q: v(&q.q),
         error: v(&q.error),
+        sort: v(&q.sort),
     }
 }
 

@@ -1102,6 +1102,74 @@ impl AdminService {
         Ok((filter, group_target("exchange", exchange, error)))
     }
 
+    /// Requeues the head of every blocked ordering key (its failing or dead first
+    /// message, which holds the key's later ones back), up to `max`, each as the
+    /// single requeue does (never one a relay holds, never one that moved on);
+    /// audited as one `requeue_blocked_heads` with the count changed. `matched`
+    /// is the number of blocked keys, exactly (`dry_run`: counts only).
+    ///
+    /// # Errors
+    /// What the stores say; what was requeued before an error is audited.
+    pub async fn requeue_blocked_heads(
+        &self,
+        actor: &str,
+        dry_run: bool,
+        max: u64,
+    ) -> Result<BulkResponse, AdminError> {
+        let mut heads = Vec::new();
+        let mut after = None;
+        loop {
+            let page = self
+                .ports
+                .outbox
+                .blocked_keys(after.take(), outbox_ports::MAX_PAGE_LIMIT)
+                .await?;
+            let full = page.len() >= outbox_ports::MAX_PAGE_LIMIT as usize;
+            after = page.last().map(|k| k.key.clone());
+            heads.extend(page.into_iter().map(|k| k.head));
+            if !full || after.is_none() {
+                break;
+            }
+        }
+        let matched = heads.len() as u64;
+        if dry_run {
+            return Ok(BulkResponse {
+                matched,
+                changed: 0,
+            });
+        }
+        let mut changed = 0;
+        let mut stopped = None;
+        for head in heads
+            .into_iter()
+            .take(usize::try_from(max).unwrap_or(usize::MAX))
+        {
+            match self.ports.outbox.requeue_message(head).await {
+                Ok(()) => changed += 1,
+                // Held by a relay right now, or moved on (sent, requeued by
+                // someone else): that key is not blocked by it any more or will
+                // not be for long; the others go on.
+                Err(
+                    PortError::Busy { .. }
+                    | PortError::IllegalTransition(_)
+                    | PortError::NotFound { .. },
+                ) => {}
+                Err(e) => {
+                    stopped = Some(e);
+                    break;
+                }
+            }
+        }
+        self.finish_bulk(
+            actor,
+            "requeue_blocked_heads",
+            "blocked ordering keys".to_owned(),
+            matched,
+            (changed, stopped),
+        )
+        .await
+    }
+
     /// Requeues the failing and dead messages of `exchange`'s failure group
     /// `error` (as [`failure_groups`](Self::failure_groups) names it), up to `max`
     /// (`dry_run`: counts only); audited as `requeue_matching` with the group.

@@ -1003,6 +1003,55 @@ async fn the_blocked_keys_count_links_to_the_keys_and_their_heads() {
     assert_eq!(head_page.status, StatusCode::OK);
     let bad = b.get("/ui/ordering/blocked-keys?after=%00").await;
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    assert!(
+        !page.body.contains("Requeue every head"),
+        "a read session has no write button"
+    );
+
+    // More blocked keys (making one dead claims what is pending: acct-9's head
+    // is dead too now); a write session requeues every head after a dialog that
+    // counts the keys; the keys' later messages then follow their heads.
+    let other = h.dead(keyed("acct-11")).await;
+    let mut ops = Browser::new(&h);
+    ops.login(WRITE).await;
+    let list = ops.get("/ui/ordering/blocked-keys").await;
+    assert!(list.body.contains("Requeue every head…"), "{}", list.body);
+    let dialog = ops.get("/ui/ordering/blocked-keys?confirm=requeue").await;
+    assert!(
+        unescape(&dialog.body).contains("Dry run: 3 keys are blocked."),
+        "{}",
+        dialog.body
+    );
+    let forged = ops.post("/ui/ordering/blocked-keys/requeue", "").await;
+    assert_eq!(forged.status, StatusCode::FORBIDDEN, "no CSRF token");
+    let csrf = ops.csrf().await;
+    let done = ops
+        .post("/ui/ordering/blocked-keys/requeue", &format!("csrf={csrf}"))
+        .await;
+    assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
+    assert_eq!(
+        done.location(),
+        "/ui/ordering/blocked-keys?notice=requeued-3"
+    );
+    for id in [head, other] {
+        let record = outbox_ports::OutboxOperator::get_message(&*h.outbox, id)
+            .await
+            .expect("get")
+            .expect("kept");
+        assert_eq!(record.status, outbox_core::OutboxStatus::Pending, "{id}");
+    }
+    let after = ops.get("/ui/ordering/blocked-keys").await;
+    assert!(after.body.contains(r#"id="empty""#), "{}", after.body);
+    let audit = outbox_ports::AuditLog::list(&*h.audit, None, 50)
+        .await
+        .expect("audit")
+        .items;
+    assert!(
+        audit
+            .iter()
+            .any(|e| e.action == "requeue_blocked_heads" && e.count == 3),
+        "{audit:?}"
+    );
 }
 
 /// The failures page groups failing and dead ones by error, per exchange and per

@@ -262,6 +262,7 @@ pub fn ui_router(service: AdminService, auth: AdminAuth, options: UiOptions) -> 
         .route("/messages/{id}/delete", post(pages::delete))
         .route("/messages/{id}/replay", post(pages::replay))
         .route("/ordering/blocked-keys", get(pages::blocked_keys))
+        .route("/ordering/blocked-keys/requeue", post(pages::requeue_heads))
         .route("/failures", get(pages::failures))
         .route("/failures/requeue", post(pages::requeue_group))
         .route("/failures/delete", post(pages::delete_group))

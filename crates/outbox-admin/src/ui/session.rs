@@ -544,7 +544,7 @@ fn client_of(
 
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct CsrfForm {
-    csrf: Option<String>,
+    pub(crate) csrf: Option<String>,
 }
 
 /// `POST <base>/logout`: ends the session.

@@ -35,7 +35,7 @@ pub(crate) use actions::{
     replay, replay_delivery, requeue,
 };
 pub(crate) use audit::audit;
-pub(crate) use blocked_keys::blocked_keys;
+pub(crate) use blocked_keys::{blocked_keys, requeue_heads};
 pub(crate) use consumers::consumers;
 pub(crate) use dead_letters::{dead_letter, dead_letters};
 pub(crate) use detail::{delivery, message};

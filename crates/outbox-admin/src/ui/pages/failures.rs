@@ -33,6 +33,9 @@ struct GroupRow {
     example: String,
     oldest: String,
     newest: String,
+    /// How long ago each was ("5 min ago"), as the lists show times.
+    oldest_ago: String,
+    newest_ago: String,
     /// `exchange` or `consumer`, and its name: the group's place, for its actions.
     kind: &'static str,
     name: String,
@@ -212,6 +215,7 @@ pub(crate) async fn failures(
         _ => None,
     };
     let groups = ui.service.failure_groups().await?;
+    let now = time::OffsetDateTime::now_utc();
     let rows = groups
         .groups
         .into_iter()
@@ -249,6 +253,16 @@ pub(crate) async fn failures(
                 failing,
                 error: view::preview(&g.error, false, 160),
                 example: view::preview(&g.example, false, 160),
+                oldest_ago: g
+                    .oldest
+                    .as_deref()
+                    .map(|t| view::ago(t, now))
+                    .unwrap_or_default(),
+                newest_ago: g
+                    .newest
+                    .as_deref()
+                    .map(|t| view::ago(t, now))
+                    .unwrap_or_default(),
                 oldest: g.oldest.unwrap_or_default(),
                 newest: g.newest.unwrap_or_default(),
             }

@@ -18,6 +18,19 @@ use std::sync::Arc;
 
 use crate::ui::{Page, Ui, UiError};
 
+/// The templates' own filters (askama finds them by this module's name).
+mod filters {
+    /// A count with a comma between each group of three digits (`1,520`).
+    #[allow(clippy::unnecessary_wraps)] // askama's filter signature
+    pub(crate) fn thousands(
+        n: impl std::fmt::Display,
+        _: &dyn askama::Values,
+    ) -> askama::Result<String> {
+        let text = n.to_string();
+        Ok(text.parse::<u64>().map_or(text, crate::ui::view::thousands))
+    }
+}
+
 /// The overview's live numbers.
 pub(crate) struct Live {
     pending: u64,

@@ -38,7 +38,7 @@ impl PgAuditLog {
             next_page: format!(
                 "SELECT {columns} FROM {t} WHERE seq < $2 ORDER BY seq DESC LIMIT $1"
             ),
-            // outbox_audit_target (migration 20261222000002) serves it.
+            // outbox_audit_target (migration 20261222000005) serves it.
             of_target: format!(
                 "SELECT {columns} FROM {t} WHERE target = $2 ORDER BY seq DESC LIMIT $1"
             ),

@@ -102,9 +102,11 @@ impl Where {
                 // As failure_groups reads them: no last error is the empty group.
                 self.and("coalesce(error_group, '') = ''".to_owned());
             } else {
-                // Served by the error_group index (rows that ever failed).
+                // Served by the error_group index (rows that ever failed), which
+                // holds the group's md5 (a group may be too long for a btree
+                // entry); the text is compared too.
                 let p = self.bind(group.clone())?;
-                self.and(format!("error_group = {p}"));
+                self.and(format!("md5(error_group) = md5({p}) AND error_group = {p}"));
             }
         }
         if let Some(q) = &filter.q {

@@ -253,3 +253,110 @@ async fn the_inbox_groups_plain_sql_rows_too() {
         );
     });
 }
+
+/// An error of 4 KB of random text (its group as long, past what a btree entry
+/// may hold) is marked like any other: the mark succeeds, the row is grouped
+/// and found by its group. Failed with the group's text indexed as it is
+/// (`index row size ... exceeds btree version 4 maximum 2704`): every mark of
+/// the batch failed with it.
+#[tokio::test]
+async fn a_four_kilobyte_error_is_marked_grouped_and_found() {
+    use outbox_ports::{Lease, OutboxRelayPath, OutboxStore, PublishFailure};
+    with_db!(|pool, schema| {
+        let store = PgOutboxStore::new(pool.clone(), schema.clone());
+        let mut rng = TestRunner::deterministic();
+        let noise = proptest::string::string_regex("[A-Za-z+/=!#%&()*,.:;<>?@^_|~-]{4000}")
+            .expect("regex")
+            .new_tree(&mut rng)
+            .expect("text");
+        let error = proptest::strategy::ValueTree::current(&noise);
+        let messages: Vec<_> = (0..2)
+            .map(|_| outbox_testkit::message("huge", "k"))
+            .collect();
+        let ids: Vec<_> = messages.iter().map(|m| m.id).collect();
+        store.enqueue(messages).await.expect("enqueue");
+        let lease = Lease::new("huge-errors", std::time::Duration::from_secs(60));
+        let claimed = store.claim_pending(&lease, 10).await.expect("claim");
+        assert_eq!(claimed.len(), 2);
+        let failures: Vec<PublishFailure> = ids
+            .iter()
+            .map(|id| PublishFailure {
+                id: *id,
+                error: error.clone(),
+                decision: outbox_core::Decision::Dead,
+            })
+            .collect();
+        assert_eq!(
+            store
+                .mark_publish_failed(&lease, &failures)
+                .await
+                .expect("marked"),
+            2,
+            "both marked"
+        );
+        let groups = store.failure_groups().await.expect("groups");
+        assert_eq!(groups.len(), 1, "{}", groups.len());
+        assert_eq!(groups[0].count, 2);
+        let filter = MessageFilter {
+            error_group: Some(groups[0].error.clone()),
+            ..MessageFilter::default()
+        };
+        assert_eq!(
+            store
+                .count_messages(&filter, u64::MAX)
+                .await
+                .expect("count"),
+            2
+        );
+    });
+}
+
+/// Rows that failed before the stored group existed get theirs from the
+/// backfill migration, in committed batches (12,003 rows: three batches and a
+/// rest), on both tables.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_backfill_groups_rows_that_failed_before_the_column() {
+    with_db!(|pool, schema| {
+        let store = PgOutboxStore::new(pool.clone(), schema.clone());
+        let t = format!("{}.outbox_messages", schema.quoted());
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO {t} (exchange, routing_key, payload, status, attempts, last_error) \
+             SELECT 'old', 'k', '\\x00'::bytea, 'dead', 1, 'queue \"q-' || i || '\" is full' \
+             FROM generate_series(1, 12003) AS i"
+        )))
+        .execute(&pool)
+        .await
+        .expect("fill");
+        // As before the column: no group (an UPDATE of error_group alone fires
+        // no trigger).
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "UPDATE {t} SET error_group = NULL"
+        )))
+        .execute(&pool)
+        .await
+        .expect("forget the groups");
+        let before = store.failure_groups().await.expect("groups");
+        assert_eq!(before[0].error, "", "ungrouped: {before:?}");
+        let mut conn = pool.acquire().await.expect("conn");
+        sqlx::query("SELECT set_config('search_path', $1, false)")
+            .bind(schema.quoted())
+            .execute(&mut *conn)
+            .await
+            .expect("search_path");
+        sqlx::raw_sql(include_str!(
+            "../migrations/20261222000002_failure_group_backfill.sql"
+        ))
+        .execute(&mut *conn)
+        .await
+        .expect("backfill");
+        drop(conn.detach());
+        let after = store.failure_groups().await.expect("groups");
+        assert_eq!(
+            after
+                .iter()
+                .map(|g| (g.error.as_str(), g.count))
+                .collect::<Vec<_>>(),
+            [("queue \"…\" is full", 12_003)]
+        );
+    });
+}

@@ -12,7 +12,12 @@ use tokio::sync::Mutex;
 use crate::RabbitTls;
 
 /// How long a connection attempt may take before the depths are unknown.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long one read of every queue may take (a half-open connection or a
+/// quorum queue without a leader would otherwise hold the overview until the
+/// heartbeat gives up); past it the connection is dropped and reopened next time.
+const READ_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// The depths of `queues` on the cluster at `urls`, over one connection of its
 /// own (opened at the first read, opened again after a failure).
@@ -48,16 +53,43 @@ impl std::fmt::Debug for RabbitQueueDepths {
 #[async_trait]
 impl QueueDepths for RabbitQueueDepths {
     async fn queue_depths(&self) -> Result<Vec<QueueDepth>, PortError> {
-        let mut held = self.connection.lock().await;
+        // One read at a time (one connection); a caller that waits longer than a
+        // read may take is told the broker is slow rather than kept waiting.
+        let Ok(mut held) = tokio::time::timeout(READ_TIMEOUT, self.connection.lock()).await else {
+            return Err(PortError::transient(
+                "queue depths",
+                format!("another read is still waiting for the broker after {READ_TIMEOUT:?}"),
+            ));
+        };
+        match tokio::time::timeout(READ_TIMEOUT, Self::read(&mut held, self)).await {
+            Ok(read) => read,
+            Err(_) => {
+                *held = None;
+                Err(PortError::transient(
+                    "queue depths",
+                    format!("the broker did not answer within {READ_TIMEOUT:?}"),
+                ))
+            }
+        }
+    }
+}
+
+impl RabbitQueueDepths {
+    /// Every configured queue's depth over `held` (connected first if needed).
+    async fn read(
+        held: &mut Option<lapin::Connection>,
+        this: &Self,
+    ) -> Result<Vec<QueueDepth>, PortError> {
+        let queues = &this.queues;
         if !held.as_ref().is_some_and(|c| c.status().connected()) {
-            *held = Some(crate::connect_any(&self.urls, &self.tls, CONNECT_TIMEOUT).await?);
+            *held = Some(crate::connect_any(&this.urls, &this.tls, CONNECT_TIMEOUT).await?);
         }
         let Some(connection) = held.as_ref() else {
             return Err(PortError::transient("queue depths", "no connection"));
         };
         let mut channel = None;
-        let mut depths = Vec::with_capacity(self.queues.len());
-        for queue in &self.queues {
+        let mut depths = Vec::with_capacity(queues.len());
+        for queue in queues {
             if channel.is_none() {
                 match connection.create_channel().await {
                     Ok(c) => channel = Some(c),

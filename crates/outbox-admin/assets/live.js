@@ -27,27 +27,46 @@
     }
     document.body.dispatchEvent(new CustomEvent("outbox-live"));
   };
-  var stream = function (onFragment) {
+  // A stream that gives up for good (closed: no session any more, answered
+  // 204; a proxy's error) is opened again after a pause, as htmx's extension
+  // did; `onClosed` runs when it gives up.
+  var stream = function (onFragment, onClosed) {
     var source = new EventSource(url);
     source.addEventListener("live", function (e) { onFragment(e.data); });
-    return source;
+    source.addEventListener("error", function () {
+      if (source.readyState === EventSource.CLOSED) {
+        source.close();
+        onClosed();
+      }
+    });
   };
+  var pause = function () { return 2000 + Math.random() * 3000; };
   if (!("BroadcastChannel" in window) || !navigator.locks) {
-    stream(deliver);
+    var alone = function () {
+      stream(deliver, function () { setTimeout(alone, pause()); });
+    };
+    alone();
     return;
   }
   var name = "outbox-live " + new URL(url, location.href).href;
   var channel = new BroadcastChannel(name);
   channel.onmessage = function (m) { deliver(m.data); };
-  navigator.locks.request(name, function () {
-    // This tab leads until it closes: the lock is held as long as this promise
-    // is pending, which is forever.
-    feed.setAttribute("data-live-leader", "");
-    return new Promise(function () {
-      stream(function (html) {
-        deliver(html);
-        channel.postMessage(html);
+  var lead = function () {
+    navigator.locks.request(name, function () {
+      // This tab leads while its stream lives: the lock is held as long as
+      // this promise is pending. A stream that gives up hands the lead on
+      // (another tab, or this one again after a pause).
+      feed.setAttribute("data-live-leader", "");
+      return new Promise(function (handOn) {
+        stream(function (html) {
+          deliver(html);
+          channel.postMessage(html);
+        }, function () {
+          feed.removeAttribute("data-live-leader");
+          handOn();
+        });
       });
-    });
-  });
+    }).then(function () { setTimeout(lead, pause()); });
+  };
+  lead();
 })();

@@ -674,8 +674,16 @@ fn queue_depths(cfg: &RelayConfig) -> Option<std::sync::Arc<dyn outbox_ports::Qu
     if queues.is_empty() {
         return None;
     }
+    let tls = match r.tls() {
+        Ok(tls) => tls,
+        Err(e) => {
+            // The relay itself stops on it at connect; the dashboard says nothing.
+            tracing::warn!(error = %e, "queue depths not shown: [rabbitmq] TLS settings unusable");
+            return None;
+        }
+    };
     Some(std::sync::Arc::new(
-        outbox_adapters_rabbitmq::RabbitQueueDepths::new(r.nodes(), r.tls().ok()?, queues),
+        outbox_adapters_rabbitmq::RabbitQueueDepths::new(r.nodes(), tls, queues),
     ))
 }
 

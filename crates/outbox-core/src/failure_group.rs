@@ -20,7 +20,7 @@ pub const GROUPED_CHARS: usize = 4_096;
 /// Letters, digits and whitespace are ASCII's (`[A-Za-z0-9_]` is a word,
 /// ` \t\n\x0C\r` is space; any other character is kept as written): PostgreSQL
 /// computes the same function for rows written by plain SQL (the adapter's
-/// `outbox_failure_group`, migration 20261222000001), without depending on the
+/// `outbox_failure_group`, migrations 20261222000001 to 3), without depending on the
 /// database's locale, and the adapter's tests hold the two equal.
 #[must_use]
 pub fn failure_group(error: &str) -> String {

@@ -98,7 +98,17 @@ fn example_with_postgres(url: &str) -> std::path::PathBuf {
     .expect("the example config");
     let theirs = "postgres://postgres@127.0.0.1:5432/test";
     assert!(example.contains(theirs), "the example's URL is {theirs}");
-    let text = example.replace(theirs, url);
+    // A schema of this run's own: the example's `outbox` would keep what an
+    // earlier build migrated (a migration changed since would then be refused).
+    let n = FILES.load(std::sync::atomic::Ordering::SeqCst);
+    let text = example.replace(theirs, url).replace(
+        "schema = \"outbox\"",
+        &format!("schema = \"cli_{}_{n}\"", std::process::id()),
+    );
+    assert!(
+        text.contains("schema = \"cli_"),
+        "the example's schema is `outbox`"
+    );
     let path = std::env::temp_dir().join(format!(
         "outbox-cli-{}-{}.toml",
         std::process::id(),

@@ -1007,6 +1007,25 @@ async fn the_operator_commands_filter_requeue_delete_and_are_audited() {
         "7 messages in pages of 4"
     );
     assert!(rest["next_cursor"].is_null());
+    // Oldest first: the same seven, the other way round.
+    let ids = |page: &serde_json::Value| -> Vec<String> {
+        page["items"]
+            .as_array()
+            .map(|items| {
+                items
+                    .iter()
+                    .filter_map(|m| m["id"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let (_, newest, _) = operator(&cfg, &["messages", "list", "--json"]);
+    let (code, oldest, stderr) = operator(&cfg, &["messages", "list", "--oldest-first", "--json"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let mut reversed = ids(&parse_json(&newest));
+    reversed.reverse();
+    assert_eq!(ids(&parse_json(&oldest)), reversed);
+    assert_eq!(reversed.len(), 7);
     let (code, stdout, _) = operator(&cfg, &["messages", "list", "--q", &dead_a[0], "--json"]);
     assert_eq!(code, Some(0));
     assert_eq!(parse_json(&stdout)["items"][0]["id"], dead_a[0].as_str());
@@ -1891,7 +1910,8 @@ async fn a_dashboard_session_survives_a_restart_of_outbox_run() {
     let cookie = jar_text
         .lines()
         .find_map(|l| {
-            l.split_once("outbox_session\t")
+            // Named after the port (two dashboards on one host keep theirs).
+            l.split_once(&format!("outbox_session_{port}\t"))
                 .map(|(_, v)| v.trim().to_owned())
         })
         .expect("a session cookie");

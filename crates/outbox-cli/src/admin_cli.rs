@@ -129,6 +129,9 @@ pub(crate) enum MessagesAction {
         filter: FilterArgs,
         #[command(flatten)]
         page: PageArgs,
+        /// Oldest first (as `sort=oldest`); newest first without it.
+        #[arg(long)]
+        oldest_first: bool,
         /// Print the page as JSON (as `GET /api/v1/messages`).
         #[arg(long)]
         json: bool,
@@ -220,6 +223,9 @@ pub(crate) enum ConsumersAction {
         filter: FilterArgs,
         #[command(flatten)]
         page: PageArgs,
+        /// Oldest first (as `sort=oldest`); newest first without it.
+        #[arg(long)]
+        oldest_first: bool,
         /// Print the page as JSON (as `GET /api/v1/consumers/{name}/deliveries`).
         #[arg(long)]
         json: bool,
@@ -461,8 +467,17 @@ pub(crate) async fn messages(
 ) -> anyhow::Result<ExitCode> {
     let actor = cli_actor();
     match action {
-        MessagesAction::List { filter, page, json } => {
+        MessagesAction::List {
+            filter,
+            page,
+            oldest_first,
+            json,
+        } => {
             let (filter, _) = filter.parse()?;
+            let filter = MessageFilter {
+                oldest_first,
+                ..filter
+            };
             let (cursor, limit) = page.parse()?;
             let page = service.list_messages(&filter, cursor, limit).await?;
             out::either(json, &page, out::message_page)?;
@@ -581,9 +596,14 @@ pub(crate) async fn consumers(
             consumer,
             filter,
             page,
+            oldest_first,
             json,
         } => {
             let (filter, _) = filter.parse_on::<InboxStatus>()?;
+            let filter = outbox_ports::DeliveryFilter {
+                oldest_first,
+                ..filter
+            };
             let (cursor, limit) = page.parse()?;
             let page = service
                 .list_deliveries(&consumer, &filter, cursor, limit)

@@ -123,9 +123,9 @@ macro_rules! side_filters {
             #[param(pattern = "^[^\\u0000]*$")]
             #[schema(pattern = "^[^\\u0000]*$")]
             pub error: Option<String>,
-            /// `newest` first (the default) or `oldest` first.
-            #[param(pattern = "^(newest|oldest)$")]
-            #[schema(pattern = "^(newest|oldest)$")]
+            /// `newest` first (the default, also when empty) or `oldest` first.
+            #[param(pattern = "^(newest|oldest)?$")]
+            #[schema(pattern = "^(newest|oldest)?$")]
             pub sort: Option<String>,
             /// Page size, 1 to 1000 (default 50).
             #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]

@@ -444,7 +444,7 @@ pub(crate) async fn resume_consumer(
 /// listed. From the totals every relay adds per exchange every few seconds; 404
 /// (`not_recorded`) where the service reads no throughput log.
 #[utoipa::path(get, path = "/exchanges/{exchange}/throughput", tag = "throughput",
-    params(("exchange" = String, Path, description = "Exchange name: 1 to 255 characters, no control character", pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]{1,255}$"), ThroughputQuery),
+    params(("exchange" = String, Path, description = "Exchange name: 1 to 255 characters (one no exchange or consumer has reads as an empty chart)", pattern = "^[^\\u0000]{1,255}$"), ThroughputQuery),
     responses((status = 200, body = ExchangeThroughput), QueryErrors))]
 pub(crate) async fn exchange_throughput(
     State(s): Service,
@@ -459,7 +459,7 @@ pub(crate) async fn exchange_throughput(
 /// One consumer's completed deliveries and failed handler attempts over the last
 /// hour, day or week, as the exchange's.
 #[utoipa::path(get, path = "/consumers/{name}/throughput", tag = "throughput",
-    params(("name" = String, Path, description = "Consumer name: 1 to 255 characters, no control character", pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]{1,255}$"), ThroughputQuery),
+    params(("name" = String, Path, description = "Consumer name: 1 to 255 characters (one no exchange or consumer has reads as an empty chart)", pattern = "^[^\\u0000]{1,255}$"), ThroughputQuery),
     responses((status = 200, body = ConsumerThroughput), QueryErrors))]
 pub(crate) async fn consumer_throughput(
     State(s): Service,

@@ -63,7 +63,7 @@ impl AdminService {
         exchange: &str,
         window: ChartWindow,
     ) -> Result<ExchangeThroughput, AdminError> {
-        super::place_name(PauseKind::Exchange, exchange)?;
+        read_name(PauseKind::Exchange, exchange)?;
         let paired = self
             .paired(
                 ThroughputKind::Published,
@@ -100,7 +100,7 @@ impl AdminService {
         consumer: &str,
         window: ChartWindow,
     ) -> Result<ConsumerThroughput, AdminError> {
-        super::place_name(PauseKind::Consumer, consumer)?;
+        read_name(PauseKind::Consumer, consumer)?;
         let paired = self
             .paired(
                 ThroughputKind::Consumed,
@@ -168,4 +168,18 @@ impl AdminService {
                 .collect(),
         })
     }
+}
+
+/// A name a chart is read for: 1 to 255 characters. Any other character is
+/// allowed (a name no exchange or consumer has reads as an empty chart), unlike
+/// a pause's name, which is written and so refuses control characters.
+fn read_name(kind: PauseKind, name: &str) -> Result<(), AdminError> {
+    let chars = name.chars().count();
+    if chars == 0 || chars > outbox_ports::MAX_PAUSE_NAME_CHARS {
+        return Err(AdminError::bad(
+            "bad_name",
+            format!("the {kind} name must be 1 to 255 characters (got {chars})"),
+        ));
+    }
+    Ok(())
 }
